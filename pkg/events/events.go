@@ -1,0 +1,199 @@
+// Package events is Fleetstream's event store: typed protobuf events in a common envelope,
+// appended to JetStream subjects with optimistic concurrency and idempotent message ids.
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
+)
+
+// ErrConflict means the subject moved on since the caller read it: another writer won.
+var ErrConflict = errors.New("concurrent modification")
+
+// JetStream error codes for a failed last-sequence expectation. A clustered stream under
+// concurrent writes to one subject may answer the second one instead of the first.
+const (
+	errCodeWrongLastSequence    = 10071
+	errCodeWrongLastSeqNotReady = 10164
+)
+
+// Expect states what the caller believes the subject's last sequence is.
+type Expect struct {
+	check bool
+	seq   uint64
+}
+
+var (
+	// Any appends whatever the subject holds.
+	Any = Expect{}
+	// Empty appends only to a subject with no messages (creation of an aggregate).
+	Empty = Expect{check: true}
+)
+
+// At appends only if the subject's last sequence is seq; At(0) is Empty.
+func At(seq uint64) Expect { return Expect{check: true, seq: seq} }
+
+type actorKey struct{}
+
+// WithActor returns ctx carrying the identity events appended under it are attributed to.
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+// ActorFrom returns the actor carried by ctx, or "" if none.
+func ActorFrom(ctx context.Context) string {
+	a, _ := ctx.Value(actorKey{}).(string)
+	return a
+}
+
+// Event is a decoded envelope and its payload.
+type Event struct {
+	*eventv1.Envelope
+	Payload proto.Message
+	// Sequence and Subject where the event sits in its stream (zero before it is appended).
+	Sequence uint64
+	Subject  string
+}
+
+// Store appends events. It is safe for concurrent use.
+type Store struct {
+	js jetstream.JetStream
+	// defaultActor is used when the context carries none, e.g. "system:cluster-import".
+	defaultActor string
+}
+
+// NewStore returns a store appending through js.
+func NewStore(js jetstream.JetStream, defaultActor string) *Store {
+	return &Store{js: js, defaultActor: defaultActor}
+}
+
+// NewEnvelope wraps payload in an envelope with a fresh id.
+func NewEnvelope(ctx context.Context, aggregateID string, payload proto.Message, defaultActor string) (*eventv1.Envelope, error) {
+	anyp, err := anypb.New(payload)
+	if err != nil {
+		return nil, fmt.Errorf("wrap %T: %w", payload, err)
+	}
+	actor := ActorFrom(ctx)
+	if actor == "" {
+		actor = defaultActor
+	}
+	return &eventv1.Envelope{
+		Id:          uuid.NewString(),
+		Type:        string(payload.ProtoReflect().Descriptor().FullName()),
+		AggregateId: aggregateID,
+		Time:        timestamppb.Now(),
+		Actor:       actor,
+		Payload:     anyp,
+	}, nil
+}
+
+// Append publishes payload to subject if expect holds and returns the stream sequence it got.
+// A stale expectation returns ErrConflict. Retrying a failed publish reuses the event id, so a
+// publish that reached the stream but whose ack was lost is not stored twice.
+func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect Expect, payload proto.Message) (uint64, error) {
+	env, err := NewEnvelope(ctx, aggregateID, payload, s.defaultActor)
+	if err != nil {
+		return 0, err
+	}
+	data, err := proto.Marshal(env)
+	if err != nil {
+		return 0, fmt.Errorf("marshal envelope: %w", err)
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(env.Id)}
+	if expect.check {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expect.seq))
+	}
+	var ack *jetstream.PubAck
+	backoff := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		ack, err = s.js.Publish(ctx, subject, data, opts...)
+		if err == nil || !retryable(err) || attempt == 4 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("append %s to %s: %w", env.Type, subject, ctx.Err())
+		case <-time.After(backoff):
+			backoff *= 2
+		}
+	}
+	if err != nil {
+		if IsConflict(err) {
+			return 0, fmt.Errorf("append %s to %s: %w", env.Type, subject, ErrConflict)
+		}
+		return 0, fmt.Errorf("append %s to %s: %w", env.Type, subject, err)
+	}
+	return ack.Sequence, nil
+}
+
+// IsConflict reports whether err is a failed last-sequence expectation.
+func IsConflict(err error) bool {
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == errCodeWrongLastSequence || apiErr.ErrorCode == errCodeWrongLastSeqNotReady
+	}
+	return false
+}
+
+// retryable reports errors after which the publish may or may not have been stored, where
+// a retry with the same message id is safe.
+func retryable(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// Decode parses an envelope and its payload. Unknown payload types and malformed bytes are
+// errors: the caller dead-letters them.
+func Decode(data []byte) (*Event, error) {
+	env := &eventv1.Envelope{}
+	if err := proto.Unmarshal(data, env); err != nil {
+		return nil, fmt.Errorf("decode envelope: %w", err)
+	}
+	if env.Payload == nil {
+		return nil, errors.New("decode envelope: no payload")
+	}
+	payload, err := env.Payload.UnmarshalNew()
+	if err != nil {
+		return nil, fmt.Errorf("decode payload %s: %w", env.Payload.GetTypeUrl(), err)
+	}
+	return &Event{Envelope: env, Payload: payload}, nil
+}
+
+// DecodeMsg decodes a JetStream message and records where it sits.
+func DecodeMsg(m jetstream.Msg) (*Event, error) {
+	ev, err := Decode(m.Data())
+	if err != nil {
+		return nil, err
+	}
+	if md, err := m.Metadata(); err == nil {
+		ev.Sequence = md.Sequence.Stream
+	}
+	ev.Subject = m.Subject()
+	return ev, nil
+}
+
+// LastSequence returns the sequence of the last message on subject in stream, or 0 if none.
+func LastSequence(ctx context.Context, s jetstream.Stream, subject string) (uint64, error) {
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	return m.Sequence, nil
+}

@@ -1,0 +1,51 @@
+// Package subjects is the contract between services: the names of streams, subjects and KV
+// buckets. A service writes only what it owns (see docs/architecture.md); the others read.
+package subjects
+
+import "github.com/fleetstream/fleetstream/pkg/keys"
+
+// Cluster registry, owned by cluster-import.
+const (
+	ClusterStream  = "FLEET_CLUSTER"
+	ClusterPrefix  = "fleet.cluster"
+	ClustersBucket = "clusters"
+	// ClusterCredentialsBucket holds connection credentials, apart from the registry view.
+	ClusterCredentialsBucket = "cluster-credentials"
+	// ClusterStatusBucket holds what agents report continuously (last seen), not event-sourced.
+	ClusterStatusBucket = "cluster-status"
+	// ClusterInventoryBucket holds each cluster's latest namespace inventory.
+	ClusterInventoryBucket = "cluster-inventory"
+	// AgentTokensBucket maps a digest of each agent's NATS token to its cluster.
+	AgentTokensBucket = "agent-tokens"
+)
+
+// Cluster returns the subject of cluster name's events.
+func Cluster(name string) string { return ClusterPrefix + "." + keys.Encode(name) }
+
+// Agent reports, written by each cluster's agent under its own prefix only.
+const (
+	AgentStream = "FLEET_AGENT"
+	AgentPrefix = "fleet.agent"
+)
+
+// AgentPrefixFor returns the subject prefix agent of cluster may publish under.
+func AgentPrefixFor(cluster string) string { return AgentPrefix + "." + keys.Encode(cluster) }
+
+// AgentHeartbeat returns the subject of cluster's heartbeats.
+func AgentHeartbeat(cluster string) string { return AgentPrefixFor(cluster) + ".heartbeat" }
+
+// AgentInventory returns the subject of cluster's namespace inventory.
+func AgentInventory(cluster string) string { return AgentPrefixFor(cluster) + ".inventory" }
+
+// Desired state for member clusters: one bucket, keys <cluster>.<kind>.<namespace>.<name>,
+// written by the owning service of each kind, watched by the cluster's agent under <cluster>.>.
+const (
+	DesiredBucket = "desired"
+	// AppliedBucket holds what agents applied, same keys, written by the agent.
+	AppliedBucket = "applied"
+)
+
+// DesiredKey returns the key of one desired object; namespace is "" for cluster-scoped ones.
+func DesiredKey(cluster, kind, namespace, name string) string {
+	return keys.Join(cluster, kind, namespace, name)
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd once into a versioned cache outside the work tree and prints the
+# directory (the KUBEBUILDER_ASSETS layout envtest expects). Later runs are a no-op.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+kube=$(awk '/k8s.io\/kubernetes v/{print $2; exit}' "$here/kube-apiserver/go.mod")
+etcd=$(awk '/go.etcd.io\/etcd\/server\/v3 v/{print $2; exit}' "$here/etcd/go.mod")
+dir="${FLEETSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetstream}/kube-${kube}-etcd-${etcd}"
+mkdir -p "$dir"
+if [ ! -x "$dir/kube-apiserver" ]; then
+  (cd "$here/kube-apiserver" && CGO_ENABLED=0 go build -trimpath -o "$dir/kube-apiserver.tmp" . && mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver") >&2
+fi
+if [ ! -x "$dir/etcd" ]; then
+  (cd "$here/etcd" && CGO_ENABLED=0 go build -trimpath -o "$dir/etcd.tmp" . && mv "$dir/etcd.tmp" "$dir/etcd") >&2
+fi
+echo "$dir"
