@@ -2,7 +2,13 @@
 // buckets. A service writes only what it owns (see docs/architecture.md); the others read.
 package subjects
 
-import "github.com/fleetstream/fleetstream/pkg/keys"
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetstream/fleetstream/pkg/keys"
+)
 
 // Cluster registry, owned by cluster-import.
 const (
@@ -24,8 +30,8 @@ func Cluster(name string) string { return ClusterPrefix + "." + keys.Encode(name
 
 // Agent reports, written by each cluster's agent under its own prefix only.
 const (
-	AgentStream = "FLEET_AGENT"
-	AgentPrefix = "fleet.agent"
+	AgentStreamName = "FLEET_AGENT"
+	AgentPrefix     = "fleet.agent"
 )
 
 // AgentPrefixFor returns the subject prefix agent of cluster may publish under.
@@ -48,4 +54,17 @@ const (
 // DesiredKey returns the key of one desired object; namespace is "" for cluster-scoped ones.
 func DesiredKey(cluster, kind, namespace, name string) string {
 	return keys.Join(cluster, kind, namespace, name)
+}
+
+// AgentStream is the stream agents report into. Every report is a snapshot (a heartbeat, the
+// whole namespace list, one EndpointSlice), so only the latest message per subject is kept.
+func AgentStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              AgentStreamName,
+		Description:       "Reports from cluster agents; the latest per subject.",
+		Subjects:          []string{AgentPrefix + ".>"},
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+		Duplicates:        time.Minute,
+	}
 }
