@@ -3,8 +3,9 @@
 # directory (the KUBEBUILDER_ASSETS layout envtest expects). Later runs are a no-op.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-kube=$(awk '/k8s.io\/kubernetes v/{print $2; exit}' "$here/kube-apiserver/go.mod")
-etcd=$(awk '/go.etcd.io\/etcd\/server\/v3 v/{print $2; exit}' "$here/etcd/go.mod")
+version() { grep -oE "$1 v[^ ]+" "$2" | head -1 | cut -d' ' -f2; }
+kube=$(version 'k8s.io/kubernetes' "$here/kube-apiserver/go.mod")
+etcd=$(version 'go.etcd.io/etcd/server/v3' "$here/etcd/go.mod")
 dir="${FLEETSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetstream}/kube-${kube}-etcd-${etcd}"
 mkdir -p "$dir"
 if [ ! -x "$dir/kube-apiserver" ]; then

@@ -711,6 +711,224 @@ func (x *InventoryNamespace) GetPhase() string {
 	return ""
 }
 
+// ClusterSecrets is what bucket `cluster-credentials` keeps per cluster id: the connection
+// credentials and the digest of the agent's token. Never returned by any API.
+type ClusterSecrets struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId   string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterName string                 `protobuf:"bytes,2,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Credentials *ConnectionCredentials `protobuf:"bytes,3,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	// Hex SHA-256 of the agent token; the token itself is shown once at registration.
+	AgentTokenSha256 string `protobuf:"bytes,4,opt,name=agent_token_sha256,json=agentTokenSha256,proto3" json:"agent_token_sha256,omitempty"`
+	Revision         uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ClusterSecrets) Reset() {
+	*x = ClusterSecrets{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSecrets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSecrets) ProtoMessage() {}
+
+func (x *ClusterSecrets) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSecrets.ProtoReflect.Descriptor instead.
+func (*ClusterSecrets) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ClusterSecrets) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ClusterSecrets) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ClusterSecrets) GetCredentials() *ConnectionCredentials {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *ClusterSecrets) GetAgentTokenSha256() string {
+	if x != nil {
+		return x.AgentTokenSha256
+	}
+	return ""
+}
+
+func (x *ClusterSecrets) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// AgentIdentity is what bucket `agent-tokens` keeps under the hex SHA-256 of an agent token.
+type AgentIdentity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterName   string                 `protobuf:"bytes,2,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentIdentity) Reset() {
+	*x = AgentIdentity{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentIdentity) ProtoMessage() {}
+
+func (x *AgentIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentIdentity.ProtoReflect.Descriptor instead.
+func (*AgentIdentity) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AgentIdentity) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *AgentIdentity) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+// AgentStatus is the latest heartbeat of a cluster's agent, kept in bucket `cluster-status`
+// under the cluster name. `last_seen` is the server's receive time, not the agent's clock.
+type AgentStatus struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName       string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	KubernetesVersion string                 `protobuf:"bytes,2,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
+	AgentVersion      string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	SessionId         string                 `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	LastSeen          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Revision          uint64                 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *AgentStatus) Reset() {
+	*x = AgentStatus{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStatus) ProtoMessage() {}
+
+func (x *AgentStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
+func (*AgentStatus) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AgentStatus) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetKubernetesVersion() string {
+	if x != nil {
+		return x.KubernetesVersion
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetAgentVersion() string {
+	if x != nil {
+		return x.AgentVersion
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *AgentStatus) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_fleetstream_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
@@ -780,7 +998,26 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x8d\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x01\n" +
+	"\x0eClusterSecrets\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
+	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12O\n" +
+	"\vcredentials\x18\x03 \x01(\v2-.fleetstream.cluster.v1.ConnectionCredentialsR\vcredentials\x12,\n" +
+	"\x12agent_token_sha256\x18\x04 \x01(\tR\x10agentTokenSha256\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"Q\n" +
+	"\rAgentIdentity\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
+	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\"\xf8\x01\n" +
+	"\vAgentStatus\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12-\n" +
+	"\x12kubernetes_version\x18\x02 \x01(\tR\x11kubernetesVersion\x12#\n" +
+	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x127\n" +
+	"\tlast_seen\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x04R\brevision*\x8d\x01\n" +
 	"\vTaintEffect\x12\x1c\n" +
 	"\x18TAINT_EFFECT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TAINT_EFFECT_NO_SELECT\x10\x01\x12!\n" +
@@ -805,7 +1042,7 @@ func file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_fleetstream_cluster_v1_cluster_proto_goTypes = []any{
 	(TaintEffect)(0),              // 0: fleetstream.cluster.v1.TaintEffect
 	(ConditionStatus)(0),          // 1: fleetstream.cluster.v1.ConditionStatus
@@ -816,32 +1053,37 @@ var file_fleetstream_cluster_v1_cluster_proto_goTypes = []any{
 	(*ConnectionCredentials)(nil), // 6: fleetstream.cluster.v1.ConnectionCredentials
 	(*NamespaceInventory)(nil),    // 7: fleetstream.cluster.v1.NamespaceInventory
 	(*InventoryNamespace)(nil),    // 8: fleetstream.cluster.v1.InventoryNamespace
-	nil,                           // 9: fleetstream.cluster.v1.Cluster.LabelsEntry
-	nil,                           // 10: fleetstream.cluster.v1.Cluster.ClaimsEntry
-	nil,                           // 11: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*ClusterSecrets)(nil),        // 9: fleetstream.cluster.v1.ClusterSecrets
+	(*AgentIdentity)(nil),         // 10: fleetstream.cluster.v1.AgentIdentity
+	(*AgentStatus)(nil),           // 11: fleetstream.cluster.v1.AgentStatus
+	nil,                           // 12: fleetstream.cluster.v1.Cluster.LabelsEntry
+	nil,                           // 13: fleetstream.cluster.v1.Cluster.ClaimsEntry
+	nil,                           // 14: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_fleetstream_cluster_v1_cluster_proto_depIdxs = []int32{
-	9,  // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
-	10, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
+	12, // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
+	13, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
 	3,  // 2: fleetstream.cluster.v1.Cluster.taints:type_name -> fleetstream.cluster.v1.Taint
 	4,  // 3: fleetstream.cluster.v1.Cluster.status:type_name -> fleetstream.cluster.v1.ClusterStatus
-	12, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	12, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	15, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	15, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: fleetstream.cluster.v1.Taint.effect:type_name -> fleetstream.cluster.v1.TaintEffect
-	12, // 7: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	15, // 7: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	5,  // 8: fleetstream.cluster.v1.ClusterStatus.conditions:type_name -> fleetstream.cluster.v1.Condition
-	12, // 9: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
+	15, // 9: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
 	1,  // 10: fleetstream.cluster.v1.Condition.status:type_name -> fleetstream.cluster.v1.ConditionStatus
-	12, // 11: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	15, // 11: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	8,  // 12: fleetstream.cluster.v1.NamespaceInventory.namespaces:type_name -> fleetstream.cluster.v1.InventoryNamespace
-	12, // 13: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
-	11, // 14: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	15, // 13: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
+	14, // 14: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	6,  // 15: fleetstream.cluster.v1.ClusterSecrets.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
+	15, // 16: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_cluster_proto_init() }
@@ -855,7 +1097,7 @@ func file_fleetstream_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_cluster_proto_rawDesc), len(file_fleetstream_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

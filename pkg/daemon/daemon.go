@@ -1,0 +1,174 @@
+// Package daemon is the common main of every Fleetstream service binary: flags, logging,
+// signals, the NATS connection and the HTTP server, so each service's main only wires itself.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/pkg/server"
+)
+
+// Options are the flags every service shares.
+type Options struct {
+	NATSURL       string
+	NATSTokenFile string
+	Server        server.Config
+	Replicas      int
+	LogLevel      string
+	LogConsole    bool
+}
+
+// Register adds the shared flags to fs.
+func (o *Options) Register(fs *flag.FlagSet) {
+	fs.StringVar(&o.NATSURL, "nats-url", envOr("FLEETSTREAM_NATS_URL", nats.DefaultURL), "NATS server URLs, comma-separated")
+	fs.StringVar(&o.NATSTokenFile, "nats-token-file", os.Getenv("FLEETSTREAM_NATS_TOKEN_FILE"), "file holding the NATS token")
+	fs.StringVar(&o.Server.Listen, "listen", envOr("FLEETSTREAM_LISTEN", "127.0.0.1:8080"), "host:port of the HTTP listener (APIs, /healthz, /readyz, /metrics)")
+	fs.StringVar(&o.Server.TokenFile, "token-file", os.Getenv("FLEETSTREAM_TOKEN_FILE"), "bearer tokens allowed to call the APIs (token,user per line)")
+	fs.BoolVar(&o.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
+	fs.IntVar(&o.Replicas, "replicas", 1, "replicas of the streams and buckets this service owns (3 on a production cluster)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.LogConsole, "log-console", false, "human-readable logs instead of JSON")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// ReadSecretFile returns the first line of a secret file, trimmed.
+func ReadSecretFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read secret file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return "", fmt.Errorf("secret file %s is empty", path)
+	}
+	return line, nil
+}
+
+// Connect connects to NATS, retrying until it succeeds or ctx ends: in a compose stack the
+// servers may start after the service.
+func Connect(ctx context.Context, url, tokenFile, name string, log *zap.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrl())) }),
+	}
+	if tokenFile != "" {
+		tok, err := ReadSecretFile(tokenFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, nats.Token(tok))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to nats %s: %w", url, err)
+	}
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, nil, fmt.Errorf("connect to nats %s: %w", url, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// Env is what a service's start function gets.
+type Env struct {
+	Options *Options
+	Log     *zap.Logger
+	Conn    *nats.Conn
+	JS      jetstream.JetStream
+	Server  *server.Server
+	// Group runs the service's long-lived loops; the first error stops the process.
+	Group *errgroup.Group
+}
+
+// Main parses flags, sets everything up and calls start, which mounts its APIs on env.Server
+// and starts its loops in env.Group. It returns the process exit code.
+func Main(name string, args []string, addFlags func(fs *flag.FlagSet), start func(ctx context.Context, env *Env) error) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	var o Options
+	o.Register(fs)
+	if addFlags != nil {
+		addFlags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	log, err := logging.New(o.LogLevel, o.LogConsole)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, name, &o, log, start); err != nil {
+		log.Error("exiting", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, name string, o *Options, log *zap.Logger, start func(context.Context, *Env) error) error {
+	srv, err := server.New(o.Server, log)
+	if err != nil {
+		return err
+	}
+	nc, js, err := Connect(ctx, o.NATSURL, o.NATSTokenFile, name, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	srv.AddCheck("nats", func(context.Context) error {
+		if !nc.IsConnected() {
+			return errors.New("not connected")
+		}
+		return nil
+	})
+	g, ctx := errgroup.WithContext(ctx)
+	env := &Env{Options: o, Log: log, Conn: nc, JS: js, Server: srv, Group: g}
+	if err := start(ctx, env); err != nil {
+		return err
+	}
+	g.Go(func() error { return srv.Serve(ctx) })
+	return g.Wait()
+}

@@ -1,0 +1,439 @@
+package clusterimport
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/labels"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// viewWait bounds how long a write waits to see itself in the view before answering.
+const viewWait = 10 * time.Second
+
+func (s *Service) waitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return connect.NewError(connect.CodeUnavailable, errors.New("cluster registry is starting"))
+	case <-time.After(viewWait):
+		return connect.NewError(connect.CodeUnavailable, errors.New("cluster registry is starting"))
+	}
+}
+
+func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clusterv1.RegisterClusterRequest]) (*connect.Response[clusterv1.RegisterClusterResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	validateMeta(&v, m.Labels, m.Claims, m.Taints)
+	validateCredentials(&v, "credentials", m.Credentials)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.clusters.Get(clusterKey(m.Name)); ok {
+		return nil, apierr.AlreadyExists("cluster", m.Name)
+	}
+	subject := subjects.Cluster(m.Name)
+	// A name may be reused after deregistration: expect the subject exactly as it is now, so
+	// that of two concurrent registrations only one appends.
+	last, err := events.LastSequence(ctx, s.stream, subject)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	id := uuid.NewString()
+	token, digest, err := newAgentToken()
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	// Secrets go first, keyed by the fresh id: if the append then fails they are unreachable
+	// garbage, never a registered cluster missing its credentials.
+	secrets := &clusterv1.ClusterSecrets{ClusterId: id, ClusterName: m.Name, Credentials: m.Credentials, AgentTokenSha256: digest}
+	if err := s.putSecrets(ctx, secrets); err != nil {
+		return nil, apierr.Internal(err)
+	}
+	ev := &clusterv1.ClusterRegistered{
+		Id: id, Name: m.Name, Labels: m.Labels, Claims: m.Claims, Taints: stampTaints(m.Taints, nil),
+		CredentialsFingerprint: fingerprint(m.Credentials),
+	}
+	seq, err := s.store.Append(ctx, subject, id, events.At(last), ev)
+	if err != nil {
+		s.dropSecrets(secrets)
+		if events.IsConflict(err) {
+			return nil, apierr.AlreadyExists("cluster", m.Name)
+		}
+		return nil, apierr.Internal(err)
+	}
+	c, err := s.awaitCluster(ctx, m.Name, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("cluster registered", zap.String("cluster", m.Name), zap.String("id", id), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&clusterv1.RegisterClusterResponse{Cluster: c, AgentToken: token}), nil
+}
+
+func (s *Service) UpdateCluster(ctx context.Context, req *connect.Request[clusterv1.UpdateClusterRequest]) (*connect.Response[clusterv1.UpdateClusterResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	fields := m.GetUpdateMask().GetPaths()
+	if len(fields) == 0 {
+		v.Add("update_mask", "name at least one of labels, claims, taints, credentials")
+	}
+	for i, f := range fields {
+		if !slices.Contains([]string{"labels", "claims", "taints", "credentials"}, f) {
+			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%q cannot be updated (labels, claims, taints, credentials)", f)
+		}
+	}
+	validateMeta(&v, m.Labels, m.Claims, m.Taints)
+	if slices.Contains(fields, "credentials") {
+		validateCredentials(&v, "credentials", m.Credentials)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	// Without an expected revision the caller wants "last writer wins": retry a lost race on
+	// fresh state. With one, a lost race is the caller's to resolve.
+	for attempt := 0; ; attempt++ {
+		cur, ok := s.clusters.Get(clusterKey(m.Name))
+		if !ok {
+			return nil, apierr.NotFound("cluster", m.Name)
+		}
+		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster %q is at revision %d, not %d", m.Name, cur.Revision, m.ExpectedRevision))
+		}
+		seq, err := s.update(ctx, cur, m, fields)
+		if events.IsConflict(err) && m.ExpectedRevision == 0 && attempt < 5 {
+			_ = s.clusters.WaitFor(ctx, clusterKey(m.Name), func(c *clusterv1.Cluster, ok bool) bool { return !ok || c.Revision != cur.Revision })
+			continue
+		}
+		if err != nil {
+			return nil, apierr.Internal(err)
+		}
+		c, err := s.awaitCluster(ctx, m.Name, seq)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&clusterv1.UpdateClusterResponse{Cluster: c}), nil
+	}
+}
+
+func (s *Service) update(ctx context.Context, cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string) (uint64, error) {
+	subject := subjects.Cluster(cur.Name)
+	seq := cur.Revision
+	var metaFields []string
+	for _, f := range fields {
+		if f != "credentials" {
+			metaFields = append(metaFields, f)
+		}
+	}
+	if len(metaFields) > 0 {
+		var err error
+		seq, err = s.store.Append(ctx, subject, cur.Id, events.At(seq), &clusterv1.ClusterUpdated{
+			Id: cur.Id, Fields: metaFields, Labels: m.Labels, Claims: m.Claims, Taints: stampTaints(m.Taints, cur.Taints),
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	if slices.Contains(fields, "credentials") {
+		secrets, err := s.getSecrets(ctx, cur.Id)
+		if err != nil {
+			return 0, err
+		}
+		secrets.Credentials = m.Credentials
+		if err := s.putSecrets(ctx, secrets); err != nil {
+			return 0, err
+		}
+		if seq, err = s.store.Append(ctx, subject, cur.Id, events.At(seq), &clusterv1.ClusterCredentialsRotated{
+			Id: cur.Id, CredentialsFingerprint: fingerprint(m.Credentials),
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return seq, nil
+}
+
+func (s *Service) DeregisterCluster(ctx context.Context, req *connect.Request[clusterv1.DeregisterClusterRequest]) (*connect.Response[clusterv1.DeregisterClusterResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	cur, ok := s.clusters.Get(clusterKey(m.Name))
+	if !ok {
+		return nil, apierr.NotFound("cluster", m.Name)
+	}
+	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster %q is at revision %d, not %d", m.Name, cur.Revision, m.ExpectedRevision))
+	}
+	if _, err := s.store.Append(ctx, subjects.Cluster(m.Name), cur.Id, events.At(cur.Revision), &clusterv1.ClusterDeregistered{Id: cur.Id}); err != nil {
+		return nil, apierr.Internal(err)
+	}
+	// The event is the truth: agent authentication checks the registry, so a leftover token of
+	// a deregistered cluster admits nobody. Removing the secrets is hygiene.
+	if secrets, err := s.getSecrets(ctx, cur.Id); err == nil {
+		s.dropSecrets(secrets)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.clusters.WaitFor(ctx, clusterKey(m.Name), func(c *clusterv1.Cluster, ok bool) bool { return !ok || c.Id != cur.Id })
+	}); err != nil {
+		return nil, err
+	}
+	s.log.Info("cluster deregistered", zap.String("cluster", m.Name), zap.String("id", cur.Id), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&clusterv1.DeregisterClusterResponse{}), nil
+}
+
+func (s *Service) GetCluster(ctx context.Context, req *connect.Request[clusterv1.GetClusterRequest]) (*connect.Response[clusterv1.GetClusterResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("name", req.Msg.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	c, ok := s.clusters.Get(clusterKey(req.Msg.Name))
+	if !ok {
+		return nil, apierr.NotFound("cluster", req.Msg.Name)
+	}
+	res := &clusterv1.GetClusterResponse{Cluster: s.present(c)}
+	if req.Msg.IncludeInventory {
+		if inv, ok := s.inventory.Get(clusterKey(req.Msg.Name)); ok {
+			inv = proto.CloneOf(inv)
+			inv.ClusterId = c.Id
+			res.Inventory = inv
+		}
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *Service) ListClusters(ctx context.Context, req *connect.Request[clusterv1.ListClustersRequest]) (*connect.Response[clusterv1.ListClustersResponse], error) {
+	sel, err := parseSelector(req.Msg.LabelSelector)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	list := s.clusters.List(func(_ string, c *clusterv1.Cluster) bool { return sel.Matches(labels.Set(c.Labels)) })
+	res := &clusterv1.ListClustersResponse{Clusters: make([]*clusterv1.Cluster, len(list))}
+	for i, c := range list {
+		res.Clusters[i] = s.present(c)
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *Service) WatchClusters(ctx context.Context, req *connect.Request[clusterv1.WatchClustersRequest], stream *connect.ServerStream[clusterv1.WatchClustersResponse]) error {
+	sel, err := parseSelector(req.Msg.LabelSelector)
+	if err != nil {
+		return err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	snapshot, updates := s.clusters.Subscribe(ctx, 1024)
+	// What this watcher has been told exists, so that a label change moving a cluster out of
+	// (or into) the selector is sent as DELETED (or ADDED).
+	shown := map[string]bool{}
+	send := func(u view.Update[*clusterv1.Cluster]) error {
+		match := u.Op == view.Put && sel.Matches(labels.Set(u.Value.Labels))
+		var typ clusterv1.WatchClustersResponse_EventType
+		switch {
+		case match && shown[u.Key]:
+			typ = clusterv1.WatchClustersResponse_EVENT_TYPE_MODIFIED
+		case match:
+			typ = clusterv1.WatchClustersResponse_EVENT_TYPE_ADDED
+		case shown[u.Key]:
+			typ = clusterv1.WatchClustersResponse_EVENT_TYPE_DELETED
+		default:
+			return nil
+		}
+		shown[u.Key] = match
+		return stream.Send(&clusterv1.WatchClustersResponse{Type: typ, Cluster: s.present(u.Value)})
+	}
+	for _, u := range snapshot {
+		if err := send(u); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-updates:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return connect.NewError(connect.CodeResourceExhausted, errors.New("watcher fell behind; watch again"))
+			}
+			if err := send(u); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// present returns c with what the agent reported continuously merged in.
+func (s *Service) present(c *clusterv1.Cluster) *clusterv1.Cluster {
+	out := proto.CloneOf(c)
+	if out.Status == nil {
+		out.Status = &clusterv1.ClusterStatus{}
+	}
+	if st, ok := s.status.Get(clusterKey(c.Name)); ok {
+		out.Status.LastSeen = st.LastSeen
+		if st.KubernetesVersion != "" {
+			out.Status.KubernetesVersion = st.KubernetesVersion
+		}
+		if st.AgentVersion != "" {
+			out.Status.AgentVersion = st.AgentVersion
+		}
+	}
+	if inv, ok := s.inventory.Get(clusterKey(c.Name)); ok {
+		out.Status.NamespaceCount = int32(len(inv.Namespaces))
+	}
+	return out
+}
+
+// awaitCluster waits until the view holds cluster name at seq or later and returns it.
+func (s *Service) awaitCluster(ctx context.Context, name string, seq uint64) (*clusterv1.Cluster, error) {
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.clusters.WaitRevision(ctx, clusterKey(name), seq, false) }); err != nil {
+		return nil, err
+	}
+	c, _ := s.clusters.Get(clusterKey(name))
+	return s.present(c), nil
+}
+
+func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, viewWait)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("change accepted but not yet visible: %w", err))
+	}
+	return nil
+}
+
+func parseSelector(s string) (labels.Selector, error) {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		var v apierr.Violations
+		v.Add("label_selector", "%v", err)
+		return nil, v.Err()
+	}
+	return sel, nil
+}
+
+func (s *Service) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets) error {
+	data, err := proto.Marshal(sec)
+	if err != nil {
+		return fmt.Errorf("marshal secrets: %w", err)
+	}
+	if _, err := s.secrets.Put(ctx, sec.ClusterId, data); err != nil {
+		return fmt.Errorf("store credentials of cluster %s: %w", sec.ClusterName, err)
+	}
+	if sec.AgentTokenSha256 != "" {
+		id, _ := proto.Marshal(&clusterv1.AgentIdentity{ClusterId: sec.ClusterId, ClusterName: sec.ClusterName})
+		if _, err := s.tokens.Put(ctx, sec.AgentTokenSha256, id); err != nil {
+			return fmt.Errorf("store agent token of cluster %s: %w", sec.ClusterName, err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) getSecrets(ctx context.Context, id string) (*clusterv1.ClusterSecrets, error) {
+	e, err := s.secrets.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("load credentials of cluster %s: %w", id, err)
+	}
+	sec := &clusterv1.ClusterSecrets{}
+	if err := proto.Unmarshal(e.Value(), sec); err != nil {
+		return nil, fmt.Errorf("decode credentials of cluster %s: %w", id, err)
+	}
+	return sec, nil
+}
+
+// dropSecrets removes a cluster's credentials and agent token, best effort and detached from
+// the caller's context (a cancelled request must not leave them behind).
+func (s *Service) dropSecrets(sec *clusterv1.ClusterSecrets) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if sec.AgentTokenSha256 != "" {
+		if err := s.tokens.Purge(ctx, sec.AgentTokenSha256); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			s.log.Warn("drop agent token", zap.String("cluster", sec.ClusterName), zap.Error(err))
+		}
+	}
+	if err := s.secrets.Purge(ctx, sec.ClusterId); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.log.Warn("drop credentials", zap.String("cluster", sec.ClusterName), zap.Error(err))
+	}
+}
+
+// AgentIdentity returns which registered cluster an agent token belongs to. It is what NATS
+// authentication asks; a token of a deregistered cluster is refused.
+func (s *Service) AgentIdentity(ctx context.Context, token string) (*clusterv1.AgentIdentity, bool) {
+	sum := sha256.Sum256([]byte(token))
+	e, err := s.tokens.Get(ctx, hex.EncodeToString(sum[:]))
+	if err != nil {
+		return nil, false
+	}
+	id := &clusterv1.AgentIdentity{}
+	if proto.Unmarshal(e.Value(), id) != nil {
+		return nil, false
+	}
+	if s.clusters == nil {
+		return nil, false
+	}
+	if c, ok := s.clusters.Get(clusterKey(id.ClusterName)); !ok || c.Id != id.ClusterId {
+		return nil, false
+	}
+	return id, true
+}
+
+func newAgentToken() (token, digest string, err error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", fmt.Errorf("generate agent token: %w", err)
+	}
+	token = "fsa_" + base64.RawURLEncoding.EncodeToString(b)
+	sum := sha256.Sum256([]byte(token))
+	return token, hex.EncodeToString(sum[:]), nil
+}
+
+// fingerprint identifies credentials without revealing them; "" when there are none.
+func fingerprint(c *clusterv1.ConnectionCredentials) string {
+	if c == nil || proto.Size(c) == 0 {
+		return ""
+	}
+	data, _ := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:8])
+}

@@ -1,0 +1,217 @@
+package clusterimport
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Built-in taint and condition names.
+const (
+	TaintUnreachable       = "fleetstream.io/unreachable"
+	ConditionAgentConnected = "AgentConnected"
+	systemTaintPrefix      = "fleetstream.io/"
+)
+
+// clustersProjection folds FLEET_CLUSTER into bucket `clusters`, one entry per cluster name.
+// Bump Version whenever applyCluster changes meaning: the view is then rebuilt from the stream.
+func clustersProjection() view.Projection {
+	return view.Projection{
+		Name:     "clusters",
+		Version:  1,
+		Stream:   subjects.ClusterStream,
+		Subjects: []string{subjects.ClusterPrefix + ".>"},
+		Bucket:   bucketConfig(subjects.ClustersBucket, "Cluster registry view (projection of FLEET_CLUSTER)."),
+		New:      func() proto.Message { return &clusterv1.Cluster{} },
+		Apply:    applyCluster,
+	}
+}
+
+func clusterKey(name string) string { return keys.Encode(name) }
+
+func applyCluster(ev *events.Event) ([]view.Change, error) {
+	tok := ev.Subject[len(subjects.ClusterPrefix)+1:]
+	name, err := keys.Decode(tok)
+	if err != nil {
+		return nil, fmt.Errorf("cluster subject %s: %w", ev.Subject, err)
+	}
+	at := ev.GetTime()
+	change := func(f func(c *clusterv1.Cluster) *clusterv1.Cluster) []view.Change {
+		return []view.Change{{Key: clusterKey(name), Update: func(cur proto.Message) proto.Message {
+			c, _ := cur.(*clusterv1.Cluster)
+			if next := f(c); next != nil {
+				next.UpdateTime = at
+				return next
+			}
+			return nil
+		}}}
+	}
+	switch p := ev.Payload.(type) {
+	case *clusterv1.ClusterRegistered:
+		if p.Name != name {
+			return nil, fmt.Errorf("ClusterRegistered for %q on subject of %q", p.Name, name)
+		}
+		return change(func(*clusterv1.Cluster) *clusterv1.Cluster {
+			c := &clusterv1.Cluster{
+				Id: p.Id, Name: p.Name, Labels: p.Labels, Claims: p.Claims, Taints: p.Taints,
+				CreateTime: at,
+				Status: &clusterv1.ClusterStatus{
+					CredentialsSet:         p.CredentialsFingerprint != "",
+					CredentialsFingerprint: p.CredentialsFingerprint,
+				},
+			}
+			// Until its agent reports, a cluster is unreachable: placements must not pick it.
+			setTaint(c, &clusterv1.Taint{Key: TaintUnreachable, Effect: clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT, TimeAdded: at})
+			setCondition(c, ConditionAgentConnected, clusterv1.ConditionStatus_CONDITION_STATUS_UNKNOWN,
+				"AgentNeverConnected", "no heartbeat received from the cluster's agent yet", at)
+			return c
+		}), nil
+	case *clusterv1.ClusterUpdated:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil {
+				return nil
+			}
+			for _, f := range p.Fields {
+				switch f {
+				case "labels":
+					c.Labels = p.Labels
+				case "claims":
+					c.Claims = p.Claims
+				case "taints":
+					// User taints are replaced; the system's own taints stay.
+					kept := slices.DeleteFunc(c.Taints, func(t *clusterv1.Taint) bool { return !isSystemTaint(t.Key) })
+					c.Taints = append(kept, p.Taints...)
+				}
+			}
+			return c
+		}), nil
+	case *clusterv1.ClusterCredentialsRotated:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil {
+				return nil
+			}
+			c.Status.CredentialsSet = p.CredentialsFingerprint != ""
+			c.Status.CredentialsFingerprint = p.CredentialsFingerprint
+			return c
+		}), nil
+	case *clusterv1.ClusterAgentConnected:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil {
+				return nil
+			}
+			removeTaint(c, TaintUnreachable)
+			setCondition(c, ConditionAgentConnected, clusterv1.ConditionStatus_CONDITION_STATUS_TRUE,
+				"HeartbeatReceived", "the cluster's agent is sending heartbeats", p.Time)
+			c.Status.KubernetesVersion = p.KubernetesVersion
+			c.Status.AgentVersion = p.AgentVersion
+			return c
+		}), nil
+	case *clusterv1.ClusterAgentLost:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil {
+				return nil
+			}
+			setTaint(c, &clusterv1.Taint{Key: TaintUnreachable, Effect: clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT, TimeAdded: p.Time})
+			setCondition(c, ConditionAgentConnected, clusterv1.ConditionStatus_CONDITION_STATUS_FALSE,
+				"HeartbeatTimeout", "no heartbeat since "+p.LastSeen.AsTime().UTC().Format("2006-01-02T15:04:05Z"), p.Time)
+			return c
+		}), nil
+	case *clusterv1.ClusterDeregistered:
+		return change(func(*clusterv1.Cluster) *clusterv1.Cluster { return nil }), nil
+	}
+	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+}
+
+func isSystemTaint(key string) bool { return strings.HasPrefix(key, systemTaintPrefix) }
+
+func setTaint(c *clusterv1.Cluster, t *clusterv1.Taint) {
+	for _, cur := range c.Taints {
+		if cur.Key == t.Key && cur.Effect == t.Effect {
+			return // keep the original time added: tolerationSeconds count from it
+		}
+	}
+	c.Taints = append(c.Taints, t)
+}
+
+func removeTaint(c *clusterv1.Cluster, key string) {
+	c.Taints = slices.DeleteFunc(c.Taints, func(t *clusterv1.Taint) bool { return t.Key == key })
+}
+
+func setCondition(c *clusterv1.Cluster, typ string, status clusterv1.ConditionStatus, reason, msg string, at *timestamppb.Timestamp) {
+	if c.Status == nil {
+		c.Status = &clusterv1.ClusterStatus{}
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == typ {
+			if cond.Status != status {
+				cond.LastTransitionTime = at
+			}
+			cond.Status, cond.Reason, cond.Message = status, reason, msg
+			return
+		}
+	}
+	c.Status.Conditions = append(c.Status.Conditions, &clusterv1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: at,
+	})
+}
+
+// Condition returns the condition of type typ, or nil.
+func Condition(c *clusterv1.Cluster, typ string) *clusterv1.Condition {
+	for _, cond := range c.GetStatus().GetConditions() {
+		if cond.Type == typ {
+			return cond
+		}
+	}
+	return nil
+}
+
+// inventoryProjection keeps each cluster's latest namespace inventory from FLEET_AGENT.
+func inventoryProjection() view.Projection {
+	return view.Projection{
+		Name:     "cluster-inventory",
+		Version:  1,
+		Stream:   subjects.AgentStreamName,
+		Subjects: []string{subjects.AgentPrefix + ".*.inventory"},
+		Bucket:   bucketConfig(subjects.ClusterInventoryBucket, "Latest namespace inventory per cluster."),
+		New:      func() proto.Message { return &clusterv1.NamespaceInventory{} },
+		Apply: func(ev *events.Event) ([]view.Change, error) {
+			p, ok := ev.Payload.(*agentv1.NamespaceInventory)
+			if !ok {
+				return nil, fmt.Errorf("unexpected %s on %s", ev.Type, ev.Subject)
+			}
+			// The subject, not the payload, says which cluster: NATS permissions pin an agent
+			// to its own subjects, while the payload is whatever the agent wrote.
+			tok, err := subjectToken(ev.Subject, 2)
+			if err != nil {
+				return nil, err
+			}
+			name, err := keys.Decode(tok)
+			if err != nil {
+				return nil, err
+			}
+			inv := &clusterv1.NamespaceInventory{ClusterName: name, ObservedTime: ev.GetTime()}
+			for _, ns := range p.Namespaces {
+				inv.Namespaces = append(inv.Namespaces, &clusterv1.InventoryNamespace{Name: ns.Name, Labels: ns.Labels, Phase: ns.Phase})
+			}
+			return []view.Change{{Key: tok, Update: func(proto.Message) proto.Message { return inv }}}, nil
+		},
+	}
+}
+
+func subjectToken(subject string, i int) (string, error) {
+	toks := strings.Split(subject, ".")
+	if i >= len(toks) {
+		return "", fmt.Errorf("subject %s has no token %d", subject, i)
+	}
+	return toks[i], nil
+}

@@ -1,0 +1,171 @@
+// Package clusterimport is the cluster registry: the ClusterService API, the cluster view,
+// connection credentials and agent tokens, and agent liveness (conditions and the
+// fleetstream.io/unreachable taint). Import policies build on it.
+package clusterimport
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Config tunes the service.
+type Config struct {
+	// UnreachableAfter is how long without a heartbeat before a cluster is tainted unreachable.
+	UnreachableAfter time.Duration
+	// CheckInterval is how often liveness is evaluated.
+	CheckInterval time.Duration
+	// Replicas of streams and buckets (1 single node, 3 production).
+	Replicas int
+}
+
+func (c *Config) defaults() {
+	if c.UnreachableAfter == 0 {
+		c.UnreachableAfter = 30 * time.Second
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = min(c.UnreachableAfter/4, 5*time.Second)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+}
+
+const actor = "system:cluster-import"
+
+// Topology is every stream and bucket cluster-import owns.
+func Topology() topology.Topology {
+	return topology.Merge(topology.DeadLetter(), topology.Topology{
+		Streams: []jetstream.StreamConfig{
+			topology.EventStream(subjects.ClusterStream, "Cluster registry events.", subjects.ClusterPrefix+".>"),
+			subjects.AgentStream(),
+		},
+		Buckets: []jetstream.KeyValueConfig{
+			bucketConfig(subjects.ClusterCredentialsBucket, "Connection credentials and agent token digests, by cluster id."),
+			bucketConfig(subjects.AgentTokensBucket, "Agent identity by token digest."),
+			bucketConfig(subjects.ClusterStatusBucket, "Latest agent heartbeat per cluster."),
+		},
+	})
+}
+
+func bucketConfig(name, desc string) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage}
+}
+
+// Service implements clusterv1connect.ClusterServiceHandler.
+type Service struct {
+	clusterv1connect.UnimplementedClusterServiceHandler
+
+	cfg    Config
+	js     jetstream.JetStream
+	log    *zap.Logger
+	store  *events.Store
+	stream jetstream.Stream
+
+	clustersView  *view.Engine
+	inventoryView *view.Engine
+	clusters      *view.Cache[*clusterv1.Cluster]
+	inventory     *view.Cache[*clusterv1.NamespaceInventory]
+	status        *view.Cache[*clusterv1.AgentStatus]
+	secrets       jetstream.KeyValue
+	tokens        jetstream.KeyValue
+	statusKV      jetstream.KeyValue
+
+	ready chan struct{}
+	now   func() time.Time
+}
+
+// New ensures the service's streams and buckets and builds it; Run starts it.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Service, error) {
+	cfg.defaults()
+	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
+		ready: make(chan struct{}), now: time.Now}
+	var err error
+	if s.stream, err = js.Stream(ctx, subjects.ClusterStream); err != nil {
+		return nil, fmt.Errorf("cluster stream: %w", err)
+	}
+	if s.clustersView, err = view.NewEngine(js, clustersProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
+		return nil, err
+	}
+	if s.inventoryView, err = view.NewEngine(js, inventoryProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
+		return nil, err
+	}
+	for name, dst := range map[string]*jetstream.KeyValue{
+		subjects.ClusterCredentialsBucket: &s.secrets, subjects.AgentTokensBucket: &s.tokens, subjects.ClusterStatusBucket: &s.statusKV,
+	} {
+		if *dst, err = js.KeyValue(ctx, name); err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", name, err)
+		}
+	}
+	s.status = view.NewCache(s.statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
+	return s, nil
+}
+
+// Ready is closed when the views have caught up and the API answers from current state.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Mount registers the API and readiness on srv.
+func (s *Service) Mount(srv *server.Server) {
+	srv.Handle(clusterv1connect.NewClusterServiceHandler(s, srv.HandlerOptions()...))
+	srv.ReadyWhen("cluster-import", s.ready)
+}
+
+// Run runs the projections, caches and liveness tracking until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.clustersView.Run(ctx) })
+	g.Go(func() error { return s.inventoryView.Run(ctx) })
+	// The caches open the view buckets, which the engines create on start.
+	select {
+	case <-s.clustersView.Ready():
+	case <-ctx.Done():
+		return g.Wait()
+	}
+	select {
+	case <-s.inventoryView.Ready():
+	case <-ctx.Done():
+		return g.Wait()
+	}
+	clustersKV, err := s.js.KeyValue(ctx, subjects.ClustersBucket)
+	if err != nil {
+		return fmt.Errorf("clusters bucket: %w", err)
+	}
+	inventoryKV, err := s.js.KeyValue(ctx, subjects.ClusterInventoryBucket)
+	if err != nil {
+		return fmt.Errorf("inventory bucket: %w", err)
+	}
+	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log)
+	g.Go(func() error { return s.clusters.Run(ctx) })
+	g.Go(func() error { return s.inventory.Run(ctx) })
+	g.Go(func() error { return s.status.Run(ctx) })
+	g.Go(func() error {
+		for _, ch := range []<-chan struct{}{s.clusters.Ready(), s.inventory.Ready(), s.status.Ready()} {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		close(s.ready)
+		return nil
+	})
+	g.Go(func() error { return s.runHeartbeats(ctx) })
+	g.Go(func() error { return s.runLiveness(ctx) })
+	return g.Wait()
+}

@@ -1,0 +1,64 @@
+// Command fleetd runs all of Fleetstream in one process with an embedded NATS JetStream server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	var cfg fleetd.Config
+	var logLevel string
+	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
+	fs.StringVar(&cfg.Server.Listen, "listen", "127.0.0.1:8080", "host:port of the HTTP listener for every API, /healthz, /readyz and /metrics")
+	fs.StringVar(&cfg.Server.TokenFile, "token-file", "", "bearer tokens allowed to call the APIs, one `token,user` per line")
+	fs.BoolVar(&cfg.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
+	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
+	fs.DurationVar(&cfg.ClusterImport.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	log, err := logging.New(logLevel, true)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleetd:", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	inst, err := fleetd.Start(ctx, cfg, log)
+	if err != nil {
+		log.Error("fleetd failed to start", zap.Error(err))
+		return 1
+	}
+	go func() {
+		select {
+		case <-inst.Ready():
+			log.Info("fleetd ready", zap.String("api", "http://"+inst.Addr), zap.String("nats", inst.NATS.ClientURL()),
+				zap.String("try", "fleetctl --server http://"+inst.Addr+" cluster list"))
+		case <-ctx.Done():
+		}
+	}()
+	if err := inst.Wait(); err != nil && ctx.Err() == nil {
+		log.Error("fleetd stopped", zap.Error(err))
+		return 1
+	}
+	return 0
+}
