@@ -68,3 +68,26 @@ func AgentStream() jetstream.StreamConfig {
 		Duplicates:        time.Minute,
 	}
 }
+
+// Endpoint collection, owned by endpoint-collector. Agents report EndpointSlices on FLEET_AGENT.
+const (
+	EndpointStream = "FLEET_ENDPOINT"
+	EndpointPrefix = "fleet.endpoint"
+	// EndpointsBucket holds the merged multi-cluster view per service, key <namespace>.<name>.
+	EndpointsBucket = "endpoints"
+	// EndpointWeightsBucket holds the weight overrides per service (projection of FLEET_ENDPOINT).
+	EndpointWeightsBucket = "endpoint-weights"
+)
+
+// EndpointWeight returns the subject of the weight events of service namespace/name.
+func EndpointWeight(namespace, name string) string {
+	return EndpointPrefix + ".weight." + keys.Join(namespace, name)
+}
+
+// AgentEndpointSlice returns the subject of one EndpointSlice report of cluster.
+func AgentEndpointSlice(cluster, namespace, slice string) string {
+	return AgentPrefixFor(cluster) + ".endpointslice." + keys.Join(namespace, slice)
+}
+
+// AgentEndpointSync returns the subject of cluster's "relist complete" EndpointSlice marker.
+func AgentEndpointSync(cluster string) string { return AgentPrefixFor(cluster) + ".endpointsync" }

@@ -388,6 +388,8 @@ func kubeAssets() (string, error) {
 	script := filepath.Join(root, "tools", "build-test-assets.sh")
 	cmd := exec.Command(script)
 	cmd.Dir = root
+	// The tools modules are deliberately outside go.work (their dependency graphs are huge).
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

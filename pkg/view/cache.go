@@ -82,6 +82,9 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 }
 
 func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
+	if e.Key() == MetaKey {
+		return
+	}
 	var u Update[T]
 	u.Key = e.Key()
 	c.mu.Lock()

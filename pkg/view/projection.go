@@ -5,9 +5,9 @@ package view
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +46,15 @@ type Projection struct {
 	// Apply maps an event to changes. An error means the event is malformed for this view: it
 	// is dead-lettered and the projection goes on. It must be a pure function of the event.
 	Apply func(ev *events.Event) ([]Change, error)
+}
+
+// MetaKey is the reserved key where a view records its projection version and checkpoint (the
+// stream sequence up to which every entry is written). keys.Encode never produces it.
+const MetaKey = "=meta"
+
+type meta struct {
+	Version    int    `json:"version"`
+	Checkpoint uint64 `json:"checkpoint"`
 }
 
 // Engine runs one projection. It must be the only engine of its view that is running: views
@@ -121,19 +130,30 @@ func (e *Engine) WaitApplied(ctx context.Context, seq uint64) error {
 	}
 }
 
-func (e *Engine) durable() string { return fmt.Sprintf("view-%s-v%d", e.p.Name, e.p.Version) }
-
 // Run applies events until ctx is done.
+//
+// Events are read with an ordered consumer from the view's checkpoint: projections need strict
+// stream order, which a durable consumer cannot give across a restart or reconnect (messages
+// pending on a dead client come back only after AckWait, behind newer ones), while an ordered
+// consumer resumes exactly after the last message it delivered.
 func (e *Engine) Run(ctx context.Context) error {
-	cons, err := e.open(ctx)
+	checkpoint, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("view %s: consumer info: %w", e.p.Name, err)
+	e.mu.Lock()
+	e.applied = checkpoint
+	e.mu.Unlock()
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: e.p.Subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if checkpoint > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = checkpoint + 1
 	}
-	if info.NumPending == 0 && info.NumAckPending == 0 {
+	cons, err := e.js.OrderedConsumer(ctx, e.p.Stream, cfg)
+	if err != nil {
+		return fmt.Errorf("view %s: consumer: %w", e.p.Name, err)
+	}
+	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 {
 		e.markReady()
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(2 * e.batch))
@@ -173,78 +193,59 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// open makes sure the bucket and the durable consumer exist. A missing consumer of the current
-// version means the bucket cannot be trusted (first start, version change, or a rebuild that
-// crashed before the consumer was created), so the bucket is recreated empty first.
-func (e *Engine) open(ctx context.Context) (jetstream.Consumer, error) {
+// open makes sure the bucket exists and returns the checkpoint to resume after. A bucket
+// without meta, or with another version's, cannot be trusted: it is emptied and rebuilt.
+func (e *Engine) open(ctx context.Context) (uint64, error) {
 	e.cache = make(map[string]proto.Message)
 	bucket := e.p.Bucket
 	bucket.Replicas = e.replicas
-	cons, err := e.js.Consumer(ctx, e.p.Stream, e.durable())
-	switch {
-	case err == nil:
-		if _, kerr := e.js.KeyValue(ctx, bucket.Bucket); errors.Is(kerr, jetstream.ErrBucketNotFound) {
-			// Someone deleted the view: start over.
-			if derr := e.js.DeleteConsumer(ctx, e.p.Stream, e.durable()); derr != nil {
-				return nil, fmt.Errorf("view %s: drop consumer: %w", e.p.Name, derr)
-			}
-			return e.open(ctx)
-		}
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		e.log.Info("rebuilding view from stream", zap.String("stream", e.p.Stream))
-		if err := e.js.DeleteKeyValue(ctx, bucket.Bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("view %s: drop bucket: %w", e.p.Name, err)
-		}
-		e.dropOldConsumers(ctx)
-		e.rebuilding = true
-	default:
-		return nil, fmt.Errorf("view %s: consumer: %w", e.p.Name, err)
-	}
 	kv, err := e.js.CreateOrUpdateKeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("view %s: bucket: %w", e.p.Name, err)
+		return 0, fmt.Errorf("view %s: bucket: %w", e.p.Name, err)
+	}
+	var m meta
+	entry, err := kv.Get(ctx, MetaKey)
+	switch {
+	case err == nil:
+		if jerr := json.Unmarshal(entry.Value(), &m); jerr != nil {
+			m = meta{}
+		}
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	default:
+		return 0, fmt.Errorf("view %s: read checkpoint: %w", e.p.Name, err)
+	}
+	if m.Version != e.p.Version {
+		e.log.Info("rebuilding view from stream", zap.String("stream", e.p.Stream), zap.Int("from", m.Version), zap.Int("to", e.p.Version))
+		if err := e.js.DeleteKeyValue(ctx, bucket.Bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return 0, fmt.Errorf("view %s: drop bucket: %w", e.p.Name, err)
+		}
+		if kv, err = e.js.CreateOrUpdateKeyValue(ctx, bucket); err != nil {
+			return 0, fmt.Errorf("view %s: bucket: %w", e.p.Name, err)
+		}
+		m = meta{Version: e.p.Version}
+		if err := putMeta(ctx, kv, m); err != nil {
+			return 0, fmt.Errorf("view %s: %w", e.p.Name, err)
+		}
+		e.rebuilding = true
 	}
 	e.kv = kv
 	e.kvPrefix = "$KV." + bucket.Bucket + "."
-	if cons == nil {
-		cons, err = e.js.CreateOrUpdateConsumer(ctx, e.p.Stream, jetstream.ConsumerConfig{
-			Durable:        e.durable(),
-			Description:    "projection into KV bucket " + bucket.Bucket,
-			AckPolicy:      jetstream.AckAllPolicy,
-			AckWait:        30 * time.Second,
-			MaxAckPending:  20 * e.batch,
-			DeliverPolicy:  jetstream.DeliverAllPolicy,
-			FilterSubjects: e.p.Subjects,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("view %s: create consumer: %w", e.p.Name, err)
-		}
-	}
-	return cons, nil
+	return m.Checkpoint, nil
 }
 
-func (e *Engine) dropOldConsumers(ctx context.Context) {
-	prefix := fmt.Sprintf("view-%s-v", e.p.Name)
-	stream, err := e.js.Stream(ctx, e.p.Stream)
-	if err != nil {
-		e.log.Warn("list old view consumers", zap.Error(err))
-		return
+func putMeta(ctx context.Context, kv jetstream.KeyValue, m meta) error {
+	data, _ := json.Marshal(m)
+	if _, err := kv.Put(ctx, MetaKey, data); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	names := stream.ConsumerNames(ctx)
-	for name := range names.Name() {
-		if strings.HasPrefix(name, prefix) && name != e.durable() {
-			if err := e.js.DeleteConsumer(ctx, e.p.Stream, name); err != nil {
-				e.log.Warn("drop old view consumer", zap.String("consumer", name), zap.Error(err))
-			}
-		}
-	}
+	return nil
 }
 
 func (e *Engine) markReady() { e.readyOne.Do(func() { close(e.ready) }) }
 
-// applyBatch applies events in stream order, writes each touched key once, and acks the last
-// message (AckAll) only after every write is stored. A crash anywhere in between redelivers the
-// batch; entries that already carry a message's sequence skip it.
+// applyBatch applies events in stream order, writes each touched key once, and moves the
+// checkpoint only after every write is stored. A crash anywhere in between replays the batch;
+// entries that already carry a message's sequence skip it.
 func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
 	dirty := make(map[string]proto.Message)
 	var order []string
@@ -258,7 +259,7 @@ func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
 		last = seq
 		if err := e.applyOne(ctx, m, seq, dirty, &order); err != nil {
 			e.log.Error("dead-lettering event", zap.Uint64("seq", seq), zap.String("subject", m.Subject()), zap.Error(err))
-			if err := e.retry(ctx, func() error { return consumer.DeadLetter(ctx, e.js, e.p.Stream, e.durable(), m, err) }); err != nil {
+			if err := e.retry(ctx, func() error { return consumer.DeadLetter(ctx, e.js, e.p.Stream, "view-"+e.p.Name, m, err) }); err != nil {
 				return err
 			}
 		}
@@ -266,8 +267,10 @@ func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
 	if err := e.retry(ctx, func() error { return e.write(ctx, dirty, order) }); err != nil {
 		return err
 	}
+	if err := e.retry(ctx, func() error { return putMeta(ctx, e.kv, meta{Version: e.p.Version, Checkpoint: last}) }); err != nil {
+		return err
+	}
 	lastMsg := batch[len(batch)-1]
-	_ = lastMsg.Ack()
 	e.mu.Lock()
 	e.applied = last
 	close(e.changed)

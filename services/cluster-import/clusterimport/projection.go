@@ -8,9 +8,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
-	"github.com/fleetstream/fleetstream/pkg/events"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
@@ -18,9 +18,9 @@ import (
 
 // Built-in taint and condition names.
 const (
-	TaintUnreachable       = "fleetstream.io/unreachable"
+	TaintUnreachable        = "fleetstream.io/unreachable"
 	ConditionAgentConnected = "AgentConnected"
-	systemTaintPrefix      = "fleetstream.io/"
+	systemTaintPrefix       = "fleetstream.io/"
 )
 
 // clustersProjection folds FLEET_CLUSTER into bucket `clusters`, one entry per cluster name.

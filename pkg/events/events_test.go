@@ -1,0 +1,140 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+)
+
+func setup(t *testing.T) (*testkit.JetStream, jetstream.Stream) {
+	t.Helper()
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 10*time.Second)
+	if err := topology.Ensure(ctx, j.JS, 1, topology.Topology{Streams: []jetstream.StreamConfig{
+		topology.EventStream("TEST", "test events", "test.>"),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := j.JS.Stream(ctx, "TEST")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, s
+}
+
+func TestConcurrentAppendsWithStaleExpectationExactlyOneWins(t *testing.T) {
+	j, stream := setup(t)
+	ctx := testkit.Context(t, 20*time.Second)
+	store := events.NewStore(j.JS, "test")
+	first, err := store.Append(ctx, "test.agg1", "agg1", events.Empty, &clusterv1.ClusterRegistered{Id: "1", Name: "agg1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 20; round++ {
+		last, err := events.LastSequence(ctx, stream, "test.agg1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round == 0 && last != first {
+			t.Fatalf("last sequence %d, want %d", last, first)
+		}
+		const writers = 8
+		var wg sync.WaitGroup
+		errs := make([]error, writers)
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Each writer gets its own connection so the race is real, not serialized by one socket.
+				_, js := j.Connect(t)
+				_, errs[w] = events.NewStore(js, "test").Append(ctx, "test.agg1", "agg1", events.At(last), &clusterv1.ClusterUpdated{Id: "1"})
+			}()
+		}
+		wg.Wait()
+		wins := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, events.ErrConflict) && events.IsConflict(err):
+			default:
+				t.Fatalf("round %d: unexpected error %v", round, err)
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("round %d: %d appends won, want exactly 1", round, wins)
+		}
+	}
+}
+
+func TestEmptyExpectationRefusesSecondCreate(t *testing.T) {
+	j, _ := setup(t)
+	ctx := testkit.Context(t, 10*time.Second)
+	store := events.NewStore(j.JS, "test")
+	if _, err := store.Append(ctx, "test.x", "x", events.Empty, &clusterv1.ClusterRegistered{Id: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, "test.x", "x", events.Empty, &clusterv1.ClusterRegistered{Id: "2"}); !errors.Is(err, events.ErrConflict) {
+		t.Fatalf("second create: got %v, want conflict", err)
+	}
+	// Another subject is another aggregate.
+	if _, err := store.Append(ctx, "test.y", "y", events.Empty, &clusterv1.ClusterRegistered{Id: "3"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnvelopeRoundTripCarriesActorAndType(t *testing.T) {
+	j, stream := setup(t)
+	ctx := events.WithActor(testkit.Context(t, 10*time.Second), "alice")
+	seq, err := events.NewStore(j.JS, "system:test").Append(ctx, "test.z", "z-id", events.Any, &clusterv1.ClusterRegistered{Id: "z-id", Name: "z"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.Decode(raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Actor != "alice" || ev.AggregateId != "z-id" || ev.Type != "fleetstream.cluster.v1.ClusterRegistered" || ev.Id == "" {
+		t.Fatalf("envelope %+v", ev.Envelope)
+	}
+	if p, ok := ev.Payload.(*clusterv1.ClusterRegistered); !ok || p.Name != "z" {
+		t.Fatalf("payload %T %v", ev.Payload, ev.Payload)
+	}
+	if raw.Header.Get(jetstream.MsgIDHeader) != ev.Id {
+		t.Fatalf("message id %q, want event id %q", raw.Header.Get(jetstream.MsgIDHeader), ev.Id)
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"not protobuf": []byte("{not protobuf"),
+		"no payload":   {},
+	} {
+		if _, err := events.Decode(data); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+func TestActorDefaults(t *testing.T) {
+	env, err := events.NewEnvelope(context.Background(), "a", &clusterv1.ClusterDeregistered{}, "system:x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Actor != "system:x" {
+		t.Fatalf("actor %q", env.Actor)
+	}
+}

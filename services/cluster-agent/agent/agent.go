@@ -1,0 +1,193 @@
+// Package agent is the per-member-cluster agent: it reports heartbeats and the namespace
+// inventory of its cluster into JetStream, and hosts further reconcilers (appliers, reporters)
+// that share one set of informers.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultInventoryResync   = 5 * time.Minute
+	DefaultInventoryDebounce = 500 * time.Millisecond
+	// publishTimeout bounds one append, so a stuck NATS connection delays a report rather than
+	// blocking its loop forever.
+	publishTimeout = 10 * time.Second
+)
+
+// Config configures an Agent.
+type Config struct {
+	// ClusterName is the member cluster's name in the registry; it scopes every subject.
+	ClusterName string
+	// HeartbeatInterval is how often a heartbeat is published (default 5s).
+	HeartbeatInterval time.Duration
+	// InventoryResync republishes the namespace inventory even without changes (default 5m), so
+	// a reader that lost it catches up.
+	InventoryResync time.Duration
+	// InventoryDebounce is how long a change waits for more before the inventory is published
+	// (default 500ms): a burst of namespace events becomes one report.
+	InventoryDebounce time.Duration
+	// AgentVersion is reported in heartbeats.
+	AgentVersion string
+}
+
+func (c *Config) defaults() error {
+	if c.ClusterName == "" {
+		return errors.New("cluster name is required")
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.InventoryResync <= 0 {
+		c.InventoryResync = DefaultInventoryResync
+	}
+	if c.InventoryDebounce <= 0 {
+		c.InventoryDebounce = DefaultInventoryDebounce
+	}
+	if c.AgentVersion == "" {
+		c.AgentVersion = "dev"
+	}
+	return nil
+}
+
+// Runnable is a reconciler or reporter the agent runs after the shared informers have synced.
+// Run blocks until ctx ends; an error stops the whole agent, so a Runnable retries transient
+// failures itself and returns only what it cannot recover from.
+type Runnable interface {
+	Run(ctx context.Context) error
+}
+
+// RunnableFunc adapts a function to Runnable.
+type RunnableFunc func(ctx context.Context) error
+
+// Run calls f.
+func (f RunnableFunc) Run(ctx context.Context) error { return f(ctx) }
+
+// Agent runs the reporters and reconcilers of one member cluster.
+type Agent struct {
+	cfg       Config
+	js        jetstream.JetStream
+	kube      kubernetes.Interface
+	log       *zap.Logger
+	store     *events.Store
+	factory   informers.SharedInformerFactory
+	sessionID string
+	runnables []Runnable
+	started   bool
+}
+
+// New returns an agent for cfg.ClusterName that reports through js about the cluster kube
+// connects to. Reconcilers are added with Add before Run.
+func New(cfg Config, js jetstream.JetStream, kube kubernetes.Interface, log *zap.Logger) (*Agent, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	if js == nil || kube == nil {
+		return nil, errors.New("agent: jetstream and kubernetes clients are required")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.With(zap.String("cluster", cfg.ClusterName))
+	a := &Agent{
+		cfg:  cfg,
+		js:   js,
+		kube: kube,
+		log:  log,
+		// The actor names the cluster, so an event says which agent wrote it.
+		store: events.NewStore(js, "system:cluster-agent:"+cfg.ClusterName),
+		// No informer-level resync: every handler reacts to real changes, and periodic work
+		// (the inventory resync) has its own timer.
+		factory:   informers.NewSharedInformerFactory(kube, 0),
+		sessionID: uuid.NewString(),
+	}
+	a.Add(&heartbeater{agent: a})
+	a.Add(newInventoryReporter(a))
+	return a, nil
+}
+
+// Informers returns the factory every reconciler registers its informers with, so each kind is
+// watched once however many reconcilers read it. Register before Run.
+func (a *Agent) Informers() informers.SharedInformerFactory { return a.factory }
+
+// Kube returns the member cluster's client.
+func (a *Agent) Kube() kubernetes.Interface { return a.kube }
+
+// JetStream returns the hub connection.
+func (a *Agent) JetStream() jetstream.JetStream { return a.js }
+
+// Store returns the event store reports are appended with, attributed to this agent.
+func (a *Agent) Store() *events.Store { return a.store }
+
+// Logger returns the agent's logger.
+func (a *Agent) Logger() *zap.Logger { return a.log }
+
+// Config returns the agent's configuration with defaults applied.
+func (a *Agent) Config() Config { return a.cfg }
+
+// SessionID identifies this agent instance; it changes when the process restarts.
+func (a *Agent) SessionID() string { return a.sessionID }
+
+// Add registers r to run with the agent. It must be called before Run.
+func (a *Agent) Add(r Runnable) {
+	if a.started {
+		panic("agent: Add after Run")
+	}
+	a.runnables = append(a.runnables, r)
+}
+
+// Run starts the informers, waits for their caches and runs every Runnable until ctx ends or one
+// fails. It returns nil on a clean shutdown.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.started {
+		return errors.New("agent: Run called twice")
+	}
+	a.started = true
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Shutdown waits for informer goroutines, so none outlives Run.
+	defer a.factory.Shutdown()
+
+	a.factory.Start(ctx.Done())
+	for typ, ok := range a.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("informer cache for %v did not sync", typ)
+		}
+	}
+	a.log.Info("cluster agent running", zap.String("session", a.sessionID))
+
+	g, gctx := errgroup.WithContext(ctx)
+	for _, r := range a.runnables {
+		g.Go(func() error { return r.Run(gctx) })
+	}
+	if err := g.Wait(); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// appendReport publishes msg as a report about this cluster, bounded by publishTimeout.
+func (a *Agent) appendReport(ctx context.Context, subject string, msg proto.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	_, err := a.store.Append(ctx, subject, a.cfg.ClusterName, events.Any, msg)
+	return err
+}

@@ -1,0 +1,415 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/natsembed"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
+)
+
+const cluster = "member-1"
+
+// ensureStream creates FLEET_AGENT the way cluster-import will.
+func ensureStream(t *testing.T, ctx context.Context, js jetstream.JetStream) {
+	t.Helper()
+	if err := topology.Ensure(ctx, js, 1, topology.Topology{Streams: []jetstream.StreamConfig{subjects.AgentStream()}}); err != nil {
+		t.Fatalf("ensure agent stream: %v", err)
+	}
+}
+
+// startAgent runs an agent until the test ends and fails the test if Run returns an error.
+func startAgent(t *testing.T, cfg agent.Config, js jetstream.JetStream, k *testkit.Kube) *agent.Agent {
+	t.Helper()
+	cfg.ClusterName = cluster
+	a, err := agent.New(cfg, js, k.Client, testkit.Logger(t))
+	if err != nil {
+		t.Fatalf("new agent: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("agent run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("agent did not stop")
+		}
+	})
+	return a
+}
+
+// report is the latest message on one agent subject, decoded.
+type report[T any] struct {
+	seq     uint64
+	env     *events.Event
+	payload T
+}
+
+func latest[T any](ctx context.Context, js jetstream.JetStream, subject string) (report[T], error) {
+	var r report[T]
+	s, err := js.Stream(ctx, subjects.AgentStreamName)
+	if err != nil {
+		return r, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return r, fmt.Errorf("last on %s: %w", subject, err)
+	}
+	ev, err := events.Decode(m.Data)
+	if err != nil {
+		return r, err
+	}
+	p, ok := ev.Payload.(T)
+	if !ok {
+		return r, fmt.Errorf("payload is %T", ev.Payload)
+	}
+	return report[T]{seq: m.Sequence, env: ev, payload: p}, nil
+}
+
+func latestHeartbeat(ctx context.Context, js jetstream.JetStream) (report[*agentv1.Heartbeat], error) {
+	return latest[*agentv1.Heartbeat](ctx, js, subjects.AgentHeartbeat(cluster))
+}
+
+func latestInventory(ctx context.Context, js jetstream.JetStream) (report[*agentv1.NamespaceInventory], error) {
+	return latest[*agentv1.NamespaceInventory](ctx, js, subjects.AgentInventory(cluster))
+}
+
+func namespaces(inv *agentv1.NamespaceInventory) map[string]*agentv1.Namespace {
+	m := make(map[string]*agentv1.Namespace, len(inv.GetNamespaces()))
+	for _, ns := range inv.GetNamespaces() {
+		m[ns.GetName()] = ns
+	}
+	return m
+}
+
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+	want, err := k.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatalf("server version: %v", err)
+	}
+
+	a := startAgent(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond, AgentVersion: "v9.9.9-test"}, j.JS, k)
+
+	var first report[*agentv1.Heartbeat]
+	testkit.Eventually(t, 10*time.Second, func() error {
+		first, err = latestHeartbeat(ctx, j.JS)
+		return err
+	})
+	hb := first.payload
+	checks := []struct{ name, got, want string }{
+		{"cluster name", hb.GetClusterName(), cluster},
+		{"agent version", hb.GetAgentVersion(), "v9.9.9-test"},
+		{"kubernetes version", hb.GetKubernetesVersion(), want.GitVersion},
+		{"session id", hb.GetSessionId(), a.SessionID()},
+		{"aggregate id", first.env.GetAggregateId(), cluster},
+		{"actor", first.env.GetActor(), "system:cluster-agent:" + cluster},
+	}
+	for _, c := range checks {
+		if c.got != c.want || c.want == "" {
+			t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	if age := time.Since(hb.GetTime().AsTime()); age < 0 || age > time.Minute {
+		t.Errorf("heartbeat time is %s old", age)
+	}
+
+	// It keeps beating, in the same session.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		next, err := latestHeartbeat(ctx, j.JS)
+		if err != nil {
+			return err
+		}
+		if next.seq <= first.seq {
+			return fmt.Errorf("no heartbeat after sequence %d", first.seq)
+		}
+		if next.payload.GetSessionId() != hb.GetSessionId() {
+			return fmt.Errorf("session changed from %s to %s", hb.GetSessionId(), next.payload.GetSessionId())
+		}
+		return nil
+	})
+}
+
+func TestInventory(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+	nsClient := k.Client.CoreV1().Namespaces()
+
+	startAgent(t, agent.Config{InventoryDebounce: 50 * time.Millisecond}, j.JS, k)
+
+	steps := []struct {
+		name string
+		do   func() error
+		// want checks the namespaces of the latest inventory.
+		want func(map[string]*agentv1.Namespace) error
+	}{
+		{
+			name: "pre-existing namespaces",
+			want: func(got map[string]*agentv1.Namespace) error {
+				for _, name := range []string{"default", "kube-system", "kube-public", "kube-node-lease"} {
+					if got[name].GetPhase() != string(corev1.NamespaceActive) {
+						return fmt.Errorf("%s: %v, want Active", name, got[name])
+					}
+				}
+				return nil
+			},
+		},
+		{
+			name: "created",
+			do: func() error {
+				_, err := nsClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{})
+				return err
+			},
+			want: wantNamespace("team-a", corev1.NamespaceActive, map[string]string{"team": "a", corev1.LabelMetadataName: "team-a"}),
+		},
+		{
+			name: "relabelled",
+			do: func() error {
+				ns, err := nsClient.Get(ctx, "team-a", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				ns.Labels["team"] = "b"
+				_, err = nsClient.Update(ctx, ns, metav1.UpdateOptions{})
+				return err
+			},
+			want: wantNamespace("team-a", corev1.NamespaceActive, map[string]string{"team": "b", corev1.LabelMetadataName: "team-a"}),
+		},
+		{
+			// Without a controller manager a deleted namespace stays Terminating until its
+			// finalizer is removed, as in a real cluster whose namespace still holds objects.
+			name: "terminating",
+			do:   func() error { return nsClient.Delete(ctx, "team-a", metav1.DeleteOptions{}) },
+			want: wantNamespace("team-a", corev1.NamespaceTerminating, map[string]string{"team": "b", corev1.LabelMetadataName: "team-a"}),
+		},
+		{
+			name: "deleted",
+			do: func() error {
+				ns, err := nsClient.Get(ctx, "team-a", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				ns.Spec.Finalizers = nil
+				_, err = nsClient.Finalize(ctx, ns, metav1.UpdateOptions{})
+				return err
+			},
+			want: func(got map[string]*agentv1.Namespace) error {
+				if ns, ok := got["team-a"]; ok {
+					return fmt.Errorf("team-a still reported: %v", ns)
+				}
+				if _, ok := got["default"]; !ok {
+					return errors.New("default missing")
+				}
+				return nil
+			},
+		},
+	}
+	for _, step := range steps {
+		if step.do != nil {
+			if err := step.do(); err != nil {
+				t.Fatalf("%s: %v", step.name, err)
+			}
+		}
+		testkit.Eventually(t, 15*time.Second, func() error {
+			r, err := latestInventory(ctx, j.JS)
+			if err != nil {
+				return err
+			}
+			if r.payload.GetClusterName() != cluster {
+				return fmt.Errorf("cluster name %q", r.payload.GetClusterName())
+			}
+			if err := step.want(namespaces(r.payload)); err != nil {
+				return fmt.Errorf("%s: %w", step.name, err)
+			}
+			return nil
+		})
+	}
+}
+
+func wantNamespace(name string, phase corev1.NamespacePhase, labels map[string]string) func(map[string]*agentv1.Namespace) error {
+	return func(got map[string]*agentv1.Namespace) error {
+		ns, ok := got[name]
+		if !ok {
+			return fmt.Errorf("%s not reported", name)
+		}
+		if ns.GetPhase() != string(phase) || !maps.Equal(ns.GetLabels(), labels) {
+			return fmt.Errorf("%s: phase %s labels %v, want %s %v", name, ns.GetPhase(), ns.GetLabels(), phase, labels)
+		}
+		return nil
+	}
+}
+
+// TestInventoryDebounce checks that a burst of namespace changes becomes a few reports, not one
+// per change.
+func TestInventoryDebounce(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+	const burst = 30
+	debounce := time.Second
+
+	startAgent(t, agent.Config{InventoryDebounce: debounce}, j.JS, k)
+	testkit.Eventually(t, 15*time.Second, func() error {
+		_, err := latestInventory(ctx, j.JS)
+		return err
+	})
+
+	var reports atomic.Int64
+	sub, err := j.Conn.Subscribe(subjects.AgentInventory(cluster), func(*nats.Msg) { reports.Add(1) })
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := j.Conn.Flush(); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+
+	start := time.Now()
+	for i := range burst {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%02d", i)}}
+		if _, err := k.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", ns.Name, err)
+		}
+	}
+	elapsed := time.Since(start)
+	testkit.Eventually(t, 15*time.Second, func() error {
+		r, err := latestInventory(ctx, j.JS)
+		if err != nil {
+			return err
+		}
+		if n := len(namespaces(r.payload)); n < burst+4 {
+			return fmt.Errorf("%d namespaces reported", n)
+		}
+		return nil
+	})
+	time.Sleep(2 * debounce) // let any trailing report arrive before counting
+
+	// At most one report per debounce window the burst spanned, plus one trailing.
+	limit := int64(elapsed/debounce) + 2
+	if got := reports.Load(); got > limit || got == 0 {
+		t.Errorf("%d namespaces created in %s gave %d reports, want 1..%d", burst, elapsed, got, limit)
+	}
+}
+
+// TestInventoryResync checks that the inventory is republished without changes.
+func TestInventoryResync(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+
+	startAgent(t, agent.Config{InventoryResync: 200 * time.Millisecond}, j.JS, k)
+	var first report[*agentv1.NamespaceInventory]
+	testkit.Eventually(t, 15*time.Second, func() (err error) {
+		first, err = latestInventory(ctx, j.JS)
+		return err
+	})
+	testkit.Eventually(t, 10*time.Second, func() error {
+		r, err := latestInventory(ctx, j.JS)
+		if err != nil {
+			return err
+		}
+		if r.seq <= first.seq {
+			return errors.New("not republished")
+		}
+		return nil
+	})
+}
+
+// TestWaitsForStream starts the agent before cluster-import has created FLEET_AGENT: the agent
+// must keep trying and report once the stream exists.
+func TestWaitsForStream(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+
+	startAgent(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond}, j.JS, k)
+	time.Sleep(1500 * time.Millisecond)
+	ensureStream(t, ctx, j.JS)
+
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if _, err := latestHeartbeat(ctx, j.JS); err != nil {
+			return err
+		}
+		_, err := latestInventory(ctx, j.JS)
+		return err
+	})
+}
+
+// TestSurvivesNATSOutage stops the NATS server under a running agent, changes the cluster
+// meanwhile and starts the server again on the same port and store: the agent reconnects and
+// reports the change.
+func TestSurvivesNATSOutage(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+
+	_, agentJS := j.Connect(t)
+	startAgent(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond}, agentJS, k)
+	var before report[*agentv1.Heartbeat]
+	testkit.Eventually(t, 15*time.Second, func() (err error) {
+		before, err = latestHeartbeat(ctx, j.JS)
+		return err
+	})
+
+	cfg := j.Server.Config()
+	j.Server.Stop()
+	if _, err := k.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "during-outage"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	time.Sleep(time.Second) // heartbeats and the inventory fail meanwhile
+
+	s, err := natsembed.Start(cfg)
+	if err != nil {
+		t.Fatalf("restart nats: %v", err)
+	}
+	t.Cleanup(s.Stop)
+
+	testkit.Eventually(t, 60*time.Second, func() error {
+		hb, err := latestHeartbeat(ctx, j.JS)
+		if err != nil {
+			return err
+		}
+		if hb.seq <= before.seq {
+			return errors.New("no heartbeat after the outage")
+		}
+		if hb.payload.GetSessionId() != before.payload.GetSessionId() {
+			return errors.New("agent restarted instead of reconnecting")
+		}
+		inv, err := latestInventory(ctx, j.JS)
+		if err != nil {
+			return err
+		}
+		if _, ok := namespaces(inv.payload)["during-outage"]; !ok {
+			return errors.New("namespace created during the outage not reported")
+		}
+		return nil
+	})
+}

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/version"
+
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// versionTimeout bounds the Kubernetes version lookup so a slow apiserver delays a heartbeat by
+// at most this much: the heartbeat says the agent is alive, whatever the apiserver does.
+const versionTimeout = 3 * time.Second
+
+// heartbeater publishes a Heartbeat at once and then every HeartbeatInterval. A failed publish
+// is not retried on its own: the next tick is the retry, and a stale heartbeat is worthless.
+type heartbeater struct {
+	agent *Agent
+	// kubeVersion is the last version the apiserver told us, sent when it cannot be asked.
+	kubeVersion string
+	failing     bool
+}
+
+func (h *heartbeater) Run(ctx context.Context) error {
+	t := time.NewTicker(h.agent.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		h.beat(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (h *heartbeater) beat(ctx context.Context) {
+	a := h.agent
+	if v, err := h.serverVersion(ctx); err != nil {
+		a.log.Warn("kubernetes version unavailable; sending the last known", zap.Error(err))
+	} else {
+		h.kubeVersion = v
+	}
+	hb := &agentv1.Heartbeat{
+		ClusterName:       a.cfg.ClusterName,
+		AgentVersion:      a.cfg.AgentVersion,
+		KubernetesVersion: h.kubeVersion,
+		Time:              timestamppb.Now(),
+		SessionId:         a.sessionID,
+	}
+	err := a.appendReport(ctx, subjects.AgentHeartbeat(a.cfg.ClusterName), hb)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Shutting down.
+	case err != nil && !h.failing:
+		h.failing = true
+		a.log.Warn("heartbeat not published; retrying every interval", zap.Error(err))
+	case err != nil:
+		// Logged once when the outage began; every tick would flood the log.
+		a.log.Debug("heartbeat not published", zap.Error(err))
+	case h.failing:
+		h.failing = false
+		a.log.Info("heartbeat published again")
+	}
+}
+
+// serverVersion asks /version with a deadline; the discovery client's ServerVersion takes no
+// context and could hang a heartbeat on a stuck connection.
+func (h *heartbeater) serverVersion(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	defer cancel()
+	raw, err := h.agent.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	if err != nil {
+		return "", fmt.Errorf("get /version: %w", err)
+	}
+	var info version.Info
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return "", fmt.Errorf("decode /version: %w", err)
+	}
+	return info.GitVersion, nil
+}

@@ -1,0 +1,160 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// inventoryKey is the only key in the inventory queue: every change asks for the same thing, a
+// fresh report of the whole list, so the queue's de-duplication collapses bursts.
+const inventoryKey = "inventory"
+
+// Backoff of a failed inventory publish (NATS down, stream not created yet).
+const (
+	inventoryRetryBase = 500 * time.Millisecond
+	inventoryRetryMax  = 30 * time.Second
+)
+
+// inventoryReporter publishes the whole namespace list on start, after every change of the set
+// or of a namespace's labels or phase (debounced), and every InventoryResync.
+type inventoryReporter struct {
+	agent    *Agent
+	informer cache.SharedIndexInformer
+	lister   corelisters.NamespaceLister
+}
+
+func newInventoryReporter(a *Agent) *inventoryReporter {
+	// Registering the informer here, before Run starts the factory, makes Run wait for its cache.
+	nsInformer := a.factory.Core().V1().Namespaces()
+	return &inventoryReporter{agent: a, informer: nsInformer.Informer(), lister: nsInformer.Lister()}
+}
+
+func (r *inventoryReporter) Run(ctx context.Context) error {
+	a := r.agent
+	q := workqueue.NewTypedRateLimitingQueue(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](inventoryRetryBase, inventoryRetryMax))
+	defer q.ShutDown()
+
+	// AddAfter keeps only the earliest pending time per key, so events within the debounce
+	// window after the first one ride along with it.
+	changed := func() { q.AddAfter(inventoryKey, a.cfg.InventoryDebounce) }
+	reg, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { changed() },
+		UpdateFunc: func(oldObj, newObj any) {
+			if inventoryChanged(oldObj, newObj) {
+				changed()
+			}
+		},
+		DeleteFunc: func(any) { changed() },
+	})
+	if err != nil {
+		return fmt.Errorf("watch namespaces for inventory: %w", err)
+	}
+	defer func() { _ = r.informer.RemoveEventHandler(reg) }()
+
+	q.Add(inventoryKey)
+	go func() {
+		t := time.NewTicker(a.cfg.InventoryResync)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				q.ShutDown()
+				return
+			case <-t.C:
+				q.Add(inventoryKey)
+			}
+		}
+	}()
+
+	failing := false
+	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			return nil
+		}
+		err := r.publish(ctx)
+		switch {
+		case err == nil:
+			q.Forget(key)
+			if failing {
+				failing = false
+				a.log.Info("namespace inventory published again")
+			}
+		case ctx.Err() != nil:
+			// Shutting down.
+		default:
+			q.AddRateLimited(key)
+			if !failing {
+				failing = true
+				a.log.Warn("namespace inventory not published; retrying with backoff", zap.Error(err))
+			} else {
+				a.log.Debug("namespace inventory not published", zap.Error(err))
+			}
+		}
+		q.Done(key)
+	}
+}
+
+func (r *inventoryReporter) publish(ctx context.Context) error {
+	inv, err := r.snapshot()
+	if err != nil {
+		return err
+	}
+	a := r.agent
+	if err := a.appendReport(ctx, subjects.AgentInventory(a.cfg.ClusterName), inv); err != nil {
+		return err
+	}
+	a.log.Debug("namespace inventory published", zap.Int("namespaces", len(inv.Namespaces)))
+	return nil
+}
+
+// snapshot builds the inventory from the informer cache, sorted by name so equal sets give
+// equal messages.
+func (r *inventoryReporter) snapshot() (*agentv1.NamespaceInventory, error) {
+	nss, err := r.lister.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	slices.SortFunc(nss, func(x, y *corev1.Namespace) int { return strings.Compare(x.Name, y.Name) })
+	inv := &agentv1.NamespaceInventory{
+		ClusterName: r.agent.cfg.ClusterName,
+		Namespaces:  make([]*agentv1.Namespace, 0, len(nss)),
+		Time:        timestamppb.Now(),
+	}
+	for _, ns := range nss {
+		inv.Namespaces = append(inv.Namespaces, &agentv1.Namespace{
+			Name: ns.Name,
+			// The cache's objects are shared; never hand out their maps.
+			Labels: maps.Clone(ns.Labels),
+			Phase:  string(ns.Status.Phase),
+		})
+	}
+	return inv, nil
+}
+
+// inventoryChanged reports whether an update touched what the inventory carries; most updates
+// (annotations, managed fields, finalizers) do not.
+func inventoryChanged(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*corev1.Namespace)
+	n, ok2 := newObj.(*corev1.Namespace)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return o.Status.Phase != n.Status.Phase || !maps.Equal(o.Labels, n.Labels)
+}
