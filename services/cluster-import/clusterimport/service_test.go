@@ -1,0 +1,521 @@
+package clusterimport_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
+)
+
+const testToken = "s3cret-test-token"
+
+type env struct {
+	js     *testkit.JetStream
+	svc    *clusterimport.Service
+	url    string
+	client clusterv1connect.ClusterServiceClient
+	stop   func()
+}
+
+// bearerClient sends token on every request, unary or streaming.
+func bearerClient(base *http.Client, token string) *http.Client {
+	c := *base
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	c.Transport = roundTripper(func(r *http.Request) (*http.Response, error) {
+		if token != "" {
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		return next.RoundTrip(r)
+	})
+	return &c
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func start(t *testing.T, j *testkit.JetStream, cfg clusterimport.Config) *env {
+	t.Helper()
+	if j == nil {
+		j = testkit.StartJetStream(t)
+	}
+	log := testkit.Logger(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("# test\n"+testToken+",alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{TokenFile: tokens}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := clusterimport.New(ctx, j.JS, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Mount(srv)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.EnableHTTP2 = true
+	hs.Start()
+	select {
+	case <-svc.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatal("service not ready")
+	}
+	e := &env{js: j, svc: svc, url: hs.URL, client: clusterv1connect.NewClusterServiceClient(bearerClient(hs.Client(), testToken), hs.URL)}
+	var once sync.Once
+	e.stop = func() { once.Do(func() { hs.Close(); cancel(); <-done }) }
+	t.Cleanup(e.stop)
+	return e
+}
+
+func code(err error) connect.Code { return connect.CodeOf(err) }
+
+func register(t *testing.T, e *env, name string, labels map[string]string) *clusterv1.RegisterClusterResponse {
+	t.Helper()
+	res, err := e.client.RegisterCluster(context.Background(), connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: name, Labels: labels}))
+	if err != nil {
+		t.Fatalf("register %s: %v", name, err)
+	}
+	return res.Msg
+}
+
+func TestRegisterGetListDeregister(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	reg := register(t, e, "c1", map[string]string{"env": "prod"})
+	if reg.Cluster.Id == "" || reg.Cluster.Name != "c1" || reg.Cluster.Labels["env"] != "prod" || reg.AgentToken == "" {
+		t.Fatalf("registered %v", reg)
+	}
+	// Not yet heard from: unreachable, so placements skip it.
+	if !hasTaint(reg.Cluster, clusterimport.TaintUnreachable) {
+		t.Fatalf("new cluster lacks the unreachable taint: %v", reg.Cluster.Taints)
+	}
+	register(t, e, "c2", map[string]string{"env": "dev"})
+	got, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1"}))
+	if err != nil || got.Msg.Cluster.Id != reg.Cluster.Id {
+		t.Fatalf("get: %v %v", got, err)
+	}
+	list, err := e.client.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{LabelSelector: "env=prod"}))
+	if err != nil || len(list.Msg.Clusters) != 1 || list.Msg.Clusters[0].Name != "c1" {
+		t.Fatalf("list env=prod: %v %v", list, err)
+	}
+	if _, err := e.client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c1"})); code(err) != connect.CodeAlreadyExists {
+		t.Fatalf("second register: %v", err)
+	}
+	if _, err := e.client.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: "c1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1"})); code(err) != connect.CodeNotFound {
+		t.Fatalf("get after deregister: %v", err)
+	}
+	// The name is free again, with a new id.
+	again := register(t, e, "c1", nil)
+	if again.Cluster.Id == reg.Cluster.Id {
+		t.Fatal("re-registered cluster kept the old id")
+	}
+}
+
+func TestConcurrentRegistrationsOfOneNameExactlyOneWins(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.client.RegisterCluster(context.Background(), connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "race"}))
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case code(err) == connect.CodeAlreadyExists:
+		default:
+			t.Fatalf("unexpected %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d registrations won", wins)
+	}
+}
+
+func TestInvalidInputNamesTheField(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	cases := []struct {
+		name  string
+		req   *clusterv1.RegisterClusterRequest
+		field string
+	}{
+		{"empty name", &clusterv1.RegisterClusterRequest{}, "name"},
+		{"upper case name", &clusterv1.RegisterClusterRequest{Name: "Prod"}, "name"},
+		{"dotted name", &clusterv1.RegisterClusterRequest{Name: "a.b"}, "name"},
+		{"long name", &clusterv1.RegisterClusterRequest{Name: strings.Repeat("a", 64)}, "name"},
+		{"bad label key", &clusterv1.RegisterClusterRequest{Name: "ok", Labels: map[string]string{"-bad": "x"}}, `labels["-bad"]`},
+		{"bad label value", &clusterv1.RegisterClusterRequest{Name: "ok", Labels: map[string]string{"env": "has space"}}, `labels["env"]`},
+		{"bad claim key", &clusterv1.RegisterClusterRequest{Name: "ok", Claims: map[string]string{"a b": "x"}}, `claims["a b"]`},
+		{"taint without effect", &clusterv1.RegisterClusterRequest{Name: "ok", Taints: []*clusterv1.Taint{{Key: "gpu"}}}, "taints[0].effect"},
+		{"reserved taint", &clusterv1.RegisterClusterRequest{Name: "ok", Taints: []*clusterv1.Taint{{Key: "fleetstream.io/unreachable", Effect: clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT}}}, "taints[0].key"},
+		{"http server", &clusterv1.RegisterClusterRequest{Name: "ok", Credentials: &clusterv1.ConnectionCredentials{Server: "http://x", Token: "t"}}, "credentials.server"},
+		{"garbage kubeconfig", &clusterv1.RegisterClusterRequest{Name: "ok", Credentials: &clusterv1.ConnectionCredentials{Kubeconfig: []byte("{{{")}}, "credentials.kubeconfig"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.RegisterCluster(ctx, connect.NewRequest(tc.req))
+			if code(err) != connect.CodeInvalidArgument {
+				t.Fatalf("got %v, want InvalidArgument", err)
+			}
+			if !strings.Contains(err.Error(), tc.field+":") {
+				t.Fatalf("error %q does not name field %s", err, tc.field)
+			}
+		})
+	}
+	// Nothing half-written: none of the bad requests created anything.
+	list, err := e.client.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+	if err != nil || len(list.Msg.Clusters) != 0 {
+		t.Fatalf("after invalid requests: %v %v", list, err)
+	}
+	if _, err := e.client.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{LabelSelector: "env in (("})); code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "label_selector") {
+		t.Fatalf("bad selector: %v", err)
+	}
+	if _, err := e.client.UpdateCluster(ctx, connect.NewRequest(&clusterv1.UpdateClusterRequest{Name: "nope", UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels"}}})); code(err) != connect.CodeNotFound {
+		t.Fatalf("update of unknown cluster: %v", err)
+	}
+}
+
+func TestCallsWithoutValidTokenAreUnauthenticated(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	for name, tok := range map[string]string{"no token": "", "wrong token": "guess", "user name as token": "alice"} {
+		c := clusterv1connect.NewClusterServiceClient(bearerClient(http.DefaultClient, tok), e.url)
+		if _, err := c.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{})); code(err) != connect.CodeUnauthenticated {
+			t.Errorf("%s: list got %v", name, err)
+		}
+		if _, err := c.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "sneaky"})); code(err) != connect.CodeUnauthenticated {
+			t.Errorf("%s: register got %v", name, err)
+		}
+		stream, err := c.WatchClusters(ctx, connect.NewRequest(&clusterv1.WatchClustersRequest{}))
+		if err == nil {
+			stream.Receive()
+			err = stream.Err()
+		}
+		if code(err) != connect.CodeUnauthenticated {
+			t.Errorf("%s: watch got %v", name, err)
+		}
+	}
+	if _, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "sneaky"})); code(err) != connect.CodeNotFound {
+		t.Fatalf("unauthenticated register left something: %v", err)
+	}
+	// Health and metrics stay reachable for probes.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		res, err := http.Get(e.url + p)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", p, res, err)
+		}
+		res.Body.Close()
+	}
+}
+
+func TestUpdateWithStaleRevisionIsAbortedAndTaintsKeepTheirTime(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	reg := register(t, e, "c1", nil)
+	upd := func(rev uint64, labels map[string]string, taints []*clusterv1.Taint) (*clusterv1.Cluster, error) {
+		res, err := e.client.UpdateCluster(ctx, connect.NewRequest(&clusterv1.UpdateClusterRequest{
+			Name: "c1", Labels: labels, Taints: taints, ExpectedRevision: rev,
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels", "taints"}},
+		}))
+		if err != nil {
+			return nil, err
+		}
+		return res.Msg.Cluster, nil
+	}
+	gpu := func() []*clusterv1.Taint {
+		return []*clusterv1.Taint{{Key: "gpu", Value: "none", Effect: clusterv1.TaintEffect_TAINT_EFFECT_PREFER_NO_SELECT}}
+	}
+	c, err := upd(reg.Cluster.Revision, map[string]string{"env": "prod"}, gpu())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Labels["env"] != "prod" || !hasTaint(c, "gpu") || !hasTaint(c, clusterimport.TaintUnreachable) {
+		t.Fatalf("after update: %v", c)
+	}
+	if _, err := upd(reg.Cluster.Revision, map[string]string{"env": "dev"}, nil); code(err) != connect.CodeAborted {
+		t.Fatalf("stale update: %v", err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	c2, err := upd(0, map[string]string{"env": "dev"}, gpu())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if taint(c2, "gpu").TimeAdded.AsTime() != taint(c, "gpu").TimeAdded.AsTime() {
+		t.Fatal("re-sent taint got a new time added")
+	}
+}
+
+func TestCredentialsAreNeverReturned(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	const secret = "very-secret-bearer"
+	res, err := e.client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{
+		Name: "c1", Credentials: &clusterv1.ConnectionCredentials{Server: "https://10.0.0.1:6443", Token: secret},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1", IncludeInventory: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.client.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []interface{ String() string }{res.Msg.Cluster, got.Msg, list.Msg} {
+		if strings.Contains(m.String(), secret) {
+			t.Fatalf("secret leaked: %s", m)
+		}
+	}
+	if !got.Msg.Cluster.Status.CredentialsSet || !strings.HasPrefix(got.Msg.Cluster.Status.CredentialsFingerprint, "sha256:") {
+		t.Fatalf("status %v", got.Msg.Cluster.Status)
+	}
+	// The event stream never carries them either.
+	stream, err := e.js.JS.Stream(ctx, subjects.ClusterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, subjects.Cluster("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(m.Data), secret) {
+		t.Fatal("secret in the event stream")
+	}
+	id, ok := e.svc.AgentIdentity(ctx, res.Msg.AgentToken)
+	if !ok || id.ClusterName != "c1" {
+		t.Fatalf("agent token not accepted: %v", id)
+	}
+	if _, ok := e.svc.AgentIdentity(ctx, "fsa_forged"); ok {
+		t.Fatal("forged agent token accepted")
+	}
+	if _, err := e.client.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: "c1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.svc.AgentIdentity(ctx, res.Msg.AgentToken); ok {
+		t.Fatal("token of a deregistered cluster still accepted")
+	}
+}
+
+func heartbeat(t *testing.T, js jetstream.JetStream, cluster, version string) {
+	t.Helper()
+	ctx := testkit.Context(t, 10*time.Second)
+	if _, err := events.NewStore(js, "agent").Append(ctx, subjects.AgentHeartbeat(cluster), cluster, events.Any,
+		&agentv1.Heartbeat{ClusterName: cluster, KubernetesVersion: version, Time: timestamppb.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAgentLivenessTaintsAndUntaints(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{UnreachableAfter: 1500 * time.Millisecond, CheckInterval: 100 * time.Millisecond})
+	ctx := testkit.Context(t, 60*time.Second)
+	register(t, e, "c1", nil)
+	get := func() *clusterv1.Cluster {
+		res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.Cluster
+	}
+	connected := func(want clusterv1.ConditionStatus, taint bool) func() error {
+		return func() error {
+			c := get()
+			cond := clusterimport.Condition(c, clusterimport.ConditionAgentConnected)
+			if cond == nil || cond.Status != want || hasTaint(c, clusterimport.TaintUnreachable) != taint {
+				return fmt.Errorf("cluster %v", c)
+			}
+			return nil
+		}
+	}
+	heartbeat(t, e.js.JS, "c1", "v1.34.4")
+	testkit.Eventually(t, 10*time.Second, connected(clusterv1.ConditionStatus_CONDITION_STATUS_TRUE, false))
+	if c := get(); c.Status.KubernetesVersion != "v1.34.4" || c.Status.LastSeen == nil {
+		t.Fatalf("status %v", c.Status)
+	}
+	// Keep beating: stays connected past the timeout.
+	for i := 0; i < 6; i++ {
+		heartbeat(t, e.js.JS, "c1", "v1.34.4")
+		time.Sleep(400 * time.Millisecond)
+	}
+	if err := connected(clusterv1.ConditionStatus_CONDITION_STATUS_TRUE, false)(); err != nil {
+		t.Fatalf("lost while beating: %v", err)
+	}
+	// Silence: tainted unreachable.
+	testkit.Eventually(t, 10*time.Second, connected(clusterv1.ConditionStatus_CONDITION_STATUS_FALSE, true))
+	// Back: untainted.
+	heartbeat(t, e.js.JS, "c1", "v1.34.4")
+	testkit.Eventually(t, 10*time.Second, connected(clusterv1.ConditionStatus_CONDITION_STATUS_TRUE, false))
+}
+
+func TestMalformedReportIsDeadLetteredAndServiceKeepsServing(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	register(t, e, "c1", nil)
+	if _, err := e.js.JS.Publish(ctx, subjects.AgentHeartbeat("c1"), []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.JS.Publish(ctx, subjects.AgentInventory("c1"), []byte("more garbage")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		s, err := e.js.JS.Stream(ctx, topology.DeadLetterStreamName)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 2 {
+			return fmt.Errorf("%d dead letters", info.State.Msgs)
+		}
+		return nil
+	})
+	register(t, e, "c2", nil)
+	heartbeat(t, e.js.JS, "c1", "v1")
+	testkit.Eventually(t, 10*time.Second, func() error {
+		res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1"}))
+		if err != nil {
+			return err
+		}
+		if c := clusterimport.Condition(res.Msg.Cluster, clusterimport.ConditionAgentConnected); c.Status != clusterv1.ConditionStatus_CONDITION_STATUS_TRUE {
+			return errors.New("not connected after good heartbeat")
+		}
+		return nil
+	})
+}
+
+func TestInventoryArrivesAndRestartKeepsState(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	e := start(t, j, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	register(t, e, "c1", map[string]string{"a": "b"})
+	if _, err := events.NewStore(j.JS, "agent").Append(ctx, subjects.AgentInventory("c1"), "c1", events.Any, &agentv1.NamespaceInventory{
+		ClusterName: "c1", Namespaces: []*agentv1.Namespace{{Name: "default", Phase: "Active"}, {Name: "web", Phase: "Active"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var before *clusterv1.GetClusterResponse
+	testkit.Eventually(t, 10*time.Second, func() error {
+		res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1", IncludeInventory: true}))
+		if err != nil {
+			return err
+		}
+		if len(res.Msg.GetInventory().GetNamespaces()) != 2 || res.Msg.Cluster.Status.NamespaceCount != 2 {
+			return fmt.Errorf("inventory %v", res.Msg.Inventory)
+		}
+		before = res.Msg
+		return nil
+	})
+	e.stop()
+	e2 := start(t, j, clusterimport.Config{})
+	res, err := e2.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1", IncludeInventory: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if protojson.Format(res.Msg) != protojson.Format(before) {
+		t.Fatalf("after restart:\n%s\nbefore:\n%s", protojson.Format(res.Msg), protojson.Format(before))
+	}
+}
+
+func TestWatchSeesAddModifyDelete(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	register(t, e, "c0", map[string]string{"env": "prod"})
+	stream, err := e.client.WatchClusters(ctx, connect.NewRequest(&clusterv1.WatchClustersRequest{LabelSelector: "env=prod"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	next := func() *clusterv1.WatchClustersResponse {
+		if !stream.Receive() {
+			t.Fatalf("watch ended: %v", stream.Err())
+		}
+		return stream.Msg()
+	}
+	const (
+		added    = clusterv1.WatchClustersResponse_EVENT_TYPE_ADDED
+		modified = clusterv1.WatchClustersResponse_EVENT_TYPE_MODIFIED
+		deleted  = clusterv1.WatchClustersResponse_EVENT_TYPE_DELETED
+	)
+	if m := next(); m.Type != added || m.Cluster.Name != "c0" {
+		t.Fatalf("snapshot: %v", m)
+	}
+	register(t, e, "c1", map[string]string{"env": "dev"}) // not selected: not sent
+	register(t, e, "c2", map[string]string{"env": "prod"})
+	if m := next(); m.Type != added || m.Cluster.Name != "c2" {
+		t.Fatalf("add: %v", m)
+	}
+	if _, err := e.client.UpdateCluster(ctx, connect.NewRequest(&clusterv1.UpdateClusterRequest{Name: "c2", Labels: map[string]string{"env": "prod", "x": "y"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels"}}})); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(); m.Type != modified || m.Cluster.Labels["x"] != "y" {
+		t.Fatalf("modify: %v", m)
+	}
+	// Leaving the selector is a delete for this watcher.
+	if _, err := e.client.UpdateCluster(ctx, connect.NewRequest(&clusterv1.UpdateClusterRequest{Name: "c2", Labels: map[string]string{"env": "dev"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels"}}})); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(); m.Type != deleted || m.Cluster.Name != "c2" {
+		t.Fatalf("leave selector: %v", m)
+	}
+	if _, err := e.client.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: "c0"})); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(); m.Type != deleted || m.Cluster.Name != "c0" {
+		t.Fatalf("deregister: %v", m)
+	}
+}
+
+func hasTaint(c *clusterv1.Cluster, key string) bool { return taint(c, key) != nil }
+
+func taint(c *clusterv1.Cluster, key string) *clusterv1.Taint {
+	for _, t := range c.Taints {
+		if t.Key == key {
+			return t
+		}
+	}
+	return nil
+}
