@@ -19,10 +19,10 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
-	"github.com/fleetstream/fleetstream/pkg/events"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
