@@ -4,18 +4,22 @@ package fleetd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
@@ -41,8 +45,9 @@ type Instance struct {
 	// Addr is where the HTTP listener listens.
 	Addr string
 
-	cancel context.CancelFunc
-	group  *errgroup.Group
+	cancel        context.CancelFunc
+	group         *errgroup.Group
+	clusterImport atomic.Pointer[clusterimport.Service]
 }
 
 // Start starts the embedded server and every service and returns once the HTTP listener is
@@ -62,20 +67,40 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
+	// NATS always authenticates, even with --insecure-dev: agents present the token they got at
+	// registration and are confined to their own cluster's subjects; fleetd's own in-process
+	// connection uses a token that lives only in this process.
+	internal, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	inst := &Instance{}
+	auth := &natsauth.Authenticator{ServiceTokens: []string{internal}, Log: log.Named("nats-auth"),
+		Agents: func(ctx context.Context, token string) (string, bool) {
+			ci := inst.clusterImport.Load()
+			if ci == nil {
+				return "", false
+			}
+			id, ok := ci.AgentIdentity(ctx, token)
+			if !ok {
+				return "", false
+			}
+			return id.ClusterName, true
+		}}
 	ns, err := natsembed.Start(natsembed.Config{
-		Name: "fleetd", StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port, Logger: log.Named("nats"),
+		Name: "fleetd", StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port, Logger: log.Named("nats"), Auth: auth,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fleetd: %w", err)
 	}
-	inst := &Instance{NATS: ns}
+	inst.NATS = ns
 	ok := false
 	defer func() {
 		if !ok {
 			inst.shutdown()
 		}
 	}()
-	inst.Conn, err = nats.Connect("", nats.InProcessServer(ns), nats.Name("fleetd"), nats.MaxReconnects(-1))
+	inst.Conn, err = nats.Connect("", nats.InProcessServer(ns), nats.Name("fleetd"), nats.MaxReconnects(-1), nats.Token(internal))
 	if err != nil {
 		return nil, fmt.Errorf("fleetd: connect to embedded nats: %w", err)
 	}
@@ -96,6 +121,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		_ = ln.Close()
 		return nil, err
 	}
+	inst.clusterImport.Store(inst.ClusterImport)
 	inst.ClusterImport.Mount(srv)
 	g.Go(func() error { return inst.ClusterImport.Run(ctx) })
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })
@@ -127,6 +153,14 @@ func (i *Instance) shutdown() {
 	if i.NATS != nil && i.NATS.Running() {
 		i.NATS.Stop()
 	}
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("fleetd: internal token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 func splitHostPort(hp string) (string, int, error) {
