@@ -91,3 +91,15 @@ func AgentEndpointSlice(cluster, namespace, slice string) string {
 
 // AgentEndpointSync returns the subject of cluster's "relist complete" EndpointSlice marker.
 func AgentEndpointSync(cluster string) string { return AgentPrefixFor(cluster) + ".endpointsync" }
+
+// Desired buckets, one per owning service (a bucket has a single writer).
+const (
+	DesiredNamespacesBucket = "desired-namespaces"
+	DesiredRBACBucket       = "desired-rbac"
+)
+
+// DesiredBuckets lists every desired bucket an agent watches.
+func DesiredBuckets() []string { return []string{DesiredNamespacesBucket, DesiredRBACBucket} }
+
+// AppliedKey returns the key in AppliedBucket of a desired key of bucket.
+func AppliedKey(bucket, desiredKey string) string { return keys.Encode(bucket) + "." + desiredKey }

@@ -17,11 +17,8 @@ import (
 )
 
 func newClusterCommand(f *factory) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "cluster",
-		Aliases: []string{"clusters"},
-		Short:   "Register, inspect and update member clusters",
-	}
+	cmd := newGroupCommand("cluster", "Register, inspect and update member clusters")
+	cmd.Aliases = []string{"clusters"}
 	cmd.AddCommand(
 		newClusterRegisterCommand(f),
 		newClusterListCommand(f),
@@ -118,7 +115,7 @@ func printRegistered(p *Printer, resp *clusterv1.RegisterClusterResponse) error 
 		p.Note("%s", warning)
 		return nil
 	}
-	if err := p.Print(resp.GetCluster(), clusterColumns(time.Now())...); err != nil {
+	if err := p.Print(resp.GetCluster(), clusterColumns(time.Now)...); err != nil {
 		return err
 	}
 	p.Note("\nAgent token: %s\n%s", resp.GetAgentToken(), warning)
@@ -147,7 +144,7 @@ func newClusterListCommand(f *factory) *cobra.Command {
 			clusters := resp.Msg.GetClusters()
 			// Sorted here so the order does not depend on the server's storage.
 			sort.Slice(clusters, func(i, j int) bool { return clusters[i].GetName() < clusters[j].GetName() })
-			return f.printer().PrintList(Messages(clusters), clusterColumns(time.Now())...)
+			return f.printer().PrintList(Messages(clusters), clusterColumns(time.Now)...)
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, Kubernetes syntax (env=prod,tier!=edge)")
@@ -173,13 +170,17 @@ func newClusterGetCommand(f *factory) *cobra.Command {
 			}
 			p := f.printer()
 			if !inventory {
-				return p.Print(resp.Msg.GetCluster(), clusterColumns(time.Now())...)
+				return p.Print(resp.Msg.GetCluster(), clusterColumns(time.Now)...)
 			}
 			if p.Format != formatTable {
 				return p.Print(resp.Msg)
 			}
-			if err := p.Print(resp.Msg.GetCluster(), clusterColumns(time.Now())...); err != nil {
+			if err := p.Print(resp.Msg.GetCluster(), clusterColumns(time.Now)...); err != nil {
 				return err
+			}
+			if len(resp.Msg.GetInventory().GetNamespaces()) == 0 {
+				p.Note("\nNo namespace inventory reported by the cluster's agent yet.")
+				return nil
 			}
 			p.Note("")
 			return p.PrintList(Messages(resp.Msg.GetInventory().GetNamespaces()), inventoryColumns()...)
@@ -219,7 +220,7 @@ func newClusterUpdateCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("update cluster %q: %w", req.Name, err)
 			}
-			return f.printer().Print(resp.Msg.GetCluster(), clusterColumns(time.Now())...)
+			return f.printer().Print(resp.Msg.GetCluster(), clusterColumns(time.Now)...)
 		},
 	}
 	flags.add(cmd, "; replaces all")
@@ -330,7 +331,7 @@ func watchClusters(ctx context.Context, client clusterv1connect.ClusterServiceCl
 	defer stream.Close()
 	cols := append([]Column{Col("EVENT", func(e *clusterv1.WatchClustersResponse) string {
 		return strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_")
-	})}, ColumnsOf(func(e *clusterv1.WatchClustersResponse) *clusterv1.Cluster { return e.GetCluster() }, clusterColumns(time.Now())...)...)
+	})}, ColumnsOf(func(e *clusterv1.WatchClustersResponse) *clusterv1.Cluster { return e.GetCluster() }, clusterColumns(time.Now)...)...)
 	out := p.Stream(cols...)
 	for stream.Receive() {
 		if err := out.Print(stream.Msg()); err != nil {
@@ -349,8 +350,9 @@ func watchClusters(ctx context.Context, client clusterv1connect.ClusterServiceCl
 	return fmt.Errorf("watch clusters: %w", err)
 }
 
-// clusterColumns are the table columns of a cluster; ages are relative to now.
-func clusterColumns(now time.Time) []Column {
+// clusterColumns are the table columns of a cluster. now is read per row so that ages stay
+// right during a long watch.
+func clusterColumns(now func() time.Time) []Column {
 	return []Column{
 		Col("NAME", (*clusterv1.Cluster).GetName),
 		Col("ID", (*clusterv1.Cluster).GetId),
@@ -361,7 +363,7 @@ func clusterColumns(now time.Time) []Column {
 			if c.GetStatus().GetLastSeen() == nil {
 				return "never"
 			}
-			return age(now, c.GetStatus().GetLastSeen().AsTime())
+			return age(now(), c.GetStatus().GetLastSeen().AsTime())
 		}),
 		Col("TAINTS", clusterTaints),
 	}

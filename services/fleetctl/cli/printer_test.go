@@ -103,7 +103,7 @@ taints:
 		t.Run(tt.format, func(t *testing.T) {
 			var out, errOut bytes.Buffer
 			p := &Printer{Format: tt.format, Out: &out, ErrOut: &errOut}
-			if err := p.Print(testCluster(), clusterColumns(testNow)...); err != nil {
+			if err := p.Print(testCluster(), clusterColumns(func() time.Time { return testNow })...); err != nil {
 				t.Fatal(err)
 			}
 			if out.String() != tt.want {
@@ -140,7 +140,7 @@ func TestPrintClusterList(t *testing.T) {
 			if tt.format != formatTable {
 				list = items[1:]
 			}
-			if err := p.PrintList(list, clusterColumns(testNow)...); err != nil {
+			if err := p.PrintList(list, clusterColumns(func() time.Time { return testNow })...); err != nil {
 				t.Fatal(err)
 			}
 			if out.String() != tt.want {
@@ -154,7 +154,7 @@ func TestPrintEmptyList(t *testing.T) {
 	for format, want := range map[string]string{formatTable: "", formatJSON: "[]\n", formatYAML: "[]\n"} {
 		var out, errOut bytes.Buffer
 		p := &Printer{Format: format, Out: &out, ErrOut: &errOut}
-		if err := p.PrintList(nil, clusterColumns(testNow)...); err != nil {
+		if err := p.PrintList(nil, clusterColumns(func() time.Time { return testNow })...); err != nil {
 			t.Fatal(err)
 		}
 		if out.String() != want {

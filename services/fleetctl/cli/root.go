@@ -51,6 +51,22 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	return root
 }
 
+// newGroupCommand builds a command that only holds subcommands (cluster, project, ...).
+// Without a RunE cobra would print the help and exit 0 for a mistyped subcommand, hiding the
+// typo from scripts.
+func newGroupCommand(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q; see '%s --help'", args[0], cmd.CommandPath(), cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
+	}
+}
+
 // Run executes fleetctl with args and returns the process exit code. Errors are printed to
 // streams.ErrOut as a single line.
 func Run(ctx context.Context, streams IOStreams, args []string) int {
