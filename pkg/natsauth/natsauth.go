@@ -70,24 +70,31 @@ func digest(s string) []byte {
 // (nats.CustomInboxPrefix): replies to it are all it may subscribe to besides its desired state.
 func AgentInboxPrefix(cluster string) string { return "_INBOX_" + keys.Encode(cluster) }
 
-// AgentPermissions allows an agent to publish its own reports and to read its own cluster's
-// desired state, nothing else.
+// AgentPermissions allows an agent to publish its own reports and applied statuses and to read
+// its own cluster's desired state, nothing else.
 func AgentPermissions(cluster string) *server.Permissions {
 	enc := keys.Encode(cluster)
-	desiredStream := "KV_" + subjects.DesiredBucket
+	pub := []string{
+		subjects.AgentPrefixFor(cluster) + ".>",
+		"$JS.API.INFO",
+		"$JS.FC.>",
+		"$JS.API.STREAM.INFO.KV_" + subjects.AppliedBucket,
+	}
+	for _, b := range subjects.DesiredBuckets() {
+		stream := "KV_" + b
+		pub = append(pub,
+			// An ordered consumer on the bucket filtered to this cluster's keys.
+			"$JS.API.CONSUMER.CREATE."+stream+".*.$KV."+b+"."+enc+".>",
+			"$JS.API.CONSUMER.DELETE."+stream+".*",
+			"$JS.API.CONSUMER.INFO."+stream+".*",
+			"$JS.API.STREAM.INFO."+stream,
+			"$JS.ACK."+stream+".>",
+			// Its statuses for this bucket's keys.
+			"$KV."+subjects.AppliedBucket+"."+keys.Encode(b)+"."+enc+".>",
+		)
+	}
 	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			subjects.AgentPrefixFor(cluster) + ".>",
-			// Reading its desired state: an ordered consumer on the desired bucket filtered to
-			// this cluster's keys, and its flow control replies.
-			"$JS.API.CONSUMER.CREATE." + desiredStream + ".*.$KV." + subjects.DesiredBucket + "." + enc + ".>",
-			"$JS.API.CONSUMER.DELETE." + desiredStream + ".*",
-			"$JS.API.CONSUMER.INFO." + desiredStream + ".*",
-			"$JS.API.STREAM.INFO." + desiredStream,
-			"$JS.API.INFO",
-			"$JS.FC.>",
-			"$JS.ACK." + desiredStream + ".>",
-		}},
+		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: []string{AgentInboxPrefix(cluster) + ".>"}},
 	}
 }
