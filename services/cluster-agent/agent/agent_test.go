@@ -312,6 +312,7 @@ func TestInventoryDebounce(t *testing.T) {
 
 	// At most one report per debounce window the burst spanned, plus one trailing.
 	limit := int64(elapsed/debounce) + 2
+	t.Logf("%d namespaces created in %s gave %d inventory reports", burst, elapsed, reports.Load())
 	if got := reports.Load(); got > limit || got == 0 {
 		t.Errorf("%d namespaces created in %s gave %d reports, want 1..%d", burst, elapsed, got, limit)
 	}
@@ -350,7 +351,9 @@ func TestWaitsForStream(t *testing.T) {
 	ctx := testkit.Context(t, 2*time.Minute)
 
 	startAgent(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond}, j.JS, k)
-	time.Sleep(1500 * time.Millisecond)
+	// Longer than one publish is retried (by nats.go and the event store, about 4.5s), so
+	// reports really fail first.
+	time.Sleep(6 * time.Second)
 	ensureStream(t, ctx, j.JS)
 
 	testkit.Eventually(t, 30*time.Second, func() error {

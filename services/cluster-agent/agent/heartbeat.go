@@ -42,9 +42,13 @@ func (h *heartbeater) Run(ctx context.Context) error {
 
 func (h *heartbeater) beat(ctx context.Context) {
 	a := h.agent
-	if v, err := h.serverVersion(ctx); err != nil {
+	v, err := h.serverVersion(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return // shutting down
+	case err != nil:
 		a.log.Warn("kubernetes version unavailable; sending the last known", zap.Error(err))
-	} else {
+	default:
 		h.kubeVersion = v
 	}
 	hb := &agentv1.Heartbeat{
@@ -54,7 +58,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 		Time:              timestamppb.Now(),
 		SessionId:         a.sessionID,
 	}
-	err := a.appendReport(ctx, subjects.AgentHeartbeat(a.cfg.ClusterName), hb)
+	err = a.appendReport(ctx, subjects.AgentHeartbeat(a.cfg.ClusterName), hb)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Shutting down.
