@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 )
 
@@ -126,6 +127,8 @@ func kubeConfig(path string) (*rest.Config, error) {
 func connectNATS(o options, log *zap.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("cluster-agent/" + o.cluster),
+		// The hub lets an agent receive replies only under its own inbox prefix.
+		nats.CustomInboxPrefix(natsauth.AgentInboxPrefix(o.cluster)),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
