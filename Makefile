@@ -1,0 +1,210 @@
+# Fleetstream: the front door. `make help` lists the targets.
+#
+# Every target works from a fresh clone with only Go, gcc, git and make (plus Docker for the
+# image and compose targets). Tools are pinned and installed into ./bin, never taken from PATH.
+
+SHELL       := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS   += --no-print-directory
+
+GO      ?= go
+ROOT    := $(CURDIR)
+BIN     := $(ROOT)/bin
+DATA    := $(ROOT)/.data
+
+# Every module of go.work, as `<dir>/...` patterns. `go test ./...` at the root of a workspace
+# covers no module at all, so every target below iterates these instead.
+MODULE_DIRS = $(shell $(GO) list -m -f '{{.Dir}}')
+PKGS        = $(addsuffix /...,$(MODULE_DIRS))
+
+# Pinned code generators (see `generate`).
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_CONNECT_VERSION := v1.21.1
+BUF_VERSION                := v1.75.0
+
+# Binaries: name -> main package.
+PKG_fleetd             := ./services/fleetd/cmd/fleetd
+PKG_fleetctl           := ./services/fleetctl
+PKG_cluster-import     := ./services/cluster-import/cmd/cluster-import
+PKG_namespace-binding  := ./services/namespace-binding/cmd/namespace-binding
+PKG_rbac-sync          := ./services/rbac-sync/cmd/rbac-sync
+PKG_endpoint-collector := ./services/endpoint-collector/cmd/endpoint-collector
+PKG_cluster-agent      := ./services/cluster-agent/cmd/cluster-agent
+# nats-server's main package is its module root; pkg/go.mod pins the version (v2.15.2).
+PKG_nats               := github.com/nats-io/nats-server/v2
+
+# Images: fleetstream/<name>:$(IMAGE_TAG), one per binary, FROM scratch (deploy/images/<name>).
+IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-collector cluster-agent
+IMAGE_REPO  ?= fleetstream
+IMAGE_TAG   ?= latest
+# Static, reproducible binaries: no cgo, no paths or VCS state baked in.
+STATIC_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w'
+
+# Docker Compose: the standalone `docker-compose` (v1 or v2) if installed, else the `docker compose`
+# plugin. The project name is compose's default (this directory's name), so plain
+# `docker-compose ps/logs` here see the same stack; set COMPOSE_PROJECT_NAME to change it.
+COMPOSE ?= $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
+export FLEETSTREAM_IMAGE_TAG := $(IMAGE_TAG)
+
+# Tests and benchmarks.
+TEST_TIMEOUT ?= 45m
+TESTFLAGS    ?=
+BENCH        ?= .
+BENCHTIME    ?= 1s
+BENCHFLAGS   ?=
+
+# `make run`
+LISTEN      ?= 127.0.0.1:8080
+FLEETD_ARGS ?=
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+##@ Develop
+
+.PHONY: build
+build: ## build fleetd and fleetctl into ./bin
+	@mkdir -p $(BIN)
+	$(GO) build -buildvcs=false -o $(BIN)/ $(PKG_fleetd) $(PKG_fleetctl)
+
+$(DATA)/tokens:
+	@mkdir -p $(DATA) && chmod 700 $(DATA)
+	@umask 077 && printf '%s,dev-admin\n' "$$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" > $@
+	@echo "created $@ (a random bearer token for user dev-admin; delete the file to get a new one)"
+
+.PHONY: run
+run: build $(DATA)/tokens ## build and start fleetd in the foreground (embedded NATS, auth on)
+	@mkdir -p $(DATA)/fleetd
+	@echo
+	@echo "fleetd: API http://$(LISTEN), data $(DATA)/fleetd, tokens $(DATA)/tokens (Ctrl-C stops it)"
+	@echo "In another shell:"
+	@echo "  export FLEETSTREAM_SERVER=http://$(LISTEN)"
+	@echo "  export FLEETSTREAM_TOKEN_FILE=$(DATA)/tokens"
+	@echo "  bin/fleetctl cluster list"
+	@echo "or with curl (Connect JSON):"
+	@echo "  curl -H \"Authorization: Bearer \$$(cut -d, -f1 $(DATA)/tokens)\" -H 'Content-Type: application/json' -d '{}' http://$(LISTEN)/fleetstream.cluster.v1.ClusterService/ListClusters"
+	@echo
+	exec $(BIN)/fleetd --data-dir $(DATA)/fleetd --listen $(LISTEN) --token-file $(DATA)/tokens $(FLEETD_ARGS)
+
+##@ Test
+
+.PHONY: run-check
+run-check: ## start `make run` in the background, wait for `fleetctl cluster list`, stop it
+	@scripts/run-check.sh
+
+.PHONY: test-assets
+test-assets: ## build kube-apiserver and etcd for the tests (cached under ~/.cache/fleetstream)
+	@tools/build-test-assets.sh
+
+.PHONY: test
+test: ## run go vet and every test of every module (builds the test assets first)
+	@echo "==> test assets (kube-apiserver, etcd; several minutes the first time)"
+	@assets=$$(tools/build-test-assets.sh) && echo "    $$assets"
+	@# vet and test both run even when the other fails, so one run reports every problem.
+	@rc=0; \
+	echo "==> go vet"; \
+	$(GO) vet $(PKGS) || { rc=1; echo "go vet FAILED" >&2; }; \
+	echo "==> go test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) (every module)"; \
+	KUBEBUILDER_ASSETS=$$(tools/build-test-assets.sh) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS) \
+		|| { rc=1; echo "go test FAILED" >&2; }; \
+	exit $$rc
+
+.PHONY: bench
+bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
+	@mkdir -p $(BIN)
+	KUBEBUILDER_ASSETS=$$(tools/build-test-assets.sh) $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -count=1 -timeout $(TEST_TIMEOUT) $(BENCHFLAGS) $(PKGS) \
+		| grep -v -e '^?' -e '^PASS$$' | tee $(BIN)/bench.txt
+	@echo "(saved to bin/bench.txt; compare runs with benchstat)"
+
+##@ Code generation and lint
+
+# Installs $(2)@$(3) into ./bin unless ./bin/$(1) was already built from exactly that version.
+define go-install-tool
+@have=$$({ $(GO) version -m $(BIN)/$(1) 2>/dev/null || true; } | awk '$$1 == "mod" {print $$3; exit}'); \
+if [ "$$have" != "$(3)" ]; then \
+	echo "==> installing $(2)@$(3) into bin/"; \
+	GOWORK=off GOBIN=$(BIN) GOFLAGS= $(GO) install $(2)@$(3); \
+fi
+endef
+
+.PHONY: tools
+tools: ## install the pinned generators (buf, protoc-gen-go, protoc-gen-connect-go) into ./bin
+	@mkdir -p $(BIN)
+	$(call go-install-tool,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION))
+	$(call go-install-tool,protoc-gen-connect-go,connectrpc.com/connect/cmd/protoc-gen-connect-go,$(PROTOC_GEN_CONNECT_VERSION))
+	$(call go-install-tool,buf,github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION))
+
+.PHONY: generate
+generate: tools ## buf lint, then regenerate pkg/gen from proto/ (commit the result)
+	PATH=$(BIN):$$PATH $(BIN)/buf lint
+	PATH=$(BIN):$$PATH $(BIN)/buf generate
+
+# Generates into a scratch directory and compares with pkg/gen, so the check never rewrites a
+# working tree (other people may be editing it) and also catches extra or missing files.
+.PHONY: check-generated
+check-generated: tools
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	PATH=$(BIN):$$PATH $(BIN)/buf generate -o "$$tmp" && \
+	if ! diff -ru pkg/gen "$$tmp/pkg/gen"; then \
+		echo "pkg/gen is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi && echo "pkg/gen is up to date"
+
+.PHONY: lint
+lint: tools ## gofmt, go vet, buf lint and the staleness of the generated code
+	@echo "==> gofmt"
+	@out=$$(gofmt -l pkg services tools); \
+	if [ -n "$$out" ]; then echo "not gofmt-ed (run gofmt -w):" >&2; echo "$$out" >&2; exit 1; fi
+	@echo "==> go vet"
+	$(GO) vet $(PKGS)
+	@echo "==> buf lint"
+	PATH=$(BIN):$$PATH $(BIN)/buf lint
+	@echo "==> generated code"
+	@$(MAKE) check-generated
+
+##@ Images and the local compose stack
+
+.PHONY: images
+images: ## build one FROM-scratch image per binary: fleetstream/<name>:latest
+	@for name in $(IMAGES); do $(MAKE) image-$$name; done
+
+# make image-<name> builds one image, e.g. make image-rbac-sync
+image-%:
+	@test -n "$(PKG_$*)" || { echo "unknown image $*" >&2; exit 1; }
+	@echo "==> $(IMAGE_REPO)/$*:$(IMAGE_TAG)"
+	@rm -rf deploy/images/$*/bin && mkdir -p deploy/images/$*/bin/data
+	@if [ "$*" = nats ]; then \
+		cd pkg && $(STATIC_BUILD) -o ../deploy/images/$*/bin/$* $(PKG_$*); \
+	else \
+		$(STATIC_BUILD) -o deploy/images/$*/bin/$* $(PKG_$*); \
+	fi
+	docker build -q -t $(IMAGE_REPO)/$*:$(IMAGE_TAG) deploy/images/$*
+
+.PHONY: compose-secrets
+compose-secrets:
+	@scripts/dev-secrets.sh
+
+.PHONY: compose-up
+compose-up: images compose-secrets ## build the images and start the local stack (3 NATS nodes + services)
+	$(COMPOSE) up -d
+	@COMPOSE="$(COMPOSE)" scripts/compose-wait.sh
+	@echo
+	@echo "Stack is up: cluster-import :18081, namespace-binding :18082, rbac-sync :18083, endpoint-collector :18084"
+	@echo "  export FLEETSTREAM_TOKEN_FILE=$(DATA)/compose/api-tokens"
+	@echo "  bin/fleetctl --server http://127.0.0.1:18081 cluster list    (make build first)"
+	@echo "Logs: $(COMPOSE) logs -f    Stop: make compose-down"
+
+.PHONY: compose-check
+compose-check: images compose-secrets ## start the stack, wait for every /readyz, smoke-test, always tear down
+	@COMPOSE="$(COMPOSE)" scripts/compose-check.sh
+
+.PHONY: compose-down
+compose-down: compose-secrets ## stop the local stack and delete its volumes
+	$(COMPOSE) down -v --remove-orphans
+
+##@ Housekeeping
+
+.PHONY: clean
+clean: ## remove build outputs (./bin, image binaries); `rm -rf .data` also resets local state
+	rm -rf $(BIN) deploy/images/*/bin

@@ -1,0 +1,11 @@
+# Shared by the compose scripts (sourced, not run).
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ -z "${COMPOSE:-}" ]; then
+  if command -v docker-compose >/dev/null 2>&1; then COMPOSE=docker-compose; else COMPOSE="docker compose"; fi
+fi
+# service:host-port of every hub service in docker-compose.yml. Override to run a subset, e.g.
+# FLEETSTREAM_COMPOSE_SERVICES="cluster-import:18081 rbac-sync:18083".
+SERVICES="${FLEETSTREAM_COMPOSE_SERVICES:-cluster-import:18081 namespace-binding:18082 rbac-sync:18083 endpoint-collector:18084}"
+# NATS nodes and their published monitoring ports.
+NATS_NODES="nats-1:18222 nats-2:18223 nats-3:18224"
+compose() { $COMPOSE "$@"; }
