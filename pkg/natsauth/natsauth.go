@@ -89,8 +89,10 @@ func AgentPermissions(cluster string) *server.Permissions {
 			"$JS.API.CONSUMER.INFO."+stream+".*",
 			"$JS.API.STREAM.INFO."+stream,
 			"$JS.ACK."+stream+".>",
-			// Its statuses for this bucket's keys.
+			// Its statuses for this bucket's keys: written, and read back (direct get of the
+			// last value) so that an unchanged status is not written again after a restart.
 			"$KV."+subjects.AppliedBucket+"."+keys.Encode(b)+"."+enc+".>",
+			"$JS.API.DIRECT.GET.KV_"+subjects.AppliedBucket+".$KV."+subjects.AppliedBucket+"."+keys.Encode(b)+"."+enc+".>",
 		)
 	}
 	return &server.Permissions{

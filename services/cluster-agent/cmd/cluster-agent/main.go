@@ -1,5 +1,5 @@
 // Command cluster-agent runs in (or for) one member cluster: it reports heartbeats and the
-// namespace inventory to the hub's JetStream and, later, applies the cluster's desired state.
+// namespace inventory to the hub's JetStream and applies the cluster's desired state.
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -23,6 +24,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -35,6 +37,8 @@ type options struct {
 	kubeconfig        string
 	heartbeatInterval time.Duration
 	inventoryResync   time.Duration
+	desiredWorkers    int
+	desiredResync     time.Duration
 	logLevel          string
 	logDev            bool
 }
@@ -55,6 +59,8 @@ func run(args []string) error {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; in-cluster config when empty")
 	fs.DurationVar(&o.heartbeatInterval, "heartbeat-interval", agent.DefaultHeartbeatInterval, "how often to publish a heartbeat")
 	fs.DurationVar(&o.inventoryResync, "inventory-resync", agent.DefaultInventoryResync, "how often to republish the namespace inventory without changes")
+	fs.IntVar(&o.desiredWorkers, "desired-workers", desired.DefaultWorkers, "desired objects applied in parallel")
+	fs.DurationVar(&o.desiredResync, "desired-resync", desired.DefaultResyncPeriod, "how often every desired object is re-applied and prune re-run without events")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logDev, "log-dev", false, "human-readable console logs")
 	if err := fs.Parse(args); err != nil {
@@ -104,6 +110,19 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	dyn, err := dynamic.NewForConfig(kubeCfg)
+	if err != nil {
+		return fmt.Errorf("dynamic kubernetes client: %w", err)
+	}
+	applier, err := desired.New(desired.Config{
+		ClusterName:  o.cluster,
+		Workers:      o.desiredWorkers,
+		ResyncPeriod: o.desiredResync,
+	}, js, dyn, kube.Discovery(), log)
+	if err != nil {
+		return err
+	}
+	a.Add(applier)
 	return a.Run(ctx)
 }
 
