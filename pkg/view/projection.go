@@ -32,7 +32,7 @@ type Change struct {
 
 // Projection describes a view: which events feed it and how each one changes entries.
 type Projection struct {
-	// Name identifies the view; the durable consumer is view-<Name>-v<Version>.
+	// Name identifies the view in logs and dead letters (fleet.dlq.<stream>.view-<Name>).
 	Name string
 	// Version is bumped whenever Apply changes meaning: a new version rebuilds the bucket from
 	// the stream.
