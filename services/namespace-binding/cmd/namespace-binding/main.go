@@ -1,15 +1,28 @@
-// Command namespace-binding will run the namespace-binding service (see ../shared/spec). Until its issue lands it only
-// joins the stack: it connects to NATS and reports healthy and ready, so the deployment is
-// complete and checked end to end.
+// Command namespace-binding runs the project service (projects, namespace bindings, quotas and
+// the desired Namespaces and ResourceQuotas of member clusters) against a NATS cluster.
 package main
 
 import (
 	"context"
+	"flag"
 	"os"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 )
 
 func main() {
-	os.Exit(daemon.Main("namespace-binding", os.Args[1:], nil, func(context.Context, *daemon.Env) error { return nil }))
+	var cfg namespacebinding.Config
+	os.Exit(daemon.Main("namespace-binding", os.Args[1:], func(fs *flag.FlagSet) {
+		fs.DurationVar(&cfg.ClaimGrace, "claim-grace", 0, "age after which a claim whose bind never completed is released (default 2m)")
+	}, func(ctx context.Context, env *daemon.Env) error {
+		cfg.Replicas = env.Options.Replicas
+		svc, err := namespacebinding.New(ctx, env.JS, cfg, env.Log)
+		if err != nil {
+			return err
+		}
+		svc.Mount(env.Server)
+		env.Group.Go(func() error { return svc.Run(ctx) })
+		return nil
+	}))
 }

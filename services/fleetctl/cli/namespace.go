@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+)
+
+func newNamespaceCommand(f *factory) *cobra.Command {
+	cmd := newGroupCommand("namespace", "Bind namespaces of member clusters to projects, set their quotas, list idle ones")
+	cmd.Aliases = []string{"namespaces", "ns"}
+	cmd.AddCommand(
+		newNamespaceBindCommand(f),
+		newNamespaceQuotaCommand(f),
+		newNamespaceUnbindCommand(f),
+		newNamespaceListCommand(f),
+		newNamespaceIdleCommand(f),
+	)
+	return cmd
+}
+
+// target is the (project, cluster) a namespace command acts in.
+type target struct {
+	project, cluster string
+}
+
+func (t *target) add(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&t.project, "project", "p", "", "project owning the namespace (required)")
+	cmd.Flags().StringVarP(&t.cluster, "cluster", "c", "", "member cluster of the namespace (required)")
+	_ = cmd.MarkFlagRequired("project")
+	_ = cmd.MarkFlagRequired("cluster")
+}
+
+func newNamespaceBindCommand(f *factory) *cobra.Command {
+	var (
+		t    target
+		hard []string
+	)
+	cmd := &cobra.Command{
+		Use:   "bind NAMESPACE",
+		Short: "Give a namespace of a cluster to a project, with optional quota",
+		Long: "Give a namespace of a cluster to a project. The cluster's agent creates it with the\n" +
+			"project's label, or adopts an existing namespace that has no project label, and\n" +
+			"applies a ResourceQuota with the --hard limits. A namespace belongs to one project.",
+		Example: "  fleetctl namespace bind web --project team-a --cluster c1 --hard cpu=2 --hard memory=4Gi",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			limits, err := parseKeyValues("hard", hard)
+			if err != nil {
+				return err
+			}
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{
+				Project: t.project, Cluster: t.cluster, Namespace: args[0], Hard: limits}))
+			if err != nil {
+				return fmt.Errorf("bind namespace %q of cluster %q: %w", args[0], t.cluster, err)
+			}
+			return f.printer().Print(resp.Msg.GetBinding(), bindingColumns()...)
+		},
+	}
+	t.add(cmd)
+	cmd.Flags().StringArrayVar(&hard, "hard", nil, "quota limit resource=quantity, e.g. cpu=2, memory=4Gi, pods=20 (repeatable)")
+	return cmd
+}
+
+func newNamespaceQuotaCommand(f *factory) *cobra.Command {
+	var (
+		t    target
+		hard []string
+	)
+	cmd := &cobra.Command{
+		Use:   "quota NAMESPACE",
+		Short: "Replace the quota limits of a bound namespace",
+		Long: "Replace the quota limits of a bound namespace: the given --hard flags become the\n" +
+			"whole set. Pass --hard= once to remove the quota.",
+		Example: "  fleetctl namespace quota web --project team-a --cluster c1 --hard cpu=4 --hard memory=8Gi",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("hard") {
+				return errors.New("give the new limits with --hard (or --hard= to remove the quota)")
+			}
+			limits, err := parseKeyValues("hard", clearable(hard))
+			if err != nil {
+				return err
+			}
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.UpdateQuota(ctx, connect.NewRequest(&projectv1.UpdateQuotaRequest{
+				Project: t.project, Cluster: t.cluster, Namespace: args[0], Hard: limits}))
+			if err != nil {
+				return fmt.Errorf("update quota of namespace %q of cluster %q: %w", args[0], t.cluster, err)
+			}
+			return f.printer().Print(resp.Msg.GetBinding(), bindingColumns()...)
+		},
+	}
+	t.add(cmd)
+	cmd.Flags().StringArrayVar(&hard, "hard", nil, "quota limit resource=quantity (repeatable); replaces all")
+	return cmd
+}
+
+func newNamespaceUnbindCommand(f *factory) *cobra.Command {
+	var (
+		t      target
+		policy string
+	)
+	cmd := &cobra.Command{
+		Use:   "unbind NAMESPACE",
+		Short: "Release a namespace from its project",
+		Long: "Release a namespace from its project. The project's quota is removed; the namespace\n" +
+			"and its workloads stay on the cluster unless --policy delete.",
+		Example: "  fleetctl namespace unbind web --project team-a --cluster c1 --policy delete",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pol, err := parseUnbindPolicy(policy)
+			if err != nil {
+				return err
+			}
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{
+				Project: t.project, Cluster: t.cluster, Namespace: args[0], Policy: pol}))
+			if err != nil {
+				return fmt.Errorf("unbind namespace %q of cluster %q: %w", args[0], t.cluster, err)
+			}
+			return f.printer().Print(resp.Msg.GetBinding(), bindingColumns()...)
+		},
+	}
+	t.add(cmd)
+	cmd.Flags().StringVar(&policy, "policy", "keep", "what happens to the namespace on the cluster: keep or delete")
+	return cmd
+}
+
+func newNamespaceListCommand(f *factory) *cobra.Command {
+	var t target
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List namespace bindings of a project, of a cluster, or all",
+		Example: "  fleetctl namespace list --project team-a\n  fleetctl namespace list --cluster c1",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: t.project, Cluster: t.cluster}))
+			if err != nil {
+				return fmt.Errorf("list namespace bindings: %w", err)
+			}
+			return f.printer().PrintList(Messages(resp.Msg.GetBindings()), bindingColumns()...)
+		},
+	}
+	cmd.Flags().StringVarP(&t.project, "project", "p", "", "only this project's bindings")
+	cmd.Flags().StringVarP(&t.cluster, "cluster", "c", "", "only this cluster's bindings")
+	return cmd
+}
+
+func newNamespaceIdleCommand(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "idle CLUSTER",
+		Short: "List a cluster's namespaces that belong to no project",
+		Long: "List the namespaces a cluster's agent reports that belong to no project. Importing a\n" +
+			"cluster that is already in use assigns none of its namespaces; bind them explicitly.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.ListIdleNamespaces(ctx, connect.NewRequest(&projectv1.ListIdleNamespacesRequest{Cluster: args[0]}))
+			if err != nil {
+				return fmt.Errorf("list idle namespaces of cluster %q: %w", args[0], err)
+			}
+			return f.printer().PrintList(Messages(resp.Msg.GetNamespaces()),
+				Col("CLUSTER", (*projectv1.IdleNamespace).GetCluster),
+				Col("NAMESPACE", (*projectv1.IdleNamespace).GetName),
+				Col("PHASE", (*projectv1.IdleNamespace).GetPhase),
+				Col("LABELS", func(n *projectv1.IdleNamespace) string { return joinMap(n.GetLabels()) }),
+			)
+		},
+	}
+}
+
+func bindingColumns() []Column {
+	return []Column{
+		Col("PROJECT", (*projectv1.NamespaceBinding).GetProject),
+		Col("CLUSTER", (*projectv1.NamespaceBinding).GetCluster),
+		Col("NAMESPACE", (*projectv1.NamespaceBinding).GetNamespace),
+		Col("PHASE", func(b *projectv1.NamespaceBinding) string { return bindingPhase(b.GetPhase()) }),
+		Col("REASON", func(b *projectv1.NamespaceBinding) string { return orNone(b.GetReason()) }),
+		Col("HARD", func(b *projectv1.NamespaceBinding) string { return joinMap(b.GetHard()) }),
+		Col("USED", func(b *projectv1.NamespaceBinding) string { return joinMap(b.GetUsed()) }),
+	}
+}
+
+// bindingPhase renders BINDING_PHASE_AVAILABLE as Available.
+func bindingPhase(p projectv1.BindingPhase) string {
+	s := strings.ToLower(strings.TrimPrefix(p.String(), "BINDING_PHASE_"))
+	if s == "" {
+		return ""
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

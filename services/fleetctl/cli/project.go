@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+)
+
+func newProjectCommand(f *factory) *cobra.Command {
+	cmd := newGroupCommand("project", "Create, inspect and delete projects (tenants owning namespaces on member clusters)")
+	cmd.Aliases = []string{"projects"}
+	cmd.AddCommand(
+		newProjectCreateCommand(f),
+		newProjectListCommand(f),
+		newProjectGetCommand(f),
+		newProjectDeleteCommand(f),
+	)
+	return cmd
+}
+
+func newProjectCreateCommand(f *factory) *cobra.Command {
+	var (
+		displayName string
+		labels      []string
+	)
+	cmd := &cobra.Command{
+		Use:     "create NAME",
+		Short:   "Create a project",
+		Example: "  fleetctl project create team-a --display-name 'Team A' --label org=web",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &projectv1.CreateProjectRequest{Name: args[0], DisplayName: displayName}
+			var err error
+			if req.Labels, err = parseKeyValues("label", labels); err != nil {
+				return err
+			}
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.CreateProject(ctx, connect.NewRequest(req))
+			if err != nil {
+				return fmt.Errorf("create project %q: %w", req.Name, err)
+			}
+			return f.printer().Print(resp.Msg.GetProject(), projectColumns()...)
+		},
+	}
+	cmd.Flags().StringVar(&displayName, "display-name", "", "human-readable name")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	return cmd
+}
+
+func newProjectListCommand(f *factory) *cobra.Command {
+	var selector string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List projects with their namespace counts",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.ListProjects(ctx, connect.NewRequest(&projectv1.ListProjectsRequest{LabelSelector: selector}))
+			if err != nil {
+				return fmt.Errorf("list projects: %w", err)
+			}
+			return f.printer().PrintList(Messages(resp.Msg.GetProjects()), projectColumns()...)
+		},
+	}
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, Kubernetes syntax (org=web)")
+	return cmd
+}
+
+func newProjectGetCommand(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a project and its quota sums per cluster",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.GetProject(ctx, connect.NewRequest(&projectv1.GetProjectRequest{Name: args[0]}))
+			if err != nil {
+				return fmt.Errorf("get project %q: %w", args[0], err)
+			}
+			p := f.printer()
+			project := resp.Msg.GetProject()
+			if err := p.Print(project, projectColumns()...); err != nil || p.Format != formatTable {
+				return err
+			}
+			if clusters := project.GetStatus().GetClusters(); len(clusters) > 0 {
+				p.Note("")
+				return p.PrintList(Messages(clusters), clusterQuotaColumns()...)
+			}
+			return nil
+		},
+	}
+}
+
+func newProjectDeleteCommand(f *factory) *cobra.Command {
+	var (
+		force  bool
+		policy string
+	)
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a project",
+		Long: "Delete a project. It is refused while the project owns namespaces; --force unbinds\n" +
+			"them first, keeping the namespaces on their clusters unless --unbind-policy delete.",
+		Example: "  fleetctl project delete team-a --force --unbind-policy delete",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pol, err := parseUnbindPolicy(policy)
+			if err != nil {
+				return err
+			}
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.DeleteProject(ctx, connect.NewRequest(&projectv1.DeleteProjectRequest{Name: args[0], Force: force, UnbindPolicy: pol}))
+			if err != nil {
+				return fmt.Errorf("delete project %q: %w", args[0], err)
+			}
+			p := f.printer()
+			if p.Format != formatTable {
+				return p.Print(resp.Msg)
+			}
+			p.Note("project %q deleted", args[0])
+			if n := len(resp.Msg.GetUnbound()); n > 0 {
+				p.Note("%d namespace binding(s) unbound:", n)
+				return p.PrintList(Messages(resp.Msg.GetUnbound()), bindingColumns()...)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "unbind the project's namespaces first")
+	cmd.Flags().StringVar(&policy, "unbind-policy", "keep", "with --force, what happens to the namespaces on their clusters: keep or delete")
+	return cmd
+}
+
+// parseUnbindPolicy maps keep/delete to the API's policy.
+func parseUnbindPolicy(s string) (projectv1.UnbindPolicy, error) {
+	switch strings.ToLower(s) {
+	case "", "keep":
+		return projectv1.UnbindPolicy_UNBIND_POLICY_KEEP, nil
+	case "delete":
+		return projectv1.UnbindPolicy_UNBIND_POLICY_DELETE, nil
+	}
+	return 0, fmt.Errorf("unbind policy %q: want keep or delete", s)
+}
+
+func projectColumns() []Column {
+	return []Column{
+		Col("NAME", (*projectv1.Project).GetName),
+		Col("DISPLAY NAME", func(p *projectv1.Project) string { return orNone(p.GetDisplayName()) }),
+		Col("NAMESPACES", func(p *projectv1.Project) string { return fmt.Sprint(p.GetStatus().GetNamespaceCount()) }),
+		Col("AVAILABLE", func(p *projectv1.Project) string { return fmt.Sprint(p.GetStatus().GetAvailableCount()) }),
+		Col("PENDING", func(p *projectv1.Project) string { return fmt.Sprint(p.GetStatus().GetPendingCount()) }),
+		Col("FAILED", func(p *projectv1.Project) string { return fmt.Sprint(p.GetStatus().GetFailedCount()) }),
+		Col("LABELS", func(p *projectv1.Project) string { return joinMap(p.GetLabels()) }),
+	}
+}
+
+func clusterQuotaColumns() []Column {
+	return []Column{
+		Col("CLUSTER", (*projectv1.ClusterQuotaStatus).GetCluster),
+		Col("NAMESPACES", func(c *projectv1.ClusterQuotaStatus) string { return fmt.Sprint(c.GetNamespaceCount()) }),
+		Col("HARD", func(c *projectv1.ClusterQuotaStatus) string { return joinMap(c.GetHard()) }),
+		Col("USED", func(c *projectv1.ClusterQuotaStatus) string { return joinMap(c.GetUsed()) }),
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}

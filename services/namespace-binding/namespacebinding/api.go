@@ -1,0 +1,593 @@
+package namespacebinding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+)
+
+const (
+	// viewWait bounds how long a write waits to see itself in the views before answering.
+	viewWait = 10 * time.Second
+	// bindTimeout bounds a bind from its claim to its event; Config.ClaimGrace must exceed it,
+	// so the repair loop never releases the claim of a bind still in flight.
+	bindTimeout = 30 * time.Second
+	// maxAttempts bounds the retries of a command that lost an optimistic-concurrency race.
+	maxAttempts = 10
+)
+
+// errUnchanged makes a command a no-op: the state already is what was asked.
+var errUnchanged = errors.New("unchanged")
+
+func (s *Service) waitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+	case <-time.After(viewWait):
+	}
+	return connect.NewError(connect.CodeUnavailable, errors.New("namespace-binding is starting"))
+}
+
+func (s *Service) CreateProject(ctx context.Context, req *connect.Request[projectv1.CreateProjectRequest]) (*connect.Response[projectv1.CreateProjectResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	validateProjectMeta(&v, m.DisplayName, m.Labels)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.projects.Get(projectKey(m.Name)); ok {
+		return nil, apierr.AlreadyExists("project", m.Name)
+	}
+	// A name is free when its subject is empty or ends with the project's deletion. Reading the
+	// stream rather than the view keeps a lagging view from letting a second creation through;
+	// the expectation makes concurrent creations race for one append.
+	subject := ProjectSubject(m.Name)
+	var last uint64
+	msg, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return nil, apierr.Internal(fmt.Errorf("read project %s: %w", m.Name, err))
+	default:
+		ev, err := events.Decode(msg.Data)
+		if err != nil {
+			return nil, apierr.Internal(fmt.Errorf("read project %s: %w", m.Name, err))
+		}
+		if _, deleted := ev.Payload.(*projectv1.ProjectDeleted); !deleted {
+			return nil, apierr.AlreadyExists("project", m.Name)
+		}
+		last = msg.Sequence
+	}
+	seq, err := s.store.Append(ctx, subject, m.Name, events.At(last), &projectv1.ProjectCreated{Name: m.Name, DisplayName: m.DisplayName, Labels: m.Labels})
+	if events.IsConflict(err) {
+		return nil, apierr.AlreadyExists("project", m.Name)
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, seq) }); err != nil {
+		return nil, err
+	}
+	p, ok := s.projects.Get(projectKey(m.Name))
+	if !ok {
+		return nil, apierr.Internal(fmt.Errorf("project %s vanished after creation", m.Name))
+	}
+	s.log.Info("project created", zap.String("project", m.Name), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&projectv1.CreateProjectResponse{Project: s.presentProject(p.Val)}), nil
+}
+
+func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[projectv1.DeleteProjectRequest]) (*connect.Response[projectv1.DeleteProjectResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	validatePolicy(&v, "unbind_policy", m.UnbindPolicy)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	res := &projectv1.DeleteProjectResponse{}
+	// A bind may race in between the unbinds and the deletion; the deletion's expectation then
+	// fails and the next round unbinds it too.
+	for round := 0; ; round++ {
+		if m.Force {
+			for _, b := range s.activeBindings(m.Name) {
+				ub, err := s.unbind(ctx, m.Name, b.Cluster, b.Namespace, m.UnbindPolicy)
+				if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+					return nil, err
+				}
+				if ub != nil {
+					res.Unbound = append(res.Unbound, ub)
+				}
+			}
+		}
+		seq, err := s.appendProject(ctx, m.Name, func(*projectv1.Project) (proto.Message, error) {
+			if owned := s.activeBindings(m.Name); len(owned) > 0 {
+				return nil, errOwnsNamespaces(m.Name, owned)
+			}
+			return &projectv1.ProjectDeleted{Name: m.Name}, nil
+		})
+		if err != nil {
+			if m.Force && round < 3 && connect.CodeOf(err) == connect.CodeFailedPrecondition {
+				continue
+			}
+			return nil, err
+		}
+		if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, seq) }); err != nil {
+			return nil, err
+		}
+		s.log.Info("project deleted", zap.String("project", m.Name), zap.Int("unbound", len(res.Unbound)), zap.String("actor", events.ActorFrom(ctx)))
+		return connect.NewResponse(res), nil
+	}
+}
+
+func errOwnsNamespaces(project string, owned []*projectv1.NamespaceBinding) error {
+	const show = 5
+	names := make([]string, 0, show)
+	for i, b := range owned {
+		if i == show {
+			names = append(names, "…")
+			break
+		}
+		names = append(names, b.Cluster+"/"+b.Namespace)
+	}
+	return apierr.FailedPrecondition("project %q still owns %d namespace(s) (%s): unbind them first, or delete with force",
+		project, len(owned), strings.Join(names, ", "))
+}
+
+// activeBindings returns the bindings project owns (not Terminating).
+func (s *Service) activeBindings(project string) []*projectv1.NamespaceBinding {
+	var out []*projectv1.NamespaceBinding
+	for _, it := range s.bindings.Lookup(byProject(project)) {
+		if it.Val.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+			out = append(out, it.Val)
+		}
+	}
+	return out
+}
+
+func (s *Service) GetProject(ctx context.Context, req *connect.Request[projectv1.GetProjectRequest]) (*connect.Response[projectv1.GetProjectResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("name", req.Msg.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	p, ok := s.projects.Get(projectKey(req.Msg.Name))
+	if !ok {
+		return nil, apierr.NotFound("project", req.Msg.Name)
+	}
+	return connect.NewResponse(&projectv1.GetProjectResponse{Project: s.presentProject(p.Val)}), nil
+}
+
+func (s *Service) ListProjects(ctx context.Context, req *connect.Request[projectv1.ListProjectsRequest]) (*connect.Response[projectv1.ListProjectsResponse], error) {
+	sel, err := parseSelector(req.Msg.LabelSelector)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	res := &projectv1.ListProjectsResponse{}
+	for _, it := range s.projects.List(func(_ string, p *projectv1.Project) bool { return sel.Matches(labels.Set(p.Labels)) }) {
+		res.Projects = append(res.Projects, s.presentProject(it.Val))
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projectv1.BindNamespaceRequest]) (*connect.Response[projectv1.BindNamespaceResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
+	validateHard(&v, "hard", m.Hard)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {
+		return nil, apierr.NotFound("project", m.Project)
+	}
+	if _, ok := s.clusters.Get(keys.Encode(m.Cluster)); !ok {
+		return nil, apierr.NotFound("cluster", m.Cluster)
+	}
+	key := bindingKey(m.Cluster, m.Namespace)
+	if err := s.bindable(key, m.Project); err != nil {
+		return nil, err
+	}
+	hard := canonicalHard(m.Hard)
+	id := uuid.NewString()
+	// Claim first, then append: the claim is what makes the (cluster, namespace) belong to one
+	// project across replicas, and the event carries the claim's binding id. A crash between
+	// the two leaves a claim without a binding, which the repair loop releases after
+	// ClaimGrace; bindTimeout keeps this call well inside that.
+	bctx, cancel := context.WithTimeout(ctx, bindTimeout)
+	defer cancel()
+	claimRev, err := s.claim(bctx, key, m.Project, id)
+	if err != nil {
+		return nil, err
+	}
+	// Judge again now that the claim is ours: a binding whose claim was lost (and not yet
+	// restored by the repair loop) must not be replaced.
+	if err := s.bindable(key, m.Project); err != nil {
+		s.dropClaim(key, id, claimRev)
+		return nil, err
+	}
+	seq, err := s.appendProject(bctx, m.Project, func(*projectv1.Project) (proto.Message, error) {
+		return &projectv1.NamespaceBound{BindingId: id, Project: m.Project, Cluster: m.Cluster, Namespace: m.Namespace, Hard: hard}, nil
+	})
+	if err != nil {
+		// Release only when the event was certainly not appended: a refusal or a lost race.
+		// After a timeout it may have landed; the repair loop decides from the view.
+		if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeAborted || c == connect.CodeFailedPrecondition {
+			s.dropClaim(key, id, claimRev)
+		}
+		return nil, err
+	}
+	b, err := s.awaitBinding(ctx, key, id, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("namespace bound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&projectv1.BindNamespaceResponse{Binding: b}), nil
+}
+
+// bindable refuses a (cluster, namespace) that a binding still holds: an active one of any
+// project, or one of another project still being unbound. The agent must carry out the old
+// project's tombstone first (release its label, or delete the namespace) or it would find the
+// namespace labelled for the old project and refuse the new one (OwnedByOther); while the
+// cluster is unreachable that waits. The project that unbound it may bind it again at once.
+func (s *Service) bindable(key, project string) error {
+	b, ok := s.bindings.Get(key)
+	switch {
+	case !ok:
+		return nil
+	case b.Val.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING:
+		return errBound(b.Val)
+	case b.Val.Project != project:
+		return apierr.FailedPrecondition("namespace %q on cluster %q is still being released from project %q: its agent has not confirmed yet",
+			b.Val.Namespace, b.Val.Cluster, b.Val.Project)
+	}
+	return nil
+}
+
+func errBound(b *projectv1.NamespaceBinding) error {
+	return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("namespace %q on cluster %q is already bound to project %q", b.Namespace, b.Cluster, b.Project))
+}
+
+func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv1.UpdateQuotaRequest]) (*connect.Response[projectv1.UpdateQuotaResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
+	validateHard(&v, "hard", m.Hard)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	key := bindingKey(m.Cluster, m.Namespace)
+	hard := canonicalHard(m.Hard)
+	var id string
+	seq, err := s.appendProject(ctx, m.Project, func(*projectv1.Project) (proto.Message, error) {
+		b, err := s.ownedBinding(m.Project, m.Cluster, m.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+			return nil, apierr.FailedPrecondition("namespace %q on cluster %q is being unbound", m.Namespace, m.Cluster)
+		}
+		id = b.Id
+		if proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: hard}) {
+			return nil, errUnchanged
+		}
+		return &projectv1.NamespaceQuotaUpdated{BindingId: b.Id, Project: m.Project, Cluster: m.Cluster, Namespace: m.Namespace, Hard: hard}, nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return nil, err
+	}
+	b, err := s.awaitBinding(ctx, key, id, seq)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&projectv1.UpdateQuotaResponse{Binding: b}), nil
+}
+
+func (s *Service) UnbindNamespace(ctx context.Context, req *connect.Request[projectv1.UnbindNamespaceRequest]) (*connect.Response[projectv1.UnbindNamespaceResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
+	validatePolicy(&v, "policy", m.Policy)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	b, err := s.unbind(ctx, m.Project, m.Cluster, m.Namespace, m.Policy)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("namespace unbound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace),
+		zap.Stringer("policy", b.UnbindPolicy), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&projectv1.UnbindNamespaceResponse{Binding: b}), nil
+}
+
+// unbind appends the unbinding of project's namespace and then releases its claim. Unbinding a
+// Terminating binding again only changes its policy.
+func (s *Service) unbind(ctx context.Context, project, cluster, namespace string, policy projectv1.UnbindPolicy) (*projectv1.NamespaceBinding, error) {
+	if policy == projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
+		policy = projectv1.UnbindPolicy_UNBIND_POLICY_KEEP
+	}
+	key := bindingKey(cluster, namespace)
+	var id string
+	seq, err := s.appendProject(ctx, project, func(*projectv1.Project) (proto.Message, error) {
+		b, err := s.ownedBinding(project, cluster, namespace)
+		if err != nil {
+			return nil, err
+		}
+		id = b.Id
+		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING && b.UnbindPolicy == policy {
+			return nil, errUnchanged
+		}
+		return &projectv1.NamespaceUnbinding{BindingId: b.Id, Project: project, Cluster: cluster, Namespace: namespace,
+			Policy: policy, DeleteQuota: len(b.Hard) > 0}, nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return nil, err
+	}
+	b, err := s.awaitBinding(ctx, key, id, seq)
+	if err != nil {
+		return nil, err
+	}
+	// The event is the truth; the claim goes after it. If this fails (or the process dies
+	// here) the repair loop releases the claim of a Terminating binding.
+	if c, ok := s.claims.Get(key); ok && c.Val.BindingId == id {
+		s.dropClaim(key, id, c.Rev)
+	}
+	return b, nil
+}
+
+// ownedBinding returns the binding of (cluster, namespace) if project owns it (Terminating
+// included), else NotFound naming what was asked.
+func (s *Service) ownedBinding(project, cluster, namespace string) (*projectv1.NamespaceBinding, error) {
+	b, ok := s.bindings.Get(bindingKey(cluster, namespace))
+	if !ok || b.Val.Project != project {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("namespace: %q on cluster %q is not bound to project %q", namespace, cluster, project))
+	}
+	return b.Val, nil
+}
+
+func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Request[projectv1.ListNamespaceBindingsRequest]) (*connect.Response[projectv1.ListNamespaceBindingsResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	if m.Project != "" {
+		v.DNSLabel("project", m.Project)
+	}
+	if m.Cluster != "" {
+		v.DNSLabel("cluster", m.Cluster)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	var list []item[*projectv1.NamespaceBinding]
+	switch {
+	case m.Project != "":
+		if _, ok := s.projects.Get(projectKey(m.Project)); !ok && s.bindings.Count(byProject(m.Project)) == 0 {
+			return nil, apierr.NotFound("project", m.Project)
+		}
+		list = s.bindings.Lookup(byProject(m.Project))
+	case m.Cluster != "":
+		list = s.bindings.Lookup(byCluster(m.Cluster))
+	default:
+		list = s.bindings.List(nil)
+	}
+	if m.Cluster != "" && len(list) == 0 {
+		if _, ok := s.clusters.Get(keys.Encode(m.Cluster)); !ok {
+			return nil, apierr.NotFound("cluster", m.Cluster)
+		}
+	}
+	res := &projectv1.ListNamespaceBindingsResponse{}
+	for _, it := range list {
+		if m.Cluster != "" && it.Val.Cluster != m.Cluster {
+			continue
+		}
+		res.Bindings = append(res.Bindings, s.present(it.Val))
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *Service) ListIdleNamespaces(ctx context.Context, req *connect.Request[projectv1.ListIdleNamespacesRequest]) (*connect.Response[projectv1.ListIdleNamespacesResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("cluster", req.Msg.Cluster)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	cluster := req.Msg.Cluster
+	if _, ok := s.clusters.Get(keys.Encode(cluster)); !ok {
+		return nil, apierr.NotFound("cluster", cluster)
+	}
+	// Not idle: claimed, or held by a binding (one whose claim the repair loop has yet to
+	// restore, or one still being released from its project).
+	owned := map[string]bool{}
+	for _, key := range s.claims.Keys(byCluster(cluster)) {
+		owned[key] = true
+	}
+	for _, b := range s.bindings.Lookup(byCluster(cluster)) {
+		owned[bindingKey(cluster, b.Val.Namespace)] = true
+	}
+	res := &projectv1.ListIdleNamespacesResponse{}
+	if inv, ok := s.inventory.Get(keys.Encode(cluster)); ok {
+		for _, ns := range inv.Namespaces {
+			if owned[bindingKey(cluster, ns.Name)] {
+				continue
+			}
+			res.Namespaces = append(res.Namespaces, &projectv1.IdleNamespace{Cluster: cluster, Name: ns.Name, Labels: ns.Labels, Phase: ns.Phase})
+		}
+	}
+	return connect.NewResponse(res), nil
+}
+
+// appendProject appends the event build returns to project's subject, expecting the project's
+// revision: the project exists and nothing happened to it since build decided. build sees the
+// bindings as of that revision. A lost race is retried on fresh state.
+func (s *Service) appendProject(ctx context.Context, project string, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		p, ok := s.projects.Get(projectKey(project))
+		if !ok {
+			return 0, apierr.NotFound("project", project)
+		}
+		rev := p.Val.Revision
+		if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, rev) }); err != nil {
+			return 0, err
+		}
+		msg, err := build(p.Val)
+		if err != nil {
+			return 0, err
+		}
+		seq, err := s.store.Append(ctx, ProjectSubject(project), project, events.At(rev), msg)
+		if err == nil {
+			return seq, nil
+		}
+		if !events.IsConflict(err) || attempt == maxAttempts {
+			return 0, apierr.Internal(err)
+		}
+		// Another command on the project won; decide again once the view shows it.
+		wctx, cancel := context.WithTimeout(ctx, viewWait)
+		_ = s.projects.WaitFor(wctx, projectKey(project), func(it item[*projectv1.Project], ok bool) bool {
+			return !ok || it.Val.Revision != rev
+		})
+		cancel()
+	}
+}
+
+// awaitBinding waits until the bindings view has applied seq (0: already there) and returns
+// binding id at key as presented.
+func (s *Service) awaitBinding(ctx context.Context, key, id string, seq uint64) (*projectv1.NamespaceBinding, error) {
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, seq) }); err != nil {
+		return nil, err
+	}
+	b, ok := s.bindings.Get(key)
+	if !ok || b.Val.Id != id {
+		return nil, connect.NewError(connect.CodeAborted, errors.New("the binding changed concurrently; read it again"))
+	}
+	return s.present(b.Val), nil
+}
+
+func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, viewWait)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("change accepted but not yet visible: %w", err))
+	}
+	return nil
+}
+
+// claim takes (cluster, namespace) at key for project's binding id and returns the claim's KV
+// revision. A claim left by a bind that never completed is taken over.
+func (s *Service) claim(ctx context.Context, key, project, id string) (uint64, error) {
+	data, err := proto.Marshal(&projectv1.Claim{Project: project, BindingId: id, CreateTime: timestamppb.New(s.now())})
+	if err != nil {
+		return 0, apierr.Internal(fmt.Errorf("marshal claim: %w", err))
+	}
+	for attempt := 0; ; attempt++ {
+		rev, err := s.claimsKV.Create(ctx, key, data)
+		if err == nil {
+			return rev, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || attempt == maxAttempts {
+			return 0, apierr.Internal(fmt.Errorf("claim %s: %w", key, err))
+		}
+		e, err := s.claimsKV.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return 0, apierr.Internal(fmt.Errorf("read claim %s: %w", key, err))
+		}
+		cur := &projectv1.Claim{}
+		if err := proto.Unmarshal(e.Value(), cur); err != nil {
+			return 0, apierr.Internal(fmt.Errorf("decode claim %s: %w", key, err))
+		}
+		if !s.orphan(key, cur) {
+			cluster, namespace := splitBindingKey(key)
+			return 0, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("namespace %q on cluster %q is already bound to project %q", namespace, cluster, cur.Project))
+		}
+		rev, err = s.claimsKV.Update(ctx, key, data, e.Revision())
+		if err == nil {
+			s.log.Info("took over an orphan claim", zap.String("key", key), zap.String("from_project", cur.Project), zap.String("binding", cur.BindingId))
+			return rev, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return 0, apierr.Internal(fmt.Errorf("take over claim %s: %w", key, err))
+		}
+	}
+}
+
+// orphan reports whether claim c at key no longer protects a binding: its binding was
+// unbound, or never appeared although the claim is older than ClaimGrace (its bind crashed
+// between claim and event).
+func (s *Service) orphan(key string, c *projectv1.Claim) bool {
+	if b, ok := s.bindings.Get(key); ok && b.Val.Id == c.BindingId {
+		return b.Val.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING
+	}
+	return s.now().Sub(c.CreateTime.AsTime()) > s.cfg.ClaimGrace
+}
+
+// dropClaim deletes the claim at key if it is still binding id's (compare-and-delete on its
+// revision), detached from the caller's context: a cancelled call must not leave it behind.
+func (s *Service) dropClaim(key, id string, rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.claimsKV.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		s.log.Warn("release claim; the repair loop will", zap.String("key", key), zap.String("binding", id), zap.Error(err))
+	}
+}
+
+func splitBindingKey(key string) (cluster, namespace string) {
+	parts, err := keys.Split(key)
+	if err != nil || len(parts) != 2 {
+		return "", ""
+	}
+	return parts[0], parts[1]
+}
+
+func parseSelector(s string) (labels.Selector, error) {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		var v apierr.Violations
+		v.Add("label_selector", "%v", err)
+		return nil, v.Err()
+	}
+	return sel, nil
+}

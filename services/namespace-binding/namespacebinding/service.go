@@ -1,0 +1,288 @@
+// Package namespacebinding is the project service: projects, the namespaces they own on member
+// clusters (bindings, claimed atomically per (cluster, namespace)), their quotas, and the
+// desired Namespace and ResourceQuota objects the clusters' agents apply.
+//
+// See docs/namespaces.md for the design: events, views, the claim protocol and its repair, and
+// how binding phases and project sums are derived from what agents report.
+package namespacebinding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Config tunes the service.
+type Config struct {
+	// Replicas of streams and buckets (1 single node, 3 production).
+	Replicas int
+	// ClaimGrace is how old a claim whose binding never appeared must be before the repair
+	// loop releases it. It must exceed the longest a BindNamespace call can take between its
+	// claim and its event (bindTimeout).
+	ClaimGrace time.Duration
+	// RepairInterval is how often claims are reconciled with the bindings view.
+	RepairInterval time.Duration
+	// ReleaseInterval is how often Terminating bindings are checked for the agent's
+	// confirmation (it is also checked on every change).
+	ReleaseInterval time.Duration
+	// StatusResync is how often every binding's recorded phase is compared with the live one
+	// (it is also compared on every change).
+	StatusResync time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.ClaimGrace == 0 {
+		c.ClaimGrace = 2 * time.Minute
+	}
+	if c.RepairInterval == 0 {
+		c.RepairInterval = 30 * time.Second
+	}
+	if c.ReleaseInterval == 0 {
+		c.ReleaseInterval = 5 * time.Second
+	}
+	if c.StatusResync == 0 {
+		c.StatusResync = time.Minute
+	}
+}
+
+const actor = "system:namespace-binding"
+
+// Topology is every stream and bucket namespace-binding owns, plus the agents' status bucket
+// it needs to exist (created if missing: agents write it, any desired-state owner may create it).
+func Topology() topology.Topology {
+	return topology.Merge(topology.DeadLetter(), topology.Topology{
+		Streams: []jetstream.StreamConfig{
+			topology.EventStream(Stream, "Projects, namespace bindings and quotas.", SubjectPrefix+".>"),
+		},
+		Buckets: []jetstream.KeyValueConfig{
+			bucketConfig(ClaimsBucket, "Which project owns each (cluster, namespace)."),
+		},
+	})
+}
+
+// Service implements projectv1connect.ProjectServiceHandler.
+type Service struct {
+	projectv1connect.UnimplementedProjectServiceHandler
+
+	cfg    Config
+	js     jetstream.JetStream
+	log    *zap.Logger
+	store  *events.Store
+	stream jetstream.Stream
+
+	projectsView *view.Engine
+	bindingsView *view.Engine
+	desiredView  *view.Engine
+
+	projects  *mirror[*projectv1.Project]
+	bindings  *mirror[*projectv1.NamespaceBinding]
+	claims    *mirror[*projectv1.Claim]
+	desired   *mirror[*desiredv1.DesiredObject]
+	applied   *mirror[*desiredv1.AppliedStatus]
+	clusters  *view.Cache[*clusterv1.Cluster]
+	inventory *view.Cache[*clusterv1.NamespaceInventory]
+	claimsKV  jetstream.KeyValue
+
+	ready chan struct{}
+	now   func() time.Time
+}
+
+// New ensures the service's streams and buckets and builds it; Run starts it.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Service, error) {
+	cfg.defaults()
+	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+		return nil, err
+	}
+	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor),
+		ready: make(chan struct{}), now: time.Now}
+	var err error
+	if s.stream, err = js.Stream(ctx, Stream); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", Stream, err)
+	}
+	for _, e := range []struct {
+		dst *(*view.Engine)
+		p   view.Projection
+	}{{&s.projectsView, projectsProjection()}, {&s.bindingsView, bindingsProjection()}, {&s.desiredView, desiredProjection()}} {
+		if *e.dst, err = view.NewEngine(js, e.p, s.log, view.WithReplicas(cfg.Replicas)); err != nil {
+			return nil, err
+		}
+	}
+	if s.claimsKV, err = js.KeyValue(ctx, ClaimsBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", ClaimsBucket, err)
+	}
+	s.claims = newMirror(s.claimsKV, ">", func() *projectv1.Claim { return &projectv1.Claim{} }, claimIndex, s.log)
+	return s, nil
+}
+
+// ensureAppliedBucket creates the agents' status bucket unless it exists; an existing one is
+// left as its creator configured it.
+func ensureAppliedBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	cfg := bucketConfig(subjects.AppliedBucket, "What agents applied, per desired key (<bucket>.<cluster>.<kind>.<ns>.<name>).")
+	cfg.Replicas = replicas
+	if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		return fmt.Errorf("ensure bucket %s: %w", subjects.AppliedBucket, err)
+	}
+	return nil
+}
+
+// Index terms of the bindings and claims mirrors.
+func byProject(p string) string { return "p\x00" + p }
+func byCluster(c string) string { return "c\x00" + c }
+
+const terminatingTerm = "terminating"
+
+func bindingIndex(_ string, b *projectv1.NamespaceBinding) []string {
+	terms := []string{byProject(b.Project), byCluster(b.Cluster)}
+	if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+		terms = append(terms, terminatingTerm)
+	}
+	return terms
+}
+
+func claimIndex(key string, c *projectv1.Claim) []string {
+	// The key holds the cluster; the claim value only the project.
+	return []string{byCluster(clusterOfKey(key)), byProject(c.Project)}
+}
+
+// Ready is closed when the views have caught up and the API answers from current state.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Mount registers the API and readiness on srv.
+func (s *Service) Mount(srv *server.Server) {
+	srv.Handle(projectv1connect.NewProjectServiceHandler(s, srv.HandlerOptions()...))
+	srv.ReadyWhen("namespace-binding", s.ready)
+}
+
+// Run runs the projections, mirrors, the claim repair, the release of unbound namespaces and
+// the recording of binding phases until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView}
+	for _, e := range engines {
+		g.Go(func() error { return e.Run(ctx) })
+	}
+	g.Go(func() error { return s.claims.Run(ctx) })
+	g.Go(func() error {
+		// The mirrors open the view buckets, which the engines create on start.
+		for _, e := range engines {
+			if !wait(ctx, e.Ready()) {
+				return nil
+			}
+		}
+		if err := s.openMirrors(ctx); err != nil {
+			return err
+		}
+		g.Go(func() error { return s.projects.Run(ctx) })
+		g.Go(func() error { return s.bindings.Run(ctx) })
+		g.Go(func() error { return s.desired.Run(ctx) })
+		g.Go(func() error { return s.applied.Run(ctx) })
+		g.Go(func() error { return s.clusters.Run(ctx) })
+		g.Go(func() error { return s.inventory.Run(ctx) })
+		for _, ch := range []<-chan struct{}{s.projects.Ready(), s.bindings.Ready(), s.desired.Ready(), s.applied.Ready(),
+			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready()} {
+			if !wait(ctx, ch) {
+				return nil
+			}
+		}
+		close(s.ready)
+		g.Go(func() error { return s.runRepair(ctx) })
+		g.Go(func() error { return s.runRelease(ctx) })
+		g.Go(func() error { return s.runStatus(ctx) })
+		return nil
+	})
+	return g.Wait()
+}
+
+func (s *Service) openMirrors(ctx context.Context) error {
+	open := func(name string) (jetstream.KeyValue, error) {
+		kv, err := s.js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", name, err)
+		}
+		return kv, nil
+	}
+	projectsKV, err := open(ProjectsBucket)
+	if err != nil {
+		return err
+	}
+	bindingsKV, err := open(BindingsBucket)
+	if err != nil {
+		return err
+	}
+	desiredKV, err := open(subjects.DesiredNamespacesBucket)
+	if err != nil {
+		return err
+	}
+	appliedKV, err := open(subjects.AppliedBucket)
+	if err != nil {
+		return err
+	}
+	s.projects = newMirror(projectsKV, ">", func() *projectv1.Project { return &projectv1.Project{} }, nil, s.log)
+	s.bindings = newMirror(bindingsKV, ">", func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, bindingIndex, s.log)
+	s.desired = newMirror(desiredKV, ">", func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, nil, s.log)
+	// Only this service's statuses: the bucket also holds every other desired bucket's.
+	s.applied = newMirror(appliedKV, subjects.DesiredNamespacesBucket+".>", func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, nil, s.log)
+	// The registry and inventory are cluster-import's; a standalone deployment may start first.
+	clustersKV, err := waitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
+	if err != nil {
+		return err
+	}
+	inventoryKV, err := waitBucket(ctx, s.js, subjects.ClusterInventoryBucket, s.log)
+	if err != nil {
+		return err
+	}
+	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log)
+	return nil
+}
+
+// waitBucket opens a bucket another service owns, waiting for it to be created.
+func waitBucket(ctx context.Context, js jetstream.JetStream, name string, log *zap.Logger) (jetstream.KeyValue, error) {
+	for attempt := 0; ; attempt++ {
+		kv, err := js.KeyValue(ctx, name)
+		if err == nil {
+			return kv, nil
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("bucket %s: %w", name, err)
+		}
+		if attempt == 10 {
+			log.Warn("waiting for a bucket another service creates", zap.String("bucket", name))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func wait(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
