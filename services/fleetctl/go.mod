@@ -6,6 +6,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	github.com/fleetstream/fleetstream/pkg v0.0.0
 	github.com/fleetstream/fleetstream/services/cluster-import v0.0.0
+	github.com/fleetstream/fleetstream/services/namespace-binding v0.0.0
 	github.com/spf13/cobra v1.10.2
 	google.golang.org/protobuf v1.36.12
 	sigs.k8s.io/yaml v1.6.0
@@ -80,3 +81,6 @@ replace github.com/fleetstream/fleetstream/pkg => ../../pkg
 
 // The end-to-end tests run the real cluster registry; the binary does not depend on it.
 replace github.com/fleetstream/fleetstream/services/cluster-import => ../cluster-import
+
+// So do the project and namespace tests with the real namespace-binding.
+replace github.com/fleetstream/fleetstream/services/namespace-binding => ../namespace-binding

@@ -49,7 +49,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/spf13/pflag v1.0.6 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
@@ -62,11 +62,10 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.12.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/client-go v0.34.4 // indirect
+	k8s.io/component-helpers v0.34.4 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
@@ -81,8 +80,16 @@ replace github.com/fleetstream/fleetstream/services/cluster-import => ../cluster
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/fleetstream/fleetstream/services/cluster-agent v0.0.0
+	github.com/fleetstream/fleetstream/services/namespace-binding v0.0.0
+	github.com/fleetstream/fleetstream/services/rbac-sync v0.0.0
+	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.34.4
 	k8s.io/apimachinery v0.34.4
+	k8s.io/client-go v0.34.4
 )
 
 replace github.com/fleetstream/fleetstream/services/cluster-agent => ../cluster-agent
+
+replace github.com/fleetstream/fleetstream/services/rbac-sync => ../rbac-sync
+
+replace github.com/fleetstream/fleetstream/services/namespace-binding => ../namespace-binding

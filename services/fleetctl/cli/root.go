@@ -48,6 +48,11 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	f.addFlags(root)
 
 	root.AddCommand(newClusterCommand(f))
+	root.AddCommand(newProjectCommand(f))
+	root.AddCommand(newNamespaceCommand(f))
+	root.AddCommand(newRoleCommand(f))
+	root.AddCommand(newMemberCommand(f))
+	root.AddCommand(newAccessCommand(f))
 	return root
 }
 

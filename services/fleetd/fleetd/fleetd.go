@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -23,6 +24,8 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
+	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
 
 // Config is fleetd's configuration.
@@ -34,6 +37,11 @@ type Config struct {
 	// NATSListen is host:port where agents reach the embedded NATS server.
 	NATSListen    string
 	ClusterImport clusterimport.Config
+	// NamespaceBinding configures the project service.
+	NamespaceBinding namespacebinding.Config
+	// RBAC configures rbac-sync; with --insecure-dev every caller is "anonymous", who is then
+	// made a platform admin so the laptop setup can manage role templates.
+	RBAC rbacsync.Config
 }
 
 // Instance is a running fleetd.
@@ -42,11 +50,15 @@ type Instance struct {
 	Conn          *nats.Conn
 	JS            jetstream.JetStream
 	ClusterImport *clusterimport.Service
+	// NamespaceBinding is the project service (projects, namespace bindings, quotas).
+	NamespaceBinding *namespacebinding.Service
+	RBAC             *rbacsync.Service
 	// Addr is where the HTTP listener listens.
 	Addr string
 
 	cancel        context.CancelFunc
 	group         *errgroup.Group
+	ready         <-chan struct{}
 	clusterImport atomic.Pointer[clusterimport.Service]
 }
 
@@ -124,13 +136,42 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	inst.clusterImport.Store(inst.ClusterImport)
 	inst.ClusterImport.Mount(srv)
 	g.Go(func() error { return inst.ClusterImport.Run(ctx) })
+	if inst.NamespaceBinding, err = namespacebinding.New(ctx, inst.JS, cfg.NamespaceBinding, log); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	inst.NamespaceBinding.Mount(srv)
+	g.Go(func() error { return inst.NamespaceBinding.Run(ctx) })
+	rbacCfg := cfg.RBAC
+	if cfg.Server.InsecureDev {
+		rbacCfg.PlatformAdmins = append(slices.Clone(rbacCfg.PlatformAdmins), "anonymous")
+	}
+	if inst.RBAC, err = rbacsync.New(ctx, inst.JS, rbacCfg, log); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	inst.RBAC.Mount(srv)
+	g.Go(func() error { return inst.RBAC.Run(ctx) })
+	inst.ready = allClosed(inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready())
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })
 	ok = true
 	return inst, nil
 }
 
 // Ready is closed when every service answers from current state.
-func (i *Instance) Ready() <-chan struct{} { return i.ClusterImport.Ready() }
+func (i *Instance) Ready() <-chan struct{} { return i.ready }
+
+// allClosed returns a channel closed once every one of chs is.
+func allClosed(chs ...<-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		for _, ch := range chs {
+			<-ch
+		}
+		close(out)
+	}()
+	return out
+}
 
 // Wait blocks until the instance stops and returns the first error that stopped it.
 func (i *Instance) Wait() error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -28,12 +29,19 @@ func run(args []string) int {
 	fs.BoolVar(&cfg.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
 	fs.DurationVar(&cfg.ClusterImport.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
+	var admins string
+	fs.StringVar(&admins, "platform-admins", os.Getenv("FLEETSTREAM_PLATFORM_ADMINS"), "comma-separated API users (as the token file names them) who manage role templates and may grant any role")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	for _, a := range strings.Split(admins, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cfg.RBAC.PlatformAdmins = append(cfg.RBAC.PlatformAdmins, a)
+		}
 	}
 	log, err := logging.New(logLevel, true)
 	if err != nil {

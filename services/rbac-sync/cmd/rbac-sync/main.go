@@ -1,15 +1,42 @@
-// Command rbac-sync will run the rbac-sync service (see ../shared/spec). Until its issue lands it only
-// joins the stack: it connects to NATS and reports healthy and ready, so the deployment is
-// complete and checked end to end.
+// Command rbac-sync runs the role template and project role binding service against a NATS
+// cluster: the RBACService API and the fan-out of desired ClusterRoles and RoleBindings.
 package main
 
 import (
 	"context"
+	"flag"
 	"os"
+	"strings"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
 
 func main() {
-	os.Exit(daemon.Main("rbac-sync", os.Args[1:], nil, func(context.Context, *daemon.Env) error { return nil }))
+	var cfg rbacsync.Config
+	var admins string
+	os.Exit(daemon.Main("rbac-sync", os.Args[1:], func(fs *flag.FlagSet) {
+		fs.StringVar(&admins, "platform-admins", os.Getenv("FLEETSTREAM_PLATFORM_ADMINS"),
+			"comma-separated API users (as the token file names them) who manage role templates and may grant any role")
+	}, func(ctx context.Context, env *daemon.Env) error {
+		cfg.Replicas = env.Options.Replicas
+		cfg.PlatformAdmins = splitList(admins)
+		svc, err := rbacsync.New(ctx, env.JS, cfg, env.Log)
+		if err != nil {
+			return err
+		}
+		svc.Mount(env.Server)
+		env.Group.Go(func() error { return svc.Run(ctx) })
+		return nil
+	}))
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -1,0 +1,617 @@
+package rbacsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+)
+
+// viewWait bounds how long a write waits to see itself in the view before answering.
+const viewWait = 10 * time.Second
+
+// Fields of a template UpdateRoleTemplate may replace.
+var updatableTemplateFields = []string{"display_name", "rules", "inherits", "locked"}
+
+func (s *Service) waitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+	case <-time.After(viewWait):
+	}
+	return connect.NewError(connect.CodeUnavailable, errors.New("rbac-sync is starting"))
+}
+
+func permissionDenied(format string, args ...any) error {
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(format, args...))
+}
+
+// requireAdmin refuses callers who are not platform admins.
+func (s *Service) requireAdmin(ctx context.Context, what string) error {
+	if a := events.ActorFrom(ctx); !s.isAdmin(a) {
+		return permissionDenied("%q may not %s: only platform admins may", a, what)
+	}
+	return nil
+}
+
+func (s *Service) lookup(name string) (*rbacv1.RoleTemplate, bool) {
+	return s.templates.Get(templateKey(name))
+}
+
+// present returns a template with its effective rules.
+func (s *Service) present(t *rbacv1.RoleTemplate) *rbacv1.RoleTemplate {
+	out := proto.CloneOf(t)
+	out.EffectiveRules = effectiveRules(s.lookup, t.Name)
+	return out
+}
+
+func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.CreateRoleTemplateRequest]) (*connect.Response[rbacv1.CreateRoleTemplateResponse], error) {
+	if err := s.requireAdmin(ctx, "create role templates"); err != nil {
+		return nil, err
+	}
+	t := req.Msg.Template
+	var v apierr.Violations
+	validateTemplate(&v, "template", t)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.lookup(t.Name); ok {
+		return nil, apierr.AlreadyExists("role template", t.Name)
+	}
+	if err := s.checkInherits(t.Name, t.Inherits); err != nil {
+		return nil, err
+	}
+	subject := TemplateSubject(t.Name)
+	// A name may be reused after deletion: expect the subject exactly as it is now, so that of
+	// two concurrent creations only one appends.
+	last, err := events.LastSequence(ctx, s.stream, subject)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	seq, err := s.store.Append(ctx, subject, t.Name, events.At(last), &rbacv1.RoleTemplateCreated{Template: stored(t)})
+	if events.IsConflict(err) {
+		return nil, apierr.AlreadyExists("role template", t.Name)
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	out, err := s.awaitTemplate(ctx, t.Name, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("role template created", zap.String("template", t.Name), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&rbacv1.CreateRoleTemplateResponse{Template: out}), nil
+}
+
+// checkInherits verifies that every inherited template exists and that inheriting them from
+// template name creates no cycle, naming the offending `inherits[i]`.
+func (s *Service) checkInherits(name string, inherits []string) error {
+	var v apierr.Violations
+	override := map[string][]string{name: inherits}
+	for i, p := range inherits {
+		f := fmt.Sprintf("template.inherits[%d]", i)
+		if _, ok := s.lookup(p); !ok {
+			v.Add(f, "role template %q not found", p)
+			continue
+		}
+		if path := reaches(s.lookup, p, name, override); path != nil {
+			v.Add(f, "inheriting %q creates a cycle: %s", p, strings.Join(append([]string{name}, path...), " → "))
+		}
+	}
+	return v.Err()
+}
+
+func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.UpdateRoleTemplateRequest]) (*connect.Response[rbacv1.UpdateRoleTemplateResponse], error) {
+	if err := s.requireAdmin(ctx, "update role templates"); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	var v apierr.Violations
+	if m.Template == nil {
+		v.Add("template", "required")
+		return nil, v.Err()
+	}
+	v.DNSLabel("template.name", m.Template.Name)
+	fields := m.GetUpdateMask().GetPaths()
+	if len(fields) == 0 {
+		v.Add("update_mask", "name at least one of %s", strings.Join(updatableTemplateFields, ", "))
+	}
+	for i, f := range fields {
+		if !slices.Contains(updatableTemplateFields, f) {
+			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%q cannot be updated (%s)", f, strings.Join(updatableTemplateFields, ", "))
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	name := m.Template.Name
+	for attempt := 0; ; attempt++ {
+		cur, ok := s.lookup(name)
+		if !ok {
+			return nil, apierr.NotFound("role template", name)
+		}
+		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("role template %q is at revision %d, not %d", name, cur.Revision, m.ExpectedRevision))
+		}
+		next := stored(cur)
+		for _, f := range fields {
+			switch f {
+			case "display_name":
+				next.DisplayName = m.Template.DisplayName
+			case "rules":
+				next.Rules = m.Template.Rules
+			case "inherits":
+				next.Inherits = m.Template.Inherits
+			case "locked":
+				next.Locked = m.Template.Locked
+			}
+		}
+		var v apierr.Violations
+		validateTemplate(&v, "template", next)
+		if err := v.Err(); err != nil {
+			return nil, err
+		}
+		if err := s.checkInherits(name, next.Inherits); err != nil {
+			return nil, err
+		}
+		if proto.Equal(next, stored(cur)) {
+			return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: s.present(cur)}), nil
+		}
+		seq, err := s.store.Append(ctx, TemplateSubject(name), name, events.At(cur.Revision), &rbacv1.RoleTemplateUpdated{Template: next, Fields: fields})
+		if events.IsConflict(err) && m.ExpectedRevision == 0 && attempt < 5 {
+			_ = s.templates.WaitFor(ctx, templateKey(name), func(t *rbacv1.RoleTemplate, ok bool) bool { return !ok || t.Revision != cur.Revision })
+			continue
+		}
+		if err != nil {
+			return nil, apierr.Internal(err)
+		}
+		out, err := s.awaitTemplate(ctx, name, seq)
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("role template updated", zap.String("template", name), zap.Strings("fields", fields), zap.String("actor", events.ActorFrom(ctx)))
+		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: out}), nil
+	}
+}
+
+func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.DeleteRoleTemplateRequest]) (*connect.Response[rbacv1.DeleteRoleTemplateResponse], error) {
+	if err := s.requireAdmin(ctx, "delete role templates"); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	cur, ok := s.lookup(m.Name)
+	if !ok {
+		return nil, apierr.NotFound("role template", m.Name)
+	}
+	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("role template %q is at revision %d, not %d", m.Name, cur.Revision, m.ExpectedRevision))
+	}
+	// Deleting an inherited template would silently shrink what its heirs grant.
+	var heirs []string
+	for _, t := range s.templates.List(nil) {
+		if slices.Contains(t.Inherits, m.Name) {
+			heirs = append(heirs, t.Name)
+		}
+	}
+	if len(heirs) > 0 {
+		return nil, apierr.FailedPrecondition("role template %q is inherited by %s: remove it from their inherits first", m.Name, strings.Join(heirs, ", "))
+	}
+	if _, err := s.store.Append(ctx, TemplateSubject(m.Name), m.Name, events.At(cur.Revision), &rbacv1.RoleTemplateDeleted{Name: m.Name}); err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.templates.WaitFor(ctx, templateKey(m.Name), func(t *rbacv1.RoleTemplate, ok bool) bool { return !ok || t.Revision > cur.Revision })
+	}); err != nil {
+		return nil, err
+	}
+	s.log.Info("role template deleted", zap.String("template", m.Name), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&rbacv1.DeleteRoleTemplateResponse{}), nil
+}
+
+func (s *Service) GetRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.GetRoleTemplateRequest]) (*connect.Response[rbacv1.GetRoleTemplateResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("name", req.Msg.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	t, ok := s.lookup(req.Msg.Name)
+	if !ok {
+		return nil, apierr.NotFound("role template", req.Msg.Name)
+	}
+	return connect.NewResponse(&rbacv1.GetRoleTemplateResponse{Template: s.present(t)}), nil
+}
+
+func (s *Service) ListRoleTemplates(ctx context.Context, _ *connect.Request[rbacv1.ListRoleTemplatesRequest]) (*connect.Response[rbacv1.ListRoleTemplatesResponse], error) {
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	list := s.templates.List(nil)
+	res := &rbacv1.ListRoleTemplatesResponse{Templates: make([]*rbacv1.RoleTemplate, len(list))}
+	for i, t := range list {
+		res.Templates[i] = s.present(t)
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *Service) awaitTemplate(ctx context.Context, name string, seq uint64) (*rbacv1.RoleTemplate, error) {
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.templates.WaitRevision(ctx, templateKey(name), seq, false) }); err != nil {
+		return nil, err
+	}
+	t, _ := s.lookup(name)
+	return s.present(t), nil
+}
+
+func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, viewWait)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("change accepted but not yet visible: %w", err))
+	}
+	return nil
+}
+
+func validateBindingRef(v *apierr.Violations, prefix, project string, subject *rbacv1.Subject, role string) {
+	v.DNSLabel(prefix+"project", project)
+	validateSubject(v, prefix+"subject", subject)
+	v.DNSLabel(prefix+"role_template", role)
+}
+
+// manageBindings is the permission a non-admin needs in a project to change its role bindings,
+// the one Kubernetes asks of whoever creates or deletes a RoleBinding.
+func manageBindings(verb string) *rbacv1.PolicyRule {
+	return &rbacv1.PolicyRule{Verbs: []string{verb}, ApiGroups: []string{rbacGroup}, Resources: []string{"rolebindings"}}
+}
+
+// heldRules returns the rules user holds in project through its own bindings (as a User).
+func (s *Service) heldRules(user, project string) []*rbacv1.PolicyRule {
+	var held []*rbacv1.PolicyRule
+	for _, b := range s.bindings.List(func(_ string, b *rbacv1.ProjectRoleBinding) bool {
+		return b.Project == project && b.Subject.GetKind() == rbacv1.SubjectKind_SUBJECT_KIND_USER && b.Subject.GetName() == user
+	}) {
+		held = append(held, effectiveRules(s.lookup, b.RoleTemplate)...)
+	}
+	return held
+}
+
+// authorizeBinding applies the escalation rule of Kubernetes RBAC to project role bindings: a
+// caller who is not a platform admin must be allowed to manage RoleBindings in the project and,
+// to grant a template, must itself hold every rule of it there (or be allowed to `bind` its
+// ClusterRole), so no one hands out more than they have.
+func (s *Service) authorizeBinding(ctx context.Context, project string, t *rbacv1.RoleTemplate, verb string) error {
+	caller := events.ActorFrom(ctx)
+	if s.isAdmin(caller) {
+		return nil
+	}
+	held := s.heldRules(caller, project)
+	if ok, _ := covers(held, []*rbacv1.PolicyRule{manageBindings(verb)}); !ok {
+		return permissionDenied("%q may not %s role bindings in project %q: that needs %s on rolebindings.rbac.authorization.k8s.io in the project", caller, verb, project, verb)
+	}
+	if t == nil {
+		return nil
+	}
+	bind := &rbacv1.PolicyRule{Verbs: []string{"bind"}, ApiGroups: []string{rbacGroup}, Resources: []string{"clusterroles"}, ResourceNames: []string{ObjectName(t.Name)}}
+	if ok, _ := covers(held, []*rbacv1.PolicyRule{bind}); ok {
+		return nil
+	}
+	if ok, missing := covers(held, effectiveRules(s.lookup, t.Name)); !ok {
+		shown := make([]string, 0, 3)
+		for _, r := range missing[:min(3, len(missing))] {
+			shown = append(shown, formatRule(r))
+		}
+		more := ""
+		if len(missing) > 3 {
+			more = fmt.Sprintf(" and %d more", len(missing)-3)
+		}
+		return permissionDenied("%q may not grant role template %q in project %q: it does not hold %s%s there (no privilege escalation)",
+			caller, t.Name, project, strings.Join(shown, ", "), more)
+	}
+	return nil
+}
+
+func (s *Service) BindProjectRole(ctx context.Context, req *connect.Request[rbacv1.BindProjectRoleRequest]) (*connect.Response[rbacv1.BindProjectRoleResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	validateBindingRef(&v, "", m.Project, m.Subject, m.RoleTemplate)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	t, ok := s.lookup(m.RoleTemplate)
+	if !ok {
+		return nil, apierr.NotFound("role template", m.RoleTemplate)
+	}
+	if err := s.authorizeBinding(ctx, m.Project, t, "create"); err != nil {
+		return nil, err
+	}
+	if t.Locked {
+		return nil, apierr.FailedPrecondition("role template %q is locked: it accepts no new bindings", t.Name)
+	}
+	key := bindingKey(m.Project, m.Subject, m.RoleTemplate)
+	if _, ok := s.bindings.Get(key); ok {
+		return nil, apierr.AlreadyExists("project role binding", describeBinding(m.Project, m.Subject, m.RoleTemplate))
+	}
+	plan := s.fan.planBinding(m.Project, m.RoleTemplate, m.Subject, true)
+	b := &rbacv1.ProjectRoleBinding{Project: m.Project, Subject: m.Subject, RoleTemplate: m.RoleTemplate}
+	if m.DryRun {
+		b.Creator, b.CreateTime = events.ActorFrom(ctx), timestamppb.New(s.now())
+		return connect.NewResponse(&rbacv1.BindProjectRoleResponse{Binding: b, Plan: plan}), nil
+	}
+	subject := BindingSubject(m.Project, m.Subject, m.RoleTemplate)
+	last, err := events.LastSequence(ctx, s.stream, subject)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	seq, err := s.store.Append(ctx, subject, key, events.At(last), &rbacv1.ProjectRoleBound{Binding: b})
+	if events.IsConflict(err) {
+		return nil, apierr.AlreadyExists("project role binding", describeBinding(m.Project, m.Subject, m.RoleTemplate))
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitRevision(ctx, key, seq, false) }); err != nil {
+		return nil, err
+	}
+	out, _ := s.bindings.Get(key)
+	s.log.Info("project role bound", zap.String("project", m.Project), zap.String("subject", subjectID(m.Subject)),
+		zap.String("template", m.RoleTemplate), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&rbacv1.BindProjectRoleResponse{Binding: out, Plan: plan}), nil
+}
+
+func (s *Service) UnbindProjectRole(ctx context.Context, req *connect.Request[rbacv1.UnbindProjectRoleRequest]) (*connect.Response[rbacv1.UnbindProjectRoleResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	validateBindingRef(&v, "", m.Project, m.Subject, m.RoleTemplate)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.authorizeBinding(ctx, m.Project, nil, "delete"); err != nil {
+		return nil, err
+	}
+	key := bindingKey(m.Project, m.Subject, m.RoleTemplate)
+	cur, ok := s.bindings.Get(key)
+	if !ok {
+		return nil, apierr.NotFound("project role binding", describeBinding(m.Project, m.Subject, m.RoleTemplate))
+	}
+	plan := s.fan.planBinding(m.Project, m.RoleTemplate, m.Subject, false)
+	if m.DryRun {
+		return connect.NewResponse(&rbacv1.UnbindProjectRoleResponse{Plan: plan}), nil
+	}
+	if _, err := s.store.Append(ctx, BindingSubject(m.Project, m.Subject, m.RoleTemplate), key, events.At(cur.Revision),
+		&rbacv1.ProjectRoleUnbound{Project: m.Project, Subject: m.Subject, RoleTemplate: m.RoleTemplate}); err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.bindings.WaitFor(ctx, key, func(b *rbacv1.ProjectRoleBinding, ok bool) bool { return !ok || b.Revision > cur.Revision })
+	}); err != nil {
+		return nil, err
+	}
+	s.log.Info("project role unbound", zap.String("project", m.Project), zap.String("subject", subjectID(m.Subject)),
+		zap.String("template", m.RoleTemplate), zap.String("actor", events.ActorFrom(ctx)))
+	return connect.NewResponse(&rbacv1.UnbindProjectRoleResponse{Plan: plan}), nil
+}
+
+func describeBinding(project string, s *rbacv1.Subject, role string) string {
+	return fmt.Sprintf("%s/%s:%s", project, formatSubject(s), role)
+}
+
+func formatSubject(s *rbacv1.Subject) string {
+	if s.GetNamespace() != "" {
+		return kindToken(s.GetKind()) + ":" + s.GetNamespace() + ":" + s.GetName()
+	}
+	return kindToken(s.GetKind()) + ":" + s.GetName()
+}
+
+func (s *Service) ListProjectRoleBindings(ctx context.Context, req *connect.Request[rbacv1.ListProjectRoleBindingsRequest]) (*connect.Response[rbacv1.ListProjectRoleBindingsResponse], error) {
+	m := req.Msg
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	list := s.bindings.List(func(_ string, b *rbacv1.ProjectRoleBinding) bool {
+		if m.Project != "" && b.Project != m.Project || m.RoleTemplate != "" && b.RoleTemplate != m.RoleTemplate {
+			return false
+		}
+		if f := m.Subject; f != nil {
+			if f.Kind != rbacv1.SubjectKind_SUBJECT_KIND_UNSPECIFIED && f.Kind != b.Subject.GetKind() ||
+				f.Name != "" && f.Name != b.Subject.GetName() || f.Namespace != "" && f.Namespace != b.Subject.GetNamespace() {
+				return false
+			}
+		}
+		return true
+	})
+	return connect.NewResponse(&rbacv1.ListProjectRoleBindingsResponse{Bindings: list}), nil
+}
+
+func (s *Service) GetPropagationStatus(ctx context.Context, req *connect.Request[rbacv1.GetPropagationStatusRequest]) (*connect.Response[rbacv1.GetPropagationStatusResponse], error) {
+	var v apierr.Violations
+	var entries []*written
+	switch t := req.Msg.Target.(type) {
+	case *rbacv1.GetPropagationStatusRequest_RoleTemplate:
+		v.DNSLabel("role_template", t.RoleTemplate)
+		if err := v.Err(); err != nil {
+			return nil, err
+		}
+		if err := s.waitReady(ctx); err != nil {
+			return nil, err
+		}
+		entries = s.fan.templateEntries(t.RoleTemplate)
+	case *rbacv1.GetPropagationStatusRequest_Binding:
+		b := t.Binding
+		validateBindingRef(&v, "binding.", b.GetProject(), b.GetSubject(), b.GetRoleTemplate())
+		if err := v.Err(); err != nil {
+			return nil, err
+		}
+		if err := s.waitReady(ctx); err != nil {
+			return nil, err
+		}
+		if _, ok := s.bindings.Get(bindingKey(b.Project, b.Subject, b.RoleTemplate)); !ok {
+			return nil, apierr.NotFound("project role binding", describeBinding(b.Project, b.Subject, b.RoleTemplate))
+		}
+		entries = s.fan.bindingEntries(b.Project, b.RoleTemplate)
+	default:
+		v.Add("target", "give role_template or binding")
+		return nil, v.Err()
+	}
+	res := &rbacv1.GetPropagationStatusResponse{}
+	for _, w := range entries {
+		cp := &rbacv1.ClusterPropagation{Cluster: w.t.cluster, Kind: w.t.kind(), Namespace: w.t.namespace, Name: ObjectName(w.t.template),
+			DesiredRevision: w.revision, Tombstone: w.tombstone}
+		if st, ok := s.status.get(w.t.key()); ok {
+			cp.AppliedRevision, cp.Phase, cp.Reason, cp.Message, cp.ReportTime = st.DesiredRevision, st.Phase, st.Reason, st.Message, st.Time
+		}
+		cp.UpToDate = cp.AppliedRevision >= cp.DesiredRevision && cp.Phase == desiredv1.Phase_PHASE_APPLIED
+		switch {
+		case cp.UpToDate:
+			res.UpToDate++
+		case cp.Phase == desiredv1.Phase_PHASE_FAILED:
+			res.Failed++
+		default:
+			res.Pending++
+		}
+		res.Clusters = append(res.Clusters, cp)
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *Service) WhoCan(ctx context.Context, req *connect.Request[rbacv1.WhoCanRequest]) (*connect.Response[rbacv1.WhoCanResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("cluster", m.Cluster)
+	v.DNSLabel("namespace", m.Namespace)
+	if (m.Verb == "") != (m.Resource == "") {
+		v.Add("verb", "give verb and resource together, or neither")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	project, grants := s.fan.grantsAt(place{m.Cluster, m.Namespace})
+	if m.Verb != "" {
+		grants = slices.DeleteFunc(grants, func(g *rbacv1.Grant) bool { return !allows(g.Rules, m.Verb, m.ApiGroup, m.Resource) })
+	}
+	return connect.NewResponse(&rbacv1.WhoCanResponse{Project: project, Grants: grants}), nil
+}
+
+// planBinding lists the RoleBindings that adding (or removing) subject's binding to role in
+// project would create, change or delete, per cluster, from the current model. It compares
+// subject lists rather than building manifests: a RoleBinding exists exactly when its cluster
+// is registered, its template exists and its list is not empty (see model.desired).
+func (f *fanout) planBinding(project, role string, subject *rbacv1.Subject, add bool) []*rbacv1.PlannedChange {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if _, ok := f.m.templates[role]; !ok {
+		return nil
+	}
+	before := f.m.subjects(project, role)
+	id := subjectID(subject)
+	after := slices.DeleteFunc(slices.Clone(before), func(s *rbacv1.Subject) bool { return subjectID(s) == id })
+	if add {
+		after = sortSubjects(append(after, subject))
+	}
+	action := rbacv1.ChangeAction_CHANGE_ACTION_UPDATE
+	switch {
+	case len(before) == len(after):
+		return nil
+	case len(before) == 0:
+		action = rbacv1.ChangeAction_CHANGE_ACTION_CREATE
+	case len(after) == 0:
+		action = rbacv1.ChangeAction_CHANGE_ACTION_DELETE
+	}
+	var plan []*rbacv1.PlannedChange
+	for _, t := range f.m.roleTargets(project, role) {
+		if !f.m.clusters[t.cluster] || f.m.owner[t.place()] != project {
+			continue
+		}
+		plan = append(plan, &rbacv1.PlannedChange{Cluster: t.cluster, Namespace: t.namespace, Name: ObjectName(role),
+			Action: action, SubjectsBefore: before, SubjectsAfter: after})
+	}
+	sort.Slice(plan, func(i, j int) bool {
+		if plan[i].Cluster != plan[j].Cluster {
+			return plan[i].Cluster < plan[j].Cluster
+		}
+		return plan[i].Namespace < plan[j].Namespace
+	})
+	return plan
+}
+
+// templateEntries returns what the desired state holds for template's ClusterRoles.
+func (f *fanout) templateEntries(template string) []*written {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []*written
+	for c := range f.writtenByCluster {
+		if w, ok := f.written[target{cluster: c, template: template}.key()]; ok {
+			out = append(out, w)
+		}
+	}
+	sortWritten(out)
+	return out
+}
+
+// bindingEntries returns what the desired state holds for the RoleBindings of role in every
+// place of project.
+func (f *fanout) bindingEntries(project, role string) []*written {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []*written
+	for _, t := range f.m.roleTargets(project, role) {
+		if w, ok := f.written[t.key()]; ok {
+			out = append(out, w)
+		}
+	}
+	sortWritten(out)
+	return out
+}
+
+func sortWritten(ws []*written) {
+	sort.Slice(ws, func(i, j int) bool {
+		if ws[i].t.cluster != ws[j].t.cluster {
+			return ws[i].t.cluster < ws[j].t.cluster
+		}
+		return ws[i].t.namespace < ws[j].t.namespace
+	})
+}
+
+func (f *fanout) grantsAt(pl place) (string, []*rbacv1.Grant) {
+	// The model's rule memo is written on read: take the write lock.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m.grantsAt(pl)
+}

@@ -1,0 +1,513 @@
+package rbacsync
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// subscriptionBuffer is how many changes an input may queue before the fan-out is cut off and
+// resubscribes (a full recompute): generous, since a burst of bindings arrives at once.
+const subscriptionBuffer = 1 << 16
+
+// maxDrain bounds how many input changes are folded into one write round.
+const maxDrain = 8192
+
+var errResubscribe = errors.New("input subscription fell behind")
+
+// written is what the desired bucket holds for a key, as the fan-out last wrote or read it: a
+// digest of the stored bytes rather than the object, so memory stays small with hundreds of
+// thousands of keys (100,000 namespaces × their roles).
+type written struct {
+	t         target
+	sum       digest
+	tombstone bool
+	revision  uint64
+}
+
+// digest identifies a stored value; 128 bits of SHA-256, so a collision (which would skip a
+// needed write) is not a practical concern.
+type digest [16]byte
+
+func digestOf(data []byte) digest {
+	s := sha256.Sum256(data)
+	return digest(s[:16])
+}
+
+// encode marshals a desired object. DesiredObject has no map fields, so equal objects give
+// equal bytes and their digests can be compared.
+func encode(o *desiredv1.DesiredObject) []byte {
+	data, err := proto.Marshal(o)
+	if err != nil {
+		// Only bytes, strings, bools and enums: marshalling cannot fail.
+		panic(fmt.Sprintf("marshal desired object: %v", err))
+	}
+	return data
+}
+
+// fanout computes rbac-sync's desired state and writes it into the desired-rbac bucket, its
+// single writer. It watches four inputs (templates and project role bindings from rbac-sync's
+// own views, the cluster registry, the namespace bindings), keeps them in a model, and for every
+// change recomputes only the targets the change touches, writing a key only when its object
+// differs from what the bucket holds. Since desired state is a function of the inputs' current
+// state, the order in which changes arrive does not matter.
+type fanout struct {
+	js  jetstream.JetStream
+	log *zap.Logger
+
+	templates  *view.Cache[*rbacv1.RoleTemplate]
+	bindings   *view.Cache[*rbacv1.ProjectRoleBinding]
+	clusters   *view.Cache[*clusterv1.Cluster]
+	namespaces namespaceSource
+
+	kv       jetstream.KeyValue
+	kvPrefix string
+
+	mu               sync.RWMutex
+	m                *model
+	written          map[string]*written
+	writtenByCluster map[string]map[string]target
+	writtenByPlace   map[place]map[string]target
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	// flushed is closed and replaced after every write round, for tests and benchmarks.
+	flushed chan struct{}
+
+	writes  *prometheus.CounterVec
+	skipped prometheus.Counter
+	rounds  prometheus.Histogram
+}
+
+func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
+	return &fanout{
+		js: js, log: log.Named("fanout"), m: newModel(),
+		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
+		ready: make(chan struct{}), flushed: make(chan struct{}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete).",
+		}, []string{"op"}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleetstream_rbac_desired_unchanged_total", Help: "Recomputed desired-rbac keys left alone because nothing changed.",
+		}),
+		rounds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fleetstream_rbac_fanout_round_seconds", Help: "Time of one recompute-and-write round.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+}
+
+func (f *fanout) collectors() []prometheus.Collector {
+	return []prometheus.Collector{f.writes, f.skipped, f.rounds}
+}
+
+// Run loads what the bucket holds, then follows the inputs until ctx ends.
+func (f *fanout) Run(ctx context.Context) error {
+	if err := f.load(ctx); err != nil {
+		return err
+	}
+	for {
+		err := f.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, errResubscribe) {
+			return err
+		}
+		f.log.Warn("an input fell behind; resubscribing and recomputing everything")
+	}
+}
+
+// load reads the desired bucket into memory: what is written is compared against, so nothing
+// unchanged is rewritten even right after a restart.
+func (f *fanout) load(ctx context.Context) error {
+	f.kvPrefix = "$KV." + f.kv.Bucket() + "."
+	w, err := f.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("load desired-rbac: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("load desired-rbac: watch closed")
+			}
+			if e == nil {
+				f.log.Info("desired state loaded", zap.Int("keys", len(f.written)))
+				return nil
+			}
+			t, ok := parseTarget(e.Key())
+			if !ok {
+				f.log.Warn("ignoring foreign key in desired-rbac", zap.String("key", e.Key()))
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				f.forget(e.Key(), t)
+				continue
+			}
+			// An undecodable value is no tombstone, and its digest equals nothing computed: the
+			// first reconcile rewrites it.
+			obj := &desiredv1.DesiredObject{}
+			_ = proto.Unmarshal(e.Value(), obj)
+			f.remember(e.Key(), &written{t: t, sum: digestOf(e.Value()), tombstone: obj.Tombstone, revision: e.Revision()})
+		}
+	}
+}
+
+// parseTarget reverses target.key for keys rbac-sync writes.
+func parseTarget(key string) (target, bool) {
+	toks, err := keys.Split(key)
+	if err != nil || len(toks) != 4 || !strings.HasPrefix(toks[3], ObjectPrefix) {
+		return target{}, false
+	}
+	t := target{cluster: toks[0], namespace: toks[2], template: strings.TrimPrefix(toks[3], ObjectPrefix)}
+	if t.kind() != toks[1] || t.key() != key {
+		return target{}, false
+	}
+	return t, true
+}
+
+func (f *fanout) remember(key string, w *written) {
+	f.written[key] = w
+	if f.writtenByCluster[w.t.cluster] == nil {
+		f.writtenByCluster[w.t.cluster] = map[string]target{}
+	}
+	f.writtenByCluster[w.t.cluster][key] = w.t
+	if w.t.namespace != "" {
+		pl := w.t.place()
+		if f.writtenByPlace[pl] == nil {
+			f.writtenByPlace[pl] = map[string]target{}
+		}
+		f.writtenByPlace[pl][key] = w.t
+	}
+}
+
+func (f *fanout) forget(key string, t target) {
+	delete(f.written, key)
+	delete(f.writtenByCluster[t.cluster], key)
+	if len(f.writtenByCluster[t.cluster]) == 0 {
+		delete(f.writtenByCluster, t.cluster)
+	}
+	if t.namespace != "" {
+		pl := t.place()
+		delete(f.writtenByPlace[pl], key)
+		if len(f.writtenByPlace[pl]) == 0 {
+			delete(f.writtenByPlace, pl)
+		}
+	}
+}
+
+func (f *fanout) writtenAt(pl place) []target {
+	out := make([]target, 0, len(f.writtenByPlace[pl]))
+	for _, t := range f.writtenByPlace[pl] {
+		out = append(out, t)
+	}
+	return out
+}
+
+func (f *fanout) writtenOn(cluster string) []target {
+	out := make([]target, 0, len(f.writtenByCluster[cluster]))
+	for _, t := range f.writtenByCluster[cluster] {
+		out = append(out, t)
+	}
+	return out
+}
+
+// session subscribes to every input, rebuilds the model from their snapshots, reconciles every
+// key once, then applies changes as they come. It returns errResubscribe when an input
+// subscription was cut off.
+func (f *fanout) session(ctx context.Context) error {
+	for _, ch := range []<-chan struct{}{f.templates.Ready(), f.bindings.Ready(), f.clusters.Ready(), f.namespaces.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tSnap, tCh := f.templates.Subscribe(sctx, subscriptionBuffer)
+	bSnap, bCh := f.bindings.Subscribe(sctx, subscriptionBuffer)
+	cSnap, cCh := f.clusters.Subscribe(sctx, subscriptionBuffer)
+	nSnap, nCh := f.namespaces.Subscribe(sctx, subscriptionBuffer)
+
+	f.mu.Lock()
+	f.m = newModel()
+	for _, u := range cSnap {
+		f.applyCluster(u)
+	}
+	for _, u := range tSnap {
+		f.applyTemplate(u)
+	}
+	for _, u := range bSnap {
+		f.applyBinding(u)
+	}
+	for _, u := range nSnap {
+		f.applyNamespace(u)
+	}
+	// Everything the model wants, and everything written that it may no longer want.
+	dirty := f.m.all()
+	for _, w := range f.written {
+		dirty = append(dirty, w.t)
+	}
+	f.mu.Unlock()
+	if err := f.flush(ctx, dirty); err != nil {
+		return err
+	}
+	f.readyOnce.Do(func() { close(f.ready) })
+
+	for {
+		var dirty []target
+		// Block for one change, then take whatever else is queued, so a burst becomes one
+		// write round.
+		n := 0
+		for n < maxDrain {
+			block := n == 0
+			got, err := f.next(sctx, block, tCh, bCh, cCh, nCh, &dirty)
+			if err != nil {
+				return err
+			}
+			if !got {
+				break
+			}
+			n++
+		}
+		if err := f.flush(ctx, dirty); err != nil {
+			return err
+		}
+	}
+}
+
+// next applies one input change to the model, appending the targets it touches to dirty. It
+// waits for one when block is set; otherwise it reports false if none is queued.
+func (f *fanout) next(ctx context.Context, block bool,
+	tCh <-chan view.Update[*rbacv1.RoleTemplate], bCh <-chan view.Update[*rbacv1.ProjectRoleBinding],
+	cCh <-chan view.Update[*clusterv1.Cluster], nCh <-chan nsUpdate, dirty *[]target) (bool, error) {
+	if !block {
+		select {
+		case u, ok := <-tCh:
+			return f.take(ok, func() []target { return f.applyTemplate(u) }, dirty)
+		case u, ok := <-bCh:
+			return f.take(ok, func() []target { return f.applyBinding(u) }, dirty)
+		case u, ok := <-cCh:
+			return f.take(ok, func() []target { return f.applyCluster(u) }, dirty)
+		case u, ok := <-nCh:
+			return f.take(ok, func() []target { return f.applyNamespace(u) }, dirty)
+		default:
+			return false, nil
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case u, ok := <-tCh:
+		return f.take(ok, func() []target { return f.applyTemplate(u) }, dirty)
+	case u, ok := <-bCh:
+		return f.take(ok, func() []target { return f.applyBinding(u) }, dirty)
+	case u, ok := <-cCh:
+		return f.take(ok, func() []target { return f.applyCluster(u) }, dirty)
+	case u, ok := <-nCh:
+		return f.take(ok, func() []target { return f.applyNamespace(u) }, dirty)
+	}
+}
+
+func (f *fanout) take(ok bool, apply func() []target, dirty *[]target) (bool, error) {
+	if !ok {
+		return false, errResubscribe
+	}
+	f.mu.Lock()
+	*dirty = append(*dirty, apply()...)
+	f.mu.Unlock()
+	return true, nil
+}
+
+// The apply functions fold one input change into the model; the caller holds f.mu.
+
+func (f *fanout) applyTemplate(u view.Update[*rbacv1.RoleTemplate]) []target {
+	if u.Op == view.Delete {
+		return f.m.setTemplate(u.Value.GetName(), nil)
+	}
+	return f.m.setTemplate(u.Value.GetName(), u.Value)
+}
+
+func (f *fanout) applyBinding(u view.Update[*rbacv1.ProjectRoleBinding]) []target {
+	if u.Op == view.Delete {
+		return f.m.setPRB(u.Key, nil)
+	}
+	return f.m.setPRB(u.Key, u.Value)
+}
+
+func (f *fanout) applyCluster(u view.Update[*clusterv1.Cluster]) []target {
+	return f.m.setCluster(u.Value.GetName(), u.Op == view.Put, f.writtenOn)
+}
+
+func (f *fanout) applyNamespace(u nsUpdate) []target {
+	return f.m.setNamespaceBinding(u.key, u.grant, f.writtenAt)
+}
+
+// op is one write to the desired bucket.
+type op struct {
+	key       string
+	t         target
+	data      []byte // nil: delete the key
+	tombstone bool
+	kind      string // put, tombstone, delete (metrics)
+	result    uint64
+}
+
+// flush recomputes dirty targets and writes those whose object changed, pipelined, retrying
+// failed writes until they succeed or ctx ends.
+func (f *fanout) flush(ctx context.Context, dirty []target) error {
+	if len(dirty) == 0 {
+		return nil
+	}
+	start := time.Now()
+	f.mu.Lock()
+	ops := f.plan(dirty)
+	f.mu.Unlock()
+
+	delay := 50 * time.Millisecond
+	for len(ops) > 0 {
+		failed, err := f.write(ctx, ops)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		f.log.Warn("desired write failed; retrying", zap.Int("keys", len(failed)), zap.Duration("in", delay), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+		ops = failed
+	}
+	f.rounds.Observe(time.Since(start).Seconds())
+	f.mu.Lock()
+	close(f.flushed)
+	f.flushed = make(chan struct{})
+	f.mu.Unlock()
+	return nil
+}
+
+// plan decides the write of each dirty target; the caller holds f.mu.
+func (f *fanout) plan(dirty []target) []*op {
+	seen := make(map[string]bool, len(dirty))
+	var ops []*op
+	for _, t := range dirty {
+		k := t.key()
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		want := f.m.desired(t)
+		cur := f.written[k]
+		switch {
+		case want != nil:
+			data := encode(want)
+			if cur != nil && cur.sum == digestOf(data) {
+				f.skipped.Inc()
+				continue
+			}
+			ops = append(ops, &op{key: k, t: t, data: data, kind: "put"})
+		case cur == nil:
+		case !f.m.clusters[t.cluster]:
+			// A deregistered cluster has no agent left to act on a tombstone.
+			ops = append(ops, &op{key: k, t: t, kind: "delete"})
+		case !cur.tombstone:
+			ops = append(ops, &op{key: k, t: t, data: encode(tombstone()), tombstone: true, kind: "tombstone"})
+		default:
+			f.skipped.Inc()
+		}
+	}
+	return ops
+}
+
+// write publishes ops to the bucket's subjects without waiting for each acknowledgement (the KV
+// protocol: a put is a message on $KV.<bucket>.<key>), then records what got stored. It
+// returns the ops that failed.
+func (f *fanout) write(ctx context.Context, ops []*op) ([]*op, error) {
+	futures := make([]jetstream.PubAckFuture, len(ops))
+	var firstErr error
+	for i, o := range ops {
+		msg := nats.NewMsg(f.kvPrefix + o.key)
+		if o.data != nil {
+			msg.Data = o.data
+		} else {
+			msg.Header.Set("KV-Operation", "DEL")
+		}
+		fut, err := f.js.PublishMsgAsync(msg)
+		if err != nil {
+			firstErr = fmt.Errorf("write desired %s: %w", o.key, err)
+			break
+		}
+		futures[i] = fut
+	}
+	var failed []*op
+	for i, fut := range futures {
+		if fut == nil {
+			failed = append(failed, ops[i])
+			continue
+		}
+		select {
+		case ack := <-fut.Ok():
+			ops[i].result = ack.Sequence
+		case err := <-fut.Err():
+			failed = append(failed, ops[i])
+			if firstErr == nil {
+				firstErr = fmt.Errorf("write desired %s: %w", ops[i].key, err)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	for _, o := range ops {
+		if o.result == 0 {
+			continue
+		}
+		f.writes.WithLabelValues(o.kind).Inc()
+		if o.data == nil {
+			f.forget(o.key, o.t)
+		} else {
+			f.remember(o.key, &written{t: o.t, sum: digestOf(o.data), tombstone: o.tombstone, revision: o.result})
+		}
+	}
+	f.mu.Unlock()
+	if len(failed) > 0 && firstErr == nil {
+		firstErr = errors.New("unacknowledged writes")
+	}
+	return failed, firstErr
+}
+
+// Ready is closed after the first full reconcile.
+func (f *fanout) Ready() <-chan struct{} { return f.ready }
+
+// waitFlush returns a channel closed after the next write round.
+func (f *fanout) waitFlush() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.flushed
+}

@@ -1,0 +1,226 @@
+// Package rbacsync is rbac-sync: role templates and project role bindings (the RBACService API
+// and their views), and the fan-out that turns them, with the namespace bindings of
+// namespace-binding and the cluster registry, into the ClusterRoles and RoleBindings every member
+// cluster should have (bucket desired-rbac), which the clusters' agents apply.
+package rbacsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Defaults of the inputs rbac-sync reads (owned by other services).
+const (
+	// DefaultNamespaceBindingsBucket is namespace-binding's view of bindings.
+	DefaultNamespaceBindingsBucket = "ns-bindings"
+	// DefaultNamespaceStream is namespace-binding's event stream, replayed by AccessAt.
+	DefaultNamespaceStream = "FLEET_NS"
+)
+
+// Config tunes the service.
+type Config struct {
+	// Replicas of streams and buckets (1 single node, 3 production).
+	Replicas int
+	// PlatformAdmins are the API users (as the token file names them) who may manage role
+	// templates and bind any role in any project. Actors starting with "system:" (the
+	// services themselves) are always admins.
+	PlatformAdmins []string
+	// NamespaceBindingsBucket and NamespaceStream name namespace-binding's view and stream.
+	NamespaceBindingsBucket string
+	NamespaceStream         string
+}
+
+func (c *Config) defaults() {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.NamespaceBindingsBucket == "" {
+		c.NamespaceBindingsBucket = DefaultNamespaceBindingsBucket
+	}
+	if c.NamespaceStream == "" {
+		c.NamespaceStream = DefaultNamespaceStream
+	}
+}
+
+const actor = "system:rbac-sync"
+
+// Topology is every stream and bucket rbac-sync owns. The views' buckets are created by their
+// engines.
+func Topology() topology.Topology {
+	return topology.Merge(topology.DeadLetter(), topology.Topology{
+		Streams: []jetstream.StreamConfig{eventStream()},
+		Buckets: []jetstream.KeyValueConfig{desiredBucketConfig()},
+	})
+}
+
+func desiredBucketConfig() jetstream.KeyValueConfig {
+	return bucketConfig(subjects.DesiredRBACBucket, "Desired ClusterRoles and RoleBindings of member clusters, keys <cluster>.<kind>.<namespace>.<name>.")
+}
+
+// Service implements rbacv1connect.RBACServiceHandler and runs the fan-out.
+type Service struct {
+	rbacv1connect.UnimplementedRBACServiceHandler
+
+	cfg    Config
+	js     jetstream.JetStream
+	log    *zap.Logger
+	store  *events.Store
+	stream jetstream.Stream
+
+	templatesView *view.Engine
+	bindingsView  *view.Engine
+	templates     *view.Cache[*rbacv1.RoleTemplate]
+	bindings      *view.Cache[*rbacv1.ProjectRoleBinding]
+	status        *statusCache
+	fan           *fanout
+
+	ready chan struct{}
+	now   func() time.Time
+}
+
+// New ensures the service's streams and buckets and builds it; Run starts it.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Service, error) {
+	cfg.defaults()
+	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, js: js, log: log.Named("rbac-sync"), store: events.NewStore(js, actor), ready: make(chan struct{}), now: time.Now}
+	var err error
+	if s.stream, err = js.Stream(ctx, Stream); err != nil {
+		return nil, fmt.Errorf("rbac stream: %w", err)
+	}
+	if s.templatesView, err = view.NewEngine(js, templatesProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
+		return nil, err
+	}
+	if s.bindingsView, err = view.NewEngine(js, bindingsProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
+		return nil, err
+	}
+	s.fan = newFanout(js, s.log)
+	if s.fan.kv, err = js.KeyValue(ctx, subjects.DesiredRBACBucket); err != nil {
+		return nil, fmt.Errorf("desired bucket: %w", err)
+	}
+	s.status = newStatusCache(js, s.log)
+	return s, nil
+}
+
+// Ready is closed when the views have caught up and the desired state has been reconciled once.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Mount registers the API, readiness and metrics on srv.
+func (s *Service) Mount(srv *server.Server) {
+	srv.Handle(rbacv1connect.NewRBACServiceHandler(s, srv.HandlerOptions()...))
+	srv.ReadyWhen("rbac-sync", s.ready)
+	for _, c := range s.fan.collectors() {
+		srv.Registry().MustRegister(c)
+	}
+}
+
+// Run runs the projections, the caches of every input and the fan-out until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.templatesView.Run(ctx) })
+	g.Go(func() error { return s.bindingsView.Run(ctx) })
+	g.Go(func() error { return s.status.Run(ctx) })
+	g.Go(func() error {
+		if err := s.start(ctx, g); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// start opens the caches once their buckets exist and starts the fan-out.
+func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
+	for _, ch := range []<-chan struct{}{s.templatesView.Ready(), s.bindingsView.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	templatesKV, err := s.js.KeyValue(ctx, TemplatesBucket)
+	if err != nil {
+		return fmt.Errorf("templates bucket: %w", err)
+	}
+	bindingsKV, err := s.js.KeyValue(ctx, BindingsBucket)
+	if err != nil {
+		return fmt.Errorf("bindings bucket: %w", err)
+	}
+	// Other services own these and create them when they start; wait for them.
+	clustersKV, err := s.awaitBucket(ctx, subjects.ClustersBucket)
+	if err != nil {
+		return err
+	}
+	s.templates = view.NewCache(templatesKV, func() *rbacv1.RoleTemplate { return &rbacv1.RoleTemplate{} }, s.log)
+	s.bindings = view.NewCache(bindingsKV, func() *rbacv1.ProjectRoleBinding { return &rbacv1.ProjectRoleBinding{} }, s.log)
+	clusters := view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	nsBindings := newBindingSource(s.js, s.cfg.NamespaceBindingsBucket, s.log)
+	s.fan.templates, s.fan.bindings, s.fan.clusters, s.fan.namespaces = s.templates, s.bindings, clusters, nsBindings
+	g.Go(func() error { return s.templates.Run(ctx) })
+	g.Go(func() error { return s.bindings.Run(ctx) })
+	g.Go(func() error { return clusters.Run(ctx) })
+	g.Go(func() error { return nsBindings.Run(ctx) })
+	g.Go(func() error { return s.fan.Run(ctx) })
+	for _, ch := range []<-chan struct{}{s.templates.Ready(), s.bindings.Ready(), s.fan.Ready(), s.status.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	close(s.ready)
+	s.log.Info("rbac-sync ready")
+	return nil
+}
+
+// awaitBucket opens bucket, waiting for its owner to create it.
+func (s *Service) awaitBucket(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	logged := false
+	for {
+		kv, err := s.js.KeyValue(ctx, bucket)
+		if err == nil {
+			return kv, nil
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("bucket %s: %w", bucket, err)
+		}
+		if !logged {
+			s.log.Info("waiting for a bucket another service owns", zap.String("bucket", bucket))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// isAdmin reports whether actor may manage templates and grant anything.
+func (s *Service) isAdmin(actor string) bool {
+	if strings.HasPrefix(actor, "system:") {
+		return true
+	}
+	return slices.Contains(s.cfg.PlatformAdmins, actor)
+}
