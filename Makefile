@@ -86,7 +86,7 @@ run: build $(DATA)/tokens ## build and start fleetd in the foreground (embedded 
 	@echo "or with curl (Connect JSON):"
 	@echo "  curl -H \"Authorization: Bearer \$$(cut -d, -f1 $(DATA)/tokens)\" -H 'Content-Type: application/json' -d '{}' http://$(LISTEN)/fleetstream.cluster.v1.ClusterService/ListClusters"
 	@echo
-	exec $(BIN)/fleetd --data-dir $(DATA)/fleetd --listen $(LISTEN) --token-file $(DATA)/tokens $(FLEETD_ARGS)
+	exec $(BIN)/fleetd --data-dir $(DATA)/fleetd --listen $(LISTEN) --token-file $(DATA)/tokens --platform-admins dev-admin $(FLEETD_ARGS)
 
 ##@ Test
 
