@@ -103,3 +103,23 @@ func DesiredBuckets() []string { return []string{DesiredNamespacesBucket, Desire
 
 // AppliedKey returns the key in AppliedBucket of a desired key of bucket.
 func AppliedKey(bucket, desiredKey string) string { return keys.Encode(bucket) + "." + desiredKey }
+
+// Projects and namespace bindings, owned by namespace-binding; rbac-sync reads the bindings.
+const (
+	NamespaceStream = "FLEET_NS"
+	NamespacePrefix = "fleet.ns"
+	// ProjectsBucket is the projects view, key keys.Encode(project).
+	ProjectsBucket = "ns-projects"
+	// NamespaceBindingsBucket is the bindings view, key keys.Join(cluster, namespace).
+	NamespaceBindingsBucket = "ns-bindings"
+	// NamespaceClaimsBucket holds one claim per owned (cluster, namespace).
+	NamespaceClaimsBucket = "ns-claims"
+)
+
+// Role templates and project role bindings, owned by rbac-sync.
+const (
+	RBACStream          = "FLEET_RBAC"
+	RBACPrefix          = "fleet.rbac"
+	RBACTemplatesBucket = "rbac-templates"
+	RBACBindingsBucket  = "rbac-bindings"
+)

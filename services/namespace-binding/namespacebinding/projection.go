@@ -15,17 +15,14 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
-// Stream, subjects and buckets namespace-binding owns. They belong in pkg/subjects once another
-// service (rbac-sync) reads the bindings view.
+// Stream, subjects and buckets namespace-binding owns (names in pkg/subjects: rbac-sync reads
+// the bindings view).
 const (
-	Stream        = "FLEET_NS"
-	SubjectPrefix = "fleet.ns"
-	// ProjectsBucket is the projects view, key keys.Encode(project).
-	ProjectsBucket = "ns-projects"
-	// BindingsBucket is the bindings view, key keys.Join(cluster, namespace).
-	BindingsBucket = "ns-bindings"
-	// ClaimsBucket holds one Claim per owned (cluster, namespace), key keys.Join(cluster, namespace).
-	ClaimsBucket = "ns-claims"
+	Stream         = subjects.NamespaceStream
+	SubjectPrefix  = subjects.NamespacePrefix
+	ProjectsBucket = subjects.ProjectsBucket
+	BindingsBucket = subjects.NamespaceBindingsBucket
+	ClaimsBucket   = subjects.NamespaceClaimsBucket
 )
 
 // ProjectSubject is where every command on project name and its bindings is appended.

@@ -10,18 +10,19 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
 // Stream, subjects and buckets rbac-sync owns (single writer of each).
 const (
-	Stream          = "FLEET_RBAC"
-	SubjectPrefix   = "fleet.rbac"
+	Stream          = subjects.RBACStream
+	SubjectPrefix   = subjects.RBACPrefix
 	templatePrefix  = SubjectPrefix + ".roletemplate"
 	bindingPrefix   = SubjectPrefix + ".binding"
-	TemplatesBucket = "rbac-templates"
-	BindingsBucket  = "rbac-bindings"
+	TemplatesBucket = subjects.RBACTemplatesBucket
+	BindingsBucket  = subjects.RBACBindingsBucket
 )
 
 // TemplateSubject is the subject of template name's events.

@@ -29,9 +29,9 @@ import (
 // Defaults of the inputs rbac-sync reads (owned by other services).
 const (
 	// DefaultNamespaceBindingsBucket is namespace-binding's view of bindings.
-	DefaultNamespaceBindingsBucket = "ns-bindings"
+	DefaultNamespaceBindingsBucket = subjects.NamespaceBindingsBucket
 	// DefaultNamespaceStream is namespace-binding's event stream, replayed by AccessAt.
-	DefaultNamespaceStream = "FLEET_NS"
+	DefaultNamespaceStream = subjects.NamespaceStream
 )
 
 // Config tunes the service.
