@@ -57,6 +57,20 @@ func ActorFrom(ctx context.Context) string {
 	return a
 }
 
+type groupsKey struct{}
+
+// WithGroups returns ctx carrying the groups the actor belongs to (from the token file), which
+// authorization checks count alongside the actor itself.
+func WithGroups(ctx context.Context, groups []string) context.Context {
+	return context.WithValue(ctx, groupsKey{}, groups)
+}
+
+// GroupsFrom returns the actor's groups carried by ctx.
+func GroupsFrom(ctx context.Context) []string {
+	g, _ := ctx.Value(groupsKey{}).([]string)
+	return g
+}
+
 // Event is a decoded envelope and its payload.
 type Event struct {
 	*eventv1.Envelope

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,10 +18,16 @@ import (
 )
 
 // Tokens authenticates bearer tokens read from a token file. The file has the format of
-// kube-apiserver's --token-auth-file: one `token,user[,uid[,"group1,group2"]]` per line; blank
-// lines and lines starting with # are ignored. Tokens are kept only as SHA-256 digests.
+// kube-apiserver's --token-auth-file: one `token,user[,uid[,"group1,group2"]]` per line (CSV);
+// blank lines and lines starting with # are ignored. Tokens are kept only as SHA-256 digests.
 type Tokens struct {
-	users map[[sha256.Size]byte]string
+	users map[[sha256.Size]byte]Identity
+}
+
+// Identity is who a token belongs to.
+type Identity struct {
+	User   string
+	Groups []string
 }
 
 // LoadTokens reads a token file.
@@ -29,19 +36,29 @@ func LoadTokens(path string) (*Tokens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read token file: %w", err)
 	}
-	t := &Tokens{users: map[[sha256.Size]byte]string{}}
+	t := &Tokens{users: map[[sha256.Size]byte]Identity{}}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		parts := strings.SplitN(line, ",", 3)
-		if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+		r := csv.NewReader(strings.NewReader(line))
+		r.FieldsPerRecord = -1
+		parts, err := r.Read()
+		if err != nil || len(parts) < 2 || parts[0] == "" || parts[1] == "" {
 			// The line is not echoed: it holds a secret.
-			return nil, fmt.Errorf("token file %s line %d: want token,user[,...]", path, n)
+			return nil, fmt.Errorf("token file %s line %d: want token,user[,uid[,\"group1,group2\"]]", path, n)
 		}
-		t.users[sha256.Sum256([]byte(parts[0]))] = parts[1]
+		id := Identity{User: parts[1]}
+		if len(parts) > 3 {
+			for _, g := range strings.Split(parts[3], ",") {
+				if g = strings.TrimSpace(g); g != "" {
+					id.Groups = append(id.Groups, g)
+				}
+			}
+		}
+		t.users[sha256.Sum256([]byte(parts[0]))] = id
 	}
 	if len(t.users) == 0 {
 		return nil, fmt.Errorf("token file %s: no tokens", path)
@@ -49,11 +66,11 @@ func LoadTokens(path string) (*Tokens, error) {
 	return t, nil
 }
 
-// User returns the user a token belongs to.
-func (t *Tokens) User(token string) (string, bool) {
+// Lookup returns who a token belongs to.
+func (t *Tokens) Lookup(token string) (Identity, bool) {
 	// Looked up by digest, so lookup timing reveals nothing about stored tokens.
-	u, ok := t.users[sha256.Sum256([]byte(token))]
-	return u, ok
+	id, ok := t.users[sha256.Sum256([]byte(token))]
+	return id, ok
 }
 
 // authInterceptor requires a valid bearer token on every RPC and records the caller as the
@@ -72,11 +89,11 @@ func (a authInterceptor) authenticate(ctx context.Context, h http.Header) (conte
 	if !ok || token == "" {
 		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
 	}
-	user, ok := a.tokens.User(token)
+	id, ok := a.tokens.Lookup(token)
 	if !ok {
 		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
 	}
-	return events.WithActor(ctx, user), nil
+	return events.WithGroups(events.WithActor(ctx, id.User), id.Groups), nil
 }
 
 func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

@@ -293,11 +293,21 @@ func manageBindings(verb string) *rbacv1.PolicyRule {
 	return &rbacv1.PolicyRule{Verbs: []string{verb}, ApiGroups: []string{rbacGroup}, Resources: []string{"rolebindings"}}
 }
 
-// heldRules returns the rules user holds in project through its own bindings (as a User).
-func (s *Service) heldRules(user, project string) []*rbacv1.PolicyRule {
+// heldRules returns the rules user holds in project through its own bindings, as a User or
+// through one of its groups.
+func (s *Service) heldRules(user string, groups []string, project string) []*rbacv1.PolicyRule {
 	var held []*rbacv1.PolicyRule
 	for _, b := range s.bindings.List(func(_ string, b *rbacv1.ProjectRoleBinding) bool {
-		return b.Project == project && b.Subject.GetKind() == rbacv1.SubjectKind_SUBJECT_KIND_USER && b.Subject.GetName() == user
+		if b.Project != project {
+			return false
+		}
+		switch b.Subject.GetKind() {
+		case rbacv1.SubjectKind_SUBJECT_KIND_USER:
+			return b.Subject.GetName() == user
+		case rbacv1.SubjectKind_SUBJECT_KIND_GROUP:
+			return slices.Contains(groups, b.Subject.GetName())
+		}
+		return false
 	}) {
 		held = append(held, effectiveRules(s.lookup, b.RoleTemplate)...)
 	}
@@ -313,7 +323,7 @@ func (s *Service) authorizeBinding(ctx context.Context, project string, t *rbacv
 	if s.isAdmin(caller) {
 		return nil
 	}
-	held := s.heldRules(caller, project)
+	held := s.heldRules(caller, events.GroupsFrom(ctx), project)
 	if ok, _ := covers(held, []*rbacv1.PolicyRule{manageBindings(verb)}); !ok {
 		return permissionDenied("%q may not %s role bindings in project %q: that needs %s on rolebindings.rbac.authorization.k8s.io in the project", caller, verb, project, verb)
 	}

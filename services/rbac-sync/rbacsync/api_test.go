@@ -154,6 +154,7 @@ func TestNoPrivilegeEscalation(t *testing.T) {
 	e.createTemplate(t, "secret-binder", nil, rule("rbac.authorization.k8s.io", "clusterroles", "bind"), rule("rbac.authorization.k8s.io", "rolebindings", "create"))
 	e.bindRole(t, "team-a", user("alice"), "binder")
 	e.bindRole(t, "team-a", user("carol"), "secret-binder")
+	e.bindRole(t, "team-a", &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_GROUP, Name: "binders"}, "binder")
 
 	if _, err := e.as["alice"].CreateRoleTemplate(ctx, connect.NewRequest(&rbacv1.CreateRoleTemplateRequest{Template: &rbacv1.RoleTemplate{Name: "mine", Rules: []*rbacv1.PolicyRule{rule("", "pods", "get")}}})); code(err) != connect.CodePermissionDenied {
 		t.Fatalf("non-admin created a template: %v", err)
@@ -174,6 +175,8 @@ func TestNoPrivilegeEscalation(t *testing.T) {
 		{"no bindings at all", "bob", "team-a", "pod-reader", connect.CodePermissionDenied, "rolebindings"},
 		{"bind permission instead of the rules", "carol", "team-a", "secret-reader", 0, ""},
 		{"admin", "admin", "team-b", "secret-reader", 0, ""},
+		{"holds the rules through a group", "dave", "team-a", "pod-reader", 0, ""},
+		{"a group does not lift the rule check", "dave", "team-a", "secret-reader", connect.CodePermissionDenied, "resources=secrets"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,7 +195,7 @@ func TestNoPrivilegeEscalation(t *testing.T) {
 	}
 	// The events name who did it.
 	list, err := e.rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{Project: "team-a", RoleTemplate: "binder"}))
-	if err != nil || len(list.Msg.Bindings) != 2 {
+	if err != nil || len(list.Msg.Bindings) != 3 { // alice, group binders, and uc granted by alice
 		t.Fatalf("list: %v %v", list, err)
 	}
 	for _, b := range list.Msg.Bindings {

@@ -32,8 +32,8 @@ import (
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
 
-// Users of the test token file; "admin" is the platform admin.
-var testUsers = []string{"admin", "alice", "bob", "carol"}
+// Users of the test token file; "admin" is the platform admin; "dave" is in group "binders".
+var testUsers = []string{"admin", "alice", "bob", "carol", "dave"}
 
 func tokenOf(user string) string { return "token-of-" + user }
 
@@ -88,7 +88,11 @@ func start(t testing.TB, j *testkit.JetStream, cfg rbacsync.Config, opts ...star
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	var lines []byte
 	for _, u := range testUsers {
-		lines = append(lines, tokenOf(u)+","+u+"\n"...)
+		line := tokenOf(u) + "," + u
+		if u == "dave" {
+			line += `,uid-dave,"binders,others"`
+		}
+		lines = append(lines, line+"\n"...)
 	}
 	if err := os.WriteFile(tokens, lines, 0o600); err != nil {
 		t.Fatal(err)
