@@ -115,6 +115,31 @@ func (s *informerSet) byKey(qk string) ([]managedObject, error) {
 	return out, nil
 }
 
+// cached returns a copy of the cached object namespace/name of gvr if it is managed for desired
+// key qk. Objects we manage are always in the cache, so the common case (an update or removal
+// of our own object) needs no GET; anything else (adoption, creation) is read from the server.
+func (s *informerSet) cached(gvr schema.GroupVersionResource, namespace, name, qk string) (*unstructured.Unstructured, bool) {
+	s.mu.Lock()
+	inf, ok := s.byGVR[gvr]
+	s.mu.Unlock()
+	if !ok || !inf.HasSynced() {
+		return nil, false
+	}
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	o, ok, err := inf.GetIndexer().GetByKey(key)
+	if err != nil || !ok {
+		return nil, false
+	}
+	u, isU := o.(*unstructured.Unstructured)
+	if !isU || !managedFor(u, qk) {
+		return nil, false
+	}
+	return u.DeepCopy(), true
+}
+
 // keys returns every desired key annotated on a cached managed object.
 func (s *informerSet) keys() []string {
 	s.mu.Lock()

@@ -79,13 +79,16 @@ func (a *Applier) apply(ctx context.Context, e entry) error {
 	}
 	ri := resourceClient(a.dyn, mapping, u.GetNamespace())
 
-	live, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		live = nil
-	case err != nil:
-		_ = a.fail(ctx, e, ReasonApplyFailed, fmt.Sprintf("get live object: %v", err))
-		return fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, u.GetName(), err)
+	live, cached := a.informers.cached(mapping.Resource, u.GetNamespace(), u.GetName(), qk)
+	if !cached {
+		live, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			live = nil
+		case err != nil:
+			_ = a.fail(ctx, e, ReasonApplyFailed, fmt.Sprintf("get live object: %v", err))
+			return fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, u.GetName(), err)
+		}
 	}
 	if live != nil {
 		if reason, msg := a.guard(e, qk, live); reason != "" {

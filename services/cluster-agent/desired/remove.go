@@ -42,13 +42,16 @@ func (a *Applier) removeTombstoned(ctx context.Context, e entry) error {
 		return err
 	}
 	ri := resourceClient(a.dyn, mapping, target.namespace)
-	live, err := ri.Get(ctx, target.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		a.setMark(qk, appliedMark{})
-		return a.reportRemoved(ctx, e, gone, true, "")
-	}
-	if err != nil {
-		return fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, target.name, err)
+	live, cached := a.informers.cached(mapping.Resource, target.namespace, target.name, qk)
+	if !cached {
+		live, err = ri.Get(ctx, target.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			a.setMark(qk, appliedMark{})
+			return a.reportRemoved(ctx, e, gone, true, "")
+		}
+		if err != nil {
+			return fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, target.name, err)
+		}
 	}
 	if k := e.obj.GetOwnerLabelKey(); k != "" {
 		if v, ok := live.GetLabels()[k]; ok && v != e.obj.GetOwnerLabelValue() {
