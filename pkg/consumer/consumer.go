@@ -103,10 +103,16 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	cfg.defaults()
 	c, err := Ensure(ctx, js, cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return err
 	}
 	it, err := c.Messages(jetstream.PullMaxMessages(cfg.MaxAckPending))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("consume %s: %w", cfg.Durable, err)
 	}
 	defer it.Stop()

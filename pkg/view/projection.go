@@ -137,6 +137,14 @@ func (e *Engine) WaitApplied(ctx context.Context, seq uint64) error {
 // pending on a dead client come back only after AckWait, behind newer ones), while an ordered
 // consumer resumes exactly after the last message it delivered.
 func (e *Engine) Run(ctx context.Context) error {
+	err := e.run(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped, possibly while starting: not a failure
+	}
+	return err
+}
+
+func (e *Engine) run(ctx context.Context) error {
 	checkpoint, err := e.open(ctx)
 	if err != nil {
 		return err

@@ -134,6 +134,14 @@ func (s *Service) Mount(srv *server.Server) {
 
 // Run runs the projections, the caches of every input and the fan-out until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
+	err := s.run(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped, possibly while starting: not a failure
+	}
+	return err
+}
+
+func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.templatesView.Run(ctx) })
 	g.Go(func() error { return s.bindingsView.Run(ctx) })
