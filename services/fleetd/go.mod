@@ -93,3 +93,7 @@ replace github.com/fleetstream/fleetstream/services/cluster-agent => ../cluster-
 replace github.com/fleetstream/fleetstream/services/rbac-sync => ../rbac-sync
 
 replace github.com/fleetstream/fleetstream/services/namespace-binding => ../namespace-binding
+
+require github.com/fleetstream/fleetstream/services/endpoint-collector v0.0.0
+
+replace github.com/fleetstream/fleetstream/services/endpoint-collector => ../endpoint-collector

@@ -53,6 +53,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.AddCommand(newRoleCommand(f))
 	root.AddCommand(newMemberCommand(f))
 	root.AddCommand(newAccessCommand(f))
+	root.AddCommand(newEndpointsCommand(f))
 	return root
 }
 

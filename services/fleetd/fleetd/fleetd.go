@@ -24,6 +24,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
@@ -42,6 +43,8 @@ type Config struct {
 	// RBAC configures rbac-sync; with --insecure-dev every caller is "anonymous", who is then
 	// made a platform admin so the laptop setup can manage role templates.
 	RBAC rbacsync.Config
+	// Endpoints configures endpoint-collector (multi-cluster endpoints and weights).
+	Endpoints collector.Config
 }
 
 // Instance is a running fleetd.
@@ -53,6 +56,7 @@ type Instance struct {
 	// NamespaceBinding is the project service (projects, namespace bindings, quotas).
 	NamespaceBinding *namespacebinding.Service
 	RBAC             *rbacsync.Service
+	Endpoints        *collector.Collector
 	// Addr is where the HTTP listener listens.
 	Addr string
 
@@ -152,7 +156,13 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	}
 	inst.RBAC.Mount(srv)
 	g.Go(func() error { return inst.RBAC.Run(ctx) })
-	inst.ready = allClosed(inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready())
+	if inst.Endpoints, err = collector.New(ctx, inst.JS, cfg.Endpoints, log); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	inst.Endpoints.Mount(srv)
+	g.Go(func() error { return inst.Endpoints.Run(ctx) })
+	inst.ready = allClosed(inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready(), inst.Endpoints.Ready())
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })
 	ok = true
 	return inst, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -39,6 +40,8 @@ type options struct {
 	inventoryResync   time.Duration
 	desiredWorkers    int
 	desiredResync     time.Duration
+	endpointSlices    string
+	clusterID         string
 	logLevel          string
 	logDev            bool
 }
@@ -61,6 +64,8 @@ func run(args []string) error {
 	fs.DurationVar(&o.inventoryResync, "inventory-resync", agent.DefaultInventoryResync, "how often to republish the namespace inventory without changes")
 	fs.IntVar(&o.desiredWorkers, "desired-workers", desired.DefaultWorkers, "desired objects applied in parallel")
 	fs.DurationVar(&o.desiredResync, "desired-resync", desired.DefaultResyncPeriod, "how often every desired object is re-applied and prune re-run without events")
+	fs.StringVar(&o.endpointSlices, "endpointslices", "all", "EndpointSlices to report for multi-cluster endpoint collection: all, label=<key>[=<value>] or annotation=<key>[=<value>] on the Service, or off")
+	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster's registry id, sent with EndpointSlice reports (optional; the collector also reads it from the registry)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logDev, "log-dev", false, "human-readable console logs")
 	if err := fs.Parse(args); err != nil {
@@ -68,6 +73,13 @@ func run(args []string) error {
 	}
 	if o.cluster == "" {
 		return errors.New("--cluster is required")
+	}
+	var sliceFilter endpointslices.Filter
+	if o.endpointSlices != "off" {
+		var err error
+		if sliceFilter, err = endpointslices.ParseFilter(o.endpointSlices); err != nil {
+			return fmt.Errorf("--endpointslices: %w", err)
+		}
 	}
 
 	log, err := logging.New(o.logLevel, o.logDev)
@@ -123,6 +135,15 @@ func run(args []string) error {
 		return err
 	}
 	a.Add(applier)
+	if o.endpointSlices != "off" {
+		reporter, err := endpointslices.New(endpointslices.Config{
+			ClusterName: o.cluster, ClusterID: o.clusterID, Filter: sliceFilter, SessionID: a.SessionID(),
+		}, a.Informers(), a.Store(), log)
+		if err != nil {
+			return err
+		}
+		a.Add(reporter)
+	}
 	return a.Run(ctx)
 }
 

@@ -371,7 +371,7 @@ type SetEndpointWeightRequest struct {
 	// Only in this cluster (by name); empty = every cluster where the service has this IP now.
 	Cluster string `protobuf:"bytes,5,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// Remove the override instead (the endpoint goes back to 100); weight is ignored.
-	Reset_        bool `protobuf:"varint,6,opt,name=reset,proto3" json:"reset,omitempty"`
+	Clear         bool `protobuf:"varint,6,opt,name=clear,proto3" json:"clear,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,9 +441,9 @@ func (x *SetEndpointWeightRequest) GetCluster() string {
 	return ""
 }
 
-func (x *SetEndpointWeightRequest) GetReset_() bool {
+func (x *SetEndpointWeightRequest) GetClear() bool {
 	if x != nil {
-		return x.Reset_
+		return x.Clear
 	}
 	return false
 }
@@ -802,7 +802,7 @@ const file_fleetstream_endpoint_v1_endpoint_service_proto_rawDesc = "" +
 	"\x02ip\x18\x03 \x01(\tR\x02ip\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x18\n" +
 	"\acluster\x18\x05 \x01(\tR\acluster\x12\x14\n" +
-	"\x05reset\x18\x06 \x01(\bR\x05reset\"^\n" +
+	"\x05clear\x18\x06 \x01(\bR\x05clear\"^\n" +
 	"\x19SetEndpointWeightResponse\x12A\n" +
 	"\aweights\x18\x01 \x01(\v2'.fleetstream.endpoint.v1.ServiceWeightsR\aweights\"}\n" +
 	"\x17SetClusterWeightRequest\x12\x1c\n" +

@@ -1,0 +1,33 @@
+// Command endpoint-collector merges the EndpointSlices cluster agents report into one
+// multi-cluster view per service and serves it (fleetstream.endpoint.v1.EndpointService).
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+
+	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+)
+
+func main() {
+	var cfg collector.Config
+	os.Exit(daemon.Main("endpoint-collector", os.Args[1:], func(fs *flag.FlagSet) {
+		fs.DurationVar(&cfg.StaleAfter, "stale-after", 0, "agent silence before a cluster's endpoints are flagged stale (default 30s)")
+		fs.DurationVar(&cfg.EvictAfter, "evict-after", 0, "agent silence before a cluster's endpoints are no longer served (default 5m)")
+		fs.DurationVar(&cfg.WeightCleanupAfter, "weight-cleanup-after", 0, "how long an endpoint weight outlives its endpoint (default 1h)")
+		fs.DurationVar(&cfg.ViewFlushInterval, "view-flush-interval", 0, "coalescing interval of bucket `endpoints` writes (default 200ms)")
+		fs.BoolVar(&cfg.NoViewWrites, "no-view-writes", false, "serve only; leave bucket writes and weight cleanup to another replica")
+		fs.IntVar(&cfg.Workers, "workers", 0, "concurrent reconcilers (default 2)")
+	}, func(ctx context.Context, env *daemon.Env) error {
+		cfg.Replicas = env.Options.Replicas
+		c, err := collector.New(ctx, env.JS, cfg, env.Log)
+		if err != nil {
+			return err
+		}
+		c.Mount(env.Server)
+		env.Group.Go(func() error { return c.Run(ctx) })
+		return nil
+	}))
+}

@@ -1,0 +1,615 @@
+package collector
+
+// Benchmarks for docs/benchmarks.md (## Endpoints). Each runs its scenario once per iteration
+// and reports a figure and a ratio against a baseline measured in the same run, because these
+// machines are shared and noisy:
+//
+//	go test -run '^$' -bench . -benchtime 1x ./collector/
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+)
+
+// benchSlice builds a realistic report: eps endpoints with pod names, uids, zones and nodes.
+// seq is encoded in the first endpoint's IP so that a reader can tell which update it sees.
+func benchSlice(cluster string, svc, slice int, eps int, seq uint32) *endpointv1.EndpointSliceReport {
+	r := &endpointv1.EndpointSliceReport{ClusterName: cluster, ClusterId: "id-" + cluster, Namespace: "bench",
+		Service: fmt.Sprintf("svc-%d", svc), Slice: fmt.Sprintf("svc-%d-%s-%d", svc, cluster, slice), AddressType: "IPv4",
+		SessionId: "bench-session", Generation: 1, Time: timestamppb.Now(),
+		Ports: []*endpointv1.EndpointPort{{Name: "http", Port: 8080, Protocol: "TCP"}}}
+	for i := range eps {
+		ip := netip.AddrFrom4([4]byte{10, byte(svc >> 8), byte(svc), byte(i)})
+		if i == 0 {
+			ip = netip.AddrFrom4([4]byte{11, byte(seq >> 16), byte(seq >> 8), byte(seq)})
+		}
+		r.Endpoints = append(r.Endpoints, &endpointv1.Endpoint{Addresses: []string{ip.String()}, Ready: i%7 != 0 || seq%2 == 0,
+			Serving: true, Zone: fmt.Sprintf("%s-zone-%d", cluster, i%3), Node: fmt.Sprintf("%s-node-%d", cluster, (svc+i)%100),
+			Target: &endpointv1.TargetRef{Kind: "Pod", Namespace: "bench", Name: fmt.Sprintf("svc-%d-7d9f8b6c5-%05d", svc, i),
+				Uid: uuid.NewString()}})
+	}
+	return r
+}
+
+func encodeReport(b testing.TB, r *endpointv1.EndpointSliceReport) []byte {
+	env, err := events.NewEnvelope(context.Background(), r.ClusterName, r, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := proto.Marshal(env)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return data
+}
+
+func seqOf(sn *snapshot) (uint32, bool) {
+	for ci := range sn.clusters {
+		for _, s := range sn.clusters[ci].slices {
+			if len(s.eps) > 0 && s.eps[0].addr[12] == 11 {
+				a := s.eps[0].addr
+				return uint32(a[13])<<16 | uint32(a[14])<<8 | uint32(a[15]), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func quietLogger() *zap.Logger { return zap.NewNop() }
+
+// publishAll publishes msgs asynchronously with a bounded window, waits for every ack and
+// returns the stream sequence of the last one.
+func publishAll(b testing.TB, js jetstream.JetStream, msgs []*nats.Msg) uint64 {
+	var last jetstream.PubAckFuture
+	for _, m := range msgs {
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = f
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		b.Fatal("publish acks timed out")
+	}
+	select {
+	case ack := <-last.Ok():
+		return ack.Sequence
+	case err := <-last.Err():
+		b.Fatal(err)
+	}
+	return 0
+}
+
+// BenchmarkSliceUpdates: sustained EndpointSlice updates through agent-format reports on
+// FLEET_AGENT until every one is applied and queryable, against the bus alone (the same
+// messages published and consumed by a bare ordered consumer) in the same run. 50,000 slices
+// (5,000 services x 2 clusters x 5 slices x 10 endpoints) exist; each is then updated once.
+// Every subject gets one update, so the stream never compacts one away: each report is
+// decoded, merged and served.
+func BenchmarkSliceUpdates(b *testing.B) {
+	const (
+		services = 5000
+		perSvc   = 5
+		eps      = 10
+	)
+	clusters := []string{"east", "west"}
+	for range b.N {
+		js := testkit.StartJetStream(b)
+		_, pubJS := js.Connect(b)
+		pubJS, _ = jetstream.New(pubJS.Conn(), jetstream.WithPublishAsyncMaxPending(4096))
+		ctx := context.Background()
+		if _, err := New(ctx, js.JS, Config{}, quietLogger()); err != nil { // topology
+			b.Fatal(err)
+		}
+		round := func(seq uint32) []*nats.Msg {
+			var msgs []*nats.Msg
+			for s := range services {
+				for _, cl := range clusters {
+					for k := range perSvc {
+						rep := benchSlice(cl, s, k, eps, seq)
+						m := nats.NewMsg(subjects.AgentEndpointSlice(cl, "bench", rep.Slice))
+						m.Data = encodeReport(b, rep)
+						msgs = append(msgs, m)
+					}
+				}
+			}
+			return msgs
+		}
+		initial, updates, again := round(1), round(2), round(3)
+		n := len(updates)
+		publishAll(b, pubJS, initial)
+
+		// Baseline: the bus alone, on the first update round.
+		cons, err := js.JS.OrderedConsumer(ctx, subjects.AgentStreamName, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"fleet.agent.*.endpointslice.>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var got atomic.Int64
+		done := make(chan struct{})
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if got.Add(1) == int64(n) {
+				close(done)
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		publishAll(b, pubJS, updates)
+		select {
+		case <-done:
+		case <-time.After(3 * time.Minute):
+			b.Fatal("bus baseline did not finish")
+		}
+		busRate := float64(n) / time.Since(start).Seconds()
+		cc.Stop()
+
+		// The collector: it loads the 50,000 slices, then the second update round.
+		h := startCollector(b, js.JS, Config{})
+		var before dto.Metric
+		_ = h.c.metrics.reports.Write(&before)
+		var served atomic.Int64
+		h.c.onPublish = func(sn *snapshot) {
+			// A service is done when all its slices carry seq 3.
+			for ci := range sn.clusters {
+				for _, sl := range sn.clusters[ci].slices {
+					if sl.eps[0].addr[15] != 3 {
+						return
+					}
+				}
+			}
+			if len(sn.clusters) == len(clusters) {
+				served.Add(1)
+			}
+		}
+		start = time.Now()
+		publishAll(b, pubJS, again)
+		deadline := time.Now().Add(3 * time.Minute)
+		for served.Load() < services {
+			if time.Now().After(deadline) {
+				b.Fatalf("collector served %d of %d services", served.Load(), services)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		rate := float64(n) / time.Since(start).Seconds()
+		// Every report was applied, none skipped (the counter is bumped just after a report
+		// is handed to the reconciler, so it may trail the last snapshot by a moment).
+		testkit.Eventually(b, time.Second, func() error {
+			var after dto.Metric
+			_ = h.c.metrics.reports.Write(&after)
+			if applied := after.GetCounter().GetValue() - before.GetCounter().GetValue(); applied != float64(n) {
+				return fmt.Errorf("applied %v of %d reports", applied, n)
+			}
+			return nil
+		})
+		b.ReportMetric(rate, "updates/s")
+		b.ReportMetric(busRate, "bus-updates/s")
+		b.ReportMetric(rate/busRate, "ratio")
+		b.ReportMetric(rate/50000, "vs-goal")
+		h.stop()
+	}
+}
+
+// BenchmarkSliceReplay: the collector's own ingest capacity, without a publisher competing for
+// the two cores: 50,000 slice reports (500,000 endpoints) wait in FLEET_AGENT; the collector
+// starts and applies every one until it is ready (all queryable), against a bare ordered
+// consumer reading the same messages in the same run.
+func BenchmarkSliceReplay(b *testing.B) {
+	const (
+		services = 5000
+		perSvc   = 5
+		eps      = 10
+	)
+	for range b.N {
+		js := testkit.StartJetStream(b)
+		_, pubJS := js.Connect(b)
+		pubJS, _ = jetstream.New(pubJS.Conn(), jetstream.WithPublishAsyncMaxPending(4096))
+		ctx := context.Background()
+		if _, err := New(ctx, js.JS, Config{}, quietLogger()); err != nil { // topology
+			b.Fatal(err)
+		}
+		var msgs []*nats.Msg
+		for s := range services {
+			for _, cl := range []string{"east", "west"} {
+				for k := range perSvc {
+					rep := benchSlice(cl, s, k, eps, 1)
+					m := nats.NewMsg(subjects.AgentEndpointSlice(cl, "bench", rep.Slice))
+					m.Data = encodeReport(b, rep)
+					msgs = append(msgs, m)
+				}
+			}
+		}
+		n := len(msgs)
+		publishAll(b, pubJS, msgs)
+
+		cons, err := js.JS.OrderedConsumer(ctx, subjects.AgentStreamName, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"fleet.agent.*.endpointslice.>"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var got atomic.Int64
+		done := make(chan struct{})
+		start := time.Now()
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if got.Add(1) == int64(n) {
+				close(done)
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-done
+		busRate := float64(n) / time.Since(start).Seconds()
+		cc.Stop()
+
+		start = time.Now()
+		h := startCollector(b, js.JS, Config{})
+		rate := float64(n) / time.Since(start).Seconds()
+		if got := len(h.c.store.Services(nil)); got != services {
+			b.Fatalf("%d services", got)
+		}
+		b.ReportMetric(rate, "updates/s")
+		b.ReportMetric(busRate, "bus-updates/s")
+		b.ReportMetric(rate/busRate, "ratio")
+		b.ReportMetric(rate/50000, "vs-goal")
+		h.stop()
+	}
+}
+
+// lastSeq is the seq of the last cluster's slice (both clusters must have the final update).
+func lastSeq(sn *snapshot) uint32 {
+	var out uint32 = 1 << 31
+	for ci := range sn.clusters {
+		for _, s := range sn.clusters[ci].slices {
+			if len(s.eps) > 0 {
+				a := s.eps[0].addr
+				out = min(out, uint32(a[15]))
+			}
+		}
+	}
+	return out
+}
+
+// BenchmarkReportToQueryLatency: at 5,000 slice updates/s, how long from the agent's publish
+// until the update is served (its snapshot published), p50 and p99, against the bus alone
+// (publish until a bare ordered consumer receives it) at the same rate in the same run.
+func BenchmarkReportToQueryLatency(b *testing.B) {
+	const (
+		rate     = 5000
+		seconds  = 4
+		services = 1000
+		eps      = 10
+	)
+	total := rate * seconds
+	for range b.N {
+		js := testkit.StartJetStream(b)
+		_, pubJS := js.Connect(b)
+		ctx := context.Background()
+		if _, err := New(ctx, js.JS, Config{}, quietLogger()); err != nil { // topology
+			b.Fatal(err)
+		}
+		// Pre-encode: report i updates service i%services with seq i.
+		msgs := make([]*nats.Msg, total)
+		for i := range msgs {
+			rep := benchSlice("east", i%services, 0, eps, uint32(i))
+			msgs[i] = nats.NewMsg(subjects.AgentEndpointSlice("east", "bench", rep.Slice))
+			msgs[i].Data = encodeReport(b, rep)
+		}
+		sentAt := make([]atomic.Int64, total)
+		lat := make([]time.Duration, total)
+		var seen atomic.Int64
+
+		pace := func() {
+			// 5 messages every millisecond, publish time recorded per message.
+			t := time.NewTicker(time.Millisecond)
+			defer t.Stop()
+			per := rate / 1000
+			for i := 0; i < total; i += per {
+				<-t.C
+				for j := i; j < min(i+per, total); j++ {
+					sentAt[j].Store(time.Now().UnixNano())
+					if _, err := pubJS.PublishMsgAsync(msgs[j]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+			<-pubJS.PublishAsyncComplete()
+		}
+		// Until everything is seen, or nothing more comes (the bus may skip a superseded one).
+		wait := func() {
+			last, idle := seen.Load(), 0
+			for seen.Load() < int64(total) && idle < 100 {
+				time.Sleep(5 * time.Millisecond)
+				if n := seen.Load(); n == last {
+					idle++
+				} else {
+					last, idle = n, 0
+				}
+			}
+		}
+
+		// Baseline: the bus alone.
+		cons, err := js.JS.OrderedConsumer(ctx, subjects.AgentStreamName, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"fleet.agent.*.endpointslice.>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		idx := map[string][]int{}
+		for i, m := range msgs {
+			idx[m.Subject] = append(idx[m.Subject], i)
+		}
+		var bmu sync.Mutex
+		next := map[string]int{}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			now := time.Now().UnixNano()
+			bmu.Lock()
+			k := next[m.Subject()]
+			next[m.Subject()] = k + 1
+			i := idx[m.Subject()][k]
+			bmu.Unlock()
+			lat[i] = time.Duration(now - sentAt[i].Load())
+			seen.Add(1)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pace()
+		wait()
+		cc.Stop()
+		busP50, busP99 := percentiles(lat[:seen.Load()])
+
+		// The collector (started now, so it did not compete with the baseline): latency until
+		// the snapshot carrying each update is served. Updates the work queue coalesced are
+		// served by the snapshot of a later one of the same service: they count from then.
+		h := startCollector(b, js.JS, Config{})
+		for i := range lat {
+			lat[i] = 0
+			sentAt[i].Store(0)
+		}
+		seen.Store(0)
+		nextSeq := make([]int, services) // per service, the next seq not yet served
+		for k := range nextSeq {
+			nextSeq[k] = k
+		}
+		h.c.onPublish = func(sn *snapshot) {
+			s, ok := seqOf(sn)
+			if !ok || int(s) >= total {
+				return
+			}
+			now := time.Now().UnixNano()
+			k := int(s) % services
+			for i := nextSeq[k]; i <= int(s); i += services {
+				if t := sentAt[i].Load(); t != 0 {
+					lat[i] = time.Duration(now - t)
+					seen.Add(1)
+				}
+				nextSeq[k] = i + services
+			}
+		}
+		pace()
+		wait()
+		var got []time.Duration
+		for _, d := range lat {
+			if d > 0 {
+				got = append(got, d)
+			}
+		}
+		p50, p99 := percentiles(got)
+		b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(busP50.Microseconds())/1000, "bus-p50-ms")
+		b.ReportMetric(float64(busP99.Microseconds())/1000, "bus-p99-ms")
+		if len(got) != total {
+			b.Fatalf("%d of %d updates served", len(got), total)
+		}
+		if busP99 > 0 {
+			b.ReportMetric(float64(p99)/float64(busP99), "p99-ratio")
+		}
+		h.stop()
+	}
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)*99/100]
+}
+
+// BenchmarkGetServiceEndpoints: requests/s of GetServiceEndpoints (Connect JSON over HTTP/1.1,
+// through the server scaffold's interceptors) against a bare net/http handler writing the same
+// response bytes from memory, same client, same concurrency, in the same run.
+func BenchmarkGetServiceEndpoints(b *testing.B) {
+	const (
+		conc   = 16
+		dur    = 400 * time.Millisecond
+		rounds = 10
+	)
+	for range b.N {
+		js := testkit.StartJetStream(b)
+		h := startCollector(b, js.JS, Config{})
+		ctx := context.Background()
+		for _, cl := range []string{"east", "west"} {
+			rep := benchSlice(cl, 1, 0, 10, 0)
+			rep.Service = "cart"
+			if _, err := events.NewStore(js.JS, "bench").Append(ctx, subjects.AgentEndpointSlice(cl, "bench", rep.Slice), cl, events.Any, rep); err != nil {
+				b.Fatal(err)
+			}
+		}
+		url := h.http.URL + "/fleetstream.endpoint.v1.EndpointService/GetServiceEndpoints"
+		body := []byte(`{"namespace":"bench","name":"cart"}`)
+		var resp []byte
+		testkit.Eventually(b, 10*time.Second, func() error {
+			r, err := http.Post(url, "application/json", bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			defer r.Body.Close()
+			resp, _ = io.ReadAll(r.Body)
+			if r.StatusCode != 200 || !strings.Contains(string(resp), `"west"`) {
+				return fmt.Errorf("%d %s", r.StatusCode, resp)
+			}
+			return nil
+		})
+		// The baseline server: same bytes, no work.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		bare := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(resp)
+		})}
+		go func() { _ = bare.Serve(ln) }()
+		bareURL := "http://" + ln.Addr().String() + "/"
+
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, DisableCompression: true}}
+		run := func(url string) float64 {
+			var n atomic.Int64
+			stop := time.Now().Add(dur)
+			var wg sync.WaitGroup
+			for range conc {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(stop) {
+						r, err := client.Post(url, "application/json", bytes.NewReader(body))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, r.Body)
+						r.Body.Close()
+						if r.StatusCode != 200 {
+							b.Errorf("status %d", r.StatusCode)
+							return
+						}
+						n.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			return float64(n.Load()) / dur.Seconds()
+		}
+		// Short windows, interleaved, alternating which goes first: a noisy neighbour hurts
+		// both alike.
+		var ours, base float64
+		for i := range rounds {
+			if i%2 == 0 {
+				base += run(bareURL)
+				ours += run(url)
+			} else {
+				ours += run(url)
+				base += run(bareURL)
+			}
+		}
+		b.ReportMetric(ours/rounds, "req/s")
+		b.ReportMetric(base/rounds, "bare-req/s")
+		b.ReportMetric(ours/base, "ratio")
+		b.ReportMetric(float64(len(resp)), "resp-bytes")
+		_ = bare.Close()
+		h.stop()
+	}
+}
+
+// BenchmarkMemoryPerEndpoint: heap held by the collector for 1,000,000 endpoints (50,000
+// services x 2 clusters x 10 endpoints, one slice each, as agents report them), against the
+// same endpoints held as the API's own messages (a map of service to []*ClusterEndpoints, the
+// straightforward design) in the same run.
+func BenchmarkMemoryPerEndpoint(b *testing.B) {
+	const (
+		services = 50000
+		eps      = 10
+	)
+	clusters := []string{"east", "west"}
+	total := services * len(clusters) * eps
+	for range b.N {
+		heap := func() uint64 {
+			runtime.GC()
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			return ms.HeapAlloc
+		}
+		c := newCollector(Config{}, quietLogger())
+		before := heap()
+		now := time.Now()
+		for s := range services {
+			for _, cl := range clusters {
+				rep := benchSlice(cl, s, 0, eps, 0)
+				data := encodeReport(b, rep)
+				if err := c.ingest.handle(subjects.AgentEndpointSlice(cl, "bench", rep.Slice), data, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// Reconcile as the workers would (synchronously here).
+			for c.queue.Len() > 0 {
+				key, _ := c.queue.Get()
+				c.reconcile(key)
+				c.queue.Done(key)
+			}
+		}
+		after := heap()
+		ours := float64(after-before) / float64(total)
+		if n := len(c.store.Services(nil)); n != services {
+			b.Fatalf("%d services", n)
+		}
+
+		// Baseline: the same endpoints as API messages.
+		naive := map[string][]*endpointv1.ClusterEndpoints{}
+		before = heap()
+		for s := range services {
+			var ces []*endpointv1.ClusterEndpoints
+			for _, cl := range clusters {
+				rep := benchSlice(cl, s, 0, eps, 0)
+				ce := &endpointv1.ClusterEndpoints{ClusterId: rep.ClusterId, ClusterName: cl, Weight: 100}
+				for _, e := range rep.Endpoints {
+					ce.Addresses = append(ce.Addresses, &endpointv1.Address{Ip: e.Addresses[0], Port: 8080, Weight: 100,
+						Ready: e.Ready, Serving: e.Serving, Zone: e.Zone, Node: e.Node, PortName: "http", Protocol: "TCP",
+						EndpointWeight: 100, Target: "Pod/" + e.Target.Name})
+				}
+				ces = append(ces, ce)
+			}
+			naive["bench/"+fmt.Sprintf("svc-%d", s)] = ces
+		}
+		after = heap()
+		base := float64(after-before) / float64(total)
+		runtime.KeepAlive(naive)
+		runtime.KeepAlive(c)
+		b.ReportMetric(ours, "bytes/endpoint")
+		b.ReportMetric(base, "naive-bytes/endpoint")
+		b.ReportMetric(ours/base, "ratio")
+		b.ReportMetric(ours/250, "vs-goal")
+	}
+}

@@ -1,0 +1,229 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+)
+
+// The ingester turns agent messages into pending slice changes and work-queue keys. It keeps,
+// per cluster, which slice belongs to which service and which relist reported it last: that
+// is what a relist marker prunes by, and what a liveness change re-reconciles.
+
+// report kinds: the fourth token of fleet.agent.<cluster>.<kind>...
+const (
+	kindHeartbeat = "heartbeat"
+	kindSlice     = "endpointslice"
+	kindSync      = "endpointsync"
+)
+
+type sliceStamp struct {
+	svc     string // service key namespace/name
+	session string
+	gen     uint64
+}
+
+type clusterIngest struct {
+	info     *clusterInfo
+	slices   map[string]sliceStamp // namespace/slice -> stamp
+	services map[string]int        // service key -> number of slices
+	session  string                // interned: the session of the latest report or marker
+}
+
+type ingester struct {
+	c *Collector
+
+	mu       sync.Mutex
+	clusters map[string]*clusterIngest
+}
+
+func newIngester(c *Collector) *ingester {
+	return &ingester{c: c, clusters: map[string]*clusterIngest{}}
+}
+
+func (in *ingester) cluster(name string) *clusterIngest {
+	ci := in.clusters[name]
+	if ci == nil {
+		ci = &clusterIngest{info: in.c.store.cluster(name), slices: map[string]sliceStamp{}, services: map[string]int{}}
+		in.clusters[name] = ci
+	}
+	return ci
+}
+
+// servicesOf returns the keys of the services cluster has slices of.
+func (in *ingester) servicesOf(cluster string) []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ci := in.clusters[cluster]
+	if ci == nil {
+		return nil
+	}
+	out := make([]string, 0, len(ci.services))
+	for k := range ci.services {
+		out = append(out, k)
+	}
+	return out
+}
+
+// errMalformed marks a message that can never be applied: it is dead-lettered.
+var errMalformed = errors.New("malformed agent report")
+
+// handle applies one message of stream FLEET_AGENT received by the server at ts.
+func (in *ingester) handle(subject string, data []byte, ts time.Time) error {
+	toks := strings.Split(subject, ".")
+	if len(toks) < 4 {
+		return fmt.Errorf("%w: subject %s", errMalformed, subject)
+	}
+	cluster, err := keys.Decode(toks[2])
+	if err != nil {
+		return fmt.Errorf("%w: subject %s: %v", errMalformed, subject, err)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ci := in.cluster(cluster)
+	in.touch(ci, ts)
+	switch toks[3] {
+	case kindHeartbeat:
+		return nil // liveness only; the payload is cluster-import's business
+	case kindSlice:
+		if len(toks) != 6 {
+			return fmt.Errorf("%w: subject %s", errMalformed, subject)
+		}
+		ns, err1 := keys.Decode(toks[4])
+		name, err2 := keys.Decode(toks[5])
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("%w: subject %s: %v", errMalformed, subject, err)
+		}
+		h, sl, err := in.c.store.decodeReport(data)
+		if err != nil {
+			// The generated code decodes what the fast path declined, or says what is wrong.
+			if h, sl, err = in.decodeSlow(data, subject); err != nil {
+				return err
+			}
+		}
+		return in.slice(ci, ns, name, h, sl)
+	case kindSync:
+		ev, err := events.Decode(data)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errMalformed, err)
+		}
+		m, ok := ev.Payload.(*endpointv1.EndpointSliceSync)
+		if !ok {
+			return fmt.Errorf("%w: %s on %s", errMalformed, ev.Type, subject)
+		}
+		in.synced(ci, m)
+		return nil
+	}
+	return nil // another report kind this collector does not read
+}
+
+// touch records that cluster's agent was heard at ts. A silence longer than the evict delay
+// means the cluster was (or would have been) evicted: until its agent's next relist completes
+// it is served as stale, since whatever changed meanwhile has not been reported yet. Judged on
+// server timestamps, a replay after a restart comes to the same verdict as live processing.
+func (in *ingester) touch(ci *clusterIngest, ts time.Time) {
+	n := ts.UnixNano()
+	prev := ci.info.lastSeen.Load()
+	if n <= prev {
+		return
+	}
+	ci.info.lastSeen.Store(n)
+	if prev != 0 && time.Duration(n-prev) > in.c.cfg.EvictAfter && !ci.info.resyncing.Swap(true) {
+		in.c.log.Info("cluster agent back after eviction; stale until its relist completes",
+			zap.String("cluster", ci.info.name), zap.Duration("silentFor", time.Duration(n-prev).Round(time.Millisecond)))
+	}
+	in.c.evaluate(ci.info, ci.services)
+}
+
+// decodeSlow decodes a slice report with the generated code.
+func (in *ingester) decodeSlow(data []byte, subject string) (reportHeader, *slice, error) {
+	ev, err := events.Decode(data)
+	if err != nil {
+		return reportHeader{}, nil, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	r, ok := ev.Payload.(*endpointv1.EndpointSliceReport)
+	if !ok {
+		return reportHeader{}, nil, fmt.Errorf("%w: %s on %s", errMalformed, ev.Type, subject)
+	}
+	h := reportHeader{clusterID: r.ClusterId, service: r.Service, session: r.SessionId, deleted: r.Deleted, generation: r.Generation}
+	if h.deleted || h.service == "" {
+		return h, nil, nil
+	}
+	sl, err := in.c.store.convert(r)
+	if err != nil {
+		return h, nil, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return h, sl, nil
+}
+
+// slice applies one report: sl is the slice's new state, nil when it is gone.
+func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl *slice) error {
+	key := ns + "/" + name
+	prev, had := ci.slices[key]
+	if r.clusterID != "" && !in.c.idFromRegistry(ci.info.name) {
+		ci.info.setID(r.clusterID)
+	}
+	if sl == nil {
+		// Deleted, or without a service label (it then serves no Service): as good as gone.
+		if had {
+			in.drop(ci, key, prev, name)
+		}
+		return nil
+	}
+	sl.name = stringsClone(name)
+	svc := ns + "/" + r.service
+	if had && prev.svc != svc {
+		in.drop(ci, key, prev, name)
+		had = false
+	}
+	if r.session != ci.session {
+		ci.session = stringsClone(r.session)
+	}
+	if !had {
+		ci.services[svc]++
+		svc = stringsClone(svc)
+	} else {
+		svc = prev.svc
+	}
+	ci.slices[stringsClone(key)] = sliceStamp{svc: svc, session: ci.session, gen: r.generation}
+	in.c.put(svc, ci.info, sl.name, sl)
+	return nil
+}
+
+func (in *ingester) drop(ci *clusterIngest, key string, st sliceStamp, sliceName string) {
+	delete(ci.slices, key)
+	if ci.services[st.svc]--; ci.services[st.svc] <= 0 {
+		delete(ci.services, st.svc)
+	}
+	in.c.put(st.svc, ci.info, sliceName, nil)
+}
+
+// synced applies a relist marker: every slice of the cluster the relist did not report is gone.
+// Nothing is pruned before the marker, so a reconnecting agent never blanks its cluster.
+func (in *ingester) synced(ci *clusterIngest, m *endpointv1.EndpointSliceSync) {
+	pruned := 0
+	for key, st := range ci.slices {
+		if st.session == m.SessionId && st.gen == m.Generation {
+			continue
+		}
+		_, sliceName, _ := strings.Cut(key, "/")
+		in.drop(ci, key, st, sliceName)
+		pruned++
+	}
+	if ci.info.resyncing.Swap(false) {
+		in.c.evaluate(ci.info, ci.services)
+	}
+	if pruned > 0 {
+		in.c.log.Info("relist complete; pruned slices it no longer has", zap.String("cluster", ci.info.name),
+			zap.Uint64("generation", m.Generation), zap.Int("pruned", pruned))
+	}
+	in.c.metrics.pruned.Add(float64(pruned))
+}

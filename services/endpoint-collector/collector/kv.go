@@ -1,0 +1,131 @@
+package collector
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// kvWriter mirrors the merged view into bucket `endpoints` for other services. It is derived
+// state (rebuilt from the agent stream on restart), so writes are coalesced: each flush writes
+// the latest snapshot of every service that changed since the last one, with async publishes
+// to the bucket's subjects, and waits for their acks before the next round.
+type kvWriter struct {
+	c *Collector
+
+	mu    sync.Mutex
+	dirty map[string]struct{}
+}
+
+func (w *kvWriter) mark(key string) {
+	w.mu.Lock()
+	w.dirty[key] = struct{}{}
+	w.mu.Unlock()
+}
+
+func (w *kvWriter) run(ctx context.Context) error {
+	select {
+	case <-w.c.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	w.dropVanished(ctx)
+	t := time.NewTicker(w.c.cfg.ViewFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.flush(ctx)
+		}
+	}
+}
+
+func (w *kvWriter) flush(ctx context.Context) {
+	w.mu.Lock()
+	if len(w.dirty) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	batch := w.dirty
+	w.dirty = make(map[string]struct{}, len(batch))
+	w.mu.Unlock()
+
+	var failed []string
+	acks := make(map[string]jetstream.PubAckFuture, len(batch))
+	for key := range batch {
+		ns, name, _ := strings.Cut(key, "/")
+		msg := nats.NewMsg("$KV." + subjects.EndpointsBucket + "." + viewKey(ns, name))
+		if sn := w.c.store.snapshot(key); sn != nil {
+			data, err := proto.Marshal(sn.serviceEndpoints())
+			if err != nil {
+				w.c.log.Error("encode endpoints view", zap.String("service", key), zap.Error(err))
+				continue
+			}
+			msg.Data = data
+		} else {
+			msg.Header.Set("KV-Operation", "DEL")
+		}
+		f, err := w.c.js.PublishMsgAsync(msg)
+		if err != nil {
+			failed = append(failed, key)
+			continue
+		}
+		acks[key] = f
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for key, f := range acks {
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+			failed = append(failed, key)
+		case <-wctx.Done():
+			failed = append(failed, key)
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if len(failed) > 0 {
+		w.c.log.Warn("endpoints view not written; retrying", zap.Int("services", len(failed)))
+		for _, key := range failed {
+			w.mark(key)
+		}
+	}
+}
+
+// dropVanished deletes the entries of services that disappeared while no collector was writing:
+// the bucket is derived state, and nothing else would ever remove them.
+func (w *kvWriter) dropVanished(ctx context.Context) {
+	kv, err := w.c.js.KeyValue(ctx, subjects.EndpointsBucket)
+	if err != nil {
+		w.c.log.Warn("endpoints view: open bucket", zap.Error(err))
+		return
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		w.c.log.Warn("endpoints view: list keys", zap.Error(err))
+		return
+	}
+	defer func() { _ = lister.Stop() }()
+	for key := range lister.Keys() {
+		parts, err := keys.Split(key)
+		if err != nil || len(parts) != 2 {
+			continue
+		}
+		if svc := serviceKey(parts[0], parts[1]); w.c.store.snapshot(svc) == nil {
+			w.mark(svc)
+		}
+	}
+}

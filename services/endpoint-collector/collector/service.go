@@ -1,0 +1,402 @@
+// Package collector is endpoint-collector: it merges the EndpointSlices that cluster agents
+// report into one multi-cluster view per service, keeps operator weight overrides as events,
+// and serves both through fleetstream.endpoint.v1.EndpointService, a watch stream and bucket
+// `endpoints`. See docs/endpoints.md for the design.
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Config tunes the collector. Zero fields take the defaults.
+type Config struct {
+	// StaleAfter is how long a cluster's agent may be silent before its endpoints are flagged
+	// stale (still served). Default 30s.
+	StaleAfter time.Duration
+	// EvictAfter is how long before they are no longer served. Default 5m.
+	EvictAfter time.Duration
+	// CheckInterval is how often liveness is evaluated. Default min(StaleAfter/4, 5s).
+	CheckInterval time.Duration
+	// WeightCleanupAfter is how long an endpoint weight outlives its endpoint (the IP gone from
+	// a live cluster, or taken by another pod) before it is removed. Default 1h.
+	WeightCleanupAfter time.Duration
+	// ViewFlushInterval coalesces writes of bucket `endpoints`: a service changing many times
+	// within it is written once. Default 200ms.
+	ViewFlushInterval time.Duration
+	// NoViewWrites turns the bucket writer and the weight cleanup off. Every replica serves the
+	// API from its own memory; exactly one should write (see docs/endpoints.md).
+	NoViewWrites bool
+	// Workers reconciling services concurrently. Default 2.
+	Workers int
+	// RetryQPS bounds the overall rate of retried reconciles (the work queue's bucket limiter);
+	// default 50/s with a burst of 500. Fresh changes are never delayed, only coalesced.
+	RetryQPS float64
+	// Replicas of the stream and buckets (1 single node, 3 production).
+	Replicas int
+}
+
+func (c *Config) defaults() {
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = 30 * time.Second
+	}
+	if c.EvictAfter <= 0 {
+		c.EvictAfter = 5 * time.Minute
+	}
+	if c.EvictAfter < c.StaleAfter {
+		c.EvictAfter = c.StaleAfter
+	}
+	if c.CheckInterval <= 0 {
+		c.CheckInterval = min(c.StaleAfter/4, 5*time.Second)
+	}
+	if c.WeightCleanupAfter <= 0 {
+		c.WeightCleanupAfter = time.Hour
+	}
+	if c.ViewFlushInterval <= 0 {
+		c.ViewFlushInterval = 200 * time.Millisecond
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.RetryQPS <= 0 {
+		c.RetryQPS = 50
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+}
+
+const actor = "system:endpoint-collector"
+
+// Topology is what the collector needs: its weight stream and view bucket, and the agent
+// stream it reads (declared in pkg/subjects; ensuring it with the same config is idempotent, so
+// the collector can start before cluster-import).
+func Topology() topology.Topology {
+	return topology.Merge(topology.DeadLetter(), topology.Topology{
+		Streams: []jetstream.StreamConfig{
+			topology.EventStream(subjects.EndpointStream, "Endpoint weight events.", subjects.EndpointPrefix+".>"),
+			subjects.AgentStream(),
+		},
+		Buckets: []jetstream.KeyValueConfig{{
+			Bucket: subjects.EndpointsBucket, Description: "Merged multi-cluster endpoints per service (derived from agent reports).",
+			History: 1, Storage: jetstream.FileStorage,
+		}},
+	})
+}
+
+type metrics struct {
+	reports    prometheus.Counter
+	malformed  prometheus.Counter
+	pruned     prometheus.Counter
+	reconciles prometheus.Counter
+}
+
+func newMetrics() metrics {
+	return metrics{
+		reports:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_endpoint_reports_total", Help: "Agent messages applied."}),
+		malformed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_endpoint_reports_malformed_total", Help: "Agent messages dead-lettered."}),
+		pruned:     prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_endpoint_slices_pruned_total", Help: "Slices dropped by relist markers."}),
+		reconciles: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_endpoint_reconciles_total", Help: "Service snapshots published."}),
+	}
+}
+
+// Collector implements endpointv1connect.EndpointServiceHandler.
+type Collector struct {
+	endpointv1connect.UnimplementedEndpointServiceHandler
+
+	cfg     Config
+	js      jetstream.JetStream
+	log     *zap.Logger
+	events  *events.Store
+	store   *Store
+	pending *pendingSet
+	queue   workqueue.TypedRateLimitingInterface[string]
+	ingest  *ingester
+	kv      *kvWriter
+	codec   *responseCodec
+	metrics metrics
+
+	weightsView *view.Engine
+	weights     *view.Cache[*endpointv1.ServiceWeights]
+	registry    *registry
+
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
+	ready        chan struct{}
+	now          func() time.Time
+	// onPublish, when set (benchmarks), is called with every snapshot once it is served.
+	onPublish func(*snapshot)
+}
+
+// New ensures the collector's streams and buckets and builds it; Run starts it.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Collector, error) {
+	cfg.defaults()
+	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+		return nil, err
+	}
+	c := newCollector(cfg, log)
+	c.js = js
+	c.events = events.NewStore(js, actor)
+	var err error
+	if c.weightsView, err = view.NewEngine(js, weightsProjection(), c.log, view.WithReplicas(cfg.Replicas)); err != nil {
+		return nil, err
+	}
+	if !cfg.NoViewWrites {
+		c.kv = &kvWriter{c: c, dirty: map[string]struct{}{}}
+	}
+	c.registry = &registry{c: c}
+	return c, nil
+}
+
+// newCollector builds the in-memory part, without JetStream (benchmarks drive it directly).
+func newCollector(cfg Config, log *zap.Logger) *Collector {
+	cfg.defaults()
+	c := &Collector{cfg: cfg, log: log.Named("endpoint-collector"), store: NewStore(),
+		pending:  &pendingSet{m: map[string]*pendingService{}},
+		codec:    newResponseCodec(),
+		metrics:  newMetrics(),
+		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now}
+	c.store.strs = newStrtab()
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
+			&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(cfg.RetryQPS), 500)},
+		),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpoint-collector"})
+	c.ingest = newIngester(c)
+	return c
+}
+
+// Ready is closed once the collector has applied every report that was in the stream when it
+// started, and its weights: from then on the API answers from current state.
+func (c *Collector) Ready() <-chan struct{} { return c.ready }
+
+// Store returns the in-memory store (for tests and benchmarks).
+func (c *Collector) Store() *Store { return c.store }
+
+// Mount registers the API, its metrics and readiness on srv.
+func (c *Collector) Mount(srv *server.Server) {
+	srv.Handle(endpointv1connect.NewEndpointServiceHandler(c, c.HandlerOptions(srv)...))
+	srv.ReadyWhen("endpoint-collector", c.ready)
+	for _, m := range []prometheus.Collector{c.metrics.reports, c.metrics.malformed, c.metrics.pruned, c.metrics.reconciles} {
+		_ = srv.Registry().Register(m)
+	}
+}
+
+// Run consumes reports, reconciles, and keeps the weights, the liveness and the view bucket
+// until ctx is done.
+func (c *Collector) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for range c.cfg.Workers {
+		g.Go(func() error { c.runWorker(); return nil })
+	}
+	g.Go(func() error {
+		<-ctx.Done()
+		c.queue.ShutDown()
+		return nil
+	})
+	g.Go(func() error { return c.weightsView.Run(ctx) })
+	select {
+	case <-c.weightsView.Ready():
+	case <-ctx.Done():
+		return g.Wait()
+	}
+	kv, err := c.js.KeyValue(ctx, subjects.EndpointWeightsBucket)
+	if err != nil {
+		return fmt.Errorf("weights bucket: %w", err)
+	}
+	c.weights = view.NewCache(kv, func() *endpointv1.ServiceWeights { return &endpointv1.ServiceWeights{} }, c.log)
+	g.Go(func() error { return c.weights.Run(ctx) })
+	g.Go(func() error { return c.followWeights(ctx) })
+	g.Go(func() error { return c.registry.run(ctx) })
+	g.Go(func() error { return c.consume(ctx) })
+	g.Go(func() error { return c.runLiveness(ctx) })
+	if c.kv != nil {
+		g.Go(func() error { return c.kv.run(ctx) })
+		g.Go(func() error { return c.runWeightCleanup(ctx) })
+	}
+	g.Go(func() error { return c.awaitReady(ctx) })
+	return g.Wait()
+}
+
+// awaitReady closes ready once the initial replay is applied.
+func (c *Collector) awaitReady(ctx context.Context) error {
+	for _, ch := range []<-chan struct{}{c.caughtUp, c.weights.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for c.pending.len() > 0 || c.queue.Len() > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	close(c.ready)
+	c.log.Info("endpoint collector ready", zap.Int("services", len(c.store.Services(nil))))
+	return nil
+}
+
+// consume reads the agent stream with an ordered consumer starting from the latest message of
+// every subject: each report is a snapshot, so that replay is exactly the current state. Every
+// replica needs all of it in memory, which is why this is not a shared durable work queue.
+func (c *Collector) consume(ctx context.Context) error {
+	cons, err := c.js.OrderedConsumer(ctx, subjects.AgentStreamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{
+			subjects.AgentPrefix + ".*." + kindHeartbeat,
+			subjects.AgentPrefix + ".*." + kindSlice + ".>",
+			subjects.AgentPrefix + ".*." + kindSync,
+		},
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("agent stream consumer: %w", err)
+	}
+	// The callback runs on one goroutine, in stream order.
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		if err := c.ingest.handle(m.Subject(), m.Data(), md.Timestamp); err != nil {
+			c.metrics.malformed.Inc()
+			c.log.Error("dead-lettering agent report", zap.String("subject", m.Subject()), zap.Error(err))
+			if dlErr := deadLetter(ctx, c.js, m, err); dlErr != nil {
+				c.log.Error("dead-letter failed", zap.Error(dlErr))
+			}
+		} else {
+			c.metrics.reports.Inc()
+		}
+		if md.NumPending == 0 {
+			c.markCaughtUp()
+		}
+	}, jetstream.PullMaxMessages(2048), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() == nil {
+			c.log.Warn("agent stream", zap.Error(err))
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consume agent stream: %w", err)
+	}
+	defer cc.Stop()
+	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.Delivered.Consumer == 0 {
+		c.markCaughtUp()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Collector) markCaughtUp() { c.caughtUpOnce.Do(func() { close(c.caughtUp) }) }
+
+// runLiveness re-evaluates every cluster's liveness, so silence is noticed without messages.
+func (c *Collector) runLiveness(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			c.ingest.mu.Lock()
+			for _, ci := range c.ingest.clusters {
+				c.evaluate(ci.info, ci.services)
+			}
+			c.ingest.mu.Unlock()
+		}
+	}
+}
+
+// registry follows bucket `clusters` (cluster-import's view) for cluster ids. It is optional:
+// until the bucket exists, ids come from the agents' reports.
+type registry struct {
+	c     *Collector
+	cache *view.Cache[*clusterv1.Cluster]
+	ready chan struct{}
+}
+
+func (r *registry) run(ctx context.Context) error {
+	var kv jetstream.KeyValue
+	for {
+		var err error
+		kv, err = r.c.js.KeyValue(ctx, subjects.ClustersBucket)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			r.c.log.Warn("cluster registry bucket", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+	cache := view.NewCache(kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, r.c.log)
+	go func() { _ = cache.Run(ctx) }()
+	select {
+	case <-cache.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	for {
+		snap, ch := cache.Subscribe(ctx, 1024)
+		for _, u := range snap {
+			r.apply(u)
+		}
+		for u := range ch {
+			r.apply(u)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+func (r *registry) apply(u view.Update[*clusterv1.Cluster]) {
+	if u.Op != view.Put {
+		return
+	}
+	name := u.Value.Name
+	ci := r.c.store.cluster(name)
+	ci.fromRegistry.Store(true)
+	if ci.setID(u.Value.Id) {
+		for _, key := range r.c.ingest.servicesOf(name) {
+			r.c.queue.Add(key)
+		}
+	}
+}
+
+func (c *Collector) idFromRegistry(cluster string) bool {
+	return c.store.cluster(cluster).fromRegistry.Load()
+}
+
+// serviceKey is the work-queue key of a service.
+func serviceKey(ns, name string) string { return ns + "/" + name }
+
+// viewKey is the KV key of a service in buckets `endpoints` and `endpoint-weights`.
+func viewKey(ns, name string) string { return keys.Join(ns, name) }

@@ -1,0 +1,366 @@
+package collector
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// The store keeps every endpoint of every service in every cluster in memory, compactly: the
+// architecture plans for 1,000,000 endpoints and one collector holds them all. An endpoint is a
+// fixed-size, pointer-free struct (IP and target uid as 16 bytes, zone and node as interned ids,
+// conditions as bits) inside its slice's array, so the garbage collector never scans it and a
+// million of them cost ~50 MB. Everything a query reads is an immutable snapshot published per
+// service with an atomic pointer: readers take no lock and never see a half-applied change.
+
+// Endpoint condition and address bits.
+const (
+	fReady uint8 = 1 << iota
+	fServing
+	fTerminating
+	fV4
+	fHasUID
+)
+
+// Protocols of a port, as stored.
+const (
+	protoTCP uint8 = iota
+	protoUDP
+	protoSCTP
+)
+
+var protoNames = [...]string{"TCP", "UDP", "SCTP"}
+
+// endpoint is one EndpointSlice endpoint: 48 bytes, no pointers.
+type endpoint struct {
+	addr [16]byte // IPv4 in the last 4 bytes (IPv4-mapped form) when fV4 is set
+	uid  [16]byte // targetRef uid (a UUID, or a hash of a non-UUID uid) when fHasUID is set
+	zone uint32   // interned
+	node uint32   // interned
+	// target ("Pod/<name>") is targets[tOff:tOff+tLen] of the endpoint's slice.
+	tOff  uint32
+	tLen  uint16
+	flags uint8
+}
+
+// rank orders copies of one endpoint found in several slices: the most ready one wins, as in
+// kube-proxy, because an endpoint moving between slices is briefly in both and the older copy
+// may be stale.
+func (e *endpoint) rank() uint8 {
+	switch {
+	case e.flags&fReady != 0:
+		return 2
+	case e.flags&fServing != 0:
+		return 1
+	}
+	return 0
+}
+
+type port struct {
+	num   uint16
+	proto uint8
+	name  uint32 // interned
+}
+
+// slice is one EndpointSlice as last reported. Immutable once built: a new report builds a new
+// one, so snapshots can share it.
+type slice struct {
+	name    string
+	ports   []port
+	eps     []endpoint
+	targets string // arena of endpoint target names
+}
+
+func (s *slice) target(e *endpoint) string { return s.targets[e.tOff : e.tOff+uint32(e.tLen)] }
+
+// mref points at one (endpoint, port) of a part's slices: the merged, de-duplicated list of a
+// service in one cluster is an array of these, sorted by (ip, port, protocol).
+type mref struct {
+	s uint16 // slice index in the part
+	e uint16 // endpoint index in the slice (a slice holds at most 1000)
+	p uint8  // port index in the slice (a slice holds at most 100)
+}
+
+// part is the state of one service in one cluster: its slices by name, and their merge.
+type part struct {
+	cluster *clusterInfo
+	slices  []*slice // sorted by name
+	merged  []mref
+}
+
+func (p *part) find(name string) (int, bool) {
+	return sort.Find(len(p.slices), func(i int) int { return cmp.Compare(name, p.slices[i].name) })
+}
+
+// merge recomputes the de-duplicated list of (endpoint, port) of the part.
+func (p *part) merge() {
+	n := 0
+	for _, s := range p.slices {
+		n += len(s.eps) * len(s.ports)
+	}
+	refs := make([]mref, 0, n)
+	for si, s := range p.slices {
+		for ei := range s.eps {
+			for pi := range s.ports {
+				refs = append(refs, mref{s: uint16(si), e: uint16(ei), p: uint8(pi)})
+			}
+		}
+	}
+	at := func(r mref) (*endpoint, *port) {
+		s := p.slices[r.s]
+		return &s.eps[r.e], &s.ports[r.p]
+	}
+	slices.SortFunc(refs, func(a, b mref) int {
+		ea, pa := at(a)
+		eb, pb := at(b)
+		if c := compareAddr(&ea.addr, &eb.addr); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(pa.num, pb.num); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(pa.proto, pb.proto); c != 0 {
+			return c
+		}
+		// Best copy first, then the first slice by name: the result does not depend on the
+		// order reports arrived in.
+		if c := cmp.Compare(eb.rank(), ea.rank()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.s, b.s)
+	})
+	out := refs[:0]
+	for i, r := range refs {
+		if i > 0 {
+			e, pt := at(r)
+			le, lp := at(out[len(out)-1])
+			if e.addr == le.addr && pt.num == lp.num && pt.proto == lp.proto {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	p.merged = slices.Clip(out)
+}
+
+func compareAddr(a, b *[16]byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return cmp.Compare(a[i], b[i])
+		}
+	}
+	return 0
+}
+
+// service is one namespace/name. Its parts are touched only by the reconciler working on its
+// key (the work queue hands a key to one worker at a time); readers use snap.
+type service struct {
+	key, ns, name string
+	parts         []*part // sorted by cluster name
+	snap          atomic.Pointer[snapshot]
+}
+
+func (s *service) part(c *clusterInfo, create bool) (int, *part) {
+	i, ok := sort.Find(len(s.parts), func(i int) int { return cmp.Compare(c.name, s.parts[i].cluster.name) })
+	if ok {
+		return i, s.parts[i]
+	}
+	if !create {
+		return i, nil
+	}
+	p := &part{cluster: c}
+	s.parts = slices.Insert(s.parts, i, p)
+	return i, p
+}
+
+// strtab interns the strings endpoints repeat (zones, nodes, port names): an endpoint stores a
+// uint32. Ids are never reused; the table grows with distinct values, not with endpoints.
+type strtab struct {
+	mu   sync.RWMutex
+	ids  map[string]uint32
+	strs []string
+}
+
+func newStrtab() *strtab { return &strtab{ids: map[string]uint32{"": 0}, strs: []string{""}} }
+
+func (t *strtab) id(s string) uint32 {
+	t.mu.RLock()
+	id, ok := t.ids[s]
+	t.mu.RUnlock()
+	if ok {
+		return id
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id, ok := t.ids[s]; ok {
+		return id
+	}
+	s = stringsClone(s)
+	id = uint32(len(t.strs))
+	t.strs = append(t.strs, s)
+	t.ids[s] = id
+	return id
+}
+
+func (t *strtab) str(id uint32) string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if int(id) < len(t.strs) {
+		return t.strs[id]
+	}
+	return ""
+}
+
+// stringsClone copies s so an interned string does not pin the decoded report it came from.
+func stringsClone(s string) string { return string([]byte(s)) }
+
+// Store is the in-memory endpoint store.
+type Store struct {
+	strs *strtab
+
+	mu       sync.RWMutex
+	services map[string]*service
+
+	cmu      sync.RWMutex
+	clusters map[string]*clusterInfo
+
+	version atomic.Uint64
+	hub     hub
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{strs: newStrtab(), services: map[string]*service{}, clusters: map[string]*clusterInfo{},
+		hub: hub{watchers: map[string]map[*watcher]struct{}{}}}
+}
+
+// cluster returns the shared state of cluster name, creating it.
+func (st *Store) cluster(name string) *clusterInfo {
+	st.cmu.RLock()
+	c, ok := st.clusters[name]
+	st.cmu.RUnlock()
+	if ok {
+		return c
+	}
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	if c, ok := st.clusters[name]; ok {
+		return c
+	}
+	c = &clusterInfo{name: name}
+	st.clusters[name] = c
+	return c
+}
+
+// Clusters returns every cluster the store has heard of.
+func (st *Store) Clusters() []*clusterInfo {
+	st.cmu.RLock()
+	defer st.cmu.RUnlock()
+	out := make([]*clusterInfo, 0, len(st.clusters))
+	for _, c := range st.clusters {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *clusterInfo) int { return cmp.Compare(a.name, b.name) })
+	return out
+}
+
+// snapshot returns the current state of service key (nil if it has no endpoints anywhere).
+func (st *Store) snapshot(key string) *snapshot {
+	st.mu.RLock()
+	s := st.services[key]
+	st.mu.RUnlock()
+	if s == nil {
+		return nil
+	}
+	return s.snap.Load()
+}
+
+func (st *Store) service(key, ns, name string) *service {
+	st.mu.RLock()
+	s := st.services[key]
+	st.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s = st.services[key]; s == nil {
+		s = &service{key: key, ns: ns, name: name}
+		st.services[key] = s
+	}
+	return s
+}
+
+func (st *Store) dropService(s *service) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.services[s.key] == s {
+		delete(st.services, s.key)
+	}
+}
+
+// Services returns the snapshots of every service accepted by keep, ordered by key.
+func (st *Store) Services(keep func(ns, name string) bool) []*snapshot {
+	st.mu.RLock()
+	out := make([]*snapshot, 0, len(st.services))
+	for _, s := range st.services {
+		if keep != nil && !keep(s.ns, s.name) {
+			continue
+		}
+		if sn := s.snap.Load(); sn != nil {
+			out = append(out, sn)
+		}
+	}
+	st.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *snapshot) int {
+		if c := cmp.Compare(a.ns, b.ns); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	return out
+}
+
+// hub tells watchers of a service that it changed. A notification is a token in a channel of
+// one: a burst of changes wakes a slow watcher once, and it then reads the latest snapshot.
+type hub struct {
+	mu       sync.Mutex
+	watchers map[string]map[*watcher]struct{}
+}
+
+type watcher struct{ ch chan struct{} }
+
+func (h *hub) add(key string) *watcher {
+	w := &watcher{ch: make(chan struct{}, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.watchers[key]
+	if m == nil {
+		m = map[*watcher]struct{}{}
+		h.watchers[key] = m
+	}
+	m[w] = struct{}{}
+	return w
+}
+
+func (h *hub) remove(key string, w *watcher) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.watchers[key], w)
+	if len(h.watchers[key]) == 0 {
+		delete(h.watchers, key)
+	}
+}
+
+func (h *hub) notify(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.watchers[key] {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+)
+
+func envelope(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	env, err := events.NewEnvelope(context.Background(), "east", m, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := proto.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// slow decodes with the generated code, as the ingester's fallback does.
+func slow(st *Store, data []byte) (reportHeader, *slice, error) {
+	in := newIngester(&Collector{store: st})
+	return in.decodeSlow(data, "fleet.agent.east.endpointslice.ns.s")
+}
+
+func sameSlice(a, b *slice) bool {
+	if (a == nil) != (b == nil) {
+		return false
+	}
+	if a == nil {
+		return true
+	}
+	return reflect.DeepEqual(a.ports, b.ports) && a.targets == b.targets &&
+		(len(a.eps) == 0 && len(b.eps) == 0 || reflect.DeepEqual(a.eps, b.eps))
+}
+
+// The wire decoder and the generated code agree on every report.
+func TestWireDecoderMatchesGeneratedCode(t *testing.T) {
+	cases := []*endpointv1.EndpointSliceReport{
+		{Service: "cart", Slice: "cart-1", AddressType: "IPv4", SessionId: "s", Generation: 3, ClusterId: "id",
+			Ports: []*endpointv1.EndpointPort{{Name: "http", Port: 8080, Protocol: "TCP"}, {Name: "dns", Port: 53, Protocol: "UDP"}},
+			Endpoints: []*endpointv1.Endpoint{
+				{Addresses: []string{"10.0.0.1", "10.0.0.2"}, Ready: true, Serving: true, Zone: "a", Node: "n1",
+					Target: &endpointv1.TargetRef{Kind: "Pod", Name: "p1", Uid: "7f000000-0000-0000-0000-000000000001"}},
+				{Addresses: []string{"10.0.0.3"}, Terminating: true, Serving: true, Target: &endpointv1.TargetRef{Uid: "not-a-uuid"}},
+				{Addresses: []string{"not-an-ip"}, Ready: true},
+				{Addresses: []string{"fe80::1%eth0"}, Ready: true},
+				{Ready: true},
+				{Addresses: []string{"::ffff:10.0.0.9"}, Target: &endpointv1.TargetRef{Kind: "Pod"}},
+			}},
+		{Service: "v6", Slice: "v6-1", AddressType: "IPv6", Endpoints: []*endpointv1.Endpoint{{Addresses: []string{"fd00::1"}, Ready: true}}},
+		{Service: "headless", Slice: "h-1", Endpoints: []*endpointv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Ready: true}}},
+		{Service: "ext", Slice: "ext-1", AddressType: "FQDN", Ports: []*endpointv1.EndpointPort{{Port: 443}},
+			Endpoints: []*endpointv1.Endpoint{{Addresses: []string{"example.com"}, Ready: true}}},
+		{Service: "cart", Slice: "gone", Deleted: true},
+		{Slice: "orphan", Endpoints: []*endpointv1.Endpoint{{Addresses: []string{"10.0.0.1"}}}},
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		r := &endpointv1.EndpointSliceReport{Service: fmt.Sprintf("svc-%d", i%7), Slice: fmt.Sprintf("s-%d", i),
+			SessionId: "sess", Generation: uint64(rnd.IntN(5))}
+		for p := range rnd.IntN(3) {
+			r.Ports = append(r.Ports, &endpointv1.EndpointPort{Name: fmt.Sprintf("p%d", p), Port: uint32(rnd.IntN(70000)),
+				Protocol: []string{"TCP", "UDP", "SCTP", "", "tcp"}[rnd.IntN(5)]})
+		}
+		for e := range rnd.IntN(12) {
+			ep := &endpointv1.Endpoint{Ready: rnd.IntN(2) == 0, Serving: rnd.IntN(2) == 0, Terminating: rnd.IntN(3) == 0,
+				Zone: fmt.Sprintf("z%d", rnd.IntN(3)), Node: fmt.Sprintf("n%d", rnd.IntN(4))}
+			if rnd.IntN(10) > 0 {
+				ep.Addresses = []string{fmt.Sprintf("10.%d.%d.%d", i, e, rnd.IntN(256))}
+			}
+			if rnd.IntN(3) > 0 {
+				ep.Target = &endpointv1.TargetRef{Kind: "Pod", Name: fmt.Sprintf("pod-%d-%d", i, e), Uid: fmt.Sprintf("uid-%d", rnd.IntN(1000))}
+			}
+			r.Endpoints = append(r.Endpoints, ep)
+		}
+		cases = append(cases, r)
+	}
+	for i, r := range cases {
+		st := NewStore()
+		data := envelope(t, r)
+		hs, ss, serr := slow(st, data)
+		hf, sf, err := st.decodeReport(data)
+		if serr != nil {
+			// Malformed: the fast path must decline it, so that the slow path's error is what
+			// gets reported.
+			if err != errSlowPath {
+				t.Fatalf("case %d: slow path rejects (%v), fast path says %v", i, serr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("case %d: fast path: %v", i, err)
+		}
+		if hf != hs {
+			t.Fatalf("case %d: headers differ:\nfast %+v\nslow %+v", i, hf, hs)
+		}
+		if !sameSlice(sf, ss) {
+			t.Fatalf("case %d: slices differ:\nfast %v\nslow %v", i, sf, ss)
+		}
+	}
+}
+
+// Other payloads, and garbage, go to the slow path (which rejects them).
+func TestWireDecoderDeclines(t *testing.T) {
+	st := NewStore()
+	for name, data := range map[string][]byte{
+		"heartbeat": envelope(t, &agentv1.Heartbeat{ClusterName: "east"}),
+		"garbage":   []byte("\xff\xff\xff"),
+		"empty":     nil,
+	} {
+		if _, _, err := st.decodeReport(data); err != errSlowPath {
+			t.Errorf("%s: want errSlowPath, got %v", name, err)
+		}
+	}
+}
+
+func BenchmarkDecodeReport(b *testing.B) {
+	data := encodeReport(b, benchSlice("east", 1, 0, 10, 1))
+	st := NewStore()
+	b.Run("wire", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := st.decodeReport(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("generated", func(b *testing.B) {
+		in := newIngester(&Collector{store: st})
+		for b.Loop() {
+			if _, _, err := in.decodeSlow(data, "x"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
