@@ -2,6 +2,7 @@ package view
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -20,31 +21,77 @@ const (
 	Delete
 )
 
-// Update is one change seen in the bucket. For Delete, Value is the entry as it was.
+// Update is one change seen in the bucket. For Delete, Value is the entry as it was. Prev is the
+// entry before the change (for Delete the same as Value), or the zero T if the key was absent.
 type Update[T proto.Message] struct {
 	Op    Op
 	Key   string
 	Value T
+	Prev  T
 }
 
-// Cache mirrors a view bucket in memory by watching it, so reads (get, list, selectors, watch
-// streams) cost no round trip. Every replica of a service has its own.
-type Cache[T proto.Message] struct {
-	kv    jetstream.KeyValue
-	newT  func() T
-	log   *zap.Logger
-	ready chan struct{}
+// Entry is a cached entry with the KV revision it was stored at, for compare-and-set writes and
+// for comparing with what others report about it. Value is shared: callers must not modify it.
+type Entry[T proto.Message] struct {
+	Key        string
+	KVRevision uint64
+	Value      T
+}
 
-	mu      sync.RWMutex
-	items   map[string]T
-	changed chan struct{}
-	subs    map[chan Update[T]]struct{}
+// CacheOption configures a Cache.
+type CacheOption func(*cacheConfig)
+
+type cacheConfig struct {
+	filter string
+	index  any // func(key string, v T) []string of the cache's T
+}
+
+// WithFilter mirrors only the keys matching filter, a NATS subject filter (">", all keys, is the
+// default). WaitCheckpoint needs a filter that matches MetaKey.
+func WithFilter(filter string) CacheOption { return func(c *cacheConfig) { c.filter = filter } }
+
+// WithIndex lists every entry under the terms index returns for it, for Lookup, Keys and Count.
+// Its T must be the cache's: NewCache panics otherwise.
+func WithIndex[T proto.Message](index func(key string, v T) []string) CacheOption {
+	return func(c *cacheConfig) { c.index = index }
+}
+
+// Cache mirrors a view bucket in memory by watching it, so reads (get, list, index lookups,
+// selectors, watch streams) cost no round trip. Every replica of a service has its own.
+type Cache[T proto.Message] struct {
+	kv     jetstream.KeyValue
+	newT   func() T
+	log    *zap.Logger
+	filter string
+	index  func(key string, v T) []string
+	ready  chan struct{}
+
+	mu    sync.RWMutex
+	items map[string]Entry[T]
+	terms map[string]map[string]struct{} // index term → keys
+	// checkpoint is the highest view checkpoint seen in the bucket's MetaKey.
+	checkpoint uint64
+	changed    chan struct{}
+	subs       map[chan Update[T]]struct{}
 }
 
 // NewCache returns a cache of kv whose entries decode into newT().
-func NewCache[T proto.Message](kv jetstream.KeyValue, newT func() T, log *zap.Logger) *Cache[T] {
-	return &Cache[T]{kv: kv, newT: newT, log: log, ready: make(chan struct{}),
-		items: make(map[string]T), changed: make(chan struct{}), subs: make(map[chan Update[T]]struct{})}
+func NewCache[T proto.Message](kv jetstream.KeyValue, newT func() T, log *zap.Logger, opts ...CacheOption) *Cache[T] {
+	cfg := cacheConfig{filter: jetstream.AllKeys}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c := &Cache[T]{kv: kv, newT: newT, log: log, filter: cfg.filter, ready: make(chan struct{}),
+		items: make(map[string]Entry[T]), terms: make(map[string]map[string]struct{}),
+		changed: make(chan struct{}), subs: make(map[chan Update[T]]struct{})}
+	if cfg.index != nil {
+		index, ok := cfg.index.(func(string, T) []string)
+		if !ok {
+			panic(fmt.Sprintf("view: index %T of a cache of %T", cfg.index, newT()))
+		}
+		c.index = index
+	}
+	return c
 }
 
 // Ready is closed once the bucket's initial content is loaded.
@@ -52,11 +99,11 @@ func (c *Cache[T]) Ready() <-chan struct{} { return c.ready }
 
 // Run watches the bucket until ctx is done.
 func (c *Cache[T]) Run(ctx context.Context) error {
-	w, err := c.kv.WatchAll(ctx)
+	w, err := c.kv.Watch(ctx, c.filter)
 	if err != nil {
 		return fmt.Errorf("watch bucket %s: %w", c.kv.Bucket(), err)
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }()
 	initial := true
 	for {
 		select {
@@ -82,32 +129,43 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 }
 
 func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
-	if e.Key() == MetaKey {
-		return
-	}
-	var u Update[T]
-	u.Key = e.Key()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	key := e.Key()
+	if key == MetaKey {
+		// The engine moves the checkpoint only after every entry write of a batch, so once the
+		// cache has seen checkpoint n it has seen every change of the events up to n.
+		var m meta
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &m) == nil && m.Checkpoint > c.checkpoint {
+			c.checkpoint = m.Checkpoint
+			c.broadcast()
+		}
+		return
+	}
+	old, had := c.items[key]
+	u := Update[T]{Key: key, Prev: old.Value}
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
 		v := c.newT()
 		if err := proto.Unmarshal(e.Value(), v); err != nil {
-			c.log.Error("undecodable view entry", zap.String("bucket", c.kv.Bucket()), zap.String("key", e.Key()), zap.Error(err))
+			c.log.Error("undecodable view entry", zap.String("bucket", c.kv.Bucket()), zap.String("key", key), zap.Error(err))
 			return
 		}
-		c.items[u.Key] = v
+		if had {
+			c.unindex(key, old.Value)
+		}
+		c.items[key] = Entry[T]{Key: key, KVRevision: e.Revision(), Value: v}
+		c.reindex(key, v)
 		u.Op, u.Value = Put, v
 	default:
-		old, ok := c.items[u.Key]
-		if !ok {
+		if !had {
 			return
 		}
-		delete(c.items, u.Key)
-		u.Op, u.Value = Delete, old
+		c.unindex(key, old.Value)
+		delete(c.items, key)
+		u.Op, u.Value = Delete, old.Value
 	}
-	close(c.changed)
-	c.changed = make(chan struct{})
+	c.broadcast()
 	for ch := range c.subs {
 		select {
 		case ch <- u:
@@ -119,31 +177,125 @@ func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
+// broadcast wakes everyone waiting for a change. c.mu must be held.
+func (c *Cache[T]) broadcast() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *Cache[T]) reindex(key string, v T) {
+	if c.index == nil {
+		return
+	}
+	for _, term := range c.index(key, v) {
+		set := c.terms[term]
+		if set == nil {
+			set = make(map[string]struct{})
+			c.terms[term] = set
+		}
+		set[key] = struct{}{}
+	}
+}
+
+func (c *Cache[T]) unindex(key string, v T) {
+	if c.index == nil {
+		return
+	}
+	for _, term := range c.index(key, v) {
+		if set := c.terms[term]; set != nil {
+			delete(set, key)
+			if len(set) == 0 {
+				delete(c.terms, term)
+			}
+		}
+	}
+}
+
 // Get returns the entry at key.
 func (c *Cache[T]) Get(key string) (T, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	v, ok := c.items[key]
-	return v, ok
+	e, ok := c.items[key]
+	return e.Value, ok
+}
+
+// GetEntry returns the entry at key with its KV revision.
+func (c *Cache[T]) GetEntry(key string) (Entry[T], bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.items[key]
+	return e, ok
 }
 
 // List returns the entries accepted by keep (all if nil), ordered by key. Entries are shared:
 // callers must not modify them.
 func (c *Cache[T]) List(keep func(key string, v T) bool) []T {
 	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.values(c.keys(keep))
+}
+
+// Entries is List with keys and KV revisions.
+func (c *Cache[T]) Entries(keep func(key string, v T) bool) []Entry[T] {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	keys := c.keys(keep)
+	out := make([]Entry[T], len(keys))
+	for i, k := range keys {
+		out[i] = c.items[k]
+	}
+	return out
+}
+
+// Lookup returns the entries listed under index term (see WithIndex), ordered by key.
+func (c *Cache[T]) Lookup(term string) []T {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.values(sortedKeys(c.terms[term]))
+}
+
+// Keys returns the keys listed under index term, sorted.
+func (c *Cache[T]) Keys(term string) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return sortedKeys(c.terms[term])
+}
+
+// Count returns how many entries are listed under index term.
+func (c *Cache[T]) Count(term string) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.terms[term])
+}
+
+// keys returns the keys of the entries accepted by keep (all if nil), sorted. c.mu must be held.
+func (c *Cache[T]) keys(keep func(key string, v T) bool) []string {
 	keys := make([]string, 0, len(c.items))
-	for k, v := range c.items {
-		if keep == nil || keep(k, v) {
+	for k, e := range c.items {
+		if keep == nil || keep(k, e.Value) {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
+	return keys
+}
+
+// values returns the entries at keys. c.mu must be held.
+func (c *Cache[T]) values(keys []string) []T {
 	out := make([]T, len(keys))
 	for i, k := range keys {
-		out[i] = c.items[k]
+		out[i] = c.items[k].Value
 	}
-	c.mu.RUnlock()
 	return out
+}
+
+func sortedKeys(set map[string]struct{}) []string {
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // Len returns the number of entries.
@@ -153,14 +305,35 @@ func (c *Cache[T]) Len() int {
 	return len(c.items)
 }
 
+// Changed returns a channel closed at the next change of an entry or of the view's checkpoint.
+func (c *Cache[T]) Changed() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}
+
 // Subscribe returns the current entries and a channel of every later change, atomically. The
 // channel is closed when ctx ends or when the subscriber falls more than buf changes behind.
 func (c *Cache[T]) Subscribe(ctx context.Context, buf int) ([]Update[T], <-chan Update[T]) {
+	return c.subscribe(ctx, buf, true)
+}
+
+// Updates is Subscribe without the snapshot, for a subscriber that reads the current entries
+// itself afterwards.
+func (c *Cache[T]) Updates(ctx context.Context, buf int) <-chan Update[T] {
+	_, ch := c.subscribe(ctx, buf, false)
+	return ch
+}
+
+func (c *Cache[T]) subscribe(ctx context.Context, buf int, snapshot bool) ([]Update[T], <-chan Update[T]) {
 	ch := make(chan Update[T], buf)
+	var snap []Update[T]
 	c.mu.Lock()
-	snap := make([]Update[T], 0, len(c.items))
-	for k, v := range c.items {
-		snap = append(snap, Update[T]{Op: Put, Key: k, Value: v})
+	if snapshot {
+		snap = make([]Update[T], 0, len(c.items))
+		for k, e := range c.items {
+			snap = append(snap, Update[T]{Op: Put, Key: k, Value: e.Value})
+		}
 	}
 	c.subs[ch] = struct{}{}
 	c.mu.Unlock()
@@ -182,10 +355,10 @@ func (c *Cache[T]) Subscribe(ctx context.Context, buf int) ([]Update[T], <-chan 
 func (c *Cache[T]) WaitFor(ctx context.Context, key string, cond func(v T, ok bool) bool) error {
 	for {
 		c.mu.RLock()
-		v, ok := c.items[key]
+		e, ok := c.items[key]
 		ch := c.changed
 		c.mu.RUnlock()
-		if cond(v, ok) {
+		if cond(e.Value, ok) {
 			return nil
 		}
 		select {
@@ -205,4 +378,22 @@ func (c *Cache[T]) WaitRevision(ctx context.Context, key string, seq uint64, del
 		}
 		return ok && Revision(v) >= seq
 	})
+}
+
+// WaitCheckpoint blocks until the cache has seen every change the view's projection made for
+// events up to stream sequence seq, whichever keys they touched.
+func (c *Cache[T]) WaitCheckpoint(ctx context.Context, seq uint64) error {
+	for {
+		c.mu.RLock()
+		cp, ch := c.checkpoint, c.changed
+		c.mu.RUnlock()
+		if cp >= seq {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for bucket %s to reach %d (at %d): %w", c.kv.Bucket(), seq, cp, ctx.Err())
+		case <-ch:
+		}
+	}
 }

@@ -93,7 +93,7 @@ func (s *Service) CreateProject(ctx context.Context, req *connect.Request[projec
 		return nil, apierr.Internal(fmt.Errorf("project %s vanished after creation", m.Name))
 	}
 	s.log.Info("project created", zap.String("project", m.Name), zap.String("actor", events.ActorFrom(ctx)))
-	return connect.NewResponse(&projectv1.CreateProjectResponse{Project: s.presentProject(p.Val)}), nil
+	return connect.NewResponse(&projectv1.CreateProjectResponse{Project: s.presentProject(p)}), nil
 }
 
 func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[projectv1.DeleteProjectRequest]) (*connect.Response[projectv1.DeleteProjectResponse], error) {
@@ -159,9 +159,9 @@ func errOwnsNamespaces(project string, owned []*projectv1.NamespaceBinding) erro
 // activeBindings returns the bindings project owns (not Terminating).
 func (s *Service) activeBindings(project string) []*projectv1.NamespaceBinding {
 	var out []*projectv1.NamespaceBinding
-	for _, it := range s.bindings.Lookup(byProject(project)) {
-		if it.Val.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
-			out = append(out, it.Val)
+	for _, b := range s.bindings.Lookup(byProject(project)) {
+		if b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+			out = append(out, b)
 		}
 	}
 	return out
@@ -180,7 +180,7 @@ func (s *Service) GetProject(ctx context.Context, req *connect.Request[projectv1
 	if !ok {
 		return nil, apierr.NotFound("project", req.Msg.Name)
 	}
-	return connect.NewResponse(&projectv1.GetProjectResponse{Project: s.presentProject(p.Val)}), nil
+	return connect.NewResponse(&projectv1.GetProjectResponse{Project: s.presentProject(p)}), nil
 }
 
 func (s *Service) ListProjects(ctx context.Context, req *connect.Request[projectv1.ListProjectsRequest]) (*connect.Response[projectv1.ListProjectsResponse], error) {
@@ -192,8 +192,8 @@ func (s *Service) ListProjects(ctx context.Context, req *connect.Request[project
 		return nil, err
 	}
 	res := &projectv1.ListProjectsResponse{}
-	for _, it := range s.projects.List(func(_ string, p *projectv1.Project) bool { return sel.Matches(labels.Set(p.Labels)) }) {
-		res.Projects = append(res.Projects, s.presentProject(it.Val))
+	for _, p := range s.projects.List(func(_ string, p *projectv1.Project) bool { return sel.Matches(labels.Set(p.Labels)) }) {
+		res.Projects = append(res.Projects, s.presentProject(p))
 	}
 	return connect.NewResponse(res), nil
 }
@@ -266,11 +266,11 @@ func (s *Service) bindable(key, project string) error {
 	switch {
 	case !ok:
 		return nil
-	case b.Val.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING:
-		return errBound(b.Val)
-	case b.Val.Project != project:
+	case b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING:
+		return errBound(b)
+	case b.Project != project:
 		return apierr.FailedPrecondition("namespace %q on cluster %q is still being released from project %q: its agent has not confirmed yet",
-			b.Val.Namespace, b.Val.Cluster, b.Val.Project)
+			b.Namespace, b.Cluster, b.Project)
 	}
 	return nil
 }
@@ -366,8 +366,8 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 	}
 	// The event is the truth; the claim goes after it. If this fails (or the process dies
 	// here) the repair loop releases the claim of a Terminating binding.
-	if c, ok := s.claims.Get(key); ok && c.Val.BindingId == id {
-		s.dropClaim(key, id, c.Rev)
+	if c, ok := s.claims.GetEntry(key); ok && c.Value.BindingId == id {
+		s.dropClaim(key, id, c.KVRevision)
 	}
 	return b, nil
 }
@@ -376,10 +376,10 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 // included), else NotFound naming what was asked.
 func (s *Service) ownedBinding(project, cluster, namespace string) (*projectv1.NamespaceBinding, error) {
 	b, ok := s.bindings.Get(bindingKey(cluster, namespace))
-	if !ok || b.Val.Project != project {
+	if !ok || b.Project != project {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("namespace: %q on cluster %q is not bound to project %q", namespace, cluster, project))
 	}
-	return b.Val, nil
+	return b, nil
 }
 
 func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Request[projectv1.ListNamespaceBindingsRequest]) (*connect.Response[projectv1.ListNamespaceBindingsResponse], error) {
@@ -397,7 +397,7 @@ func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Reques
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	var list []item[*projectv1.NamespaceBinding]
+	var list []*projectv1.NamespaceBinding
 	switch {
 	case m.Project != "":
 		if _, ok := s.projects.Get(projectKey(m.Project)); !ok && s.bindings.Count(byProject(m.Project)) == 0 {
@@ -415,11 +415,11 @@ func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Reques
 		}
 	}
 	res := &projectv1.ListNamespaceBindingsResponse{}
-	for _, it := range list {
-		if m.Cluster != "" && it.Val.Cluster != m.Cluster {
+	for _, b := range list {
+		if m.Cluster != "" && b.Cluster != m.Cluster {
 			continue
 		}
-		res.Bindings = append(res.Bindings, s.present(it.Val))
+		res.Bindings = append(res.Bindings, s.present(b))
 	}
 	return connect.NewResponse(res), nil
 }
@@ -444,7 +444,7 @@ func (s *Service) ListIdleNamespaces(ctx context.Context, req *connect.Request[p
 		owned[key] = true
 	}
 	for _, b := range s.bindings.Lookup(byCluster(cluster)) {
-		owned[bindingKey(cluster, b.Val.Namespace)] = true
+		owned[bindingKey(cluster, b.Namespace)] = true
 	}
 	res := &projectv1.ListIdleNamespacesResponse{}
 	if inv, ok := s.inventory.Get(keys.Encode(cluster)); ok {
@@ -467,11 +467,11 @@ func (s *Service) appendProject(ctx context.Context, project string, build func(
 		if !ok {
 			return 0, apierr.NotFound("project", project)
 		}
-		rev := p.Val.Revision
+		rev := p.Revision
 		if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, rev) }); err != nil {
 			return 0, err
 		}
-		msg, err := build(p.Val)
+		msg, err := build(p)
 		if err != nil {
 			return 0, err
 		}
@@ -484,8 +484,8 @@ func (s *Service) appendProject(ctx context.Context, project string, build func(
 		}
 		// Another command on the project won; decide again once the view shows it.
 		wctx, cancel := context.WithTimeout(ctx, viewWait)
-		_ = s.projects.WaitFor(wctx, projectKey(project), func(it item[*projectv1.Project], ok bool) bool {
-			return !ok || it.Val.Revision != rev
+		_ = s.projects.WaitFor(wctx, projectKey(project), func(cur *projectv1.Project, ok bool) bool {
+			return !ok || cur.Revision != rev
 		})
 		cancel()
 	}
@@ -498,10 +498,10 @@ func (s *Service) awaitBinding(ctx context.Context, key, id string, seq uint64) 
 		return nil, err
 	}
 	b, ok := s.bindings.Get(key)
-	if !ok || b.Val.Id != id {
+	if !ok || b.Id != id {
 		return nil, connect.NewError(connect.CodeAborted, errors.New("the binding changed concurrently; read it again"))
 	}
-	return s.present(b.Val), nil
+	return s.present(b), nil
 }
 
 func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
@@ -558,8 +558,8 @@ func (s *Service) claim(ctx context.Context, key, project, id string) (uint64, e
 // unbound, or never appeared although the claim is older than ClaimGrace (its bind crashed
 // between claim and event).
 func (s *Service) orphan(key string, c *projectv1.Claim) bool {
-	if b, ok := s.bindings.Get(key); ok && b.Val.Id == c.BindingId {
-		return b.Val.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING
+	if b, ok := s.bindings.Get(key); ok && b.Id == c.BindingId {
+		return b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING
 	}
 	return s.now().Sub(c.CreateTime.AsTime()) > s.cfg.ClaimGrace
 }

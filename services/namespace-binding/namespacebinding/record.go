@@ -31,11 +31,11 @@ func (s *Service) runStatus(ctx context.Context) error {
 	for {
 		// Subscribe first, then look at everything: nothing falls in between.
 		sctx, cancel := context.WithCancel(ctx)
-		applied := s.applied.Subscribe(sctx, 8192)
-		desired := s.desired.Subscribe(sctx, 8192)
-		bindings := s.bindings.Subscribe(sctx, 8192)
-		for _, it := range s.bindings.List(nil) {
-			queue[it.Key] = true
+		applied := s.applied.Updates(sctx, 8192)
+		desired := s.desired.Updates(sctx, 8192)
+		bindings := s.bindings.Updates(sctx, 8192)
+		for _, e := range s.bindings.Entries(nil) {
+			queue[e.Key] = true
 		}
 		resubscribe := false
 		for !resubscribe {
@@ -80,11 +80,10 @@ func (s *Service) runStatus(ctx context.Context) error {
 
 // recordStatus appends the binding's live phase if the view records another one.
 func (s *Service) recordStatus(ctx context.Context, key string, pending map[string]string) {
-	it, ok := s.bindings.Get(key)
+	b, ok := s.bindings.Get(key)
 	if !ok {
 		return
 	}
-	b := it.Val
 	if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 		delete(pending, b.Id)
 		return

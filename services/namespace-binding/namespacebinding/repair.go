@@ -47,22 +47,21 @@ func (s *Service) repairClaims(ctx context.Context) error {
 		return err
 	}
 	released := 0
-	for _, c := range s.claims.List(nil) {
-		if !s.orphan(c.Key, c.Val) {
+	for _, c := range s.claims.Entries(nil) {
+		if !s.orphan(c.Key, c.Value) {
 			continue
 		}
-		if err := s.claimsKV.Delete(ctx, c.Key, jetstream.LastRevision(c.Rev)); err != nil {
+		if err := s.claimsKV.Delete(ctx, c.Key, jetstream.LastRevision(c.KVRevision)); err != nil {
 			s.log.Warn("release orphan claim", zap.String("key", c.Key), zap.Error(err))
 			continue
 		}
 		released++
-		s.log.Info("released orphan claim", zap.String("key", c.Key), zap.String("project", c.Val.Project), zap.String("binding", c.Val.BindingId))
+		s.log.Info("released orphan claim", zap.String("key", c.Key), zap.String("project", c.Value.Project), zap.String("binding", c.Value.BindingId))
 	}
 	restored := 0
-	for _, it := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool {
+	for _, b := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool {
 		return b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
 	}) {
-		b := it.Val
 		key := bindingKey(b.Cluster, b.Namespace)
 		if _, ok := s.claims.Get(key); ok {
 			continue
@@ -101,8 +100,7 @@ func (s *Service) runRelease(ctx context.Context) error {
 				delete(pending, id)
 			}
 		}
-		for _, it := range s.bindings.Lookup(terminatingTerm) {
-			b := it.Val
+		for _, b := range s.bindings.Lookup(terminatingTerm) {
 			if _, ok := pending[b.Id]; ok || !s.released(b) {
 				continue
 			}

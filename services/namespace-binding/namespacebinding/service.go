@@ -92,11 +92,11 @@ type Service struct {
 	bindingsView *view.Engine
 	desiredView  *view.Engine
 
-	projects  *mirror[*projectv1.Project]
-	bindings  *mirror[*projectv1.NamespaceBinding]
-	claims    *mirror[*projectv1.Claim]
-	desired   *mirror[*desiredv1.DesiredObject]
-	applied   *mirror[*desiredv1.AppliedStatus]
+	projects  *view.Cache[*projectv1.Project]
+	bindings  *view.Cache[*projectv1.NamespaceBinding]
+	claims    *view.Cache[*projectv1.Claim]
+	desired   *view.Cache[*desiredv1.DesiredObject]
+	applied   *view.Cache[*desiredv1.AppliedStatus]
 	clusters  *view.Cache[*clusterv1.Cluster]
 	inventory *view.Cache[*clusterv1.NamespaceInventory]
 	claimsKV  jetstream.KeyValue
@@ -131,7 +131,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.claimsKV, err = js.KeyValue(ctx, ClaimsBucket); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", ClaimsBucket, err)
 	}
-	s.claims = newMirror(s.claimsKV, ">", func() *projectv1.Claim { return &projectv1.Claim{} }, claimIndex, s.log)
+	s.claims = view.NewCache(s.claimsKV, func() *projectv1.Claim { return &projectv1.Claim{} }, s.log, view.WithIndex(claimIndex))
 	return s, nil
 }
 
@@ -146,7 +146,7 @@ func ensureAppliedBucket(ctx context.Context, js jetstream.JetStream, replicas i
 	return nil
 }
 
-// Index terms of the bindings and claims mirrors.
+// Index terms of the bindings and claims caches.
 func byProject(p string) string { return "p\x00" + p }
 func byCluster(c string) string { return "c\x00" + c }
 
@@ -174,7 +174,7 @@ func (s *Service) Mount(srv *server.Server) {
 	srv.ReadyWhen("namespace-binding", s.ready)
 }
 
-// Run runs the projections, mirrors, the claim repair, the release of unbound namespaces and
+// Run runs the projections, caches, the claim repair, the release of unbound namespaces and
 // the recording of binding phases until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	err := s.run(ctx)
@@ -192,13 +192,13 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	g.Go(func() error { return s.claims.Run(ctx) })
 	g.Go(func() error {
-		// The mirrors open the view buckets, which the engines create on start.
+		// The caches open the view buckets, which the engines create on start.
 		for _, e := range engines {
 			if !wait(ctx, e.Ready()) {
 				return nil
 			}
 		}
-		if err := s.openMirrors(ctx); err != nil {
+		if err := s.openCaches(ctx); err != nil {
 			return err
 		}
 		g.Go(func() error { return s.projects.Run(ctx) })
@@ -222,7 +222,7 @@ func (s *Service) run(ctx context.Context) error {
 	return g.Wait()
 }
 
-func (s *Service) openMirrors(ctx context.Context) error {
+func (s *Service) openCaches(ctx context.Context) error {
 	open := func(name string) (jetstream.KeyValue, error) {
 		kv, err := s.js.KeyValue(ctx, name)
 		if err != nil {
@@ -246,11 +246,12 @@ func (s *Service) openMirrors(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.projects = newMirror(projectsKV, ">", func() *projectv1.Project { return &projectv1.Project{} }, nil, s.log)
-	s.bindings = newMirror(bindingsKV, ">", func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, bindingIndex, s.log)
-	s.desired = newMirror(desiredKV, ">", func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, nil, s.log)
+	s.projects = view.NewCache(projectsKV, func() *projectv1.Project { return &projectv1.Project{} }, s.log)
+	s.bindings = view.NewCache(bindingsKV, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, s.log, view.WithIndex(bindingIndex))
+	s.desired = view.NewCache(desiredKV, func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, s.log)
 	// Only this service's statuses: the bucket also holds every other desired bucket's.
-	s.applied = newMirror(appliedKV, subjects.DesiredNamespacesBucket+".>", func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, nil, s.log)
+	s.applied = view.NewCache(appliedKV, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
+		view.WithFilter(subjects.DesiredNamespacesBucket+".>"))
 	// The registry and inventory are cluster-import's; a standalone deployment may start first.
 	clustersKV, err := waitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
 	if err != nil {

@@ -35,15 +35,15 @@ type objState struct {
 // and with the agent's report about it.
 func (s *Service) state(key string, want *desiredv1.DesiredObject) objState {
 	var st objState
-	d, ok := s.desired.Get(key)
-	if !ok || d.Val.Tombstone != want.Tombstone || !bytes.Equal(d.Val.Manifest, want.Manifest) ||
-		(want.Tombstone && d.Val.DeletionPolicy != want.DeletionPolicy) {
+	d, ok := s.desired.GetEntry(key)
+	if !ok || d.Value.Tombstone != want.Tombstone || !bytes.Equal(d.Value.Manifest, want.Manifest) ||
+		(want.Tombstone && d.Value.DeletionPolicy != want.DeletionPolicy) {
 		return st
 	}
 	st.current = true
 	if a, ok := s.applied.Get(appliedKey(key)); ok {
-		st.applied = a.Val
-		st.caughtUp = a.Val.DesiredRevision >= d.Rev
+		st.applied = a
+		st.caughtUp = a.DesiredRevision >= d.KVRevision
 	}
 	return st
 }
@@ -60,7 +60,7 @@ func (s *Service) present(b *projectv1.NamespaceBinding) *projectv1.NamespaceBin
 	out := proto.CloneOf(b)
 	out.Hard = canonicalHard(b.Hard)
 	if q, ok := s.applied.Get(appliedKey(quotaDesiredKey(b.Cluster, b.Namespace))); ok && len(b.Hard) > 0 {
-		if st, err := parseQuotaStatus(q.Val.StatusJson); err == nil && len(st.Used) > 0 {
+		if st, err := parseQuotaStatus(q.StatusJson); err == nil && len(st.Used) > 0 {
 			out.Used = canonicalHard(st.Used)
 		}
 	}
@@ -145,13 +145,13 @@ func (s *Service) released(b *projectv1.NamespaceBinding) bool {
 		return false
 	}
 	qk := quotaDesiredKey(b.Cluster, b.Namespace)
-	if d, ok := s.desired.Get(qk); ok {
+	if d, ok := s.desired.GetEntry(qk); ok {
 		// The quota's tombstone comes with the unbind (or with an earlier removal of the limits).
-		if !d.Val.Tombstone {
+		if !d.Value.Tombstone {
 			return false
 		}
 		a, ok := s.applied.Get(appliedKey(qk))
-		if !ok || a.Val.DesiredRevision < d.Rev || !removed(a.Val) {
+		if !ok || a.DesiredRevision < d.KVRevision || !removed(a) {
 			return false
 		}
 	}
@@ -188,7 +188,7 @@ func (s *Service) presentProject(p *projectv1.Project) *projectv1.Project {
 	}
 	perCluster := map[string]*sums{}
 	for _, it := range s.bindings.Lookup(byProject(p.Name)) {
-		b := s.present(it.Val)
+		b := s.present(it)
 		switch b.Phase {
 		case projectv1.BindingPhase_BINDING_PHASE_TERMINATING:
 			st.TerminatingCount++

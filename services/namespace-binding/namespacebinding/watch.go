@@ -13,6 +13,7 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
 // watchCoalesce is how long a watch gathers changes before recomputing the projects they
@@ -32,16 +33,16 @@ func (s *Service) WatchProjects(ctx context.Context, req *connect.Request[projec
 	// A project's status depends on its entry, its bindings, their desired objects and what the
 	// agents report about them: subscribe to all four before taking the snapshot, so no change
 	// falls between the two.
-	projects := s.projects.Subscribe(ctx, 1024)
-	bindings := s.bindings.Subscribe(ctx, 4096)
-	desired := s.desired.Subscribe(ctx, 4096)
-	applied := s.applied.Subscribe(ctx, 4096)
+	projects := s.projects.Updates(ctx, 1024)
+	bindings := s.bindings.Updates(ctx, 4096)
+	desired := s.desired.Updates(ctx, 4096)
+	applied := s.applied.Updates(ctx, 4096)
 
 	shown := map[string]*projectv1.Project{}
 	send := func(name string) error {
 		var cur *projectv1.Project
-		if it, ok := s.projects.Get(projectKey(name)); ok && sel.Matches(labels.Set(it.Val.Labels)) {
-			cur = s.presentProject(it.Val)
+		if p, ok := s.projects.Get(projectKey(name)); ok && sel.Matches(labels.Set(p.Labels)) {
+			cur = s.presentProject(p)
 		}
 		prev := shown[name]
 		var typ projectv1.WatchProjectsResponse_EventType
@@ -62,8 +63,8 @@ func (s *Service) WatchProjects(ctx context.Context, req *connect.Request[projec
 		}
 		return stream.Send(&projectv1.WatchProjectsResponse{Type: typ, Project: cur})
 	}
-	for _, it := range s.projects.List(nil) {
-		if err := send(it.Val.Name); err != nil {
+	for _, p := range s.projects.List(nil) {
+		if err := send(p.Name); err != nil {
 			return err
 		}
 	}
@@ -94,11 +95,11 @@ func (s *Service) WatchProjects(ctx context.Context, req *connect.Request[projec
 			if !ok {
 				return closed(ctx, fellBehind)
 			}
-			if c.HadOld {
-				mark(c.Old.Project)
+			if c.Prev != nil {
+				mark(c.Prev.Project)
 			}
-			if !c.Deleted {
-				mark(c.New.Project)
+			if c.Op == view.Put {
+				mark(c.Value.Project)
 			}
 		case c, ok := <-desired:
 			if !ok {
@@ -132,7 +133,7 @@ func closed(ctx context.Context, err error) error {
 // projectOfDesiredKey returns the project whose binding a desired key belongs to, or "".
 func (s *Service) projectOfDesiredKey(key string) string {
 	if b, ok := s.bindings.Get(bindingKeyOfDesired(key)); ok {
-		return b.Val.Project
+		return b.Project
 	}
 	return ""
 }

@@ -1,0 +1,329 @@
+package view_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+func newCluster() *clusterv1.Cluster { return &clusterv1.Cluster{} }
+
+// teamIndex lists a cluster under its team label and under the first part of its key.
+func teamIndex(key string, c *clusterv1.Cluster) []string {
+	terms := []string{"prefix:" + strings.SplitN(key, ".", 2)[0]}
+	if team := c.Labels["team"]; team != "" {
+		terms = append(terms, "team:"+team)
+	}
+	return terms
+}
+
+// cacheOp is one write to a bucket: a put of a cluster named name with label team, a delete
+// (del), or a put of bytes that do not decode (garbage).
+type cacheOp struct {
+	key, name, team string
+	del, garbage    bool
+}
+
+func put(key, name, team string) cacheOp { return cacheOp{key: key, name: name, team: team} }
+func del(key string) cacheOp             { return cacheOp{key: key, del: true} }
+func garbage(key string) cacheOp         { return cacheOp{key: key, garbage: true} }
+
+// wantEntry is a cached entry: the cluster's name and the op (1-based: a fresh bucket's KV
+// revisions count its writes) that stored it.
+type wantEntry struct {
+	name string
+	op   uint64
+}
+
+func TestCacheEntries(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	for i, tc := range []struct {
+		name   string
+		opts   []view.CacheOption
+		ops    []cacheOp
+		sync   string // a key the cache sees after every op
+		want   map[string]wantEntry
+		lookup map[string][]string // index term → keys listed under it
+	}{{
+		name: "revisions of the last writes",
+		ops:  []cacheOp{put("a.1", "one", ""), put("b.1", "two", ""), put("a.1", "uno", "")},
+		sync: "sync",
+		want: map[string]wantEntry{"a.1": {"uno", 3}, "b.1": {"two", 2}},
+	}, {
+		name: "filter keeps other keys out",
+		opts: []view.CacheOption{view.WithFilter("a.>")},
+		ops:  []cacheOp{put("a.1", "one", ""), put("b.1", "two", ""), put("a.2", "three", ""), del("a.2")},
+		sync: "a.sync",
+		want: map[string]wantEntry{"a.1": {"one", 1}},
+	}, {
+		name: "index follows puts and deletes",
+		opts: []view.CacheOption{view.WithIndex(teamIndex)},
+		ops:  []cacheOp{put("a.x", "x", "red"), put("a.y", "y", "red"), put("b.z", "z", "red"), put("a.x", "x", "blue"), del("a.y")},
+		sync: "sync",
+		want: map[string]wantEntry{"a.x": {"x", 4}, "b.z": {"z", 3}},
+		lookup: map[string][]string{
+			"team:red": {"b.z"}, "team:blue": {"a.x"}, "prefix:a": {"a.x"}, "prefix:b": {"b.z"}, "team:green": nil,
+		},
+	}, {
+		name: "filter and index",
+		opts: []view.CacheOption{view.WithFilter("a.>"), view.WithIndex(teamIndex)},
+		ops:  []cacheOp{put("a.x", "x", "red"), put("b.x", "x", "red"), put("a.y", "y", "red")},
+		sync: "a.sync",
+		want: map[string]wantEntry{"a.x": {"x", 1}, "a.y": {"y", 3}},
+		lookup: map[string][]string{
+			"team:red": {"a.x", "a.y"}, "prefix:a": {"a.sync", "a.x", "a.y"}, "prefix:b": nil,
+		},
+	}, {
+		name: "undecodable put keeps the entry and its terms",
+		opts: []view.CacheOption{view.WithIndex(teamIndex)},
+		ops:  []cacheOp{put("a.x", "x", "red"), garbage("a.x"), garbage("a.y")},
+		sync: "sync",
+		want: map[string]wantEntry{"a.x": {"x", 1}},
+		lookup: map[string][]string{
+			"team:red": {"a.x"}, "prefix:a": {"a.x"},
+		},
+	}, {
+		name: "delete of an absent key",
+		opts: []view.CacheOption{view.WithIndex(teamIndex)},
+		ops:  []cacheOp{del("a.x"), put("a.y", "y", ""), del("a.y"), del("a.y")},
+		sync: "sync",
+		want: map[string]wantEntry{},
+		lookup: map[string][]string{
+			"prefix:a": nil,
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testkit.Context(t, 30*time.Second)
+			kv, err := j.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: fmt.Sprintf("CACHE%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := view.NewCache(kv, newCluster, zap.NewNop(), tc.opts...)
+			go func() { _ = c.Run(ctx) }()
+			<-c.Ready()
+			for _, op := range tc.ops {
+				var err error
+				switch {
+				case op.del:
+					err = kv.Delete(ctx, op.key)
+				case op.garbage:
+					_, err = kv.Put(ctx, op.key, []byte{0xff, 0xff, 0xff})
+				default:
+					var data []byte
+					data, err = proto.Marshal(&clusterv1.Cluster{Name: op.name, Labels: map[string]string{"team": op.team}})
+					if err == nil {
+						_, err = kv.Put(ctx, op.key, data)
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The watch delivers in order: once the cache has the sync key, it has every op.
+			if _, err := kv.Put(ctx, tc.sync, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WaitFor(ctx, tc.sync, func(_ *clusterv1.Cluster, ok bool) bool { return ok }); err != nil {
+				t.Fatal(err)
+			}
+
+			got := map[string]wantEntry{}
+			for _, e := range c.Entries(func(key string, _ *clusterv1.Cluster) bool { return key != tc.sync }) {
+				got[e.Key] = wantEntry{e.Value.Name, e.KVRevision}
+				if ge, ok := c.GetEntry(e.Key); !ok || !reflect.DeepEqual(ge, e) {
+					t.Errorf("GetEntry(%s) = %+v, %v; Entries has %+v", e.Key, ge, ok, e)
+				}
+				if v, ok := c.Get(e.Key); !ok || v != e.Value {
+					t.Errorf("Get(%s) = %v, %v; Entries has %v", e.Key, v, ok, e.Value)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("entries %v, want %v", got, tc.want)
+			}
+			if c.Len() != len(tc.want)+1 {
+				t.Errorf("Len %d, want %d", c.Len(), len(tc.want)+1)
+			}
+			for _, op := range tc.ops {
+				if _, want := tc.want[op.key]; !want {
+					if v, ok := c.Get(op.key); ok {
+						t.Errorf("Get(%s) = %v, want absent", op.key, v)
+					}
+				}
+			}
+			for term, want := range tc.lookup {
+				keys := c.Keys(term)
+				if len(keys) != len(want) || (len(want) > 0 && !reflect.DeepEqual(keys, want)) {
+					t.Errorf("Keys(%s) = %v, want %v", term, keys, want)
+				}
+				if n := c.Count(term); n != len(want) {
+					t.Errorf("Count(%s) = %d, want %d", term, n, len(want))
+				}
+				var names []string
+				for _, v := range c.Lookup(term) {
+					names = append(names, v.Name)
+				}
+				var wantNames []string
+				for _, k := range want {
+					wantNames = append(wantNames, tc.want[k].name) // the sync key's is ""
+				}
+				if !reflect.DeepEqual(names, wantNames) {
+					t.Errorf("Lookup(%s) = %v, want %v", term, names, wantNames)
+				}
+			}
+		})
+	}
+}
+
+func TestCacheUpdatesAndChanged(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	kv, err := j.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "CACHEUPDATES"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putName := func(key, name string) {
+		t.Helper()
+		data, _ := proto.Marshal(&clusterv1.Cluster{Name: name})
+		if _, err := kv.Put(ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putName("before", "before")
+	c := view.NewCache(kv, newCluster, zap.NewNop())
+	go func() { _ = c.Run(ctx) }()
+	<-c.Ready()
+	updates := c.Updates(ctx, 16)
+	snap, subscribed := c.Subscribe(ctx, 16)
+	if len(snap) != 1 || snap[0].Key != "before" || snap[0].Value.Name != "before" {
+		t.Fatalf("snapshot %+v", snap)
+	}
+
+	for _, tc := range []struct {
+		name       string
+		write      func()
+		op         view.Op
+		value      string
+		prev       string // "" for none
+		noPrevious bool
+	}{
+		{name: "create", write: func() { putName("k", "v1") }, op: view.Put, value: "v1", noPrevious: true},
+		{name: "update", write: func() { putName("k", "v2") }, op: view.Put, value: "v2", prev: "v1"},
+		{name: "delete", write: func() {
+			if err := kv.Delete(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}, op: view.Delete, value: "v2", prev: "v2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changed := c.Changed()
+			tc.write()
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatal("Changed not closed")
+			}
+			for _, ch := range []<-chan view.Update[*clusterv1.Cluster]{updates, subscribed} {
+				u := <-ch
+				if u.Op != tc.op || u.Key != "k" || u.Value.GetName() != tc.value || u.Prev.GetName() != tc.prev || (u.Prev == nil) != tc.noPrevious {
+					t.Fatalf("update %+v", u)
+				}
+			}
+		})
+	}
+}
+
+func TestCacheWaitCheckpoint(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ensureStream(t, j.JS)
+	ctx := testkit.Context(t, 60*time.Second)
+	e, _, _ := runEngine(t, j.JS, testProjection(1))
+	<-e.Ready()
+	kv, err := j.JS.KeyValue(ctx, "TESTVIEW")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := view.NewCache(kv, newCluster, zap.NewNop())
+	go func() { _ = c.Run(ctx) }()
+	<-c.Ready()
+	store := events.NewStore(j.JS, "test")
+
+	for _, tc := range []struct {
+		name    string
+		events  map[string]proto.Message // subject key → event
+		beyond  uint64                   // wait for the last sequence plus beyond
+		wantErr error
+		wantLen int
+	}{{
+		name:    "entries of every event up to seq are visible",
+		events:  map[string]proto.Message{"a": &clusterv1.ClusterRegistered{Id: "a", Name: "a"}, "b": &clusterv1.ClusterRegistered{Id: "b", Name: "b"}},
+		wantLen: 2,
+	}, {
+		name:    "an event that writes no entry moves the checkpoint",
+		events:  map[string]proto.Message{"never": &clusterv1.ClusterDeregistered{Id: "never"}},
+		wantLen: 2,
+	}, {
+		name:    "deletes are visible",
+		events:  map[string]proto.Message{"a": &clusterv1.ClusterDeregistered{Id: "a"}},
+		wantLen: 1,
+	}, {
+		name:    "a sequence not yet in the stream times out",
+		beyond:  1,
+		wantErr: context.DeadlineExceeded,
+		wantLen: 1,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var last uint64
+			if info, err := j.JS.Stream(ctx, "TEST"); err != nil {
+				t.Fatal(err)
+			} else {
+				last = info.CachedInfo().State.LastSeq
+			}
+			for key, ev := range tc.events {
+				seq, err := store.Append(ctx, "test."+key, key, events.Any, ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = max(last, seq)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if tc.wantErr != nil {
+				wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			}
+			err := c.WaitCheckpoint(wctx, last+tc.beyond)
+			cancel()
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("WaitCheckpoint(%d): %v, want %v", last+tc.beyond, err, tc.wantErr)
+			}
+			// No WaitRevision or WaitFor: the checkpoint alone says the entries are there.
+			if c.Len() != tc.wantLen {
+				t.Fatalf("Len %d, want %d: %v", c.Len(), tc.wantLen, c.List(nil))
+			}
+			if _, ok := c.Get(view.MetaKey); ok {
+				t.Fatal("the checkpoint is listed as an entry")
+			}
+		})
+	}
+}
+
+func TestCacheIndexOfAnotherTypePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic")
+		}
+	}()
+	view.NewCache[*clusterv1.Cluster](nil, newCluster, zap.NewNop(),
+		view.WithIndex(func(string, *clusterv1.Taint) []string { return nil }))
+}
