@@ -123,3 +123,16 @@ const (
 	RBACTemplatesBucket = "rbac-templates"
 	RBACBindingsBucket  = "rbac-bindings"
 )
+
+// AppliedBucketConfig is the configuration of the bucket agents report into. It belongs to no
+// single hub service (agents write it; namespace-binding and rbac-sync read it), so each reader
+// ensures it with this one configuration and the same replicas.
+func AppliedBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      AppliedBucket,
+		Description: "What agents applied, per desired key (<bucket>.<cluster>.<kind>.<ns>.<name>).",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	}
+}

@@ -135,12 +135,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	return s, nil
 }
 
-// ensureAppliedBucket creates the agents' status bucket unless it exists; an existing one is
-// left as its creator configured it.
+// ensureAppliedBucket creates or updates the agents' status bucket with its one shared
+// configuration.
 func ensureAppliedBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
-	cfg := bucketConfig(subjects.AppliedBucket, "What agents applied, per desired key (<bucket>.<cluster>.<kind>.<ns>.<name>).")
-	cfg.Replicas = replicas
-	if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+	if _, err := js.CreateOrUpdateKeyValue(ctx, subjects.AppliedBucketConfig(replicas)); err != nil {
 		return fmt.Errorf("ensure bucket %s: %w", subjects.AppliedBucket, err)
 	}
 	return nil

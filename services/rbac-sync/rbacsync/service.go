@@ -116,7 +116,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.fan.kv, err = js.KeyValue(ctx, subjects.DesiredRBACBucket); err != nil {
 		return nil, fmt.Errorf("desired bucket: %w", err)
 	}
-	s.status = newStatusCache(js, s.log)
+	s.status = newStatusCache(js, cfg.Replicas, s.log)
 	return s, nil
 }
 

@@ -19,8 +19,9 @@ import (
 // statusCache mirrors what agents reported about rbac-sync's desired keys: the part of bucket
 // `applied` under `desired-rbac.`, keyed by the desired key.
 type statusCache struct {
-	js  jetstream.JetStream
-	log *zap.Logger
+	js       jetstream.JetStream
+	log      *zap.Logger
+	replicas int // of the applied bucket, should this service be the first to need it
 
 	mu      sync.RWMutex
 	items   map[string]*desiredv1.AppliedStatus
@@ -30,8 +31,8 @@ type statusCache struct {
 	readyOnce sync.Once
 }
 
-func newStatusCache(js jetstream.JetStream, log *zap.Logger) *statusCache {
-	return &statusCache{js: js, log: log, items: map[string]*desiredv1.AppliedStatus{}, changed: make(chan struct{}), ready: make(chan struct{})}
+func newStatusCache(js jetstream.JetStream, replicas int, log *zap.Logger) *statusCache {
+	return &statusCache{js: js, log: log, replicas: replicas, items: map[string]*desiredv1.AppliedStatus{}, changed: make(chan struct{}), ready: make(chan struct{})}
 }
 
 func (c *statusCache) Ready() <-chan struct{} { return c.ready }
@@ -60,11 +61,7 @@ func (c *statusCache) watch(ctx context.Context) error {
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		// Agents write it; whoever comes first creates it, and only if it is missing, so the
 		// configuration of whoever created it stays.
-		kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subjects.AppliedBucket,
-			Description: "What agents applied, per desired key.", History: 1, Storage: jetstream.FileStorage})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = c.js.KeyValue(ctx, subjects.AppliedBucket)
-		}
+		kv, err = c.js.CreateOrUpdateKeyValue(ctx, subjects.AppliedBucketConfig(c.replicas))
 	}
 	if err != nil {
 		return fmt.Errorf("applied bucket: %w", err)
