@@ -303,11 +303,16 @@ func TestDriftIsRepaired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.drift(t)
 			expect(t, converge, map[*member]map[access]bool{c1: tc.check})
-			// The repair is the desired object, not something the agent invented.
-			rb, err := rbs.Get(bg(), "fleetstream:pod-reader", metav1.GetOptions{})
-			if err != nil || len(rb.Subjects) != 1 || rb.Subjects[0].Name != "alice" {
-				t.Fatalf("RoleBinding after repair: %v %v", rb, err)
-			}
+			// The repair is the desired object, not something the agent invented. Waited for:
+			// the authorizer's cache lags the API, so the access check above can pass before
+			// the drift has even been seen.
+			testkit.Eventually(t, converge, func() error {
+				rb, err := rbs.Get(bg(), "fleetstream:pod-reader", metav1.GetOptions{})
+				if err != nil || len(rb.Subjects) != 1 || rb.Subjects[0].Name != "alice" {
+					return fmt.Errorf("RoleBinding after repair: %v %v", rb, err)
+				}
+				return nil
+			})
 			testkit.Eventually(t, converge, func() error {
 				cr, err := crs.Get(bg(), "fleetstream:pod-reader", metav1.GetOptions{})
 				if err != nil || len(cr.Rules) != 1 || cr.Rules[0].Resources[0] != "pods" {
