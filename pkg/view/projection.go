@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 )
 
 // Change is what an event does to one view entry.
@@ -57,8 +58,10 @@ type meta struct {
 	Checkpoint uint64 `json:"checkpoint"`
 }
 
-// Engine runs one projection. It must be the only engine of its view that is running: views
-// have a single writer (see docs/architecture.md).
+// Engine runs one projection. Views have a single writer (see docs/architecture.md): every
+// replica of a service runs the engines of its views, and each engine writes only while it holds
+// the lease view.<Name> (pkg/lease). The others follow the leader's checkpoint, so Ready, Applied
+// and WaitApplied mean the same in every replica.
 type Engine struct {
 	p        Projection
 	js       jetstream.JetStream
@@ -66,18 +69,31 @@ type Engine struct {
 	replicas int
 	revField protoreflect.FieldDescriptor
 	batch    int
+	leaseTTL time.Duration
+	holder   string
 
 	kv         jetstream.KeyValue
 	kvPrefix   string
 	cache      map[string]proto.Message // entries as last written; nil value = known absent
 	rebuilding bool
+	metaRev    uint64 // KV revision of the checkpoint this engine last read or wrote
+	// target is the last stream sequence the view reads as it was when the engine started; a
+	// follower is ready once the leader's checkpoint reaches it.
+	target             uint64
+	targetKnown        bool
+	otherVersionLogged bool
 
 	mu       sync.Mutex
+	leading  bool
 	applied  uint64
 	changed  chan struct{}
 	ready    chan struct{}
 	readyOne sync.Once
 }
+
+// errSuperseded says the checkpoint was moved by another writer: this engine's picture of the
+// bucket is stale, and it must reopen the view (or step down) before writing again.
+var errSuperseded = errors.New("checkpoint written by another engine")
 
 // Option tunes an Engine.
 type Option func(*Engine)
@@ -88,6 +104,10 @@ func WithReplicas(n int) Option { return func(e *Engine) { e.replicas = n } }
 // WithBatch sets how many events are applied per KV write round (default 512).
 func WithBatch(n int) Option { return func(e *Engine) { e.batch = n } }
 
+// WithLeaseTTL sets the TTL of the engine's lease (default lease.DefaultTTL, which is also the
+// most the lease bucket allows): how soon another replica takes over when the leader dies.
+func WithLeaseTTL(d time.Duration) Option { return func(e *Engine) { e.leaseTTL = d } }
+
 // NewEngine validates p and returns an engine for it.
 func NewEngine(js jetstream.JetStream, p Projection, log *zap.Logger, opts ...Option) (*Engine, error) {
 	fd, err := revisionField(p.New())
@@ -95,6 +115,7 @@ func NewEngine(js jetstream.JetStream, p Projection, log *zap.Logger, opts ...Op
 		return nil, err
 	}
 	e := &Engine{p: p, js: js, log: log.With(zap.String("view", p.Name)), replicas: 1, revField: fd, batch: 512,
+		leaseTTL: lease.DefaultTTL, holder: lease.DefaultHolder(),
 		changed: make(chan struct{}), ready: make(chan struct{})}
 	for _, o := range opts {
 		o(e)
@@ -102,10 +123,22 @@ func NewEngine(js jetstream.JetStream, p Projection, log *zap.Logger, opts ...Op
 	return e, nil
 }
 
-// Ready is closed once the view has caught up with the stream as it was at start.
+// Ready is closed once the view has caught up with the stream as it was at start: in the
+// leader when its engine has applied it, in a follower when the leader's checkpoint has reached
+// it. Either way the bucket exists and holds the view (in a follower during a rolling upgrade,
+// possibly the leader's older version of it, which is what every replica serves until a leader
+// of the new version has rebuilt it).
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
-// Applied returns the stream sequence of the last event applied.
+// Leading reports whether this engine holds the view's lease and writes the view.
+func (e *Engine) Leading() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leading
+}
+
+// Applied returns the stream sequence of the last event applied to the view: by this engine
+// when it leads, by the leader (its checkpoint) when it follows.
 func (e *Engine) Applied() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -130,18 +163,182 @@ func (e *Engine) WaitApplied(ctx context.Context, seq uint64) error {
 	}
 }
 
-// Run applies events until ctx is done.
+// Run applies events until ctx is done, while it holds the view's lease; while another replica
+// holds it, Run follows that replica's checkpoint and takes over when it stops or dies. The
+// lease bucket is created if missing (lease.Open), so a service need not declare it.
 //
 // Events are read with an ordered consumer from the view's checkpoint: projections need strict
 // stream order, which a durable consumer cannot give across a restart or reconnect (messages
 // pending on a dead client come back only after AckWait, behind newer ones), while an ordered
 // consumer resumes exactly after the last message it delivered.
 func (e *Engine) Run(ctx context.Context) error {
-	err := e.run(ctx)
+	err := lease.Run(ctx, e.js, "view."+e.p.Name, e.holder, e.leaseTTL, e.lead,
+		lease.WithStandby(e.follow), lease.WithLogger(e.log), lease.WithReplicas(e.replicas))
 	if ctx.Err() != nil {
 		return nil // stopped, possibly while starting: not a failure
 	}
 	return err
+}
+
+// lead runs the projection while this engine holds the lease; ctx ends when it is lost.
+func (e *Engine) lead(ctx context.Context) error {
+	e.mu.Lock()
+	e.leading = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.leading = false
+		e.mu.Unlock()
+	}()
+	delay := 50 * time.Millisecond
+	for {
+		err := e.run(ctx)
+		if ctx.Err() != nil {
+			return nil // stopped, or the lease is lost
+		}
+		if !errors.Is(err, errSuperseded) {
+			return err
+		}
+		// Another engine wrote the checkpoint although this one holds the lease (an old leader's
+		// last write, or our own write whose answer was lost): read the view again.
+		e.log.Warn("view checkpoint moved under this engine; reopening", zap.Duration("in", delay))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// follow tracks the leader's checkpoint while another replica holds the lease: Applied and
+// WaitApplied follow it, and Ready closes when it reaches the stream as it was at start.
+func (e *Engine) follow(ctx context.Context) error {
+	var lastRev uint64
+	for ctx.Err() == nil {
+		if err := e.followOnce(ctx, &lastRev); err != nil && ctx.Err() == nil {
+			if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, errRecreated) {
+				e.log.Debug("following view checkpoint", zap.Error(err))
+			} else {
+				e.log.Warn("following view checkpoint; retrying", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (e *Engine) followOnce(ctx context.Context, lastRev *uint64) error {
+	kv, err := e.js.KeyValue(ctx, e.p.Bucket.Bucket)
+	if err != nil {
+		return err // the leader creates it
+	}
+	if !e.targetKnown {
+		if e.target, err = e.streamLast(ctx); err != nil {
+			return err
+		}
+		e.targetKnown = true
+	}
+	w, err := kv.Watch(ctx, MetaKey)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	// The watch may not notice the bucket being dropped and recreated (a rebuild); reading the
+	// checkpoint now and then does.
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case entry, ok := <-w.Updates():
+			if !ok {
+				return errors.New("checkpoint watch closed")
+			}
+			if entry != nil && entry.Operation() == jetstream.KeyValuePut {
+				*lastRev = entry.Revision()
+				e.observe(entry.Value())
+			}
+		case <-check.C:
+			entry, err := kv.Get(ctx, MetaKey)
+			if err != nil {
+				if errors.Is(err, jetstream.ErrKeyNotFound) {
+					continue
+				}
+				return err
+			}
+			if entry.Revision() < *lastRev {
+				*lastRev = 0
+				return errRecreated
+			}
+			if entry.Revision() > *lastRev {
+				*lastRev = entry.Revision()
+				e.observe(entry.Value())
+			}
+		}
+	}
+}
+
+var errRecreated = errors.New("view bucket recreated")
+
+// observe takes a checkpoint the leader wrote. The leader may run another version of the
+// projection (a rolling upgrade): its view is still the one every replica serves until a leader
+// of the new version rebuilds it, so a follower reports it rather than never becoming ready.
+func (e *Engine) observe(data []byte) {
+	var m meta
+	if err := json.Unmarshal(data, &m); err != nil || m.Version == 0 {
+		return
+	}
+	if m.Version != e.p.Version && !e.otherVersionLogged {
+		e.otherVersionLogged = true
+		e.log.Info("the leading engine runs another version of this view", zap.Int("leader", m.Version), zap.Int("ours", e.p.Version))
+	}
+	e.mu.Lock()
+	if e.leading {
+		e.mu.Unlock()
+		return
+	}
+	if m.Checkpoint != e.applied {
+		e.applied = m.Checkpoint
+		close(e.changed)
+		e.changed = make(chan struct{})
+	}
+	e.mu.Unlock()
+	if m.Checkpoint >= e.target {
+		e.markReady()
+	}
+}
+
+// streamLast returns the sequence of the stream's last message the projection reads (0 if
+// none).
+func (e *Engine) streamLast(ctx context.Context) (uint64, error) {
+	s, err := e.js.Stream(ctx, e.p.Stream)
+	if err != nil {
+		return 0, err
+	}
+	if len(e.p.Subjects) == 0 {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.LastSeq, nil
+	}
+	var last uint64
+	for _, subj := range e.p.Subjects {
+		m, err := s.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, m.Sequence)
+	}
+	return last, nil
 }
 
 func (e *Engine) run(ctx context.Context) error {
@@ -205,8 +402,12 @@ func (e *Engine) run(ctx context.Context) error {
 // without meta, or with another version's, cannot be trusted: it is emptied and rebuilt.
 func (e *Engine) open(ctx context.Context) (uint64, error) {
 	e.cache = make(map[string]proto.Message)
+	e.rebuilding = false
+	e.metaRev = 0
 	bucket := e.p.Bucket
 	bucket.Replicas = e.replicas
+	_, err := e.js.KeyValue(ctx, bucket.Bucket)
+	fresh := errors.Is(err, jetstream.ErrBucketNotFound)
 	kv, err := e.js.CreateOrUpdateKeyValue(ctx, bucket)
 	if err != nil {
 		return 0, fmt.Errorf("view %s: bucket: %w", e.p.Name, err)
@@ -215,6 +416,7 @@ func (e *Engine) open(ctx context.Context) (uint64, error) {
 	entry, err := kv.Get(ctx, MetaKey)
 	switch {
 	case err == nil:
+		e.metaRev = entry.Revision()
 		if jerr := json.Unmarshal(entry.Value(), &m); jerr != nil {
 			m = meta{}
 		}
@@ -224,14 +426,19 @@ func (e *Engine) open(ctx context.Context) (uint64, error) {
 	}
 	if m.Version != e.p.Version {
 		e.log.Info("rebuilding view from stream", zap.String("stream", e.p.Stream), zap.Int("from", m.Version), zap.Int("to", e.p.Version))
-		if err := e.js.DeleteKeyValue(ctx, bucket.Bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return 0, fmt.Errorf("view %s: drop bucket: %w", e.p.Name, err)
-		}
-		if kv, err = e.js.CreateOrUpdateKeyValue(ctx, bucket); err != nil {
-			return 0, fmt.Errorf("view %s: bucket: %w", e.p.Name, err)
+		// A bucket this engine has just created is empty: dropping it again would only pull it
+		// from under the caches of replicas (and other services) that opened it meanwhile.
+		if !fresh {
+			if err := e.js.DeleteKeyValue(ctx, bucket.Bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+				return 0, fmt.Errorf("view %s: drop bucket: %w", e.p.Name, err)
+			}
+			if kv, err = e.js.CreateOrUpdateKeyValue(ctx, bucket); err != nil {
+				return 0, fmt.Errorf("view %s: bucket: %w", e.p.Name, err)
+			}
 		}
 		m = meta{Version: e.p.Version}
-		if err := putMeta(ctx, kv, m); err != nil {
+		e.metaRev = 0
+		if err := e.putMeta(ctx, kv, m); err != nil {
 			return 0, fmt.Errorf("view %s: %w", e.p.Name, err)
 		}
 		e.rebuilding = true
@@ -241,11 +448,19 @@ func (e *Engine) open(ctx context.Context) (uint64, error) {
 	return m.Checkpoint, nil
 }
 
-func putMeta(ctx context.Context, kv jetstream.KeyValue, m meta) error {
+// putMeta writes the checkpoint if it is still the one this engine last read or wrote: a
+// compare-and-set, so an engine that lost the lease without noticing yet cannot move the
+// checkpoint of its successor (it gets errSuperseded and stops).
+func (e *Engine) putMeta(ctx context.Context, kv jetstream.KeyValue, m meta) error {
 	data, _ := json.Marshal(m)
-	if _, err := kv.Put(ctx, MetaKey, data); err != nil {
+	rev, err := kv.Update(ctx, MetaKey, data, e.metaRev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return errSuperseded
+	}
+	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
+	e.metaRev = rev
 	return nil
 }
 
@@ -275,8 +490,19 @@ func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
 	if err := e.retry(ctx, func() error { return e.write(ctx, dirty, order) }); err != nil {
 		return err
 	}
-	if err := e.retry(ctx, func() error { return putMeta(ctx, e.kv, meta{Version: e.p.Version, Checkpoint: last}) }); err != nil {
+	superseded := false
+	if err := e.retry(ctx, func() error {
+		err := e.putMeta(ctx, e.kv, meta{Version: e.p.Version, Checkpoint: last})
+		if errors.Is(err, errSuperseded) {
+			superseded = true
+			return nil
+		}
 		return err
+	}); err != nil {
+		return err
+	}
+	if superseded {
+		return fmt.Errorf("view %s: %w", e.p.Name, errSuperseded)
 	}
 	lastMsg := batch[len(batch)-1]
 	e.mu.Lock()
@@ -349,6 +575,9 @@ func (e *Engine) current(ctx context.Context, key string) (proto.Message, error)
 // write stores the dirty entries with pipelined publishes to the bucket's subjects (the KV
 // protocol: a put is a message on $KV.<bucket>.<key>, a delete carries KV-Operation: DEL).
 func (e *Engine) write(ctx context.Context, dirty map[string]proto.Message, order []string) error {
+	if err := ctx.Err(); err != nil {
+		return err // the lease is lost: not one more write
+	}
 	futures := make([]jetstream.PubAckFuture, 0, len(order))
 	for _, key := range order {
 		msg := nats.NewMsg(e.kvPrefix + key)
@@ -402,6 +631,9 @@ func (e *Engine) retry(ctx context.Context, f func() error) error {
 		err := f()
 		if err == nil {
 			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		e.log.Warn("view write failed; retrying", zap.Error(err), zap.Duration("in", delay))
 		select {

@@ -4,39 +4,75 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
+
+// WriterLease is the lease whose holder writes bucket `endpoints` and cleans up weights of
+// gone endpoints: every replica serves the API from its own memory, one writes.
+const WriterLease = "endpoint-collector.writer"
+
+// runWriter contends for WriterLease once the collector is ready, and while it holds it writes
+// bucket `endpoints` and runs the weight cleanup.
+func (c *Collector) runWriter(ctx context.Context) error {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	return lease.Run(ctx, c.js, WriterLease, lease.DefaultHolder(), c.leaseTTL, func(ctx context.Context) error {
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return c.kv.run(ctx) })
+		g.Go(func() error { return c.runWeightCleanup(ctx) })
+		return g.Wait()
+	}, lease.WithLogger(c.log), lease.WithReplicas(c.cfg.Replicas))
+}
 
 // kvWriter mirrors the merged view into bucket `endpoints` for other services. It is derived
 // state (rebuilt from the agent stream on restart), so writes are coalesced: each flush writes
 // the latest snapshot of every service that changed since the last one, with async publishes
-// to the bucket's subjects, and waits for their acks before the next round.
+// to the bucket's subjects, and waits for their acks before the next round. It records changes
+// only while it writes (holds WriterLease).
 type kvWriter struct {
 	c *Collector
 
-	mu    sync.Mutex
-	dirty map[string]struct{}
+	active atomic.Bool
+	mu     sync.Mutex
+	dirty  map[string]struct{}
 }
 
 func (w *kvWriter) mark(key string) {
+	if !w.active.Load() {
+		return
+	}
 	w.mu.Lock()
 	w.dirty[key] = struct{}{}
 	w.mu.Unlock()
 }
 
+// run writes the bucket until ctx ends (the lease is lost). It starts by rewriting every
+// service and deleting the entries of services that are gone: what the previous writer wrote
+// last is unknown.
 func (w *kvWriter) run(ctx context.Context) error {
-	select {
-	case <-w.c.ready:
-	case <-ctx.Done():
-		return nil
+	w.active.Store(true)
+	defer func() {
+		w.active.Store(false)
+		w.mu.Lock()
+		w.dirty = map[string]struct{}{}
+		w.mu.Unlock()
+	}()
+	for _, key := range w.c.store.keys() {
+		w.mark(key)
 	}
 	w.dropVanished(ctx)
 	t := time.NewTicker(w.c.cfg.ViewFlushInterval)
@@ -52,6 +88,9 @@ func (w *kvWriter) run(ctx context.Context) error {
 }
 
 func (w *kvWriter) flush(ctx context.Context) {
+	if ctx.Err() != nil {
+		return // the lease is lost: not one more write
+	}
 	w.mu.Lock()
 	if len(w.dirty) == 0 {
 		w.mu.Unlock()
@@ -128,4 +167,15 @@ func (w *kvWriter) dropVanished(ctx context.Context) {
 			w.mark(svc)
 		}
 	}
+}
+
+// keys returns the key of every service in the store.
+func (st *Store) keys() []string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	out := make([]string, 0, len(st.services))
+	for k := range st.services {
+		out = append(out, k)
+	}
+	return out
 }

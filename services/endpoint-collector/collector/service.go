@@ -23,6 +23,7 @@ import (
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -44,8 +45,9 @@ type Config struct {
 	// ViewFlushInterval coalesces writes of bucket `endpoints`: a service changing many times
 	// within it is written once. Default 200ms.
 	ViewFlushInterval time.Duration
-	// NoViewWrites turns the bucket writer and the weight cleanup off. Every replica serves the
-	// API from its own memory; exactly one should write (see docs/endpoints.md).
+	// NoViewWrites keeps this replica from ever writing bucket `endpoints` or cleaning up
+	// weights: it serves the API only. Without it, replicas elect the one writer themselves
+	// (lease WriterLease); the flag is for replicas that must never write.
 	NoViewWrites bool
 	// Workers reconciling services concurrently. Default 2.
 	Workers int
@@ -88,8 +90,8 @@ func (c *Config) defaults() {
 
 const actor = "system:endpoint-collector"
 
-// Topology is what the collector needs: its weight stream and view bucket, and the agent
-// stream it reads (declared in pkg/subjects; ensuring it with the same config is idempotent, so
+// Topology is what the collector needs: its weight stream and view bucket, the lease bucket of
+// its single writers (weights view engine, bucket writer), and the agent stream it reads (declared in pkg/subjects; ensuring it with the same config is idempotent, so
 // the collector can start before cluster-import).
 func Topology() topology.Topology {
 	return topology.Merge(topology.DeadLetter(), topology.Topology{
@@ -101,7 +103,7 @@ func Topology() topology.Topology {
 			Bucket: subjects.EndpointsBucket, Description: "Merged multi-cluster endpoints per service (derived from agent reports).",
 			History: 1, Storage: jetstream.FileStorage,
 		}},
-	})
+	}, lease.Topology())
 }
 
 type metrics struct {
@@ -139,6 +141,7 @@ type Collector struct {
 	weightsView *view.Engine
 	weights     *view.Cache[*endpointv1.ServiceWeights]
 	registry    *registry
+	leaseTTL    time.Duration
 
 	caughtUp     chan struct{}
 	caughtUpOnce sync.Once
@@ -175,7 +178,7 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 		pending:  &pendingSet{m: map[string]*pendingService{}},
 		codec:    newResponseCodec(),
 		metrics:  newMetrics(),
-		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now}
+		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL}
 	c.store.strs = newStrtab()
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedMaxOfRateLimiter(
@@ -232,8 +235,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	g.Go(func() error { return c.consume(ctx) })
 	g.Go(func() error { return c.runLiveness(ctx) })
 	if c.kv != nil {
-		g.Go(func() error { return c.kv.run(ctx) })
-		g.Go(func() error { return c.runWeightCleanup(ctx) })
+		g.Go(func() error { return c.runWriter(ctx) })
 	}
 	g.Go(func() error { return c.awaitReady(ctx) })
 	return g.Wait()

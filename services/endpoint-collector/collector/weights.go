@@ -132,13 +132,9 @@ func (c *Collector) followWeights(ctx context.Context) error {
 
 // runWeightCleanup removes endpoint weights whose endpoint has been gone for longer than
 // WeightCleanupAfter. Only clusters that are live and fully relisted are judged: a silent or
-// resyncing cluster's endpoints are unknown, not gone.
+// resyncing cluster's endpoints are unknown, not gone. It runs in the writer (runWriter), after
+// ready; the clock of "gone" starts when this replica became the writer.
 func (c *Collector) runWeightCleanup(ctx context.Context) error {
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return nil
-	}
 	every := min(c.cfg.WeightCleanupAfter/4, time.Minute)
 	t := time.NewTicker(every)
 	defer t.Stop()

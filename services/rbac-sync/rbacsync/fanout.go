@@ -19,8 +19,13 @@ import (
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
+
+// FanoutLease is the lease whose holder writes desired-rbac: with several replicas of
+// rbac-sync, exactly one fans out at a time.
+const FanoutLease = "rbac-sync.fanout"
 
 // subscriptionBuffer is how many changes an input may queue before the fan-out is cut off and
 // resubscribes (a full recompute): generous, since a burst of bindings arrives at once.
@@ -67,9 +72,15 @@ func encode(o *desiredv1.DesiredObject) []byte {
 // change recomputes only the targets the change touches, writing a key only when its object
 // differs from what the bucket holds. Since desired state is a function of the inputs' current
 // state, the order in which changes arrive does not matter.
+//
+// Every replica runs it, but only the holder of lease FanoutLease writes; the others keep the
+// same model and follow the bucket instead of writing it, so the API (plans, status, access)
+// answers alike in every replica, and a replica taking over starts from the bucket as it is.
 type fanout struct {
-	js  jetstream.JetStream
-	log *zap.Logger
+	js       jetstream.JetStream
+	log      *zap.Logger
+	replicas int // of the lease bucket, if the fan-out has to create it
+	leaseTTL time.Duration
 
 	templates  *view.Cache[*rbacv1.RoleTemplate]
 	bindings   *view.Cache[*rbacv1.ProjectRoleBinding]
@@ -97,7 +108,7 @@ type fanout struct {
 
 func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 	return &fanout{
-		js: js, log: log.Named("fanout"), m: newModel(),
+		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL,
 		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
 		ready: make(chan struct{}), flushed: make(chan struct{}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -116,13 +127,39 @@ func (f *fanout) collectors() []prometheus.Collector {
 	return []prometheus.Collector{f.writes, f.skipped, f.rounds}
 }
 
-// Run loads what the bucket holds, then follows the inputs until ctx ends.
+// Run fans out while this replica holds lease FanoutLease, and follows the replica that does
+// otherwise, until ctx ends.
 func (f *fanout) Run(ctx context.Context) error {
-	if err := f.load(ctx); err != nil {
+	return lease.Run(ctx, f.js, FanoutLease, lease.DefaultHolder(), f.leaseTTL,
+		func(ctx context.Context) error { return f.term(ctx, true) },
+		lease.WithStandby(func(ctx context.Context) error { return f.term(ctx, false) }),
+		lease.WithLogger(f.log), lease.WithReplicas(f.replicas))
+}
+
+// term runs the fan-out as the writer (lead) or as a follower until ctx ends (for the writer:
+// until the lease is lost). Each term starts from the bucket as it is: a writer's picture of it
+// is only right while it is the only writer.
+func (f *fanout) term(ctx context.Context, lead bool) error {
+	w, err := f.load(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
+	if lead {
+		_ = w.Stop()
+	} else {
+		followed := make(chan struct{})
+		go func() {
+			defer close(followed)
+			f.followBucket(ctx, w)
+		}()
+		// Done before the next term (which may lead) reloads the bucket.
+		defer func() { <-followed }()
+	}
 	for {
-		err := f.session(ctx)
+		err := f.session(ctx, lead)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -134,42 +171,77 @@ func (f *fanout) Run(ctx context.Context) error {
 }
 
 // load reads the desired bucket into memory: what is written is compared against, so nothing
-// unchanged is rewritten even right after a restart.
-func (f *fanout) load(ctx context.Context) error {
+// unchanged is rewritten even right after a restart. It returns the watch, which goes on with
+// the bucket's changes after the initial values.
+func (f *fanout) load(ctx context.Context) (jetstream.KeyWatcher, error) {
 	f.kvPrefix = "$KV." + f.kv.Bucket() + "."
 	w, err := f.kv.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("load desired-rbac: %w", err)
+		return nil, fmt.Errorf("load desired-rbac: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.written, f.writtenByCluster, f.writtenByPlace = map[string]*written{}, map[string]map[string]target{}, map[place]map[string]target{}
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			_ = w.Stop()
+			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("load desired-rbac: watch closed")
+				return nil, errors.New("load desired-rbac: watch closed")
 			}
 			if e == nil {
 				f.log.Info("desired state loaded", zap.Int("keys", len(f.written)))
-				return nil
+				return w, nil
 			}
-			t, ok := parseTarget(e.Key())
-			if !ok {
-				f.log.Warn("ignoring foreign key in desired-rbac", zap.String("key", e.Key()))
-				continue
+			f.record(e)
+		}
+	}
+}
+
+// record takes one entry of the desired bucket; the caller holds f.mu.
+func (f *fanout) record(e jetstream.KeyValueEntry) {
+	t, ok := parseTarget(e.Key())
+	if !ok {
+		f.log.Warn("ignoring foreign key in desired-rbac", zap.String("key", e.Key()))
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		f.forget(e.Key(), t)
+		return
+	}
+	// An undecodable value is no tombstone, and its digest equals nothing computed: the first
+	// reconcile rewrites it.
+	obj := &desiredv1.DesiredObject{}
+	_ = proto.Unmarshal(e.Value(), obj)
+	f.remember(e.Key(), &written{t: t, sum: digestOf(e.Value()), tombstone: obj.Tombstone, revision: e.Revision()})
+}
+
+// followBucket keeps a follower's record of the bucket current with what the writer writes,
+// for the API; it re-reads the whole bucket when the watch breaks.
+func (f *fanout) followBucket(ctx context.Context, w jetstream.KeyWatcher) {
+	for {
+		for e := range w.Updates() {
+			if e == nil {
+				continue // the end of the initial values of a fresh watch
 			}
-			if e.Operation() != jetstream.KeyValuePut {
-				f.forget(e.Key(), t)
-				continue
+			f.mu.Lock()
+			f.record(e)
+			f.mu.Unlock()
+		}
+		_ = w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
 			}
-			// An undecodable value is no tombstone, and its digest equals nothing computed: the
-			// first reconcile rewrites it.
-			obj := &desiredv1.DesiredObject{}
-			_ = proto.Unmarshal(e.Value(), obj)
-			f.remember(e.Key(), &written{t: t, sum: digestOf(e.Value()), tombstone: obj.Tombstone, revision: e.Revision()})
+			var err error
+			if w, err = f.kv.WatchAll(ctx); err == nil {
+				break
+			}
+			f.log.Warn("follow desired-rbac; retrying", zap.Error(err))
 		}
 	}
 }
@@ -234,9 +306,9 @@ func (f *fanout) writtenOn(cluster string) []target {
 }
 
 // session subscribes to every input, rebuilds the model from their snapshots, reconciles every
-// key once, then applies changes as they come. It returns errResubscribe when an input
-// subscription was cut off.
-func (f *fanout) session(ctx context.Context) error {
+// key once (only when it leads: a follower keeps the model and writes nothing), then applies
+// changes as they come. It returns errResubscribe when an input subscription was cut off.
+func (f *fanout) session(ctx context.Context, lead bool) error {
 	for _, ch := range []<-chan struct{}{f.templates.Ready(), f.bindings.Ready(), f.clusters.Ready(), f.namespaces.Ready()} {
 		select {
 		case <-ch:
@@ -271,8 +343,10 @@ func (f *fanout) session(ctx context.Context) error {
 		dirty = append(dirty, w.t)
 	}
 	f.mu.Unlock()
-	if err := f.flush(ctx, dirty); err != nil {
-		return err
+	if lead {
+		if err := f.flush(ctx, dirty); err != nil {
+			return err
+		}
 	}
 	f.readyOnce.Do(func() { close(f.ready) })
 
@@ -291,6 +365,9 @@ func (f *fanout) session(ctx context.Context) error {
 				break
 			}
 			n++
+		}
+		if !lead {
+			continue
 		}
 		if err := f.flush(ctx, dirty); err != nil {
 			return err
@@ -502,7 +579,7 @@ func (f *fanout) write(ctx context.Context, ops []*op) ([]*op, error) {
 	return failed, firstErr
 }
 
-// Ready is closed after the first full reconcile.
+// Ready is closed after the first full reconcile, or in a follower once its model is built.
 func (f *fanout) Ready() <-chan struct{} { return f.ready }
 
 // waitFlush returns a channel closed after the next write round.

@@ -20,6 +20,7 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -61,10 +62,10 @@ func (c *Config) defaults() {
 
 const actor = "system:rbac-sync"
 
-// Topology is every stream and bucket rbac-sync owns. The views' buckets are created by their
-// engines.
+// Topology is every stream and bucket rbac-sync owns, and the lease bucket its single writers
+// (view engines, fan-out) share. The views' buckets are created by their engines.
 func Topology() topology.Topology {
-	return topology.Merge(topology.DeadLetter(), topology.Topology{
+	return topology.Merge(topology.DeadLetter(), lease.Topology(), topology.Topology{
 		Streams: []jetstream.StreamConfig{eventStream()},
 		Buckets: []jetstream.KeyValueConfig{desiredBucketConfig()},
 	})
@@ -113,6 +114,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s.fan = newFanout(js, s.log)
+	s.fan.replicas = cfg.Replicas
 	if s.fan.kv, err = js.KeyValue(ctx, subjects.DesiredRBACBucket); err != nil {
 		return nil, fmt.Errorf("desired bucket: %w", err)
 	}

@@ -18,7 +18,7 @@ func main() {
 		fs.DurationVar(&cfg.EvictAfter, "evict-after", 0, "agent silence before a cluster's endpoints are no longer served (default 5m)")
 		fs.DurationVar(&cfg.WeightCleanupAfter, "weight-cleanup-after", 0, "how long an endpoint weight outlives its endpoint (default 1h)")
 		fs.DurationVar(&cfg.ViewFlushInterval, "view-flush-interval", 0, "coalescing interval of bucket `endpoints` writes (default 200ms)")
-		fs.BoolVar(&cfg.NoViewWrites, "no-view-writes", false, "serve only; leave bucket writes and weight cleanup to another replica")
+		fs.BoolVar(&cfg.NoViewWrites, "no-view-writes", false, "serve only: never take the writer lease (bucket writes, weight cleanup); replicas elect a writer without it")
 		fs.IntVar(&cfg.Workers, "workers", 0, "concurrent reconcilers (default 2)")
 	}, func(ctx context.Context, env *daemon.Env) error {
 		cfg.Replicas = env.Options.Replicas
