@@ -6,7 +6,9 @@ require (
 	connectrpc.com/connect v1.21.1
 	github.com/fleetstream/fleetstream/pkg v0.0.0
 	github.com/fleetstream/fleetstream/services/cluster-import v0.0.0
+	github.com/fleetstream/fleetstream/services/endpoint-collector v0.0.0
 	github.com/fleetstream/fleetstream/services/namespace-binding v0.0.0
+	github.com/fleetstream/fleetstream/services/rbac-sync v0.0.0
 	github.com/spf13/cobra v1.10.2
 	google.golang.org/protobuf v1.36.12
 	sigs.k8s.io/yaml v1.6.0
@@ -46,7 +48,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect
@@ -67,6 +69,7 @@ require (
 	k8s.io/api v0.34.4 // indirect
 	k8s.io/apimachinery v0.34.4 // indirect
 	k8s.io/client-go v0.34.4 // indirect
+	k8s.io/component-helpers v0.34.4 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
@@ -84,3 +87,12 @@ replace github.com/fleetstream/fleetstream/services/cluster-import => ../cluster
 
 // So do the project and namespace tests with the real namespace-binding.
 replace github.com/fleetstream/fleetstream/services/namespace-binding => ../namespace-binding
+
+// And the role, member and access tests with the real rbac-sync.
+replace github.com/fleetstream/fleetstream/services/rbac-sync => ../rbac-sync
+
+// And the endpoints tests with the real endpoint-collector.
+replace github.com/fleetstream/fleetstream/services/endpoint-collector => ../endpoint-collector
+
+// Their tests, which `go mod tidy` resolves too, run the real cluster agent.
+replace github.com/fleetstream/fleetstream/services/cluster-agent => ../cluster-agent

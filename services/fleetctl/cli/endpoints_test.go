@@ -2,98 +2,190 @@ package cli
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
-	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 )
 
-// endpointStub records the requests fleetctl sends and answers with fixed data. The service
-// itself is tested against real JetStream and kube-apiservers in services/endpoint-collector;
-// this checks the command line: flags to requests, responses to output.
-type endpointStub struct {
-	endpointv1connect.UnimplementedEndpointServiceHandler
-	mu   sync.Mutex
-	reqs []any
+// staleAfter is the collector's stale delay in these tests: a cluster whose agent is silent
+// that long is shown stale.
+const staleAfter = 2 * time.Second
+
+// startEndpointHub runs the real endpoint-collector on the hub, so cluster ids come from the
+// real cluster registry.
+func startEndpointHub(t *testing.T) *hubEnv {
+	t.Helper()
+	return startHub(t, func(ctx context.Context, js *testkit.JetStream) (hubService, error) {
+		c, err := collector.New(ctx, js.JS, collector.Config{StaleAfter: staleAfter, EvictAfter: time.Hour}, testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	})
 }
 
-func (s *endpointStub) record(r any) {
-	s.mu.Lock()
-	s.reqs = append(s.reqs, r)
-	s.mu.Unlock()
+// agentReports publishes what a cluster's agent reports to stream FLEET_AGENT, in the agent's
+// format: EndpointSlice snapshots and heartbeats.
+type agentReports struct {
+	store   *events.Store
+	cluster string
+	id      string
 }
 
-func (s *endpointStub) GetServiceEndpoints(_ context.Context, req *connect.Request[endpointv1.GetServiceEndpointsRequest]) (*connect.Response[endpointv1.GetServiceEndpointsResponse], error) {
-	s.record(req.Msg)
-	return connect.NewResponse(&endpointv1.GetServiceEndpointsResponse{Namespace: "shop", Name: "cart", Clusters: []*endpointv1.ClusterEndpoints{
-		{ClusterId: "c1", ClusterName: "east", Weight: 100, Addresses: []*endpointv1.Address{
-			{Ip: "10.0.0.7", Port: 8080, Weight: 20, Ready: true, Serving: true, PortName: "http", Zone: "a", Node: "n1", Target: "Pod/cart-1"}}},
-		{ClusterId: "c2", ClusterName: "west", Weight: 100, Stale: true, Addresses: []*endpointv1.Address{
-			{Ip: "10.1.0.1", Port: 8080, Weight: 100, Serving: true, Terminating: true}}},
-	}}), nil
+func (h *hubEnv) agent(cluster, id string) *agentReports {
+	return &agentReports{store: events.NewStore(h.js.JS, "system:cluster-agent:"+cluster), cluster: cluster, id: id}
 }
 
-func (s *endpointStub) SetEndpointWeight(_ context.Context, req *connect.Request[endpointv1.SetEndpointWeightRequest]) (*connect.Response[endpointv1.SetEndpointWeightResponse], error) {
-	s.record(req.Msg)
-	return connect.NewResponse(&endpointv1.SetEndpointWeightResponse{Weights: &endpointv1.ServiceWeights{
-		EndpointWeights: []*endpointv1.EndpointWeight{{Ip: req.Msg.Ip, ClusterName: "east", Weight: req.Msg.Weight, TargetUid: "u1"}}}}), nil
+func (a *agentReports) publish(ctx context.Context, subject string, m proto.Message) error {
+	_, err := a.store.Append(ctx, subject, a.cluster, events.Any, m)
+	return err
 }
 
-func (s *endpointStub) SetClusterWeight(_ context.Context, req *connect.Request[endpointv1.SetClusterWeightRequest]) (*connect.Response[endpointv1.SetClusterWeightResponse], error) {
-	s.record(req.Msg)
-	return connect.NewResponse(&endpointv1.SetClusterWeightResponse{Weights: &endpointv1.ServiceWeights{
-		ClusterWeights: map[string]uint32{req.Msg.Cluster: req.Msg.Weight}}}), nil
+// slice reports EndpointSlice name of service ns/svc with one port.
+func (a *agentReports) slice(t *testing.T, ns, svc, name string, port *endpointv1.EndpointPort, eps ...*endpointv1.Endpoint) {
+	t.Helper()
+	r := &endpointv1.EndpointSliceReport{ClusterName: a.cluster, ClusterId: a.id, Namespace: ns, Service: svc, Slice: name,
+		AddressType: "IPv4", SessionId: "session-" + a.cluster, Generation: 1, Time: timestamppb.Now(),
+		Ports: []*endpointv1.EndpointPort{port}, Endpoints: eps}
+	if err := a.publish(testkit.Context(t, 10*time.Second), subjects.AgentEndpointSlice(a.cluster, ns, name), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heartbeats keeps the cluster live until the test ends.
+func (a *agentReports) heartbeats(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			err := a.publish(ctx, subjects.AgentHeartbeat(a.cluster), &agentv1.Heartbeat{ClusterName: a.cluster, SessionId: "session-" + a.cluster, Time: timestamppb.Now()})
+			if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("heartbeat of %s: %v", a.cluster, err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+type endpointsJSON struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Clusters  []struct {
+		ClusterID   string `json:"clusterId"`
+		ClusterName string `json:"clusterName"`
+		Weight      uint32 `json:"weight"`
+		Stale       bool   `json:"stale"`
+		Addresses   []struct {
+			IP     string `json:"ip"`
+			Port   uint32 `json:"port"`
+			Weight uint32 `json:"weight"`
+		} `json:"addresses"`
+	} `json:"clusters"`
+}
+
+// weights renders every cluster's weight and its addresses' weights: "east=100 east/10.0.0.7=20 ...".
+func (e endpointsJSON) weights() string {
+	var out []string
+	for _, c := range e.Clusters {
+		out = append(out, fmt.Sprintf("%s=%d", c.ClusterName, c.Weight))
+		for _, a := range c.Addresses {
+			out = append(out, fmt.Sprintf("%s/%s=%d", c.ClusterName, a.IP, a.Weight))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 func TestEndpointsCommands(t *testing.T) {
-	stub := &endpointStub{}
-	mux := http.NewServeMux()
-	mux.Handle(endpointv1connect.NewEndpointServiceHandler(stub))
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
-	env := &e2eEnv{url: hs.URL}
-	run := func(args ...string) result {
-		return env.runWith(t, context.Background(), nil, append([]string{"--server", hs.URL}, args...)...)
+	h := startEndpointHub(t)
+	h.run(t, "cluster", "register", "east").ok(t)
+	h.run(t, "cluster", "register", "west").ok(t)
+	ids := map[string]string{}
+	for _, c := range jsonOf[[]clusterJSON](t, h.run(t, "-o", "json", "cluster", "list").ok(t)) {
+		ids[c.Name] = c.ID
 	}
 
-	out := run("endpoints", "get", "shop/cart", "--filter", "all").ok(t).stdout
-	for _, want := range []string{"CLUSTER", "east", "10.0.0.7", "8080/http", "20", "Ready", "Pod/cart-1", "west (stale)", "Terminating(serving)"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("get output lacks %q:\n%s", want, out)
+	// East's agent stays connected; west's reports once and falls silent, so it turns stale.
+	east, west := h.agent("east", ids["east"]), h.agent("west", ids["west"])
+	east.heartbeats(t)
+	east.slice(t, "shop", "cart", "cart-abc", &endpointv1.EndpointPort{Name: "http", Port: 8080, Protocol: "TCP"},
+		&endpointv1.Endpoint{Addresses: []string{"10.0.0.7"}, Ready: true, Serving: true, Zone: "a", Node: "n1",
+			Target: &endpointv1.TargetRef{Kind: "Pod", Namespace: "shop", Name: "cart-1", Uid: "0b6f3d0c-5d2b-4c57-9d7e-3f1a2b4c5d6e"}})
+	west.slice(t, "shop", "cart", "cart-def", &endpointv1.EndpointPort{Port: 8080, Protocol: "TCP"},
+		&endpointv1.Endpoint{Addresses: []string{"10.1.0.1"}, Serving: true, Terminating: true})
+
+	// Weight the east endpoint; the table shows it, west stale, and every state.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		return errOf(h.run(t, "endpoints", "weight", "shop/cart", "--ip", "10.0.0.7", "--weight", "20"))
+	})
+	var out string
+	testkit.Eventually(t, 10*time.Second, func() error {
+		out = h.run(t, "endpoints", "get", "shop/cart", "--filter", "all").ok(t).stdout
+		for _, want := range []string{"CLUSTER", "east", "10.0.0.7", "8080/http", "20", "Ready", "Pod/cart-1", "west (stale)", "10.1.0.1", "Terminating(serving)"} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("get output lacks %q:\n%s", want, out)
+			}
 		}
+		return nil
+	})
+	// The default filter shows only ready endpoints.
+	if out := h.run(t, "endpoints", "get", "shop/cart").ok(t).stdout; !strings.Contains(out, "10.0.0.7") || strings.Contains(out, "10.1.0.1") {
+		t.Errorf("get (ready):\n%s", out)
 	}
-	run("endpoints", "weight", "shop/cart", "--ip", "10.0.0.7", "--weight", "0").ok(t)
-	run("endpoints", "weight", "shop/cart", "--ip", "10.0.0.7", "--clear").ok(t)
-	out = run("endpoints", "weight", "shop/cart", "--cluster", "west", "--weight", "50").ok(t).stdout
-	if !strings.Contains(out, "west") || !strings.Contains(out, "50") {
+	got := jsonOf[endpointsJSON](t, h.run(t, "-o", "json", "endpoints", "get", "shop/cart", "--filter", "all").ok(t))
+	if got.Namespace != "shop" || got.Name != "cart" || len(got.Clusters) != 2 || got.Clusters[0].ClusterID != ids["east"] || !got.Clusters[1].Stale {
+		t.Errorf("get -o json = %+v", got)
+	}
+
+	// Each weight change is what the service then serves.
+	weights := func() string {
+		t.Helper()
+		return jsonOf[endpointsJSON](t, h.run(t, "-o", "json", "endpoints", "get", "shop/cart", "--filter", "all").ok(t)).weights()
+	}
+	out = h.run(t, "endpoints", "weight", "shop/cart", "--ip", "10.0.0.7", "--weight", "0").ok(t).stdout
+	if !strings.Contains(out, "east") || !strings.Contains(out, "10.0.0.7") || !strings.Contains(out, "0b6f3d0c-5d2b-4c57-9d7e-3f1a2b4c5d6e") {
+		t.Errorf("endpoint weight output:\n%s", out)
+	}
+	if w := weights(); w != "east=100 east/10.0.0.7=0 west=100 west/10.1.0.1=100" {
+		t.Errorf("after --weight 0: %s", w)
+	}
+	h.run(t, "endpoints", "weight", "shop/cart", "--ip", "10.0.0.7", "--clear").ok(t)
+	if w := weights(); w != "east=100 east/10.0.0.7=100 west=100 west/10.1.0.1=100" {
+		t.Errorf("after --clear: %s", w)
+	}
+	out = h.run(t, "endpoints", "weight", "shop/cart", "--cluster", "west", "--weight", "50").ok(t).stdout
+	if !strings.Contains(out, "west") || !strings.Contains(out, "50") || !strings.Contains(out, "*") {
 		t.Errorf("cluster weight output:\n%s", out)
 	}
-
-	stub.mu.Lock()
-	got := stub.reqs
-	stub.mu.Unlock()
-	if len(got) != 4 {
-		t.Fatalf("requests: %v", got)
-	}
-	if r := got[0].(*endpointv1.GetServiceEndpointsRequest); r.Namespace != "shop" || r.Name != "cart" || r.Filter != endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL {
-		t.Errorf("get request: %v", r)
-	}
-	if r := got[1].(*endpointv1.SetEndpointWeightRequest); r.Ip != "10.0.0.7" || r.Weight != 0 || r.Clear {
-		t.Errorf("weight request: %v", r)
-	}
-	if r := got[2].(*endpointv1.SetEndpointWeightRequest); !r.Clear {
-		t.Errorf("clear request: %v", r)
-	}
-	if r := got[3].(*endpointv1.SetClusterWeightRequest); r.Cluster != "west" || r.Weight != 50 {
-		t.Errorf("cluster weight request: %v", r)
+	if w := weights(); w != "east=100 east/10.0.0.7=100 west=50 west/10.1.0.1=50" {
+		t.Errorf("after --cluster west --weight 50: %s", w)
 	}
 
+	// The server's own checks.
+	h.run(t, "endpoints", "get", "shop/nope").fails(t, "error: not_found: ")
+	h.run(t, "endpoints", "weight", "shop/cart", "--ip", "10.9.9.9", "--weight", "5").fails(t, "error: not_found: ")
+	h.runAs(t, "wrong-token", "endpoints", "get", "shop/cart").fails(t, "error: unauthenticated: ")
+
+	// Flag errors never reach the server.
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -104,6 +196,14 @@ func TestEndpointsCommands(t *testing.T) {
 		{[]string{"endpoints", "weight", "shop/cart", "--weight", "5"}, "error: give --ip, or --cluster"},
 		{[]string{"endpoints", "weight", "shop/cart", "--ip", "10.0.0.7", "--weight", "70000"}, "error: --weight 70000"},
 	} {
-		run(tc.args...).fails(t, tc.want)
+		h.run(t, tc.args...).fails(t, tc.want)
 	}
+}
+
+// errOf turns a failed run into an error, for Eventually.
+func errOf(r result) error {
+	if r.code != 0 {
+		return fmt.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+	return nil
 }

@@ -23,13 +23,27 @@ import (
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 )
 
-// hubEnv runs the real cluster registry and project service behind one authenticated server.
+// hubEnv runs the real cluster registry and project service, and any extra services a test
+// adds, on one JetStream behind one authenticated server, as fleetd does.
 type hubEnv struct {
 	*e2eEnv
 	js *testkit.JetStream
 }
 
-func startHub(t *testing.T) *hubEnv {
+// Bearer tokens of the hub's token file: alice (e2eToken) and bob.
+const bobToken = "e2e-bob-token"
+
+// hubService is a real service run on the hub next to cluster-import and namespace-binding.
+type hubService interface {
+	Mount(*server.Server)
+	Run(context.Context) error
+	Ready() <-chan struct{}
+}
+
+// newHubService builds an extra hub service on the hub's JetStream.
+type newHubService func(ctx context.Context, js *testkit.JetStream) (hubService, error)
+
+func startHub(t *testing.T, extra ...newHubService) *hubEnv {
 	t.Helper()
 	ctx := testkit.Context(t, 2*time.Minute)
 	js := testkit.StartJetStream(t)
@@ -42,31 +56,52 @@ func startHub(t *testing.T) *hubEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	services := []hubService{ci, nb}
+	for _, build := range extra {
+		svc, err := build(ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		services = append(services, svc)
+	}
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	go func() { _ = ci.Run(runCtx); done <- struct{}{} }()
-	go func() { _ = nb.Run(runCtx); done <- struct{}{} }()
-	t.Cleanup(func() { stop(); <-done; <-done })
-	for _, ch := range []<-chan struct{}{ci.Ready(), nb.Ready()} {
+	done := make(chan struct{}, len(services))
+	for _, svc := range services {
+		go func() { _ = svc.Run(runCtx); done <- struct{}{} }()
+	}
+	t.Cleanup(func() {
+		stop()
+		for range services {
+			<-done
+		}
+	})
+	for _, svc := range services {
 		select {
-		case <-ch:
+		case <-svc.Ready():
 		case <-ctx.Done():
 			t.Fatal("hub not ready in time")
 		}
 	}
 	tokenFile := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokenFile, []byte(e2eToken+",alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(e2eToken+",alice\n"+bobToken+",bob\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{TokenFile: tokenFile}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci.Mount(srv)
-	nb.Mount(srv)
+	for _, svc := range services {
+		svc.Mount(srv)
+	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &hubEnv{e2eEnv: &e2eEnv{url: hs.URL, tokenFile: tokenFile}, js: js}
+}
+
+// runAs runs fleetctl with a user's token instead of alice's.
+func (h *hubEnv) runAs(t *testing.T, token string, args ...string) result {
+	t.Helper()
+	return h.runWith(t, context.Background(), nil, append([]string{"--server", h.url, "--token", token}, args...)...)
 }
 
 // agentApplied reports the desired object at key applied, as the cluster's agent would.

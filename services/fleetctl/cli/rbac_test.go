@@ -1,20 +1,18 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
+	"fmt"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
 
 func TestParseRule(t *testing.T) {
@@ -114,133 +112,183 @@ func TestParseTime(t *testing.T) {
 	}
 }
 
-// fakeRBAC records the requests fleetctl sends and answers with canned responses: these tests
-// are about what the CLI builds and prints; the service's behaviour is tested in rbac-sync.
-type fakeRBAC struct {
-	rbacv1connect.UnimplementedRBACServiceHandler
-	mu   sync.Mutex
-	reqs []proto.Message
-}
-
-func (f *fakeRBAC) record(m proto.Message) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reqs = append(f.reqs, m)
-}
-
-func (f *fakeRBAC) last() proto.Message {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.reqs[len(f.reqs)-1]
-}
-
-func (f *fakeRBAC) CreateRoleTemplate(_ context.Context, req *connect.Request[rbacv1.CreateRoleTemplateRequest]) (*connect.Response[rbacv1.CreateRoleTemplateResponse], error) {
-	f.record(req.Msg)
-	t := proto.CloneOf(req.Msg.Template)
-	t.EffectiveRules = t.Rules
-	return connect.NewResponse(&rbacv1.CreateRoleTemplateResponse{Template: t}), nil
-}
-
-func (f *fakeRBAC) UpdateRoleTemplate(_ context.Context, req *connect.Request[rbacv1.UpdateRoleTemplateRequest]) (*connect.Response[rbacv1.UpdateRoleTemplateResponse], error) {
-	f.record(req.Msg)
-	return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: req.Msg.Template}), nil
-}
-
-func (f *fakeRBAC) BindProjectRole(_ context.Context, req *connect.Request[rbacv1.BindProjectRoleRequest]) (*connect.Response[rbacv1.BindProjectRoleResponse], error) {
-	f.record(req.Msg)
-	if req.Msg.RoleTemplate == "secret-admin" {
-		return nil, connect.NewError(connect.CodePermissionDenied, errString(`"alice" may not grant role template "secret-admin"`))
-	}
-	return connect.NewResponse(&rbacv1.BindProjectRoleResponse{
-		Binding: &rbacv1.ProjectRoleBinding{Project: req.Msg.Project, Subject: req.Msg.Subject, RoleTemplate: req.Msg.RoleTemplate},
-		Plan: []*rbacv1.PlannedChange{
-			{Cluster: "c1", Namespace: "web", Name: "fleetstream:" + req.Msg.RoleTemplate, Action: rbacv1.ChangeAction_CHANGE_ACTION_CREATE, SubjectsAfter: []*rbacv1.Subject{req.Msg.Subject}},
-			{Cluster: "c2", Namespace: "web", Name: "fleetstream:" + req.Msg.RoleTemplate, Action: rbacv1.ChangeAction_CHANGE_ACTION_UPDATE, SubjectsAfter: []*rbacv1.Subject{req.Msg.Subject}},
-		},
-	}), nil
-}
-
-func (f *fakeRBAC) WhoCan(_ context.Context, req *connect.Request[rbacv1.WhoCanRequest]) (*connect.Response[rbacv1.WhoCanResponse], error) {
-	f.record(req.Msg)
-	return connect.NewResponse(&rbacv1.WhoCanResponse{Project: "team-a", Grants: []*rbacv1.Grant{{
-		Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: "alice"}, Project: "team-a",
-		Cluster: req.Msg.Cluster, Namespace: req.Msg.Namespace, RoleTemplate: "pod-reader", RoleBinding: "fleetstream:pod-reader",
-		Rules: []*rbacv1.PolicyRule{{Verbs: []string{"get", "list"}, ApiGroups: []string{""}, Resources: []string{"pods"}}},
-	}}}), nil
-}
-
-func (f *fakeRBAC) AccessAt(_ context.Context, req *connect.Request[rbacv1.AccessAtRequest]) (*connect.Response[rbacv1.AccessAtResponse], error) {
-	f.record(req.Msg)
-	return connect.NewResponse(&rbacv1.AccessAtResponse{}), nil
-}
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
-
-func startFakeRBAC(t *testing.T) (*fakeRBAC, func(args ...string) result) {
+// startRBACHub runs the real rbac-sync on the hub, with alice (the default token) as the one
+// platform admin; bob is an ordinary user.
+func startRBACHub(t *testing.T) *hubEnv {
 	t.Helper()
-	fake := &fakeRBAC{}
-	mux := http.NewServeMux()
-	mux.Handle(rbacv1connect.NewRBACServiceHandler(fake))
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	return fake, func(args ...string) result {
-		var out, errOut bytes.Buffer
-		code := Run(context.Background(), IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, append([]string{"--server", hs.URL}, args...))
-		return result{code: code, stdout: out.String(), stderr: errOut.String()}
-	}
+	return startHub(t, func(ctx context.Context, js *testkit.JetStream) (hubService, error) {
+		svc, err := rbacsync.New(ctx, js.JS, rbacsync.Config{PlatformAdmins: []string{"alice"}}, testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		return svc, nil
+	})
+}
+
+type ruleJSON struct {
+	Verbs     []string `json:"verbs"`
+	APIGroups []string `json:"apiGroups"`
+	Resources []string `json:"resources"`
+}
+
+type roleJSON struct {
+	Name           string     `json:"name"`
+	DisplayName    string     `json:"displayName"`
+	Rules          []ruleJSON `json:"rules"`
+	Inherits       []string   `json:"inherits"`
+	Locked         bool       `json:"locked"`
+	EffectiveRules []ruleJSON `json:"effectiveRules"`
+}
+
+type grantJSON struct {
+	Subject struct {
+		Kind string `json:"kind"`
+		Name string `json:"name"`
+	} `json:"subject"`
+	Project      string `json:"project"`
+	Cluster      string `json:"cluster"`
+	Namespace    string `json:"namespace"`
+	RoleTemplate string `json:"roleTemplate"`
 }
 
 func TestRoleMemberAccessCommands(t *testing.T) {
-	fake, run := startFakeRBAC(t)
+	h := startRBACHub(t)
+	// Team-a owns namespace web on two clusters: its role bindings land in both.
+	h.run(t, "cluster", "register", "c1").ok(t)
+	h.run(t, "cluster", "register", "c2").ok(t)
+	h.run(t, "project", "create", "team-a").ok(t)
+	h.run(t, "namespace", "bind", "web", "-p", "team-a", "-c", "c1").ok(t)
+	h.run(t, "namespace", "bind", "web", "-p", "team-a", "-c", "c2").ok(t)
 
-	out := run("role", "create", "deployer", "--inherits", "pod-reader", "--rule", "*:deployments.apps,services", "--display-name", "Deployer").ok(t)
-	create := fake.last().(*rbacv1.CreateRoleTemplateRequest).Template
-	if create.Name != "deployer" || len(create.Rules) != 2 || create.Inherits[0] != "pod-reader" || create.DisplayName != "Deployer" {
-		t.Fatalf("create request %v", create)
-	}
+	// Role templates: the flags become the stored template.
+	h.run(t, "role", "create", "pod-reader", "--rule", "get,list:pods").ok(t)
+	out := h.run(t, "role", "create", "deployer", "--inherits", "pod-reader", "--rule", "*:deployments.apps,services", "--display-name", "Deployer").ok(t)
 	if !strings.Contains(out.stdout, "fleetstream:deployer") {
 		t.Fatalf("create output %q", out.stdout)
 	}
-
-	run("role", "update", "deployer", "--locked").ok(t)
-	upd := fake.last().(*rbacv1.UpdateRoleTemplateRequest)
-	if !upd.Template.Locked || len(upd.UpdateMask.Paths) != 1 || upd.UpdateMask.Paths[0] != "locked" {
-		t.Fatalf("update request %v", upd)
+	create := jsonOf[roleJSON](t, h.run(t, "-o", "json", "role", "get", "deployer").ok(t))
+	if create.Name != "deployer" || len(create.Rules) != 2 || len(create.Inherits) != 1 || create.Inherits[0] != "pod-reader" ||
+		create.DisplayName != "Deployer" || len(create.EffectiveRules) != 3 {
+		t.Fatalf("created template %+v", create)
 	}
-	run("role", "update", "deployer").fails(t, "error: nothing to update")
-
-	out = run("member", "add", "team-a", "--service-account", "ci:deployer", "--role", "deployer", "--dry-run").ok(t)
-	bind := fake.last().(*rbacv1.BindProjectRoleRequest)
-	if !bind.DryRun || bind.Subject.Kind != rbacv1.SubjectKind_SUBJECT_KIND_SERVICE_ACCOUNT || bind.Subject.Namespace != "ci" || bind.Project != "team-a" {
-		t.Fatalf("bind request %v", bind)
+	if r := create.Rules[0]; strings.Join(r.APIGroups, ",") != "apps" || strings.Join(r.Resources, ",") != "deployments" || strings.Join(r.Verbs, ",") != "*" {
+		t.Fatalf("rule 0 = %+v", r)
 	}
-	for _, want := range []string{"would be granted (dry run)", "c1", "create", "c2", "update", "ServiceAccount:ci:deployer"} {
-		if !strings.Contains(out.stdout, want) {
-			t.Fatalf("dry run output lacks %q:\n%s", want, out.stdout)
+	h.run(t, "role", "create", "pod-reader", "--rule", "get:pods").fails(t, "error: already_exists: ")
+	// Only platform admins manage templates.
+	h.runAs(t, bobToken, "role", "create", "bobs", "--rule", "get:pods").fails(t, "error: permission_denied: ")
+
+	// Update replaces only the fields whose flags are given: locking keeps the rules.
+	h.run(t, "role", "update", "deployer", "--locked").ok(t)
+	upd := jsonOf[roleJSON](t, h.run(t, "-o", "json", "role", "get", "deployer").ok(t))
+	if !upd.Locked || len(upd.Rules) != 2 || len(upd.Inherits) != 1 || upd.DisplayName != "Deployer" {
+		t.Fatalf("updated template %+v", upd)
+	}
+	h.run(t, "role", "update", "deployer").fails(t, "error: nothing to update")
+	// A locked template takes no new bindings.
+	h.run(t, "member", "add", "team-a", "--user", "bob", "--role", "deployer").fails(t, "error: failed_precondition: ")
+	h.run(t, "role", "update", "deployer", "--locked=false").ok(t)
+
+	// A dry run lists the RoleBindings per cluster and changes nothing. The plan comes from the
+	// fan-out's model, which follows the namespace bindings asynchronously.
+	dryRun := func(wantAction string) string {
+		t.Helper()
+		var stdout string
+		testkit.Eventually(t, 10*time.Second, func() error {
+			stdout = h.run(t, "member", "add", "team-a", "--service-account", "ci:deployer", "--role", "deployer", "--dry-run").ok(t).stdout
+			for _, want := range []string{"would be granted (dry run)", "c1", "c2", "web", "fleetstream:deployer", wantAction, "ServiceAccount:ci:deployer"} {
+				if !strings.Contains(stdout, want) {
+					return fmt.Errorf("dry run output lacks %q:\n%s", want, stdout)
+				}
+			}
+			return nil
+		})
+		return stdout
+	}
+	dryRun("create")
+	if r := h.run(t, "member", "list", "team-a").ok(t); strings.Contains(r.stdout, "ServiceAccount:ci:deployer") {
+		t.Fatalf("the dry run bound:\n%s", r.stdout)
+	}
+	// With bob bound, the service account would be added to the existing RoleBindings.
+	out = h.run(t, "member", "add", "team-a", "--user", "bob", "--role", "deployer").ok(t)
+	if !strings.Contains(out.stdout, `User:bob granted role "deployer" in project "team-a"`) {
+		t.Fatalf("member add output:\n%s", out.stdout)
+	}
+	if after := dryRun("update"); !strings.Contains(after, "User:bob") {
+		t.Fatalf("dry run after binding bob lacks him:\n%s", after)
+	}
+	r := h.run(t, "member", "list", "team-a", "--user", "bob").ok(t)
+	if !strings.Contains(r.stdout, "User:bob") || !strings.Contains(r.stdout, "deployer") || !strings.Contains(r.stdout, "alice") {
+		t.Fatalf("member list:\n%s", r.stdout)
+	}
+
+	// Bob is no platform admin and may not manage role bindings in team-a.
+	h.run(t, "role", "create", "secret-admin", "--rule", "*:secrets").ok(t)
+	r = h.runAs(t, bobToken, "member", "add", "team-a", "--user", "bob", "--role", "secret-admin")
+	r.fails(t, "error: permission_denied: ")
+	if !strings.Contains(r.stderr, `"bob" may not`) {
+		t.Fatalf("permission denied does not name the caller: %s", r.stderr)
+	}
+	h.run(t, "member", "add", "team-a", "--role", "x").fails(t, "error: give one of")
+	h.run(t, "member", "add", "team-a", "--user", "bob", "--role", "nope").fails(t, "error: not_found: ")
+
+	// Who can: the grants in a namespace, filtered by verb and resource.
+	h.run(t, "member", "add", "team-a", "--user", "alice", "--role", "pod-reader").ok(t)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		out := h.run(t, "access", "who-can", "c1", "web", "list", "pods").ok(t).stdout
+		for _, want := range []string{`belongs to project "team-a"`, "User:alice", "get,list:pods", "User:bob", "fleetstream:pod-reader"} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("who-can output lacks %q:\n%s", want, out)
+			}
 		}
+		return nil
+	})
+	out = h.run(t, "access", "who-can", "c1", "web", "delete", "pods").ok(t)
+	if strings.Contains(out.stdout, "User:") {
+		t.Fatalf("who-can delete pods:\n%s", out.stdout)
 	}
-	run("member", "add", "team-a", "--user", "bob", "--role", "secret-admin").fails(t, "error: permission_denied: ")
-	run("member", "add", "team-a", "--role", "x").fails(t, "error: give one of")
+	out = h.run(t, "access", "who-can", "c1", "web", "update", "deployments", "--api-group", "apps").ok(t)
+	if !strings.Contains(out.stdout, "User:bob") || strings.Contains(out.stdout, "User:alice") {
+		t.Fatalf("who-can update deployments.apps:\n%s", out.stdout)
+	}
+	out = h.run(t, "access", "who-can", "c1", "other").ok(t)
+	if !strings.Contains(out.stdout, "c1/other belongs to no project") {
+		t.Fatalf("who-can in an unowned namespace:\n%s", out.stdout)
+	}
+	h.run(t, "access", "who-can", "c1").fails(t, "error: want CLUSTER NAMESPACE")
 
-	out = run("access", "who-can", "c1", "web", "list", "pods").ok(t)
-	who := fake.last().(*rbacv1.WhoCanRequest)
-	if who.Verb != "list" || who.Resource != "pods" || who.Cluster != "c1" {
-		t.Fatalf("who-can request %v", who)
-	}
-	if !strings.Contains(out.stdout, "User:alice") || !strings.Contains(out.stdout, "get,list:pods") {
-		t.Fatalf("who-can output %q", out.stdout)
-	}
-	run("access", "who-can", "c1").fails(t, "error: want CLUSTER NAMESPACE")
-
+	// Access at a moment, answered from the event log: two hours ago nothing existed; now the
+	// group holds its role in web on both clusters.
+	h.run(t, "member", "add", "team-a", "--group", "ops", "--role", "pod-reader").ok(t)
 	before := time.Now()
-	run("access", "at", "--group", "ops", "--time", "2h").ok(t)
-	at := fake.last().(*rbacv1.AccessAtRequest)
-	if got := at.Time.AsTime(); got.After(before.Add(-2*time.Hour+time.Minute)) || got.Before(before.Add(-2*time.Hour-time.Minute)) {
-		t.Fatalf("access at time %v", got)
+	out = h.run(t, "access", "at", "--group", "ops", "--time", "2h").ok(t)
+	header, _, _ := strings.Cut(out.stdout, "\n")
+	at, err := time.Parse(time.RFC3339, strings.TrimSuffix(strings.TrimPrefix(header, "Group:ops at "), ":"))
+	if err != nil || at.After(before.Add(-2*time.Hour+time.Minute)) || at.Before(before.Add(-2*time.Hour-time.Minute)) {
+		t.Fatalf("access at header %q: %v", header, err)
 	}
-	if at.Subject.Kind != rbacv1.SubjectKind_SUBJECT_KIND_GROUP {
-		t.Fatalf("access at subject %v", at.Subject)
+	if past := jsonOf[struct {
+		Grants []grantJSON `json:"grants"`
+	}](t, h.run(t, "-o", "json", "access", "at", "--group", "ops", "--time", "2h").ok(t)); len(past.Grants) != 0 {
+		t.Fatalf("grants two hours ago: %+v", past.Grants)
+	}
+	now := jsonOf[struct {
+		Grants []grantJSON `json:"grants"`
+	}](t, h.run(t, "-o", "json", "access", "at", "--group", "ops", "--time", "0s").ok(t))
+	var places []string
+	for _, g := range now.Grants {
+		if g.Subject.Kind != "SUBJECT_KIND_GROUP" || g.Subject.Name != "ops" || g.Project != "team-a" || g.RoleTemplate != "pod-reader" {
+			t.Fatalf("grant %+v", g)
+		}
+		places = append(places, g.Cluster+"/"+g.Namespace)
+	}
+	if slices.Sort(places); strings.Join(places, " ") != "c1/web c2/web" {
+		t.Fatalf("grants now at %v", places)
+	}
+	out = h.run(t, "access", "at", "--group", "ops", "--time", "0s").ok(t)
+	for _, want := range []string{"Group:ops at ", "CLUSTER", "c1", "c2", "web", "team-a", "pod-reader", "get,list:pods"} {
+		if !strings.Contains(out.stdout, want) {
+			t.Fatalf("access at output lacks %q:\n%s", want, out.stdout)
+		}
 	}
 }
