@@ -2,6 +2,7 @@ package clusterimport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,14 +64,9 @@ func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if s.now().Sub(seen) > s.cfg.UnreachableAfter {
 		return nil // an old heartbeat replayed after a restart says nothing about now
 	}
-	st := &clusterv1.AgentStatus{ClusterName: name, KubernetesVersion: hb.KubernetesVersion, AgentVersion: hb.AgentVersion,
-		SessionId: hb.SessionId, LastSeen: timestamppb.New(seen)}
-	data, err := proto.Marshal(st)
-	if err != nil {
-		return consumer.Permanent(err)
-	}
-	if _, err := s.statusKV.Put(ctx, tok, data); err != nil {
-		return fmt.Errorf("record heartbeat of %s: %w", name, err)
+	if err := s.recordHeartbeat(ctx, tok, &clusterv1.AgentStatus{ClusterName: name, KubernetesVersion: hb.KubernetesVersion,
+		AgentVersion: hb.AgentVersion, SessionId: hb.SessionId, LastSeen: timestamppb.New(seen)}); err != nil {
+		return err
 	}
 	c, ok := s.clusters.Get(clusterKey(name))
 	if !ok {
@@ -90,6 +86,38 @@ func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 		s.log.Info("cluster agent connected", zap.String("cluster", name), zap.String("kubernetes", hb.KubernetesVersion))
 	}
 	return err
+}
+
+// recordHeartbeat stores st unless a newer heartbeat is stored already: heartbeats are handled
+// by several workers (and replicas), so an older one may finish last. The write is a
+// compare-and-set against what was read, and a lost race is judged again on fresh state.
+func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1.AgentStatus) error {
+	data, err := proto.Marshal(st)
+	if err != nil {
+		return consumer.Permanent(err)
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		cur, err := s.statusKV.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			_, err = s.statusKV.Create(ctx, key, data)
+		case err != nil:
+			return fmt.Errorf("read heartbeat of %s: %w", st.ClusterName, err)
+		default:
+			old := &clusterv1.AgentStatus{}
+			if proto.Unmarshal(cur.Value(), old) == nil && !old.LastSeen.AsTime().Before(st.LastSeen.AsTime()) {
+				return nil // a newer (or this same) heartbeat is already recorded
+			}
+			_, err = s.statusKV.Update(ctx, key, data, cur.Revision())
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("record heartbeat of %s: %w", st.ClusterName, err)
+		}
+	}
+	return fmt.Errorf("record heartbeat of %s: kept losing races", st.ClusterName)
 }
 
 // runLiveness taints clusters whose agent went silent.

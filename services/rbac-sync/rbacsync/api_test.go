@@ -424,13 +424,20 @@ func TestPropagationStatusFollowsAgentReports(t *testing.T) {
 		return nil
 	})
 	byBinding := &rbacv1.GetPropagationStatusRequest{Target: &rbacv1.GetPropagationStatusRequest_Binding{Binding: &rbacv1.BindingRef{Project: "team-a", Subject: user("alice"), RoleTemplate: "viewer"}}}
-	if st := status(byBinding); st.UpToDate != 1 || len(st.Clusters) != 1 || st.Clusters[0].Namespace != "web" {
-		t.Fatalf("binding status %v", st)
-	}
+	// Each report reaches the status cache on its own; wait for the RoleBinding's too.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if st := status(byBinding); st.UpToDate != 1 || len(st.Clusters) != 1 || st.Clusters[0].Namespace != "web" {
+			return fmt.Errorf("binding status %v", st)
+		}
+		return nil
+	})
 	// A new desired revision is pending until the agent reports it.
 	e.bindRole(t, "team-a", user("bob"), "viewer")
 	e.waitState(t, rbKey("c1", "web", "viewer"), "subjects:alice,bob")
-	if st := status(byBinding); st.Pending != 1 || st.Clusters[0].UpToDate {
-		t.Fatalf("binding status after change %v", st)
-	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if st := status(byBinding); st.Pending != 1 || st.Clusters[0].UpToDate {
+			return fmt.Errorf("binding status after change %v", st)
+		}
+		return nil
+	})
 }
