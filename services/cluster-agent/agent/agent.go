@@ -87,6 +87,7 @@ type Agent struct {
 	store     *events.Store
 	factory   informers.SharedInformerFactory
 	sessionID string
+	heartbeat Runnable
 	runnables []Runnable
 	started   bool
 }
@@ -116,7 +117,7 @@ func New(cfg Config, js jetstream.JetStream, kube kubernetes.Interface, log *zap
 		factory:   informers.NewSharedInformerFactory(kube, 0),
 		sessionID: uuid.NewString(),
 	}
-	a.Add(&heartbeater{agent: a})
+	a.heartbeat = &heartbeater{agent: a}
 	a.Add(newInventoryReporter(a))
 	return a, nil
 }
@@ -151,8 +152,11 @@ func (a *Agent) Add(r Runnable) {
 	a.runnables = append(a.runnables, r)
 }
 
-// Run starts the informers, waits for their caches and runs every Runnable until ctx ends or one
-// fails. It returns nil on a clean shutdown.
+// Run starts the informers, heartbeats at once, and runs every Runnable once the informer caches
+// have synced, until ctx ends or one fails. It returns nil on a clean shutdown.
+//
+// Heartbeats do not wait for the caches: an informer that cannot sync (the agent's Kubernetes
+// identity may not list some kind) must not make the cluster look dead to the hub.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.started {
 		return errors.New("agent: Run called twice")
@@ -163,21 +167,32 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Shutdown waits for informer goroutines, so none outlives Run.
 	defer a.factory.Shutdown()
 
-	a.factory.Start(ctx.Done())
-	for typ, ok := range a.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("informer cache for %v did not sync", typ)
-		}
-	}
-	a.log.Info("cluster agent running", zap.String("session", a.sessionID))
-
 	g, gctx := errgroup.WithContext(ctx)
-	for _, r := range a.runnables {
-		g.Go(func() error { return r.Run(gctx) })
-	}
+	g.Go(func() error { return a.heartbeat.Run(gctx) })
+	a.factory.Start(gctx.Done())
+	g.Go(func() error {
+		synced := make(chan struct{})
+		go func() {
+			defer close(synced)
+			a.factory.WaitForCacheSync(gctx.Done())
+		}()
+		for waiting := true; waiting; {
+			select {
+			case <-synced:
+				waiting = false
+			case <-time.After(30 * time.Second):
+				a.log.Warn("informer caches not synced yet: may the agent's Kubernetes identity list and watch what it reconciles?")
+			}
+		}
+		if gctx.Err() != nil {
+			return nil
+		}
+		a.log.Info("cluster agent running", zap.String("session", a.sessionID))
+		for _, r := range a.runnables {
+			g.Go(func() error { return r.Run(gctx) })
+		}
+		return nil
+	})
 	if err := g.Wait(); err != nil && ctx.Err() == nil {
 		return err
 	}

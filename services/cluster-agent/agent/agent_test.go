@@ -416,3 +416,36 @@ func TestSurvivesNATSOutage(t *testing.T) {
 		return nil
 	})
 }
+
+// An agent whose Kubernetes identity may not list what it watches still heartbeats: the hub
+// must not see a live agent as dead because of its RBAC on the member cluster. The inventory
+// waits for its cache instead of reporting an empty list.
+func TestHeartbeatsWithoutInformerPermissions(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+	a, err := agent.New(agent.Config{ClusterName: cluster, HeartbeatInterval: 100 * time.Millisecond}, j.JS, k.ClientAs(t, "nobody"), testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	testkit.Eventually(t, 10*time.Second, func() error {
+		_, err := latestHeartbeat(ctx, j.JS)
+		return err
+	})
+	if _, err := latestInventory(ctx, j.JS); err == nil {
+		t.Fatal("an inventory was reported without a synced namespace cache")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("agent run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+}
