@@ -501,7 +501,7 @@ func (s *Service) GetPropagationStatus(ctx context.Context, req *connect.Request
 	for _, w := range entries {
 		cp := &rbacv1.ClusterPropagation{Cluster: w.t.cluster, Kind: w.t.kind(), Namespace: w.t.namespace, Name: ObjectName(w.t.template),
 			DesiredRevision: w.revision, Tombstone: w.tombstone}
-		if st, ok := s.status.get(w.t.key()); ok {
+		if st, ok := s.status.Get(appliedPrefix + w.t.key()); ok {
 			cp.AppliedRevision, cp.Phase, cp.Reason, cp.Message, cp.ReportTime = st.DesiredRevision, st.Phase, st.Reason, st.Message, st.Time
 		}
 		cp.UpToDate = cp.AppliedRevision >= cp.DesiredRevision && cp.Phase == desiredv1.Phase_PHASE_APPLIED

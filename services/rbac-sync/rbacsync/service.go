@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/pkg/lease"
@@ -89,8 +90,10 @@ type Service struct {
 	bindingsView  *view.Engine
 	templates     *view.Cache[*rbacv1.RoleTemplate]
 	bindings      *view.Cache[*rbacv1.ProjectRoleBinding]
-	status        *statusCache
-	fan           *fanout
+	// status mirrors what agents reported about rbac-sync's desired keys: the part of bucket
+	// `applied` under `desired-rbac.` (see appliedPrefix).
+	status *view.Cache[*desiredv1.AppliedStatus]
+	fan    *fanout
 
 	ready chan struct{}
 	now   func() time.Time
@@ -118,7 +121,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.fan.kv, err = js.KeyValue(ctx, subjects.DesiredRBACBucket); err != nil {
 		return nil, fmt.Errorf("desired bucket: %w", err)
 	}
-	s.status = newStatusCache(js, cfg.Replicas, s.log)
+	// Agents write the applied bucket; its readers ensure it with one shared configuration.
+	applied, err := js.CreateOrUpdateKeyValue(ctx, subjects.AppliedBucketConfig(cfg.Replicas))
+	if err != nil {
+		return nil, fmt.Errorf("applied bucket: %w", err)
+	}
+	s.status = view.NewCache(applied, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
+		view.WithFilter(appliedPrefix+">"))
 	return s, nil
 }
 
