@@ -65,9 +65,9 @@ help: ## list the targets
 ##@ Develop
 
 .PHONY: build
-build: ## build fleetd and fleetctl into ./bin
+build: ## build fleetd, fleetctl and cluster-agent into ./bin
 	@mkdir -p $(BIN)
-	$(GO) build -buildvcs=false -o $(BIN)/ $(PKG_fleetd) $(PKG_fleetctl)
+	$(GO) build -buildvcs=false -o $(BIN)/ $(PKG_fleetd) $(PKG_fleetctl) $(PKG_cluster-agent)
 
 $(DATA)/tokens:
 	@mkdir -p $(DATA) && chmod 700 $(DATA)
