@@ -92,7 +92,7 @@ run: build $(DATA)/tokens ## build and start fleetd in the foreground (embedded 
 
 .PHONY: run-check
 run-check: ## start `make run` in the background, wait for `fleetctl cluster list`, stop it
-	@scripts/run-check.sh
+	@tools/scripts/run-check.sh
 
 .PHONY: test-assets
 test-assets: ## build kube-apiserver and etcd for the tests (cached under ~/.cache/fleetstream)
@@ -183,12 +183,12 @@ image-%:
 
 .PHONY: compose-secrets
 compose-secrets:
-	@scripts/dev-secrets.sh
+	@tools/scripts/dev-secrets.sh
 
 .PHONY: compose-up
 compose-up: images compose-secrets ## build the images and start the local stack (3 NATS nodes + services)
 	$(COMPOSE) up -d
-	@COMPOSE="$(COMPOSE)" scripts/compose-wait.sh
+	@COMPOSE="$(COMPOSE)" tools/scripts/compose-wait.sh
 	@echo
 	@echo "Stack is up: cluster-import :18081, namespace-binding :18082, rbac-sync :18083, endpoint-collector :18084"
 	@echo "  export FLEETSTREAM_TOKEN_FILE=$(DATA)/compose/api-tokens"
@@ -197,7 +197,7 @@ compose-up: images compose-secrets ## build the images and start the local stack
 
 .PHONY: compose-check
 compose-check: images compose-secrets ## start the stack, wait for every /readyz, smoke-test, always tear down
-	@COMPOSE="$(COMPOSE)" scripts/compose-check.sh
+	@COMPOSE="$(COMPOSE)" tools/scripts/compose-check.sh
 
 .PHONY: compose-down
 compose-down: compose-secrets ## stop the local stack and delete its volumes

@@ -4,7 +4,7 @@
 # `bin/fleetctl cluster list` answers with the generated token, and stops it again.
 #   RUN_CHECK_TIMEOUT  seconds from `make run` to a fleetctl answer (default 60, build included)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 timeout="${RUN_CHECK_TIMEOUT:-60}"
 data=$(mktemp -d)
 listen=127.0.0.1:18080

@@ -9,7 +9,7 @@
 # The token files are world-readable because the containers run as uid 65532; the directory is
 # not.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dir=.data/compose
 mkdir -p "$dir"
 chmod 700 .data "$dir" 2>/dev/null || true

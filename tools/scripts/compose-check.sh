@@ -14,7 +14,7 @@ teardown() {
 trap teardown EXIT
 trap 'exit 130' INT TERM
 
-scripts/dev-secrets.sh
+tools/scripts/dev-secrets.sh
 # Start from nothing: a leftover stack of an earlier run would hide startup bugs.
 compose down -v --remove-orphans >/dev/null 2>&1 || true
 names=""
@@ -22,7 +22,7 @@ for sp in $SERVICES; do names="$names ${sp%%:*}"; done
 echo "==> starting nats-1 nats-2 nats-3$names"
 compose up -d nats-1 nats-2 nats-3 $names
 
-scripts/compose-wait.sh
+tools/scripts/compose-wait.sh
 
 # Smoke test through the first service that serves the cluster registry (cluster-import).
 case " $names " in

@@ -1,5 +1,5 @@
 # Shared by the compose scripts (sourced, not run).
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 if [ -z "${COMPOSE:-}" ]; then
   if command -v docker-compose >/dev/null 2>&1; then COMPOSE=docker-compose; else COMPOSE="docker compose"; fi
 fi
