@@ -122,7 +122,7 @@ func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[projec
 				}
 			}
 		}
-		seq, err := s.appendProject(ctx, m.Name, func(*projectv1.Project) (proto.Message, error) {
+		seq, err := s.appendProject(ctx, m.Name, true, func(*projectv1.Project) (proto.Message, error) {
 			if owned := s.activeBindings(m.Name); len(owned) > 0 {
 				return nil, errOwnsNamespaces(m.Name, owned)
 			}
@@ -237,7 +237,7 @@ func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projec
 		s.dropClaim(key, id, claimRev)
 		return nil, err
 	}
-	seq, err := s.appendProject(bctx, m.Project, func(*projectv1.Project) (proto.Message, error) {
+	seq, err := s.appendProject(bctx, m.Project, false, func(*projectv1.Project) (proto.Message, error) {
 		return &projectv1.NamespaceBound{BindingId: id, Project: m.Project, Cluster: m.Cluster, Namespace: m.Namespace, Hard: hard}, nil
 	})
 	if err != nil {
@@ -293,7 +293,7 @@ func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv
 	key := bindingKey(m.Cluster, m.Namespace)
 	hard := canonicalHard(m.Hard)
 	var id string
-	seq, err := s.appendProject(ctx, m.Project, func(*projectv1.Project) (proto.Message, error) {
+	seq, err := s.appendProject(ctx, m.Project, true, func(*projectv1.Project) (proto.Message, error) {
 		b, err := s.ownedBinding(m.Project, m.Cluster, m.Namespace)
 		if err != nil {
 			return nil, err
@@ -345,7 +345,7 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 	}
 	key := bindingKey(cluster, namespace)
 	var id string
-	seq, err := s.appendProject(ctx, project, func(*projectv1.Project) (proto.Message, error) {
+	seq, err := s.appendProject(ctx, project, true, func(*projectv1.Project) (proto.Message, error) {
 		b, err := s.ownedBinding(project, cluster, namespace)
 		if err != nil {
 			return nil, err
@@ -459,17 +459,35 @@ func (s *Service) ListIdleNamespaces(ctx context.Context, req *connect.Request[p
 }
 
 // appendProject appends the event build returns to project's subject, expecting the project's
-// revision: the project exists and nothing happened to it since build decided. build sees the
-// bindings as of that revision. A lost race is retried on fresh state.
-func (s *Service) appendProject(ctx context.Context, project string, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
+// revision: the project exists and nothing happened to it since build decided. When decides is
+// true, build reads the bindings, and sees them as of that revision (the view has applied it);
+// a build that decides nothing from the view (a bind: its checks ran before its claim, and the
+// claim is what keeps a second binding out) appends without that wait.
+//
+// The commands of one project are serialized in this replica (projectLock), so they queue
+// instead of racing each other for one expectation, and each appends at the sequence the
+// previous one got, without waiting for the projects view to show it. A race lost to another
+// replica is retried at the subject's last sequence read from the stream: one round trip, not a
+// view cycle. Either way the stream checks the expectation: a wrong guess is a conflict, never
+// a write on a state nobody looked at.
+func (s *Service) appendProject(ctx context.Context, project string, decides bool, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
+	l, err := s.lockProject(ctx, project)
+	if err != nil {
+		// Nothing was appended: Aborted lets a bind release its claim at once.
+		return 0, connect.NewError(connect.CodeAborted, fmt.Errorf("project %s is busy with other commands: %w", project, err))
+	}
+	defer s.unlockProject(project, l)
 	for attempt := 0; ; attempt++ {
 		p, ok := s.projects.Get(projectKey(project))
 		if !ok {
 			return 0, apierr.NotFound("project", project)
 		}
-		rev := p.Revision
-		if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, rev) }); err != nil {
-			return 0, err
+		// The view may not show this replica's last append yet; the stream has it.
+		rev := max(p.Revision, l.last)
+		if decides {
+			if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, rev) }); err != nil {
+				return 0, err
+			}
 		}
 		msg, err := build(p)
 		if err != nil {
@@ -477,17 +495,89 @@ func (s *Service) appendProject(ctx context.Context, project string, build func(
 		}
 		seq, err := s.store.Append(ctx, ProjectSubject(project), project, events.At(rev), msg)
 		if err == nil {
+			l.last = seq
 			return seq, nil
 		}
+		l.last = 0
 		if !events.IsConflict(err) || attempt == maxAttempts {
 			return 0, apierr.Internal(err)
 		}
-		// Another command on the project won; decide again once the view shows it.
-		wctx, cancel := context.WithTimeout(ctx, viewWait)
-		_ = s.projects.WaitFor(wctx, projectKey(project), func(cur *projectv1.Project, ok bool) bool {
-			return !ok || cur.Revision != rev
-		})
-		cancel()
+		// Another replica's command on the project won: decide again at the subject's current
+		// last sequence.
+		last, exists, err := s.projectHead(ctx, project)
+		if err != nil {
+			return 0, apierr.Internal(err)
+		}
+		if !exists {
+			return 0, apierr.NotFound("project", project)
+		}
+		l.last = last
+	}
+}
+
+// projectHead reads the last event of project's subject from the stream: its sequence, and
+// whether the project exists after it (the subject is not empty and does not end with the
+// project's deletion).
+func (s *Service) projectHead(ctx context.Context, project string) (uint64, bool, error) {
+	msg, err := s.stream.GetLastMsgForSubject(ctx, ProjectSubject(project))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read project %s: %w", project, err)
+	}
+	ev, err := events.Decode(msg.Data)
+	if err != nil {
+		return 0, false, fmt.Errorf("read project %s: %w", project, err)
+	}
+	_, deleted := ev.Payload.(*projectv1.ProjectDeleted)
+	return msg.Sequence, !deleted, nil
+}
+
+// projectLock serializes one project's commands in this replica. last is the sequence this
+// replica's last append to the project's subject got (0: unknown); only its holder uses it.
+type projectLock struct {
+	ch   chan struct{} // holds a token while locked
+	refs int           // holders and waiters; guarded by Service.projectLocksMu
+	last uint64
+}
+
+// lockProject takes project's lock, or gives up when ctx ends.
+func (s *Service) lockProject(ctx context.Context, project string) (*projectLock, error) {
+	s.projectLocksMu.Lock()
+	l := s.projectLocks[project]
+	if l == nil {
+		l = &projectLock{ch: make(chan struct{}, 1)}
+		s.projectLocks[project] = l
+	}
+	l.refs++
+	s.projectLocksMu.Unlock()
+	select {
+	case l.ch <- struct{}{}:
+		return l, nil
+	case <-ctx.Done():
+		s.releaseProjectLock(project, l)
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Service) unlockProject(project string, l *projectLock) {
+	<-l.ch
+	s.releaseProjectLock(project, l)
+}
+
+// releaseProjectLock drops a reference to l. Once nobody holds or awaits it and the projects
+// view shows its last sequence, it is forgotten; until then it is kept, so a caller's next
+// command on the project (one that did not wait for the projects view) does not start with a
+// conflict.
+func (s *Service) releaseProjectLock(project string, l *projectLock) {
+	s.projectLocksMu.Lock()
+	defer s.projectLocksMu.Unlock()
+	if l.refs--; l.refs > 0 {
+		return
+	}
+	if p, ok := s.projects.Get(projectKey(project)); !ok || p.Revision >= l.last {
+		delete(s.projectLocks, project)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -103,6 +104,9 @@ type Service struct {
 
 	ready chan struct{}
 	now   func() time.Time
+
+	projectLocksMu sync.Mutex
+	projectLocks   map[string]*projectLock
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -115,7 +119,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor),
-		ready: make(chan struct{}), now: time.Now}
+		ready: make(chan struct{}), now: time.Now, projectLocks: make(map[string]*projectLock)}
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)

@@ -433,6 +433,36 @@ func TestConcurrentClaimsExactlyOneWins(t *testing.T) {
 	}
 }
 
+// Every command on a project appends to the project's one subject with an expectation; many
+// concurrent binds of one project must queue for it, not fail after losing the race a few times.
+func TestConcurrentBindsOfOneProjectAllLand(t *testing.T) {
+	e := start(t, nil, namespacebinding.Config{})
+	e.register(t, "c1")
+	e.createProject(t, "team-a")
+	const n = 48
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, errs[i] = e.bind("team-a", "c1", fmt.Sprintf("ns-%02d", i), map[string]string{"cpu": "1"}) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("bind ns-%02d: %v", i, err)
+		}
+	}
+	// Each bind answered only once its binding was visible.
+	res, err := e.client.ListNamespaceBindings(context.Background(), connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: "team-a"}))
+	if err != nil || len(res.Msg.Bindings) != n {
+		t.Fatalf("bindings of team-a: %d %v", len(res.Msg.Bindings), err)
+	}
+	// And a command that decides from the bindings, right after, sees all of them.
+	_, err = e.client.DeleteProject(context.Background(), connect.NewRequest(&projectv1.DeleteProjectRequest{Name: "team-a"}))
+	if code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), fmt.Sprintf("%d namespace(s)", n)) {
+		t.Fatalf("delete of a project owning %d namespaces: %v", n, err)
+	}
+}
+
 func TestPhasesFollowTheAgentsReports(t *testing.T) {
 	e := start(t, nil, namespacebinding.Config{})
 	e.register(t, "c1")
