@@ -65,7 +65,12 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), registry: reg, checks: map[string]Check{}}
-	s.opts = []connect.HandlerOption{connect.WithInterceptors(newMetricsInterceptor(reg), authInterceptor{tokens: tokens})}
+	s.opts = []connect.HandlerOption{
+		connect.WithInterceptors(newMetricsInterceptor(reg), authInterceptor{tokens: tokens}),
+		// Compressing small responses costs more CPU than it saves bytes (profiles of the bind
+		// path showed ~6% of CPU in gzip of responses of a few hundred bytes).
+		connect.WithCompressMinBytes(1024),
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
