@@ -283,20 +283,6 @@ func BenchmarkSliceReplay(b *testing.B) {
 	}
 }
 
-// lastSeq is the seq of the last cluster's slice (both clusters must have the final update).
-func lastSeq(sn *snapshot) uint32 {
-	var out uint32 = 1 << 31
-	for ci := range sn.clusters {
-		for _, s := range sn.clusters[ci].slices {
-			if len(s.eps) > 0 {
-				a := s.eps[0].addr
-				out = min(out, uint32(a[15]))
-			}
-		}
-	}
-	return out
-}
-
 // BenchmarkReportToQueryLatency: at 5,000 slice updates/s, how long from the agent's publish
 // until the update is served (its snapshot published), p50 and p99, against the bus alone
 // (publish until a bare ordered consumer receives it) at the same rate in the same run.

@@ -229,12 +229,6 @@ func (a *fakeAgent) sync() {
 		SessionId: a.session, Generation: a.gen})
 }
 
-func (a *fakeAgent) heartbeat() {
-	a.t.Helper()
-	a.publish(subjects.AgentHeartbeat(a.cluster), &agentv1.Heartbeat{ClusterName: a.cluster, SessionId: a.session,
-		Time: timestamppb.Now()})
-}
-
 // restart starts a new agent session, as a restarted agent process does.
 func (a *fakeAgent) restart() { a.session, a.gen = uuid.NewString(), 1 }
 

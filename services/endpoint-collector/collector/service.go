@@ -336,9 +336,7 @@ func (c *Collector) runLiveness(ctx context.Context) error {
 // registry follows bucket `clusters` (cluster-import's view) for cluster ids. It is optional:
 // until the bucket exists, ids come from the agents' reports.
 type registry struct {
-	c     *Collector
-	cache *view.Cache[*clusterv1.Cluster]
-	ready chan struct{}
+	c *Collector
 }
 
 func (r *registry) run(ctx context.Context) error {

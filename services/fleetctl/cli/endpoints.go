@@ -60,6 +60,17 @@ func (q *endpointQuery) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&q.port, "port", "", "only this port name of the Service")
 }
 
+// parse checks the NAMESPACE/NAME argument and --filter, in that order.
+func (q *endpointQuery) parse(arg string) (ns, name string, filter endpointv1.EndpointFilter, err error) {
+	if ns, name, err = serviceArg(arg); err != nil {
+		return "", "", 0, err
+	}
+	if filter, err = endpointFilter(q.filter); err != nil {
+		return "", "", 0, err
+	}
+	return ns, name, filter, nil
+}
+
 // addressRows flattens clusters into one row per address, each a ClusterEndpoints holding that
 // one address, so the table has a CLUSTER column while JSON and YAML keep the API's shape.
 func addressRows(clusters []*endpointv1.ClusterEndpoints) []*endpointv1.ClusterEndpoints {
@@ -119,11 +130,7 @@ func newEndpointsGetCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl endpoints get shop/cart\n  fleetctl endpoints get shop/cart --filter all -o json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, name, err := serviceArg(args[0])
-			if err != nil {
-				return err
-			}
-			filter, err := endpointFilter(q.filter)
+			ns, name, filter, err := q.parse(args[0])
 			if err != nil {
 				return err
 			}
@@ -188,11 +195,7 @@ func newEndpointsWatchCommand(f *factory) *cobra.Command {
 		Short: "Print a service's endpoints per cluster now and after every change, until interrupted",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, name, err := serviceArg(args[0])
-			if err != nil {
-				return err
-			}
-			filter, err := endpointFilter(q.filter)
+			ns, name, filter, err := q.parse(args[0])
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
@@ -94,16 +95,12 @@ func newMemberAddCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("add %s to project %q as %s: %w", formatSubject(s), args[0], role, err)
 			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
 			verb := "granted"
 			if dryRun {
 				verb = "would be granted (dry run)"
 			}
-			p.Note("%s %s role %q in project %q", formatSubject(s), verb, role, args[0])
-			return printPlan(p, resp.Msg.GetPlan())
+			return printRoleChange(f.printer(), resp.Msg,
+				fmt.Sprintf("%s %s role %q in project %q", formatSubject(s), verb, role, args[0]))
 		},
 	}
 	subject.add(cmd)
@@ -141,16 +138,12 @@ func newMemberRemoveCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("remove %s from project %q as %s: %w", formatSubject(s), args[0], role, err)
 			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
 			verb := "revoked"
 			if dryRun {
 				verb = "would be revoked (dry run)"
 			}
-			p.Note("role %q of %s in project %q %s", role, formatSubject(s), args[0], verb)
-			return printPlan(p, resp.Msg.GetPlan())
+			return printRoleChange(f.printer(), resp.Msg,
+				fmt.Sprintf("role %q of %s in project %q %s", role, formatSubject(s), args[0], verb))
 		},
 	}
 	subject.add(cmd)
@@ -158,6 +151,19 @@ func newMemberRemoveCommand(f *factory) *cobra.Command {
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only list the RoleBindings the change would change or delete")
 	_ = cmd.MarkFlagRequired("role")
 	return cmd
+}
+
+// printRoleChange prints a bind or unbind response: as is with JSON or YAML; with a table,
+// the note and then the planned RoleBinding changes.
+func printRoleChange(p *Printer, msg interface {
+	proto.Message
+	GetPlan() []*rbacv1.PlannedChange
+}, note string) error {
+	if p.Format != formatTable {
+		return p.Print(msg)
+	}
+	p.Note("%s", note)
+	return printPlan(p, msg.GetPlan())
 }
 
 func printPlan(p *Printer, plan []*rbacv1.PlannedChange) error {

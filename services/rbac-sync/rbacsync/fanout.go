@@ -98,8 +98,6 @@ type fanout struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
-	// flushed is closed and replaced after every write round, for tests and benchmarks.
-	flushed chan struct{}
 
 	writes  *prometheus.CounterVec
 	skipped prometheus.Counter
@@ -110,7 +108,7 @@ func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 	return &fanout{
 		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL,
 		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
-		ready: make(chan struct{}), flushed: make(chan struct{}),
+		ready: make(chan struct{}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete).",
 		}, []string{"op"}),
@@ -482,10 +480,6 @@ func (f *fanout) flush(ctx context.Context, dirty []target) error {
 		ops = failed
 	}
 	f.rounds.Observe(time.Since(start).Seconds())
-	f.mu.Lock()
-	close(f.flushed)
-	f.flushed = make(chan struct{})
-	f.mu.Unlock()
 	return nil
 }
 
@@ -581,10 +575,3 @@ func (f *fanout) write(ctx context.Context, ops []*op) ([]*op, error) {
 
 // Ready is closed after the first full reconcile, or in a follower once its model is built.
 func (f *fanout) Ready() <-chan struct{} { return f.ready }
-
-// waitFlush returns a channel closed after the next write round.
-func (f *fanout) waitFlush() <-chan struct{} {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.flushed
-}
