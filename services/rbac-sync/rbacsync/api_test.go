@@ -335,16 +335,28 @@ func TestWhoCanAndAccessAt(t *testing.T) {
 		}
 		return res.Msg.Project, out
 	}
-	if p, got := who("c1", "web", "", ""); p != "team-a" || join(got) != "ci=viewer" {
-		t.Fatalf("who can in c1/web: %s %v", p, got)
-	}
-	if p, got := who("c2", "web", "", ""); p != "" || len(got) != 0 {
-		t.Fatalf("who can in unbound c2/web: %s %v", p, got)
-	}
+	// Namespace bindings are namespace-binding's: rbac-sync sees them through their view a
+	// moment later, so its answers about them are waited for.
+	eventually := func(check func() error) { testkit.Eventually(t, 10*time.Second, check) }
+	eventually(func() error {
+		if p, got := who("c1", "web", "", ""); p != "team-a" || join(got) != "ci=viewer" {
+			return fmt.Errorf("who can in c1/web: %s %v", p, got)
+		}
+		return nil
+	})
+	eventually(func() error {
+		if p, got := who("c2", "web", "", ""); p != "" || len(got) != 0 {
+			return fmt.Errorf("who can in unbound c2/web: %s %v", p, got)
+		}
+		return nil
+	})
 	e.bindRole(t, "team-a", user("carol"), "editor")
-	if _, got := who("c1", "web", "update", "pods"); join(got) != "carol=editor" {
-		t.Fatalf("who can update pods: %v", got)
-	}
+	eventually(func() error {
+		if _, got := who("c1", "web", "update", "pods"); join(got) != "carol=editor" {
+			return fmt.Errorf("who can update pods: %v", got)
+		}
+		return nil
+	})
 	if _, err := e.rbac.WhoCan(ctx, connect.NewRequest(&rbacv1.WhoCanRequest{Cluster: "c1", Namespace: "web", Verb: "get"})); code(err) != connect.CodeInvalidArgument {
 		t.Fatalf("verb without resource: %v", err)
 	}
