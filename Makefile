@@ -22,6 +22,8 @@ PKGS        = $(addsuffix /...,$(MODULE_DIRS))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_CONNECT_VERSION := v1.21.1
 BUF_VERSION                := v1.75.0
+# staticcheck 2026.2.2
+STATICCHECK_VERSION        := v0.8.2
 
 # Binaries: name -> main package.
 PKG_fleetd             := ./services/fleetd/cmd/fleetd
@@ -31,11 +33,12 @@ PKG_namespace-binding  := ./services/namespace-binding/cmd/namespace-binding
 PKG_rbac-sync          := ./services/rbac-sync/cmd/rbac-sync
 PKG_endpoint-collector := ./services/endpoint-collector/cmd/endpoint-collector
 PKG_cluster-agent      := ./services/cluster-agent/cmd/cluster-agent
+PKG_gateway            := ./services/gateway/cmd/gateway
 # nats-server's main package is its module root; pkg/go.mod pins the version (v2.15.2).
 PKG_nats               := github.com/nats-io/nats-server/v2
 
 # Images: fleetstream/<name>:$(IMAGE_TAG), one per binary, FROM scratch (deploy/images/<name>).
-IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-collector cluster-agent
+IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-collector cluster-agent gateway
 IMAGE_REPO  ?= fleetstream
 IMAGE_TAG   ?= latest
 # Static, reproducible binaries: no cgo, no paths or VCS state baked in.
@@ -83,6 +86,9 @@ run: build $(DATA)/tokens ## build and start fleetd in the foreground (embedded 
 	@echo "  export FLEETSTREAM_SERVER=http://$(LISTEN)"
 	@echo "  export FLEETSTREAM_TOKEN_FILE=$(DATA)/tokens"
 	@echo "  bin/fleetctl cluster list"
+	@echo "You are signed in as dev-admin (a platform admin). To make alice the owner of team-a:"
+	@echo "  printf '%s,alice\\n' \"\$$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\" >> $(DATA)/tokens   (then restart make run)"
+	@echo "  bin/fleetctl project create team-a && bin/fleetctl member add team-a --user alice --role project-owner"
 	@echo "or with curl (Connect JSON):"
 	@echo "  curl -H \"Authorization: Bearer \$$(cut -d, -f1 $(DATA)/tokens)\" -H 'Content-Type: application/json' -d '{}' http://$(LISTEN)/fleetstream.cluster.v1.ClusterService/ListClusters"
 	@echo
@@ -111,6 +117,10 @@ test: ## run go vet and every test of every module (builds the test assets first
 		|| { rc=1; echo "go test FAILED" >&2; }; \
 	exit $$rc
 
+.PHONY: test-race
+test-race: ## every test of every module under the race detector (what CI also runs)
+	@$(MAKE) test TESTFLAGS='-race $(TESTFLAGS)'
+
 .PHONY: bench
 bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
 	@mkdir -p $(BIN)
@@ -130,16 +140,27 @@ fi
 endef
 
 .PHONY: tools
-tools: ## install the pinned generators (buf, protoc-gen-go, protoc-gen-connect-go) into ./bin
+tools: ## install the pinned tools (buf, protoc-gen-go, protoc-gen-connect-go, staticcheck) into ./bin
 	@mkdir -p $(BIN)
 	$(call go-install-tool,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION))
 	$(call go-install-tool,protoc-gen-connect-go,connectrpc.com/connect/cmd/protoc-gen-connect-go,$(PROTOC_GEN_CONNECT_VERSION))
 	$(call go-install-tool,buf,github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION))
+	$(call go-install-tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION))
 
 .PHONY: generate
-generate: tools ## buf lint, then regenerate pkg/gen from proto/ (commit the result)
+generate: tools ## buf lint, then regenerate pkg/gen and docs/events.md from proto/ (commit the result)
 	PATH=$(BIN):$$PATH $(BIN)/buf lint
 	PATH=$(BIN):$$PATH $(BIN)/buf generate
+	@$(MAKE) event-catalogue OUT=docs/events.md
+
+# The event catalogue is rendered from the protos' descriptors, comments included.
+OUT ?= docs/events.md
+.PHONY: event-catalogue
+event-catalogue:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(BIN)/buf build --as-file-descriptor-set -o "$$tmp/fleetstream.binpb" && \
+	$(GO) run github.com/fleetstream/fleetstream/pkg/cmd/eventcatalog "$$tmp/fleetstream.binpb" > "$$tmp/events.md" && \
+	mv "$$tmp/events.md" $(OUT)
 
 # Generates into a scratch directory and compares with pkg/gen, so the check never rewrites a
 # working tree (other people may be editing it) and also catches extra or missing files.
@@ -149,17 +170,25 @@ check-generated: tools
 	PATH=$(BIN):$$PATH $(BIN)/buf generate -o "$$tmp" && \
 	if ! diff -ru pkg/gen "$$tmp/pkg/gen"; then \
 		echo "pkg/gen is stale: run 'make generate' and commit the result" >&2; exit 1; \
-	fi && echo "pkg/gen is up to date"
+	fi && echo "pkg/gen is up to date" && \
+	$(MAKE) event-catalogue OUT="$$tmp/events.md" && \
+	if ! diff -u docs/events.md "$$tmp/events.md"; then \
+		echo "docs/events.md is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi && echo "docs/events.md is up to date"
 
 .PHONY: lint
-lint: tools ## gofmt, go vet, buf lint and the staleness of the generated code
+lint: tools ## gofmt, go vet, staticcheck, buf lint, buf breaking and the staleness of the generated code
 	@echo "==> gofmt"
-	@out=$$(gofmt -l pkg services tools); \
+	@out=$$(gofmt -l pkg services tools examples); \
 	if [ -n "$$out" ]; then echo "not gofmt-ed (run gofmt -w):" >&2; echo "$$out" >&2; exit 1; fi
 	@echo "==> go vet"
 	$(GO) vet $(PKGS)
+	@echo "==> staticcheck"
+	$(BIN)/staticcheck $(PKGS)
 	@echo "==> buf lint"
 	PATH=$(BIN):$$PATH $(BIN)/buf lint
+	@echo "==> buf breaking (APIs and events stay compatible)"
+	@BUF=$(BIN)/buf tools/scripts/buf-breaking.sh
 	@echo "==> generated code"
 	@$(MAKE) check-generated
 
@@ -186,13 +215,13 @@ compose-secrets:
 	@tools/scripts/dev-secrets.sh
 
 .PHONY: compose-up
-compose-up: images compose-secrets ## build the images and start the local stack (3 NATS nodes + services)
+compose-up: images compose-secrets ## build the images and start the local stack (3 NATS nodes + services + gateway)
 	$(COMPOSE) up -d
 	@COMPOSE="$(COMPOSE)" tools/scripts/compose-wait.sh
 	@echo
-	@echo "Stack is up: cluster-import :18081, namespace-binding :18082, rbac-sync :18083, endpoint-collector :18084"
-	@echo "  export FLEETSTREAM_TOKEN_FILE=$(DATA)/compose/api-tokens"
-	@echo "  bin/fleetctl --server http://127.0.0.1:18081 cluster list    (make build first)"
+	@echo "Stack is up: the API (every service, through the gateway) on http://127.0.0.1:18080"
+	@echo "  export FLEETSTREAM_SERVER=http://127.0.0.1:18080 FLEETSTREAM_TOKEN_FILE=$(DATA)/compose/api-tokens"
+	@echo "  bin/fleetctl project create team-a    (make build first)"
 	@echo "Logs: $(COMPOSE) logs -f    Stop: make compose-down"
 
 .PHONY: compose-check

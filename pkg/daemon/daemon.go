@@ -18,7 +18,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/server"
 )
 
@@ -27,18 +29,27 @@ type Options struct {
 	NATSURL       string
 	NATSTokenFile string
 	Server        server.Config
+	Authz         authz.Config
 	Replicas      int
 	LogLevel      string
 	LogConsole    bool
+
+	// NATSUser, when set, connects as this NATS user with NATSTokenFile as its password: the
+	// auth callout's responder (cluster-import), which bypasses the callout it answers.
+	NATSUser string
 }
 
 // Register adds the shared flags to fs.
 func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.NATSURL, "nats-url", envOr("FLEETSTREAM_NATS_URL", nats.DefaultURL), "NATS server URLs, comma-separated")
-	fs.StringVar(&o.NATSTokenFile, "nats-token-file", os.Getenv("FLEETSTREAM_NATS_TOKEN_FILE"), "file holding the NATS token")
+	fs.StringVar(&o.NATSTokenFile, "nats-token-file", os.Getenv("FLEETSTREAM_NATS_TOKEN_FILE"), "file holding the NATS token (with --nats-user: the user's password)")
+	fs.StringVar(&o.NATSUser, "nats-user", os.Getenv("FLEETSTREAM_NATS_USER"), "NATS user to connect as (the auth callout responder's static user); empty connects with the token")
 	fs.StringVar(&o.Server.Listen, "listen", envOr("FLEETSTREAM_LISTEN", "127.0.0.1:8080"), "host:port of the HTTP listener (APIs, /healthz, /readyz, /metrics)")
 	fs.StringVar(&o.Server.TokenFile, "token-file", os.Getenv("FLEETSTREAM_TOKEN_FILE"), "bearer tokens allowed to call the APIs (token,user per line)")
 	fs.BoolVar(&o.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
+	o.Server.OIDC.RegisterFlags(fs)
+	fs.IntVar(&o.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
+	o.Authz.RegisterFlags(fs)
 	fs.IntVar(&o.Replicas, "replicas", 1, "replicas of the streams and buckets this service owns (3 on a production cluster)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.LogConsole, "log-console", false, "human-readable logs instead of JSON")
@@ -68,8 +79,17 @@ func ReadSecretFile(path string) (string, error) {
 // Connect connects to NATS, retrying until it succeeds or ctx ends: in a compose stack the
 // servers may start after the service.
 func Connect(ctx context.Context, url, tokenFile, name string, log *zap.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	return ConnectAs(ctx, url, "", tokenFile, name, log)
+}
+
+// ConnectAs is Connect as NATS user user (password in secretFile) when user is not empty. The
+// reply subjects are the service's own (natsauth.ServiceInboxPrefix): under the auth callout a
+// service may subscribe to no other replies.
+func ConnectAs(ctx context.Context, url, user, secretFile, name string, log *zap.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	tokenFile := secretFile
 	opts := []nats.Option{
 		nats.Name(name),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(name)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
@@ -85,7 +105,11 @@ func Connect(ctx context.Context, url, tokenFile, name string, log *zap.Logger) 
 		if err != nil {
 			return nil, nil, err
 		}
-		opts = append(opts, nats.Token(tok))
+		if user != "" {
+			opts = append(opts, nats.UserInfo(user, tok))
+		} else {
+			opts = append(opts, nats.Token(tok))
+		}
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -153,7 +177,7 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, start fu
 	if err != nil {
 		return err
 	}
-	nc, js, err := Connect(ctx, o.NATSURL, o.NATSTokenFile, name, log)
+	nc, js, err := ConnectAs(ctx, o.NATSURL, o.NATSUser, o.NATSTokenFile, name, log)
 	if err != nil {
 		return err
 	}
@@ -165,6 +189,14 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, start fu
 		return nil
 	})
 	g, ctx := errgroup.WithContext(ctx)
+	azCfg := o.Authz
+	if o.Server.InsecureDev {
+		azCfg = azCfg.ForInsecureDev()
+	}
+	az := authz.New(js, azCfg, log)
+	srv.Authorize(az.Interceptor())
+	srv.ReadyWhen("authz", az.Ready())
+	g.Go(func() error { return az.Run(ctx) })
 	env := &Env{Options: o, Log: log, Conn: nc, JS: js, Server: srv, Group: g}
 	if err := start(ctx, env); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
 )
 
 // ErrConflict means the subject moved on since the caller read it: another writer won.
@@ -44,33 +46,6 @@ var (
 // At appends only if the subject's last sequence is seq; At(0) is Empty.
 func At(seq uint64) Expect { return Expect{check: true, seq: seq} }
 
-type actorKey struct{}
-
-// WithActor returns ctx carrying the identity events appended under it are attributed to.
-func WithActor(ctx context.Context, actor string) context.Context {
-	return context.WithValue(ctx, actorKey{}, actor)
-}
-
-// ActorFrom returns the actor carried by ctx, or "" if none.
-func ActorFrom(ctx context.Context) string {
-	a, _ := ctx.Value(actorKey{}).(string)
-	return a
-}
-
-type groupsKey struct{}
-
-// WithGroups returns ctx carrying the groups the actor belongs to (from the token file), which
-// authorization checks count alongside the actor itself.
-func WithGroups(ctx context.Context, groups []string) context.Context {
-	return context.WithValue(ctx, groupsKey{}, groups)
-}
-
-// GroupsFrom returns the actor's groups carried by ctx.
-func GroupsFrom(ctx context.Context) []string {
-	g, _ := ctx.Value(groupsKey{}).([]string)
-	return g
-}
-
 // Event is a decoded envelope and its payload.
 type Event struct {
 	*eventv1.Envelope
@@ -98,7 +73,7 @@ func NewEnvelope(ctx context.Context, aggregateID string, payload proto.Message,
 	if err != nil {
 		return nil, fmt.Errorf("wrap %T: %w", payload, err)
 	}
-	actor := ActorFrom(ctx)
+	actor := identity.ActorFrom(ctx)
 	if actor == "" {
 		actor = defaultActor
 	}
@@ -128,10 +103,11 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 	if expect.check {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expect.seq))
 	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: cloudEventHeaders(env, payload, s.defaultActor)}
 	var ack *jetstream.PubAck
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		ack, err = s.js.Publish(ctx, subject, data, opts...)
+		ack, err = s.js.PublishMsg(ctx, msg, opts...)
 		if err == nil || !retryable(err) || attempt == 4 {
 			break
 		}
@@ -149,6 +125,28 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 		return 0, fmt.Errorf("append %s to %s: %w", env.Type, subject, err)
 	}
 	return ack.Sequence, nil
+}
+
+// SchemaBase is where the protos of the events are published; ce-dataschema points into it.
+const SchemaBase = "https://github.com/fleetstream/fleetstream/blob/main/proto/"
+
+// cloudEventHeaders are the CloudEvents NATS protocol binding's headers (binary mode) of env:
+// a subscriber can route on type, source and subject without decoding the envelope. The data
+// is the whole envelope (protobuf), whose payload the type names.
+func cloudEventHeaders(env *eventv1.Envelope, payload proto.Message, defaultActor string) nats.Header {
+	service := strings.TrimPrefix(defaultActor, "system:")
+	service, _, _ = strings.Cut(service, ":") // system:cluster-agent:<cluster> is the agent
+	d := payload.ProtoReflect().Descriptor()
+	h := nats.Header{}
+	h.Set("ce-specversion", "1.0")
+	h.Set("ce-id", env.Id)
+	h.Set("ce-source", "/fleetstream/"+service)
+	h.Set("ce-type", env.Type)
+	h.Set("ce-subject", env.AggregateId)
+	h.Set("ce-time", env.Time.AsTime().UTC().Format(time.RFC3339Nano))
+	h.Set("ce-dataschema", SchemaBase+d.ParentFile().Path()+"#"+string(d.FullName()))
+	h.Set("content-type", "application/protobuf")
+	return h
 }
 
 // IsConflict reports whether err is a failed last-sequence expectation.
@@ -210,4 +208,23 @@ func LastSequence(ctx context.Context, s jetstream.Stream, subject string) (uint
 		return 0, fmt.Errorf("last message on %s: %w", subject, err)
 	}
 	return m.Sequence, nil
+}
+
+// Last returns the sequence and decoded event of the last message on subject (0 and nil when
+// there is none): what a command that recreates an aggregate must check, since its view may
+// not yet show the event another writer just appended.
+func Last(ctx context.Context, s jetstream.Stream, subject string) (uint64, *Event, error) {
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	ev, err := Decode(m.Data)
+	if err != nil {
+		return 0, nil, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	ev.Sequence, ev.Subject = m.Sequence, m.Subject
+	return m.Sequence, ev, nil
 }

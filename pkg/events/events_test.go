@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 )
@@ -94,7 +95,7 @@ func TestEmptyExpectationRefusesSecondCreate(t *testing.T) {
 
 func TestEnvelopeRoundTripCarriesActorAndType(t *testing.T) {
 	j, stream := setup(t)
-	ctx := events.WithActor(testkit.Context(t, 10*time.Second), "alice")
+	ctx := identity.WithActor(testkit.Context(t, 10*time.Second), "alice")
 	seq, err := events.NewStore(j.JS, "system:test").Append(ctx, "test.z", "z-id", events.Any, &clusterv1.ClusterRegistered{Id: "z-id", Name: "z"})
 	if err != nil {
 		t.Fatal(err)
@@ -136,5 +137,42 @@ func TestActorDefaults(t *testing.T) {
 	}
 	if env.Actor != "system:x" {
 		t.Fatalf("actor %q", env.Actor)
+	}
+}
+
+// Every event carries the CloudEvents NATS binding's headers, so subscribers route on them
+// without decoding the envelope.
+func TestEventsCarryCloudEventsHeaders(t *testing.T) {
+	j, stream := setup(t)
+	ctx := testkit.Context(t, 10*time.Second)
+	seq, err := events.NewStore(j.JS, "system:cluster-import").Append(ctx, "test.c1", "c1", events.Any, &clusterv1.ClusterRegistered{Id: "id-1", Name: "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.Decode(raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"ce-specversion": "1.0",
+		"ce-id":          ev.Id,
+		"ce-source":      "/fleetstream/cluster-import",
+		"ce-type":        "fleetstream.cluster.v1.ClusterRegistered",
+		"ce-subject":     "c1",
+		"ce-time":        ev.Time.AsTime().UTC().Format(time.RFC3339Nano),
+		"ce-dataschema":  events.SchemaBase + "fleetstream/cluster/v1/events.proto#fleetstream.cluster.v1.ClusterRegistered",
+		"content-type":   "application/protobuf",
+	}
+	for k, v := range want {
+		if got := raw.Header.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	if _, err := time.Parse(time.RFC3339Nano, raw.Header.Get("ce-time")); err != nil {
+		t.Errorf("ce-time: %v", err)
 	}
 }

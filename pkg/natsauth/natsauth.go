@@ -1,64 +1,128 @@
-// Package natsauth decides who may connect to an embedded NATS server and what they may touch:
-// Fleetstream's own services get everything, a cluster agent only its own cluster's subjects.
+// Package natsauth decides who may connect to NATS and what they may touch: one permission table
+// (permissions.go) for every hub service, the agent of each cluster and each downstream
+// subscriber, granted either by an in-process server.Authentication (fleetd's embedded server)
+// or by the auth callout responder (callout.go) that any NATS cluster can delegate to.
 package natsauth
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/zap"
-
-	"github.com/fleetstream/fleetstream/pkg/keys"
-	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
-// AgentLookup returns the registered cluster an agent token belongs to.
-type AgentLookup func(ctx context.Context, token string) (cluster string, ok bool)
+// Kind is the kind of a NATS identity.
+type Kind int
 
-// Authenticator implements server.Authentication.
+const (
+	// KindService is a hub service, confined to what it uses (ServicePermissions).
+	KindService Kind = iota + 1
+	// KindAgent is the agent of one member cluster (AgentPermissions).
+	KindAgent
+	// KindSubscriber is a downstream system reading event streams (SubscriberPermissions).
+	KindSubscriber
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindService:
+		return "service"
+	case KindAgent:
+		return "agent"
+	case KindSubscriber:
+		return "subscriber"
+	}
+	return "unknown"
+}
+
+// Identity is who a token belongs to.
+type Identity struct {
+	Kind Kind
+	// Name is the service, the cluster of the agent, or the subscriber.
+	Name string
+	// Streams a subscriber was given.
+	Streams []string
+}
+
+// User is the NATS user name the identity is known by (server logs, monitoring): never the token.
+func (id Identity) User() string { return id.Kind.String() + ":" + id.Name }
+
+// Permissions looks the identity up in the table; ok is false for an identity the table does
+// not know (an unknown service), which must be refused.
+func (id Identity) Permissions() (Permissions, bool) {
+	switch id.Kind {
+	case KindService:
+		return ServicePermissions(id.Name)
+	case KindAgent:
+		return AgentPermissions(id.Name), id.Name != ""
+	case KindSubscriber:
+		return SubscriberPermissions(id.Name, id.Streams), id.Name != ""
+	}
+	return Permissions{}, false
+}
+
+// Resolver returns whose token this is; ok false refuses the connection.
+type Resolver func(ctx context.Context, token string) (Identity, bool)
+
+// Authenticator implements server.Authentication for an embedded server.
 type Authenticator struct {
-	// ServiceTokens get full access (fleetd's in-process connection, services of the stack).
-	ServiceTokens []string
-	// Agents resolves agent tokens; nil admits no agents.
-	Agents AgentLookup
-	Log    *zap.Logger
+	// FullAccessTokens get every permission: fleetd's in-process connection, which is every
+	// service in one process.
+	FullAccessTokens []string
+	// Resolve resolves every other token; nil admits nobody else.
+	Resolve Resolver
+	Log     *zap.Logger
 }
 
 var _ server.Authentication = (*Authenticator)(nil)
 
 // Check admits a connection and registers the permissions it gets.
 func (a *Authenticator) Check(c server.ClientAuthentication) bool {
-	opts := c.GetOpts()
-	token := opts.Token
-	if token == "" {
-		token = opts.Password // `nats://user:token@host` style URLs
-	}
+	token := ConnectToken(c.GetOpts().Token, c.GetOpts().Password)
 	if token == "" {
 		return false
 	}
-	for _, t := range a.ServiceTokens {
+	for _, t := range a.FullAccessTokens {
 		if t != "" && subtle.ConstantTimeCompare(digest(t), digest(token)) == 1 {
-			c.RegisterUser(&server.User{Username: "service"})
+			c.RegisterUser(&server.User{Username: "fleetd"})
 			return true
 		}
 	}
-	if a.Agents == nil {
+	if a.Resolve == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	cluster, ok := a.Agents(ctx, token)
+	id, ok := a.Resolve(ctx, token)
+	var perms Permissions
+	if ok {
+		perms, ok = id.Permissions()
+	}
 	if !ok {
 		if a.Log != nil {
 			a.Log.Warn("nats connection refused: unknown token", zap.Stringer("remote", c.RemoteAddress()))
 		}
 		return false
 	}
-	c.RegisterUser(&server.User{Username: "agent:" + cluster, Permissions: AgentPermissions(cluster)})
+	c.RegisterUser(&server.User{Username: id.User(), Permissions: perms.Server()})
 	return true
+}
+
+// ConnectToken is the token a client presented: the token field, or the password of
+// `nats://user:token@host` style URLs.
+func ConnectToken(token, password string) string {
+	if token != "" {
+		return token
+	}
+	return password
 }
 
 func digest(s string) []byte {
@@ -66,37 +130,74 @@ func digest(s string) []byte {
 	return d[:]
 }
 
-// AgentInboxPrefix is the reply-subject prefix an agent of cluster must use
-// (nats.CustomInboxPrefix): replies to it are all it may subscribe to besides its desired state.
-func AgentInboxPrefix(cluster string) string { return "_INBOX_" + keys.Encode(cluster) }
+// ServiceTokens maps hub services' NATS tokens to their names, compared by digest in constant
+// time.
+type ServiceTokens struct {
+	entries []serviceToken
+}
 
-// AgentPermissions allows an agent to publish its own reports and applied statuses and to read
-// its own cluster's desired state, nothing else.
-func AgentPermissions(cluster string) *server.Permissions {
-	enc := keys.Encode(cluster)
-	pub := []string{
-		subjects.AgentPrefixFor(cluster) + ".>",
-		"$JS.API.INFO",
-		"$JS.FC.>",
-		"$JS.API.STREAM.INFO.KV_" + subjects.AppliedBucket,
+type serviceToken struct {
+	digest  []byte
+	service string
+}
+
+// LoadServiceTokens reads a file of `token,service` lines (blank lines and # comments allowed).
+// Every service must be one the table knows: a typo must not silently grant nothing or,
+// worse, be mistaken for another service.
+func LoadServiceTokens(path string) (*ServiceTokens, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read nats service tokens: %w", err)
 	}
-	for _, b := range subjects.DesiredBuckets() {
-		stream := "KV_" + b
-		pub = append(pub,
-			// An ordered consumer on the bucket filtered to this cluster's keys.
-			"$JS.API.CONSUMER.CREATE."+stream+".*.$KV."+b+"."+enc+".>",
-			"$JS.API.CONSUMER.DELETE."+stream+".*",
-			"$JS.API.CONSUMER.INFO."+stream+".*",
-			"$JS.API.STREAM.INFO."+stream,
-			"$JS.ACK."+stream+".>",
-			// Its statuses for this bucket's keys: written, and read back (direct get of the
-			// last value) so that an unchanged status is not written again after a restart.
-			"$KV."+subjects.AppliedBucket+"."+keys.Encode(b)+"."+enc+".>",
-			"$JS.API.DIRECT.GET.KV_"+subjects.AppliedBucket+".$KV."+subjects.AppliedBucket+"."+keys.Encode(b)+"."+enc+".>",
-		)
+	defer f.Close()
+	st := &ServiceTokens{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		token, service, ok := strings.Cut(line, ",")
+		token, service = strings.TrimSpace(token), strings.TrimSpace(service)
+		if !ok || token == "" || service == "" {
+			return nil, fmt.Errorf("nats service tokens %s line %d: want token,service", path, n)
+		}
+		if !slices.Contains(Services(), service) {
+			return nil, fmt.Errorf("nats service tokens %s line %d: unknown service %q (one of %s)", path, n, service, strings.Join(Services(), ", "))
+		}
+		st.entries = append(st.entries, serviceToken{digest: digest(token), service: service})
 	}
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: pub},
-		Subscribe: &server.SubjectPermission{Allow: []string{AgentInboxPrefix(cluster) + ".>"}},
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read nats service tokens %s: %w", path, err)
 	}
+	return st, nil
+}
+
+// Lookup returns the service token belongs to. Every entry is compared, so the time taken does
+// not tell which one matched.
+func (st *ServiceTokens) Lookup(token string) (string, bool) {
+	if st == nil || token == "" {
+		return "", false
+	}
+	d := digest(token)
+	found := ""
+	for _, e := range st.entries {
+		if subtle.ConstantTimeCompare(e.digest, d) == 1 {
+			found = e.service
+		}
+	}
+	return found, found != ""
+}
+
+func readFirstLine(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return line, nil
 }

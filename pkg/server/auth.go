@@ -13,8 +13,9 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"go.uber.org/zap"
 
-	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/identity"
 )
 
 // Tokens authenticates bearer tokens read from a token file. The file has the format of
@@ -73,35 +74,114 @@ func (t *Tokens) Lookup(token string) (Identity, bool) {
 	return id, ok
 }
 
-// authInterceptor requires a valid bearer token on every RPC and records the caller as the
-// actor of the events the call appends. With tokens nil (--insecure-dev) every caller is
-// "anonymous".
-type authInterceptor struct{ tokens *Tokens }
+// Authenticator resolves a request's bearer token to the caller. A token is looked up in the
+// token file first (a digest lookup) and then, if configured, verified as an OIDC ID token;
+// either source alone turns authentication on. With neither (--insecure-dev) every caller is
+// "anonymous". It is exported so that a proxy in front of the services (the gateway) can refuse
+// unauthenticated calls exactly as the services would, before forwarding them.
+type Authenticator struct {
+	tokens *Tokens
+	oidc   *oidcAuthenticator
+	log    *zap.Logger
+}
 
-var errUnauthenticated = errors.New("missing or invalid bearer token")
+// newAuthenticator builds the authenticator cfg asks for. Without a token file or OIDC it
+// refuses unless InsecureDev is set, and then it says so loudly.
+func newAuthenticator(cfg Config, log *zap.Logger) (*Authenticator, error) {
+	a := &Authenticator{log: log}
+	if cfg.TokenFile != "" {
+		t, err := LoadTokens(cfg.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		a.tokens = t
+	}
+	if cfg.OIDC.enabled() {
+		o, err := newOIDCAuthenticator(cfg.OIDC, log.Named("oidc"))
+		if err != nil {
+			return nil, err
+		}
+		a.oidc = o
+		// Discovery waits for the first ID token (see oidcAuthenticator), so say where it will go.
+		log.Info("OIDC sign-in on", zap.String("issuer", cfg.OIDC.IssuerURL), zap.String("client_id", cfg.OIDC.ClientID),
+			zap.String("username_claim", o.cfg.UsernameClaim), zap.String("groups_claim", cfg.OIDC.GroupsClaim))
+	}
+	switch {
+	case a.tokens != nil || a.oidc != nil:
+	case cfg.InsecureDev:
+		log.Warn("INSECURE: serving APIs without authentication (--insecure-dev); never do this in production")
+	default:
+		return nil, errors.New("no --token-file or --oidc-issuer-url given: pass one, or --insecure-dev to run without authentication on a laptop")
+	}
+	return a, nil
+}
 
-func (a authInterceptor) authenticate(ctx context.Context, h http.Header) (context.Context, error) {
-	if a.tokens == nil {
-		return events.WithActor(ctx, "anonymous"), nil
+// Client-facing messages are short and fixed: they never echo the token or say which check
+// failed, except expiry, which tells an honest caller to fetch a new token.
+var (
+	errUnauthenticated = errors.New("missing or invalid bearer token")
+	errExpired         = errors.New("bearer token expired")
+	errIdPUnavailable  = errors.New("cannot verify ID tokens: identity provider unreachable, retry later")
+)
+
+// Authenticate checks the Authorization header of a request and returns ctx carrying the
+// caller (identity.ActorFrom, identity.GroupsFrom), or a *connect.Error: Unauthenticated, or
+// Unavailable while the OIDC issuer cannot be reached.
+func (a *Authenticator) Authenticate(ctx context.Context, h http.Header) (context.Context, error) {
+	return a.authenticate(ctx, "", h)
+}
+
+// authenticate is Authenticate with the procedure for the debug log (empty when unknown).
+func (a *Authenticator) authenticate(ctx context.Context, procedure string, h http.Header) (context.Context, error) {
+	if a.tokens == nil && a.oidc == nil {
+		return identity.WithActor(ctx, "anonymous"), nil
 	}
 	auth := h.Get("Authorization")
 	token, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || token == "" {
+		a.log.Debug("unauthenticated: no bearer token", zap.String("procedure", procedure))
 		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
 	}
-	id, ok := a.tokens.Lookup(token)
-	if !ok {
+	if a.tokens != nil {
+		if id, ok := a.tokens.Lookup(token); ok {
+			return withIdentity(ctx, id), nil
+		}
+	}
+	if a.oidc == nil {
+		a.log.Debug("unauthenticated: token not in the token file", zap.String("procedure", procedure))
 		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
 	}
-	return events.WithGroups(events.WithActor(ctx, id.User), id.Groups), nil
+	id, err := a.oidc.authenticate(ctx, token)
+	if err != nil {
+		// The reason is logged, never the token.
+		a.log.Debug("unauthenticated: token not in the token file (if any) and not a valid ID token",
+			zap.String("procedure", procedure), zap.Error(err))
+		switch {
+		case errors.Is(err, errIssuerUnavailable):
+			// The token may well be valid: Unavailable tells the caller to retry, not to sign in again.
+			return ctx, connect.NewError(connect.CodeUnavailable, errIdPUnavailable)
+		case errors.Is(err, errTokenExpired):
+			return ctx, connect.NewError(connect.CodeUnauthenticated, errExpired)
+		}
+		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
+	}
+	return withIdentity(ctx, id), nil
 }
+
+func withIdentity(ctx context.Context, id Identity) context.Context {
+	return identity.WithGroups(identity.WithActor(ctx, id.User), id.Groups)
+}
+
+// authInterceptor requires a valid bearer token on every RPC and records the caller as the
+// actor of the events the call appends.
+type authInterceptor struct{ a *Authenticator }
 
 func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, err := a.authenticate(ctx, req.Header())
+		ctx, err := a.a.authenticate(ctx, req.Spec().Procedure, req.Header())
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +195,7 @@ func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) c
 
 func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := a.authenticate(ctx, conn.RequestHeader())
+		ctx, err := a.a.authenticate(ctx, conn.Spec().Procedure, conn.RequestHeader())
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -27,9 +28,20 @@ type Config struct {
 	Listen string
 	// TokenFile lists the bearer tokens allowed to call the APIs.
 	TokenFile string
+	// OIDC also accepts ID tokens of an OpenID Connect issuer; with TokenFile both are tried
+	// (the token file first).
+	OIDC OIDCConfig
 	// InsecureDev serves the APIs without authentication. It must be asked for explicitly.
 	InsecureDev bool
+	// MaxRequestBytes bounds a request message (after decompression); a larger one is refused
+	// with ResourceExhausted before it is read whole. 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int
 }
+
+// DefaultMaxRequestBytes is the default bound of one request message: far above any valid
+// request (the largest are cluster credentials with a kubeconfig) and far below what would
+// hurt the process.
+const DefaultMaxRequestBytes = 4 << 20
 
 // Check reports whether one dependency is ready; a non-nil error makes /readyz fail.
 type Check func(ctx context.Context) error
@@ -41,32 +53,32 @@ type Server struct {
 	mux      *http.ServeMux
 	registry *prometheus.Registry
 	opts     []connect.HandlerOption
+	authn    *Authenticator
 
 	mu     sync.Mutex
 	checks map[string]Check
+	// authz enforces authorization inside authentication; until Authorize sets it every call
+	// is refused, so no handler is ever reachable unauthorized.
+	authz atomic.Pointer[connect.Interceptor]
 }
 
-// New validates cfg and builds a server. Without a token file it refuses to start unless
-// InsecureDev is set, and then it says so loudly.
+// New validates cfg and builds a server. Without a token file or OIDC it refuses to start
+// unless InsecureDev is set, and then it says so loudly.
 func New(cfg Config, log *zap.Logger) (*Server, error) {
-	var tokens *Tokens
-	switch {
-	case cfg.TokenFile != "":
-		t, err := LoadTokens(cfg.TokenFile)
-		if err != nil {
-			return nil, err
-		}
-		tokens = t
-	case cfg.InsecureDev:
-		log.Warn("INSECURE: serving APIs without authentication (--insecure-dev); never do this in production")
-	default:
-		return nil, errors.New("no --token-file given: pass one, or --insecure-dev to run without authentication on a laptop")
+	authn, err := newAuthenticator(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	maxBytes := cfg.MaxRequestBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRequestBytes
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), registry: reg, checks: map[string]Check{}}
+	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), registry: reg, authn: authn, checks: map[string]Check{}}
 	s.opts = []connect.HandlerOption{
-		connect.WithInterceptors(newMetricsInterceptor(reg), authInterceptor{tokens: tokens}),
+		connect.WithInterceptors(newMetricsInterceptor(reg), authInterceptor{authn}, lateInterceptor{s}),
+		connect.WithReadMaxBytes(maxBytes),
 		// Compressing small responses costs more CPU than it saves bytes (profiles of the bind
 		// path showed ~6% of CPU in gzip of responses of a few hundred bytes).
 		connect.WithCompressMinBytes(1024),
@@ -76,6 +88,15 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return s, nil
 }
+
+// Authorize installs the authorization interceptor (pkg/authz), which runs after
+// authentication on every call of every handler of this server, including those mounted
+// before.
+func (s *Server) Authorize(i connect.Interceptor) { s.authz.Store(&i) }
+
+// Authenticator is the authenticator every handler of this server uses, for handlers that are
+// not Connect handlers (the gateway's proxy).
+func (s *Server) Authenticator() *Authenticator { return s.authn }
 
 // Registry is where the process's components register their metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }

@@ -25,6 +25,17 @@ const (
 	AgentTokensBucket = "agent-tokens"
 )
 
+// Import policies, owned by cluster-import: events on FLEET_CLUSTER under
+// fleet.cluster.importpolicy.<name>, a view, and one claim per policy source.
+const (
+	ImportPoliciesBucket = "import-policies"
+	// ImportPolicySourcesBucket holds which policy imports each (cluster, group, resource).
+	ImportPolicySourcesBucket = "import-policy-sources"
+)
+
+// ImportPolicy returns the subject of import policy name's events.
+func ImportPolicy(name string) string { return ClusterPrefix + ".importpolicy." + keys.Encode(name) }
+
 // Cluster returns the subject of cluster name's events.
 func Cluster(name string) string { return ClusterPrefix + "." + keys.Encode(name) }
 
@@ -115,6 +126,25 @@ const (
 	// NamespaceClaimsBucket holds one claim per owned (cluster, namespace).
 	NamespaceClaimsBucket = "ns-claims"
 )
+
+// Cluster sets and their bindings to projects, owned by namespace-binding (placement; see
+// docs/placement.md).
+const (
+	PlacementStream = "FLEET_PLACEMENT"
+	PlacementPrefix = "fleet.placement"
+	// ClusterSetsBucket is the cluster sets view, key keys.Encode(set).
+	ClusterSetsBucket = "placement-clustersets"
+	// ClusterSetBindingsBucket is the set bindings view, key keys.Join(project, set).
+	ClusterSetBindingsBucket = "placement-clusterset-bindings"
+)
+
+// ClusterSet returns the subject of cluster set name's events.
+func ClusterSet(name string) string { return PlacementPrefix + ".clusterset." + keys.Encode(name) }
+
+// ClusterSetBinding returns the subject of the events of the binding of set to project.
+func ClusterSetBinding(project, set string) string {
+	return PlacementPrefix + ".binding." + keys.Join(project, set)
+}
 
 // Role templates and project role bindings, owned by rbac-sync.
 const (

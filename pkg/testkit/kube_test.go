@@ -1,6 +1,7 @@
 package testkit_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -55,6 +56,21 @@ func TestStartKube(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create role binding: %v", err)
 	}
+	// The apiserver's RBAC authorizer reads roles and bindings through informers: wait until it
+	// has the new binding before asking about it.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		sar, err := k.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: "alice",
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "list", Resource: "pods"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !sar.Status.Allowed {
+			return errors.New("the binding is not in effect yet")
+		}
+		return nil
+	})
 
 	tests := []struct {
 		name      string

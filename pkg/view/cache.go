@@ -71,8 +71,10 @@ type Cache[T proto.Message] struct {
 	terms map[string]map[string]struct{} // index term → keys
 	// checkpoint is the highest view checkpoint seen in the bucket's MetaKey.
 	checkpoint uint64
-	changed    chan struct{}
-	subs       map[chan Update[T]]struct{}
+	// seen is the KV revision of the last change the watch delivered, whatever its key.
+	seen    uint64
+	changed chan struct{}
+	subs    map[chan Update[T]]struct{}
 }
 
 // NewCache returns a cache of kv whose entries decode into newT().
@@ -131,6 +133,11 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r := e.Revision(); r > c.seen {
+		c.seen = r
+		// Waiters of WaitSeen must wake even when the change is one the cache ignores.
+		defer c.broadcast()
+	}
 	key := e.Key()
 	if key == MetaKey {
 		// The engine moves the checkpoint only after every entry write of a batch, so once the
@@ -378,6 +385,25 @@ func (c *Cache[T]) WaitRevision(ctx context.Context, key string, seq uint64, del
 		}
 		return ok && Revision(v) >= seq
 	})
+}
+
+// WaitSeen blocks until the cache has seen the bucket's change at KV revision rev, or a later
+// one: given the bucket's last revision, the cache is then at least as new as the bucket was.
+// Only meaningful without a key filter.
+func (c *Cache[T]) WaitSeen(ctx context.Context, rev uint64) error {
+	for {
+		c.mu.RLock()
+		seen, ch := c.seen, c.changed
+		c.mu.RUnlock()
+		if seen >= rev {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for bucket %s to reach revision %d (at %d): %w", c.kv.Bucket(), rev, seen, ctx.Err())
+		case <-ch:
+		}
+	}
 }
 
 // WaitCheckpoint blocks until the cache has seen every change the view's projection made for

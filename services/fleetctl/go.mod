@@ -11,6 +11,7 @@ require (
 	github.com/fleetstream/fleetstream/services/rbac-sync v0.0.0
 	github.com/spf13/cobra v1.10.2
 	google.golang.org/protobuf v1.36.12
+	k8s.io/apimachinery v0.34.4
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -67,7 +68,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.34.4 // indirect
-	k8s.io/apimachinery v0.34.4 // indirect
 	k8s.io/client-go v0.34.4 // indirect
 	k8s.io/component-helpers v0.34.4 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect

@@ -97,3 +97,7 @@ replace github.com/fleetstream/fleetstream/services/namespace-binding => ../name
 require github.com/fleetstream/fleetstream/services/endpoint-collector v0.0.0
 
 replace github.com/fleetstream/fleetstream/services/endpoint-collector => ../endpoint-collector
+
+require github.com/fleetstream/fleetstream/services/gateway v0.0.0
+
+replace github.com/fleetstream/fleetstream/services/gateway => ../gateway

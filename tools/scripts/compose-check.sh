@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI check of the local stack: start docker-compose.yml (images must exist: `make compose-check`
-# builds them), wait for every NATS node and service to be ready, smoke-test the API through
-# cluster-import with the dev bearer token, and ALWAYS tear down (`down -v`), pass or fail.
+# builds them), wait for every NATS node, service and the gateway to be ready, smoke-test the API
+# through the gateway (the stack's one API port, 18080) with the dev bearer token, and ALWAYS
+# tear down (`down -v`), pass or fail.
 set -euo pipefail
 source "$(dirname "$0")/compose-lib.sh"
 
@@ -24,14 +25,46 @@ compose up -d nats-1 nats-2 nats-3 $names
 
 tools/scripts/compose-wait.sh
 
-# Smoke test through the first service that serves the cluster registry (cluster-import).
+# Smoke test through the gateway, the API port clients use.
+gw=http://127.0.0.1:18080
+token=$(cut -d, -f1 .data/compose/api-tokens)
 case " $names " in
-*" cluster-import "*)
-  url=http://127.0.0.1:18081/fleetstream.cluster.v1.ClusterService
-  token=$(cut -d, -f1 .data/compose/api-tokens)
-  echo "==> smoke test: unauthenticated call is refused"
-  code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d '{}' "$url/ListClusters")
+*" gateway "*)
+  echo "==> smoke test: the gateway refuses an unauthenticated call (401) and an unknown service (404)"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d '{}' "$gw/fleetstream.cluster.v1.ClusterService/ListClusters")
   [ "$code" = 401 ] || { echo "want 401 without a token, got $code" >&2; exit 1; }
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d '{}' "$gw/fleetstream.nope.v1.NopeService/List")
+  [ "$code" = 404 ] || { echo "want 404 for an unknown service, got $code" >&2; exit 1; }
+  echo "==> smoke test: the gateway reaches every service"
+  for p in fleetstream.cluster.v1.ClusterService/ListClusters fleetstream.cluster.v1.SubscriberService/ListSubscribers \
+    fleetstream.cluster.v1.ImportPolicyService/ListImportPolicies fleetstream.project.v1.ProjectService/ListProjects \
+    fleetstream.placement.v1.ClusterSetService/ListClusterSets fleetstream.rbac.v1.RBACService/ListRoleTemplates \
+    fleetstream.endpoint.v1.EndpointService/ListServices; do
+    out=$(curl -sS -D - -o /dev/null -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d '{}' "$gw/$p") ||
+      { echo "$p through the gateway failed" >&2; exit 1; }
+    case "$out" in
+    "HTTP/1.1 200"*) ;;
+    *) echo "$p through the gateway: $(printf '%s' "$out" | head -1)" >&2; compose logs --no-color --tail=40 gateway >&2; exit 1 ;;
+    esac
+    case "$out" in
+    *[Xx]-[Rr]equest-[Ii]d:*) ;;
+    *) echo "$p through the gateway: no X-Request-Id in the response" >&2; exit 1 ;;
+    esac
+    echo "    $p: 200"
+  done
+  echo "==> smoke test: fleetctl --server $gw project create team-a (as in the README)"
+  fleetctl=$(mktemp -d)/fleetctl
+  go build -o "$fleetctl" ./services/fleetctl
+  FLEETSTREAM_TOKEN="$token" "$fleetctl" --server "$gw" project create team-a ||
+    { echo "fleetctl project create through the gateway failed" >&2; compose logs --no-color --tail=40 gateway namespace-binding >&2; exit 1; }
+  FLEETSTREAM_TOKEN="$token" "$fleetctl" --server "$gw" project get team-a >/dev/null ||
+    { echo "fleetctl project get through the gateway failed" >&2; exit 1; }
+  rm -rf "$(dirname "$fleetctl")"
+  ;;
+esac
+case " $names " in
+*" cluster-import "*" gateway "*)
+  url=$gw/fleetstream.cluster.v1.ClusterService
   echo "==> smoke test: RegisterCluster, then ListClusters"
   out=$(curl -sS -f -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
     -d '{"name":"smoke","labels":{"env":"ci"}}' "$url/RegisterCluster") ||
@@ -46,6 +79,33 @@ case " $names " in
   *'"smoke"'*) echo "    registered cluster is listed" ;;
   *) echo "registered cluster not listed: $list" >&2; compose logs --no-color --tail=80 cluster-import >&2; exit 1 ;;
   esac
+  ;;
+esac
+# Least privilege must still be enough: no service may have been refused anything it tried.
+echo "==> no NATS permission violations by the services"
+if violations=$(compose logs --no-color nats-1 nats-2 nats-3 2>&1 | grep -E 'Publish Violation|Subscription Violation|Permissions Violation'); then
+  printf '%s\n' "$violations" | tail -20 >&2
+  echo "a service was refused on NATS: its row in pkg/natsauth/permissions.go is missing something" >&2
+  exit 1
+fi
+# NATS isolation on the three-node cluster: the auth callout (answered by cluster-import) confines
+# an agent of c1 to c1 and refuses unknown tokens (pkg/natsauth/compose_check_test.go).
+case " $names " in
+*" cluster-import "*" gateway "*)
+  echo "==> NATS isolation: register c1 (with credentials) and c2, then connect as c1's agent"
+  reg=$(curl -sS -f -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d '{"name":"c1","credentials":{"server":"https://c1.example:6443","token":"compose-check-secret"}}' "$url/RegisterCluster") ||
+    { echo "RegisterCluster c1 failed" >&2; exit 1; }
+  curl -sS -f -o /dev/null -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d '{"name":"c2","credentials":{"server":"https://c2.example:6443","token":"compose-check-secret-2"}}' "$url/RegisterCluster" ||
+    { echo "RegisterCluster c2 failed" >&2; exit 1; }
+  agent_token=$(printf '%s' "$reg" | grep -o '"agentToken": *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/')
+  [ -n "$agent_token" ] || { echo "no agent token in the RegisterCluster answer" >&2; exit 1; }
+  (cd pkg && FLEETSTREAM_COMPOSE_NATS_URL=nats://127.0.0.1:14222 FLEETSTREAM_COMPOSE_AGENT_TOKEN="$agent_token" \
+    FLEETSTREAM_COMPOSE_SERVICE_TOKEN_FILE="$PWD/../.data/compose/nats/namespace-binding.token" \
+    go test -tags composecheck -count=1 -run TestComposeIsolation -v ./natsauth/ 2>&1 |
+    grep -E '^(=== RUN|--- |\s+---|ok|FAIL|PASS)|_test.go') ||
+    { echo "NATS isolation check failed" >&2; compose logs --no-color --tail=80 cluster-import >&2; exit 1; }
   ;;
 esac
 # Every stream (and KV bucket) the services created must be replicated on all three nodes.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Waits until every NATS node reports JetStream healthy and every service's /readyz answers 200,
-# checked from the host (the scratch images have no shell for in-container healthchecks).
+# Waits until every NATS node reports JetStream healthy and every service's and the gateway's
+# /readyz answers 200, checked from the host (the scratch images have no shell for in-container healthchecks).
 # Prints a status table; on timeout prints the logs of whatever is not ready and exits 1.
 #   FLEETSTREAM_COMPOSE_TIMEOUT  seconds to wait (default 120)
 set -euo pipefail

@@ -2,28 +2,59 @@
 # Creates the DEV-ONLY secrets of the local compose stack under .data/compose/ (git-ignored),
 # once per checkout, each a fresh random value. Nothing here is ever used in production.
 #
-#   .data/compose/nats.env     NATS_TOKEN=<t>   read by the three NATS servers (env_file)
-#   .data/compose/nats-token   <t>              --nats-token-file of every service
-#   .data/compose/api-tokens   <t2>,dev-admin   --token-file of every service (bearer tokens)
+#   .data/compose/nats.env                 read by the three NATS servers (env_file):
+#                                          NATS_CALLOUT_PASSWORD  cluster-import's static NATS user
+#                                          NATS_CALLOUT_ISSUER    public key signing callout answers
+#                                          NATS_CALLOUT_XKEY      public key encrypting callout traffic
+#   .data/compose/nats/cluster-import.password   cluster-import's NATS password (--nats-user cluster-import)
+#   .data/compose/nats/callout-issuer.seed       --nats-callout-issuer-seed-file of cluster-import
+#   .data/compose/nats/callout-xkey.seed         --nats-callout-xkey-seed-file of cluster-import
+#   .data/compose/nats/<service>.token           --nats-token-file of each other hub service
+#   .data/compose/nats/service-tokens            --nats-service-tokens-file of cluster-import
+#                                                (token,service per line)
+#   .data/compose/api-tokens   <t>,dev-admin     --token-file of every service (bearer tokens)
+#   .data/compose/credentials-key  dev-1:<key>   --credentials-key-file of cluster-import
 #
-# The token files are world-readable because the containers run as uid 65532; the directory is
-# not.
+# Each container mounts only its own NATS secret. The files are world-readable because the
+# containers run as uid 65532; the directories are not.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=.data/compose
-mkdir -p "$dir"
-chmod 700 .data "$dir" 2>/dev/null || true
+nats="$dir/nats"
+mkdir -p "$dir" "$nats"
+chmod 700 .data "$dir" "$nats" 2>/dev/null || true
 rand() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+services="namespace-binding rbac-sync endpoint-collector"
 
-if [ ! -s "$dir/nats-token" ] || [ ! -s "$dir/nats.env" ]; then
-  t=$(rand)
-  printf '%s\n' "$t" >"$dir/nats-token"
-  printf 'NATS_TOKEN=%s\n' "$t" >"$dir/nats.env"
-  echo "created $dir/nats-token and $dir/nats.env (dev-only NATS token)"
+complete=yes
+for f in "$dir/nats.env" "$nats/cluster-import.password" "$nats/callout-issuer.seed" "$nats/callout-xkey.seed" "$nats/service-tokens"; do
+  [ -s "$f" ] || complete=no
+done
+for s in $services; do [ -s "$nats/$s.token" ] || complete=no; done
+grep -q '^NATS_CALLOUT_ISSUER=' "$dir/nats.env" 2>/dev/null || complete=no
+if [ "$complete" = no ]; then
+  # All NATS secrets are made together: they must agree with each other.
+  rm -f "$dir/nats-token" # the shared token of earlier versions
+  pw=$(rand)
+  printf '%s\n' "$pw" >"$nats/cluster-import.password"
+  root=$(pwd)
+  keys=$(cd services/cluster-import && go run ./cmd/nats-callout-keys "$root/$nats/callout-issuer.seed" "$root/$nats/callout-xkey.seed")
+  { printf 'NATS_CALLOUT_PASSWORD=%s\n' "$pw"; printf '%s\n' "$keys"; } >"$dir/nats.env"
+  : >"$nats/service-tokens"
+  for s in $services; do
+    t=$(rand)
+    printf '%s\n' "$t" >"$nats/$s.token"
+    printf '%s,%s\n' "$t" "$s" >>"$nats/service-tokens"
+  done
+  echo "created $dir/nats.env and $nats/ (dev-only NATS callout keys, cluster-import's password, one token per service)"
 fi
 if [ ! -s "$dir/api-tokens" ]; then
   printf '%s,dev-admin\n' "$(rand)" >"$dir/api-tokens"
   echo "created $dir/api-tokens (dev-only API bearer token for user dev-admin)"
 fi
-chmod 644 "$dir/nats-token" "$dir/api-tokens"
+if [ ! -s "$dir/credentials-key" ]; then
+  printf 'dev-1:%s\n' "$(head -c 32 /dev/urandom | base64)" >"$dir/credentials-key"
+  echo "created $dir/credentials-key (dev-only key sealing cluster credentials at rest)"
+fi
+chmod 644 "$dir/api-tokens" "$dir/credentials-key" "$nats"/*
 chmod 600 "$dir/nats.env"

@@ -38,4 +38,9 @@ echo "==> without a token the API refuses"
 if bin/fleetctl --server "http://$listen" --timeout 2s cluster list >/dev/null 2>&1; then
   echo "fleetctl without a token succeeded: make run must use the token file" >&2; exit 1
 fi
+echo "==> the README's project-owner commands work as dev-admin"
+fc() { FLEETSTREAM_TOKEN_FILE="$data/tokens" bin/fleetctl --server "http://$listen" --timeout 10s "$@"; }
+fc project create team-a >/dev/null
+fc member add team-a --user alice --role project-owner >/dev/null
+fc member list team-a | grep -q alice || { echo "alice is not a member of team-a" >&2; exit 1; }
 echo "==> make run check passed"

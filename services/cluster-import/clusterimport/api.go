@@ -21,6 +21,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
@@ -56,10 +57,16 @@ func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clus
 	}
 	subject := subjects.Cluster(m.Name)
 	// A name may be reused after deregistration: expect the subject exactly as it is now, so
-	// that of two concurrent registrations only one appends.
-	last, err := events.LastSequence(ctx, s.stream, subject)
+	// that of two concurrent registrations only one appends. The view may not show a
+	// registration appended a moment ago, so the subject itself must end in a deregistration.
+	last, prev, err := events.Last(ctx, s.stream, subject)
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if prev != nil {
+		if _, gone := prev.Payload.(*clusterv1.ClusterDeregistered); !gone {
+			return nil, apierr.AlreadyExists("cluster", m.Name)
+		}
 	}
 	id := uuid.NewString()
 	token, digest, err := newAgentToken()
@@ -88,7 +95,7 @@ func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clus
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("cluster registered", zap.String("cluster", m.Name), zap.String("id", id), zap.String("actor", events.ActorFrom(ctx)))
+	s.log.Info("cluster registered", zap.String("cluster", m.Name), zap.String("id", id), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&clusterv1.RegisterClusterResponse{Cluster: c, AgentToken: token}), nil
 }
 
@@ -160,11 +167,13 @@ func (s *Service) update(ctx context.Context, cur *clusterv1.Cluster, m *cluster
 		}
 	}
 	if slices.Contains(fields, "credentials") {
-		secrets, err := s.getSecrets(ctx, cur.Id)
+		// Replaced whole, so the old ones need not open: new credentials are how an operator
+		// recovers from a lost key.
+		secrets, err := s.getSecretsSealed(ctx, cur.Id)
 		if err != nil {
 			return 0, err
 		}
-		secrets.Credentials = m.Credentials
+		secrets.Credentials, secrets.SealedCredentials = m.Credentials, nil
 		if err := s.putSecrets(ctx, secrets); err != nil {
 			return 0, err
 		}
@@ -199,7 +208,7 @@ func (s *Service) DeregisterCluster(ctx context.Context, req *connect.Request[cl
 	}
 	// The event is the truth: agent authentication checks the registry, so a leftover token of
 	// a deregistered cluster admits nobody. Removing the secrets is hygiene.
-	if secrets, err := s.getSecrets(ctx, cur.Id); err == nil {
+	if secrets, err := s.getSecretsSealed(ctx, cur.Id); err == nil {
 		s.dropSecrets(secrets)
 	}
 	if err := s.waitView(ctx, func(ctx context.Context) error {
@@ -207,7 +216,7 @@ func (s *Service) DeregisterCluster(ctx context.Context, req *connect.Request[cl
 	}); err != nil {
 		return nil, err
 	}
-	s.log.Info("cluster deregistered", zap.String("cluster", m.Name), zap.String("id", cur.Id), zap.String("actor", events.ActorFrom(ctx)))
+	s.log.Info("cluster deregistered", zap.String("cluster", m.Name), zap.String("id", cur.Id), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&clusterv1.DeregisterClusterResponse{}), nil
 }
 
@@ -354,9 +363,9 @@ func parseSelector(s string) (labels.Selector, error) {
 }
 
 func (s *Service) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets) error {
-	data, err := proto.Marshal(sec)
+	data, err := encodeSecrets(s.cfg.Keyring, sec)
 	if err != nil {
-		return fmt.Errorf("marshal secrets: %w", err)
+		return err
 	}
 	if _, err := s.secrets.Put(ctx, sec.ClusterId, data); err != nil {
 		return fmt.Errorf("store credentials of cluster %s: %w", sec.ClusterName, err)
@@ -375,11 +384,7 @@ func (s *Service) getSecrets(ctx context.Context, id string) (*clusterv1.Cluster
 	if err != nil {
 		return nil, fmt.Errorf("load credentials of cluster %s: %w", id, err)
 	}
-	sec := &clusterv1.ClusterSecrets{}
-	if err := proto.Unmarshal(e.Value(), sec); err != nil {
-		return nil, fmt.Errorf("decode credentials of cluster %s: %w", id, err)
-	}
-	return sec, nil
+	return decodeSecrets(s.cfg.Keyring, id, e.Value())
 }
 
 // dropSecrets removes a cluster's credentials and agent token, best effort and detached from

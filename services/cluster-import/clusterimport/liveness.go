@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,13 +91,22 @@ func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 
 // recordHeartbeat stores st unless a newer heartbeat is stored already: heartbeats are handled
 // by several workers (and replicas), so an older one may finish last. The write is a
-// compare-and-set against what was read, and a lost race is judged again on fresh state.
+// compare-and-set against what was read, and a lost race is judged again on fresh state. Every
+// lost race means another writer made progress, so the loop ends; it is bounded by ctx only
+// (a fixed attempt count failed under 40 concurrent writers), with jitter to spread retries.
 func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1.AgentStatus) error {
 	data, err := proto.Marshal(st)
 	if err != nil {
 		return consumer.Permanent(err)
 	}
-	for attempt := 0; attempt < 5; attempt++ {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("record heartbeat of %s: %w", st.ClusterName, ctx.Err())
+			case <-time.After(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 5)))):
+			}
+		}
 		cur, err := s.statusKV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -117,7 +127,6 @@ func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1
 			return fmt.Errorf("record heartbeat of %s: %w", st.ClusterName, err)
 		}
 	}
-	return fmt.Errorf("record heartbeat of %s: kept losing races", st.ClusterName)
 }
 
 // runLiveness taints clusters whose agent went silent.

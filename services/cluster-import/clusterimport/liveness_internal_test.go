@@ -18,7 +18,7 @@ import (
 func TestOlderHeartbeatNeverOverwritesNewer(t *testing.T) {
 	j := testkit.StartJetStream(t)
 	ctx := testkit.Context(t, 30*time.Second)
-	s, err := New(ctx, j.JS, Config{}, testkit.Logger(t))
+	s, err := New(ctx, j.JS, Config{PlaintextCredentials: true}, testkit.Logger(t)) // stores no credentials
 	if err != nil {
 		t.Fatal(err)
 	}

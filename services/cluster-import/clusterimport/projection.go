@@ -41,6 +41,9 @@ func clusterKey(name string) string { return keys.Encode(name) }
 
 func applyCluster(ev *events.Event) ([]view.Change, error) {
 	tok := ev.Subject[len(subjects.ClusterPrefix)+1:]
+	if strings.Contains(tok, ".") {
+		return nil, nil // a subscriber's event (subscriberSubject), not a cluster's
+	}
 	name, err := keys.Decode(tok)
 	if err != nil {
 		return nil, fmt.Errorf("cluster subject %s: %w", ev.Subject, err)

@@ -5,6 +5,7 @@ package clusterimport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/sealed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -29,6 +31,12 @@ type Config struct {
 	CheckInterval time.Duration
 	// Replicas of streams and buckets (1 single node, 3 production).
 	Replicas int
+	// Keyring seals connection credentials at rest (--credentials-key-file). Required unless
+	// PlaintextCredentials.
+	Keyring *sealed.Keyring
+	// PlaintextCredentials stores credentials unsealed when there is no Keyring: --insecure-dev
+	// only. Sealed values cannot be read then.
+	PlaintextCredentials bool
 }
 
 func (c *Config) defaults() {
@@ -47,7 +55,7 @@ const actor = "system:cluster-import"
 
 // Topology is every stream and bucket cluster-import owns.
 func Topology() topology.Topology {
-	return topology.Merge(topology.DeadLetter(), topology.Topology{
+	return topology.Merge(topology.DeadLetter(), subscribersTopology(), topology.Topology{
 		Streams: []jetstream.StreamConfig{
 			topology.EventStream(subjects.ClusterStream, "Cluster registry events.", subjects.ClusterPrefix+".>"),
 			subjects.AgentStream(),
@@ -56,6 +64,7 @@ func Topology() topology.Topology {
 			bucketConfig(subjects.ClusterCredentialsBucket, "Connection credentials and agent token digests, by cluster id."),
 			bucketConfig(subjects.AgentTokensBucket, "Agent identity by token digest."),
 			bucketConfig(subjects.ClusterStatusBucket, "Latest agent heartbeat per cluster."),
+			bucketConfig(subjects.ImportPolicySourcesBucket, "The import policy of each (cluster, group, resource) source."),
 		},
 	})
 }
@@ -76,12 +85,17 @@ type Service struct {
 
 	clustersView  *view.Engine
 	inventoryView *view.Engine
-	clusters      *view.Cache[*clusterv1.Cluster]
-	inventory     *view.Cache[*clusterv1.NamespaceInventory]
-	status        *view.Cache[*clusterv1.AgentStatus]
-	secrets       jetstream.KeyValue
-	tokens        jetstream.KeyValue
-	statusKV      jetstream.KeyValue
+	// Import policies: their view, its cache, and the claims of their sources.
+	importPoliciesView *view.Engine
+	importPolicies     *view.Cache[*clusterv1.ImportPolicy]
+	policySources      jetstream.KeyValue
+	clusters           *view.Cache[*clusterv1.Cluster]
+	inventory          *view.Cache[*clusterv1.NamespaceInventory]
+	status             *view.Cache[*clusterv1.AgentStatus]
+	secrets            jetstream.KeyValue
+	tokens             jetstream.KeyValue
+	statusKV           jetstream.KeyValue
+	subs               subscriberStore
 
 	ready chan struct{}
 	now   func() time.Time
@@ -90,17 +104,31 @@ type Service struct {
 // New ensures the service's streams and buckets and builds it; Run starts it.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Service, error) {
 	cfg.defaults()
+	if cfg.Keyring == nil && !cfg.PlaintextCredentials {
+		return nil, errors.New("cluster-import: no key to seal cluster credentials with: give --credentials-key-file (or --insecure-dev to store them unencrypted)")
+	}
 	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
 		ready: make(chan struct{}), now: time.Now}
+	if cfg.Keyring != nil {
+		s.log.Info("cluster credentials are sealed", zap.String("active_key_id", cfg.Keyring.ActiveID()), zap.Strings("key_ids", cfg.Keyring.IDs()))
+	} else {
+		s.log.Warn("cluster credentials are stored UNENCRYPTED (--insecure-dev without --credentials-key-file)")
+	}
 	var err error
 	if s.stream, err = js.Stream(ctx, subjects.ClusterStream); err != nil {
 		return nil, fmt.Errorf("cluster stream: %w", err)
 	}
 	if s.clustersView, err = view.NewEngine(js, clustersProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
 		return nil, err
+	}
+	if s.importPoliciesView, err = view.NewEngine(js, importPoliciesProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
+		return nil, err
+	}
+	if s.policySources, err = js.KeyValue(ctx, subjects.ImportPolicySourcesBucket); err != nil {
+		return nil, fmt.Errorf("import policy sources bucket: %w", err)
 	}
 	if s.inventoryView, err = view.NewEngine(js, inventoryProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
 		return nil, err
@@ -112,6 +140,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 			return nil, fmt.Errorf("bucket %s: %w", name, err)
 		}
 	}
+	if s.subs, err = openSubscribers(ctx, js); err != nil {
+		return nil, err
+	}
 	s.status = view.NewCache(s.statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
 	return s, nil
 }
@@ -122,6 +153,8 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Mount registers the API and readiness on srv.
 func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(clusterv1connect.NewClusterServiceHandler(s, srv.HandlerOptions()...))
+	srv.Handle(clusterv1connect.NewSubscriberServiceHandler(s.Subscribers(), srv.HandlerOptions()...))
+	srv.Handle(clusterv1connect.NewImportPolicyServiceHandler(s.ImportPolicies(), srv.HandlerOptions()...))
 	srv.ReadyWhen("cluster-import", s.ready)
 }
 
@@ -138,16 +171,19 @@ func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.clustersView.Run(ctx) })
 	g.Go(func() error { return s.inventoryView.Run(ctx) })
+	g.Go(func() error { return s.importPoliciesView.Run(ctx) })
 	// The caches open the view buckets, which the engines create on start.
 	select {
 	case <-s.clustersView.Ready():
 	case <-ctx.Done():
 		return g.Wait()
 	}
-	select {
-	case <-s.inventoryView.Ready():
-	case <-ctx.Done():
-		return g.Wait()
+	for _, ch := range []<-chan struct{}{s.inventoryView.Ready(), s.importPoliciesView.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return g.Wait()
+		}
 	}
 	clustersKV, err := s.js.KeyValue(ctx, subjects.ClustersBucket)
 	if err != nil {
@@ -159,11 +195,17 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
 	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log)
+	policiesKV, err := s.js.KeyValue(ctx, subjects.ImportPoliciesBucket)
+	if err != nil {
+		return fmt.Errorf("import policies bucket: %w", err)
+	}
+	s.importPolicies = view.NewCache(policiesKV, func() *clusterv1.ImportPolicy { return &clusterv1.ImportPolicy{} }, s.log)
 	g.Go(func() error { return s.clusters.Run(ctx) })
 	g.Go(func() error { return s.inventory.Run(ctx) })
+	g.Go(func() error { return s.importPolicies.Run(ctx) })
 	g.Go(func() error { return s.status.Run(ctx) })
 	g.Go(func() error {
-		for _, ch := range []<-chan struct{}{s.clusters.Ready(), s.inventory.Ready(), s.status.Ready()} {
+		for _, ch := range []<-chan struct{}{s.clusters.Ready(), s.inventory.Ready(), s.status.Ready(), s.importPolicies.Ready()} {
 			select {
 			case <-ch:
 			case <-ctx.Done():

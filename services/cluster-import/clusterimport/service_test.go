@@ -15,10 +15,12 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -63,10 +65,18 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 
 func start(t *testing.T, j *testkit.JetStream, cfg clusterimport.Config) *env {
 	t.Helper()
+	return startLogged(t, j, cfg, testkit.Logger(t))
+}
+
+// startLogged starts the service logging to log; without a keyring in cfg it gets a fresh one.
+func startLogged(t *testing.T, j *testkit.JetStream, cfg clusterimport.Config, log *zap.Logger) *env {
+	t.Helper()
 	if j == nil {
 		j = testkit.StartJetStream(t)
 	}
-	log := testkit.Logger(t)
+	if cfg.Keyring == nil && !cfg.PlaintextCredentials {
+		cfg.Keyring = newRing(t, "test-key")
+	}
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte("# test\n"+testToken+",alice\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -75,6 +85,7 @@ func start(t *testing.T, j *testkit.JetStream, cfg clusterimport.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Authorize(t, j.JS, srv, authz.Config{PlatformAdmins: []string{"alice"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := clusterimport.New(ctx, j.JS, cfg, log)
 	if err != nil {

@@ -16,25 +16,30 @@ const maxClaimValue = 1024
 
 func validateMeta(v *apierr.Violations, lbls, claims map[string]string, taints []*clusterv1.Taint) {
 	v.Labels("labels", lbls)
+	v.Limit("claims", claims, apierr.MaxClaims, apierr.MaxClaimBytes)
 	for k, val := range claims {
 		for _, msg := range validation.IsQualifiedName(k) {
-			v.Add(fmt.Sprintf("claims[%q]", k), "key: %s", msg)
+			v.Add(fmt.Sprintf("claims[%s]", apierr.Short(k)), "key: %s", msg)
 		}
 		if len(val) > maxClaimValue {
-			v.Add(fmt.Sprintf("claims[%q]", k), "value longer than %d bytes", maxClaimValue)
+			v.Add(fmt.Sprintf("claims[%s]", apierr.Short(k)), "value longer than %d bytes", maxClaimValue)
 		}
+	}
+	if len(taints) > apierr.MaxTaints {
+		v.Add("taints", "%d taints, at most %d allowed", len(taints), apierr.MaxTaints)
+		return
 	}
 	seen := map[string]bool{}
 	for i, t := range taints {
 		f := fmt.Sprintf("taints[%d]", i)
 		for _, msg := range validation.IsQualifiedName(t.Key) {
-			v.Add(f+".key", "%q: %s", t.Key, msg)
+			v.Add(f+".key", "%s: %s", apierr.Short(t.Key), msg)
 		}
 		if isSystemTaint(t.Key) {
-			v.Add(f+".key", "%q: the %s prefix is reserved for taints the system manages", t.Key, systemTaintPrefix)
+			v.Add(f+".key", "%s: the %s prefix is reserved for taints the system manages", apierr.Short(t.Key), systemTaintPrefix)
 		}
 		for _, msg := range validation.IsValidLabelValue(t.Value) {
-			v.Add(f+".value", "%q: %s", t.Value, msg)
+			v.Add(f+".value", "%s: %s", apierr.Short(t.Value), msg)
 		}
 		if _, ok := clusterv1.TaintEffect_name[int32(t.Effect)]; !ok || t.Effect == clusterv1.TaintEffect_TAINT_EFFECT_UNSPECIFIED {
 			v.Add(f+".effect", "required: NO_SELECT, NO_SELECT_IF_NEW or PREFER_NO_SELECT")

@@ -12,8 +12,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -168,7 +171,7 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 		return nil, err
 	}
 	c.log.Info("endpoint weight set", zap.String("service", m.Namespace+"/"+m.Name), zap.String("ip", ipText),
-		zap.Uint32("weight", m.Weight), zap.Bool("reset", m.Clear), zap.String("actor", events.ActorFrom(ctx)))
+		zap.Uint32("weight", m.Weight), zap.Bool("reset", m.Clear), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&endpointv1.SetEndpointWeightResponse{Weights: w}), nil
 }
 
@@ -230,7 +233,7 @@ func (c *Collector) SetClusterWeight(ctx context.Context, req *connect.Request[e
 		return nil, err
 	}
 	c.log.Info("cluster weight set", zap.String("service", m.Namespace+"/"+m.Name), zap.String("cluster", m.Cluster),
-		zap.Uint32("weight", m.Weight), zap.String("actor", events.ActorFrom(ctx)))
+		zap.Uint32("weight", m.Weight), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&endpointv1.SetClusterWeightResponse{Weights: w}), nil
 }
 
@@ -305,7 +308,10 @@ func (c *Collector) ListServices(ctx context.Context, req *connect.Request[endpo
 		return nil, err
 	}
 	ns := req.Msg.Namespace
-	snaps := c.store.Services(func(sns, _ string) bool { return ns == "" || sns == ns })
+	caller := authz.CallerFrom(ctx)
+	snaps := c.store.Services(func(sns, _ string) bool {
+		return (ns == "" || sns == ns) && caller.CanInNamespace("list", roles.Group, roles.ResServices, "", sns)
+	})
 	out := &endpointv1.ListServicesResponse{Services: make([]*endpointv1.ServiceSummary, 0, len(snaps))}
 	for _, sn := range snaps {
 		s := &endpointv1.ServiceSummary{Namespace: sn.ns, Name: sn.name, ReadyEndpoints: sn.ready, TotalEndpoints: sn.total}

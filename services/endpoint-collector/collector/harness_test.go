@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
@@ -49,6 +50,7 @@ func startCollector(t testing.TB, js jetstream.JetStream, cfg Config) *harness {
 		cancel()
 		t.Fatalf("server: %v", err)
 	}
+	testkit.Authorize(t, js, srv, authz.Config{}.ForInsecureDev())
 	c.Mount(srv)
 	h := &harness{t: t, js: js, c: c, http: httptest.NewServer(srv.Handler()), cancel: cancel, done: make(chan error, 1)}
 	h.client = endpointv1connect.NewEndpointServiceClient(http.DefaultClient, h.http.URL)

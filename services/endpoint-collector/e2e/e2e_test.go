@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -51,6 +52,7 @@ func startCollector(t *testing.T, js jetstream.JetStream, cfg collector.Config) 
 		cancel()
 		t.Fatal(err)
 	}
+	testkit.Authorize(t, js, srv, authz.Config{}.ForInsecureDev())
 	c.Mount(srv)
 	p := &collectorProc{c: c, http: httptest.NewServer(srv.Handler()), cancel: cancel, done: make(chan error, 1)}
 	p.client = endpointv1connect.NewEndpointServiceClient(http.DefaultClient, p.http.URL)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
@@ -32,7 +33,7 @@ func startClusterService(t *testing.T) *e2eEnv {
 	js := testkit.StartJetStream(t)
 	log := testkit.Logger(t)
 
-	svc, err := clusterimport.New(ctx, js.JS, clusterimport.Config{}, log)
+	svc, err := clusterimport.New(ctx, js.JS, clusterimport.Config{PlaintextCredentials: true}, log)
 	if err != nil {
 		t.Fatalf("clusterimport.New: %v", err)
 	}
@@ -61,6 +62,7 @@ func startClusterService(t *testing.T) *e2eEnv {
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
+	testkit.Authorize(t, js.JS, srv, authz.Config{PlatformAdmins: []string{"alice"}})
 	svc.Mount(srv)
 	hs := httptest.NewServer(srv.Handler())
 	// Registered after the service's cleanup so it runs first: open watches end before the

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -19,6 +20,7 @@ func newProjectCommand(f *factory) *cobra.Command {
 		newProjectListCommand(f),
 		newProjectGetCommand(f),
 		newProjectDeleteCommand(f),
+		newProjectBudgetCommand(f),
 	)
 	return cmd
 }
@@ -85,7 +87,7 @@ func newProjectListCommand(f *factory) *cobra.Command {
 func newProjectGetCommand(f *factory) *cobra.Command {
 	return &cobra.Command{
 		Use:   "get NAME",
-		Short: "Show a project and its quota sums per cluster",
+		Short: "Show a project, its quota sums and its budgets per cluster",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
@@ -105,11 +107,73 @@ func newProjectGetCommand(f *factory) *cobra.Command {
 			}
 			if clusters := project.GetStatus().GetClusters(); len(clusters) > 0 {
 				p.Note("")
-				return p.PrintList(Messages(clusters), clusterQuotaColumns()...)
+				if err := p.PrintList(Messages(clusters), clusterQuotaColumns()...); err != nil {
+					return err
+				}
 			}
-			return nil
+			return printBudgets(p, project)
 		},
 	}
+}
+
+func newProjectBudgetCommand(f *factory) *cobra.Command {
+	var (
+		cluster string
+		hard    []string
+	)
+	cmd := &cobra.Command{
+		Use:   "budget NAME",
+		Short: "Set a project's budget on a cluster (platform admins)",
+		Long: "Set the hard limits that the quotas of the project's namespaces on one cluster must fit\n" +
+			"in together: the given --hard flags become the whole budget there. Every namespace of the\n" +
+			"project on that cluster must then set a limit for each budgeted resource. A project\n" +
+			"without a budget on a cluster is unlimited there; pass --hard= once to remove it.",
+		Example: "  fleetctl project budget team-a --cluster c1 --hard cpu=10 --hard memory=20Gi",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("hard") {
+				return errors.New("give the budget with --hard (or --hard= to remove it)")
+			}
+			limits, err := parseKeyValues("hard", clearable(hard))
+			if err != nil {
+				return err
+			}
+			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.SetProjectBudget(ctx, connect.NewRequest(&projectv1.SetProjectBudgetRequest{
+				Project: args[0], Cluster: cluster, Hard: limits}))
+			if err != nil {
+				return fmt.Errorf("set budget of project %q on cluster %q: %w", args[0], cluster, err)
+			}
+			p := f.printer()
+			project := resp.Msg.GetProject()
+			if p.Format != formatTable {
+				return p.Print(project)
+			}
+			if len(limits) == 0 {
+				p.Note("project %q has no budget on cluster %q: unlimited there", args[0], cluster)
+			}
+			return printBudgets(p, project)
+		},
+	}
+	cmd.Flags().StringVarP(&cluster, "cluster", "c", "", "member cluster the budget applies to")
+	_ = cmd.MarkFlagRequired("cluster")
+	cmd.Flags().StringArrayVar(&hard, "hard", nil, "budget resource=quantity, e.g. cpu=10, memory=20Gi (repeatable); replaces all")
+	return cmd
+}
+
+// printBudgets prints a project's budgets with how much of each its namespaces hold.
+func printBudgets(p *Printer, project *projectv1.Project) error {
+	budgets := project.GetBudgets()
+	if len(budgets) == 0 {
+		return nil
+	}
+	p.Note("")
+	return p.PrintList(Messages(budgets), budgetColumns()...)
 }
 
 func newProjectDeleteCommand(f *factory) *cobra.Command {
@@ -185,6 +249,14 @@ func clusterQuotaColumns() []Column {
 		Col("NAMESPACES", func(c *projectv1.ClusterQuotaStatus) string { return fmt.Sprint(c.GetNamespaceCount()) }),
 		Col("HARD", func(c *projectv1.ClusterQuotaStatus) string { return joinMap(c.GetHard()) }),
 		Col("USED", func(c *projectv1.ClusterQuotaStatus) string { return joinMap(c.GetUsed()) }),
+	}
+}
+
+func budgetColumns() []Column {
+	return []Column{
+		Col("CLUSTER", (*projectv1.ProjectBudget).GetCluster),
+		Col("BUDGET", func(b *projectv1.ProjectBudget) string { return joinMap(b.GetHard()) }),
+		Col("ALLOCATED", func(b *projectv1.ProjectBudget) string { return joinMap(b.GetAllocated()) }),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
@@ -48,7 +49,7 @@ func startHub(t *testing.T, extra ...newHubService) *hubEnv {
 	ctx := testkit.Context(t, 2*time.Minute)
 	js := testkit.StartJetStream(t)
 	log := testkit.Logger(t)
-	ci, err := clusterimport.New(ctx, js.JS, clusterimport.Config{}, log)
+	ci, err := clusterimport.New(ctx, js.JS, clusterimport.Config{PlaintextCredentials: true}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +91,7 @@ func startHub(t *testing.T, extra ...newHubService) *hubEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Authorize(t, js.JS, srv, authz.Config{PlatformAdmins: []string{"alice"}})
 	for _, svc := range services {
 		svc.Mount(srv)
 	}
@@ -235,4 +237,59 @@ func TestProjectAndNamespaceCommands(t *testing.T) {
 		t.Errorf("unbind:\n%s", r.stdout)
 	}
 	h.run(t, "namespace", "unbind", "web", "-p", "team-b", "-c", "c1").fails(t, "error: not_found: ")
+}
+
+func TestProjectBudgetCommand(t *testing.T) {
+	h := startHub(t)
+	h.run(t, "cluster", "register", "c1").ok(t)
+	h.run(t, "cluster", "register", "c2").ok(t)
+	h.run(t, "project", "create", "team-a").ok(t)
+
+	r := h.run(t, "project", "budget", "team-a", "--cluster", "c1", "--hard", "cpu=10", "--hard", "memory=20Gi").ok(t)
+	for _, want := range []string{"CLUSTER", "BUDGET", "ALLOCATED", "c1", "cpu=10,memory=20Gi", "cpu=0,memory=0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("budget output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	h.run(t, "project", "budget", "team-a", "--hard", "cpu=1").fails(t, `error: required flag(s) "cluster" not set`)
+	h.run(t, "project", "budget", "team-a", "-c", "c1").fails(t, "error: give the budget with --hard")
+	h.run(t, "project", "budget", "team-a", "-c", "c1", "--hard", "cpu").fails(t, `error: --hard "cpu": want key=value`)
+	h.run(t, "project", "budget", "team-a", "-c", "c1", "--hard", "cpu=ten").fails(t, `error: invalid_argument: hard["cpu"]: `)
+
+	h.run(t, "namespace", "bind", "web", "-p", "team-a", "-c", "c1", "--hard", "cpu=6", "--hard", "memory=8Gi").ok(t)
+	r = h.run(t, "namespace", "bind", "api", "-p", "team-a", "-c", "c1", "--hard", "cpu=6", "--hard", "memory=8Gi")
+	r.fails(t, "error: failed_precondition: ")
+	if !strings.Contains(r.stderr, "project team-a budget on cluster c1: cpu asks 6, 4 left of 10") {
+		t.Errorf("refusal does not name resource, ask and what is left: %s", r.stderr)
+	}
+	h.run(t, "namespace", "bind", "api", "-p", "team-a", "-c", "c2", "--hard", "cpu=60").ok(t) // c2: unlimited
+
+	r = h.run(t, "project", "get", "team-a").ok(t)
+	for _, want := range []string{"BUDGET", "cpu=10,memory=20Gi", "cpu=6,memory=8Gi"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("project get lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	type budgetJSON struct {
+		Budgets []struct {
+			Cluster   string            `json:"cluster"`
+			Hard      map[string]string `json:"hard"`
+			Allocated map[string]string `json:"allocated"`
+		} `json:"budgets"`
+	}
+	p := jsonOf[budgetJSON](t, h.run(t, "-o", "json", "project", "get", "team-a").ok(t))
+	if len(p.Budgets) != 1 || p.Budgets[0].Cluster != "c1" || p.Budgets[0].Allocated["cpu"] != "6" || p.Budgets[0].Hard["memory"] != "20Gi" {
+		t.Errorf("project get -o json budgets = %+v", p.Budgets)
+	}
+
+	r = h.run(t, "project", "budget", "team-a", "-c", "c1", "--hard", "cpu=4", "--hard", "memory=20Gi")
+	r.fails(t, "error: failed_precondition: ")
+	if !strings.Contains(r.stderr, "cpu 4 is below the 6 its namespaces hold") {
+		t.Errorf("lowering below what is allocated: %s", r.stderr)
+	}
+	r = h.run(t, "project", "budget", "team-a", "-c", "c1", "--hard=").ok(t)
+	if !strings.Contains(r.stdout, `project "team-a" has no budget on cluster "c1"`) {
+		t.Errorf("removing the budget:\n%s", r.stdout)
+	}
+	h.run(t, "namespace", "bind", "api", "-p", "team-a", "-c", "c1", "--hard", "cpu=60").ok(t)
 }

@@ -117,7 +117,7 @@ func TestParseTime(t *testing.T) {
 func startRBACHub(t *testing.T) *hubEnv {
 	t.Helper()
 	return startHub(t, func(ctx context.Context, js *testkit.JetStream) (hubService, error) {
-		svc, err := rbacsync.New(ctx, js.JS, rbacsync.Config{PlatformAdmins: []string{"alice"}}, testkit.Logger(t))
+		svc, err := rbacsync.New(ctx, js.JS, rbacsync.Config{}, testkit.Logger(t))
 		if err != nil {
 			return nil, err
 		}

@@ -48,12 +48,15 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	f.addFlags(root)
 
 	root.AddCommand(newClusterCommand(f))
+	root.AddCommand(newImportCommand(f))
 	root.AddCommand(newProjectCommand(f))
+	root.AddCommand(newClusterSetCommand(f))
 	root.AddCommand(newNamespaceCommand(f))
 	root.AddCommand(newRoleCommand(f))
 	root.AddCommand(newMemberCommand(f))
 	root.AddCommand(newAccessCommand(f))
 	root.AddCommand(newEndpointsCommand(f))
+	root.AddCommand(newEventsCommand(f))
 	return root
 }
 

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -38,10 +38,15 @@ type Config struct {
 	// NATSListen is host:port where agents reach the embedded NATS server.
 	NATSListen    string
 	ClusterImport clusterimport.Config
+	// CredentialsKeyFile holds the keys that seal cluster credentials at rest (pkg/sealed);
+	// empty means DefaultCredentialsKeyFile in DataDir, created on first start.
+	CredentialsKeyFile string
 	// NamespaceBinding configures the project service.
 	NamespaceBinding namespacebinding.Config
-	// RBAC configures rbac-sync; with --insecure-dev every caller is "anonymous", who is then
-	// made a platform admin so the laptop setup can manage role templates.
+	// Authz names the platform admins; with --insecure-dev every caller is "anonymous", who is
+	// then made a platform admin so the laptop setup can do everything.
+	Authz authz.Config
+	// RBAC configures rbac-sync.
 	RBAC rbacsync.Config
 	// Endpoints configures endpoint-collector (multi-cluster endpoints and weights).
 	Endpoints collector.Config
@@ -61,6 +66,7 @@ type Instance struct {
 	Addr string
 
 	cancel        context.CancelFunc
+	lock          *os.File
 	group         *errgroup.Group
 	ready         <-chan struct{}
 	clusterImport atomic.Pointer[clusterimport.Service]
@@ -75,6 +81,11 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleetd: data dir: %w", err)
 	}
+	keyring, err := credentialsKeyring(cfg.DataDir, cfg.CredentialsKeyFile, log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClusterImport.Keyring = keyring
 	host, port, err := splitHostPort(cfg.NATSListen)
 	if err != nil {
 		return nil, fmt.Errorf("fleetd: --nats-listen: %w", err)
@@ -91,22 +102,24 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		return nil, err
 	}
 	inst := &Instance{}
-	auth := &natsauth.Authenticator{ServiceTokens: []string{internal}, Log: log.Named("nats-auth"),
-		Agents: func(ctx context.Context, token string) (string, bool) {
+	if inst.lock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	// One permission table (pkg/natsauth) for agents and subscribers, resolved by cluster-import
+	// once it runs; the in-process connection is every service at once and keeps full access.
+	auth := &natsauth.Authenticator{FullAccessTokens: []string{internal}, Log: log.Named("nats-auth"),
+		Resolve: func(ctx context.Context, token string) (natsauth.Identity, bool) {
 			ci := inst.clusterImport.Load()
 			if ci == nil {
-				return "", false
+				return natsauth.Identity{}, false
 			}
-			id, ok := ci.AgentIdentity(ctx, token)
-			if !ok {
-				return "", false
-			}
-			return id.ClusterName, true
+			return ci.NATSResolver(nil)(ctx, token)
 		}}
 	ns, err := natsembed.Start(natsembed.Config{
 		Name: "fleetd", StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port, Logger: log.Named("nats"), Auth: auth,
 	})
 	if err != nil {
+		inst.shutdown()
 		return nil, fmt.Errorf("fleetd: %w", err)
 	}
 	inst.NATS = ns
@@ -146,11 +159,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	}
 	inst.NamespaceBinding.Mount(srv)
 	g.Go(func() error { return inst.NamespaceBinding.Run(ctx) })
-	rbacCfg := cfg.RBAC
-	if cfg.Server.InsecureDev {
-		rbacCfg.PlatformAdmins = append(slices.Clone(rbacCfg.PlatformAdmins), "anonymous")
-	}
-	if inst.RBAC, err = rbacsync.New(ctx, inst.JS, rbacCfg, log); err != nil {
+	if inst.RBAC, err = rbacsync.New(ctx, inst.JS, cfg.RBAC, log); err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
@@ -162,7 +171,17 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	}
 	inst.Endpoints.Mount(srv)
 	g.Go(func() error { return inst.Endpoints.Run(ctx) })
-	inst.ready = allClosed(inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready(), inst.Endpoints.Ready())
+	// One authorizer for every API of the process, started last: it mirrors views the
+	// services above create.
+	azCfg := cfg.Authz
+	if cfg.Server.InsecureDev {
+		azCfg = azCfg.ForInsecureDev()
+	}
+	az := authz.New(inst.JS, azCfg, log)
+	srv.Authorize(az.Interceptor())
+	srv.ReadyWhen("authz", az.Ready())
+	g.Go(func() error { return az.Run(ctx) })
+	inst.ready = allClosed(inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready(), inst.Endpoints.Ready(), az.Ready())
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })
 	ok = true
 	return inst, nil
@@ -203,6 +222,9 @@ func (i *Instance) shutdown() {
 	}
 	if i.NATS != nil && i.NATS.Running() {
 		i.NATS.Stop()
+	}
+	if i.lock != nil {
+		_ = i.lock.Close() // after the server stopped: releases the data dir
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
@@ -44,6 +45,7 @@ func startFleetd(t *testing.T) (*fleetd.Instance, clusterv1connect.ClusterServic
 		Server:        server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
 		NATSListen:    "127.0.0.1:0",
 		ClusterImport: clusterimport.Config{UnreachableAfter: 3 * time.Second},
+		Authz:         authz.Config{PlatformAdmins: []string{"admin"}},
 	}, testkit.Logger(t))
 	if err != nil {
 		cancel()

@@ -16,9 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
 const (
@@ -29,6 +33,10 @@ const (
 	bindTimeout = 30 * time.Second
 	// maxAttempts bounds the retries of a command that lost an optimistic-concurrency race.
 	maxAttempts = 10
+	// maxConflicts bounds the rounds a project command loses to other replicas. Commands that
+	// decide from the bindings view (quota updates, binds on a budgeted cluster) wait for it on
+	// every round, and two replicas doing that on one project win about every other round.
+	maxConflicts = 32
 )
 
 // errUnchanged makes a command a no-op: the state already is what was asked.
@@ -92,7 +100,7 @@ func (s *Service) CreateProject(ctx context.Context, req *connect.Request[projec
 	if !ok {
 		return nil, apierr.Internal(fmt.Errorf("project %s vanished after creation", m.Name))
 	}
-	s.log.Info("project created", zap.String("project", m.Name), zap.String("actor", events.ActorFrom(ctx)))
+	s.log.Info("project created", zap.String("project", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&projectv1.CreateProjectResponse{Project: s.presentProject(p)}), nil
 }
 
@@ -122,7 +130,7 @@ func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[projec
 				}
 			}
 		}
-		seq, err := s.appendProject(ctx, m.Name, true, func(*projectv1.Project) (proto.Message, error) {
+		seq, err := s.appendProject(ctx, m.Name, always, func(*projectv1.Project) (proto.Message, error) {
 			if owned := s.activeBindings(m.Name); len(owned) > 0 {
 				return nil, errOwnsNamespaces(m.Name, owned)
 			}
@@ -137,7 +145,7 @@ func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[projec
 		if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, seq) }); err != nil {
 			return nil, err
 		}
-		s.log.Info("project deleted", zap.String("project", m.Name), zap.Int("unbound", len(res.Unbound)), zap.String("actor", events.ActorFrom(ctx)))
+		s.log.Info("project deleted", zap.String("project", m.Name), zap.Int("unbound", len(res.Unbound)), zap.String("actor", identity.ActorFrom(ctx)))
 		return connect.NewResponse(res), nil
 	}
 }
@@ -192,7 +200,10 @@ func (s *Service) ListProjects(ctx context.Context, req *connect.Request[project
 		return nil, err
 	}
 	res := &projectv1.ListProjectsResponse{}
-	for _, p := range s.projects.List(func(_ string, p *projectv1.Project) bool { return sel.Matches(labels.Set(p.Labels)) }) {
+	caller := authz.CallerFrom(ctx)
+	for _, p := range s.projects.List(func(_ string, p *projectv1.Project) bool {
+		return sel.Matches(labels.Set(p.Labels)) && caller.Can("list", roles.Group, roles.ResProjects, p.Name)
+	}) {
 		res.Projects = append(res.Projects, s.presentProject(p))
 	}
 	return connect.NewResponse(res), nil
@@ -237,7 +248,10 @@ func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projec
 		s.dropClaim(key, id, claimRev)
 		return nil, err
 	}
-	seq, err := s.appendProject(bctx, m.Project, false, func(*projectv1.Project) (proto.Message, error) {
+	seq, err := s.appendProject(bctx, m.Project, budgeted(m.Cluster), func(p *projectv1.Project) (proto.Message, error) {
+		if err := s.fitsBudget(p, m.Cluster, m.Namespace, hard); err != nil {
+			return nil, err
+		}
 		return &projectv1.NamespaceBound{BindingId: id, Project: m.Project, Cluster: m.Cluster, Namespace: m.Namespace, Hard: hard}, nil
 	})
 	if err != nil {
@@ -252,7 +266,7 @@ func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projec
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("namespace bound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace), zap.String("actor", events.ActorFrom(ctx)))
+	s.log.Info("namespace bound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&projectv1.BindNamespaceResponse{Binding: b}), nil
 }
 
@@ -293,7 +307,7 @@ func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv
 	key := bindingKey(m.Cluster, m.Namespace)
 	hard := canonicalHard(m.Hard)
 	var id string
-	seq, err := s.appendProject(ctx, m.Project, true, func(*projectv1.Project) (proto.Message, error) {
+	seq, err := s.appendProject(ctx, m.Project, always, func(p *projectv1.Project) (proto.Message, error) {
 		b, err := s.ownedBinding(m.Project, m.Cluster, m.Namespace)
 		if err != nil {
 			return nil, err
@@ -304,6 +318,9 @@ func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv
 		id = b.Id
 		if proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: hard}) {
 			return nil, errUnchanged
+		}
+		if err := s.fitsBudget(p, m.Cluster, m.Namespace, hard); err != nil {
+			return nil, err
 		}
 		return &projectv1.NamespaceQuotaUpdated{BindingId: b.Id, Project: m.Project, Cluster: m.Cluster, Namespace: m.Namespace, Hard: hard}, nil
 	})
@@ -333,7 +350,7 @@ func (s *Service) UnbindNamespace(ctx context.Context, req *connect.Request[proj
 		return nil, err
 	}
 	s.log.Info("namespace unbound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace),
-		zap.Stringer("policy", b.UnbindPolicy), zap.String("actor", events.ActorFrom(ctx)))
+		zap.Stringer("policy", b.UnbindPolicy), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&projectv1.UnbindNamespaceResponse{Binding: b}), nil
 }
 
@@ -345,7 +362,7 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 	}
 	key := bindingKey(cluster, namespace)
 	var id string
-	seq, err := s.appendProject(ctx, project, true, func(*projectv1.Project) (proto.Message, error) {
+	seq, err := s.appendProject(ctx, project, always, func(*projectv1.Project) (proto.Message, error) {
 		b, err := s.ownedBinding(project, cluster, namespace)
 		if err != nil {
 			return nil, err
@@ -397,6 +414,10 @@ func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Reques
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	caller := authz.CallerFrom(ctx)
+	if m.Project != "" && !caller.Can("list", roles.Group, roles.ResNamespaceBindings, m.Project) {
+		return nil, authz.Denied(caller, "list", roles.ResNamespaceBindings+"."+roles.Group, authz.Scope{Kind: authz.Project, Project: m.Project})
+	}
 	var list []*projectv1.NamespaceBinding
 	switch {
 	case m.Project != "":
@@ -416,7 +437,7 @@ func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Reques
 	}
 	res := &projectv1.ListNamespaceBindingsResponse{}
 	for _, b := range list {
-		if m.Cluster != "" && b.Cluster != m.Cluster {
+		if m.Cluster != "" && b.Cluster != m.Cluster || !caller.Can("list", roles.Group, roles.ResNamespaceBindings, b.Project) {
 			continue
 		}
 		res.Bindings = append(res.Bindings, s.present(b))
@@ -459,18 +480,21 @@ func (s *Service) ListIdleNamespaces(ctx context.Context, req *connect.Request[p
 }
 
 // appendProject appends the event build returns to project's subject, expecting the project's
-// revision: the project exists and nothing happened to it since build decided. When decides is
-// true, build reads the bindings, and sees them as of that revision (the view has applied it);
-// a build that decides nothing from the view (a bind: its checks ran before its claim, and the
-// claim is what keeps a second binding out) appends without that wait.
+// revision: the project exists and nothing happened to it since build decided. build gets the
+// project exactly as of that revision (its budgets, say). When decides returns true for it,
+// build also reads the bindings, and sees them as of that revision (the view has applied it);
+// a build that decides nothing from the view (a bind on a cluster where the project has no
+// budget: its other checks ran before its claim, and the claim is what keeps a second binding
+// out) appends without that wait.
 //
 // The commands of one project are serialized in this replica (projectLock), so they queue
 // instead of racing each other for one expectation, and each appends at the sequence the
-// previous one got, without waiting for the projects view to show it. A race lost to another
-// replica is retried at the subject's last sequence read from the stream: one round trip, not a
-// view cycle. Either way the stream checks the expectation: a wrong guess is a conflict, never
-// a write on a state nobody looked at.
-func (s *Service) appendProject(ctx context.Context, project string, decides bool, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
+// previous one got, without waiting for the projects view to show it: the lock keeps the
+// project as this replica's own appends left it. A race lost to another replica is retried at
+// the subject's last sequence read from the stream: what the other replica appended is known
+// once the projects view shows that sequence. Either way the stream checks the expectation: a
+// wrong guess is a conflict, never a write on a state nobody looked at.
+func (s *Service) appendProject(ctx context.Context, project string, decides func(p *projectv1.Project) bool, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
 	l, err := s.lockProject(ctx, project)
 	if err != nil {
 		// Nothing was appended: Aborted lets a bind release its claim at once.
@@ -478,13 +502,11 @@ func (s *Service) appendProject(ctx context.Context, project string, decides boo
 	}
 	defer s.unlockProject(project, l)
 	for attempt := 0; ; attempt++ {
-		p, ok := s.projects.Get(projectKey(project))
-		if !ok {
-			return 0, apierr.NotFound("project", project)
+		p, rev, err := s.projectAt(ctx, project, l)
+		if err != nil {
+			return 0, err
 		}
-		// The view may not show this replica's last append yet; the stream has it.
-		rev := max(p.Revision, l.last)
-		if decides {
+		if decides(p) {
 			if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, rev) }); err != nil {
 				return 0, err
 			}
@@ -495,24 +517,114 @@ func (s *Service) appendProject(ctx context.Context, project string, decides boo
 		}
 		seq, err := s.store.Append(ctx, ProjectSubject(project), project, events.At(rev), msg)
 		if err == nil {
-			l.last = seq
+			l.last, l.proj = seq, foldProject(project, p, msg, seq)
 			return seq, nil
 		}
-		l.last = 0
-		if !events.IsConflict(err) || attempt == maxAttempts {
+		l.last, l.proj = 0, nil
+		if !events.IsConflict(err) || attempt == maxConflicts {
 			return 0, apierr.Internal(err)
 		}
-		// Another replica's command on the project won: decide again at the subject's current
-		// last sequence.
-		last, exists, err := s.projectHead(ctx, project)
+		// Another replica's command on the project won: fold what it appended, read from the
+		// stream, and decide again at the subject's current last sequence.
+		next, last, folded, err := s.catchUp(ctx, project, p)
 		if err != nil {
 			return 0, apierr.Internal(err)
 		}
-		if !exists {
+		if !folded {
+			// Too far behind to fold: the view will tell, once it shows the last sequence.
+			var exists bool
+			if last, exists, err = s.projectHead(ctx, project); err != nil {
+				return 0, apierr.Internal(err)
+			} else if !exists {
+				return 0, apierr.NotFound("project", project)
+			}
+		} else if next == nil {
 			return 0, apierr.NotFound("project", project)
 		}
-		l.last = last
+		l.last, l.proj = last, next
 	}
+}
+
+// maxCatchUp bounds how many events of another replica catchUp folds before leaving it to the
+// projects view.
+const maxCatchUp = 32
+
+// catchUp reads the events appended to project's subject after p (the project as of its
+// revision) from the stream and folds them: the project as of the subject's last sequence (nil
+// if deleted by then) and that sequence, without waiting for the projects view. folded is
+// false when there were more than maxCatchUp or one did not fold.
+func (s *Service) catchUp(ctx context.Context, project string, p *projectv1.Project) (*projectv1.Project, uint64, bool, error) {
+	seq := p.Revision
+	for range maxCatchUp {
+		msg, err := s.stream.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(ProjectSubject(project)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return p, seq, true, nil
+		}
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("read project %s after %d: %w", project, seq, err)
+		}
+		ev, err := events.Decode(msg.Data)
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("read project %s at %d: %w", project, msg.Sequence, err)
+		}
+		ev.Sequence, ev.Subject = msg.Sequence, msg.Subject
+		next, ok := foldEvent(project, p, ev)
+		if !ok {
+			return nil, 0, false, nil
+		}
+		p, seq = next, msg.Sequence
+	}
+	return nil, 0, false, nil
+}
+
+// projectAt returns the project as of the revision the next append to its subject expects,
+// and that revision: the view's entry when it shows everything this replica appended (l.last),
+// else the project as this replica's own appends left it (l.proj), else (a race lost to
+// another replica, whose events only the view folds) the view's entry once it has applied
+// l.last.
+func (s *Service) projectAt(ctx context.Context, project string, l *projectLock) (*projectv1.Project, uint64, error) {
+	p, ok := s.projects.Get(projectKey(project))
+	switch {
+	case ok && p.Revision >= l.last:
+		return p, p.Revision, nil
+	case l.proj != nil && l.proj.Revision == l.last:
+		return l.proj, l.last, nil
+	case l.last == 0:
+		return nil, 0, apierr.NotFound("project", project)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, l.last) }); err != nil {
+		return nil, 0, err
+	}
+	if p, ok = s.projects.Get(projectKey(project)); !ok {
+		return nil, 0, apierr.NotFound("project", project)
+	}
+	return p, p.Revision, nil
+}
+
+// foldProject returns p after msg, which this replica appended at seq, as the projects view
+// will show it (nil: unknown, or the project is gone).
+func foldProject(project string, p *projectv1.Project, msg proto.Message, seq uint64) *projectv1.Project {
+	next, _ := foldEvent(project, p, &events.Event{Envelope: &eventv1.Envelope{Time: timestamppb.New(time.Now())}, Payload: msg,
+		Subject: ProjectSubject(project), Sequence: seq})
+	return next
+}
+
+// foldEvent applies ev to p (nil: absent) with the projection's own code and returns the next
+// project (nil: gone); ok is false when ev does not fold into it.
+func foldEvent(project string, p *projectv1.Project, ev *events.Event) (next *projectv1.Project, ok bool) {
+	changes, err := applyProject(ev)
+	if err != nil || len(changes) != 1 || changes[0].Key != projectKey(project) {
+		return nil, false
+	}
+	var cur proto.Message
+	if p != nil {
+		cur = proto.Clone(p)
+	}
+	next, _ = changes[0].Update(cur).(*projectv1.Project)
+	if next != nil {
+		next.Revision = ev.Sequence
+	}
+	return next, true
 }
 
 // projectHead reads the last event of project's subject from the stream: its sequence, and
@@ -535,11 +647,13 @@ func (s *Service) projectHead(ctx context.Context, project string) (uint64, bool
 }
 
 // projectLock serializes one project's commands in this replica. last is the sequence this
-// replica's last append to the project's subject got (0: unknown); only its holder uses it.
+// replica's last append to the project's subject got (0: unknown), proj the project as of
+// last (nil: unknown, only the view can tell); only the lock's holder uses them.
 type projectLock struct {
 	ch   chan struct{} // holds a token while locked
 	refs int           // holders and waiters; guarded by Service.projectLocksMu
 	last uint64
+	proj *projectv1.Project
 }
 
 // lockProject takes project's lock, or gives up when ctx ends.

@@ -44,10 +44,14 @@ func bucketConfig(name, desc string) jetstream.KeyValueConfig {
 // projectsProjection folds the project subjects into bucket ns-projects. Every event on a
 // project's subject touches its entry, so a project's revision is the last sequence of its
 // subject: the expectation every command on the project appends with.
+//
+// Version 2 folds ProjectBudgetSet into the project's budgets. A replica still running version
+// 1 dead-letters that event; the version bump makes the first leader of version 2 rebuild the
+// bucket from the stream, so no budget is lost to a rolling upgrade.
 func projectsProjection() view.Projection {
 	return view.Projection{
 		Name:     "ns-projects",
-		Version:  1,
+		Version:  2,
 		Stream:   Stream,
 		Subjects: []string{SubjectPrefix + ".project.>"},
 		Bucket:   bucketConfig(ProjectsBucket, "Projects (projection of FLEET_NS)."),
@@ -81,6 +85,18 @@ func applyProject(ev *events.Event) ([]view.Change, error) {
 		}), nil
 	case *projectv1.ProjectDeleted:
 		return update(func(*projectv1.Project) *projectv1.Project { return nil }), nil
+	case *projectv1.ProjectBudgetSet:
+		if p.Project != name {
+			return nil, fmt.Errorf("ProjectBudgetSet for %q on subject of %q", p.Project, name)
+		}
+		return update(func(cur *projectv1.Project) *projectv1.Project {
+			if cur == nil {
+				return nil
+			}
+			setBudget(cur, p.Cluster, p.Hard)
+			cur.UpdateTime = at
+			return cur
+		}), nil
 	case *projectv1.NamespaceBound, *projectv1.NamespaceQuotaUpdated, *projectv1.NamespaceUnbinding:
 		// Only the revision moves; the status is computed from the bindings when read.
 		return update(func(cur *projectv1.Project) *projectv1.Project { return cur }), nil
@@ -123,7 +139,7 @@ func applyBinding(ev *events.Event) ([]view.Change, error) {
 		}}}
 	}
 	switch p := ev.Payload.(type) {
-	case *projectv1.ProjectCreated, *projectv1.ProjectDeleted:
+	case *projectv1.ProjectCreated, *projectv1.ProjectDeleted, *projectv1.ProjectBudgetSet:
 		return nil, nil
 	case *projectv1.NamespaceBound:
 		return []view.Change{{Key: bindingKey(p.Cluster, p.Namespace), Update: func(proto.Message) proto.Message {
@@ -186,7 +202,7 @@ func applyDesired(ev *events.Event) ([]view.Change, error) {
 		return view.Change{Key: key, Update: func(proto.Message) proto.Message { return proto.Clone(obj) }}
 	}
 	switch p := ev.Payload.(type) {
-	case *projectv1.ProjectCreated, *projectv1.ProjectDeleted:
+	case *projectv1.ProjectCreated, *projectv1.ProjectDeleted, *projectv1.ProjectBudgetSet:
 		return nil, nil
 	case *projectv1.NamespaceBound:
 		changes := []view.Change{put(namespaceDesiredKey(p.Cluster, p.Namespace), namespaceObject(p.Project, p.Namespace))}

@@ -20,6 +20,8 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -72,6 +74,7 @@ func Topology() topology.Topology {
 	return topology.Merge(topology.DeadLetter(), topology.Topology{
 		Streams: []jetstream.StreamConfig{
 			topology.EventStream(Stream, "Projects, namespace bindings and quotas.", SubjectPrefix+".>"),
+			topology.EventStream(PlacementStream, "Cluster sets and their bindings to projects.", PlacementPrefix+".>"),
 		},
 		Buckets: []jetstream.KeyValueConfig{
 			bucketConfig(ClaimsBucket, "Which project owns each (cluster, namespace)."),
@@ -79,7 +82,8 @@ func Topology() topology.Topology {
 	})
 }
 
-// Service implements projectv1connect.ProjectServiceHandler.
+// Service implements projectv1connect.ProjectServiceHandler and
+// placementv1connect.ClusterSetServiceHandler.
 type Service struct {
 	projectv1connect.UnimplementedProjectServiceHandler
 
@@ -88,10 +92,14 @@ type Service struct {
 	log    *zap.Logger
 	store  *events.Store
 	stream jetstream.Stream
+	// placementStream is FLEET_PLACEMENT: cluster sets and set bindings.
+	placementStream jetstream.Stream
 
 	projectsView *view.Engine
 	bindingsView *view.Engine
 	desiredView  *view.Engine
+	setsView     *view.Engine
+	setBindsView *view.Engine
 
 	projects  *view.Cache[*projectv1.Project]
 	bindings  *view.Cache[*projectv1.NamespaceBinding]
@@ -101,6 +109,9 @@ type Service struct {
 	clusters  *view.Cache[*clusterv1.Cluster]
 	inventory *view.Cache[*clusterv1.NamespaceInventory]
 	claimsKV  jetstream.KeyValue
+
+	clusterSets *view.Cache[*placementv1.ClusterSet]
+	setBindings *view.Cache[*placementv1.ClusterSetBinding]
 
 	ready chan struct{}
 	now   func() time.Time
@@ -124,10 +135,14 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
 	}
+	if s.placementStream, err = js.Stream(ctx, PlacementStream); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", PlacementStream, err)
+	}
 	for _, e := range []struct {
 		dst *(*view.Engine)
 		p   view.Projection
-	}{{&s.projectsView, projectsProjection()}, {&s.bindingsView, bindingsProjection()}, {&s.desiredView, desiredProjection()}} {
+	}{{&s.projectsView, projectsProjection()}, {&s.bindingsView, bindingsProjection()}, {&s.desiredView, desiredProjection()},
+		{&s.setsView, clusterSetsProjection()}, {&s.setBindsView, setBindingsProjection()}} {
 		if *e.dst, err = view.NewEngine(js, e.p, s.log, view.WithReplicas(cfg.Replicas)); err != nil {
 			return nil, err
 		}
@@ -149,13 +164,14 @@ func ensureAppliedBucket(ctx context.Context, js jetstream.JetStream, replicas i
 }
 
 // Index terms of the bindings and claims caches.
-func byProject(p string) string { return "p\x00" + p }
-func byCluster(c string) string { return "c\x00" + c }
+func byProject(p string) string           { return "p\x00" + p }
+func byCluster(c string) string           { return "c\x00" + c }
+func byProjectCluster(p, c string) string { return "pc\x00" + p + "\x00" + c }
 
 const terminatingTerm = "terminating"
 
 func bindingIndex(_ string, b *projectv1.NamespaceBinding) []string {
-	terms := []string{byProject(b.Project), byCluster(b.Cluster)}
+	terms := []string{byProject(b.Project), byCluster(b.Cluster), byProjectCluster(b.Project, b.Cluster)}
 	if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 		terms = append(terms, terminatingTerm)
 	}
@@ -173,6 +189,7 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Mount registers the API and readiness on srv.
 func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(projectv1connect.NewProjectServiceHandler(s, srv.HandlerOptions()...))
+	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s, srv.HandlerOptions()...))
 	srv.ReadyWhen("namespace-binding", s.ready)
 }
 
@@ -188,7 +205,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView}
+	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.setsView, s.setBindsView}
 	for _, e := range engines {
 		g.Go(func() error { return e.Run(ctx) })
 	}
@@ -209,11 +226,17 @@ func (s *Service) run(ctx context.Context) error {
 		g.Go(func() error { return s.applied.Run(ctx) })
 		g.Go(func() error { return s.clusters.Run(ctx) })
 		g.Go(func() error { return s.inventory.Run(ctx) })
+		g.Go(func() error { return s.clusterSets.Run(ctx) })
+		g.Go(func() error { return s.setBindings.Run(ctx) })
 		for _, ch := range []<-chan struct{}{s.projects.Ready(), s.bindings.Ready(), s.desired.Ready(), s.applied.Ready(),
-			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready()} {
+			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.clusterSets.Ready(), s.setBindings.Ready()} {
 			if !wait(ctx, ch) {
 				return nil
 			}
+		}
+		// `default` and `global` exist before the API answers, as rbac-sync's built-in roles do.
+		if err := s.ensureClusterSets(ctx); err != nil {
+			return err
 		}
 		close(s.ready)
 		g.Go(func() error { return s.runRepair(ctx) })
@@ -248,6 +271,17 @@ func (s *Service) openCaches(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	setsKV, err := open(ClusterSetsBucket)
+	if err != nil {
+		return err
+	}
+	setBindsKV, err := open(ClusterSetBindingsBucket)
+	if err != nil {
+		return err
+	}
+	s.clusterSets = view.NewCache(setsKV, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }, s.log)
+	s.setBindings = view.NewCache(setBindsKV, func() *placementv1.ClusterSetBinding { return &placementv1.ClusterSetBinding{} }, s.log,
+		view.WithIndex(setBindingIndex))
 	s.projects = view.NewCache(projectsKV, func() *projectv1.Project { return &projectv1.Project{} }, s.log)
 	s.bindings = view.NewCache(bindingsKV, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, s.log, view.WithIndex(bindingIndex))
 	s.desired = view.NewCache(desiredKV, func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, s.log)

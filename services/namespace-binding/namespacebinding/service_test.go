@@ -19,11 +19,13 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/keys"
@@ -36,6 +38,9 @@ import (
 
 const testToken = "s3cret-test-token"
 
+// viewerToken is user bob's, who is no platform admin (cluster set tests grant him roles).
+const viewerToken = "viewer-test-token"
+
 // env is a hub as fleetd runs it: cluster-import and namespace-binding on one JetStream and one
 // HTTP server.
 type env struct {
@@ -43,7 +48,11 @@ type env struct {
 	svc      *namespacebinding.Service
 	client   projectv1connect.ProjectServiceClient
 	clusters clusterv1connect.ClusterServiceClient
-	stop     func()
+	sets     placementv1connect.ClusterSetServiceClient
+	// url and http reach the server without a token (bearerClient adds one).
+	url  string
+	http *http.Client
+	stop func()
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -73,14 +82,18 @@ func startHub(t testing.TB, j *testkit.JetStream, cfg namespacebinding.Config, c
 	}
 	log := testkit.Logger(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte(testToken+",alice\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(testToken+",alice\n"+viewerToken+",bob\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{TokenFile: tokens}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Authorize(t, j.JS, srv, authz.Config{PlatformAdmins: []string{"alice"}})
 	ctx, cancel := context.WithCancel(context.Background())
+	if ciCfg.Keyring == nil {
+		ciCfg.PlaintextCredentials = true // these tests never read credentials back
+	}
 	ci, err := clusterimport.New(ctx, j.JS, ciCfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +119,8 @@ func startHub(t testing.TB, j *testkit.JetStream, cfg namespacebinding.Config, c
 		}
 	}
 	hc := bearerClient(hs.Client(), testToken)
-	e := &env{js: j, svc: svc, client: projectv1connect.NewProjectServiceClient(hc, hs.URL), clusters: clusterv1connect.NewClusterServiceClient(hc, hs.URL)}
+	e := &env{js: j, svc: svc, client: projectv1connect.NewProjectServiceClient(hc, hs.URL), clusters: clusterv1connect.NewClusterServiceClient(hc, hs.URL),
+		sets: placementv1connect.NewClusterSetServiceClient(hc, hs.URL), url: hs.URL, http: hs.Client()}
 	var once sync.Once
 	e.stop = func() { once.Do(func() { hs.Close(); cancel(); wg.Wait() }) }
 	t.Cleanup(e.stop)

@@ -215,12 +215,16 @@ func (s *Service) presentProject(p *projectv1.Project) *projectv1.Project {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	allocated := make(map[string]map[string]resource.Quantity, len(perCluster))
 	for _, n := range names {
 		c := perCluster[n]
 		st.Clusters = append(st.Clusters, &projectv1.ClusterQuotaStatus{Cluster: n, NamespaceCount: c.n,
 			Hard: renderQuantities(c.hard), Used: renderQuantities(c.used)})
+		allocated[n] = c.hard
 	}
 	out.Status = st
+	// The same sums the budget checks make: every binding but Terminating ones.
+	out.Budgets = presentBudgets(p.Budgets, allocated)
 	return out
 }
 

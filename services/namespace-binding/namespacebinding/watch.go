@@ -10,8 +10,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
@@ -39,9 +41,11 @@ func (s *Service) WatchProjects(ctx context.Context, req *connect.Request[projec
 	applied := s.applied.Updates(ctx, 4096)
 
 	shown := map[string]*projectv1.Project{}
+	caller := authz.CallerFrom(ctx)
 	send := func(name string) error {
 		var cur *projectv1.Project
-		if p, ok := s.projects.Get(projectKey(name)); ok && sel.Matches(labels.Set(p.Labels)) {
+		// A project the caller may no longer see leaves the watch as if deleted.
+		if p, ok := s.projects.Get(projectKey(name)); ok && sel.Matches(labels.Set(p.Labels)) && caller.Can("watch", roles.Group, roles.ResProjects, name) {
 			cur = s.presentProject(p)
 		}
 		prev := shown[name]

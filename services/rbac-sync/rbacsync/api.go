@@ -15,9 +15,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
 // viewWait bounds how long a write waits to see itself in the view before answering.
@@ -40,14 +43,6 @@ func permissionDenied(format string, args ...any) error {
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(format, args...))
 }
 
-// requireAdmin refuses callers who are not platform admins.
-func (s *Service) requireAdmin(ctx context.Context, what string) error {
-	if a := events.ActorFrom(ctx); !s.isAdmin(a) {
-		return permissionDenied("%q may not %s: only platform admins may", a, what)
-	}
-	return nil
-}
-
 func (s *Service) lookup(name string) (*rbacv1.RoleTemplate, bool) {
 	return s.templates.Get(templateKey(name))
 }
@@ -60,9 +55,6 @@ func (s *Service) present(t *rbacv1.RoleTemplate) *rbacv1.RoleTemplate {
 }
 
 func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.CreateRoleTemplateRequest]) (*connect.Response[rbacv1.CreateRoleTemplateResponse], error) {
-	if err := s.requireAdmin(ctx, "create role templates"); err != nil {
-		return nil, err
-	}
 	t := req.Msg.Template
 	var v apierr.Violations
 	validateTemplate(&v, "template", t)
@@ -81,9 +73,14 @@ func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[r
 	subject := TemplateSubject(t.Name)
 	// A name may be reused after deletion: expect the subject exactly as it is now, so that of
 	// two concurrent creations only one appends.
-	last, err := events.LastSequence(ctx, s.stream, subject)
+	// The view may not yet show a creation appended a moment ago: the subject must be empty or
+	// end in a deletion.
+	last, prev, err := events.Last(ctx, s.stream, subject)
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if _, gone := payloadOf(prev).(*rbacv1.RoleTemplateDeleted); prev != nil && !gone {
+		return nil, apierr.AlreadyExists("role template", t.Name)
 	}
 	seq, err := s.store.Append(ctx, subject, t.Name, events.At(last), &rbacv1.RoleTemplateCreated{Template: stored(t)})
 	if events.IsConflict(err) {
@@ -96,7 +93,7 @@ func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[r
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("role template created", zap.String("template", t.Name), zap.String("actor", events.ActorFrom(ctx)))
+	s.log.Info("role template created", zap.String("template", t.Name), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&rbacv1.CreateRoleTemplateResponse{Template: out}), nil
 }
 
@@ -119,9 +116,6 @@ func (s *Service) checkInherits(name string, inherits []string) error {
 }
 
 func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.UpdateRoleTemplateRequest]) (*connect.Response[rbacv1.UpdateRoleTemplateResponse], error) {
-	if err := s.requireAdmin(ctx, "update role templates"); err != nil {
-		return nil, err
-	}
 	m := req.Msg
 	var v apierr.Violations
 	if m.Template == nil {
@@ -145,6 +139,9 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 		return nil, err
 	}
 	name := m.Template.Name
+	if err := refuseBuiltin(name, "updated"); err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		cur, ok := s.lookup(name)
 		if !ok {
@@ -189,15 +186,12 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("role template updated", zap.String("template", name), zap.Strings("fields", fields), zap.String("actor", events.ActorFrom(ctx)))
+		s.log.Info("role template updated", zap.String("template", name), zap.Strings("fields", fields), zap.String("actor", identity.ActorFrom(ctx)))
 		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: out}), nil
 	}
 }
 
 func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.DeleteRoleTemplateRequest]) (*connect.Response[rbacv1.DeleteRoleTemplateResponse], error) {
-	if err := s.requireAdmin(ctx, "delete role templates"); err != nil {
-		return nil, err
-	}
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -205,6 +199,9 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 		return nil, err
 	}
 	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := refuseBuiltin(m.Name, "deleted"); err != nil {
 		return nil, err
 	}
 	cur, ok := s.lookup(m.Name)
@@ -232,7 +229,7 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 	}); err != nil {
 		return nil, err
 	}
-	s.log.Info("role template deleted", zap.String("template", m.Name), zap.String("actor", events.ActorFrom(ctx)))
+	s.log.Info("role template deleted", zap.String("template", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&rbacv1.DeleteRoleTemplateResponse{}), nil
 }
 
@@ -287,49 +284,17 @@ func validateBindingRef(v *apierr.Violations, prefix, project string, subject *r
 	v.DNSLabel(prefix+"role_template", role)
 }
 
-// manageBindings is the permission a non-admin needs in a project to change its role bindings,
-// the one Kubernetes asks of whoever creates or deletes a RoleBinding.
-func manageBindings(verb string) *rbacv1.PolicyRule {
-	return &rbacv1.PolicyRule{Verbs: []string{verb}, ApiGroups: []string{rbacGroup}, Resources: []string{"rolebindings"}}
-}
-
-// heldRules returns the rules user holds in project through its own bindings, as a User or
-// through one of its groups.
-func (s *Service) heldRules(user string, groups []string, project string) []*rbacv1.PolicyRule {
-	var held []*rbacv1.PolicyRule
-	for _, b := range s.bindings.List(func(_ string, b *rbacv1.ProjectRoleBinding) bool {
-		if b.Project != project {
-			return false
-		}
-		switch b.Subject.GetKind() {
-		case rbacv1.SubjectKind_SUBJECT_KIND_USER:
-			return b.Subject.GetName() == user
-		case rbacv1.SubjectKind_SUBJECT_KIND_GROUP:
-			return slices.Contains(groups, b.Subject.GetName())
-		}
-		return false
-	}) {
-		held = append(held, effectiveRules(s.lookup, b.RoleTemplate)...)
-	}
-	return held
-}
-
-// authorizeBinding applies the escalation rule of Kubernetes RBAC to project role bindings: a
-// caller who is not a platform admin must be allowed to manage RoleBindings in the project and,
-// to grant a template, must itself hold every rule of it there (or be allowed to `bind` its
-// ClusterRole), so no one hands out more than they have.
-func (s *Service) authorizeBinding(ctx context.Context, project string, t *rbacv1.RoleTemplate, verb string) error {
-	caller := events.ActorFrom(ctx)
-	if s.isAdmin(caller) {
+// authorizeBinding applies the escalation rule of Kubernetes RBAC to project role bindings.
+// The authorization table has already required the right to manage RoleBindings in the
+// project; to grant a template a caller who is not a platform admin must also hold every rule
+// of it there (or be allowed to `bind` its ClusterRole), so no one hands out more than they
+// have.
+func (s *Service) authorizeBinding(ctx context.Context, project string, t *rbacv1.RoleTemplate) error {
+	caller := authz.CallerFrom(ctx)
+	if caller.Admin() {
 		return nil
 	}
-	held := s.heldRules(caller, events.GroupsFrom(ctx), project)
-	if ok, _ := covers(held, []*rbacv1.PolicyRule{manageBindings(verb)}); !ok {
-		return permissionDenied("%q may not %s role bindings in project %q: that needs %s on rolebindings.rbac.authorization.k8s.io in the project", caller, verb, project, verb)
-	}
-	if t == nil {
-		return nil
-	}
+	held := caller.Rules(project)
 	bind := &rbacv1.PolicyRule{Verbs: []string{"bind"}, ApiGroups: []string{rbacGroup}, Resources: []string{"clusterroles"}, ResourceNames: []string{ObjectName(t.Name)}}
 	if ok, _ := covers(held, []*rbacv1.PolicyRule{bind}); ok {
 		return nil
@@ -343,8 +308,25 @@ func (s *Service) authorizeBinding(ctx context.Context, project string, t *rbacv
 		if len(missing) > 3 {
 			more = fmt.Sprintf(" and %d more", len(missing)-3)
 		}
-		return permissionDenied("%q may not grant role template %q in project %q: it does not hold %s%s there (no privilege escalation)",
-			caller, t.Name, project, strings.Join(shown, ", "), more)
+		return permissionDenied("user %q may not grant role template %q in project %q: it does not hold %s%s there (no privilege escalation)",
+			caller.User(), t.Name, project, strings.Join(shown, ", "), more)
+	}
+	return nil
+}
+
+// payloadOf is the payload of an event that may be nil.
+func payloadOf(e *events.Event) any {
+	if e == nil {
+		return nil
+	}
+	return e.Payload
+}
+
+// refuseBuiltin refuses to change the built-in project roles: the authorization of the API
+// itself rests on them.
+func refuseBuiltin(name, what string) error {
+	if roles.IsBuiltin(name) {
+		return apierr.FailedPrecondition("role template %q is built in and cannot be %s", name, what)
 	}
 	return nil
 }
@@ -363,7 +345,7 @@ func (s *Service) BindProjectRole(ctx context.Context, req *connect.Request[rbac
 	if !ok {
 		return nil, apierr.NotFound("role template", m.RoleTemplate)
 	}
-	if err := s.authorizeBinding(ctx, m.Project, t, "create"); err != nil {
+	if err := s.authorizeBinding(ctx, m.Project, t); err != nil {
 		return nil, err
 	}
 	if t.Locked {
@@ -376,13 +358,16 @@ func (s *Service) BindProjectRole(ctx context.Context, req *connect.Request[rbac
 	plan := s.fan.planBinding(m.Project, m.RoleTemplate, m.Subject, true)
 	b := &rbacv1.ProjectRoleBinding{Project: m.Project, Subject: m.Subject, RoleTemplate: m.RoleTemplate}
 	if m.DryRun {
-		b.Creator, b.CreateTime = events.ActorFrom(ctx), timestamppb.New(s.now())
+		b.Creator, b.CreateTime = identity.ActorFrom(ctx), timestamppb.New(s.now())
 		return connect.NewResponse(&rbacv1.BindProjectRoleResponse{Binding: b, Plan: plan}), nil
 	}
 	subject := BindingSubject(m.Project, m.Subject, m.RoleTemplate)
-	last, err := events.LastSequence(ctx, s.stream, subject)
+	last, prev, err := events.Last(ctx, s.stream, subject)
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if _, gone := payloadOf(prev).(*rbacv1.ProjectRoleUnbound); prev != nil && !gone {
+		return nil, apierr.AlreadyExists("project role binding", describeBinding(m.Project, m.Subject, m.RoleTemplate))
 	}
 	seq, err := s.store.Append(ctx, subject, key, events.At(last), &rbacv1.ProjectRoleBound{Binding: b})
 	if events.IsConflict(err) {
@@ -396,7 +381,7 @@ func (s *Service) BindProjectRole(ctx context.Context, req *connect.Request[rbac
 	}
 	out, _ := s.bindings.Get(key)
 	s.log.Info("project role bound", zap.String("project", m.Project), zap.String("subject", subjectID(m.Subject)),
-		zap.String("template", m.RoleTemplate), zap.String("actor", events.ActorFrom(ctx)))
+		zap.String("template", m.RoleTemplate), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&rbacv1.BindProjectRoleResponse{Binding: out, Plan: plan}), nil
 }
 
@@ -408,9 +393,6 @@ func (s *Service) UnbindProjectRole(ctx context.Context, req *connect.Request[rb
 		return nil, err
 	}
 	if err := s.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.authorizeBinding(ctx, m.Project, nil, "delete"); err != nil {
 		return nil, err
 	}
 	key := bindingKey(m.Project, m.Subject, m.RoleTemplate)
@@ -432,7 +414,7 @@ func (s *Service) UnbindProjectRole(ctx context.Context, req *connect.Request[rb
 		return nil, err
 	}
 	s.log.Info("project role unbound", zap.String("project", m.Project), zap.String("subject", subjectID(m.Subject)),
-		zap.String("template", m.RoleTemplate), zap.String("actor", events.ActorFrom(ctx)))
+		zap.String("template", m.RoleTemplate), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&rbacv1.UnbindProjectRoleResponse{Plan: plan}), nil
 }
 
@@ -452,8 +434,12 @@ func (s *Service) ListProjectRoleBindings(ctx context.Context, req *connect.Requ
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	caller := authz.CallerFrom(ctx)
 	list := s.bindings.List(func(_ string, b *rbacv1.ProjectRoleBinding) bool {
 		if m.Project != "" && b.Project != m.Project || m.RoleTemplate != "" && b.RoleTemplate != m.RoleTemplate {
+			return false
+		}
+		if !caller.Can("list", roles.Group, roles.ResMembers, b.Project) {
 			return false
 		}
 		if f := m.Subject; f != nil {

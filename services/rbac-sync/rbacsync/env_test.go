@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
@@ -81,9 +82,7 @@ func start(t testing.TB, j *testkit.JetStream, cfg rbacsync.Config, opts ...star
 	if j == nil {
 		j = testkit.StartJetStream(t)
 	}
-	if cfg.PlatformAdmins == nil {
-		cfg.PlatformAdmins = []string{"admin"}
-	}
+	admins := []string{"admin"}
 	log := testkit.Logger(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	var lines []byte
@@ -101,8 +100,9 @@ func start(t testing.TB, j *testkit.JetStream, cfg rbacsync.Config, opts ...star
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Authorize(t, j.JS, srv, authz.Config{PlatformAdmins: admins})
 	ctx, cancel := context.WithCancel(context.Background())
-	ci, err := clusterimport.New(ctx, j.JS, clusterimport.Config{}, log)
+	ci, err := clusterimport.New(ctx, j.JS, clusterimport.Config{PlaintextCredentials: true}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
 // replay feeds fn every event of stream stored at or before until, in stream order, and returns
@@ -147,10 +149,12 @@ func (s *Service) AccessAt(ctx context.Context, req *connect.Request[rbacv1.Acce
 		placesOf[g.project] = append(placesOf[g.project], g.place)
 	}
 	id := subjectID(m.Subject)
+	caller := authz.CallerFrom(ctx)
 	res := &rbacv1.AccessAtResponse{RbacSequence: rbacSeq, ProjectSequence: nsSeq}
 	for _, k := range slices.Sorted(maps.Keys(h.bindings)) {
 		b := h.bindings[k]
-		if subjectID(b.Subject) != id {
+		// A caller sees the history of the projects it may read access in today.
+		if subjectID(b.Subject) != id || !caller.Can("get", roles.Group, roles.ResAccess, b.Project) {
 			continue
 		}
 		_, exists := h.templates[b.RoleTemplate]

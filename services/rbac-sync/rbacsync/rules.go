@@ -8,56 +8,15 @@ import (
 	rbachelpers "k8s.io/component-helpers/auth/rbac/validation"
 
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
 // templateLookup finds a template by name; the API passes its view cache, the fan-out its model.
-type templateLookup func(name string) (*rbacv1.RoleTemplate, bool)
+type templateLookup = roles.Lookup
 
-// effectiveRules returns the rules a binding to template name grants: its own rules, then those
-// of every template it inherits, depth first in inherits order, each rule once. Templates are
-// flattened rather than aggregated (aggregationRule) because aggregation needs the
-// clusterrole-aggregation controller of kube-controller-manager, which not every member cluster
-// runs, and because a flattened ClusterRole is complete in itself: "the agent applied revision
-// N" then means the cluster grants exactly those rules. A missing inherited template (possible
-// only transiently) contributes nothing; inheritance is acyclic by validation, and the visited
-// set makes even a corrupted cycle terminate.
+// effectiveRules: see roles.EffectiveRules, shared with the API's authorizer.
 func effectiveRules(lookup templateLookup, name string) []*rbacv1.PolicyRule {
-	var out []*rbacv1.PolicyRule
-	seenRule := map[string]bool{}
-	visited := map[string]bool{}
-	var walk func(string)
-	walk = func(n string) {
-		if visited[n] {
-			return
-		}
-		visited[n] = true
-		t, ok := lookup(n)
-		if !ok {
-			return
-		}
-		for _, r := range t.Rules {
-			k := ruleKey(r)
-			if !seenRule[k] {
-				seenRule[k] = true
-				out = append(out, r)
-			}
-		}
-		for _, p := range t.Inherits {
-			walk(p)
-		}
-	}
-	walk(name)
-	return out
-}
-
-// ruleKey identifies a rule by content, order of values included (rules are copied verbatim).
-func ruleKey(r *rbacv1.PolicyRule) string {
-	var b strings.Builder
-	for _, l := range [][]string{r.Verbs, r.ApiGroups, r.Resources, r.ResourceNames, r.NonResourceUrls} {
-		b.WriteString(strings.Join(l, "\x00"))
-		b.WriteByte('\x01')
-	}
-	return b.String()
+	return roles.EffectiveRules(lookup, name)
 }
 
 // reaches returns the inheritance path from `from` to `target` (both included), or nil if target

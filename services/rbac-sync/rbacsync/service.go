@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,10 +38,6 @@ const (
 type Config struct {
 	// Replicas of streams and buckets (1 single node, 3 production).
 	Replicas int
-	// PlatformAdmins are the API users (as the token file names them) who may manage role
-	// templates and bind any role in any project. Actors starting with "system:" (the
-	// services themselves) are always admins.
-	PlatformAdmins []string
 	// NamespaceBindingsBucket and NamespaceStream name namespace-binding's view and stream.
 	NamespaceBindingsBucket string
 	NamespaceStream         string
@@ -208,6 +202,9 @@ func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
 			return nil
 		}
 	}
+	if err := s.ensureBuiltins(ctx); err != nil {
+		return err
+	}
 	close(s.ready)
 	s.log.Info("rbac-sync ready")
 	return nil
@@ -234,12 +231,4 @@ func (s *Service) awaitBucket(ctx context.Context, bucket string) (jetstream.Key
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-// isAdmin reports whether actor may manage templates and grant anything.
-func (s *Service) isAdmin(actor string) bool {
-	if strings.HasPrefix(actor, "system:") {
-		return true
-	}
-	return slices.Contains(s.cfg.PlatformAdmins, actor)
 }

@@ -8,18 +8,21 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
 
 	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "rotate-credentials-key" {
+		return rotate(args[1:])
+	}
 	var cfg fleetd.Config
 	var logLevel string
 	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
@@ -27,21 +30,18 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Server.Listen, "listen", "127.0.0.1:8080", "host:port of the HTTP listener for every API, /healthz, /readyz and /metrics")
 	fs.StringVar(&cfg.Server.TokenFile, "token-file", "", "bearer tokens allowed to call the APIs, one `token,user` per line")
 	fs.BoolVar(&cfg.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
+	cfg.Server.OIDC.RegisterFlags(fs)
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
 	fs.DurationVar(&cfg.ClusterImport.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
-	var admins string
-	fs.StringVar(&admins, "platform-admins", os.Getenv("FLEETSTREAM_PLATFORM_ADMINS"), "comma-separated API users (as the token file names them) who manage role templates and may grant any role")
+	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
+	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
+	cfg.Authz.RegisterFlags(fs)
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
-	}
-	for _, a := range strings.Split(admins, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			cfg.RBAC.PlatformAdmins = append(cfg.RBAC.PlatformAdmins, a)
-		}
 	}
 	log, err := logging.New(logLevel, true)
 	if err != nil {

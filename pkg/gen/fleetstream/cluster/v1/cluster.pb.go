@@ -717,12 +717,17 @@ type ClusterSecrets struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId   string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	ClusterName string                 `protobuf:"bytes,2,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	// Plaintext credentials: only in values written before credentials were sealed (still read,
+	// resealed by rotate-credentials-key) and in memory; a stored value has sealed_credentials.
 	Credentials *ConnectionCredentials `protobuf:"bytes,3,opt,name=credentials,proto3" json:"credentials,omitempty"`
 	// Hex SHA-256 of the agent token; the token itself is shown once at registration.
 	AgentTokenSha256 string `protobuf:"bytes,4,opt,name=agent_token_sha256,json=agentTokenSha256,proto3" json:"agent_token_sha256,omitempty"`
 	Revision         uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The marshalled ConnectionCredentials sealed with AES-256-GCM (pkg/sealed): the envelope
+	// records the id of the key that sealed it and is bound to cluster_id.
+	SealedCredentials []byte `protobuf:"bytes,6,opt,name=sealed_credentials,json=sealedCredentials,proto3" json:"sealed_credentials,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClusterSecrets) Reset() {
@@ -788,6 +793,13 @@ func (x *ClusterSecrets) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ClusterSecrets) GetSealedCredentials() []byte {
+	if x != nil {
+		return x.SealedCredentials
+	}
+	return nil
 }
 
 // AgentIdentity is what bucket `agent-tokens` keeps under the hex SHA-256 of an agent token.
@@ -998,14 +1010,15 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x02\n" +
 	"\x0eClusterSecrets\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
 	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12O\n" +
 	"\vcredentials\x18\x03 \x01(\v2-.fleetstream.cluster.v1.ConnectionCredentialsR\vcredentials\x12,\n" +
 	"\x12agent_token_sha256\x18\x04 \x01(\tR\x10agentTokenSha256\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"Q\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12-\n" +
+	"\x12sealed_credentials\x18\x06 \x01(\fR\x11sealedCredentials\"Q\n" +
 	"\rAgentIdentity\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +

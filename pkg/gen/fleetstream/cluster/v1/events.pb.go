@@ -411,11 +411,244 @@ func (x *ClusterAgentLost) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// SubscriberCreated is appended to FLEET_CLUSTER (subject fleet.cluster.subscriber.<name>) when
+// a subscriber is created. It never carries the token.
+type SubscriberCreated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Streams       []string               `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriberCreated) Reset() {
+	*x = SubscriberCreated{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriberCreated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriberCreated) ProtoMessage() {}
+
+func (x *SubscriberCreated) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriberCreated.ProtoReflect.Descriptor instead.
+func (*SubscriberCreated) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SubscriberCreated) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SubscriberCreated) GetStreams() []string {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+// SubscriberDeleted is appended when a subscriber is deleted.
+type SubscriberDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriberDeleted) Reset() {
+	*x = SubscriberDeleted{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriberDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriberDeleted) ProtoMessage() {}
+
+func (x *SubscriberDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriberDeleted.ProtoReflect.Descriptor instead.
+func (*SubscriberDeleted) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SubscriberDeleted) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// Events of an import policy, on subject fleet.cluster.importpolicy.<name> of FLEET_CLUSTER.
+type ImportPolicyCreated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *ImportPolicy          `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportPolicyCreated) Reset() {
+	*x = ImportPolicyCreated{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportPolicyCreated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportPolicyCreated) ProtoMessage() {}
+
+func (x *ImportPolicyCreated) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportPolicyCreated.ProtoReflect.Descriptor instead.
+func (*ImportPolicyCreated) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ImportPolicyCreated) GetPolicy() *ImportPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// ImportPolicyUpdated carries the whole policy after the change.
+type ImportPolicyUpdated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *ImportPolicy          `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportPolicyUpdated) Reset() {
+	*x = ImportPolicyUpdated{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportPolicyUpdated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportPolicyUpdated) ProtoMessage() {}
+
+func (x *ImportPolicyUpdated) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportPolicyUpdated.ProtoReflect.Descriptor instead.
+func (*ImportPolicyUpdated) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ImportPolicyUpdated) GetPolicy() *ImportPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type ImportPolicyDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportPolicyDeleted) Reset() {
+	*x = ImportPolicyDeleted{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportPolicyDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportPolicyDeleted) ProtoMessage() {}
+
+func (x *ImportPolicyDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportPolicyDeleted.ProtoReflect.Descriptor instead.
+func (*ImportPolicyDeleted) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ImportPolicyDeleted) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 var File_fleetstream_cluster_v1_events_proto protoreflect.FileDescriptor
 
 const file_fleetstream_cluster_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"#fleetstream/cluster/v1/events.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x03\n" +
+	"#fleetstream/cluster/v1/events.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a*fleetstream/cluster/v1/import_policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x03\n" +
 	"\x11ClusterRegistered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12M\n" +
@@ -454,7 +687,18 @@ const file_fleetstream_cluster_v1_events_proto_rawDesc = "" +
 	"\x10ClusterAgentLost\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\tlast_seen\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04timeBMZKgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1;clusterv1b\x06proto3"
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"A\n" +
+	"\x11SubscriberCreated\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\astreams\x18\x02 \x03(\tR\astreams\"'\n" +
+	"\x11SubscriberDeleted\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"S\n" +
+	"\x13ImportPolicyCreated\x12<\n" +
+	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\"S\n" +
+	"\x13ImportPolicyUpdated\x12<\n" +
+	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\")\n" +
+	"\x13ImportPolicyDeleted\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04nameBMZKgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_fleetstream_cluster_v1_events_proto_rawDescOnce sync.Once
@@ -468,7 +712,7 @@ func file_fleetstream_cluster_v1_events_proto_rawDescGZIP() []byte {
 	return file_fleetstream_cluster_v1_events_proto_rawDescData
 }
 
-var file_fleetstream_cluster_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_fleetstream_cluster_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_fleetstream_cluster_v1_events_proto_goTypes = []any{
 	(*ClusterRegistered)(nil),         // 0: fleetstream.cluster.v1.ClusterRegistered
 	(*ClusterUpdated)(nil),            // 1: fleetstream.cluster.v1.ClusterUpdated
@@ -476,28 +720,36 @@ var file_fleetstream_cluster_v1_events_proto_goTypes = []any{
 	(*ClusterDeregistered)(nil),       // 3: fleetstream.cluster.v1.ClusterDeregistered
 	(*ClusterAgentConnected)(nil),     // 4: fleetstream.cluster.v1.ClusterAgentConnected
 	(*ClusterAgentLost)(nil),          // 5: fleetstream.cluster.v1.ClusterAgentLost
-	nil,                               // 6: fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
-	nil,                               // 7: fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
-	nil,                               // 8: fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
-	nil,                               // 9: fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
-	(*Taint)(nil),                     // 10: fleetstream.cluster.v1.Taint
-	(*timestamppb.Timestamp)(nil),     // 11: google.protobuf.Timestamp
+	(*SubscriberCreated)(nil),         // 6: fleetstream.cluster.v1.SubscriberCreated
+	(*SubscriberDeleted)(nil),         // 7: fleetstream.cluster.v1.SubscriberDeleted
+	(*ImportPolicyCreated)(nil),       // 8: fleetstream.cluster.v1.ImportPolicyCreated
+	(*ImportPolicyUpdated)(nil),       // 9: fleetstream.cluster.v1.ImportPolicyUpdated
+	(*ImportPolicyDeleted)(nil),       // 10: fleetstream.cluster.v1.ImportPolicyDeleted
+	nil,                               // 11: fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
+	nil,                               // 12: fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
+	nil,                               // 13: fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
+	nil,                               // 14: fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
+	(*Taint)(nil),                     // 15: fleetstream.cluster.v1.Taint
+	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
+	(*ImportPolicy)(nil),              // 17: fleetstream.cluster.v1.ImportPolicy
 }
 var file_fleetstream_cluster_v1_events_proto_depIdxs = []int32{
-	6,  // 0: fleetstream.cluster.v1.ClusterRegistered.labels:type_name -> fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
-	7,  // 1: fleetstream.cluster.v1.ClusterRegistered.claims:type_name -> fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
-	10, // 2: fleetstream.cluster.v1.ClusterRegistered.taints:type_name -> fleetstream.cluster.v1.Taint
-	8,  // 3: fleetstream.cluster.v1.ClusterUpdated.labels:type_name -> fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
-	9,  // 4: fleetstream.cluster.v1.ClusterUpdated.claims:type_name -> fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
-	10, // 5: fleetstream.cluster.v1.ClusterUpdated.taints:type_name -> fleetstream.cluster.v1.Taint
-	11, // 6: fleetstream.cluster.v1.ClusterAgentConnected.time:type_name -> google.protobuf.Timestamp
-	11, // 7: fleetstream.cluster.v1.ClusterAgentLost.last_seen:type_name -> google.protobuf.Timestamp
-	11, // 8: fleetstream.cluster.v1.ClusterAgentLost.time:type_name -> google.protobuf.Timestamp
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 0: fleetstream.cluster.v1.ClusterRegistered.labels:type_name -> fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
+	12, // 1: fleetstream.cluster.v1.ClusterRegistered.claims:type_name -> fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
+	15, // 2: fleetstream.cluster.v1.ClusterRegistered.taints:type_name -> fleetstream.cluster.v1.Taint
+	13, // 3: fleetstream.cluster.v1.ClusterUpdated.labels:type_name -> fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
+	14, // 4: fleetstream.cluster.v1.ClusterUpdated.claims:type_name -> fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
+	15, // 5: fleetstream.cluster.v1.ClusterUpdated.taints:type_name -> fleetstream.cluster.v1.Taint
+	16, // 6: fleetstream.cluster.v1.ClusterAgentConnected.time:type_name -> google.protobuf.Timestamp
+	16, // 7: fleetstream.cluster.v1.ClusterAgentLost.last_seen:type_name -> google.protobuf.Timestamp
+	16, // 8: fleetstream.cluster.v1.ClusterAgentLost.time:type_name -> google.protobuf.Timestamp
+	17, // 9: fleetstream.cluster.v1.ImportPolicyCreated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	17, // 10: fleetstream.cluster.v1.ImportPolicyUpdated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_events_proto_init() }
@@ -506,13 +758,14 @@ func file_fleetstream_cluster_v1_events_proto_init() {
 		return
 	}
 	file_fleetstream_cluster_v1_cluster_proto_init()
+	file_fleetstream_cluster_v1_import_policy_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_events_proto_rawDesc), len(file_fleetstream_cluster_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

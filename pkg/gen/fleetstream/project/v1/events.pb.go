@@ -125,6 +125,68 @@ func (x *ProjectDeleted) GetName() string {
 	return ""
 }
 
+// ProjectBudgetSet replaces the project's budget on one cluster; an empty hard removes it (the
+// project is unlimited there again).
+type ProjectBudgetSet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hard          map[string]string      `protobuf:"bytes,3,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectBudgetSet) Reset() {
+	*x = ProjectBudgetSet{}
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectBudgetSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectBudgetSet) ProtoMessage() {}
+
+func (x *ProjectBudgetSet) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectBudgetSet.ProtoReflect.Descriptor instead.
+func (*ProjectBudgetSet) Descriptor() ([]byte, []int) {
+	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ProjectBudgetSet) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ProjectBudgetSet) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ProjectBudgetSet) GetHard() map[string]string {
+	if x != nil {
+		return x.Hard
+	}
+	return nil
+}
+
 type NamespaceBound struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BindingId     string                 `protobuf:"bytes,1,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
@@ -138,7 +200,7 @@ type NamespaceBound struct {
 
 func (x *NamespaceBound) Reset() {
 	*x = NamespaceBound{}
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[2]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +212,7 @@ func (x *NamespaceBound) String() string {
 func (*NamespaceBound) ProtoMessage() {}
 
 func (x *NamespaceBound) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[2]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +225,7 @@ func (x *NamespaceBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceBound.ProtoReflect.Descriptor instead.
 func (*NamespaceBound) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NamespaceBound) GetBindingId() string {
@@ -215,7 +277,7 @@ type NamespaceQuotaUpdated struct {
 
 func (x *NamespaceQuotaUpdated) Reset() {
 	*x = NamespaceQuotaUpdated{}
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[3]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +289,7 @@ func (x *NamespaceQuotaUpdated) String() string {
 func (*NamespaceQuotaUpdated) ProtoMessage() {}
 
 func (x *NamespaceQuotaUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[3]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +302,7 @@ func (x *NamespaceQuotaUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceQuotaUpdated.ProtoReflect.Descriptor instead.
 func (*NamespaceQuotaUpdated) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NamespaceQuotaUpdated) GetBindingId() string {
@@ -295,7 +357,7 @@ type NamespaceUnbinding struct {
 
 func (x *NamespaceUnbinding) Reset() {
 	*x = NamespaceUnbinding{}
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[4]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +369,7 @@ func (x *NamespaceUnbinding) String() string {
 func (*NamespaceUnbinding) ProtoMessage() {}
 
 func (x *NamespaceUnbinding) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[4]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +382,7 @@ func (x *NamespaceUnbinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceUnbinding.ProtoReflect.Descriptor instead.
 func (*NamespaceUnbinding) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NamespaceUnbinding) GetBindingId() string {
@@ -385,7 +447,7 @@ type NamespaceBindingStatusChanged struct {
 
 func (x *NamespaceBindingStatusChanged) Reset() {
 	*x = NamespaceBindingStatusChanged{}
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[5]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +459,7 @@ func (x *NamespaceBindingStatusChanged) String() string {
 func (*NamespaceBindingStatusChanged) ProtoMessage() {}
 
 func (x *NamespaceBindingStatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[5]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +472,7 @@ func (x *NamespaceBindingStatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceBindingStatusChanged.ProtoReflect.Descriptor instead.
 func (*NamespaceBindingStatusChanged) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NamespaceBindingStatusChanged) GetBindingId() string {
@@ -476,7 +538,7 @@ type NamespaceReleased struct {
 
 func (x *NamespaceReleased) Reset() {
 	*x = NamespaceReleased{}
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[6]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +550,7 @@ func (x *NamespaceReleased) String() string {
 func (*NamespaceReleased) ProtoMessage() {}
 
 func (x *NamespaceReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_events_proto_msgTypes[6]
+	mi := &file_fleetstream_project_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +563,7 @@ func (x *NamespaceReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceReleased.ProtoReflect.Descriptor instead.
 func (*NamespaceReleased) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_fleetstream_project_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NamespaceReleased) GetBindingId() string {
@@ -545,7 +607,14 @@ const file_fleetstream_project_v1_events_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"$\n" +
 	"\x0eProjectDeleted\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x80\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc7\x01\n" +
+	"\x10ProjectBudgetSet\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12F\n" +
+	"\x04hard\x18\x03 \x03(\v22.fleetstream.project.v1.ProjectBudgetSet.HardEntryR\x04hard\x1a7\n" +
+	"\tHardEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x02\n" +
 	"\x0eNamespaceBound\x12\x1d\n" +
 	"\n" +
 	"binding_id\x18\x01 \x01(\tR\tbindingId\x12\x18\n" +
@@ -602,32 +671,35 @@ func file_fleetstream_project_v1_events_proto_rawDescGZIP() []byte {
 	return file_fleetstream_project_v1_events_proto_rawDescData
 }
 
-var file_fleetstream_project_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_fleetstream_project_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_fleetstream_project_v1_events_proto_goTypes = []any{
 	(*ProjectCreated)(nil),                // 0: fleetstream.project.v1.ProjectCreated
 	(*ProjectDeleted)(nil),                // 1: fleetstream.project.v1.ProjectDeleted
-	(*NamespaceBound)(nil),                // 2: fleetstream.project.v1.NamespaceBound
-	(*NamespaceQuotaUpdated)(nil),         // 3: fleetstream.project.v1.NamespaceQuotaUpdated
-	(*NamespaceUnbinding)(nil),            // 4: fleetstream.project.v1.NamespaceUnbinding
-	(*NamespaceBindingStatusChanged)(nil), // 5: fleetstream.project.v1.NamespaceBindingStatusChanged
-	(*NamespaceReleased)(nil),             // 6: fleetstream.project.v1.NamespaceReleased
-	nil,                                   // 7: fleetstream.project.v1.ProjectCreated.LabelsEntry
-	nil,                                   // 8: fleetstream.project.v1.NamespaceBound.HardEntry
-	nil,                                   // 9: fleetstream.project.v1.NamespaceQuotaUpdated.HardEntry
-	(UnbindPolicy)(0),                     // 10: fleetstream.project.v1.UnbindPolicy
-	(BindingPhase)(0),                     // 11: fleetstream.project.v1.BindingPhase
+	(*ProjectBudgetSet)(nil),              // 2: fleetstream.project.v1.ProjectBudgetSet
+	(*NamespaceBound)(nil),                // 3: fleetstream.project.v1.NamespaceBound
+	(*NamespaceQuotaUpdated)(nil),         // 4: fleetstream.project.v1.NamespaceQuotaUpdated
+	(*NamespaceUnbinding)(nil),            // 5: fleetstream.project.v1.NamespaceUnbinding
+	(*NamespaceBindingStatusChanged)(nil), // 6: fleetstream.project.v1.NamespaceBindingStatusChanged
+	(*NamespaceReleased)(nil),             // 7: fleetstream.project.v1.NamespaceReleased
+	nil,                                   // 8: fleetstream.project.v1.ProjectCreated.LabelsEntry
+	nil,                                   // 9: fleetstream.project.v1.ProjectBudgetSet.HardEntry
+	nil,                                   // 10: fleetstream.project.v1.NamespaceBound.HardEntry
+	nil,                                   // 11: fleetstream.project.v1.NamespaceQuotaUpdated.HardEntry
+	(UnbindPolicy)(0),                     // 12: fleetstream.project.v1.UnbindPolicy
+	(BindingPhase)(0),                     // 13: fleetstream.project.v1.BindingPhase
 }
 var file_fleetstream_project_v1_events_proto_depIdxs = []int32{
-	7,  // 0: fleetstream.project.v1.ProjectCreated.labels:type_name -> fleetstream.project.v1.ProjectCreated.LabelsEntry
-	8,  // 1: fleetstream.project.v1.NamespaceBound.hard:type_name -> fleetstream.project.v1.NamespaceBound.HardEntry
-	9,  // 2: fleetstream.project.v1.NamespaceQuotaUpdated.hard:type_name -> fleetstream.project.v1.NamespaceQuotaUpdated.HardEntry
-	10, // 3: fleetstream.project.v1.NamespaceUnbinding.policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	11, // 4: fleetstream.project.v1.NamespaceBindingStatusChanged.phase:type_name -> fleetstream.project.v1.BindingPhase
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	8,  // 0: fleetstream.project.v1.ProjectCreated.labels:type_name -> fleetstream.project.v1.ProjectCreated.LabelsEntry
+	9,  // 1: fleetstream.project.v1.ProjectBudgetSet.hard:type_name -> fleetstream.project.v1.ProjectBudgetSet.HardEntry
+	10, // 2: fleetstream.project.v1.NamespaceBound.hard:type_name -> fleetstream.project.v1.NamespaceBound.HardEntry
+	11, // 3: fleetstream.project.v1.NamespaceQuotaUpdated.hard:type_name -> fleetstream.project.v1.NamespaceQuotaUpdated.HardEntry
+	12, // 4: fleetstream.project.v1.NamespaceUnbinding.policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	13, // 5: fleetstream.project.v1.NamespaceBindingStatusChanged.phase:type_name -> fleetstream.project.v1.BindingPhase
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_project_v1_events_proto_init() }
@@ -642,7 +714,7 @@ func file_fleetstream_project_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_project_v1_events_proto_rawDesc), len(file_fleetstream_project_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

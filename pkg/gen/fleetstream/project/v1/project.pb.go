@@ -148,7 +148,10 @@ type Project struct {
 	// Computed when read from the current bindings and what the agents report; never stored.
 	Status *ProjectStatus `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	// Stream sequence of the last event of this project's aggregate.
-	Revision      uint64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Budgets per cluster, ordered by cluster name (SetProjectBudget). A cluster without one is
+	// unlimited for the project.
+	Budgets       []*ProjectBudget `protobuf:"bytes,8,rep,name=budgets,proto3" json:"budgets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +235,81 @@ func (x *Project) GetRevision() uint64 {
 	return 0
 }
 
+func (x *Project) GetBudgets() []*ProjectBudget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// ProjectBudget caps, on one cluster, the sum of the hard limits of the project's namespace
+// quotas there (TKE's project quota). Every namespace of the project on that cluster must set a
+// limit for each budgeted resource, and together they must fit.
+type ProjectBudget struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Resource → Kubernetes quantity, the same keys as a namespace quota's hard limits, e.g.
+	// {"cpu": "10", "memory": "20Gi"}.
+	Hard map[string]string `protobuf:"bytes,2,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Computed when read, never stored: per budgeted resource, the sum of the hard limits of the
+	// project's namespaces on the cluster (not Terminating), i.e. how much of the budget is
+	// handed out. "0" for a resource no namespace holds yet.
+	Allocated     map[string]string `protobuf:"bytes,3,rep,name=allocated,proto3" json:"allocated,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectBudget) Reset() {
+	*x = ProjectBudget{}
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectBudget) ProtoMessage() {}
+
+func (x *ProjectBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectBudget.ProtoReflect.Descriptor instead.
+func (*ProjectBudget) Descriptor() ([]byte, []int) {
+	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ProjectBudget) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ProjectBudget) GetHard() map[string]string {
+	if x != nil {
+		return x.Hard
+	}
+	return nil
+}
+
+func (x *ProjectBudget) GetAllocated() map[string]string {
+	if x != nil {
+		return x.Allocated
+	}
+	return nil
+}
+
 type ProjectStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Bindings the project owns (not Terminating).
@@ -249,7 +327,7 @@ type ProjectStatus struct {
 
 func (x *ProjectStatus) Reset() {
 	*x = ProjectStatus{}
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[1]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +339,7 @@ func (x *ProjectStatus) String() string {
 func (*ProjectStatus) ProtoMessage() {}
 
 func (x *ProjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[1]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +352,7 @@ func (x *ProjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectStatus.ProtoReflect.Descriptor instead.
 func (*ProjectStatus) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{1}
+	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ProjectStatus) GetNamespaceCount() int32 {
@@ -335,7 +413,7 @@ type ClusterQuotaStatus struct {
 
 func (x *ClusterQuotaStatus) Reset() {
 	*x = ClusterQuotaStatus{}
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[2]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +425,7 @@ func (x *ClusterQuotaStatus) String() string {
 func (*ClusterQuotaStatus) ProtoMessage() {}
 
 func (x *ClusterQuotaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[2]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +438,7 @@ func (x *ClusterQuotaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterQuotaStatus.ProtoReflect.Descriptor instead.
 func (*ClusterQuotaStatus) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{2}
+	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClusterQuotaStatus) GetCluster() string {
@@ -418,7 +496,7 @@ type NamespaceBinding struct {
 
 func (x *NamespaceBinding) Reset() {
 	*x = NamespaceBinding{}
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[3]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +508,7 @@ func (x *NamespaceBinding) String() string {
 func (*NamespaceBinding) ProtoMessage() {}
 
 func (x *NamespaceBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[3]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +521,7 @@ func (x *NamespaceBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceBinding.ProtoReflect.Descriptor instead.
 func (*NamespaceBinding) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{3}
+	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NamespaceBinding) GetId() string {
@@ -551,7 +629,7 @@ type IdleNamespace struct {
 
 func (x *IdleNamespace) Reset() {
 	*x = IdleNamespace{}
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[4]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +641,7 @@ func (x *IdleNamespace) String() string {
 func (*IdleNamespace) ProtoMessage() {}
 
 func (x *IdleNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[4]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +654,7 @@ func (x *IdleNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdleNamespace.ProtoReflect.Descriptor instead.
 func (*IdleNamespace) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{4}
+	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IdleNamespace) GetCluster() string {
@@ -623,7 +701,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[5]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +713,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_proto_msgTypes[5]
+	mi := &file_fleetstream_project_v1_project_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +726,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_project_v1_project_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Claim) GetProject() string {
@@ -683,7 +761,7 @@ var File_fleetstream_project_v1_project_proto protoreflect.FileDescriptor
 
 const file_fleetstream_project_v1_project_proto_rawDesc = "" +
 	"\n" +
-	"$fleetstream/project/v1/project.proto\x12\x16fleetstream.project.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n" +
+	"$fleetstream/project/v1/project.proto\x12\x16fleetstream.project.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x03\n" +
 	"\aProject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12C\n" +
@@ -693,8 +771,19 @@ const file_fleetstream_project_v1_project_proto_rawDesc = "" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12=\n" +
 	"\x06status\x18\x06 \x01(\v2%.fleetstream.project.v1.ProjectStatusR\x06status\x12\x1a\n" +
-	"\brevision\x18\a \x01(\x04R\brevision\x1a9\n" +
+	"\brevision\x18\a \x01(\x04R\brevision\x12?\n" +
+	"\abudgets\x18\b \x03(\v2%.fleetstream.project.v1.ProjectBudgetR\abudgets\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x02\n" +
+	"\rProjectBudget\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12C\n" +
+	"\x04hard\x18\x02 \x03(\v2/.fleetstream.project.v1.ProjectBudget.HardEntryR\x04hard\x12R\n" +
+	"\tallocated\x18\x03 \x03(\v24.fleetstream.project.v1.ProjectBudget.AllocatedEntryR\tallocated\x1a7\n" +
+	"\tHardEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
+	"\x0eAllocatedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9e\x02\n" +
 	"\rProjectStatus\x12'\n" +
@@ -777,45 +866,51 @@ func file_fleetstream_project_v1_project_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_project_v1_project_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fleetstream_project_v1_project_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_fleetstream_project_v1_project_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_fleetstream_project_v1_project_proto_goTypes = []any{
 	(BindingPhase)(0),             // 0: fleetstream.project.v1.BindingPhase
 	(UnbindPolicy)(0),             // 1: fleetstream.project.v1.UnbindPolicy
 	(*Project)(nil),               // 2: fleetstream.project.v1.Project
-	(*ProjectStatus)(nil),         // 3: fleetstream.project.v1.ProjectStatus
-	(*ClusterQuotaStatus)(nil),    // 4: fleetstream.project.v1.ClusterQuotaStatus
-	(*NamespaceBinding)(nil),      // 5: fleetstream.project.v1.NamespaceBinding
-	(*IdleNamespace)(nil),         // 6: fleetstream.project.v1.IdleNamespace
-	(*Claim)(nil),                 // 7: fleetstream.project.v1.Claim
-	nil,                           // 8: fleetstream.project.v1.Project.LabelsEntry
-	nil,                           // 9: fleetstream.project.v1.ClusterQuotaStatus.HardEntry
-	nil,                           // 10: fleetstream.project.v1.ClusterQuotaStatus.UsedEntry
-	nil,                           // 11: fleetstream.project.v1.NamespaceBinding.HardEntry
-	nil,                           // 12: fleetstream.project.v1.NamespaceBinding.UsedEntry
-	nil,                           // 13: fleetstream.project.v1.IdleNamespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*ProjectBudget)(nil),         // 3: fleetstream.project.v1.ProjectBudget
+	(*ProjectStatus)(nil),         // 4: fleetstream.project.v1.ProjectStatus
+	(*ClusterQuotaStatus)(nil),    // 5: fleetstream.project.v1.ClusterQuotaStatus
+	(*NamespaceBinding)(nil),      // 6: fleetstream.project.v1.NamespaceBinding
+	(*IdleNamespace)(nil),         // 7: fleetstream.project.v1.IdleNamespace
+	(*Claim)(nil),                 // 8: fleetstream.project.v1.Claim
+	nil,                           // 9: fleetstream.project.v1.Project.LabelsEntry
+	nil,                           // 10: fleetstream.project.v1.ProjectBudget.HardEntry
+	nil,                           // 11: fleetstream.project.v1.ProjectBudget.AllocatedEntry
+	nil,                           // 12: fleetstream.project.v1.ClusterQuotaStatus.HardEntry
+	nil,                           // 13: fleetstream.project.v1.ClusterQuotaStatus.UsedEntry
+	nil,                           // 14: fleetstream.project.v1.NamespaceBinding.HardEntry
+	nil,                           // 15: fleetstream.project.v1.NamespaceBinding.UsedEntry
+	nil,                           // 16: fleetstream.project.v1.IdleNamespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_fleetstream_project_v1_project_proto_depIdxs = []int32{
-	8,  // 0: fleetstream.project.v1.Project.labels:type_name -> fleetstream.project.v1.Project.LabelsEntry
-	14, // 1: fleetstream.project.v1.Project.create_time:type_name -> google.protobuf.Timestamp
-	14, // 2: fleetstream.project.v1.Project.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 3: fleetstream.project.v1.Project.status:type_name -> fleetstream.project.v1.ProjectStatus
-	4,  // 4: fleetstream.project.v1.ProjectStatus.clusters:type_name -> fleetstream.project.v1.ClusterQuotaStatus
-	9,  // 5: fleetstream.project.v1.ClusterQuotaStatus.hard:type_name -> fleetstream.project.v1.ClusterQuotaStatus.HardEntry
-	10, // 6: fleetstream.project.v1.ClusterQuotaStatus.used:type_name -> fleetstream.project.v1.ClusterQuotaStatus.UsedEntry
-	11, // 7: fleetstream.project.v1.NamespaceBinding.hard:type_name -> fleetstream.project.v1.NamespaceBinding.HardEntry
-	0,  // 8: fleetstream.project.v1.NamespaceBinding.phase:type_name -> fleetstream.project.v1.BindingPhase
-	12, // 9: fleetstream.project.v1.NamespaceBinding.used:type_name -> fleetstream.project.v1.NamespaceBinding.UsedEntry
-	1,  // 10: fleetstream.project.v1.NamespaceBinding.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	14, // 11: fleetstream.project.v1.NamespaceBinding.create_time:type_name -> google.protobuf.Timestamp
-	14, // 12: fleetstream.project.v1.NamespaceBinding.update_time:type_name -> google.protobuf.Timestamp
-	13, // 13: fleetstream.project.v1.IdleNamespace.labels:type_name -> fleetstream.project.v1.IdleNamespace.LabelsEntry
-	14, // 14: fleetstream.project.v1.Claim.create_time:type_name -> google.protobuf.Timestamp
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	9,  // 0: fleetstream.project.v1.Project.labels:type_name -> fleetstream.project.v1.Project.LabelsEntry
+	17, // 1: fleetstream.project.v1.Project.create_time:type_name -> google.protobuf.Timestamp
+	17, // 2: fleetstream.project.v1.Project.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 3: fleetstream.project.v1.Project.status:type_name -> fleetstream.project.v1.ProjectStatus
+	3,  // 4: fleetstream.project.v1.Project.budgets:type_name -> fleetstream.project.v1.ProjectBudget
+	10, // 5: fleetstream.project.v1.ProjectBudget.hard:type_name -> fleetstream.project.v1.ProjectBudget.HardEntry
+	11, // 6: fleetstream.project.v1.ProjectBudget.allocated:type_name -> fleetstream.project.v1.ProjectBudget.AllocatedEntry
+	5,  // 7: fleetstream.project.v1.ProjectStatus.clusters:type_name -> fleetstream.project.v1.ClusterQuotaStatus
+	12, // 8: fleetstream.project.v1.ClusterQuotaStatus.hard:type_name -> fleetstream.project.v1.ClusterQuotaStatus.HardEntry
+	13, // 9: fleetstream.project.v1.ClusterQuotaStatus.used:type_name -> fleetstream.project.v1.ClusterQuotaStatus.UsedEntry
+	14, // 10: fleetstream.project.v1.NamespaceBinding.hard:type_name -> fleetstream.project.v1.NamespaceBinding.HardEntry
+	0,  // 11: fleetstream.project.v1.NamespaceBinding.phase:type_name -> fleetstream.project.v1.BindingPhase
+	15, // 12: fleetstream.project.v1.NamespaceBinding.used:type_name -> fleetstream.project.v1.NamespaceBinding.UsedEntry
+	1,  // 13: fleetstream.project.v1.NamespaceBinding.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	17, // 14: fleetstream.project.v1.NamespaceBinding.create_time:type_name -> google.protobuf.Timestamp
+	17, // 15: fleetstream.project.v1.NamespaceBinding.update_time:type_name -> google.protobuf.Timestamp
+	16, // 16: fleetstream.project.v1.IdleNamespace.labels:type_name -> fleetstream.project.v1.IdleNamespace.LabelsEntry
+	17, // 17: fleetstream.project.v1.Claim.create_time:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_project_v1_project_proto_init() }
@@ -829,7 +924,7 @@ func file_fleetstream_project_v1_project_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_project_v1_project_proto_rawDesc), len(file_fleetstream_project_v1_project_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -556,6 +556,113 @@ func (x *WatchProjectsResponse) GetProject() *Project {
 	return nil
 }
 
+type SetProjectBudgetRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Resource → Kubernetes quantity (e.g. {"cpu": "10", "memory": "20Gi"}), the same shape as
+	// a namespace quota's hard limits; replaces the whole budget on the cluster. Empty removes it.
+	Hard          map[string]string `protobuf:"bytes,3,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetProjectBudgetRequest) Reset() {
+	*x = SetProjectBudgetRequest{}
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetProjectBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetProjectBudgetRequest) ProtoMessage() {}
+
+func (x *SetProjectBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetProjectBudgetRequest.ProtoReflect.Descriptor instead.
+func (*SetProjectBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetProjectBudgetRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetProjectBudgetRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *SetProjectBudgetRequest) GetHard() map[string]string {
+	if x != nil {
+		return x.Hard
+	}
+	return nil
+}
+
+type SetProjectBudgetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The project with its budgets and their allocation.
+	Project       *Project `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetProjectBudgetResponse) Reset() {
+	*x = SetProjectBudgetResponse{}
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetProjectBudgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetProjectBudgetResponse) ProtoMessage() {}
+
+func (x *SetProjectBudgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetProjectBudgetResponse.ProtoReflect.Descriptor instead.
+func (*SetProjectBudgetResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetProjectBudgetResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
 type BindNamespaceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -568,7 +675,7 @@ type BindNamespaceRequest struct {
 
 func (x *BindNamespaceRequest) Reset() {
 	*x = BindNamespaceRequest{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[10]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +687,7 @@ func (x *BindNamespaceRequest) String() string {
 func (*BindNamespaceRequest) ProtoMessage() {}
 
 func (x *BindNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[10]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +700,7 @@ func (x *BindNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*BindNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{10}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BindNamespaceRequest) GetProject() string {
@@ -633,7 +740,7 @@ type BindNamespaceResponse struct {
 
 func (x *BindNamespaceResponse) Reset() {
 	*x = BindNamespaceResponse{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[11]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +752,7 @@ func (x *BindNamespaceResponse) String() string {
 func (*BindNamespaceResponse) ProtoMessage() {}
 
 func (x *BindNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[11]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +765,7 @@ func (x *BindNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*BindNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{11}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BindNamespaceResponse) GetBinding() *NamespaceBinding {
@@ -680,7 +787,7 @@ type UpdateQuotaRequest struct {
 
 func (x *UpdateQuotaRequest) Reset() {
 	*x = UpdateQuotaRequest{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[12]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +799,7 @@ func (x *UpdateQuotaRequest) String() string {
 func (*UpdateQuotaRequest) ProtoMessage() {}
 
 func (x *UpdateQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[12]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +812,7 @@ func (x *UpdateQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQuotaRequest.ProtoReflect.Descriptor instead.
 func (*UpdateQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{12}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateQuotaRequest) GetProject() string {
@@ -745,7 +852,7 @@ type UpdateQuotaResponse struct {
 
 func (x *UpdateQuotaResponse) Reset() {
 	*x = UpdateQuotaResponse{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[13]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +864,7 @@ func (x *UpdateQuotaResponse) String() string {
 func (*UpdateQuotaResponse) ProtoMessage() {}
 
 func (x *UpdateQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[13]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +877,7 @@ func (x *UpdateQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQuotaResponse.ProtoReflect.Descriptor instead.
 func (*UpdateQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{13}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateQuotaResponse) GetBinding() *NamespaceBinding {
@@ -792,7 +899,7 @@ type UnbindNamespaceRequest struct {
 
 func (x *UnbindNamespaceRequest) Reset() {
 	*x = UnbindNamespaceRequest{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[14]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +911,7 @@ func (x *UnbindNamespaceRequest) String() string {
 func (*UnbindNamespaceRequest) ProtoMessage() {}
 
 func (x *UnbindNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[14]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +924,7 @@ func (x *UnbindNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*UnbindNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{14}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UnbindNamespaceRequest) GetProject() string {
@@ -857,7 +964,7 @@ type UnbindNamespaceResponse struct {
 
 func (x *UnbindNamespaceResponse) Reset() {
 	*x = UnbindNamespaceResponse{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[15]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +976,7 @@ func (x *UnbindNamespaceResponse) String() string {
 func (*UnbindNamespaceResponse) ProtoMessage() {}
 
 func (x *UnbindNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[15]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +989,7 @@ func (x *UnbindNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*UnbindNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{15}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UnbindNamespaceResponse) GetBinding() *NamespaceBinding {
@@ -903,7 +1010,7 @@ type ListNamespaceBindingsRequest struct {
 
 func (x *ListNamespaceBindingsRequest) Reset() {
 	*x = ListNamespaceBindingsRequest{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[16]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1022,7 @@ func (x *ListNamespaceBindingsRequest) String() string {
 func (*ListNamespaceBindingsRequest) ProtoMessage() {}
 
 func (x *ListNamespaceBindingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[16]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1035,7 @@ func (x *ListNamespaceBindingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespaceBindingsRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespaceBindingsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{16}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListNamespaceBindingsRequest) GetProject() string {
@@ -954,7 +1061,7 @@ type ListNamespaceBindingsResponse struct {
 
 func (x *ListNamespaceBindingsResponse) Reset() {
 	*x = ListNamespaceBindingsResponse{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[17]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1073,7 @@ func (x *ListNamespaceBindingsResponse) String() string {
 func (*ListNamespaceBindingsResponse) ProtoMessage() {}
 
 func (x *ListNamespaceBindingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[17]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1086,7 @@ func (x *ListNamespaceBindingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespaceBindingsResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespaceBindingsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{17}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListNamespaceBindingsResponse) GetBindings() []*NamespaceBinding {
@@ -998,7 +1105,7 @@ type ListIdleNamespacesRequest struct {
 
 func (x *ListIdleNamespacesRequest) Reset() {
 	*x = ListIdleNamespacesRequest{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[18]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1117,7 @@ func (x *ListIdleNamespacesRequest) String() string {
 func (*ListIdleNamespacesRequest) ProtoMessage() {}
 
 func (x *ListIdleNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[18]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1130,7 @@ func (x *ListIdleNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdleNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListIdleNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{18}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListIdleNamespacesRequest) GetCluster() string {
@@ -1042,7 +1149,7 @@ type ListIdleNamespacesResponse struct {
 
 func (x *ListIdleNamespacesResponse) Reset() {
 	*x = ListIdleNamespacesResponse{}
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[19]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1161,7 @@ func (x *ListIdleNamespacesResponse) String() string {
 func (*ListIdleNamespacesResponse) ProtoMessage() {}
 
 func (x *ListIdleNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[19]
+	mi := &file_fleetstream_project_v1_project_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1174,7 @@ func (x *ListIdleNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdleNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListIdleNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{19}
+	return file_fleetstream_project_v1_project_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListIdleNamespacesResponse) GetNamespaces() []*IdleNamespace {
@@ -1114,7 +1221,16 @@ const file_fleetstream_project_v1_project_service_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10EVENT_TYPE_ADDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_MODIFIED\x10\x02\x12\x16\n" +
-	"\x12EVENT_TYPE_DELETED\x10\x03\"\xed\x01\n" +
+	"\x12EVENT_TYPE_DELETED\x10\x03\"\xd5\x01\n" +
+	"\x17SetProjectBudgetRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12M\n" +
+	"\x04hard\x18\x03 \x03(\v29.fleetstream.project.v1.SetProjectBudgetRequest.HardEntryR\x04hard\x1a7\n" +
+	"\tHardEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x18SetProjectBudgetResponse\x129\n" +
+	"\aproject\x18\x01 \x01(\v2\x1f.fleetstream.project.v1.ProjectR\aproject\"\xed\x01\n" +
 	"\x14BindNamespaceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1c\n" +
@@ -1152,14 +1268,16 @@ const file_fleetstream_project_v1_project_service_proto_rawDesc = "" +
 	"\x1aListIdleNamespacesResponse\x12E\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2%.fleetstream.project.v1.IdleNamespaceR\n" +
-	"namespaces2\x8f\t\n" +
+	"namespaces2\x86\n" +
+	"\n" +
 	"\x0eProjectService\x12l\n" +
 	"\rCreateProject\x12,.fleetstream.project.v1.CreateProjectRequest\x1a-.fleetstream.project.v1.CreateProjectResponse\x12l\n" +
 	"\rDeleteProject\x12,.fleetstream.project.v1.DeleteProjectRequest\x1a-.fleetstream.project.v1.DeleteProjectResponse\x12h\n" +
 	"\n" +
 	"GetProject\x12).fleetstream.project.v1.GetProjectRequest\x1a*.fleetstream.project.v1.GetProjectResponse\"\x03\x90\x02\x01\x12n\n" +
 	"\fListProjects\x12+.fleetstream.project.v1.ListProjectsRequest\x1a,.fleetstream.project.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12n\n" +
-	"\rWatchProjects\x12,.fleetstream.project.v1.WatchProjectsRequest\x1a-.fleetstream.project.v1.WatchProjectsResponse0\x01\x12l\n" +
+	"\rWatchProjects\x12,.fleetstream.project.v1.WatchProjectsRequest\x1a-.fleetstream.project.v1.WatchProjectsResponse0\x01\x12u\n" +
+	"\x10SetProjectBudget\x12/.fleetstream.project.v1.SetProjectBudgetRequest\x1a0.fleetstream.project.v1.SetProjectBudgetResponse\x12l\n" +
 	"\rBindNamespace\x12,.fleetstream.project.v1.BindNamespaceRequest\x1a-.fleetstream.project.v1.BindNamespaceResponse\x12f\n" +
 	"\vUpdateQuota\x12*.fleetstream.project.v1.UpdateQuotaRequest\x1a+.fleetstream.project.v1.UpdateQuotaResponse\x12r\n" +
 	"\x0fUnbindNamespace\x12..fleetstream.project.v1.UnbindNamespaceRequest\x1a/.fleetstream.project.v1.UnbindNamespaceResponse\x12\x89\x01\n" +
@@ -1179,7 +1297,7 @@ func file_fleetstream_project_v1_project_service_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_project_v1_project_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fleetstream_project_v1_project_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fleetstream_project_v1_project_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_fleetstream_project_v1_project_service_proto_goTypes = []any{
 	(WatchProjectsResponse_EventType)(0),  // 0: fleetstream.project.v1.WatchProjectsResponse.EventType
 	(*CreateProjectRequest)(nil),          // 1: fleetstream.project.v1.CreateProjectRequest
@@ -1192,66 +1310,73 @@ var file_fleetstream_project_v1_project_service_proto_goTypes = []any{
 	(*ListProjectsResponse)(nil),          // 8: fleetstream.project.v1.ListProjectsResponse
 	(*WatchProjectsRequest)(nil),          // 9: fleetstream.project.v1.WatchProjectsRequest
 	(*WatchProjectsResponse)(nil),         // 10: fleetstream.project.v1.WatchProjectsResponse
-	(*BindNamespaceRequest)(nil),          // 11: fleetstream.project.v1.BindNamespaceRequest
-	(*BindNamespaceResponse)(nil),         // 12: fleetstream.project.v1.BindNamespaceResponse
-	(*UpdateQuotaRequest)(nil),            // 13: fleetstream.project.v1.UpdateQuotaRequest
-	(*UpdateQuotaResponse)(nil),           // 14: fleetstream.project.v1.UpdateQuotaResponse
-	(*UnbindNamespaceRequest)(nil),        // 15: fleetstream.project.v1.UnbindNamespaceRequest
-	(*UnbindNamespaceResponse)(nil),       // 16: fleetstream.project.v1.UnbindNamespaceResponse
-	(*ListNamespaceBindingsRequest)(nil),  // 17: fleetstream.project.v1.ListNamespaceBindingsRequest
-	(*ListNamespaceBindingsResponse)(nil), // 18: fleetstream.project.v1.ListNamespaceBindingsResponse
-	(*ListIdleNamespacesRequest)(nil),     // 19: fleetstream.project.v1.ListIdleNamespacesRequest
-	(*ListIdleNamespacesResponse)(nil),    // 20: fleetstream.project.v1.ListIdleNamespacesResponse
-	nil,                                   // 21: fleetstream.project.v1.CreateProjectRequest.LabelsEntry
-	nil,                                   // 22: fleetstream.project.v1.BindNamespaceRequest.HardEntry
-	nil,                                   // 23: fleetstream.project.v1.UpdateQuotaRequest.HardEntry
-	(*Project)(nil),                       // 24: fleetstream.project.v1.Project
-	(UnbindPolicy)(0),                     // 25: fleetstream.project.v1.UnbindPolicy
-	(*NamespaceBinding)(nil),              // 26: fleetstream.project.v1.NamespaceBinding
-	(*IdleNamespace)(nil),                 // 27: fleetstream.project.v1.IdleNamespace
+	(*SetProjectBudgetRequest)(nil),       // 11: fleetstream.project.v1.SetProjectBudgetRequest
+	(*SetProjectBudgetResponse)(nil),      // 12: fleetstream.project.v1.SetProjectBudgetResponse
+	(*BindNamespaceRequest)(nil),          // 13: fleetstream.project.v1.BindNamespaceRequest
+	(*BindNamespaceResponse)(nil),         // 14: fleetstream.project.v1.BindNamespaceResponse
+	(*UpdateQuotaRequest)(nil),            // 15: fleetstream.project.v1.UpdateQuotaRequest
+	(*UpdateQuotaResponse)(nil),           // 16: fleetstream.project.v1.UpdateQuotaResponse
+	(*UnbindNamespaceRequest)(nil),        // 17: fleetstream.project.v1.UnbindNamespaceRequest
+	(*UnbindNamespaceResponse)(nil),       // 18: fleetstream.project.v1.UnbindNamespaceResponse
+	(*ListNamespaceBindingsRequest)(nil),  // 19: fleetstream.project.v1.ListNamespaceBindingsRequest
+	(*ListNamespaceBindingsResponse)(nil), // 20: fleetstream.project.v1.ListNamespaceBindingsResponse
+	(*ListIdleNamespacesRequest)(nil),     // 21: fleetstream.project.v1.ListIdleNamespacesRequest
+	(*ListIdleNamespacesResponse)(nil),    // 22: fleetstream.project.v1.ListIdleNamespacesResponse
+	nil,                                   // 23: fleetstream.project.v1.CreateProjectRequest.LabelsEntry
+	nil,                                   // 24: fleetstream.project.v1.SetProjectBudgetRequest.HardEntry
+	nil,                                   // 25: fleetstream.project.v1.BindNamespaceRequest.HardEntry
+	nil,                                   // 26: fleetstream.project.v1.UpdateQuotaRequest.HardEntry
+	(*Project)(nil),                       // 27: fleetstream.project.v1.Project
+	(UnbindPolicy)(0),                     // 28: fleetstream.project.v1.UnbindPolicy
+	(*NamespaceBinding)(nil),              // 29: fleetstream.project.v1.NamespaceBinding
+	(*IdleNamespace)(nil),                 // 30: fleetstream.project.v1.IdleNamespace
 }
 var file_fleetstream_project_v1_project_service_proto_depIdxs = []int32{
-	21, // 0: fleetstream.project.v1.CreateProjectRequest.labels:type_name -> fleetstream.project.v1.CreateProjectRequest.LabelsEntry
-	24, // 1: fleetstream.project.v1.CreateProjectResponse.project:type_name -> fleetstream.project.v1.Project
-	25, // 2: fleetstream.project.v1.DeleteProjectRequest.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	26, // 3: fleetstream.project.v1.DeleteProjectResponse.unbound:type_name -> fleetstream.project.v1.NamespaceBinding
-	24, // 4: fleetstream.project.v1.GetProjectResponse.project:type_name -> fleetstream.project.v1.Project
-	24, // 5: fleetstream.project.v1.ListProjectsResponse.projects:type_name -> fleetstream.project.v1.Project
+	23, // 0: fleetstream.project.v1.CreateProjectRequest.labels:type_name -> fleetstream.project.v1.CreateProjectRequest.LabelsEntry
+	27, // 1: fleetstream.project.v1.CreateProjectResponse.project:type_name -> fleetstream.project.v1.Project
+	28, // 2: fleetstream.project.v1.DeleteProjectRequest.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	29, // 3: fleetstream.project.v1.DeleteProjectResponse.unbound:type_name -> fleetstream.project.v1.NamespaceBinding
+	27, // 4: fleetstream.project.v1.GetProjectResponse.project:type_name -> fleetstream.project.v1.Project
+	27, // 5: fleetstream.project.v1.ListProjectsResponse.projects:type_name -> fleetstream.project.v1.Project
 	0,  // 6: fleetstream.project.v1.WatchProjectsResponse.type:type_name -> fleetstream.project.v1.WatchProjectsResponse.EventType
-	24, // 7: fleetstream.project.v1.WatchProjectsResponse.project:type_name -> fleetstream.project.v1.Project
-	22, // 8: fleetstream.project.v1.BindNamespaceRequest.hard:type_name -> fleetstream.project.v1.BindNamespaceRequest.HardEntry
-	26, // 9: fleetstream.project.v1.BindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	23, // 10: fleetstream.project.v1.UpdateQuotaRequest.hard:type_name -> fleetstream.project.v1.UpdateQuotaRequest.HardEntry
-	26, // 11: fleetstream.project.v1.UpdateQuotaResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	25, // 12: fleetstream.project.v1.UnbindNamespaceRequest.policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	26, // 13: fleetstream.project.v1.UnbindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	26, // 14: fleetstream.project.v1.ListNamespaceBindingsResponse.bindings:type_name -> fleetstream.project.v1.NamespaceBinding
-	27, // 15: fleetstream.project.v1.ListIdleNamespacesResponse.namespaces:type_name -> fleetstream.project.v1.IdleNamespace
-	1,  // 16: fleetstream.project.v1.ProjectService.CreateProject:input_type -> fleetstream.project.v1.CreateProjectRequest
-	3,  // 17: fleetstream.project.v1.ProjectService.DeleteProject:input_type -> fleetstream.project.v1.DeleteProjectRequest
-	5,  // 18: fleetstream.project.v1.ProjectService.GetProject:input_type -> fleetstream.project.v1.GetProjectRequest
-	7,  // 19: fleetstream.project.v1.ProjectService.ListProjects:input_type -> fleetstream.project.v1.ListProjectsRequest
-	9,  // 20: fleetstream.project.v1.ProjectService.WatchProjects:input_type -> fleetstream.project.v1.WatchProjectsRequest
-	11, // 21: fleetstream.project.v1.ProjectService.BindNamespace:input_type -> fleetstream.project.v1.BindNamespaceRequest
-	13, // 22: fleetstream.project.v1.ProjectService.UpdateQuota:input_type -> fleetstream.project.v1.UpdateQuotaRequest
-	15, // 23: fleetstream.project.v1.ProjectService.UnbindNamespace:input_type -> fleetstream.project.v1.UnbindNamespaceRequest
-	17, // 24: fleetstream.project.v1.ProjectService.ListNamespaceBindings:input_type -> fleetstream.project.v1.ListNamespaceBindingsRequest
-	19, // 25: fleetstream.project.v1.ProjectService.ListIdleNamespaces:input_type -> fleetstream.project.v1.ListIdleNamespacesRequest
-	2,  // 26: fleetstream.project.v1.ProjectService.CreateProject:output_type -> fleetstream.project.v1.CreateProjectResponse
-	4,  // 27: fleetstream.project.v1.ProjectService.DeleteProject:output_type -> fleetstream.project.v1.DeleteProjectResponse
-	6,  // 28: fleetstream.project.v1.ProjectService.GetProject:output_type -> fleetstream.project.v1.GetProjectResponse
-	8,  // 29: fleetstream.project.v1.ProjectService.ListProjects:output_type -> fleetstream.project.v1.ListProjectsResponse
-	10, // 30: fleetstream.project.v1.ProjectService.WatchProjects:output_type -> fleetstream.project.v1.WatchProjectsResponse
-	12, // 31: fleetstream.project.v1.ProjectService.BindNamespace:output_type -> fleetstream.project.v1.BindNamespaceResponse
-	14, // 32: fleetstream.project.v1.ProjectService.UpdateQuota:output_type -> fleetstream.project.v1.UpdateQuotaResponse
-	16, // 33: fleetstream.project.v1.ProjectService.UnbindNamespace:output_type -> fleetstream.project.v1.UnbindNamespaceResponse
-	18, // 34: fleetstream.project.v1.ProjectService.ListNamespaceBindings:output_type -> fleetstream.project.v1.ListNamespaceBindingsResponse
-	20, // 35: fleetstream.project.v1.ProjectService.ListIdleNamespaces:output_type -> fleetstream.project.v1.ListIdleNamespacesResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	27, // 7: fleetstream.project.v1.WatchProjectsResponse.project:type_name -> fleetstream.project.v1.Project
+	24, // 8: fleetstream.project.v1.SetProjectBudgetRequest.hard:type_name -> fleetstream.project.v1.SetProjectBudgetRequest.HardEntry
+	27, // 9: fleetstream.project.v1.SetProjectBudgetResponse.project:type_name -> fleetstream.project.v1.Project
+	25, // 10: fleetstream.project.v1.BindNamespaceRequest.hard:type_name -> fleetstream.project.v1.BindNamespaceRequest.HardEntry
+	29, // 11: fleetstream.project.v1.BindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	26, // 12: fleetstream.project.v1.UpdateQuotaRequest.hard:type_name -> fleetstream.project.v1.UpdateQuotaRequest.HardEntry
+	29, // 13: fleetstream.project.v1.UpdateQuotaResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	28, // 14: fleetstream.project.v1.UnbindNamespaceRequest.policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	29, // 15: fleetstream.project.v1.UnbindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	29, // 16: fleetstream.project.v1.ListNamespaceBindingsResponse.bindings:type_name -> fleetstream.project.v1.NamespaceBinding
+	30, // 17: fleetstream.project.v1.ListIdleNamespacesResponse.namespaces:type_name -> fleetstream.project.v1.IdleNamespace
+	1,  // 18: fleetstream.project.v1.ProjectService.CreateProject:input_type -> fleetstream.project.v1.CreateProjectRequest
+	3,  // 19: fleetstream.project.v1.ProjectService.DeleteProject:input_type -> fleetstream.project.v1.DeleteProjectRequest
+	5,  // 20: fleetstream.project.v1.ProjectService.GetProject:input_type -> fleetstream.project.v1.GetProjectRequest
+	7,  // 21: fleetstream.project.v1.ProjectService.ListProjects:input_type -> fleetstream.project.v1.ListProjectsRequest
+	9,  // 22: fleetstream.project.v1.ProjectService.WatchProjects:input_type -> fleetstream.project.v1.WatchProjectsRequest
+	11, // 23: fleetstream.project.v1.ProjectService.SetProjectBudget:input_type -> fleetstream.project.v1.SetProjectBudgetRequest
+	13, // 24: fleetstream.project.v1.ProjectService.BindNamespace:input_type -> fleetstream.project.v1.BindNamespaceRequest
+	15, // 25: fleetstream.project.v1.ProjectService.UpdateQuota:input_type -> fleetstream.project.v1.UpdateQuotaRequest
+	17, // 26: fleetstream.project.v1.ProjectService.UnbindNamespace:input_type -> fleetstream.project.v1.UnbindNamespaceRequest
+	19, // 27: fleetstream.project.v1.ProjectService.ListNamespaceBindings:input_type -> fleetstream.project.v1.ListNamespaceBindingsRequest
+	21, // 28: fleetstream.project.v1.ProjectService.ListIdleNamespaces:input_type -> fleetstream.project.v1.ListIdleNamespacesRequest
+	2,  // 29: fleetstream.project.v1.ProjectService.CreateProject:output_type -> fleetstream.project.v1.CreateProjectResponse
+	4,  // 30: fleetstream.project.v1.ProjectService.DeleteProject:output_type -> fleetstream.project.v1.DeleteProjectResponse
+	6,  // 31: fleetstream.project.v1.ProjectService.GetProject:output_type -> fleetstream.project.v1.GetProjectResponse
+	8,  // 32: fleetstream.project.v1.ProjectService.ListProjects:output_type -> fleetstream.project.v1.ListProjectsResponse
+	10, // 33: fleetstream.project.v1.ProjectService.WatchProjects:output_type -> fleetstream.project.v1.WatchProjectsResponse
+	12, // 34: fleetstream.project.v1.ProjectService.SetProjectBudget:output_type -> fleetstream.project.v1.SetProjectBudgetResponse
+	14, // 35: fleetstream.project.v1.ProjectService.BindNamespace:output_type -> fleetstream.project.v1.BindNamespaceResponse
+	16, // 36: fleetstream.project.v1.ProjectService.UpdateQuota:output_type -> fleetstream.project.v1.UpdateQuotaResponse
+	18, // 37: fleetstream.project.v1.ProjectService.UnbindNamespace:output_type -> fleetstream.project.v1.UnbindNamespaceResponse
+	20, // 38: fleetstream.project.v1.ProjectService.ListNamespaceBindings:output_type -> fleetstream.project.v1.ListNamespaceBindingsResponse
+	22, // 39: fleetstream.project.v1.ProjectService.ListIdleNamespaces:output_type -> fleetstream.project.v1.ListIdleNamespacesResponse
+	29, // [29:40] is the sub-list for method output_type
+	18, // [18:29] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_project_v1_project_service_proto_init() }
@@ -1266,7 +1391,7 @@ func file_fleetstream_project_v1_project_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_project_v1_project_service_proto_rawDesc), len(file_fleetstream_project_v1_project_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

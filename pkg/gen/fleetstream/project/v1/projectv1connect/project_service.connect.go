@@ -48,6 +48,9 @@ const (
 	// ProjectServiceWatchProjectsProcedure is the fully-qualified name of the ProjectService's
 	// WatchProjects RPC.
 	ProjectServiceWatchProjectsProcedure = "/fleetstream.project.v1.ProjectService/WatchProjects"
+	// ProjectServiceSetProjectBudgetProcedure is the fully-qualified name of the ProjectService's
+	// SetProjectBudget RPC.
+	ProjectServiceSetProjectBudgetProcedure = "/fleetstream.project.v1.ProjectService/SetProjectBudget"
 	// ProjectServiceBindNamespaceProcedure is the fully-qualified name of the ProjectService's
 	// BindNamespace RPC.
 	ProjectServiceBindNamespaceProcedure = "/fleetstream.project.v1.ProjectService/BindNamespace"
@@ -75,11 +78,20 @@ type ProjectServiceClient interface {
 	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
 	// WatchProjects streams the current projects, then every change (status included).
 	WatchProjects(context.Context, *connect.Request[v1.WatchProjectsRequest]) (*connect.ServerStreamForClient[v1.WatchProjectsResponse], error)
+	// SetProjectBudget sets the hard limits the project's namespace quotas on one cluster must fit
+	// in together (an empty hard removes the budget: the project is unlimited there). Platform
+	// admins only. FAILED_PRECONDITION, naming what is in the way, when the project's namespaces on
+	// the cluster already hold more than the new budget, or one of them sets no limit for a
+	// budgeted resource.
+	SetProjectBudget(context.Context, *connect.Request[v1.SetProjectBudgetRequest]) (*connect.Response[v1.SetProjectBudgetResponse], error)
 	// BindNamespace gives a namespace of a cluster to a project. ALREADY_EXISTS names the owner
 	// when the namespace already belongs to a project. The namespace is created on the cluster,
-	// or adopted if it exists without a project label.
+	// or adopted if it exists without a project label. FAILED_PRECONDITION when the project has a
+	// budget on the cluster and the quota does not fit in what is left of it (naming the resource,
+	// the amount asked and the amount left), or sets no limit for a budgeted resource.
 	BindNamespace(context.Context, *connect.Request[v1.BindNamespaceRequest]) (*connect.Response[v1.BindNamespaceResponse], error)
-	// UpdateQuota replaces a binding's hard limits (empty removes the quota).
+	// UpdateQuota replaces a binding's hard limits (empty removes the quota). The project's
+	// budget on the cluster applies as for BindNamespace.
 	UpdateQuota(context.Context, *connect.Request[v1.UpdateQuotaRequest]) (*connect.Response[v1.UpdateQuotaResponse], error)
 	// UnbindNamespace releases a namespace; by default the namespace stays on the cluster.
 	UnbindNamespace(context.Context, *connect.Request[v1.UnbindNamespaceRequest]) (*connect.Response[v1.UnbindNamespaceResponse], error)
@@ -132,6 +144,12 @@ func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(projectServiceMethods.ByName("WatchProjects")),
 			connect.WithClientOptions(opts...),
 		),
+		setProjectBudget: connect.NewClient[v1.SetProjectBudgetRequest, v1.SetProjectBudgetResponse](
+			httpClient,
+			baseURL+ProjectServiceSetProjectBudgetProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("SetProjectBudget")),
+			connect.WithClientOptions(opts...),
+		),
 		bindNamespace: connect.NewClient[v1.BindNamespaceRequest, v1.BindNamespaceResponse](
 			httpClient,
 			baseURL+ProjectServiceBindNamespaceProcedure,
@@ -174,6 +192,7 @@ type projectServiceClient struct {
 	getProject            *connect.Client[v1.GetProjectRequest, v1.GetProjectResponse]
 	listProjects          *connect.Client[v1.ListProjectsRequest, v1.ListProjectsResponse]
 	watchProjects         *connect.Client[v1.WatchProjectsRequest, v1.WatchProjectsResponse]
+	setProjectBudget      *connect.Client[v1.SetProjectBudgetRequest, v1.SetProjectBudgetResponse]
 	bindNamespace         *connect.Client[v1.BindNamespaceRequest, v1.BindNamespaceResponse]
 	updateQuota           *connect.Client[v1.UpdateQuotaRequest, v1.UpdateQuotaResponse]
 	unbindNamespace       *connect.Client[v1.UnbindNamespaceRequest, v1.UnbindNamespaceResponse]
@@ -204,6 +223,11 @@ func (c *projectServiceClient) ListProjects(ctx context.Context, req *connect.Re
 // WatchProjects calls fleetstream.project.v1.ProjectService.WatchProjects.
 func (c *projectServiceClient) WatchProjects(ctx context.Context, req *connect.Request[v1.WatchProjectsRequest]) (*connect.ServerStreamForClient[v1.WatchProjectsResponse], error) {
 	return c.watchProjects.CallServerStream(ctx, req)
+}
+
+// SetProjectBudget calls fleetstream.project.v1.ProjectService.SetProjectBudget.
+func (c *projectServiceClient) SetProjectBudget(ctx context.Context, req *connect.Request[v1.SetProjectBudgetRequest]) (*connect.Response[v1.SetProjectBudgetResponse], error) {
+	return c.setProjectBudget.CallUnary(ctx, req)
 }
 
 // BindNamespace calls fleetstream.project.v1.ProjectService.BindNamespace.
@@ -241,11 +265,20 @@ type ProjectServiceHandler interface {
 	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
 	// WatchProjects streams the current projects, then every change (status included).
 	WatchProjects(context.Context, *connect.Request[v1.WatchProjectsRequest], *connect.ServerStream[v1.WatchProjectsResponse]) error
+	// SetProjectBudget sets the hard limits the project's namespace quotas on one cluster must fit
+	// in together (an empty hard removes the budget: the project is unlimited there). Platform
+	// admins only. FAILED_PRECONDITION, naming what is in the way, when the project's namespaces on
+	// the cluster already hold more than the new budget, or one of them sets no limit for a
+	// budgeted resource.
+	SetProjectBudget(context.Context, *connect.Request[v1.SetProjectBudgetRequest]) (*connect.Response[v1.SetProjectBudgetResponse], error)
 	// BindNamespace gives a namespace of a cluster to a project. ALREADY_EXISTS names the owner
 	// when the namespace already belongs to a project. The namespace is created on the cluster,
-	// or adopted if it exists without a project label.
+	// or adopted if it exists without a project label. FAILED_PRECONDITION when the project has a
+	// budget on the cluster and the quota does not fit in what is left of it (naming the resource,
+	// the amount asked and the amount left), or sets no limit for a budgeted resource.
 	BindNamespace(context.Context, *connect.Request[v1.BindNamespaceRequest]) (*connect.Response[v1.BindNamespaceResponse], error)
-	// UpdateQuota replaces a binding's hard limits (empty removes the quota).
+	// UpdateQuota replaces a binding's hard limits (empty removes the quota). The project's
+	// budget on the cluster applies as for BindNamespace.
 	UpdateQuota(context.Context, *connect.Request[v1.UpdateQuotaRequest]) (*connect.Response[v1.UpdateQuotaResponse], error)
 	// UnbindNamespace releases a namespace; by default the namespace stays on the cluster.
 	UnbindNamespace(context.Context, *connect.Request[v1.UnbindNamespaceRequest]) (*connect.Response[v1.UnbindNamespaceResponse], error)
@@ -294,6 +327,12 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(projectServiceMethods.ByName("WatchProjects")),
 		connect.WithHandlerOptions(opts...),
 	)
+	projectServiceSetProjectBudgetHandler := connect.NewUnaryHandler(
+		ProjectServiceSetProjectBudgetProcedure,
+		svc.SetProjectBudget,
+		connect.WithSchema(projectServiceMethods.ByName("SetProjectBudget")),
+		connect.WithHandlerOptions(opts...),
+	)
 	projectServiceBindNamespaceHandler := connect.NewUnaryHandler(
 		ProjectServiceBindNamespaceProcedure,
 		svc.BindNamespace,
@@ -338,6 +377,8 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 			projectServiceListProjectsHandler.ServeHTTP(w, r)
 		case ProjectServiceWatchProjectsProcedure:
 			projectServiceWatchProjectsHandler.ServeHTTP(w, r)
+		case ProjectServiceSetProjectBudgetProcedure:
+			projectServiceSetProjectBudgetHandler.ServeHTTP(w, r)
 		case ProjectServiceBindNamespaceProcedure:
 			projectServiceBindNamespaceHandler.ServeHTTP(w, r)
 		case ProjectServiceUpdateQuotaProcedure:
@@ -375,6 +416,10 @@ func (UnimplementedProjectServiceHandler) ListProjects(context.Context, *connect
 
 func (UnimplementedProjectServiceHandler) WatchProjects(context.Context, *connect.Request[v1.WatchProjectsRequest], *connect.ServerStream[v1.WatchProjectsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.project.v1.ProjectService.WatchProjects is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) SetProjectBudget(context.Context, *connect.Request[v1.SetProjectBudgetRequest]) (*connect.Response[v1.SetProjectBudgetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.project.v1.ProjectService.SetProjectBudget is not implemented"))
 }
 
 func (UnimplementedProjectServiceHandler) BindNamespace(context.Context, *connect.Request[v1.BindNamespaceRequest]) (*connect.Response[v1.BindNamespaceResponse], error) {

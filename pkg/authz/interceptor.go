@@ -1,0 +1,156 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/fleetstream/fleetstream/pkg/identity"
+)
+
+// startWait bounds how long a call waits for the authorizer's mirrors to load at start-up.
+const startWait = 10 * time.Second
+
+// Interceptor returns the Connect interceptor enforcing the table. It must run inside the
+// authentication interceptor, which records the caller (identity.WithActor, identity.WithGroups).
+func (a *Authorizer) Interceptor() connect.Interceptor { return interceptor{a} }
+
+type interceptor struct{ a *Authorizer }
+
+func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		c, err := i.a.caller(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := i.a.decideFresh(ctx, c, req.Spec().Procedure, req.Any()); err != nil {
+			return nil, err
+		}
+		return next(withCaller(ctx, c), req)
+	}
+}
+
+func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		c, err := i.a.caller(ctx)
+		if err != nil {
+			return err
+		}
+		return next(withCaller(ctx, c), &authorizedConn{StreamingHandlerConn: conn, ctx: ctx, a: i.a, c: c})
+	}
+}
+
+// authorizedConn decides once the request message has arrived (the scope depends on it), and
+// decides again before every message it sends, so a watch stops at the first change after the
+// caller loses its right rather than running on until the client hangs up.
+type authorizedConn struct {
+	connect.StreamingHandlerConn
+	ctx   context.Context
+	a     *Authorizer
+	c     *Caller
+	msg   any
+	authd bool
+}
+
+func (s *authorizedConn) Receive(m any) error {
+	if err := s.StreamingHandlerConn.Receive(m); err != nil {
+		return err
+	}
+	if _, err := s.a.decideFresh(s.ctx, s.c, s.Spec().Procedure, m); err != nil {
+		return err
+	}
+	s.msg, s.authd = m, true
+	return nil
+}
+
+func (s *authorizedConn) Send(m any) error {
+	if !s.authd {
+		return connect.NewError(connect.CodePermissionDenied, errors.New("nothing is sent before the request is authorized"))
+	}
+	if _, err := s.a.decide(s.c, s.Spec().Procedure, s.msg); err != nil {
+		return err
+	}
+	return s.StreamingHandlerConn.Send(m)
+}
+
+// caller builds the Caller of an authenticated call.
+func (a *Authorizer) caller(ctx context.Context) (*Caller, error) {
+	user := identity.ActorFrom(ctx)
+	if user == "" {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no authenticated caller"))
+	}
+	select {
+	case <-a.ready:
+	default:
+		t := time.NewTimer(startWait)
+		defer t.Stop()
+		select {
+		case <-a.ready:
+		case <-ctx.Done():
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("authorization is starting"))
+		case <-t.C:
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("authorization is starting"))
+		}
+	}
+	return a.CallerFor(user, identity.GroupsFrom(ctx)), nil
+}
+
+// CallerFor returns the authorization view of user and its groups, for checks outside a
+// Connect call (a gRPC stream of another protocol, say), which must apply the same rules.
+func (a *Authorizer) CallerFor(user string, groups []string) *Caller {
+	return &Caller{a: a, user: user, groups: groups, admin: a.isAdmin(user, groups)}
+}
+
+// decideFresh is decide, except that a denial that may rest on views this process has not yet
+// caught up with is decided again once it has.
+func (a *Authorizer) decideFresh(ctx context.Context, c *Caller, procedure string, msg any) (Scope, error) {
+	s, err := a.decide(c, procedure, msg)
+	if err == nil || s.Kind != Project && s.Kind != Namespace {
+		return s, err
+	}
+	a.catchUp(ctx)
+	return a.decide(c, procedure, msg)
+}
+
+// decide applies the procedure's rule to one request.
+func (a *Authorizer) decide(c *Caller, procedure string, msg any) (Scope, error) {
+	rule, ok := table[procedure]
+	if !ok {
+		if c.Admin() {
+			return Scope{Kind: Platform}, nil
+		}
+		return Scope{}, connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("user %q may not call %s: it has no authorization rule, so only platform admins may", c.user, procedure))
+	}
+	s := rule.ScopeOf(msg)
+	var allowed bool
+	switch s.Kind {
+	case Authenticated, Filtered:
+		allowed = true
+	case Project:
+		allowed = c.Can(rule.Verb, rule.Group, rule.Resource, s.Project)
+	case Namespace:
+		allowed = c.CanInNamespace(rule.Verb, rule.Group, rule.Resource, s.Cluster, s.Namespace)
+	default:
+		allowed = c.Admin()
+	}
+	if !allowed {
+		return s, Denied(c, rule.Verb, rule.resourceName(), s)
+	}
+	return s, nil
+}
+
+// Denied is the PermissionDenied error naming who may not do what where.
+func Denied(c *Caller, verb, resource string, s Scope) error {
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("user %q may not %s %s %s", c.User(), verb, resource, s))
+}

@@ -1,0 +1,115 @@
+package authz
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/fleetstream/fleetstream/pkg/roles"
+)
+
+// ScopeKind says where a right must hold.
+type ScopeKind int
+
+const (
+	// Platform: only platform admins.
+	Platform ScopeKind = iota + 1
+	// Authenticated: anyone signed in.
+	Authenticated
+	// Project: the project the request names.
+	Project
+	// Namespace: the project owning the namespace the request names (on its cluster, or on
+	// every cluster where one owns it); platform admins only where no project owns it.
+	Namespace
+	// Filtered: anyone signed in, and the handler answers only with what the caller may see.
+	Filtered
+)
+
+// Scope is where one request needs its right.
+type Scope struct {
+	Kind               ScopeKind
+	Project            string
+	Cluster, Namespace string
+}
+
+// String renders the scope for a denial message.
+func (s Scope) String() string {
+	switch s.Kind {
+	case Project:
+		return "in project " + strconv.Quote(s.Project)
+	case Namespace:
+		if s.Cluster == "" {
+			return fmt.Sprintf("in namespace %q (every project owning it on any cluster)", s.Namespace)
+		}
+		return fmt.Sprintf("in namespace %q on cluster %q", s.Namespace, s.Cluster)
+	case Platform:
+		return "fleet-wide (platform admins only)"
+	default:
+		return "for any signed-in user"
+	}
+}
+
+// Rule is the right a procedure needs: verb on resource (of API group Group) within the scope
+// its request names.
+type Rule struct {
+	Verb, Group, Resource string
+	scope                 func(msg any) Scope
+}
+
+// ScopeOf returns where the rule must hold for request msg. A message of an unexpected type
+// (impossible through the generated handlers) is treated as platform-only.
+func (r Rule) ScopeOf(msg any) Scope { return r.scope(msg) }
+
+// Lookup returns the rule of a procedure (e.g. "/fleetstream.project.v1.ProjectService/BindNamespace").
+func Lookup(procedure string) (Rule, bool) {
+	r, ok := table[procedure]
+	return r, ok
+}
+
+// resourceName renders resource.group the way Kubernetes names resources in messages.
+func (r Rule) resourceName() string {
+	if r.Group == "" {
+		return r.Resource
+	}
+	return r.Resource + "." + r.Group
+}
+
+func fixed(k ScopeKind) func(any) Scope { return func(any) Scope { return Scope{Kind: k} } }
+
+func admin(verb, resource string) Rule {
+	return Rule{Verb: verb, Group: roles.Group, Resource: resource, scope: fixed(Platform)}
+}
+
+func anyone(verb, resource string) Rule {
+	return Rule{Verb: verb, Group: roles.Group, Resource: resource, scope: fixed(Authenticated)}
+}
+
+func filtered(verb, resource string) Rule {
+	return Rule{Verb: verb, Group: roles.Group, Resource: resource, scope: fixed(Filtered)}
+}
+
+func custom[T any](verb, resource string, f func(T) Scope) Rule {
+	return Rule{Verb: verb, Group: roles.Group, Resource: resource, scope: func(m any) Scope {
+		t, ok := m.(T)
+		if !ok {
+			return Scope{Kind: Platform}
+		}
+		return f(t)
+	}}
+}
+
+func inProject[T any](verb, resource string, project func(T) string) Rule {
+	return inProjectGroup(verb, roles.Group, resource, project)
+}
+
+func inProjectGroup[T any](verb, group, resource string, project func(T) string) Rule {
+	r := custom(verb, resource, func(m T) Scope { return Scope{Kind: Project, Project: project(m)} })
+	r.Group = group
+	return r
+}
+
+func inNamespace[T any](verb, resource string, where func(T) (cluster, namespace string)) Rule {
+	return custom(verb, resource, func(m T) Scope {
+		c, ns := where(m)
+		return Scope{Kind: Namespace, Cluster: c, Namespace: ns}
+	})
+}

@@ -1,0 +1,120 @@
+package authz
+
+import (
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/roles"
+)
+
+// table is the one authorization table: every procedure of every API, the right it needs and
+// where. A procedure missing here is refused to everyone but platform admins, and
+// TestEveryProcedureHasARule fails, so a new RPC cannot ship unauthorized by accident.
+// docs/security.md renders this table for people; keep the two in step.
+var table = map[string]Rule{
+	// The cluster registry: everyone signed in may read it (project teams need cluster names
+	// and labels to bind namespaces); only platform admins change it. A cluster's namespace
+	// inventory lists every tenant's namespaces, so asking for it is admin-only.
+	clusterv1connect.ClusterServiceRegisterClusterProcedure:   admin("create", roles.ResClusters),
+	clusterv1connect.ClusterServiceUpdateClusterProcedure:     admin("update", roles.ResClusters),
+	clusterv1connect.ClusterServiceDeregisterClusterProcedure: admin("delete", roles.ResClusters),
+	clusterv1connect.ClusterServiceGetClusterProcedure: custom("get", roles.ResClusters, func(m *clusterv1.GetClusterRequest) Scope {
+		if m.IncludeInventory {
+			return Scope{Kind: Platform}
+		}
+		return Scope{Kind: Authenticated}
+	}),
+	clusterv1connect.ClusterServiceListClustersProcedure:  anyone("list", roles.ResClusters),
+	clusterv1connect.ClusterServiceWatchClustersProcedure: anyone("watch", roles.ResClusters),
+
+	// Subscribers are NATS credentials of downstream systems: platform-admin only, reading them
+	// included (a list names every downstream consumer of the fleet's events).
+	clusterv1connect.SubscriberServiceCreateSubscriberProcedure: admin("create", roles.ResSubscribers),
+	clusterv1connect.SubscriberServiceDeleteSubscriberProcedure: admin("delete", roles.ResSubscribers),
+	clusterv1connect.SubscriberServiceListSubscribersProcedure:  admin("list", roles.ResSubscribers),
+
+	// Import policies turn other inventories' objects into registered clusters: the platform's,
+	// like registration itself. A preview creates nothing (a dry-run create).
+	clusterv1connect.ImportPolicyServicePreviewImportPolicyProcedure: admin("create", roles.ResImportPolicies),
+	clusterv1connect.ImportPolicyServiceCreateImportPolicyProcedure:  admin("create", roles.ResImportPolicies),
+	clusterv1connect.ImportPolicyServiceUpdateImportPolicyProcedure:  admin("update", roles.ResImportPolicies),
+	clusterv1connect.ImportPolicyServiceDeleteImportPolicyProcedure:  admin("delete", roles.ResImportPolicies),
+	// Policies name where credentials come from (and templates may read secrets): reading
+	// them is the platform's too.
+	clusterv1connect.ImportPolicyServiceGetImportPolicyProcedure:    admin("get", roles.ResImportPolicies),
+	clusterv1connect.ImportPolicyServiceListImportPoliciesProcedure: admin("list", roles.ResImportPolicies),
+
+	// Projects and their namespaces. Creating and deleting projects is the platform's; a
+	// project's owners manage its namespaces and quotas.
+	projectv1connect.ProjectServiceCreateProjectProcedure: admin("create", roles.ResProjects),
+	projectv1connect.ProjectServiceDeleteProjectProcedure: admin("delete", roles.ResProjects),
+	// A budget caps what the project's owners may hand out to its namespaces: the platform's.
+	projectv1connect.ProjectServiceSetProjectBudgetProcedure: admin("update", roles.ResBudgets),
+	projectv1connect.ProjectServiceGetProjectProcedure: inProject("get", roles.ResProjects,
+		func(m *projectv1.GetProjectRequest) string { return m.Name }),
+	projectv1connect.ProjectServiceListProjectsProcedure:  filtered("list", roles.ResProjects),
+	projectv1connect.ProjectServiceWatchProjectsProcedure: filtered("watch", roles.ResProjects),
+	projectv1connect.ProjectServiceBindNamespaceProcedure: inProject("create", roles.ResNamespaceBindings,
+		func(m *projectv1.BindNamespaceRequest) string { return m.Project }),
+	projectv1connect.ProjectServiceUpdateQuotaProcedure: inProject("update", roles.ResNamespaceBindings,
+		func(m *projectv1.UpdateQuotaRequest) string { return m.Project }),
+	projectv1connect.ProjectServiceUnbindNamespaceProcedure: inProject("delete", roles.ResNamespaceBindings,
+		func(m *projectv1.UnbindNamespaceRequest) string { return m.Project }),
+	projectv1connect.ProjectServiceListNamespaceBindingsProcedure: filtered("list", roles.ResNamespaceBindings),
+	projectv1connect.ProjectServiceListIdleNamespacesProcedure:    admin("list", roles.ResIdleNamespaces),
+
+	// Role templates are the platform's; everyone may read them (they are what can be granted).
+	// Granting and revoking is managing RoleBindings in the project, as in Kubernetes, and the
+	// handler adds Kubernetes' escalation rule: no one grants rules they do not hold.
+	rbacv1connect.RBACServiceCreateRoleTemplateProcedure: admin("create", roles.ResRoleTemplates),
+	rbacv1connect.RBACServiceUpdateRoleTemplateProcedure: admin("update", roles.ResRoleTemplates),
+	rbacv1connect.RBACServiceDeleteRoleTemplateProcedure: admin("delete", roles.ResRoleTemplates),
+	rbacv1connect.RBACServiceGetRoleTemplateProcedure:    anyone("get", roles.ResRoleTemplates),
+	rbacv1connect.RBACServiceListRoleTemplatesProcedure:  anyone("list", roles.ResRoleTemplates),
+	rbacv1connect.RBACServiceBindProjectRoleProcedure: inProjectGroup("create", roles.RBACGroup, "rolebindings",
+		func(m *rbacv1.BindProjectRoleRequest) string { return m.Project }),
+	rbacv1connect.RBACServiceUnbindProjectRoleProcedure: inProjectGroup("delete", roles.RBACGroup, "rolebindings",
+		func(m *rbacv1.UnbindProjectRoleRequest) string { return m.Project }),
+	rbacv1connect.RBACServiceListProjectRoleBindingsProcedure: filtered("list", roles.ResMembers),
+	// A binding's propagation belongs to its project; a template's ClusterRole on every
+	// cluster is the platform's.
+	rbacv1connect.RBACServiceGetPropagationStatusProcedure: custom("get", roles.ResMembers, func(m *rbacv1.GetPropagationStatusRequest) Scope {
+		if b := m.GetBinding(); b != nil {
+			return Scope{Kind: Project, Project: b.Project}
+		}
+		return Scope{Kind: Platform}
+	}),
+	rbacv1connect.RBACServiceWhoCanProcedure: inNamespace("get", roles.ResAccess,
+		func(m *rbacv1.WhoCanRequest) (string, string) { return m.Cluster, m.Namespace }),
+	rbacv1connect.RBACServiceAccessAtProcedure: filtered("get", roles.ResAccess),
+
+	// Cluster sets and their bindings are the platform's to change. Everyone signed in may read
+	// the sets (a project team needs their names and members to write placements); a project's
+	// bindings are shown to those who may list clustersets in it.
+	placementv1connect.ClusterSetServiceCreateClusterSetProcedure:       admin("create", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceUpdateClusterSetProcedure:       admin("update", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceDeleteClusterSetProcedure:       admin("delete", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceGetClusterSetProcedure:          anyone("get", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceListClusterSetsProcedure:        anyone("list", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceBindClusterSetProcedure:         admin("create", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceUnbindClusterSetProcedure:       admin("delete", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceListClusterSetBindingsProcedure: filtered("list", roles.ResClusterSets),
+
+	// Endpoints belong to the project owning the service's namespace; weights of services in a
+	// namespace no project owns are the platform's.
+	endpointv1connect.EndpointServiceGetServiceEndpointsProcedure: inNamespace("get", roles.ResServices,
+		func(m *endpointv1.GetServiceEndpointsRequest) (string, string) { return "", m.Namespace }),
+	endpointv1connect.EndpointServiceWatchServiceEndpointsProcedure: inNamespace("watch", roles.ResServices,
+		func(m *endpointv1.WatchServiceEndpointsRequest) (string, string) { return "", m.Namespace }),
+	endpointv1connect.EndpointServiceSetEndpointWeightProcedure: inNamespace("update", roles.ResServiceWeights,
+		func(m *endpointv1.SetEndpointWeightRequest) (string, string) { return m.Cluster, m.Namespace }),
+	endpointv1connect.EndpointServiceSetClusterWeightProcedure: inNamespace("update", roles.ResServiceWeights,
+		func(m *endpointv1.SetClusterWeightRequest) (string, string) { return m.Cluster, m.Namespace }),
+	endpointv1connect.EndpointServiceListServicesProcedure: filtered("list", roles.ResServices),
+}

@@ -1,0 +1,190 @@
+package natsauth_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+var update = flag.Bool("update", false, "rewrite deploy/nats/auth.conf from the permission table")
+
+const authConf = "../../deploy/nats/auth.conf"
+
+// renderAuthConf renders the compose NATS cluster's authorization block: cluster-import's static
+// user (it answers the callout, so it cannot go through it) with cluster-import's permissions
+// from the table plus the responder's, and the callout delegating everyone else.
+func renderAuthConf() string {
+	p := natsauth.Merge(must(natsauth.ServicePermissions(natsauth.ServiceClusterImport)), natsauth.CalloutResponderPermissions())
+	list := func(subjects []string) string {
+		var b strings.Builder
+		for _, s := range subjects {
+			fmt.Fprintf(&b, "            %q\n", s)
+		}
+		return b.String()
+	}
+	return `# GENERATED from the permission table in pkg/natsauth/permissions.go by
+#   cd pkg && go test ./natsauth -run TestDeployAuthConf -update
+# Edit the table, not this file (the test fails when they differ).
+#
+# The authorization of the compose stack's NATS cluster, included by nats-{1,2,3}.conf. Every
+# client but cluster-import is admitted by the auth callout, which cluster-import answers: hub
+# services with their own tokens and permissions, agents of registered clusters, subscribers.
+# The secrets are read from the environment (.data/compose/nats.env, made by
+# tools/scripts/dev-secrets.sh); production injects its own.
+authorization {
+  # Seconds a client has to be authorized, the callout's answer included.
+  timeout: 5
+  users: [
+    {
+      user: cluster-import
+      password: $NATS_CALLOUT_PASSWORD
+      permissions: {
+        publish: {
+          allow: [
+` + list(p.Publish) + `          ]
+        }
+        subscribe: {
+          allow: [
+` + list(p.Subscribe) + `          ]
+        }
+      }
+    }
+  ]
+  auth_callout {
+    # Public account nkey whose seed signs the answers (cluster-import --nats-callout-issuer-seed-file).
+    issuer: $NATS_CALLOUT_ISSUER
+    # Public curve key: requests (which carry tokens) and answers are encrypted.
+    xkey: $NATS_CALLOUT_XKEY
+    auth_users: [ cluster-import ]
+  }
+}
+`
+}
+
+func must(p natsauth.Permissions, ok bool) natsauth.Permissions {
+	if !ok {
+		panic("unknown service")
+	}
+	return p
+}
+
+// The deployed file is the table's, and a server configured with it works: cluster-import's
+// restricted user answers the callout (encrypted) and an agent is admitted and confined.
+func TestDeployAuthConf(t *testing.T) {
+	want := renderAuthConf()
+	if *update {
+		if err := os.WriteFile(authConf, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(authConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("%s differs from the permission table; regenerate it with -update", authConf)
+	}
+
+	issuer, _ := nkeys.CreateAccount()
+	issuerPub, _ := issuer.PublicKey()
+	xkey, _ := nkeys.CreateCurveKeys()
+	xkeyPub, _ := xkey.PublicKey()
+	t.Setenv("NATS_CALLOUT_PASSWORD", "pw-for-test")
+	t.Setenv("NATS_CALLOUT_ISSUER", issuerPub)
+	t.Setenv("NATS_CALLOUT_XKEY", xkeyPub)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	// As in compose: the file sits next to the server's config, which includes it.
+	if err := os.WriteFile(filepath.Join(dir, "auth.conf"), got, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\njetstream { store_dir: %q }\ninclude auth.conf\n", dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.AuthCallout == nil || opts.AuthCallout.Issuer != issuerPub || opts.AuthCallout.XKey != xkeyPub ||
+		!slices.Equal(opts.AuthCallout.AuthUsers, []string{natsauth.ServiceClusterImport}) {
+		t.Fatalf("auth_callout parsed as %+v", opts.AuthCallout)
+	}
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("not ready")
+	}
+	url := fmt.Sprintf("nats://%s", s.Addr().(*net.TCPAddr).String())
+	rc, err := nats.Connect(url, nats.UserInfo(natsauth.ServiceClusterImport, "pw-for-test"),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.ServiceClusterImport)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	r := &natsauth.Responder{Issuer: issuer, XKey: xkey, Log: zaptest.NewLogger(t),
+		Resolve: func(_ context.Context, token string) (natsauth.Identity, bool) {
+			return natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1"}, token == "agent-c1"
+		}}
+	go func() { done <- r.Run(ctx, rc) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// The responder subscribes in its own goroutine: until the server has that subscription an
+	// admission waits for nobody and times out, so the first agent retries.
+	var c *client
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err = connect(t, url, "agent-c1", natsauth.AgentInboxPrefix("c1"))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	allowed(t, "agent through the deployed callout", err)
+	c.denied(t, "fleet.>", func(context.Context) error {
+		sub, err := c.nc.SubscribeSync("fleet.>")
+		if err != nil {
+			return err
+		}
+		_, err = sub.NextMsg(300 * time.Millisecond)
+		return err
+	})
+	if _, err := connect(t, url, "wrong", ""); err == nil {
+		t.Fatal("wrong token admitted")
+	}
+	// cluster-import's own user may not write what other services own.
+	rcErrs := make(chan error, 8)
+	rc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { rcErrs <- err })
+	own := &client{nc: rc, errs: rcErrs}
+	own.denied(t, "$KV."+subjects.DesiredRBACBucket, func(context.Context) error {
+		if err := rc.Publish("$KV."+subjects.DesiredRBACBucket+".c1.x", []byte("x")); err != nil {
+			return err
+		}
+		if err := rc.Flush(); err != nil {
+			return err
+		}
+		return errors.New("published") // no answer: the server's violation report is the verdict
+	})
+}

@@ -1,0 +1,118 @@
+package natsauth_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// The table's promises, checked subject by subject with NATS' matching rules.
+func TestPermissionTable(t *testing.T) {
+	svc := func(name string) natsauth.Permissions {
+		p, ok := natsauth.ServicePermissions(name)
+		if !ok {
+			t.Fatalf("no permissions for service %s", name)
+		}
+		return p
+	}
+	type check struct {
+		subject string
+		sub     bool
+		want    bool
+	}
+	for _, tc := range []struct {
+		who    string
+		perms  natsauth.Permissions
+		checks []check
+	}{
+		{"namespace-binding", svc(natsauth.ServiceNamespaceBinding), []check{
+			{"$KV.desired-namespaces.c1.Namespace.=.a", false, true},
+			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
+			{"$JS.API.STREAM.INFO.KV_cluster-credentials", false, false},
+			{"$JS.API.DIRECT.GET.KV_clusters.$KV.clusters.c1", false, true},
+			{"$KV.clusters.c1", false, false},
+			{"fleet.ns.project.p1", false, true},
+			{"fleet.rbac.template.t", false, false},
+			{"$JS.API.STREAM.DELETE.FLEET_CLUSTER", false, false},
+			{"_INBOX_svc_namespace-binding.abc", true, true},
+			{"_INBOX_svc_cluster-import.abc", true, false},
+			{"_INBOX.abc", true, false},
+		}},
+		{"rbac-sync", svc(natsauth.ServiceRBACSync), []check{
+			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, true},
+			{"$KV.desired-namespaces.c1.Namespace.=.a", false, false},
+			{"$JS.API.CONSUMER.CREATE.KV_ns-bindings.x.$KV.ns-bindings.>", false, true},
+			{"$KV.ns-bindings.c1.a", false, false},
+			{"$JS.API.STREAM.MSG.GET.KV_agent-tokens", false, false},
+		}},
+		{"endpoint-collector", svc(natsauth.ServiceEndpointCollector), []check{
+			{"$JS.API.CONSUMER.MSG.NEXT.FLEET_AGENT.endpoint-collector", false, true},
+			{"fleet.agent.c1.heartbeat", false, false},
+			{"$KV.endpoints.ns.svc", false, true},
+			{"$JS.API.DIRECT.GET.KV_cluster-credentials", false, false},
+		}},
+		{"cluster-import", svc(natsauth.ServiceClusterImport), []check{
+			{"$JS.API.DIRECT.GET.KV_cluster-credentials.$KV.cluster-credentials.id", false, true},
+			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
+			{"$KV.ns-projects.p1", false, false},
+		}},
+		{"agent c1", natsauth.AgentPermissions("c1"), []check{
+			{"fleet.agent.c1.heartbeat", false, true},
+			{"fleet.agent.c2.heartbeat", false, false},
+			{"$JS.API.CONSUMER.CREATE.KV_desired-rbac.x.$KV.desired-rbac.c1.>", false, true},
+			{"$JS.API.CONSUMER.CREATE.KV_desired-rbac.x.$KV.desired-rbac.c2.>", false, false},
+			{"$JS.API.CONSUMER.CREATE.KV_desired-rbac.x", false, false},
+			{"$JS.API.STREAM.INFO.KV_cluster-credentials", false, false},
+			{"fleet.>", true, false},
+			{"_INBOX_c1.x", true, true},
+			{"_INBOX_c2.x", true, false},
+		}},
+		{"subscriber audit", natsauth.SubscriberPermissions("audit", []string{subjects.ClusterStream, subjects.AgentStreamName, "KV_cluster-credentials"}), []check{
+			{"$JS.API.CONSUMER.CREATE.FLEET_CLUSTER.audit-cluster.fleet.cluster.>", false, true},
+			{"$JS.API.CONSUMER.MSG.NEXT.FLEET_CLUSTER.audit-cluster", false, true},
+			{"$JS.ACK.FLEET_CLUSTER.audit-cluster.1.2.3.4.5", false, true},
+			{"$JS.API.CONSUMER.CREATE.FLEET_CLUSTER.other.fleet.cluster.>", false, false},
+			{"$JS.API.CONSUMER.MSG.NEXT.FLEET_CLUSTER.other", false, false},
+			{"$JS.ACK.FLEET_CLUSTER.other.1.2.3.4.5", false, false},
+			// Streams outside the event streams are never granted, even if asked for.
+			{"$JS.API.STREAM.INFO.FLEET_AGENT", false, false},
+			{"$JS.API.STREAM.INFO.KV_cluster-credentials", false, false},
+			{"fleet.cluster.c1", false, false},
+			{"_INBOX_sub_audit.x", true, true},
+		}},
+	} {
+		t.Run(tc.who, func(t *testing.T) {
+			for _, c := range tc.checks {
+				if got := tc.perms.Allows(c.subject, c.sub); got != c.want {
+					t.Errorf("allows(%s, sub=%v) = %v, want %v", c.subject, c.sub, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+// Only cluster-import's permissions mention the buckets holding secrets.
+func TestSecretsOnlyForClusterImport(t *testing.T) {
+	secret := []string{subjects.ClusterCredentialsBucket, subjects.AgentTokensBucket, natsauth.SubscribersBucket, natsauth.SubscriberTokensBucket}
+	perms := map[string]natsauth.Permissions{
+		"agent":      natsauth.AgentPermissions("c1"),
+		"subscriber": natsauth.SubscriberPermissions("s", natsauth.SubscriberStreams()),
+	}
+	for _, s := range natsauth.Services() {
+		perms[s], _ = natsauth.ServicePermissions(s)
+	}
+	for who, p := range perms {
+		for _, subj := range append(append([]string{}, p.Publish...), p.Subscribe...) {
+			for _, b := range secret {
+				if strings.Contains(subj, b) && who != natsauth.ServiceClusterImport {
+					t.Errorf("%s may use %s", who, subj)
+				}
+			}
+			if strings.Contains(subj, ">") && strings.HasPrefix(subj, "$JS.API.>") || subj == ">" || subj == "$KV.>" {
+				t.Errorf("%s has a blanket grant %s", who, subj)
+			}
+		}
+	}
+}

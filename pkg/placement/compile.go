@@ -1,0 +1,245 @@
+package placement
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// misconfig is a spec error: the placement is PlacementMisconfigured=True and,
+// as in OCM, decides nothing until it is fixed.
+type misconfig struct {
+	field string
+	msg   string
+}
+
+func (m *misconfig) Error() string { return m.field + ": " + m.msg }
+
+// selector is a compiled label AND claim selector (OCM's helpers.ClusterSelector without CEL).
+type selector struct {
+	label labels.Selector
+	claim labels.Selector
+}
+
+func (s selector) matches(c *fleetCluster) bool {
+	return s.label.Matches(c.labelSet) && s.claim.Matches(c.claimSet)
+}
+
+func compileSelector(ls metav1.LabelSelector, cs ClaimSelector, field string) (selector, *misconfig) {
+	l, err := metav1.LabelSelectorAsSelector(&ls)
+	if err != nil {
+		return selector{}, &misconfig{field: field + ".label_selector", msg: err.Error()}
+	}
+	c, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: cs.MatchExpressions})
+	if err != nil {
+		return selector{}, &misconfig{field: field + ".claim_selector", msg: err.Error()}
+	}
+	return selector{label: l, claim: c}, nil
+}
+
+// prioritizerKind enumerates the prioritizers.
+type prioritizerKind int
+
+const (
+	kindBalance prioritizerKind = iota
+	kindSteady
+	kindResource
+	kindAddOn
+)
+
+// coordKey is a comparable ScoreCoordinate, so configurations merge as OCM's
+// map[ScoreCoordinate]int32 does (a later entry overrides an earlier one).
+type coordKey struct {
+	typ      ScoreCoordinateType
+	builtIn  string
+	resource string
+	score    string
+}
+
+type prioritizer struct {
+	name   string
+	weight int32
+	kind   prioritizerKind
+	res    ResourceName // kindResource
+	addOn  AddOnScoreCoordinate
+}
+
+// compiled is a validated placement spec.
+type compiled struct {
+	predicates   []selector
+	prioritizers []prioritizer
+	groups       []selector
+}
+
+// compile validates the spec in field order and returns the first problem.
+// OCM checks some of these only when clusters are present (its filters return
+// early on an empty list) and leaves others to CRD validation; Fleetstream
+// has no CRD layer, so everything is checked here, always.
+func compile(p *Placement) (*compiled, *misconfig) {
+	c := &compiled{}
+	if p.NumberOfClusters != nil && *p.NumberOfClusters < 0 {
+		return nil, &misconfig{field: "number_of_clusters", msg: fmt.Sprintf("must not be negative, got %d", *p.NumberOfClusters)}
+	}
+	for i, pr := range p.Predicates {
+		s, m := compileSelector(pr.RequiredClusterSelector.LabelSelector, pr.RequiredClusterSelector.ClaimSelector,
+			fmt.Sprintf("predicates[%d].required_cluster_selector", i))
+		if m != nil {
+			return nil, m
+		}
+		c.predicates = append(c.predicates, s)
+	}
+	for i, t := range p.Tolerations {
+		f := fmt.Sprintf("tolerations[%d]", i)
+		switch t.Operator {
+		case "", TolerationOpEqual, TolerationOpExists:
+		default:
+			return nil, &misconfig{field: f + ".operator", msg: fmt.Sprintf("unknown operator %q, want Equal or Exists", t.Operator)}
+		}
+		switch t.Effect {
+		case "", TaintEffectNoSelect, TaintEffectNoSelectIfNew, TaintEffectPreferNoSelect:
+		default:
+			return nil, &misconfig{field: f + ".effect", msg: fmt.Sprintf("unknown effect %q", t.Effect)}
+		}
+		// OCM's TaintToleration messages, verbatim.
+		if t.Key == "" && t.Operator != TolerationOpExists {
+			return nil, &misconfig{field: f + ".key", msg: "If the key is empty, operator must be Exists."}
+		}
+		if t.Operator == TolerationOpExists && t.Value != "" {
+			return nil, &misconfig{field: f + ".value", msg: "If the operator is Exists, the value should be empty."}
+		}
+	}
+	ps, m := compilePrioritizers(&p.PrioritizerPolicy)
+	if m != nil {
+		return nil, m
+	}
+	c.prioritizers = ps
+	ds := &p.DecisionStrategy
+	if _, m := groupLength(ds.ClustersPerDecisionGroup, 0); m != nil {
+		return nil, m
+	}
+	for i, g := range ds.Groups {
+		s, m := compileSelector(g.GroupClusterSelector.LabelSelector, g.GroupClusterSelector.ClaimSelector,
+			fmt.Sprintf("decision_strategy.groups[%d].group_cluster_selector", i))
+		if m != nil {
+			return nil, m
+		}
+		c.groups = append(c.groups, s)
+	}
+	return c, nil
+}
+
+// compilePrioritizers is OCM's getWeights + getPrioritizers: Additive starts
+// from Balance 1 and Steady 1, Exact from nothing; configurations override by
+// coordinate; weight 0 drops a prioritizer before its name is checked (so an
+// unknown built-in at weight 0 is not an error, as in OCM).
+func compilePrioritizers(pp *PrioritizerPolicy) ([]prioritizer, *misconfig) {
+	weights := map[coordKey]int32{}
+	switch pp.Mode {
+	case "", PrioritizerPolicyModeAdditive:
+		weights[coordKey{typ: ScoreCoordinateTypeBuiltIn, builtIn: PrioritizerBalance}] = 1
+		weights[coordKey{typ: ScoreCoordinateTypeBuiltIn, builtIn: PrioritizerSteady}] = 1
+	case PrioritizerPolicyModeExact:
+	default:
+		return nil, &misconfig{field: "prioritizer_policy.mode", msg: fmt.Sprintf("incorrect prioritizer policy mode: %s", pp.Mode)}
+	}
+	for i, cfg := range pp.Configurations {
+		f := fmt.Sprintf("prioritizer_policy.configurations[%d]", i)
+		sc := cfg.ScoreCoordinate
+		if sc == nil {
+			return nil, &misconfig{field: f + ".score_coordinate", msg: "scoreCoordinate field is required"}
+		}
+		// OCM's CRD bounds the weight; its scheduler would take any value.
+		if cfg.Weight < MinWeight || cfg.Weight > MaxWeight {
+			return nil, &misconfig{field: f + ".weight", msg: fmt.Sprintf("must be in [%d, %d], got %d", MinWeight, MaxWeight, cfg.Weight)}
+		}
+		k := coordKey{typ: sc.Type}
+		switch sc.Type {
+		case "", ScoreCoordinateTypeBuiltIn:
+			k.typ = ScoreCoordinateTypeBuiltIn
+			k.builtIn = sc.BuiltIn
+		case ScoreCoordinateTypeAddOn:
+			if sc.AddOn == nil {
+				return nil, &misconfig{field: f + ".score_coordinate.add_on", msg: "addOn should not be empty"}
+			}
+			if sc.AddOn.ResourceName == "" || sc.AddOn.ScoreName == "" {
+				return nil, &misconfig{field: f + ".score_coordinate.add_on", msg: "resource_name and score_name are required"}
+			}
+			k.resource, k.score = sc.AddOn.ResourceName, sc.AddOn.ScoreName
+		default:
+			return nil, &misconfig{field: f + ".score_coordinate.type", msg: fmt.Sprintf("unknown type %q, want BuiltIn or AddOn", sc.Type)}
+		}
+		weights[k] = cfg.Weight
+	}
+	var out []prioritizer
+	for k, w := range weights {
+		if w == 0 {
+			continue
+		}
+		p := prioritizer{weight: w}
+		if k.typ == ScoreCoordinateTypeBuiltIn {
+			p.name = k.builtIn
+			switch k.builtIn {
+			case PrioritizerBalance:
+				p.kind = kindBalance
+			case PrioritizerSteady:
+				p.kind = kindSteady
+			case PrioritizerResourceAllocatableCPU:
+				p.kind, p.res = kindResource, ResourceCPU
+			case PrioritizerResourceAllocatableMemory:
+				p.kind, p.res = kindResource, ResourceMemory
+			default:
+				return nil, &misconfig{field: builtInField(pp, k.builtIn), msg: fmt.Sprintf("incorrect builtin prioritizer: %s", k.builtIn)}
+			}
+		} else {
+			p.kind = kindAddOn
+			p.addOn = AddOnScoreCoordinate{ResourceName: k.resource, ScoreName: k.score}
+			p.name = "AddOn/" + k.resource + "/" + k.score
+		}
+		out = append(out, p)
+	}
+	// OCM ranges over a map; the sum does not depend on the order, but the
+	// reported per-prioritizer scores should, so sort by name.
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// builtInField finds the configuration that named an unknown built-in, for the condition's field.
+func builtInField(pp *PrioritizerPolicy, name string) string {
+	for i := len(pp.Configurations) - 1; i >= 0; i-- {
+		sc := pp.Configurations[i].ScoreCoordinate
+		if sc != nil && (sc.Type == "" || sc.Type == ScoreCoordinateTypeBuiltIn) && sc.BuiltIn == name {
+			return fmt.Sprintf("prioritizer_policy.configurations[%d].score_coordinate.built_in", i)
+		}
+	}
+	return "prioritizer_policy.configurations"
+}
+
+// groupLength is OCM's calculateLength: a count, or a percentage of total
+// rounded up; zero, negative or more than total means total.
+func groupLength(v intstr.IntOrString, total int) (int, *misconfig) {
+	const field = "decision_strategy.clusters_per_decision_group"
+	length := total
+	switch v.Type {
+	case intstr.Int:
+		length = v.IntValue()
+	case intstr.String:
+		s := v.StrVal
+		if !strings.HasSuffix(s, "%") {
+			return 0, &misconfig{field: field, msg: fmt.Sprintf("%q invalid type: string is not a percentage", s)}
+		}
+		f, err := strconv.ParseFloat(s[:len(s)-1], 64)
+		if err != nil {
+			return 0, &misconfig{field: field, msg: fmt.Sprintf("%q invalid type: string is not a percentage", s)}
+		}
+		length = ceilInt(f / 100 * float64(total))
+	}
+	if length <= 0 || length > total {
+		length = total
+	}
+	return length, nil
+}

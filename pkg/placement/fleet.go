@@ -1,0 +1,134 @@
+package placement
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Fleet is an immutable, indexed snapshot of the inputs every placement
+// shares: clusters, cluster-set membership and add-on scores. Building it
+// once per change and scheduling many placements against it is what keeps
+// re-deciding 1,000 placements after one cluster change cheap.
+type Fleet struct {
+	clusters []fleetCluster // sorted by name: ties then break by index
+	byName   map[string]int
+	// members maps each existing set to its member indexes, ascending.
+	members map[string][]int
+	scores  map[AddOnScoreKey]AddOnScore
+}
+
+// fleetCluster is a Cluster with what the scheduler derives from it, computed once.
+type fleetCluster struct {
+	Cluster
+	labelSet labels.Set
+	claimSet labels.Set
+	alloc    [2]float64 // by resIndex
+	hasRes   [2]bool    // allocatable AND capacity present, as OCM requires
+}
+
+func resIndex(r ResourceName) int {
+	if r == ResourceMemory {
+		return 1
+	}
+	return 0
+}
+
+// NewFleet indexes clusters, sets and scores. Duplicate cluster or set names
+// and unknown set selector types are errors: they are bugs of the caller's view.
+// The fleet keeps the label, claim and resource maps it is given (copying
+// 5,000 clusters' maps on every change would dominate re-decisions), so the
+// caller must not modify them afterwards; a changed cluster is a new map.
+func NewFleet(clusters []Cluster, sets []ClusterSet, scores []AddOnScore) (*Fleet, error) {
+	f := &Fleet{
+		clusters: make([]fleetCluster, len(clusters)),
+		byName:   make(map[string]int, len(clusters)),
+		members:  make(map[string][]int, len(sets)),
+		scores:   make(map[AddOnScoreKey]AddOnScore, len(scores)),
+	}
+	for i := range clusters {
+		f.clusters[i] = fleetCluster{Cluster: clusters[i]}
+	}
+	sort.Slice(f.clusters, func(i, j int) bool { return f.clusters[i].Name < f.clusters[j].Name })
+	for i := range f.clusters {
+		c := &f.clusters[i]
+		if _, dup := f.byName[c.Name]; dup {
+			return nil, fmt.Errorf("new fleet: duplicate cluster %q", c.Name)
+		}
+		f.byName[c.Name] = i
+		c.labelSet = labels.Set(c.Labels)
+		c.claimSet = labels.Set(c.Claims)
+		for _, r := range []ResourceName{ResourceCPU, ResourceMemory} {
+			a, okA := c.Allocatable[r]
+			_, okC := c.Capacity[r]
+			if okA && okC {
+				c.alloc[resIndex(r)] = quantityFloat(a)
+				c.hasRes[resIndex(r)] = true
+			}
+		}
+	}
+	for _, s := range sets {
+		if _, dup := f.members[s.Name]; dup {
+			return nil, fmt.Errorf("new fleet: duplicate cluster set %q", s.Name)
+		}
+		m, err := f.selectMembers(s)
+		if err != nil {
+			return nil, fmt.Errorf("new fleet: cluster set %q: %w", s.Name, err)
+		}
+		f.members[s.Name] = m
+	}
+	for _, sc := range scores {
+		f.scores[sc.AddOnScoreKey] = sc
+	}
+	return f, nil
+}
+
+func quantityFloat(q resource.Quantity) float64 { return q.AsApproximateFloat64() }
+
+// selectMembers mirrors OCM's GetClustersFromClusterSet, plus Fleetstream's
+// rule that a cluster without the exclusive label is in the default set
+// (OCM gets there by a controller labelling such clusters).
+func (f *Fleet) selectMembers(s ClusterSet) ([]int, error) {
+	var out []int
+	switch s.Selector.Type {
+	case "", SelectorExclusiveLabel:
+		for i := range f.clusters {
+			v, ok := f.clusters[i].Labels[ClusterSetLabel]
+			if v == s.Name || (s.Name == DefaultClusterSet && (!ok || v == "")) {
+				out = append(out, i)
+			}
+		}
+	case SelectorLabelSelector:
+		if s.Selector.LabelSelector == nil {
+			return nil, nil // a nil selector selects none
+		}
+		sel, err := metav1.LabelSelectorAsSelector(s.Selector.LabelSelector)
+		if err != nil {
+			return nil, fmt.Errorf("label selector: %w", err)
+		}
+		for i := range f.clusters {
+			if sel.Matches(f.clusters[i].labelSet) {
+				out = append(out, i)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("unsupported selector type %q", s.Selector.Type)
+	}
+	return out, nil
+}
+
+// Members returns the names of a set's members, sorted, and whether the set exists.
+func (f *Fleet) Members(set string) ([]string, bool) {
+	idx, ok := f.members[set]
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, len(idx))
+	for i, j := range idx {
+		out[i] = f.clusters[j].Name
+	}
+	return out, true
+}

@@ -1,0 +1,73 @@
+package placement
+
+import "sort"
+
+// groups is OCM's generateDecisionGroups + generateDecision: clusters go to
+// the first group whose selector matches them (in decision order), the rest
+// to unnamed groups; each group is cut into groups of the computed length
+// and each of those into pages of at most MaxDecisionsPerPage. Inside a
+// group clusters are sorted by name, not by score, as in OCM.
+//
+// sel holds the fleet indexes of the selected clusters, parallel to cds.
+// c nil (a misconfigured placement) or nothing selected gives one empty group.
+func (f *Fleet) groups(c *compiled, p *Placement, sel []int, cds []ClusterDecision) []DecisionGroupStatus {
+	type rawGroup struct {
+		name    string
+		members []int // positions in cds
+	}
+	var raw []rawGroup
+	if c != nil && len(sel) > 0 {
+		// compile already validated the value, so the error cannot occur.
+		length, _ := groupLength(p.DecisionStrategy.ClustersPerDecisionGroup, len(sel))
+		divide := func(name string, matched []int) {
+			sort.Slice(matched, func(a, b int) bool { return cds[matched[a]].ClusterName < cds[matched[b]].ClusterName })
+			for len(matched) > 0 {
+				n := min(length, len(matched))
+				raw = append(raw, rawGroup{name: name, members: matched[:n:n]})
+				matched = matched[n:]
+			}
+		}
+		taken := make([]bool, len(sel))
+		for gi, g := range p.DecisionStrategy.Groups {
+			var matched []int
+			for r, i := range sel {
+				if !taken[r] && c.groups[gi].matches(&f.clusters[i]) {
+					taken[r] = true
+					matched = append(matched, r)
+				}
+			}
+			divide(g.GroupName, matched)
+		}
+		var rest []int
+		for r := range sel {
+			if !taken[r] {
+				rest = append(rest, r)
+			}
+		}
+		divide("", rest)
+	}
+	if len(raw) == 0 {
+		raw = []rawGroup{{}}
+	}
+	out := make([]DecisionGroupStatus, len(raw))
+	for gi, g := range raw {
+		gs := DecisionGroupStatus{
+			DecisionGroupIndex: int32(gi), //nolint:gosec // bounded by cluster count
+			DecisionGroupName:  g.name,
+			ClustersCount:      int32(len(g.members)), //nolint:gosec // bounded by cluster count
+		}
+		for start := 0; start < len(g.members) || start == 0; start += MaxDecisionsPerPage {
+			end := min(start+MaxDecisionsPerPage, len(g.members))
+			pg := DecisionPage{Clusters: make([]ClusterDecision, 0, end-start)}
+			for _, r := range g.members[start:end] {
+				pg.Clusters = append(pg.Clusters, cds[r])
+			}
+			gs.Pages = append(gs.Pages, pg)
+			if end == len(g.members) {
+				break
+			}
+		}
+		out[gi] = gs
+	}
+	return out
+}

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"go.uber.org/zap"
+)
+
+// OIDCConfig lets the APIs accept ID tokens of one OpenID Connect issuer as bearer tokens,
+// besides (or instead of) the token file. The field names follow kube-apiserver's --oidc-* flags.
+type OIDCConfig struct {
+	// IssuerURL is the issuer (https). Its discovery document is read from
+	// <IssuerURL>/.well-known/openid-configuration and must name the same issuer.
+	IssuerURL string
+	// ClientID must be one of a token's audiences.
+	ClientID string
+	// UsernameClaim is the claim whose value is the user ("sub" when empty). With "email", a
+	// present email_verified claim must be true.
+	UsernameClaim string
+	// UsernamePrefix is prepended to the username claim's value. Empty by default (unlike
+	// kube-apiserver, which prefixes non-email claims with the issuer URL): set it, for example
+	// to "oidc:", when token-file users and OIDC users could otherwise share a name.
+	UsernamePrefix string
+	// GroupsClaim is the claim holding the user's groups, a string or a list of strings; empty
+	// means no groups from OIDC.
+	GroupsClaim string
+	// GroupsPrefix is prepended to every group.
+	GroupsPrefix string
+	// CAFile is a PEM bundle that verifies the issuer's TLS certificate instead of the system
+	// roots (a private identity provider).
+	CAFile string
+}
+
+// RegisterFlags adds the --oidc-* flags. Every server binary registers them through this one
+// function, so the flags are the same everywhere.
+func (c *OIDCConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.IssuerURL, "oidc-issuer-url", "", "https URL of an OpenID Connect issuer whose ID tokens are accepted as bearer tokens (besides --token-file)")
+	fs.StringVar(&c.ClientID, "oidc-client-id", "", "client ID that every accepted ID token must have as audience (required with --oidc-issuer-url)")
+	fs.StringVar(&c.UsernameClaim, "oidc-username-claim", "sub", "ID token claim used as the user name (with \"email\", email_verified must be true when present)")
+	fs.StringVar(&c.UsernamePrefix, "oidc-username-prefix", "", "prefix added to OIDC user names, e.g. \"oidc:\" (default none)")
+	fs.StringVar(&c.GroupsClaim, "oidc-groups-claim", "", "ID token claim holding the user's groups, a string or a list of strings (default: no groups)")
+	fs.StringVar(&c.GroupsPrefix, "oidc-groups-prefix", "", "prefix added to OIDC group names (default none)")
+	fs.StringVar(&c.CAFile, "oidc-ca-file", "", "PEM CA bundle that verifies the issuer's TLS certificate instead of the system roots")
+}
+
+// enabled reports whether any OIDC setting was given; validate then insists on a complete one.
+func (c OIDCConfig) enabled() bool { return c.IssuerURL != "" || c.ClientID != "" }
+
+func (c OIDCConfig) validate() error {
+	if c.IssuerURL == "" {
+		return errors.New("--oidc-client-id needs --oidc-issuer-url")
+	}
+	if c.ClientID == "" {
+		return errors.New("--oidc-issuer-url needs --oidc-client-id")
+	}
+	u, err := url.Parse(c.IssuerURL)
+	if err != nil {
+		return fmt.Errorf("--oidc-issuer-url: %w", err)
+	}
+	// Plain http would let anyone on the path swap the signing keys.
+	if u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("--oidc-issuer-url %q: want an https:// URL without user, query or fragment", c.IssuerURL)
+	}
+	return nil
+}
+
+const (
+	// oidcHTTPTimeout bounds one discovery or JWKS request, so a hung issuer cannot hold a
+	// request (or the library's background key refresh) forever.
+	oidcHTTPTimeout = 10 * time.Second
+	// oidcDiscoveryRetry is how long a failed discovery is remembered before the next ID token
+	// triggers another attempt: while the issuer is down, requests fail fast instead of each
+	// waiting for a timeout.
+	oidcDiscoveryRetry = 10 * time.Second
+)
+
+var (
+	errIssuerUnavailable = errors.New("OIDC issuer discovery failed")
+	errTokenExpired      = errors.New("token expired")
+)
+
+// oidcAuthenticator verifies ID tokens with go-oidc. Discovery is lazy: a server whose issuer is
+// down at start-up still starts and serves token-file callers, and ID tokens are refused
+// (Unavailable) until discovery succeeds; it is retried at most every retryAfter. Signature
+// keys come from the issuer's JWKS through go-oidc's remote key set, which caches them and
+// re-fetches when a token names a key it does not know (key rotation).
+type oidcAuthenticator struct {
+	cfg        OIDCConfig
+	client     *http.Client
+	log        *zap.Logger
+	now        func() time.Time
+	retryAfter time.Duration
+
+	verifier atomic.Pointer[oidc.IDTokenVerifier]
+	mu       sync.Mutex // serializes discovery
+	lastTry  time.Time
+	lastErr  error
+}
+
+func newOIDCAuthenticator(cfg OIDCConfig, log *zap.Logger) (*oidcAuthenticator, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.UsernameClaim == "" {
+		cfg.UsernameClaim = "sub"
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--oidc-ca-file %s: no PEM certificate", cfg.CAFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &oidcAuthenticator{
+		cfg:        cfg,
+		client:     &http.Client{Transport: tr, Timeout: oidcHTTPTimeout},
+		log:        log,
+		now:        time.Now,
+		retryAfter: oidcDiscoveryRetry,
+	}, nil
+}
+
+// getVerifier returns the verifier, running discovery first if it has not succeeded yet.
+func (a *oidcAuthenticator) getVerifier(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	if v := a.verifier.Load(); v != nil {
+		return v, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v := a.verifier.Load(); v != nil {
+		return v, nil
+	}
+	now := a.now()
+	if !a.lastTry.IsZero() && now.Sub(a.lastTry) < a.retryAfter {
+		return nil, fmt.Errorf("%w (retrying after %s): %w", errIssuerUnavailable, a.retryAfter, a.lastErr)
+	}
+	a.lastTry = now
+	// Not cancelled with the request: a caller hanging up should not waste the attempt that
+	// every other caller is waiting for.
+	dctx, cancel := context.WithTimeout(oidc.ClientContext(context.WithoutCancel(ctx), a.client), oidcHTTPTimeout)
+	defer cancel()
+	p, err := oidc.NewProvider(dctx, a.cfg.IssuerURL)
+	if err != nil {
+		a.lastErr = err
+		a.log.Warn("OIDC discovery failed; ID tokens are refused until it succeeds",
+			zap.String("issuer", a.cfg.IssuerURL), zap.Duration("retry_after", a.retryAfter), zap.Error(err))
+		return nil, fmt.Errorf("%w: %w", errIssuerUnavailable, err)
+	}
+	// The provider keeps a.client (taken from dctx) for its JWKS requests. Signing algorithms
+	// default to those the discovery document lists that go-oidc supports (never "none" or HMAC).
+	v := p.Verifier(&oidc.Config{ClientID: a.cfg.ClientID, Now: a.now})
+	a.verifier.Store(v)
+	a.log.Info("OIDC discovery done", zap.String("issuer", a.cfg.IssuerURL))
+	return v, nil
+}
+
+// authenticate verifies raw as an ID token and maps its claims to an identity. Errors never
+// contain the token.
+func (a *oidcAuthenticator) authenticate(ctx context.Context, raw string) (Identity, error) {
+	// A cheap look at the unverified issuer first: tokens of other issuers (and non-JWTs) are
+	// refused without network traffic. The verifier checks the issuer again after the signature.
+	iss, ok := unverifiedIssuer(raw)
+	if !ok {
+		return Identity{}, errors.New("not a JWT")
+	}
+	if iss != a.cfg.IssuerURL {
+		return Identity{}, fmt.Errorf("issued by %q, not by the configured issuer", iss)
+	}
+	v, err := a.getVerifier(ctx)
+	if err != nil {
+		return Identity{}, err
+	}
+	tok, err := v.Verify(ctx, raw)
+	if err != nil {
+		// go-oidc checks signature, issuer and audience before expiry, so an expired token
+		// was otherwise genuine and saying so to the client reveals nothing.
+		if _, expired := errors.AsType[*oidc.TokenExpiredError](err); expired {
+			return Identity{}, fmt.Errorf("%w: %w", errTokenExpired, err)
+		}
+		return Identity{}, fmt.Errorf("verify ID token: %w", err)
+	}
+	var claims map[string]json.RawMessage
+	if err := tok.Claims(&claims); err != nil {
+		return Identity{}, fmt.Errorf("decode ID token claims: %w", err)
+	}
+	return a.identity(claims)
+}
+
+// identity applies kube-apiserver's claim rules.
+func (a *oidcAuthenticator) identity(claims map[string]json.RawMessage) (Identity, error) {
+	var user string
+	if err := json.Unmarshal(claims[a.cfg.UsernameClaim], &user); err != nil || user == "" {
+		return Identity{}, fmt.Errorf("username claim %q missing or not a non-empty string", a.cfg.UsernameClaim)
+	}
+	if a.cfg.UsernameClaim == "email" {
+		if raw, ok := claims["email_verified"]; ok {
+			var verified bool
+			if err := json.Unmarshal(raw, &verified); err != nil || !verified {
+				return Identity{}, errors.New("email_verified is not true")
+			}
+		}
+	}
+	id := Identity{User: a.cfg.UsernamePrefix + user}
+	// system: names are Fleetstream's own service identities; an identity provider must not
+	// be able to speak for them.
+	if strings.HasPrefix(id.User, "system:") {
+		return Identity{}, fmt.Errorf("user %q: the system: prefix is reserved", id.User)
+	}
+	if a.cfg.GroupsClaim == "" {
+		return id, nil
+	}
+	raw, ok := claims[a.cfg.GroupsClaim]
+	if !ok || string(raw) == "null" {
+		return id, nil
+	}
+	var groups []string
+	var one string
+	if err := json.Unmarshal(raw, &groups); err != nil {
+		if err := json.Unmarshal(raw, &one); err != nil {
+			return Identity{}, fmt.Errorf("groups claim %q: want a string or a list of strings", a.cfg.GroupsClaim)
+		}
+		groups = []string{one}
+	}
+	for _, g := range groups {
+		if g == "" {
+			continue
+		}
+		g = a.cfg.GroupsPrefix + g
+		if strings.HasPrefix(g, "system:") {
+			a.log.Debug("dropping reserved OIDC group", zap.String("user", id.User), zap.String("group", g))
+			continue
+		}
+		id.Groups = append(id.Groups, g)
+	}
+	return id, nil
+}
+
+// unverifiedIssuer returns the iss claim of a compact JWS without verifying anything.
+func unverifiedIssuer(raw string) (string, bool) {
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return "", false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", false
+	}
+	var c struct {
+		Issuer string `json:"iss"`
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return "", false
+	}
+	return c.Issuer, true
+}

@@ -1,0 +1,318 @@
+package clusterimport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Import policies are event-sourced on FLEET_CLUSTER (fleet.cluster.importpolicy.<name>) and
+// folded into the view `import-policies`. That one policy imports each (cluster, group,
+// resource) is held by a KV Create in `import-policy-sources`, taken before the creation event
+// and released after the deletion, so it holds across replicas.
+
+func importPoliciesProjection() view.Projection {
+	return view.Projection{
+		Name:     subjects.ImportPoliciesBucket,
+		Version:  1,
+		Stream:   subjects.ClusterStream,
+		Subjects: []string{subjects.ClusterPrefix + ".importpolicy.*"},
+		Bucket:   bucketConfig(subjects.ImportPoliciesBucket, "Import policies (projection of FLEET_CLUSTER)."),
+		New:      func() proto.Message { return &clusterv1.ImportPolicy{} },
+		Apply:    applyImportPolicy,
+	}
+}
+
+func importPolicyKey(name string) string { return keys.Encode(name) }
+
+func applyImportPolicy(ev *events.Event) ([]view.Change, error) {
+	name, err := keys.Decode(ev.Subject[strings.LastIndex(ev.Subject, ".")+1:])
+	if err != nil {
+		return nil, fmt.Errorf("import policy subject %s: %w", ev.Subject, err)
+	}
+	at := ev.GetTime()
+	set := func(f func(cur *clusterv1.ImportPolicy) *clusterv1.ImportPolicy) []view.Change {
+		return []view.Change{{Key: importPolicyKey(name), Update: func(cur proto.Message) proto.Message {
+			c, _ := cur.(*clusterv1.ImportPolicy)
+			if next := f(c); next != nil {
+				return next
+			}
+			return nil
+		}}}
+	}
+	switch p := ev.Payload.(type) {
+	case *clusterv1.ImportPolicyCreated:
+		return set(func(*clusterv1.ImportPolicy) *clusterv1.ImportPolicy {
+			out := specOf(p.Policy)
+			out.CreateTime, out.UpdateTime, out.Creator, out.Updater = at, at, ev.Actor, ev.Actor
+			return out
+		}), nil
+	case *clusterv1.ImportPolicyUpdated:
+		return set(func(cur *clusterv1.ImportPolicy) *clusterv1.ImportPolicy {
+			if cur == nil {
+				return nil
+			}
+			out := specOf(p.Policy)
+			out.CreateTime, out.Creator, out.UpdateTime, out.Updater = cur.CreateTime, cur.Creator, at, ev.Actor
+			return out
+		}), nil
+	case *clusterv1.ImportPolicyDeleted:
+		return set(func(*clusterv1.ImportPolicy) *clusterv1.ImportPolicy { return nil }), nil
+	}
+	return nil, fmt.Errorf("import policy event %s not understood", ev.Type)
+}
+
+// specOf is the spec part of p: what events carry and what requests may set.
+func specOf(p *clusterv1.ImportPolicy) *clusterv1.ImportPolicy {
+	return &clusterv1.ImportPolicy{Name: p.GetName(), Source: p.GetSource(), References: p.GetReferences(),
+		NameTemplate: p.GetNameTemplate(), Template: p.GetTemplate(), CreationCondition: p.GetCreationCondition()}
+}
+
+func sourceKey(p *clusterv1.ImportPolicy) string {
+	src := p.GetSource()
+	return keys.Join(src.GetCluster(), src.GetGroup(), src.GetResource())
+}
+
+func describeSource(p *clusterv1.ImportPolicy) string {
+	src := p.GetSource()
+	gr := src.GetResource()
+	if src.GetGroup() != "" {
+		gr += "." + src.GetGroup()
+	}
+	return fmt.Sprintf("%s on cluster %q", gr, src.GetCluster())
+}
+
+// validatePolicy checks a policy's spec with the engine that will render it, every problem
+// named by its field under prefix, and that its source cluster is registered.
+func (a *ImportPolicyAPI) validatePolicy(p *clusterv1.ImportPolicy) error {
+	var v apierr.Violations
+	if p == nil {
+		v.Add("policy", "required")
+		return v.Err()
+	}
+	for _, e := range a.engine.Validate(policyFromProto(p)) {
+		v.Add("policy."+e.Field, "%s", e.Message)
+	}
+	if err := v.Err(); err != nil {
+		return err
+	}
+	if _, ok := a.s.clusters.Get(clusterKey(p.Source.Cluster)); !ok {
+		return connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("policy.source.cluster: cluster %q is not registered: the source is watched by that cluster's agent", p.Source.Cluster))
+	}
+	return nil
+}
+
+// claimSource takes the source of p for p, or says which policy has it. A claim whose policy
+// no longer exists (a crash between the claim and the event) is taken over.
+func (a *ImportPolicyAPI) claimSource(ctx context.Context, p *clusterv1.ImportPolicy) (release func(), err error) {
+	key := sourceKey(p)
+	kv := a.s.policySources
+	if _, err := kv.Create(ctx, key, []byte(p.Name)); err == nil {
+		return func() { a.releaseSource(key, p.Name) }, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, apierr.Internal(fmt.Errorf("claim source %s: %w", key, err))
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, apierr.Internal(fmt.Errorf("read source claim %s: %w", key, err))
+	}
+	owner := string(e.Value())
+	if owner == p.Name {
+		return func() {}, nil // already ours (an update keeping its source, or a retried create)
+	}
+	_, last, err := events.Last(ctx, a.s.stream, subjects.ImportPolicy(owner))
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if _, gone := payloadOf(last).(*clusterv1.ImportPolicyDeleted); last != nil && !gone {
+		return nil, apierr.AlreadyExists("import policy for "+describeSource(p), owner)
+	}
+	if _, err := kv.Update(ctx, key, []byte(p.Name), e.Revision()); err != nil {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("source %s changed hands meanwhile, try again: %w", describeSource(p), err))
+	}
+	return func() { a.releaseSource(key, p.Name) }, nil
+}
+
+// releaseSource drops key's claim if name still holds it; best effort, detached from the
+// request (a leftover claim is taken over by the next policy for that source).
+func (a *ImportPolicyAPI) releaseSource(key, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), viewWait)
+	defer cancel()
+	e, err := a.s.policySources.Get(ctx, key)
+	if err != nil || string(e.Value()) != name {
+		return
+	}
+	if err := a.s.policySources.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		a.s.log.Warn("release import policy source", zap.String("source", key), zap.Error(err))
+	}
+}
+
+func payloadOf(e *events.Event) any {
+	if e == nil {
+		return nil
+	}
+	return e.Payload
+}
+
+func (a *ImportPolicyAPI) await(ctx context.Context, name string, seq uint64, deleted bool) (*clusterv1.ImportPolicy, error) {
+	if err := a.s.waitView(ctx, func(ctx context.Context) error {
+		return a.s.importPolicies.WaitRevision(ctx, importPolicyKey(name), seq, deleted)
+	}); err != nil {
+		return nil, err
+	}
+	p, _ := a.s.importPolicies.Get(importPolicyKey(name))
+	return p, nil
+}
+
+func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.Request[clusterv1.CreateImportPolicyRequest]) (*connect.Response[clusterv1.CreateImportPolicyResponse], error) {
+	if err := a.s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	p := specOf(req.Msg.Policy)
+	if err := a.validatePolicy(req.Msg.Policy); err != nil {
+		return nil, err
+	}
+	if _, ok := a.s.importPolicies.Get(importPolicyKey(p.Name)); ok {
+		return nil, apierr.AlreadyExists("import policy", p.Name)
+	}
+	subject := subjects.ImportPolicy(p.Name)
+	last, prev, err := events.Last(ctx, a.s.stream, subject)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if _, gone := payloadOf(prev).(*clusterv1.ImportPolicyDeleted); prev != nil && !gone {
+		return nil, apierr.AlreadyExists("import policy", p.Name)
+	}
+	release, err := a.claimSource(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	seq, err := a.s.store.Append(ctx, subject, p.Name, events.At(last), &clusterv1.ImportPolicyCreated{Policy: p})
+	if err != nil {
+		release()
+		if events.IsConflict(err) {
+			return nil, apierr.AlreadyExists("import policy", p.Name)
+		}
+		return nil, apierr.Internal(err)
+	}
+	out, err := a.await(ctx, p.Name, seq, false)
+	if err != nil {
+		return nil, err
+	}
+	a.s.log.Info("import policy created", zap.String("policy", p.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&clusterv1.CreateImportPolicyResponse{Policy: out}), nil
+}
+
+func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.Request[clusterv1.UpdateImportPolicyRequest]) (*connect.Response[clusterv1.UpdateImportPolicyResponse], error) {
+	if err := a.s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.validatePolicy(req.Msg.Policy); err != nil {
+		return nil, err
+	}
+	p := specOf(req.Msg.Policy)
+	cur, ok := a.s.importPolicies.Get(importPolicyKey(p.Name))
+	if !ok {
+		return nil, apierr.NotFound("import policy", p.Name)
+	}
+	if exp := req.Msg.ExpectedRevision; exp != 0 && exp != cur.Revision {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q is at revision %d, not %d", p.Name, cur.Revision, exp))
+	}
+	if proto.Equal(p, specOf(cur)) {
+		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: cur}), nil
+	}
+	moved := sourceKey(p) != sourceKey(cur)
+	release := func() {}
+	if moved {
+		var err error
+		if release, err = a.claimSource(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	seq, err := a.s.store.Append(ctx, subjects.ImportPolicy(p.Name), p.Name, events.At(cur.Revision), &clusterv1.ImportPolicyUpdated{Policy: p})
+	if err != nil {
+		release()
+		if events.IsConflict(err) {
+			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q changed meanwhile, read it again: %w", p.Name, err))
+		}
+		return nil, apierr.Internal(err)
+	}
+	if moved {
+		a.releaseSource(sourceKey(cur), p.Name)
+	}
+	out, err := a.await(ctx, p.Name, seq, false)
+	if err != nil {
+		return nil, err
+	}
+	a.s.log.Info("import policy updated", zap.String("policy", p.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: out}), nil
+}
+
+func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.Request[clusterv1.DeleteImportPolicyRequest]) (*connect.Response[clusterv1.DeleteImportPolicyResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("name", req.Msg.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := a.s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	cur, ok := a.s.importPolicies.Get(importPolicyKey(req.Msg.Name))
+	if !ok {
+		return nil, apierr.NotFound("import policy", req.Msg.Name)
+	}
+	if exp := req.Msg.ExpectedRevision; exp != 0 && exp != cur.Revision {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q is at revision %d, not %d", cur.Name, cur.Revision, exp))
+	}
+	seq, err := a.s.store.Append(ctx, subjects.ImportPolicy(cur.Name), cur.Name, events.At(cur.Revision), &clusterv1.ImportPolicyDeleted{Name: cur.Name})
+	if events.IsConflict(err) {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q changed meanwhile, read it again: %w", cur.Name, err))
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	a.releaseSource(sourceKey(cur), cur.Name)
+	if _, err := a.await(ctx, cur.Name, seq, true); err != nil {
+		return nil, err
+	}
+	a.s.log.Info("import policy deleted", zap.String("policy", cur.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&clusterv1.DeleteImportPolicyResponse{}), nil
+}
+
+func (a *ImportPolicyAPI) GetImportPolicy(ctx context.Context, req *connect.Request[clusterv1.GetImportPolicyRequest]) (*connect.Response[clusterv1.GetImportPolicyResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("name", req.Msg.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := a.s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	p, ok := a.s.importPolicies.Get(importPolicyKey(req.Msg.Name))
+	if !ok {
+		return nil, apierr.NotFound("import policy", req.Msg.Name)
+	}
+	return connect.NewResponse(&clusterv1.GetImportPolicyResponse{Policy: p}), nil
+}
+
+func (a *ImportPolicyAPI) ListImportPolicies(ctx context.Context, _ *connect.Request[clusterv1.ListImportPoliciesRequest]) (*connect.Response[clusterv1.ListImportPoliciesResponse], error) {
+	if err := a.s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&clusterv1.ListImportPoliciesResponse{Policies: a.s.importPolicies.List(nil)}), nil
+}

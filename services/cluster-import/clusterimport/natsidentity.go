@@ -1,0 +1,37 @@
+package clusterimport
+
+import (
+	"context"
+	"strings"
+
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
+)
+
+// NATSResolver resolves every token that may connect to NATS: the hub services' tokens
+// (serviceTokens, nil for none: fleetd's services share its in-process connection), agent tokens
+// of registered clusters and subscriber tokens. It answers fleetd's embedded server and the
+// auth callout alike, so both grant from the one table in pkg/natsauth.
+func (s *Service) NATSResolver(serviceTokens *natsauth.ServiceTokens) natsauth.Resolver {
+	return func(ctx context.Context, token string) (natsauth.Identity, bool) {
+		if svc, ok := serviceTokens.Lookup(token); ok {
+			return natsauth.Identity{Kind: natsauth.KindService, Name: svc}, true
+		}
+		// Agents and subscribers are known from the registry and the subscriber buckets, which
+		// are only read once the service caught up (and the caches exist).
+		select {
+		case <-s.ready:
+		default:
+			return natsauth.Identity{}, false
+		}
+		switch {
+		case strings.HasPrefix(token, "fss_"):
+			return s.SubscriberIdentity(ctx, token)
+		default:
+			id, ok := s.AgentIdentity(ctx, token)
+			if !ok {
+				return natsauth.Identity{}, false
+			}
+			return natsauth.Identity{Kind: natsauth.KindAgent, Name: id.ClusterName}, true
+		}
+	}
+}

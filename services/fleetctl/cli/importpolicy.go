@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+)
+
+func newImportCommand(f *factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "import",
+		Short: "Import clusters from other inventories with import policies (platform admins)",
+	}
+	cmd.AddCommand(newImportPreviewCommand(f), newImportPolicyCommand(f))
+	return cmd
+}
+
+func newImportPolicyCommand(f *factory) *cobra.Command {
+	cmd := &cobra.Command{Use: "policy", Short: "Create, show and delete import policies"}
+	var file string
+	create := &cobra.Command{
+		Use:     "create -f POLICY",
+		Short:   "Create an import policy (YAML or JSON, proto field names)",
+		Example: "  fleetctl import policy create -f capi-policy.yaml",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := readPolicy(f, file)
+			if err != nil {
+				return err
+			}
+			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: p}))
+			if err != nil {
+				return fmt.Errorf("create import policy %q: %w", p.Name, err)
+			}
+			return f.printer().Print(resp.Msg.Policy, policyColumns()...)
+		},
+	}
+	create.Flags().StringVarP(&file, "filename", "f", "", "the import policy")
+	get := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show an import policy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.GetImportPolicy(ctx, connect.NewRequest(&clusterv1.GetImportPolicyRequest{Name: args[0]}))
+			if err != nil {
+				return fmt.Errorf("get import policy %q: %w", args[0], err)
+			}
+			return f.printer().Print(resp.Msg.Policy, policyColumns()...)
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List import policies",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.ListImportPolicies(ctx, connect.NewRequest(&clusterv1.ListImportPoliciesRequest{}))
+			if err != nil {
+				return fmt.Errorf("list import policies: %w", err)
+			}
+			items := make([]proto.Message, len(resp.Msg.Policies))
+			for i, p := range resp.Msg.Policies {
+				items[i] = p
+			}
+			return f.printer().PrintList(items, policyColumns()...)
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete an import policy (the clusters it imported stay registered)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			if _, err := client.DeleteImportPolicy(ctx, connect.NewRequest(&clusterv1.DeleteImportPolicyRequest{Name: args[0]})); err != nil {
+				return fmt.Errorf("delete import policy %q: %w", args[0], err)
+			}
+			fmt.Fprintf(f.streams.Out, "import policy %q deleted\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, get, list, del)
+	return cmd
+}
+
+func readPolicy(f *factory, path string) (*clusterv1.ImportPolicy, error) {
+	if path == "" {
+		return nil, fmt.Errorf("give the policy with -f")
+	}
+	js, err := readJSONOrYAML(f, path)
+	if err != nil {
+		return nil, err
+	}
+	p := &clusterv1.ImportPolicy{}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(js, p); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return p, nil
+}
+
+func policyColumns() []Column {
+	return []Column{
+		Col("NAME", func(p *clusterv1.ImportPolicy) string { return p.Name }),
+		Col("SOURCE CLUSTER", func(p *clusterv1.ImportPolicy) string { return p.GetSource().GetCluster() }),
+		Col("SOURCE", func(p *clusterv1.ImportPolicy) string {
+			r := p.GetSource().GetResource()
+			if g := p.GetSource().GetGroup(); g != "" {
+				r += "." + g
+			}
+			return r
+		}),
+		Col("REFERENCES", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(len(p.References)) }),
+		Col("REVISION", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(p.Revision) }),
+	}
+}
+
+func newImportPreviewCommand(f *factory) *cobra.Command {
+	var policyFile, sourceFile string
+	var refs []string
+	cmd := &cobra.Command{
+		Use:   "preview -f POLICY --source OBJECT [--ref KEY=FILE]...",
+		Short: "Render an import policy against a source object, creating nothing",
+		Long: "Render an import policy as the import would: the cluster's name, whether the creation\n" +
+			"condition holds, its labels, claims, taints and server, and every problem with the policy\n" +
+			"field it concerns. Credentials are rendered but never shown. Files are YAML or JSON, as\n" +
+			"`kubectl get -o yaml` prints objects; - reads standard input.",
+		Example: "  fleetctl import preview -f capi-policy.yaml --source cluster.yaml --ref kubeconfig=secret.yaml",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if policyFile == "" || sourceFile == "" {
+				return fmt.Errorf("give the policy with -f and the source object with --source")
+			}
+			policy, err := readPolicy(f, policyFile)
+			if err != nil {
+				return err
+			}
+			req := &clusterv1.PreviewImportPolicyRequest{Policy: policy, References: map[string]string{}}
+			js, err := readJSONOrYAML(f, sourceFile)
+			if err != nil {
+				return err
+			}
+			req.SourceObject = string(js)
+			for _, r := range refs {
+				key, file, ok := strings.Cut(r, "=")
+				if !ok || key == "" || file == "" {
+					return fmt.Errorf("--ref %q: want KEY=FILE", r)
+				}
+				if js, err = readJSONOrYAML(f, file); err != nil {
+					return err
+				}
+				req.References[key] = string(js)
+			}
+			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.PreviewImportPolicy(ctx, connect.NewRequest(req))
+			if err != nil {
+				return fmt.Errorf("preview import policy %q: %w", req.Policy.Name, err)
+			}
+			if err := f.printer().Print(resp.Msg, previewColumns()...); err != nil {
+				return err
+			}
+			if len(resp.Msg.Errors) > 0 {
+				return fmt.Errorf("the policy has %d problem(s)", len(resp.Msg.Errors))
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&policyFile, "filename", "f", "", "the import policy (YAML or JSON, proto field names)")
+	fl.StringVar(&sourceFile, "source", "", "the source object")
+	fl.StringArrayVar(&refs, "ref", nil, "a referenced object: KEY=FILE (repeatable)")
+	return cmd
+}
+
+func readJSONOrYAML(f *factory, path string) ([]byte, error) {
+	data, err := readFileOrStdin(path, f.streams.In)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return js, nil
+}
+
+func previewColumns() []Column {
+	return []Column{
+		Col("NAME", func(p *clusterv1.PreviewImportPolicyResponse) string { return p.Name }),
+		Col("CREATE", func(p *clusterv1.PreviewImportPolicyResponse) string { return fmt.Sprint(p.Create) }),
+		Col("LABELS", func(p *clusterv1.PreviewImportPolicyResponse) string { return joinMap(p.GetCluster().GetLabels()) }),
+		Col("SERVER", func(p *clusterv1.PreviewImportPolicyResponse) string { return p.GetCluster().GetServer() }),
+		Col("CREDENTIALS", func(p *clusterv1.PreviewImportPolicyResponse) string {
+			if p.GetCluster().GetCredentialsRendered() {
+				return "rendered (not shown)"
+			}
+			return "none"
+		}),
+		Col("ERRORS", func(p *clusterv1.PreviewImportPolicyResponse) string {
+			var out []string
+			for _, e := range p.Errors {
+				out = append(out, e.Field+": "+e.Message)
+			}
+			return strings.Join(out, "; ")
+		}),
+	}
+}

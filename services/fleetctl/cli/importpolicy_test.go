@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestImportPreviewEndToEnd(t *testing.T) {
+	e := startClusterService(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const token = "do-not-print-this-token"
+	kubeconfig := base64.StdEncoding.EncodeToString([]byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: https://10.0.0.9:6443}\n" +
+		"contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: " + token + "}\n"))
+	policy := write("policy.yaml", `name: capi
+source: {cluster: mgmt, group: cluster.x-k8s.io, version: v1beta1, resource: clusters}
+references:
+- {key: kubeconfig, version: v1, resource: secrets, namespaceTemplate: "{{ .source.metadata.namespace }}", nameTemplate: "{{ .source.metadata.name }}-kubeconfig"}
+nameTemplate: "capi-{{ .source.metadata.name }}"
+template: |
+  labels:
+    env: "{{ .source.metadata.labels.env }}"
+  credentials:
+    kubeconfig: "{{ .references.kubeconfig.data.value }}"
+creationCondition: "true"
+`)
+	source := write("cluster.yaml", "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata: {name: prod-eu, namespace: fleet, labels: {env: prod}}\n")
+	secret := write("secret.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: prod-eu-kubeconfig, namespace: fleet}\ndata: {value: "+kubeconfig+"}\n")
+
+	out := e.run(t, "import", "preview", "-f", policy, "--source", source, "--ref", "kubeconfig="+secret).ok(t).stdout
+	for _, want := range []string{"capi-prod-eu", "true", "env=prod", "rendered (not shown)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	js := e.run(t, "import", "preview", "-f", policy, "--source", source, "--ref", "kubeconfig="+secret, "-o", "json").ok(t).stdout
+	if strings.Contains(out+js, token) || strings.Contains(out+js, kubeconfig[:32]) {
+		t.Fatalf("a credential was printed:\n%s\n%s", out, js)
+	}
+	// The same file stores the policy once its source cluster is registered.
+	e.run(t, "cluster", "register", "mgmt").ok(t)
+	out = e.run(t, "import", "policy", "create", "-f", policy).ok(t).stdout
+	if !strings.Contains(out, "capi") || !strings.Contains(out, "clusters.cluster.x-k8s.io") {
+		t.Fatalf("create:\n%s", out)
+	}
+	if out := e.run(t, "import", "policy", "list").ok(t).stdout; !strings.Contains(out, "mgmt") {
+		t.Fatalf("list:\n%s", out)
+	}
+	e.run(t, "import", "policy", "delete", "capi").ok(t)
+	if r := e.run(t, "import", "policy", "get", "capi"); r.code == 0 {
+		t.Fatalf("get after delete: %s", r.stdout)
+	}
+	// Without the reference the preview names the problem and fleetctl fails.
+	r := e.run(t, "import", "preview", "-f", policy, "--source", source)
+	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "kubeconfig") {
+		t.Fatalf("missing reference: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -1,0 +1,112 @@
+// Command gateway is Fleetstream's one API front door: it routes Connect, gRPC and gRPC-Web
+// calls by service to the processes that serve them (see package gateway). It needs no NATS, so
+// it does not use pkg/daemon; its flags are named like every service's.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/services/gateway/gateway"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+// routeFlag collects repeated --route service=url values.
+type routeFlag map[string]string
+
+func (f routeFlag) String() string {
+	parts := make([]string, 0, len(f))
+	for s, u := range f {
+		parts = append(parts, s+"="+u)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f routeFlag) Set(v string) error {
+	svc, up, err := gateway.ParseRoute(v)
+	if err != nil {
+		return err
+	}
+	if prev, ok := f[svc]; ok && prev != up {
+		return fmt.Errorf("route %s given twice (%s and %s): one upstream per service", svc, prev, up)
+	}
+	f[svc] = up
+	return nil
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	var (
+		srvCfg     server.Config
+		gwCfg      = gateway.Config{Routes: map[string]string{}}
+		logLevel   string
+		logConsole bool
+	)
+	fs.StringVar(&srvCfg.Listen, "listen", envOr("FLEETSTREAM_LISTEN", "127.0.0.1:8080"), "host:port of the HTTP listener (APIs, /healthz, /readyz, /metrics)")
+	fs.StringVar(&srvCfg.TokenFile, "token-file", os.Getenv("FLEETSTREAM_TOKEN_FILE"), "bearer tokens allowed to call the APIs (token,user per line); the services' own file")
+	fs.BoolVar(&srvCfg.InsecureDev, "insecure-dev", false, "forward calls without authenticating them (development only)")
+	srvCfg.OIDC.RegisterFlags(fs)
+	fs.IntVar(&srvCfg.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request body accepted; larger ones are refused with resource_exhausted")
+	fs.Var(routeFlag(gwCfg.Routes), "route", "`service=url`: send calls of this fully-qualified service to this upstream, e.g. fleetstream.cluster.v1.ClusterService=http://cluster-import:8080 (repeat for every service)")
+	fs.DurationVar(&gwCfg.PollInterval, "upstream-check-interval", gateway.DefaultPollInterval, "how often each upstream's /readyz is polled")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&logConsole, "log-console", false, "human-readable logs instead of JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	gwCfg.MaxRequestBytes = int64(srvCfg.MaxRequestBytes)
+	log, err := logging.New(logLevel, logConsole)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, srvCfg, gwCfg, log); err != nil {
+		log.Error("exiting", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, srvCfg server.Config, gwCfg gateway.Config, log *zap.Logger) error {
+	srv, err := server.New(srvCfg, log)
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gwCfg, srv.Authenticator(), srv.Registry(), log)
+	if err != nil {
+		return err
+	}
+	gw.Mount(srv)
+	for svc, up := range gwCfg.Routes {
+		log.Info("route", zap.String("service", svc), zap.String("upstream", up))
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return gw.Run(ctx) })
+	g.Go(func() error { return srv.Serve(ctx) })
+	return g.Wait()
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,620 @@
+package namespacebinding
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
+	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/placement"
+	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Cluster sets and set bindings (docs/placement.md): their own stream, FLEET_PLACEMENT, one
+// aggregate per set (fleet.placement.clusterset.<set>) and one per binding
+// (fleet.placement.binding.<project>.<set>), each folded into its own view.
+const (
+	PlacementStream          = subjects.PlacementStream
+	PlacementPrefix          = subjects.PlacementPrefix
+	ClusterSetsBucket        = subjects.ClusterSetsBucket
+	ClusterSetBindingsBucket = subjects.ClusterSetBindingsBucket
+)
+
+var _ placementv1connect.ClusterSetServiceHandler = (*Service)(nil)
+
+func clusterSetKey(name string) string { return keys.Encode(name) }
+
+func setBindingKey(project, set string) string { return keys.Join(project, set) }
+
+func setBindingIndex(_ string, b *placementv1.ClusterSetBinding) []string {
+	return []string{byProject(b.Project)}
+}
+
+// builtinClusterSets are the sets that exist from the start (OCM's `default` and `global`):
+// every cluster without the exclusive label, and every cluster.
+func builtinClusterSets() []*placementv1.ClusterSet {
+	return []*placementv1.ClusterSet{
+		{Name: placement.DefaultClusterSet, Selector: &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL}},
+		{Name: placement.GlobalClusterSet, Selector: &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR,
+			LabelSelector: &placementv1.LabelSelector{}}},
+	}
+}
+
+func isBuiltinClusterSet(name string) bool {
+	return name == placement.DefaultClusterSet || name == placement.GlobalClusterSet
+}
+
+// clusterSetsProjection folds the set subjects into bucket placement-clustersets. Every event
+// on a set's subject touches its entry, so its revision is the subject's last sequence.
+func clusterSetsProjection() view.Projection {
+	return view.Projection{
+		Name:     "placement-clustersets",
+		Version:  1,
+		Stream:   PlacementStream,
+		Subjects: []string{PlacementPrefix + ".clusterset.>"},
+		Bucket:   bucketConfig(ClusterSetsBucket, "Cluster sets (projection of FLEET_PLACEMENT)."),
+		New:      func() proto.Message { return &placementv1.ClusterSet{} },
+		Apply:    applyClusterSet,
+	}
+}
+
+func applyClusterSet(ev *events.Event) ([]view.Change, error) {
+	name, err := subjectName(ev.Subject, PlacementPrefix+".clusterset.")
+	if err != nil {
+		return nil, err
+	}
+	at := ev.GetTime()
+	update := func(f func(cur *placementv1.ClusterSet) *placementv1.ClusterSet) []view.Change {
+		return []view.Change{{Key: clusterSetKey(name), Update: func(cur proto.Message) proto.Message {
+			c, _ := cur.(*placementv1.ClusterSet)
+			if next := f(c); next != nil {
+				return next
+			}
+			return nil // an untyped nil: the engine deletes the entry
+		}}}
+	}
+	switch p := ev.Payload.(type) {
+	case *placementv1.ClusterSetCreated:
+		if p.GetClusterSet().GetName() != name {
+			return nil, fmt.Errorf("ClusterSetCreated for %q on subject of %q", p.GetClusterSet().GetName(), name)
+		}
+		return update(func(*placementv1.ClusterSet) *placementv1.ClusterSet {
+			return &placementv1.ClusterSet{Name: name, Selector: p.ClusterSet.Selector, CreateTime: at, UpdateTime: at}
+		}), nil
+	case *placementv1.ClusterSetUpdated:
+		if p.GetClusterSet().GetName() != name {
+			return nil, fmt.Errorf("ClusterSetUpdated for %q on subject of %q", p.GetClusterSet().GetName(), name)
+		}
+		return update(func(cur *placementv1.ClusterSet) *placementv1.ClusterSet {
+			if cur == nil {
+				return nil
+			}
+			cur.Selector, cur.UpdateTime = p.ClusterSet.Selector, at
+			return cur
+		}), nil
+	case *placementv1.ClusterSetDeleted:
+		return update(func(*placementv1.ClusterSet) *placementv1.ClusterSet { return nil }), nil
+	}
+	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+}
+
+// setBindingsProjection folds the binding subjects into bucket placement-clusterset-bindings,
+// key <project>.<set> as in the subject.
+func setBindingsProjection() view.Projection {
+	return view.Projection{
+		Name:     "placement-clusterset-bindings",
+		Version:  1,
+		Stream:   PlacementStream,
+		Subjects: []string{PlacementPrefix + ".binding.>"},
+		Bucket:   bucketConfig(ClusterSetBindingsBucket, "Cluster set bindings (projection of FLEET_PLACEMENT)."),
+		New:      func() proto.Message { return &placementv1.ClusterSetBinding{} },
+		Apply:    applySetBinding,
+	}
+}
+
+func applySetBinding(ev *events.Event) ([]view.Change, error) {
+	tok, ok := strings.CutPrefix(ev.Subject, PlacementPrefix+".binding.")
+	if !ok {
+		return nil, fmt.Errorf("subject %s is not a set binding's", ev.Subject)
+	}
+	parts, err := keys.Split(tok)
+	if err != nil || len(parts) != 2 {
+		return nil, fmt.Errorf("subject %s is not a set binding's: %v", ev.Subject, err)
+	}
+	project, set := parts[0], parts[1]
+	change := func(next *placementv1.ClusterSetBinding) []view.Change {
+		return []view.Change{{Key: setBindingKey(project, set), Update: func(proto.Message) proto.Message {
+			if next == nil {
+				return nil
+			}
+			return proto.Clone(next)
+		}}}
+	}
+	switch p := ev.Payload.(type) {
+	case *placementv1.ClusterSetBound:
+		if p.Project != project || p.ClusterSet != set {
+			return nil, fmt.Errorf("ClusterSetBound for %s/%s on subject of %s/%s", p.Project, p.ClusterSet, project, set)
+		}
+		return change(&placementv1.ClusterSetBinding{Project: project, ClusterSet: set, CreateTime: ev.GetTime()}), nil
+	case *placementv1.ClusterSetUnbound:
+		return change(nil), nil
+	}
+	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+}
+
+// ensureClusterSets creates the built-in sets, or brings them back to their selectors, through
+// the events an admin's command would append. Replicas starting together race on the subject's
+// last sequence; the loser sees the winner's set and has nothing left to do.
+func (s *Service) ensureClusterSets(ctx context.Context) error {
+	for _, want := range builtinClusterSets() {
+		for attempt := 0; ; attempt++ {
+			err := s.ensureClusterSet(ctx, want)
+			if err == nil {
+				break
+			}
+			if !events.IsConflict(err) || attempt >= 5 {
+				return fmt.Errorf("built-in cluster set %s: %w", want.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Service) ensureClusterSet(ctx context.Context, want *placementv1.ClusterSet) error {
+	key, subject := clusterSetKey(want.Name), subjects.ClusterSet(want.Name)
+	cur, ok := s.clusterSets.Get(key)
+	var seq uint64
+	var err error
+	switch {
+	case !ok:
+		last, prev, lerr := events.Last(ctx, s.placementStream, subject)
+		if lerr != nil {
+			return lerr
+		}
+		if _, gone := payloadOf(prev).(*placementv1.ClusterSetDeleted); prev != nil && !gone {
+			// Another replica created it a moment ago: the view will show it.
+			return s.clusterSets.WaitRevision(ctx, key, last, false)
+		}
+		seq, err = s.store.Append(ctx, subject, want.Name, events.At(last), &placementv1.ClusterSetCreated{ClusterSet: want})
+	case !proto.Equal(cur.Selector, want.Selector):
+		seq, err = s.store.Append(ctx, subject, want.Name, events.At(cur.Revision),
+			&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: want.Name, Selector: want.Selector}})
+	default:
+		return nil
+	}
+	if err != nil {
+		if events.IsConflict(err) {
+			var rev uint64
+			if ok {
+				rev = cur.Revision
+			}
+			_ = s.clusterSets.WaitFor(ctx, key, func(c *placementv1.ClusterSet, ok bool) bool { return ok && c.Revision > rev })
+		}
+		return err
+	}
+	if err := s.clusterSets.WaitRevision(ctx, key, seq, false); err != nil {
+		return err
+	}
+	s.log.Info("built-in cluster set written", zap.String("cluster_set", want.Name))
+	return nil
+}
+
+// payloadOf is the payload of an event that may be nil.
+func payloadOf(e *events.Event) any {
+	if e == nil {
+		return nil
+	}
+	return e.Payload
+}
+
+// validateSetSelector checks a set's selector and returns it canonical: the type always set,
+// a label selector only with LABEL_SELECTOR. A nil selector is OCM's default, EXCLUSIVE_LABEL.
+func validateSetSelector(v *apierr.Violations, field string, sel *placementv1.ClusterSetSelector) *placementv1.ClusterSetSelector {
+	out := proto.CloneOf(sel)
+	if out == nil {
+		out = &placementv1.ClusterSetSelector{}
+	}
+	switch out.Type {
+	case placementv1.SelectorType_SELECTOR_TYPE_UNSPECIFIED, placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL:
+		out.Type = placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL
+		if out.LabelSelector != nil {
+			v.Add(field+".label_selector", "only with type LABEL_SELECTOR: an EXCLUSIVE_LABEL set holds the clusters labelled %s=<set name>", placement.ClusterSetLabel)
+		}
+	case placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR:
+		if out.LabelSelector != nil {
+			if _, err := metav1.LabelSelectorAsSelector(toMetaSelector(out.LabelSelector)); err != nil {
+				v.Add(field+".label_selector", "%v", err)
+			}
+		}
+	default:
+		v.Add(field+".type", "unknown type %d: EXCLUSIVE_LABEL or LABEL_SELECTOR", out.Type)
+	}
+	return out
+}
+
+func toMetaSelector(ls *placementv1.LabelSelector) *metav1.LabelSelector {
+	if ls == nil {
+		return nil
+	}
+	out := &metav1.LabelSelector{MatchLabels: ls.MatchLabels}
+	for _, r := range ls.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{
+			Key: r.Key, Operator: metav1.LabelSelectorOperator(r.Operator), Values: r.Values})
+	}
+	return out
+}
+
+func toPlacementSet(c *placementv1.ClusterSet) placement.ClusterSet {
+	out := placement.ClusterSet{Name: c.Name, Selector: placement.ClusterSetSelector{Type: placement.SelectorExclusiveLabel}}
+	if c.GetSelector().GetType() == placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR {
+		out.Selector = placement.ClusterSetSelector{Type: placement.SelectorLabelSelector, LabelSelector: toMetaSelector(c.Selector.LabelSelector)}
+	}
+	return out
+}
+
+// fleet indexes the registry's clusters against sets with the scheduler's own membership rules,
+// so a set's members here are exactly those a placement picks from.
+func (s *Service) fleet(sets []*placementv1.ClusterSet) (*placement.Fleet, error) {
+	list := s.clusters.List(nil)
+	clusters := make([]placement.Cluster, len(list))
+	for i, c := range list {
+		clusters[i] = placement.Cluster{Name: c.Name, Labels: c.Labels}
+	}
+	ps := make([]placement.ClusterSet, len(sets))
+	for i, c := range sets {
+		ps[i] = toPlacementSet(c)
+	}
+	f, err := placement.NewFleet(clusters, ps, nil)
+	if err != nil {
+		return nil, apierr.Internal(fmt.Errorf("cluster set membership: %w", err))
+	}
+	return f, nil
+}
+
+// presentSets returns sets with their status: the member count, and the members too when
+// withMembers is set.
+func (s *Service) presentSets(sets []*placementv1.ClusterSet, withMembers bool) ([]*placementv1.ClusterSet, error) {
+	f, err := s.fleet(sets)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*placementv1.ClusterSet, len(sets))
+	for i, c := range sets {
+		members, _ := f.Members(c.Name)
+		o := proto.CloneOf(c)
+		o.Status = &placementv1.ClusterSetStatus{MemberCount: int32(len(members))}
+		if withMembers {
+			o.Status.Members = members
+		}
+		out[i] = o
+	}
+	return out, nil
+}
+
+func (s *Service) presentSet(c *placementv1.ClusterSet) (*placementv1.ClusterSet, error) {
+	out, err := s.presentSets([]*placementv1.ClusterSet{c}, true)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+func (s *Service) presentSetBinding(b *placementv1.ClusterSetBinding) *placementv1.ClusterSetBinding {
+	out := proto.CloneOf(b)
+	_, exists := s.clusterSets.Get(clusterSetKey(b.ClusterSet))
+	out.Status = &placementv1.ClusterSetBindingStatus{ClusterSetExists: exists}
+	return out
+}
+
+func (s *Service) awaitClusterSet(ctx context.Context, name string, seq uint64) (*placementv1.ClusterSet, error) {
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.clusterSets.WaitRevision(ctx, clusterSetKey(name), seq, false)
+	}); err != nil {
+		return nil, err
+	}
+	c, ok := s.clusterSets.Get(clusterSetKey(name))
+	if !ok {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q changed concurrently; read it again", name))
+	}
+	return s.presentSet(c)
+}
+
+func errSetRevision(name string, cur, want uint64) error {
+	return connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q is at revision %d, not %d", name, cur, want))
+}
+
+func (s *Service) CreateClusterSet(ctx context.Context, req *connect.Request[placementv1.CreateClusterSetRequest]) (*connect.Response[placementv1.CreateClusterSetResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	sel := validateSetSelector(&v, "selector", m.Selector)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.clusterSets.Get(clusterSetKey(m.Name)); ok {
+		return nil, apierr.AlreadyExists("cluster set", m.Name)
+	}
+	// A name is free when its subject is empty or ends in the set's deletion: the view may not
+	// yet show a creation appended a moment ago, and expecting the subject exactly as it is lets
+	// only one of two concurrent creations append.
+	subject := subjects.ClusterSet(m.Name)
+	last, prev, err := events.Last(ctx, s.placementStream, subject)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if _, gone := payloadOf(prev).(*placementv1.ClusterSetDeleted); prev != nil && !gone {
+		return nil, apierr.AlreadyExists("cluster set", m.Name)
+	}
+	seq, err := s.store.Append(ctx, subject, m.Name, events.At(last), &placementv1.ClusterSetCreated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}})
+	if events.IsConflict(err) {
+		return nil, apierr.AlreadyExists("cluster set", m.Name)
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	out, err := s.awaitClusterSet(ctx, m.Name, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("cluster set created", zap.String("cluster_set", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.CreateClusterSetResponse{ClusterSet: out}), nil
+}
+
+func (s *Service) UpdateClusterSet(ctx context.Context, req *connect.Request[placementv1.UpdateClusterSetRequest]) (*connect.Response[placementv1.UpdateClusterSetResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	if m.Selector == nil {
+		// Required here: taking nil as EXCLUSIVE_LABEL would silently turn a selector set into
+		// an exclusive one.
+		v.Add("selector", "required")
+	}
+	sel := validateSetSelector(&v, "selector", m.Selector)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if isBuiltinClusterSet(m.Name) {
+		return nil, apierr.FailedPrecondition("cluster set %q is built in: its selector cannot be changed", m.Name)
+	}
+	key := clusterSetKey(m.Name)
+	for attempt := 0; ; attempt++ {
+		cur, ok := s.clusterSets.Get(key)
+		if !ok {
+			return nil, apierr.NotFound("cluster set", m.Name)
+		}
+		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+			return nil, errSetRevision(m.Name, cur.Revision, m.ExpectedRevision)
+		}
+		if proto.Equal(cur.Selector, sel) {
+			out, err := s.presentSet(cur)
+			if err != nil {
+				return nil, err
+			}
+			return connect.NewResponse(&placementv1.UpdateClusterSetResponse{ClusterSet: out}), nil
+		}
+		seq, err := s.store.Append(ctx, subjects.ClusterSet(m.Name), m.Name, events.At(cur.Revision),
+			&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}})
+		if events.IsConflict(err) {
+			if m.ExpectedRevision != 0 || attempt >= maxAttempts {
+				return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q changed concurrently; read it again", m.Name))
+			}
+			// Without an expectation the caller wants this selector whatever happened: decide
+			// again on the state the other writer left.
+			_ = s.waitView(ctx, func(ctx context.Context) error {
+				return s.clusterSets.WaitFor(ctx, key, func(c *placementv1.ClusterSet, ok bool) bool { return !ok || c.Revision != cur.Revision })
+			})
+			continue
+		}
+		if err != nil {
+			return nil, apierr.Internal(err)
+		}
+		out, err := s.awaitClusterSet(ctx, m.Name, seq)
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("cluster set updated", zap.String("cluster_set", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
+		return connect.NewResponse(&placementv1.UpdateClusterSetResponse{ClusterSet: out}), nil
+	}
+}
+
+func (s *Service) DeleteClusterSet(ctx context.Context, req *connect.Request[placementv1.DeleteClusterSetRequest]) (*connect.Response[placementv1.DeleteClusterSetResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("name", m.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if isBuiltinClusterSet(m.Name) {
+		return nil, apierr.FailedPrecondition("cluster set %q is built in and cannot be deleted", m.Name)
+	}
+	key := clusterSetKey(m.Name)
+	cur, ok := s.clusterSets.Get(key)
+	if !ok {
+		return nil, apierr.NotFound("cluster set", m.Name)
+	}
+	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+		return nil, errSetRevision(m.Name, cur.Revision, m.ExpectedRevision)
+	}
+	// Bindings of the set stay, as OCM's ManagedClusterSetBindings do: they report the set
+	// missing, and come back to life if it is created again.
+	_, err := s.store.Append(ctx, subjects.ClusterSet(m.Name), m.Name, events.At(cur.Revision), &placementv1.ClusterSetDeleted{Name: m.Name})
+	if events.IsConflict(err) {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q changed concurrently; read it again", m.Name))
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.clusterSets.WaitFor(ctx, key, func(c *placementv1.ClusterSet, ok bool) bool { return !ok || c.Revision > cur.Revision })
+	}); err != nil {
+		return nil, err
+	}
+	s.log.Info("cluster set deleted", zap.String("cluster_set", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.DeleteClusterSetResponse{}), nil
+}
+
+func (s *Service) GetClusterSet(ctx context.Context, req *connect.Request[placementv1.GetClusterSetRequest]) (*connect.Response[placementv1.GetClusterSetResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("name", req.Msg.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	c, ok := s.clusterSets.Get(clusterSetKey(req.Msg.Name))
+	if !ok {
+		return nil, apierr.NotFound("cluster set", req.Msg.Name)
+	}
+	out, err := s.presentSet(c)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&placementv1.GetClusterSetResponse{ClusterSet: out}), nil
+}
+
+func (s *Service) ListClusterSets(ctx context.Context, _ *connect.Request[placementv1.ListClusterSetsRequest]) (*connect.Response[placementv1.ListClusterSetsResponse], error) {
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	// Keys are encoded names, which sort as the names do for DNS labels.
+	out, err := s.presentSets(s.clusterSets.List(nil), false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&placementv1.ListClusterSetsResponse{ClusterSets: out}), nil
+}
+
+func (s *Service) BindClusterSet(ctx context.Context, req *connect.Request[placementv1.BindClusterSetRequest]) (*connect.Response[placementv1.BindClusterSetResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("project", m.Project)
+	v.DNSLabel("cluster_set", m.ClusterSet)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	// The set need not exist (OCM binds a set by name; the binding's status tells), the project
+	// must: a binding is the project's.
+	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {
+		return nil, apierr.NotFound("project", m.Project)
+	}
+	key := setBindingKey(m.Project, m.ClusterSet)
+	what := m.Project + "/" + m.ClusterSet
+	if _, ok := s.setBindings.Get(key); ok {
+		return nil, apierr.AlreadyExists("cluster set binding", what)
+	}
+	subject := subjects.ClusterSetBinding(m.Project, m.ClusterSet)
+	last, prev, err := events.Last(ctx, s.placementStream, subject)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if _, gone := payloadOf(prev).(*placementv1.ClusterSetUnbound); prev != nil && !gone {
+		return nil, apierr.AlreadyExists("cluster set binding", what)
+	}
+	seq, err := s.store.Append(ctx, subject, key, events.At(last), &placementv1.ClusterSetBound{Project: m.Project, ClusterSet: m.ClusterSet})
+	if events.IsConflict(err) {
+		return nil, apierr.AlreadyExists("cluster set binding", what)
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.setBindings.WaitRevision(ctx, key, seq, false) }); err != nil {
+		return nil, err
+	}
+	b, ok := s.setBindings.Get(key)
+	if !ok {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set binding %s changed concurrently; read it again", what))
+	}
+	s.log.Info("cluster set bound", zap.String("project", m.Project), zap.String("cluster_set", m.ClusterSet), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.BindClusterSetResponse{Binding: s.presentSetBinding(b)}), nil
+}
+
+func (s *Service) UnbindClusterSet(ctx context.Context, req *connect.Request[placementv1.UnbindClusterSetRequest]) (*connect.Response[placementv1.UnbindClusterSetResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("project", m.Project)
+	v.DNSLabel("cluster_set", m.ClusterSet)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	key := setBindingKey(m.Project, m.ClusterSet)
+	what := m.Project + "/" + m.ClusterSet
+	cur, ok := s.setBindings.Get(key)
+	if !ok {
+		return nil, apierr.NotFound("cluster set binding", what)
+	}
+	_, err := s.store.Append(ctx, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key, events.At(cur.Revision),
+		&placementv1.ClusterSetUnbound{Project: m.Project, ClusterSet: m.ClusterSet})
+	if events.IsConflict(err) {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set binding %s changed concurrently; read it again", what))
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.setBindings.WaitFor(ctx, key, func(b *placementv1.ClusterSetBinding, ok bool) bool { return !ok || b.Revision > cur.Revision })
+	}); err != nil {
+		return nil, err
+	}
+	s.log.Info("cluster set unbound", zap.String("project", m.Project), zap.String("cluster_set", m.ClusterSet), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.UnbindClusterSetResponse{}), nil
+}
+
+func (s *Service) ListClusterSetBindings(ctx context.Context, req *connect.Request[placementv1.ListClusterSetBindingsRequest]) (*connect.Response[placementv1.ListClusterSetBindingsResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	if m.Project != "" {
+		v.DNSLabel("project", m.Project)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	caller := authz.CallerFrom(ctx)
+	if m.Project != "" && !caller.Can("list", roles.Group, roles.ResClusterSets, m.Project) {
+		return nil, authz.Denied(caller, "list", roles.ResClusterSets+"."+roles.Group, authz.Scope{Kind: authz.Project, Project: m.Project})
+	}
+	var list []*placementv1.ClusterSetBinding
+	if m.Project != "" {
+		list = s.setBindings.Lookup(byProject(m.Project))
+	} else {
+		list = s.setBindings.List(nil)
+	}
+	res := &placementv1.ListClusterSetBindingsResponse{}
+	for _, b := range list {
+		if caller.Can("list", roles.Group, roles.ResClusterSets, b.Project) {
+			res.Bindings = append(res.Bindings, s.presentSetBinding(b))
+		}
+	}
+	return connect.NewResponse(res), nil
+}
