@@ -7,6 +7,7 @@
 package placementv1
 
 import (
+	v1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -259,11 +260,386 @@ func (x *ClusterSetUnbound) GetClusterSet() string {
 	return ""
 }
 
+// PlacementCreated carries the placement's spec.
+type PlacementCreated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Placement     *Placement             `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementCreated) Reset() {
+	*x = PlacementCreated{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementCreated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementCreated) ProtoMessage() {}
+
+func (x *PlacementCreated) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementCreated.ProtoReflect.Descriptor instead.
+func (*PlacementCreated) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PlacementCreated) GetPlacement() *Placement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+// PlacementUpdated replaces the placement's spec.
+type PlacementUpdated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Placement     *Placement             `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementUpdated) Reset() {
+	*x = PlacementUpdated{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementUpdated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementUpdated) ProtoMessage() {}
+
+func (x *PlacementUpdated) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementUpdated.ProtoReflect.Descriptor instead.
+func (*PlacementUpdated) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PlacementUpdated) GetPlacement() *Placement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+type PlacementDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementDeleted) Reset() {
+	*x = PlacementDeleted{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementDeleted) ProtoMessage() {}
+
+func (x *PlacementDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementDeleted.ProtoReflect.Descriptor instead.
+func (*PlacementDeleted) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PlacementDeleted) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *PlacementDeleted) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// PlacementDecisionsChanged is a placement's new decision, with the clusters it added and
+// removed. After a placement's deletion a last one carries no decisions and removes every
+// cluster.
+type PlacementDecisionsChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Decisions     *PlacementDecisions    `protobuf:"bytes,3,opt,name=decisions,proto3" json:"decisions,omitempty"`
+	Added         []string               `protobuf:"bytes,4,rep,name=added,proto3" json:"added,omitempty"`
+	Removed       []string               `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementDecisionsChanged) Reset() {
+	*x = PlacementDecisionsChanged{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementDecisionsChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementDecisionsChanged) ProtoMessage() {}
+
+func (x *PlacementDecisionsChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementDecisionsChanged.ProtoReflect.Descriptor instead.
+func (*PlacementDecisionsChanged) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PlacementDecisionsChanged) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *PlacementDecisionsChanged) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PlacementDecisionsChanged) GetDecisions() *PlacementDecisions {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *PlacementDecisionsChanged) GetAdded() []string {
+	if x != nil {
+		return x.Added
+	}
+	return nil
+}
+
+func (x *PlacementDecisionsChanged) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+// Subject fleet.placement.addonscore.<cluster>.<resource_name>.<score_name>: scores other
+// systems set; the last one per subject counts.
+type AddOnScoreSet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Score         *AddOnScore            `protobuf:"bytes,1,opt,name=score,proto3" json:"score,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddOnScoreSet) Reset() {
+	*x = AddOnScoreSet{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddOnScoreSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddOnScoreSet) ProtoMessage() {}
+
+func (x *AddOnScoreSet) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddOnScoreSet.ProtoReflect.Descriptor instead.
+func (*AddOnScoreSet) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AddOnScoreSet) GetScore() *AddOnScore {
+	if x != nil {
+		return x.Score
+	}
+	return nil
+}
+
+// PlacementNamespaceBound makes a namespace follow a placement (or changes its quota or
+// unbind policy).
+type PlacementNamespaceBound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     *PlacementNamespace    `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementNamespaceBound) Reset() {
+	*x = PlacementNamespaceBound{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementNamespaceBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementNamespaceBound) ProtoMessage() {}
+
+func (x *PlacementNamespaceBound) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementNamespaceBound.ProtoReflect.Descriptor instead.
+func (*PlacementNamespaceBound) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PlacementNamespaceBound) GetNamespace() *PlacementNamespace {
+	if x != nil {
+		return x.Namespace
+	}
+	return nil
+}
+
+// PlacementNamespaceUnbound stops a namespace following its placement; every cluster's binding
+// is released with policy.
+type PlacementNamespaceUnbound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Policy        v1.UnbindPolicy        `protobuf:"varint,3,opt,name=policy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementNamespaceUnbound) Reset() {
+	*x = PlacementNamespaceUnbound{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementNamespaceUnbound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementNamespaceUnbound) ProtoMessage() {}
+
+func (x *PlacementNamespaceUnbound) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementNamespaceUnbound.ProtoReflect.Descriptor instead.
+func (*PlacementNamespaceUnbound) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PlacementNamespaceUnbound) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *PlacementNamespaceUnbound) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PlacementNamespaceUnbound) GetPolicy() v1.UnbindPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return v1.UnbindPolicy(0)
+}
+
 var File_fleetstream_placement_v1_events_proto protoreflect.FileDescriptor
 
 const file_fleetstream_placement_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"%fleetstream/placement/v1/events.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\"Z\n" +
+	"%fleetstream/placement/v1/events.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\x1a(fleetstream/placement/v1/placement.proto\x1a$fleetstream/project/v1/project.proto\"Z\n" +
 	"\x11ClusterSetCreated\x12E\n" +
 	"\vcluster_set\x18\x01 \x01(\v2$.fleetstream.placement.v1.ClusterSetR\n" +
 	"clusterSet\"Z\n" +
@@ -279,7 +655,28 @@ const file_fleetstream_placement_v1_events_proto_rawDesc = "" +
 	"\x11ClusterSetUnbound\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1f\n" +
 	"\vcluster_set\x18\x02 \x01(\tR\n" +
-	"clusterSetBQZOgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1;placementv1b\x06proto3"
+	"clusterSet\"U\n" +
+	"\x10PlacementCreated\x12A\n" +
+	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\"U\n" +
+	"\x10PlacementUpdated\x12A\n" +
+	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\"@\n" +
+	"\x10PlacementDeleted\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xc5\x01\n" +
+	"\x19PlacementDecisionsChanged\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12J\n" +
+	"\tdecisions\x18\x03 \x01(\v2,.fleetstream.placement.v1.PlacementDecisionsR\tdecisions\x12\x14\n" +
+	"\x05added\x18\x04 \x03(\tR\x05added\x12\x18\n" +
+	"\aremoved\x18\x05 \x03(\tR\aremoved\"K\n" +
+	"\rAddOnScoreSet\x12:\n" +
+	"\x05score\x18\x01 \x01(\v2$.fleetstream.placement.v1.AddOnScoreR\x05score\"e\n" +
+	"\x17PlacementNamespaceBound\x12J\n" +
+	"\tnamespace\x18\x01 \x01(\v2,.fleetstream.placement.v1.PlacementNamespaceR\tnamespace\"\x91\x01\n" +
+	"\x19PlacementNamespaceUnbound\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12<\n" +
+	"\x06policy\x18\x03 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\x06policyBQZOgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1;placementv1b\x06proto3"
 
 var (
 	file_fleetstream_placement_v1_events_proto_rawDescOnce sync.Once
@@ -293,23 +690,41 @@ func file_fleetstream_placement_v1_events_proto_rawDescGZIP() []byte {
 	return file_fleetstream_placement_v1_events_proto_rawDescData
 }
 
-var file_fleetstream_placement_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_fleetstream_placement_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_fleetstream_placement_v1_events_proto_goTypes = []any{
-	(*ClusterSetCreated)(nil), // 0: fleetstream.placement.v1.ClusterSetCreated
-	(*ClusterSetUpdated)(nil), // 1: fleetstream.placement.v1.ClusterSetUpdated
-	(*ClusterSetDeleted)(nil), // 2: fleetstream.placement.v1.ClusterSetDeleted
-	(*ClusterSetBound)(nil),   // 3: fleetstream.placement.v1.ClusterSetBound
-	(*ClusterSetUnbound)(nil), // 4: fleetstream.placement.v1.ClusterSetUnbound
-	(*ClusterSet)(nil),        // 5: fleetstream.placement.v1.ClusterSet
+	(*ClusterSetCreated)(nil),         // 0: fleetstream.placement.v1.ClusterSetCreated
+	(*ClusterSetUpdated)(nil),         // 1: fleetstream.placement.v1.ClusterSetUpdated
+	(*ClusterSetDeleted)(nil),         // 2: fleetstream.placement.v1.ClusterSetDeleted
+	(*ClusterSetBound)(nil),           // 3: fleetstream.placement.v1.ClusterSetBound
+	(*ClusterSetUnbound)(nil),         // 4: fleetstream.placement.v1.ClusterSetUnbound
+	(*PlacementCreated)(nil),          // 5: fleetstream.placement.v1.PlacementCreated
+	(*PlacementUpdated)(nil),          // 6: fleetstream.placement.v1.PlacementUpdated
+	(*PlacementDeleted)(nil),          // 7: fleetstream.placement.v1.PlacementDeleted
+	(*PlacementDecisionsChanged)(nil), // 8: fleetstream.placement.v1.PlacementDecisionsChanged
+	(*AddOnScoreSet)(nil),             // 9: fleetstream.placement.v1.AddOnScoreSet
+	(*PlacementNamespaceBound)(nil),   // 10: fleetstream.placement.v1.PlacementNamespaceBound
+	(*PlacementNamespaceUnbound)(nil), // 11: fleetstream.placement.v1.PlacementNamespaceUnbound
+	(*ClusterSet)(nil),                // 12: fleetstream.placement.v1.ClusterSet
+	(*Placement)(nil),                 // 13: fleetstream.placement.v1.Placement
+	(*PlacementDecisions)(nil),        // 14: fleetstream.placement.v1.PlacementDecisions
+	(*AddOnScore)(nil),                // 15: fleetstream.placement.v1.AddOnScore
+	(*PlacementNamespace)(nil),        // 16: fleetstream.placement.v1.PlacementNamespace
+	(v1.UnbindPolicy)(0),              // 17: fleetstream.project.v1.UnbindPolicy
 }
 var file_fleetstream_placement_v1_events_proto_depIdxs = []int32{
-	5, // 0: fleetstream.placement.v1.ClusterSetCreated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
-	5, // 1: fleetstream.placement.v1.ClusterSetUpdated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	12, // 0: fleetstream.placement.v1.ClusterSetCreated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
+	12, // 1: fleetstream.placement.v1.ClusterSetUpdated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
+	13, // 2: fleetstream.placement.v1.PlacementCreated.placement:type_name -> fleetstream.placement.v1.Placement
+	13, // 3: fleetstream.placement.v1.PlacementUpdated.placement:type_name -> fleetstream.placement.v1.Placement
+	14, // 4: fleetstream.placement.v1.PlacementDecisionsChanged.decisions:type_name -> fleetstream.placement.v1.PlacementDecisions
+	15, // 5: fleetstream.placement.v1.AddOnScoreSet.score:type_name -> fleetstream.placement.v1.AddOnScore
+	16, // 6: fleetstream.placement.v1.PlacementNamespaceBound.namespace:type_name -> fleetstream.placement.v1.PlacementNamespace
+	17, // 7: fleetstream.placement.v1.PlacementNamespaceUnbound.policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_placement_v1_events_proto_init() }
@@ -318,13 +733,14 @@ func file_fleetstream_placement_v1_events_proto_init() {
 		return
 	}
 	file_fleetstream_placement_v1_cluster_set_proto_init()
+	file_fleetstream_placement_v1_placement_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_placement_v1_events_proto_rawDesc), len(file_fleetstream_placement_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

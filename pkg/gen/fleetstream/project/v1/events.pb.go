@@ -188,12 +188,14 @@ func (x *ProjectBudgetSet) GetHard() map[string]string {
 }
 
 type NamespaceBound struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BindingId     string                 `protobuf:"bytes,1,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
-	Project       string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
-	Cluster       string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Namespace     string                 `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Hard          map[string]string      `protobuf:"bytes,5,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	BindingId string                 `protobuf:"bytes,1,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	Project   string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	Cluster   string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Namespace string                 `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Hard      map[string]string      `protobuf:"bytes,5,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set when bound because the namespace follows this placement.
+	Placement     string `protobuf:"bytes,6,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +263,13 @@ func (x *NamespaceBound) GetHard() map[string]string {
 		return x.Hard
 	}
 	return nil
+}
+
+func (x *NamespaceBound) GetPlacement() string {
+	if x != nil {
+		return x.Placement
+	}
+	return ""
 }
 
 // NamespaceQuotaUpdated replaces the binding's hard limits; empty removes its quota.
@@ -614,14 +623,15 @@ const file_fleetstream_project_v1_events_proto_rawDesc = "" +
 	"\x04hard\x18\x03 \x03(\v22.fleetstream.project.v1.ProjectBudgetSet.HardEntryR\x04hard\x1a7\n" +
 	"\tHardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9e\x02\n" +
 	"\x0eNamespaceBound\x12\x1d\n" +
 	"\n" +
 	"binding_id\x18\x01 \x01(\tR\tbindingId\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x03 \x01(\tR\acluster\x12\x1c\n" +
 	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12D\n" +
-	"\x04hard\x18\x05 \x03(\v20.fleetstream.project.v1.NamespaceBound.HardEntryR\x04hard\x1a7\n" +
+	"\x04hard\x18\x05 \x03(\v20.fleetstream.project.v1.NamespaceBound.HardEntryR\x04hard\x12\x1c\n" +
+	"\tplacement\x18\x06 \x01(\tR\tplacement\x1a7\n" +
 	"\tHardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x02\n" +

@@ -485,11 +485,14 @@ type NamespaceBinding struct {
 	Reason  string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
 	// Usage the agent last reported from the ResourceQuota's status.
-	Used          map[string]string      `protobuf:"bytes,9,rep,name=used,proto3" json:"used,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	UnbindPolicy  UnbindPolicy           `protobuf:"varint,10,opt,name=unbind_policy,json=unbindPolicy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"unbind_policy,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	Revision      uint64                 `protobuf:"varint,13,opt,name=revision,proto3" json:"revision,omitempty"`
+	Used         map[string]string      `protobuf:"bytes,9,rep,name=used,proto3" json:"used,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	UnbindPolicy UnbindPolicy           `protobuf:"varint,10,opt,name=unbind_policy,json=unbindPolicy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"unbind_policy,omitempty"`
+	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	Revision     uint64                 `protobuf:"varint,13,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Set when the binding was made because the namespace follows this placement of the
+	// project; it is released when the cluster leaves the placement's decision.
+	Placement     string `protobuf:"bytes,14,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -613,6 +616,13 @@ func (x *NamespaceBinding) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *NamespaceBinding) GetPlacement() string {
+	if x != nil {
+		return x.Placement
+	}
+	return ""
 }
 
 // IdleNamespace exists on a cluster (per its agent's inventory) and belongs to no project.
@@ -803,7 +813,7 @@ const file_fleetstream_project_v1_project_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a7\n" +
 	"\tUsedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x05\n" +
 	"\x10NamespaceBinding\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x18\n" +
@@ -820,7 +830,8 @@ const file_fleetstream_project_v1_project_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1a\n" +
-	"\brevision\x18\r \x01(\x04R\brevision\x1a7\n" +
+	"\brevision\x18\r \x01(\x04R\brevision\x12\x1c\n" +
+	"\tplacement\x18\x0e \x01(\tR\tplacement\x1a7\n" +
 	"\tHardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a7\n" +

@@ -664,11 +664,17 @@ func (x *SetProjectBudgetResponse) GetProject() *Project {
 }
 
 type BindNamespaceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Hard          map[string]string      `protobuf:"bytes,4,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// Exactly one of cluster and placement.
+	Cluster   string            `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Namespace string            `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Hard      map[string]string `protobuf:"bytes,4,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A placement of the project: the namespace is bound on every cluster it decides, now and
+	// as the decision changes, and released from a cluster that leaves it.
+	Placement string `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	// With placement: how a cluster leaving the decision is released (KEEP unless given).
+	UnbindPolicy  UnbindPolicy `protobuf:"varint,6,opt,name=unbind_policy,json=unbindPolicy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"unbind_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -731,11 +737,29 @@ func (x *BindNamespaceRequest) GetHard() map[string]string {
 	return nil
 }
 
+func (x *BindNamespaceRequest) GetPlacement() string {
+	if x != nil {
+		return x.Placement
+	}
+	return ""
+}
+
+func (x *BindNamespaceRequest) GetUnbindPolicy() UnbindPolicy {
+	if x != nil {
+		return x.UnbindPolicy
+	}
+	return UnbindPolicy_UNBIND_POLICY_UNSPECIFIED
+}
+
 type BindNamespaceResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Binding       *NamespaceBinding      `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With cluster: the binding.
+	Binding *NamespaceBinding `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	// With placement: the namespace's bindings on the clusters decided so far (each cluster's
+	// appears as its binding is made, in ListNamespaceBindings).
+	PlacementBindings []*NamespaceBinding `protobuf:"bytes,2,rep,name=placement_bindings,json=placementBindings,proto3" json:"placement_bindings,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BindNamespaceResponse) Reset() {
@@ -771,6 +795,13 @@ func (*BindNamespaceResponse) Descriptor() ([]byte, []int) {
 func (x *BindNamespaceResponse) GetBinding() *NamespaceBinding {
 	if x != nil {
 		return x.Binding
+	}
+	return nil
+}
+
+func (x *BindNamespaceResponse) GetPlacementBindings() []*NamespaceBinding {
+	if x != nil {
+		return x.PlacementBindings
 	}
 	return nil
 }
@@ -888,11 +919,15 @@ func (x *UpdateQuotaResponse) GetBinding() *NamespaceBinding {
 }
 
 type UnbindNamespaceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Policy        UnbindPolicy           `protobuf:"varint,4,opt,name=policy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"policy,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// Exactly one of cluster and placement.
+	Cluster   string       `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Namespace string       `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Policy    UnbindPolicy `protobuf:"varint,4,opt,name=policy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"policy,omitempty"`
+	// The placement the namespace follows: it stops following it and every cluster's binding
+	// is released with policy.
+	Placement     string `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -953,6 +988,13 @@ func (x *UnbindNamespaceRequest) GetPolicy() UnbindPolicy {
 		return x.Policy
 	}
 	return UnbindPolicy_UNBIND_POLICY_UNSPECIFIED
+}
+
+func (x *UnbindNamespaceRequest) GetPlacement() string {
+	if x != nil {
+		return x.Placement
+	}
+	return ""
 }
 
 type UnbindNamespaceResponse struct {
@@ -1230,17 +1272,20 @@ const file_fleetstream_project_v1_project_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
 	"\x18SetProjectBudgetResponse\x129\n" +
-	"\aproject\x18\x01 \x01(\v2\x1f.fleetstream.project.v1.ProjectR\aproject\"\xed\x01\n" +
+	"\aproject\x18\x01 \x01(\v2\x1f.fleetstream.project.v1.ProjectR\aproject\"\xd6\x02\n" +
 	"\x14BindNamespaceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12J\n" +
-	"\x04hard\x18\x04 \x03(\v26.fleetstream.project.v1.BindNamespaceRequest.HardEntryR\x04hard\x1a7\n" +
+	"\x04hard\x18\x04 \x03(\v26.fleetstream.project.v1.BindNamespaceRequest.HardEntryR\x04hard\x12\x1c\n" +
+	"\tplacement\x18\x05 \x01(\tR\tplacement\x12I\n" +
+	"\runbind_policy\x18\x06 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\funbindPolicy\x1a7\n" +
 	"\tHardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +
 	"\x15BindNamespaceResponse\x12B\n" +
-	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"\xe9\x01\n" +
+	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\x12W\n" +
+	"\x12placement_bindings\x18\x02 \x03(\v2(.fleetstream.project.v1.NamespaceBindingR\x11placementBindings\"\xe9\x01\n" +
 	"\x12UpdateQuotaRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1c\n" +
@@ -1250,12 +1295,13 @@ const file_fleetstream_project_v1_project_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
 	"\x13UpdateQuotaResponse\x12B\n" +
-	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"\xa8\x01\n" +
+	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"\xc6\x01\n" +
 	"\x16UnbindNamespaceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12<\n" +
-	"\x06policy\x18\x04 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\x06policy\"]\n" +
+	"\x06policy\x18\x04 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\x06policy\x12\x1c\n" +
+	"\tplacement\x18\x05 \x01(\tR\tplacement\"]\n" +
 	"\x17UnbindNamespaceResponse\x12B\n" +
 	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"R\n" +
 	"\x1cListNamespaceBindingsRequest\x12\x18\n" +
@@ -1343,40 +1389,42 @@ var file_fleetstream_project_v1_project_service_proto_depIdxs = []int32{
 	24, // 8: fleetstream.project.v1.SetProjectBudgetRequest.hard:type_name -> fleetstream.project.v1.SetProjectBudgetRequest.HardEntry
 	27, // 9: fleetstream.project.v1.SetProjectBudgetResponse.project:type_name -> fleetstream.project.v1.Project
 	25, // 10: fleetstream.project.v1.BindNamespaceRequest.hard:type_name -> fleetstream.project.v1.BindNamespaceRequest.HardEntry
-	29, // 11: fleetstream.project.v1.BindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	26, // 12: fleetstream.project.v1.UpdateQuotaRequest.hard:type_name -> fleetstream.project.v1.UpdateQuotaRequest.HardEntry
-	29, // 13: fleetstream.project.v1.UpdateQuotaResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	28, // 14: fleetstream.project.v1.UnbindNamespaceRequest.policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	29, // 15: fleetstream.project.v1.UnbindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	29, // 16: fleetstream.project.v1.ListNamespaceBindingsResponse.bindings:type_name -> fleetstream.project.v1.NamespaceBinding
-	30, // 17: fleetstream.project.v1.ListIdleNamespacesResponse.namespaces:type_name -> fleetstream.project.v1.IdleNamespace
-	1,  // 18: fleetstream.project.v1.ProjectService.CreateProject:input_type -> fleetstream.project.v1.CreateProjectRequest
-	3,  // 19: fleetstream.project.v1.ProjectService.DeleteProject:input_type -> fleetstream.project.v1.DeleteProjectRequest
-	5,  // 20: fleetstream.project.v1.ProjectService.GetProject:input_type -> fleetstream.project.v1.GetProjectRequest
-	7,  // 21: fleetstream.project.v1.ProjectService.ListProjects:input_type -> fleetstream.project.v1.ListProjectsRequest
-	9,  // 22: fleetstream.project.v1.ProjectService.WatchProjects:input_type -> fleetstream.project.v1.WatchProjectsRequest
-	11, // 23: fleetstream.project.v1.ProjectService.SetProjectBudget:input_type -> fleetstream.project.v1.SetProjectBudgetRequest
-	13, // 24: fleetstream.project.v1.ProjectService.BindNamespace:input_type -> fleetstream.project.v1.BindNamespaceRequest
-	15, // 25: fleetstream.project.v1.ProjectService.UpdateQuota:input_type -> fleetstream.project.v1.UpdateQuotaRequest
-	17, // 26: fleetstream.project.v1.ProjectService.UnbindNamespace:input_type -> fleetstream.project.v1.UnbindNamespaceRequest
-	19, // 27: fleetstream.project.v1.ProjectService.ListNamespaceBindings:input_type -> fleetstream.project.v1.ListNamespaceBindingsRequest
-	21, // 28: fleetstream.project.v1.ProjectService.ListIdleNamespaces:input_type -> fleetstream.project.v1.ListIdleNamespacesRequest
-	2,  // 29: fleetstream.project.v1.ProjectService.CreateProject:output_type -> fleetstream.project.v1.CreateProjectResponse
-	4,  // 30: fleetstream.project.v1.ProjectService.DeleteProject:output_type -> fleetstream.project.v1.DeleteProjectResponse
-	6,  // 31: fleetstream.project.v1.ProjectService.GetProject:output_type -> fleetstream.project.v1.GetProjectResponse
-	8,  // 32: fleetstream.project.v1.ProjectService.ListProjects:output_type -> fleetstream.project.v1.ListProjectsResponse
-	10, // 33: fleetstream.project.v1.ProjectService.WatchProjects:output_type -> fleetstream.project.v1.WatchProjectsResponse
-	12, // 34: fleetstream.project.v1.ProjectService.SetProjectBudget:output_type -> fleetstream.project.v1.SetProjectBudgetResponse
-	14, // 35: fleetstream.project.v1.ProjectService.BindNamespace:output_type -> fleetstream.project.v1.BindNamespaceResponse
-	16, // 36: fleetstream.project.v1.ProjectService.UpdateQuota:output_type -> fleetstream.project.v1.UpdateQuotaResponse
-	18, // 37: fleetstream.project.v1.ProjectService.UnbindNamespace:output_type -> fleetstream.project.v1.UnbindNamespaceResponse
-	20, // 38: fleetstream.project.v1.ProjectService.ListNamespaceBindings:output_type -> fleetstream.project.v1.ListNamespaceBindingsResponse
-	22, // 39: fleetstream.project.v1.ProjectService.ListIdleNamespaces:output_type -> fleetstream.project.v1.ListIdleNamespacesResponse
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	28, // 11: fleetstream.project.v1.BindNamespaceRequest.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	29, // 12: fleetstream.project.v1.BindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	29, // 13: fleetstream.project.v1.BindNamespaceResponse.placement_bindings:type_name -> fleetstream.project.v1.NamespaceBinding
+	26, // 14: fleetstream.project.v1.UpdateQuotaRequest.hard:type_name -> fleetstream.project.v1.UpdateQuotaRequest.HardEntry
+	29, // 15: fleetstream.project.v1.UpdateQuotaResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	28, // 16: fleetstream.project.v1.UnbindNamespaceRequest.policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	29, // 17: fleetstream.project.v1.UnbindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	29, // 18: fleetstream.project.v1.ListNamespaceBindingsResponse.bindings:type_name -> fleetstream.project.v1.NamespaceBinding
+	30, // 19: fleetstream.project.v1.ListIdleNamespacesResponse.namespaces:type_name -> fleetstream.project.v1.IdleNamespace
+	1,  // 20: fleetstream.project.v1.ProjectService.CreateProject:input_type -> fleetstream.project.v1.CreateProjectRequest
+	3,  // 21: fleetstream.project.v1.ProjectService.DeleteProject:input_type -> fleetstream.project.v1.DeleteProjectRequest
+	5,  // 22: fleetstream.project.v1.ProjectService.GetProject:input_type -> fleetstream.project.v1.GetProjectRequest
+	7,  // 23: fleetstream.project.v1.ProjectService.ListProjects:input_type -> fleetstream.project.v1.ListProjectsRequest
+	9,  // 24: fleetstream.project.v1.ProjectService.WatchProjects:input_type -> fleetstream.project.v1.WatchProjectsRequest
+	11, // 25: fleetstream.project.v1.ProjectService.SetProjectBudget:input_type -> fleetstream.project.v1.SetProjectBudgetRequest
+	13, // 26: fleetstream.project.v1.ProjectService.BindNamespace:input_type -> fleetstream.project.v1.BindNamespaceRequest
+	15, // 27: fleetstream.project.v1.ProjectService.UpdateQuota:input_type -> fleetstream.project.v1.UpdateQuotaRequest
+	17, // 28: fleetstream.project.v1.ProjectService.UnbindNamespace:input_type -> fleetstream.project.v1.UnbindNamespaceRequest
+	19, // 29: fleetstream.project.v1.ProjectService.ListNamespaceBindings:input_type -> fleetstream.project.v1.ListNamespaceBindingsRequest
+	21, // 30: fleetstream.project.v1.ProjectService.ListIdleNamespaces:input_type -> fleetstream.project.v1.ListIdleNamespacesRequest
+	2,  // 31: fleetstream.project.v1.ProjectService.CreateProject:output_type -> fleetstream.project.v1.CreateProjectResponse
+	4,  // 32: fleetstream.project.v1.ProjectService.DeleteProject:output_type -> fleetstream.project.v1.DeleteProjectResponse
+	6,  // 33: fleetstream.project.v1.ProjectService.GetProject:output_type -> fleetstream.project.v1.GetProjectResponse
+	8,  // 34: fleetstream.project.v1.ProjectService.ListProjects:output_type -> fleetstream.project.v1.ListProjectsResponse
+	10, // 35: fleetstream.project.v1.ProjectService.WatchProjects:output_type -> fleetstream.project.v1.WatchProjectsResponse
+	12, // 36: fleetstream.project.v1.ProjectService.SetProjectBudget:output_type -> fleetstream.project.v1.SetProjectBudgetResponse
+	14, // 37: fleetstream.project.v1.ProjectService.BindNamespace:output_type -> fleetstream.project.v1.BindNamespaceResponse
+	16, // 38: fleetstream.project.v1.ProjectService.UpdateQuota:output_type -> fleetstream.project.v1.UpdateQuotaResponse
+	18, // 39: fleetstream.project.v1.ProjectService.UnbindNamespace:output_type -> fleetstream.project.v1.UnbindNamespaceResponse
+	20, // 40: fleetstream.project.v1.ProjectService.ListNamespaceBindings:output_type -> fleetstream.project.v1.ListNamespaceBindingsResponse
+	22, // 41: fleetstream.project.v1.ProjectService.ListIdleNamespaces:output_type -> fleetstream.project.v1.ListIdleNamespacesResponse
+	31, // [31:42] is the sub-list for method output_type
+	20, // [20:31] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_project_v1_project_service_proto_init() }
