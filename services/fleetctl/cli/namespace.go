@@ -37,23 +37,60 @@ func (t *target) add(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("cluster")
 }
 
+// placementTarget is a target that may be a placement instead of one cluster (bind, unbind).
+type placementTarget struct {
+	target
+	placement string
+}
+
+func (t *placementTarget) add(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&t.project, "project", "p", "", "project owning the namespace (required)")
+	cmd.Flags().StringVarP(&t.cluster, "cluster", "c", "", "member cluster of the namespace (this or --placement)")
+	cmd.Flags().StringVar(&t.placement, "placement", "", "placement of the project whose clusters the namespace follows (this or --cluster)")
+	_ = cmd.MarkFlagRequired("project")
+	cmd.MarkFlagsOneRequired("cluster", "placement")
+	cmd.MarkFlagsMutuallyExclusive("cluster", "placement")
+}
+
+// where names the target in error messages.
+func (t *placementTarget) where() string {
+	if t.placement != "" {
+		return fmt.Sprintf("placement %q", t.placement)
+	}
+	return fmt.Sprintf("cluster %q", t.cluster)
+}
+
 func newNamespaceBindCommand(f *factory) *cobra.Command {
 	var (
-		t    target
-		hard []string
+		t            placementTarget
+		hard         []string
+		unbindPolicy string
 	)
 	cmd := &cobra.Command{
 		Use:   "bind NAMESPACE",
-		Short: "Give a namespace of a cluster to a project, with optional quota",
+		Short: "Give a namespace of a cluster, or of every cluster a placement decides, to a project",
 		Long: "Give a namespace of a cluster to a project. The cluster's agent creates it with the\n" +
 			"project's label, or adopts an existing namespace that has no project label, and\n" +
-			"applies a ResourceQuota with the --hard limits. A namespace belongs to one project.",
-		Example: "  fleetctl namespace bind web --project team-a --cluster c1 --hard cpu=2 --hard memory=4Gi",
-		Args:    cobra.ExactArgs(1),
+			"applies a ResourceQuota with the --hard limits. A namespace belongs to one project.\n\n" +
+			"With --placement instead of --cluster the namespace follows the project's placement: it\n" +
+			"is bound on every cluster the placement decides, now and as the decision changes, and\n" +
+			"released from a cluster that leaves the decision by --unbind-policy (keep or delete).",
+		Example: "  fleetctl namespace bind web --project team-a --cluster c1 --hard cpu=2 --hard memory=4Gi\n" +
+			"  fleetctl namespace bind web --project team-a --placement eu-3 --unbind-policy delete",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			limits, err := parseKeyValues("hard", hard)
 			if err != nil {
 				return err
+			}
+			req := &projectv1.BindNamespaceRequest{Project: t.project, Cluster: t.cluster, Placement: t.placement, Namespace: args[0], Hard: limits}
+			if cmd.Flags().Changed("unbind-policy") {
+				if t.placement == "" {
+					return errors.New("--unbind-policy applies only with --placement; unbind a cluster's namespace with namespace unbind --policy")
+				}
+				if req.UnbindPolicy, err = parseUnbindPolicy(unbindPolicy); err != nil {
+					return fmt.Errorf("--unbind-policy: %w", err)
+				}
 			}
 			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
 			if err != nil {
@@ -61,16 +98,29 @@ func newNamespaceBindCommand(f *factory) *cobra.Command {
 			}
 			ctx, cancel := f.requestContext(cmd.Context())
 			defer cancel()
-			resp, err := client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{
-				Project: t.project, Cluster: t.cluster, Namespace: args[0], Hard: limits}))
+			resp, err := client.BindNamespace(ctx, connect.NewRequest(req))
 			if err != nil {
-				return fmt.Errorf("bind namespace %q of cluster %q: %w", args[0], t.cluster, err)
+				return fmt.Errorf("bind namespace %q of %s: %w", args[0], t.where(), err)
 			}
-			return f.printer().Print(resp.Msg.GetBinding(), bindingColumns()...)
+			p := f.printer()
+			if t.placement == "" {
+				return p.Print(resp.Msg.GetBinding(), bindingColumns()...)
+			}
+			if p.Format != formatTable {
+				return p.Print(resp.Msg)
+			}
+			if bs := resp.Msg.GetPlacementBindings(); len(bs) > 0 {
+				if err := writeTable(p.Out, Messages(bs), bindingColumns()); err != nil {
+					return err
+				}
+			}
+			p.Note("namespace %q follows placement %q: it is bound on each cluster the placement decides (namespace list -p %s shows them)", args[0], t.placement, t.project)
+			return nil
 		},
 	}
 	t.add(cmd)
 	cmd.Flags().StringArrayVar(&hard, "hard", nil, "quota limit resource=quantity, e.g. cpu=2, memory=4Gi, pods=20 (repeatable)")
+	cmd.Flags().StringVar(&unbindPolicy, "unbind-policy", "keep", "with --placement: what happens to the namespace on a cluster that leaves the decision: keep or delete")
 	return cmd
 }
 
@@ -115,16 +165,18 @@ func newNamespaceQuotaCommand(f *factory) *cobra.Command {
 
 func newNamespaceUnbindCommand(f *factory) *cobra.Command {
 	var (
-		t      target
+		t      placementTarget
 		policy string
 	)
 	cmd := &cobra.Command{
 		Use:   "unbind NAMESPACE",
-		Short: "Release a namespace from its project",
+		Short: "Release a namespace from its project, on one cluster or on every cluster of a placement",
 		Long: "Release a namespace from its project. The project's quota is removed; the namespace\n" +
-			"and its workloads stay on the cluster unless --policy delete.",
-		Example: "  fleetctl namespace unbind web --project team-a --cluster c1 --policy delete",
-		Args:    cobra.ExactArgs(1),
+			"and its workloads stay on the cluster unless --policy delete. With --placement the\n" +
+			"namespace stops following the placement and is released so on every cluster of it.",
+		Example: "  fleetctl namespace unbind web --project team-a --cluster c1 --policy delete\n" +
+			"  fleetctl namespace unbind web --project team-a --placement eu-3",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pol, err := parseUnbindPolicy(policy)
 			if err != nil {
@@ -137,11 +189,19 @@ func newNamespaceUnbindCommand(f *factory) *cobra.Command {
 			ctx, cancel := f.requestContext(cmd.Context())
 			defer cancel()
 			resp, err := client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{
-				Project: t.project, Cluster: t.cluster, Namespace: args[0], Policy: pol}))
+				Project: t.project, Cluster: t.cluster, Placement: t.placement, Namespace: args[0], Policy: pol}))
 			if err != nil {
-				return fmt.Errorf("unbind namespace %q of cluster %q: %w", args[0], t.cluster, err)
+				return fmt.Errorf("unbind namespace %q of %s: %w", args[0], t.where(), err)
 			}
-			return f.printer().Print(resp.Msg.GetBinding(), bindingColumns()...)
+			p := f.printer()
+			if t.placement != "" && resp.Msg.GetBinding() == nil {
+				if p.Format != formatTable {
+					return p.Print(resp.Msg)
+				}
+				p.Note("namespace %q no longer follows placement %q", args[0], t.placement)
+				return nil
+			}
+			return p.Print(resp.Msg.GetBinding(), bindingColumns()...)
 		},
 	}
 	t.add(cmd)
@@ -209,6 +269,8 @@ func bindingColumns() []Column {
 		Col("PROJECT", (*projectv1.NamespaceBinding).GetProject),
 		Col("CLUSTER", (*projectv1.NamespaceBinding).GetCluster),
 		Col("NAMESPACE", (*projectv1.NamespaceBinding).GetNamespace),
+		// The placement the namespace follows on this cluster; "-" for one bound by hand.
+		Col("PLACEMENT", (*projectv1.NamespaceBinding).GetPlacement),
 		Col("PHASE", func(b *projectv1.NamespaceBinding) string { return bindingPhase(b.GetPhase()) }),
 		Col("REASON", func(b *projectv1.NamespaceBinding) string { return orNone(b.GetReason()) }),
 		Col("HARD", func(b *projectv1.NamespaceBinding) string { return joinMap(b.GetHard()) }),

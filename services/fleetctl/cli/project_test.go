@@ -185,7 +185,7 @@ func TestProjectAndNamespaceCommands(t *testing.T) {
 	}
 	h.run(t, "namespace", "bind", "web", "-p", "team-b", "-c", "c2").ok(t)
 	h.run(t, "namespace", "bind", "api", "-p", "team-a", "-c", "c1", "--hard", "cpu=-1").fails(t, `error: invalid_argument: hard["cpu"]: `)
-	h.run(t, "namespace", "bind", "api", "-p", "team-a").fails(t, "error: required flag(s) \"cluster\" not set")
+	h.run(t, "namespace", "bind", "api", "-p", "team-a").fails(t, "error: at least one of the flags in the group [cluster placement] is required")
 
 	// Idle: the inventory minus what is bound.
 	r = h.run(t, "namespace", "idle", "c1").ok(t)

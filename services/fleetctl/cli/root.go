@@ -51,6 +51,8 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.AddCommand(newImportCommand(f))
 	root.AddCommand(newProjectCommand(f))
 	root.AddCommand(newClusterSetCommand(f))
+	root.AddCommand(newPlacementCommand(f))
+	root.AddCommand(newAddOnScoreCommand(f))
 	root.AddCommand(newNamespaceCommand(f))
 	root.AddCommand(newRoleCommand(f))
 	root.AddCommand(newMemberCommand(f))
