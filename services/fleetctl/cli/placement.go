@@ -63,7 +63,7 @@ func newPlacementCreateCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl placement create -f placement.yaml\n\n" + placementExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writePlacements(cmd, f, file, project, func(client placementv1connect.PlacementServiceClient, p *placementv1.Placement) (*placementv1.Placement, error) {
+			return writePlacements(f, file, project, false, func(client placementv1connect.PlacementServiceClient, p *placementv1.Placement) (*placementv1.Placement, error) {
 				ctx, cancel := f.requestContext(cmd.Context())
 				defer cancel()
 				resp, err := client.CreatePlacement(ctx, connect.NewRequest(&placementv1.CreatePlacementRequest{Placement: p}))
@@ -91,7 +91,8 @@ func newPlacementUpdateCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl placement update -f placement.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writePlacements(cmd, f, file, project, func(client placementv1connect.PlacementServiceClient, p *placementv1.Placement) (*placementv1.Placement, error) {
+			// One revision cannot be the current one of two placements.
+			return writePlacements(f, file, project, revision != 0, func(client placementv1connect.PlacementServiceClient, p *placementv1.Placement) (*placementv1.Placement, error) {
 				ctx, cancel := f.requestContext(cmd.Context())
 				defer cancel()
 				resp, err := client.UpdatePlacement(ctx, connect.NewRequest(&placementv1.UpdatePlacementRequest{Placement: p, ExpectedRevision: revision}))
@@ -115,11 +116,15 @@ func placementFileFlags(cmd *cobra.Command, file, project *string) {
 
 // writePlacements reads every placement of the file before sending any, so a mistake in the
 // last document stores nothing, then writes them in order and prints what the server stored.
-func writePlacements(cmd *cobra.Command, f *factory, file, project string,
+// With single, a file of several placements is refused.
+func writePlacements(f *factory, file, project string, single bool,
 	write func(placementv1connect.PlacementServiceClient, *placementv1.Placement) (*placementv1.Placement, error)) error {
 	ps, err := readPlacements(f, file, project)
 	if err != nil {
 		return err
+	}
+	if single && len(ps) > 1 {
+		return fmt.Errorf("%s holds %d placements; --expected-revision applies to one", file, len(ps))
 	}
 	client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
 	if err != nil {

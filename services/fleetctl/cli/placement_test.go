@@ -175,6 +175,8 @@ func TestWatchDecisionColumns(t *testing.T) {
 func TestPlacementCommandErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
+	two := filepath.Join(dir, "two.yaml")
+	writeFile(t, two, "project: a\nname: one\n---\nproject: a\nname: two\n")
 	writeFile(t, bad, "metadata: {name: p, namespace: a}\nspec: {numberOfClusters: 1, tolerations: [{key: k, operater: Exists}]}\n")
 	tests := []struct {
 		name string
@@ -187,6 +189,8 @@ func TestPlacementCommandErrors(t *testing.T) {
 			want: `error: ` + bad + `: unknown field "spec.tolerations[0].operater"` + "\n"},
 		{name: "missing file", args: []string{"placement", "create", "-f", filepath.Join(dir, "nope.yaml")},
 			want: "error: read " + filepath.Join(dir, "nope.yaml") + ": open " + filepath.Join(dir, "nope.yaml") + ": no such file or directory\n"},
+		{name: "one revision, two placements", args: []string{"placement", "update", "-f", two, "--expected-revision", "3"},
+			want: "error: " + two + " holds 2 placements; --expected-revision applies to one\n"},
 		{name: "stdin is named so", args: []string{"placement", "create", "-f", "-"},
 			want: "error: <stdin>: no placement in the file\n"},
 		{name: "create needs -f", args: []string{"placement", "create"},
