@@ -30,7 +30,10 @@ type Heartbeat struct {
 	KubernetesVersion string                 `protobuf:"bytes,3,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
 	Time              *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
 	// Changes every time the agent process starts, so a restart is visible.
-	SessionId     string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The cluster's Ready nodes, from the agent's Node informer. Absent until that informer has
+	// synced (or when the agent may not list nodes): absent means unknown, never zero.
+	Resources     *ClusterResources `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -100,6 +103,78 @@ func (x *Heartbeat) GetSessionId() string {
 	return ""
 }
 
+func (x *Heartbeat) GetResources() *ClusterResources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+// ClusterResources are the CPU and memory of a cluster's Ready nodes. The agent sends a
+// heartbeat at once (debounced) when any of these change, besides the periodic ones.
+type ClusterResources struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "cpu" and "memory" → the sum in Kubernetes quantity notation ("7800m", "31Gi"). Allocatable
+	// leaves out cordoned (unschedulable) nodes, which take no new work; capacity counts them.
+	Allocatable map[string]string `protobuf:"bytes,1,rep,name=allocatable,proto3" json:"allocatable,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Capacity    map[string]string `protobuf:"bytes,2,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Ready nodes, cordoned ones included.
+	NodeCount     int32 `protobuf:"varint,3,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterResources) Reset() {
+	*x = ClusterResources{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterResources) ProtoMessage() {}
+
+func (x *ClusterResources) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterResources.ProtoReflect.Descriptor instead.
+func (*ClusterResources) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ClusterResources) GetAllocatable() map[string]string {
+	if x != nil {
+		return x.Allocatable
+	}
+	return nil
+}
+
+func (x *ClusterResources) GetCapacity() map[string]string {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *ClusterResources) GetNodeCount() int32 {
+	if x != nil {
+		return x.NodeCount
+	}
+	return 0
+}
+
 // NamespaceInventory, subject fleet.agent.<cluster>.inventory: the whole list each time it
 // changes (debounced), never a delta, so the latest message alone is the truth.
 type NamespaceInventory struct {
@@ -113,7 +188,7 @@ type NamespaceInventory struct {
 
 func (x *NamespaceInventory) Reset() {
 	*x = NamespaceInventory{}
-	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +200,7 @@ func (x *NamespaceInventory) String() string {
 func (*NamespaceInventory) ProtoMessage() {}
 
 func (x *NamespaceInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +213,7 @@ func (x *NamespaceInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceInventory.ProtoReflect.Descriptor instead.
 func (*NamespaceInventory) Descriptor() ([]byte, []int) {
-	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *NamespaceInventory) GetClusterName() string {
@@ -173,7 +248,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -185,7 +260,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -198,7 +273,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Namespace) GetName() string {
@@ -226,14 +301,26 @@ var File_fleetstream_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	" fleetstream/agent/v1/agent.proto\x12\x14fleetstream.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x01\n" +
+	" fleetstream/agent/v1/agent.proto\x12\x14fleetstream.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x02\n" +
 	"\tHeartbeat\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x12-\n" +
 	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x05 \x01(\tR\tsessionId\"\xa8\x01\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12D\n" +
+	"\tresources\x18\x06 \x01(\v2&.fleetstream.agent.v1.ClusterResourcesR\tresources\"\xdb\x02\n" +
+	"\x10ClusterResources\x12Y\n" +
+	"\vallocatable\x18\x01 \x03(\v27.fleetstream.agent.v1.ClusterResources.AllocatableEntryR\vallocatable\x12P\n" +
+	"\bcapacity\x18\x02 \x03(\v24.fleetstream.agent.v1.ClusterResources.CapacityEntryR\bcapacity\x12\x1d\n" +
+	"\n" +
+	"node_count\x18\x03 \x01(\x05R\tnodeCount\x1a>\n" +
+	"\x10AllocatableEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rCapacityEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa8\x01\n" +
 	"\x12NamespaceInventory\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12?\n" +
 	"\n" +
@@ -260,24 +347,30 @@ func file_fleetstream_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_fleetstream_agent_v1_agent_proto_rawDescData
 }
 
-var file_fleetstream_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_fleetstream_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_fleetstream_agent_v1_agent_proto_goTypes = []any{
 	(*Heartbeat)(nil),             // 0: fleetstream.agent.v1.Heartbeat
-	(*NamespaceInventory)(nil),    // 1: fleetstream.agent.v1.NamespaceInventory
-	(*Namespace)(nil),             // 2: fleetstream.agent.v1.Namespace
-	nil,                           // 3: fleetstream.agent.v1.Namespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*ClusterResources)(nil),      // 1: fleetstream.agent.v1.ClusterResources
+	(*NamespaceInventory)(nil),    // 2: fleetstream.agent.v1.NamespaceInventory
+	(*Namespace)(nil),             // 3: fleetstream.agent.v1.Namespace
+	nil,                           // 4: fleetstream.agent.v1.ClusterResources.AllocatableEntry
+	nil,                           // 5: fleetstream.agent.v1.ClusterResources.CapacityEntry
+	nil,                           // 6: fleetstream.agent.v1.Namespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_fleetstream_agent_v1_agent_proto_depIdxs = []int32{
-	4, // 0: fleetstream.agent.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	2, // 1: fleetstream.agent.v1.NamespaceInventory.namespaces:type_name -> fleetstream.agent.v1.Namespace
-	4, // 2: fleetstream.agent.v1.NamespaceInventory.time:type_name -> google.protobuf.Timestamp
-	3, // 3: fleetstream.agent.v1.Namespace.labels:type_name -> fleetstream.agent.v1.Namespace.LabelsEntry
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7, // 0: fleetstream.agent.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	1, // 1: fleetstream.agent.v1.Heartbeat.resources:type_name -> fleetstream.agent.v1.ClusterResources
+	4, // 2: fleetstream.agent.v1.ClusterResources.allocatable:type_name -> fleetstream.agent.v1.ClusterResources.AllocatableEntry
+	5, // 3: fleetstream.agent.v1.ClusterResources.capacity:type_name -> fleetstream.agent.v1.ClusterResources.CapacityEntry
+	3, // 4: fleetstream.agent.v1.NamespaceInventory.namespaces:type_name -> fleetstream.agent.v1.Namespace
+	7, // 5: fleetstream.agent.v1.NamespaceInventory.time:type_name -> google.protobuf.Timestamp
+	6, // 6: fleetstream.agent.v1.Namespace.labels:type_name -> fleetstream.agent.v1.Namespace.LabelsEntry
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_agent_v1_agent_proto_init() }
@@ -291,7 +384,7 @@ func file_fleetstream_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_agent_v1_agent_proto_rawDesc), len(file_fleetstream_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -324,8 +324,10 @@ type ClusterStatus struct {
 	// Number of namespaces in the agent's last inventory.
 	NamespaceCount int32  `protobuf:"varint,6,opt,name=namespace_count,json=namespaceCount,proto3" json:"namespace_count,omitempty"`
 	AgentVersion   string `protobuf:"bytes,7,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As the agent last reported them; placement's resource prioritizers score these.
+	Resources     *ClusterResources `protobuf:"bytes,8,opt,name=resources,proto3" json:"resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatus) Reset() {
@@ -407,6 +409,84 @@ func (x *ClusterStatus) GetAgentVersion() string {
 	return ""
 }
 
+func (x *ClusterStatus) GetResources() *ClusterResources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+// ClusterResources are a cluster's CPU and memory summed over its Ready nodes.
+type ClusterResources struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Resource name ("cpu", "memory") → quantity ("7800m", "31Gi").
+	Allocatable map[string]string `protobuf:"bytes,1,rep,name=allocatable,proto3" json:"allocatable,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Capacity    map[string]string `protobuf:"bytes,2,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Ready nodes counted.
+	NodeCount     int32                  `protobuf:"varint,3,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterResources) Reset() {
+	*x = ClusterResources{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterResources) ProtoMessage() {}
+
+func (x *ClusterResources) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterResources.ProtoReflect.Descriptor instead.
+func (*ClusterResources) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClusterResources) GetAllocatable() map[string]string {
+	if x != nil {
+		return x.Allocatable
+	}
+	return nil
+}
+
+func (x *ClusterResources) GetCapacity() map[string]string {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *ClusterResources) GetNodeCount() int32 {
+	if x != nil {
+		return x.NodeCount
+	}
+	return 0
+}
+
+func (x *ClusterResources) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
+	}
+	return nil
+}
+
 // Condition follows the Kubernetes condition convention.
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -422,7 +502,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +514,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +527,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Condition) GetType() string {
@@ -502,7 +582,7 @@ type ConnectionCredentials struct {
 
 func (x *ConnectionCredentials) Reset() {
 	*x = ConnectionCredentials{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +594,7 @@ func (x *ConnectionCredentials) String() string {
 func (*ConnectionCredentials) ProtoMessage() {}
 
 func (x *ConnectionCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +607,7 @@ func (x *ConnectionCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionCredentials.ProtoReflect.Descriptor instead.
 func (*ConnectionCredentials) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConnectionCredentials) GetKubeconfig() []byte {
@@ -587,7 +667,7 @@ type NamespaceInventory struct {
 
 func (x *NamespaceInventory) Reset() {
 	*x = NamespaceInventory{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +679,7 @@ func (x *NamespaceInventory) String() string {
 func (*NamespaceInventory) ProtoMessage() {}
 
 func (x *NamespaceInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +692,7 @@ func (x *NamespaceInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceInventory.ProtoReflect.Descriptor instead.
 func (*NamespaceInventory) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NamespaceInventory) GetClusterId() string {
@@ -662,7 +742,7 @@ type InventoryNamespace struct {
 
 func (x *InventoryNamespace) Reset() {
 	*x = InventoryNamespace{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +754,7 @@ func (x *InventoryNamespace) String() string {
 func (*InventoryNamespace) ProtoMessage() {}
 
 func (x *InventoryNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +767,7 @@ func (x *InventoryNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryNamespace.ProtoReflect.Descriptor instead.
 func (*InventoryNamespace) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InventoryNamespace) GetName() string {
@@ -732,7 +812,7 @@ type ClusterSecrets struct {
 
 func (x *ClusterSecrets) Reset() {
 	*x = ClusterSecrets{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +824,7 @@ func (x *ClusterSecrets) String() string {
 func (*ClusterSecrets) ProtoMessage() {}
 
 func (x *ClusterSecrets) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +837,7 @@ func (x *ClusterSecrets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSecrets.ProtoReflect.Descriptor instead.
 func (*ClusterSecrets) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClusterSecrets) GetClusterId() string {
@@ -813,7 +893,7 @@ type AgentIdentity struct {
 
 func (x *AgentIdentity) Reset() {
 	*x = AgentIdentity{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +905,7 @@ func (x *AgentIdentity) String() string {
 func (*AgentIdentity) ProtoMessage() {}
 
 func (x *AgentIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +918,7 @@ func (x *AgentIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentIdentity.ProtoReflect.Descriptor instead.
 func (*AgentIdentity) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AgentIdentity) GetClusterId() string {
@@ -871,7 +951,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +963,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +976,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AgentStatus) GetClusterName() string {
@@ -969,7 +1049,7 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12;\n" +
 	"\x06effect\x18\x03 \x01(\x0e2#.fleetstream.cluster.v1.TaintEffectR\x06effect\x129\n" +
 	"\n" +
-	"time_added\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimeAdded\"\xea\x02\n" +
+	"time_added\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimeAdded\"\xb2\x03\n" +
 	"\rClusterStatus\x12A\n" +
 	"\n" +
 	"conditions\x18\x01 \x03(\v2!.fleetstream.cluster.v1.ConditionR\n" +
@@ -979,7 +1059,21 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x0fcredentials_set\x18\x04 \x01(\bR\x0ecredentialsSet\x127\n" +
 	"\x17credentials_fingerprint\x18\x05 \x01(\tR\x16credentialsFingerprint\x12'\n" +
 	"\x0fnamespace_count\x18\x06 \x01(\x05R\x0enamespaceCount\x12#\n" +
-	"\ragent_version\x18\a \x01(\tR\fagentVersion\"\xe0\x01\n" +
+	"\ragent_version\x18\a \x01(\tR\fagentVersion\x12F\n" +
+	"\tresources\x18\b \x01(\v2(.fleetstream.cluster.v1.ClusterResourcesR\tresources\"\x9c\x03\n" +
+	"\x10ClusterResources\x12[\n" +
+	"\vallocatable\x18\x01 \x03(\v29.fleetstream.cluster.v1.ClusterResources.AllocatableEntryR\vallocatable\x12R\n" +
+	"\bcapacity\x18\x02 \x03(\v26.fleetstream.cluster.v1.ClusterResources.CapacityEntryR\bcapacity\x12\x1d\n" +
+	"\n" +
+	"node_count\x18\x03 \x01(\x05R\tnodeCount\x12;\n" +
+	"\vreport_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\x1a>\n" +
+	"\x10AllocatableEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rCapacityEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12?\n" +
 	"\x06status\x18\x02 \x01(\x0e2'.fleetstream.cluster.v1.ConditionStatusR\x06status\x12\x16\n" +
@@ -1055,48 +1149,55 @@ func file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_fleetstream_cluster_v1_cluster_proto_goTypes = []any{
 	(TaintEffect)(0),              // 0: fleetstream.cluster.v1.TaintEffect
 	(ConditionStatus)(0),          // 1: fleetstream.cluster.v1.ConditionStatus
 	(*Cluster)(nil),               // 2: fleetstream.cluster.v1.Cluster
 	(*Taint)(nil),                 // 3: fleetstream.cluster.v1.Taint
 	(*ClusterStatus)(nil),         // 4: fleetstream.cluster.v1.ClusterStatus
-	(*Condition)(nil),             // 5: fleetstream.cluster.v1.Condition
-	(*ConnectionCredentials)(nil), // 6: fleetstream.cluster.v1.ConnectionCredentials
-	(*NamespaceInventory)(nil),    // 7: fleetstream.cluster.v1.NamespaceInventory
-	(*InventoryNamespace)(nil),    // 8: fleetstream.cluster.v1.InventoryNamespace
-	(*ClusterSecrets)(nil),        // 9: fleetstream.cluster.v1.ClusterSecrets
-	(*AgentIdentity)(nil),         // 10: fleetstream.cluster.v1.AgentIdentity
-	(*AgentStatus)(nil),           // 11: fleetstream.cluster.v1.AgentStatus
-	nil,                           // 12: fleetstream.cluster.v1.Cluster.LabelsEntry
-	nil,                           // 13: fleetstream.cluster.v1.Cluster.ClaimsEntry
-	nil,                           // 14: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*ClusterResources)(nil),      // 5: fleetstream.cluster.v1.ClusterResources
+	(*Condition)(nil),             // 6: fleetstream.cluster.v1.Condition
+	(*ConnectionCredentials)(nil), // 7: fleetstream.cluster.v1.ConnectionCredentials
+	(*NamespaceInventory)(nil),    // 8: fleetstream.cluster.v1.NamespaceInventory
+	(*InventoryNamespace)(nil),    // 9: fleetstream.cluster.v1.InventoryNamespace
+	(*ClusterSecrets)(nil),        // 10: fleetstream.cluster.v1.ClusterSecrets
+	(*AgentIdentity)(nil),         // 11: fleetstream.cluster.v1.AgentIdentity
+	(*AgentStatus)(nil),           // 12: fleetstream.cluster.v1.AgentStatus
+	nil,                           // 13: fleetstream.cluster.v1.Cluster.LabelsEntry
+	nil,                           // 14: fleetstream.cluster.v1.Cluster.ClaimsEntry
+	nil,                           // 15: fleetstream.cluster.v1.ClusterResources.AllocatableEntry
+	nil,                           // 16: fleetstream.cluster.v1.ClusterResources.CapacityEntry
+	nil,                           // 17: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_fleetstream_cluster_v1_cluster_proto_depIdxs = []int32{
-	12, // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
-	13, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
+	13, // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
+	14, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
 	3,  // 2: fleetstream.cluster.v1.Cluster.taints:type_name -> fleetstream.cluster.v1.Taint
 	4,  // 3: fleetstream.cluster.v1.Cluster.status:type_name -> fleetstream.cluster.v1.ClusterStatus
-	15, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	15, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	18, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	18, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: fleetstream.cluster.v1.Taint.effect:type_name -> fleetstream.cluster.v1.TaintEffect
-	15, // 7: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	5,  // 8: fleetstream.cluster.v1.ClusterStatus.conditions:type_name -> fleetstream.cluster.v1.Condition
-	15, // 9: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
-	1,  // 10: fleetstream.cluster.v1.Condition.status:type_name -> fleetstream.cluster.v1.ConditionStatus
-	15, // 11: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	8,  // 12: fleetstream.cluster.v1.NamespaceInventory.namespaces:type_name -> fleetstream.cluster.v1.InventoryNamespace
-	15, // 13: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
-	14, // 14: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
-	6,  // 15: fleetstream.cluster.v1.ClusterSecrets.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
-	15, // 16: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 7: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	6,  // 8: fleetstream.cluster.v1.ClusterStatus.conditions:type_name -> fleetstream.cluster.v1.Condition
+	18, // 9: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
+	5,  // 10: fleetstream.cluster.v1.ClusterStatus.resources:type_name -> fleetstream.cluster.v1.ClusterResources
+	15, // 11: fleetstream.cluster.v1.ClusterResources.allocatable:type_name -> fleetstream.cluster.v1.ClusterResources.AllocatableEntry
+	16, // 12: fleetstream.cluster.v1.ClusterResources.capacity:type_name -> fleetstream.cluster.v1.ClusterResources.CapacityEntry
+	18, // 13: fleetstream.cluster.v1.ClusterResources.report_time:type_name -> google.protobuf.Timestamp
+	1,  // 14: fleetstream.cluster.v1.Condition.status:type_name -> fleetstream.cluster.v1.ConditionStatus
+	18, // 15: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	9,  // 16: fleetstream.cluster.v1.NamespaceInventory.namespaces:type_name -> fleetstream.cluster.v1.InventoryNamespace
+	18, // 17: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
+	17, // 18: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	7,  // 19: fleetstream.cluster.v1.ClusterSecrets.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
+	18, // 20: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_cluster_proto_init() }
@@ -1110,7 +1211,7 @@ func file_fleetstream_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_cluster_proto_rawDesc), len(file_fleetstream_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -280,7 +280,8 @@ func (x *ClusterDeregistered) GetId() string {
 	return ""
 }
 
-// ClusterAgentConnected is appended when heartbeats arrive for a cluster that was not connected.
+// ClusterAgentConnected is appended when heartbeats arrive for a cluster that was not connected,
+// or with another Kubernetes version. It sets the kubeversion.fleetstream.io claim.
 type ClusterAgentConnected struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -349,6 +350,62 @@ func (x *ClusterAgentConnected) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ClusterResourcesReported is appended when a heartbeat reports resources (allocatable and
+// capacity CPU and memory, Ready node count) that differ from what the cluster view holds, never
+// for a repeat of the same values. It also sets the nodes.fleetstream.io claim.
+type ClusterResourcesReported struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// report_time is when the hub received the heartbeat that carried them.
+	Resources     *ClusterResources `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterResourcesReported) Reset() {
+	*x = ClusterResourcesReported{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterResourcesReported) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterResourcesReported) ProtoMessage() {}
+
+func (x *ClusterResourcesReported) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterResourcesReported.ProtoReflect.Descriptor instead.
+func (*ClusterResourcesReported) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClusterResourcesReported) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterResourcesReported) GetResources() *ClusterResources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
 // ClusterAgentLost is appended when no heartbeat arrived for the configured time; it adds the
 // fleetstream.io/unreachable taint.
 type ClusterAgentLost struct {
@@ -362,7 +419,7 @@ type ClusterAgentLost struct {
 
 func (x *ClusterAgentLost) Reset() {
 	*x = ClusterAgentLost{}
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +431,7 @@ func (x *ClusterAgentLost) String() string {
 func (*ClusterAgentLost) ProtoMessage() {}
 
 func (x *ClusterAgentLost) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +444,7 @@ func (x *ClusterAgentLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterAgentLost.ProtoReflect.Descriptor instead.
 func (*ClusterAgentLost) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClusterAgentLost) GetId() string {
@@ -423,7 +480,7 @@ type SubscriberCreated struct {
 
 func (x *SubscriberCreated) Reset() {
 	*x = SubscriberCreated{}
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +492,7 @@ func (x *SubscriberCreated) String() string {
 func (*SubscriberCreated) ProtoMessage() {}
 
 func (x *SubscriberCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +505,7 @@ func (x *SubscriberCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriberCreated.ProtoReflect.Descriptor instead.
 func (*SubscriberCreated) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubscriberCreated) GetName() string {
@@ -475,7 +532,7 @@ type SubscriberDeleted struct {
 
 func (x *SubscriberDeleted) Reset() {
 	*x = SubscriberDeleted{}
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +544,7 @@ func (x *SubscriberDeleted) String() string {
 func (*SubscriberDeleted) ProtoMessage() {}
 
 func (x *SubscriberDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +557,7 @@ func (x *SubscriberDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriberDeleted.ProtoReflect.Descriptor instead.
 func (*SubscriberDeleted) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubscriberDeleted) GetName() string {
@@ -520,7 +577,7 @@ type ImportPolicyCreated struct {
 
 func (x *ImportPolicyCreated) Reset() {
 	*x = ImportPolicyCreated{}
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +589,7 @@ func (x *ImportPolicyCreated) String() string {
 func (*ImportPolicyCreated) ProtoMessage() {}
 
 func (x *ImportPolicyCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +602,7 @@ func (x *ImportPolicyCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportPolicyCreated.ProtoReflect.Descriptor instead.
 func (*ImportPolicyCreated) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ImportPolicyCreated) GetPolicy() *ImportPolicy {
@@ -565,7 +622,7 @@ type ImportPolicyUpdated struct {
 
 func (x *ImportPolicyUpdated) Reset() {
 	*x = ImportPolicyUpdated{}
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +634,7 @@ func (x *ImportPolicyUpdated) String() string {
 func (*ImportPolicyUpdated) ProtoMessage() {}
 
 func (x *ImportPolicyUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +647,7 @@ func (x *ImportPolicyUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportPolicyUpdated.ProtoReflect.Descriptor instead.
 func (*ImportPolicyUpdated) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ImportPolicyUpdated) GetPolicy() *ImportPolicy {
@@ -609,7 +666,7 @@ type ImportPolicyDeleted struct {
 
 func (x *ImportPolicyDeleted) Reset() {
 	*x = ImportPolicyDeleted{}
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[10]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +678,7 @@ func (x *ImportPolicyDeleted) String() string {
 func (*ImportPolicyDeleted) ProtoMessage() {}
 
 func (x *ImportPolicyDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[10]
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +691,7 @@ func (x *ImportPolicyDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportPolicyDeleted.ProtoReflect.Descriptor instead.
 func (*ImportPolicyDeleted) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ImportPolicyDeleted) GetName() string {
@@ -683,7 +740,10 @@ const file_fleetstream_cluster_v1_events_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x12kubernetes_version\x18\x02 \x01(\tR\x11kubernetesVersion\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12.\n" +
-	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x8b\x01\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"r\n" +
+	"\x18ClusterResourcesReported\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12F\n" +
+	"\tresources\x18\x02 \x01(\v2(.fleetstream.cluster.v1.ClusterResourcesR\tresources\"\x8b\x01\n" +
 	"\x10ClusterAgentLost\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\tlast_seen\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12.\n" +
@@ -712,44 +772,47 @@ func file_fleetstream_cluster_v1_events_proto_rawDescGZIP() []byte {
 	return file_fleetstream_cluster_v1_events_proto_rawDescData
 }
 
-var file_fleetstream_cluster_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_fleetstream_cluster_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_fleetstream_cluster_v1_events_proto_goTypes = []any{
 	(*ClusterRegistered)(nil),         // 0: fleetstream.cluster.v1.ClusterRegistered
 	(*ClusterUpdated)(nil),            // 1: fleetstream.cluster.v1.ClusterUpdated
 	(*ClusterCredentialsRotated)(nil), // 2: fleetstream.cluster.v1.ClusterCredentialsRotated
 	(*ClusterDeregistered)(nil),       // 3: fleetstream.cluster.v1.ClusterDeregistered
 	(*ClusterAgentConnected)(nil),     // 4: fleetstream.cluster.v1.ClusterAgentConnected
-	(*ClusterAgentLost)(nil),          // 5: fleetstream.cluster.v1.ClusterAgentLost
-	(*SubscriberCreated)(nil),         // 6: fleetstream.cluster.v1.SubscriberCreated
-	(*SubscriberDeleted)(nil),         // 7: fleetstream.cluster.v1.SubscriberDeleted
-	(*ImportPolicyCreated)(nil),       // 8: fleetstream.cluster.v1.ImportPolicyCreated
-	(*ImportPolicyUpdated)(nil),       // 9: fleetstream.cluster.v1.ImportPolicyUpdated
-	(*ImportPolicyDeleted)(nil),       // 10: fleetstream.cluster.v1.ImportPolicyDeleted
-	nil,                               // 11: fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
-	nil,                               // 12: fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
-	nil,                               // 13: fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
-	nil,                               // 14: fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
-	(*Taint)(nil),                     // 15: fleetstream.cluster.v1.Taint
-	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
-	(*ImportPolicy)(nil),              // 17: fleetstream.cluster.v1.ImportPolicy
+	(*ClusterResourcesReported)(nil),  // 5: fleetstream.cluster.v1.ClusterResourcesReported
+	(*ClusterAgentLost)(nil),          // 6: fleetstream.cluster.v1.ClusterAgentLost
+	(*SubscriberCreated)(nil),         // 7: fleetstream.cluster.v1.SubscriberCreated
+	(*SubscriberDeleted)(nil),         // 8: fleetstream.cluster.v1.SubscriberDeleted
+	(*ImportPolicyCreated)(nil),       // 9: fleetstream.cluster.v1.ImportPolicyCreated
+	(*ImportPolicyUpdated)(nil),       // 10: fleetstream.cluster.v1.ImportPolicyUpdated
+	(*ImportPolicyDeleted)(nil),       // 11: fleetstream.cluster.v1.ImportPolicyDeleted
+	nil,                               // 12: fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
+	nil,                               // 13: fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
+	nil,                               // 14: fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
+	nil,                               // 15: fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
+	(*Taint)(nil),                     // 16: fleetstream.cluster.v1.Taint
+	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
+	(*ClusterResources)(nil),          // 18: fleetstream.cluster.v1.ClusterResources
+	(*ImportPolicy)(nil),              // 19: fleetstream.cluster.v1.ImportPolicy
 }
 var file_fleetstream_cluster_v1_events_proto_depIdxs = []int32{
-	11, // 0: fleetstream.cluster.v1.ClusterRegistered.labels:type_name -> fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
-	12, // 1: fleetstream.cluster.v1.ClusterRegistered.claims:type_name -> fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
-	15, // 2: fleetstream.cluster.v1.ClusterRegistered.taints:type_name -> fleetstream.cluster.v1.Taint
-	13, // 3: fleetstream.cluster.v1.ClusterUpdated.labels:type_name -> fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
-	14, // 4: fleetstream.cluster.v1.ClusterUpdated.claims:type_name -> fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
-	15, // 5: fleetstream.cluster.v1.ClusterUpdated.taints:type_name -> fleetstream.cluster.v1.Taint
-	16, // 6: fleetstream.cluster.v1.ClusterAgentConnected.time:type_name -> google.protobuf.Timestamp
-	16, // 7: fleetstream.cluster.v1.ClusterAgentLost.last_seen:type_name -> google.protobuf.Timestamp
-	16, // 8: fleetstream.cluster.v1.ClusterAgentLost.time:type_name -> google.protobuf.Timestamp
-	17, // 9: fleetstream.cluster.v1.ImportPolicyCreated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	17, // 10: fleetstream.cluster.v1.ImportPolicyUpdated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	12, // 0: fleetstream.cluster.v1.ClusterRegistered.labels:type_name -> fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
+	13, // 1: fleetstream.cluster.v1.ClusterRegistered.claims:type_name -> fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
+	16, // 2: fleetstream.cluster.v1.ClusterRegistered.taints:type_name -> fleetstream.cluster.v1.Taint
+	14, // 3: fleetstream.cluster.v1.ClusterUpdated.labels:type_name -> fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
+	15, // 4: fleetstream.cluster.v1.ClusterUpdated.claims:type_name -> fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
+	16, // 5: fleetstream.cluster.v1.ClusterUpdated.taints:type_name -> fleetstream.cluster.v1.Taint
+	17, // 6: fleetstream.cluster.v1.ClusterAgentConnected.time:type_name -> google.protobuf.Timestamp
+	18, // 7: fleetstream.cluster.v1.ClusterResourcesReported.resources:type_name -> fleetstream.cluster.v1.ClusterResources
+	17, // 8: fleetstream.cluster.v1.ClusterAgentLost.last_seen:type_name -> google.protobuf.Timestamp
+	17, // 9: fleetstream.cluster.v1.ClusterAgentLost.time:type_name -> google.protobuf.Timestamp
+	19, // 10: fleetstream.cluster.v1.ImportPolicyCreated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	19, // 11: fleetstream.cluster.v1.ImportPolicyUpdated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_events_proto_init() }
@@ -765,7 +828,7 @@ func file_fleetstream_cluster_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_events_proto_rawDesc), len(file_fleetstream_cluster_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
