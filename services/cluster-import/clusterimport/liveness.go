@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
@@ -20,8 +23,8 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
-// runHeartbeats records each agent heartbeat in bucket cluster-status and marks a cluster
-// connected when heartbeats (re)appear. Only the latest heartbeat per cluster matters, so after
+// runHeartbeats records each agent heartbeat in bucket cluster-status, marks a cluster
+// connected when heartbeats (re)appear and records the resources they carry when these change. Only the latest heartbeat per cluster matters, so after
 // a restart the consumer starts from the last one of each.
 func (s *Service) runHeartbeats(ctx context.Context) error {
 	select {
@@ -65,45 +68,135 @@ func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if s.now().Sub(seen) > s.cfg.UnreachableAfter {
 		return nil // an old heartbeat replayed after a restart says nothing about now
 	}
-	if err := s.recordHeartbeat(ctx, tok, &clusterv1.AgentStatus{ClusterName: name, KubernetesVersion: hb.KubernetesVersion,
-		AgentVersion: hb.AgentVersion, SessionId: hb.SessionId, LastSeen: timestamppb.New(seen)}); err != nil {
+	newest, err := s.recordHeartbeat(ctx, tok, &clusterv1.AgentStatus{ClusterName: name, KubernetesVersion: hb.KubernetesVersion,
+		AgentVersion: hb.AgentVersion, SessionId: hb.SessionId, LastSeen: timestamppb.New(seen)})
+	if err != nil {
 		return err
 	}
 	c, ok := s.clusters.Get(clusterKey(name))
 	if !ok {
 		return nil // an agent of a cluster not (or no longer) registered
 	}
-	if cond := Condition(c, ConditionAgentConnected); cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE &&
-		c.Status.KubernetesVersion == hb.KubernetesVersion {
+	rev, err := s.markConnected(ctx, c, hb, seen)
+	if err != nil {
+		return err
+	}
+	// Only the newest heartbeat may move the resources: workers (and replicas) finish out of
+	// order, and an older one must not undo a newer report. What a race still lets through
+	// the next heartbeat puts right.
+	if !newest || hb.Resources == nil {
 		return nil
 	}
-	_, err = s.store.Append(ctx, subjects.Cluster(name), c.Id, events.At(c.Revision), &clusterv1.ClusterAgentConnected{
+	return s.recordResources(ctx, c, rev, hb.Resources, seen)
+}
+
+// markConnected appends ClusterAgentConnected unless c is connected with hb's Kubernetes
+// version already, and returns the cluster's revision after it.
+func (s *Service) markConnected(ctx context.Context, c *clusterv1.Cluster, hb *agentv1.Heartbeat, seen time.Time) (uint64, error) {
+	if cond := Condition(c, ConditionAgentConnected); cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE &&
+		c.Status.KubernetesVersion == hb.KubernetesVersion {
+		return c.Revision, nil
+	}
+	rev, err := s.store.Append(ctx, subjects.Cluster(c.Name), c.Id, events.At(c.Revision), &clusterv1.ClusterAgentConnected{
 		Id: c.Id, KubernetesVersion: hb.KubernetesVersion, AgentVersion: hb.AgentVersion, Time: timestamppb.New(seen),
 	})
 	if events.IsConflict(err) {
-		return fmt.Errorf("cluster %s changed meanwhile: %w", name, err) // retried on fresh state
+		return 0, fmt.Errorf("cluster %s changed meanwhile: %w", c.Name, err) // retried on fresh state
 	}
-	if err == nil {
-		s.log.Info("cluster agent connected", zap.String("cluster", name), zap.String("kubernetes", hb.KubernetesVersion))
+	if err != nil {
+		return 0, err
 	}
-	return err
+	s.log.Info("cluster agent connected", zap.String("cluster", c.Name), zap.String("kubernetes", hb.KubernetesVersion))
+	return rev, nil
 }
 
-// recordHeartbeat stores st unless a newer heartbeat is stored already: heartbeats are handled
+// recordResources appends ClusterResourcesReported when reported differs from what the view
+// holds for c (at revision rev). A repeat of the same values appends nothing: the event log
+// grows with changes, not with heartbeats.
+func (s *Service) recordResources(ctx context.Context, c *clusterv1.Cluster, rev uint64, reported *agentv1.ClusterResources, seen time.Time) error {
+	res, err := normalizeResources(reported)
+	if err != nil {
+		// The heartbeat still counted for liveness; only its resources are ignored.
+		s.log.Warn("ignoring resources an agent reported", zap.String("cluster", c.Name), zap.Error(err))
+		return nil
+	}
+	cur := c.GetStatus().GetResources()
+	if cur != nil && !seen.After(cur.GetReportTime().AsTime()) {
+		return nil // the view holds a report at least as new
+	}
+	if cur != nil && cur.NodeCount == res.NodeCount && maps.Equal(cur.Allocatable, res.Allocatable) && maps.Equal(cur.Capacity, res.Capacity) {
+		return nil
+	}
+	res.ReportTime = timestamppb.New(seen)
+	_, err = s.store.Append(ctx, subjects.Cluster(c.Name), c.Id, events.At(rev), &clusterv1.ClusterResourcesReported{Id: c.Id, Resources: res})
+	if events.IsConflict(err) {
+		return fmt.Errorf("cluster %s changed meanwhile: %w", c.Name, err) // retried on fresh state
+	}
+	if err != nil {
+		return fmt.Errorf("record resources of cluster %s: %w", c.Name, err)
+	}
+	s.log.Debug("cluster resources changed", zap.String("cluster", c.Name), zap.Int32("readyNodes", res.NodeCount))
+	return nil
+}
+
+// normalizeResources checks what an agent sent (cpu and memory, valid non-negative quantities)
+// and prints each quantity canonically, so equal amounts compare equal whatever notation an
+// agent used.
+func normalizeResources(r *agentv1.ClusterResources) (*clusterv1.ClusterResources, error) {
+	if r.NodeCount < 0 {
+		return nil, fmt.Errorf("node count %d", r.NodeCount)
+	}
+	out := &clusterv1.ClusterResources{NodeCount: r.NodeCount}
+	var err error
+	if out.Allocatable, err = normalizeQuantities("allocatable", r.Allocatable); err != nil {
+		return nil, err
+	}
+	if out.Capacity, err = normalizeQuantities("capacity", r.Capacity); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func normalizeQuantities(field string, in map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(in))
+	for name, v := range in {
+		if name != "cpu" && name != "memory" {
+			return nil, fmt.Errorf("%s: unexpected resource %s", field, apierr.Short(name))
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%s]: %s: %w", field, name, apierr.Short(v), err)
+		}
+		if q.Sign() < 0 {
+			return nil, fmt.Errorf("%s[%s]: negative %s", field, name, q.String())
+		}
+		// One notation per resource (cpu in DecimalSI, memory in BinarySI): "30Gi" and
+		// "32212254720" are the same memory and must compare equal.
+		if name == "memory" {
+			out[name] = resource.NewQuantity(q.Value(), resource.BinarySI).String()
+		} else {
+			out[name] = resource.NewMilliQuantity(q.MilliValue(), resource.DecimalSI).String()
+		}
+	}
+	return out, nil
+}
+
+// recordHeartbeat stores st unless a newer heartbeat is stored already, and reports whether st
+// is the newest (stored now, or by an earlier delivery of the same message): heartbeats are handled
 // by several workers (and replicas), so an older one may finish last. The write is a
 // compare-and-set against what was read, and a lost race is judged again on fresh state. Every
 // lost race means another writer made progress, so the loop ends; it is bounded by ctx only
 // (a fixed attempt count failed under 40 concurrent writers), with jitter to spread retries.
-func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1.AgentStatus) error {
+func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1.AgentStatus) (newest bool, err error) {
 	data, err := proto.Marshal(st)
 	if err != nil {
-		return consumer.Permanent(err)
+		return false, consumer.Permanent(err)
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("record heartbeat of %s: %w", st.ClusterName, ctx.Err())
+				return false, fmt.Errorf("record heartbeat of %s: %w", st.ClusterName, ctx.Err())
 			case <-time.After(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 5)))):
 			}
 		}
@@ -112,19 +205,20 @@ func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			_, err = s.statusKV.Create(ctx, key, data)
 		case err != nil:
-			return fmt.Errorf("read heartbeat of %s: %w", st.ClusterName, err)
+			return false, fmt.Errorf("read heartbeat of %s: %w", st.ClusterName, err)
 		default:
 			old := &clusterv1.AgentStatus{}
 			if proto.Unmarshal(cur.Value(), old) == nil && !old.LastSeen.AsTime().Before(st.LastSeen.AsTime()) {
-				return nil // a newer (or this same) heartbeat is already recorded
+				// A newer heartbeat, or this same one redelivered, is recorded already.
+				return old.LastSeen.AsTime().Equal(st.LastSeen.AsTime()), nil
 			}
 			_, err = s.statusKV.Update(ctx, key, data, cur.Revision())
 		}
 		if err == nil {
-			return nil
+			return true, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return fmt.Errorf("record heartbeat of %s: %w", st.ClusterName, err)
+			return false, fmt.Errorf("record heartbeat of %s: %w", st.ClusterName, err)
 		}
 	}
 }

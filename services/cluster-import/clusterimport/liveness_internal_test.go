@@ -29,14 +29,25 @@ func TestOlderHeartbeatNeverOverwritesNewer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			at := base.Add(time.Duration(i%20) * time.Second) // interleaved, with repeats
-			if err := s.recordHeartbeat(context.Background(), "c1", &clusterv1.AgentStatus{ClusterName: "c1", LastSeen: timestamppb.New(at)}); err != nil {
+			if _, err := s.recordHeartbeat(context.Background(), "c1", &clusterv1.AgentStatus{ClusterName: "c1", LastSeen: timestamppb.New(at)}); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
-	if err := s.recordHeartbeat(ctx, "c1", &clusterv1.AgentStatus{ClusterName: "c1", LastSeen: timestamppb.New(base)}); err != nil {
-		t.Fatal(err)
+	// Whether a heartbeat is the newest decides whether its resources may count.
+	for _, tc := range []struct {
+		name   string
+		at     time.Time
+		newest bool
+	}{
+		{"older", base, false},
+		{"the newest redelivered", base.Add(19 * time.Second), true},
+	} {
+		newest, err := s.recordHeartbeat(ctx, "c1", &clusterv1.AgentStatus{ClusterName: "c1", LastSeen: timestamppb.New(tc.at)})
+		if err != nil || newest != tc.newest {
+			t.Fatalf("%s: newest = %v, %v; want %v", tc.name, newest, err, tc.newest)
+		}
 	}
 	e, err := s.statusKV.Get(ctx, "c1")
 	if err != nil {

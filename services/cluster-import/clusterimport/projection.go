@@ -3,6 +3,7 @@ package clusterimport
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -23,12 +24,24 @@ const (
 	systemTaintPrefix       = "fleetstream.io/"
 )
 
+// Claims the cluster's agent reports, named like Open Cluster Management's reserved claims
+// (kubeversion.open-cluster-management.io). Every claim name ending in ReservedClaimSuffix is
+// kept for reported facts: the API refuses them, and an update of the other claims keeps them.
+const (
+	ReservedClaimSuffix = ".fleetstream.io"
+	// ClaimKubeVersion is the Kubernetes version ("v1.34.4") of the latest heartbeat.
+	ClaimKubeVersion = "kubeversion" + ReservedClaimSuffix
+	// ClaimNodes is the number of Ready nodes ("3") of the latest reported resources.
+	ClaimNodes = "nodes" + ReservedClaimSuffix
+)
+
 // clustersProjection folds FLEET_CLUSTER into bucket `clusters`, one entry per cluster name.
 // Bump Version whenever applyCluster changes meaning: the view is then rebuilt from the stream.
+// Version 2: reported claims (kubeversion and nodes.fleetstream.io) and resources.
 func clustersProjection() view.Projection {
 	return view.Projection{
 		Name:     "clusters",
-		Version:  1,
+		Version:  2,
 		Stream:   subjects.ClusterStream,
 		Subjects: []string{subjects.ClusterPrefix + ".>"},
 		Bucket:   bucketConfig(subjects.ClustersBucket, "Cluster registry view (projection of FLEET_CLUSTER)."),
@@ -66,7 +79,7 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 		}
 		return change(func(*clusterv1.Cluster) *clusterv1.Cluster {
 			c := &clusterv1.Cluster{
-				Id: p.Id, Name: p.Name, Labels: p.Labels, Claims: p.Claims, Taints: p.Taints,
+				Id: p.Id, Name: p.Name, Labels: p.Labels, Claims: withoutReported(p.Claims), Taints: p.Taints,
 				CreateTime: at,
 				Status: &clusterv1.ClusterStatus{
 					CredentialsSet:         p.CredentialsFingerprint != "",
@@ -89,7 +102,17 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 				case "labels":
 					c.Labels = p.Labels
 				case "claims":
-					c.Claims = p.Claims
+					// Admins' claims are replaced; the reported ones stay.
+					claims := withoutReported(p.Claims)
+					for k, v := range c.Claims {
+						if isReportedClaim(k) {
+							if claims == nil {
+								claims = map[string]string{}
+							}
+							claims[k] = v
+						}
+					}
+					c.Claims = claims
 				case "taints":
 					// User taints are replaced; the system's own taints stay.
 					kept := slices.DeleteFunc(c.Taints, func(t *clusterv1.Taint) bool { return !isSystemTaint(t.Key) })
@@ -117,6 +140,19 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 				"HeartbeatReceived", "the cluster's agent is sending heartbeats", p.Time)
 			c.Status.KubernetesVersion = p.KubernetesVersion
 			c.Status.AgentVersion = p.AgentVersion
+			setReportedClaim(c, ClaimKubeVersion, p.KubernetesVersion)
+			return c
+		}), nil
+	case *clusterv1.ClusterResourcesReported:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil {
+				return nil
+			}
+			if c.Status == nil {
+				c.Status = &clusterv1.ClusterStatus{}
+			}
+			c.Status.Resources = p.Resources
+			setReportedClaim(c, ClaimNodes, strconv.Itoa(int(p.GetResources().GetNodeCount())))
 			return c
 		}), nil
 	case *clusterv1.ClusterAgentLost:
@@ -136,6 +172,31 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 }
 
 func isSystemTaint(key string) bool { return strings.HasPrefix(key, systemTaintPrefix) }
+
+func isReportedClaim(name string) bool { return strings.HasSuffix(name, ReservedClaimSuffix) }
+
+// withoutReported drops reported claim names from claims an admin gave. The API refuses them;
+// events written before they were reserved may still carry them, and the facts win.
+func withoutReported(claims map[string]string) map[string]string {
+	for k := range claims {
+		if isReportedClaim(k) {
+			delete(claims, k)
+		}
+	}
+	return claims
+}
+
+// setReportedClaim sets a reported claim, or removes it when the agent reported nothing.
+func setReportedClaim(c *clusterv1.Cluster, name, value string) {
+	if value == "" {
+		delete(c.Claims, name)
+		return
+	}
+	if c.Claims == nil {
+		c.Claims = map[string]string{}
+	}
+	c.Claims[name] = value
+}
 
 func setTaint(c *clusterv1.Cluster, t *clusterv1.Taint) {
 	for _, cur := range c.Taints {

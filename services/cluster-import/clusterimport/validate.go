@@ -21,6 +21,9 @@ func validateMeta(v *apierr.Violations, lbls, claims map[string]string, taints [
 		for _, msg := range validation.IsQualifiedName(k) {
 			v.Add(fmt.Sprintf("claims[%s]", apierr.Short(k)), "key: %s", msg)
 		}
+		if isReportedClaim(k) {
+			v.Add(fmt.Sprintf("claims[%s]", apierr.Short(k)), "names ending in %s are reserved for what the cluster's agent reports", ReservedClaimSuffix)
+		}
 		if len(val) > maxClaimValue {
 			v.Add(fmt.Sprintf("claims[%s]", apierr.Short(k)), "value longer than %d bytes", maxClaimValue)
 		}
