@@ -5,6 +5,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
@@ -105,6 +106,24 @@ var table = map[string]Rule{
 	placementv1connect.ClusterSetServiceBindClusterSetProcedure:         admin("create", roles.ResClusterSets),
 	placementv1connect.ClusterSetServiceUnbindClusterSetProcedure:       admin("delete", roles.ResClusterSets),
 	placementv1connect.ClusterSetServiceListClusterSetBindingsProcedure: filtered("list", roles.ResClusterSets),
+
+	// Placements are a project's: its owners write them, its viewers read them and their
+	// decisions. Add-on scores feed every project's placements, so setting one is the
+	// platform's (the system computing them runs with platform rights).
+	placementv1connect.PlacementServiceCreatePlacementProcedure: inProject("create", roles.ResPlacements,
+		func(m *placementv1.CreatePlacementRequest) string { return m.GetPlacement().GetProject() }),
+	placementv1connect.PlacementServiceUpdatePlacementProcedure: inProject("update", roles.ResPlacements,
+		func(m *placementv1.UpdatePlacementRequest) string { return m.GetPlacement().GetProject() }),
+	placementv1connect.PlacementServiceDeletePlacementProcedure: inProject("delete", roles.ResPlacements,
+		func(m *placementv1.DeletePlacementRequest) string { return m.Project }),
+	placementv1connect.PlacementServiceGetPlacementProcedure: inProject("get", roles.ResPlacements,
+		func(m *placementv1.GetPlacementRequest) string { return m.Project }),
+	placementv1connect.PlacementServiceListPlacementsProcedure: filtered("list", roles.ResPlacements),
+	placementv1connect.PlacementServiceGetPlacementDecisionsProcedure: inProject("get", roles.ResPlacements,
+		func(m *placementv1.GetPlacementDecisionsRequest) string { return m.Project }),
+	placementv1connect.PlacementServiceWatchPlacementDecisionsProcedure: inProject("watch", roles.ResPlacements,
+		func(m *placementv1.WatchPlacementDecisionsRequest) string { return m.Project }),
+	placementv1connect.PlacementServiceSetAddOnScoreProcedure: admin("update", roles.ResAddOnScores),
 
 	// Endpoints belong to the project owning the service's namespace; weights of services in a
 	// namespace no project owns are the platform's.

@@ -169,10 +169,15 @@ var serviceGrants = map[string][]grant{
 		ownBucket(subjects.NamespaceBindingsBucket),
 		ownBucket(subjects.NamespaceClaimsBucket),
 		ownBucket(subjects.DesiredNamespacesBucket),
-		// Cluster sets and set bindings (docs/placement.md).
+		// Cluster sets, set bindings, placements, decisions, add-on scores and the namespaces
+		// following placements (docs/placement.md).
 		{stream: subjects.PlacementStream, access: own, subjects: []string{subjects.PlacementPrefix + ".>"}},
 		ownBucket(subjects.ClusterSetsBucket),
 		ownBucket(subjects.ClusterSetBindingsBucket),
+		ownBucket(subjects.PlacementsBucket),
+		ownBucket(subjects.PlacementDecisionsBucket),
+		ownBucket(subjects.AddOnScoresBucket),
+		ownBucket(subjects.PlacementNamespacesBucket),
 		// Agents write `applied`; namespace-binding ensures it and reads its own statuses.
 		{stream: kv(subjects.AppliedBucket), access: read | ensure},
 		readBucket(subjects.ClustersBucket),
@@ -328,7 +333,7 @@ func AgentPermissions(cluster string) Permissions {
 // (FLEET_AGENT) and buckets (KV_*) are never among them: they hold desired state, statuses and
 // credentials.
 func SubscriberStreams() []string {
-	return []string{subjects.ClusterStream, subjects.NamespaceStream, subjects.RBACStream, subjects.EndpointStream}
+	return []string{subjects.ClusterStream, subjects.NamespaceStream, subjects.RBACStream, subjects.EndpointStream, subjects.PlacementStream}
 }
 
 // SubscriberInboxPrefix is the reply-subject prefix subscriber name must use

@@ -30,6 +30,10 @@ const (
 	ResImportPolicies = "importpolicies"
 	// ResClusterSets is the cluster sets, and, in a project, the sets bound to it.
 	ResClusterSets = "clustersets"
+	// ResPlacements is a project's placements and their decisions.
+	ResPlacements = "placements"
+	// ResAddOnScores is the scores other systems set on clusters for placements.
+	ResAddOnScores = "addonscores"
 )
 
 // RBACGroup is Kubernetes' RBAC API group: managing a project's members is managing RoleBindings.
@@ -65,7 +69,7 @@ func Builtin() []*rbacv1.RoleTemplate {
 			rule(read, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
 			rule(read, "networking.k8s.io", "ingresses", "ingresses/status", "networkpolicies"),
 			rule(read, "discovery.k8s.io", "endpointslices"),
-			rule(read, Group, ResProjects, ResNamespaceBindings, ResMembers, ResAccess, ResServices, ResClusterSets),
+			rule(read, Group, ResProjects, ResNamespaceBindings, ResMembers, ResAccess, ResServices, ResClusterSets, ResPlacements),
 		},
 	}
 	member := &rbacv1.RoleTemplate{
@@ -91,7 +95,7 @@ func Builtin() []*rbacv1.RoleTemplate {
 		Inherits:    []string{ProjectMember},
 		Rules: []*rbacv1.PolicyRule{
 			rule(all, RBACGroup, "roles", "rolebindings"),
-			rule([]string{"create", "update", "delete"}, Group, ResNamespaceBindings),
+			rule([]string{"create", "update", "delete"}, Group, ResNamespaceBindings, ResPlacements),
 		},
 	}
 	return []*rbacv1.RoleTemplate{viewer, member, owner}

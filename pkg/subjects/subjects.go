@@ -136,7 +136,37 @@ const (
 	ClusterSetsBucket = "placement-clustersets"
 	// ClusterSetBindingsBucket is the set bindings view, key keys.Join(project, set).
 	ClusterSetBindingsBucket = "placement-clusterset-bindings"
+	// PlacementsBucket is the placements view, key keys.Join(project, name).
+	PlacementsBucket = "placement-placements"
+	// PlacementDecisionsBucket is the decisions view, key keys.Join(project, name).
+	PlacementDecisionsBucket = "placement-decisions"
+	// AddOnScoresBucket is the add-on scores view, key keys.Join(cluster, resource, score).
+	AddOnScoresBucket = "placement-addon-scores"
+	// PlacementNamespacesBucket holds the namespaces that follow a placement, key
+	// keys.Join(project, namespace).
+	PlacementNamespacesBucket = "placement-namespaces"
 )
+
+// Placement returns the subject of the spec events of placement name in project.
+func Placement(project, name string) string {
+	return PlacementPrefix + ".placement." + keys.Join(project, name)
+}
+
+// PlacementDecision returns the subject of the decisions of placement name in project.
+func PlacementDecision(project, name string) string {
+	return PlacementPrefix + ".decision." + keys.Join(project, name)
+}
+
+// AddOnScore returns the subject of one add-on score of a cluster.
+func AddOnScore(cluster, resourceName, scoreName string) string {
+	return PlacementPrefix + ".addonscore." + keys.Join(cluster, resourceName, scoreName)
+}
+
+// PlacementNamespace returns the subject of the events of namespace following a placement
+// in project.
+func PlacementNamespace(project, namespace string) string {
+	return PlacementPrefix + ".namespace." + keys.Join(project, namespace)
+}
 
 // ClusterSet returns the subject of cluster set name's events.
 func ClusterSet(name string) string { return PlacementPrefix + ".clusterset." + keys.Encode(name) }

@@ -107,6 +107,15 @@ var matrix = map[string]struct {
 	"/fleetstream.placement.v1.ClusterSetService/UnbindClusterSet":       {`{"project":"team-a","clusterSet":"no-such-set"}`, allowAdmin},
 	"/fleetstream.placement.v1.ClusterSetService/ListClusterSetBindings": {`{}`, allowAnyone},
 
+	"/fleetstream.placement.v1.PlacementService/CreatePlacement":         {`{"placement":{"project":"team-a","name":"Not_A_Name"}}`, allowOwner},
+	"/fleetstream.placement.v1.PlacementService/UpdatePlacement":         {`{"placement":{"project":"team-a","name":"no-such-placement"}}`, allowOwner},
+	"/fleetstream.placement.v1.PlacementService/DeletePlacement":         {`{"project":"team-a","name":"no-such-placement"}`, allowOwner},
+	"/fleetstream.placement.v1.PlacementService/GetPlacement":            {`{"project":"team-a","name":"no-such-placement"}`, allowViewer},
+	"/fleetstream.placement.v1.PlacementService/ListPlacements":          {`{}`, allowAnyone},
+	"/fleetstream.placement.v1.PlacementService/GetPlacementDecisions":   {`{"project":"team-a","name":"no-such-placement"}`, allowViewer},
+	"/fleetstream.placement.v1.PlacementService/WatchPlacementDecisions": {`{"project":"team-a","name":"no-such-placement"}`, allowViewer},
+	"/fleetstream.placement.v1.PlacementService/SetAddOnScore":           {`{"cluster":"no-such-cluster","resourceName":"cost","scoreName":"cheap","score":1}`, allowAdmin},
+
 	"/fleetstream.endpoint.v1.EndpointService/GetServiceEndpoints":   {`{"namespace":"web","name":"frontend"}`, allowViewer},
 	"/fleetstream.endpoint.v1.EndpointService/WatchServiceEndpoints": {`{"namespace":"web","name":"frontend"}`, allowViewer},
 	"/fleetstream.endpoint.v1.EndpointService/SetEndpointWeight":     {`{"namespace":"web","name":"frontend","ip":"10.0.0.1","cluster":"c1","weight":100}`, allowMember},

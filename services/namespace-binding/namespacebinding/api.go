@@ -211,26 +211,43 @@ func (s *Service) ListProjects(ctx context.Context, req *connect.Request[project
 
 func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projectv1.BindNamespaceRequest]) (*connect.Response[projectv1.BindNamespaceResponse], error) {
 	m := req.Msg
+	if m.Placement != "" || m.Cluster == "" && m.UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
+		return s.bindToPlacement(ctx, m)
+	}
 	var v apierr.Violations
 	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
 	validateHard(&v, "hard", m.Hard)
+	if m.UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
+		v.Add("unbind_policy", "only with placement: a binding to one cluster takes its policy when unbound")
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {
-		return nil, apierr.NotFound("project", m.Project)
-	}
-	if _, ok := s.clusters.Get(keys.Encode(m.Cluster)); !ok {
-		return nil, apierr.NotFound("cluster", m.Cluster)
-	}
-	key := bindingKey(m.Cluster, m.Namespace)
-	if err := s.bindable(key, m.Project); err != nil {
+	b, err := s.bind(ctx, m.Project, m.Cluster, m.Namespace, m.Hard, "")
+	if err != nil {
 		return nil, err
 	}
-	hard := canonicalHard(m.Hard)
+	s.log.Info("namespace bound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&projectv1.BindNamespaceResponse{Binding: b}), nil
+}
+
+// bind binds (cluster, namespace) to project; placement names the placement the binding
+// follows, if any.
+func (s *Service) bind(ctx context.Context, project, cluster, namespace string, hardIn map[string]string, placement string) (*projectv1.NamespaceBinding, error) {
+	if _, ok := s.projects.Get(projectKey(project)); !ok {
+		return nil, apierr.NotFound("project", project)
+	}
+	if _, ok := s.clusters.Get(keys.Encode(cluster)); !ok {
+		return nil, apierr.NotFound("cluster", cluster)
+	}
+	key := bindingKey(cluster, namespace)
+	if err := s.bindable(key, project); err != nil {
+		return nil, err
+	}
+	hard := canonicalHard(hardIn)
 	id := uuid.NewString()
 	// Claim first, then append: the claim is what makes the (cluster, namespace) belong to one
 	// project across replicas, and the event carries the claim's binding id. A crash between
@@ -238,21 +255,21 @@ func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projec
 	// ClaimGrace; bindTimeout keeps this call well inside that.
 	bctx, cancel := context.WithTimeout(ctx, bindTimeout)
 	defer cancel()
-	claimRev, err := s.claim(bctx, key, m.Project, id)
+	claimRev, err := s.claim(bctx, key, project, id)
 	if err != nil {
 		return nil, err
 	}
 	// Judge again now that the claim is ours: a binding whose claim was lost (and not yet
 	// restored by the repair loop) must not be replaced.
-	if err := s.bindable(key, m.Project); err != nil {
+	if err := s.bindable(key, project); err != nil {
 		s.dropClaim(key, id, claimRev)
 		return nil, err
 	}
-	seq, err := s.appendProject(bctx, m.Project, budgeted(m.Cluster), func(p *projectv1.Project) (proto.Message, error) {
-		if err := s.fitsBudget(p, m.Cluster, m.Namespace, hard); err != nil {
+	seq, err := s.appendProject(bctx, project, budgeted(cluster), func(p *projectv1.Project) (proto.Message, error) {
+		if err := s.fitsBudget(p, cluster, namespace, hard); err != nil {
 			return nil, err
 		}
-		return &projectv1.NamespaceBound{BindingId: id, Project: m.Project, Cluster: m.Cluster, Namespace: m.Namespace, Hard: hard}, nil
+		return &projectv1.NamespaceBound{BindingId: id, Project: project, Cluster: cluster, Namespace: namespace, Hard: hard, Placement: placement}, nil
 	})
 	if err != nil {
 		// Release only when the event was certainly not appended: a refusal or a lost race.
@@ -262,12 +279,7 @@ func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projec
 		}
 		return nil, err
 	}
-	b, err := s.awaitBinding(ctx, key, id, seq)
-	if err != nil {
-		return nil, err
-	}
-	s.log.Info("namespace bound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace), zap.String("actor", identity.ActorFrom(ctx)))
-	return connect.NewResponse(&projectv1.BindNamespaceResponse{Binding: b}), nil
+	return s.awaitBinding(ctx, key, id, seq)
 }
 
 // bindable refuses a (cluster, namespace) that a binding still holds: an active one of any
@@ -304,38 +316,45 @@ func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	key := bindingKey(m.Cluster, m.Namespace)
-	hard := canonicalHard(m.Hard)
-	var id string
-	seq, err := s.appendProject(ctx, m.Project, always, func(p *projectv1.Project) (proto.Message, error) {
-		b, err := s.ownedBinding(m.Project, m.Cluster, m.Namespace)
-		if err != nil {
-			return nil, err
-		}
-		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
-			return nil, apierr.FailedPrecondition("namespace %q on cluster %q is being unbound", m.Namespace, m.Cluster)
-		}
-		id = b.Id
-		if proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: hard}) {
-			return nil, errUnchanged
-		}
-		if err := s.fitsBudget(p, m.Cluster, m.Namespace, hard); err != nil {
-			return nil, err
-		}
-		return &projectv1.NamespaceQuotaUpdated{BindingId: b.Id, Project: m.Project, Cluster: m.Cluster, Namespace: m.Namespace, Hard: hard}, nil
-	})
-	if err != nil && !errors.Is(err, errUnchanged) {
-		return nil, err
-	}
-	b, err := s.awaitBinding(ctx, key, id, seq)
+	b, err := s.updateQuota(ctx, m.Project, m.Cluster, m.Namespace, m.Hard)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&projectv1.UpdateQuotaResponse{Binding: b}), nil
 }
 
+func (s *Service) updateQuota(ctx context.Context, project, cluster, namespace string, hardIn map[string]string) (*projectv1.NamespaceBinding, error) {
+	key := bindingKey(cluster, namespace)
+	hard := canonicalHard(hardIn)
+	var id string
+	seq, err := s.appendProject(ctx, project, always, func(p *projectv1.Project) (proto.Message, error) {
+		b, err := s.ownedBinding(project, cluster, namespace)
+		if err != nil {
+			return nil, err
+		}
+		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+			return nil, apierr.FailedPrecondition("namespace %q on cluster %q is being unbound", namespace, cluster)
+		}
+		id = b.Id
+		if proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: hard}) {
+			return nil, errUnchanged
+		}
+		if err := s.fitsBudget(p, cluster, namespace, hard); err != nil {
+			return nil, err
+		}
+		return &projectv1.NamespaceQuotaUpdated{BindingId: b.Id, Project: project, Cluster: cluster, Namespace: namespace, Hard: hard}, nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return nil, err
+	}
+	return s.awaitBinding(ctx, key, id, seq)
+}
+
 func (s *Service) UnbindNamespace(ctx context.Context, req *connect.Request[projectv1.UnbindNamespaceRequest]) (*connect.Response[projectv1.UnbindNamespaceResponse], error) {
 	m := req.Msg
+	if m.Placement != "" {
+		return s.unbindFromPlacement(ctx, m)
+	}
 	var v apierr.Violations
 	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
 	validatePolicy(&v, "policy", m.Policy)
@@ -441,6 +460,9 @@ func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Reques
 			continue
 		}
 		res.Bindings = append(res.Bindings, s.present(b))
+	}
+	if m.Project != "" && m.Cluster == "" {
+		res.Bindings = s.withBlocked(m.Project, res.Bindings)
 	}
 	return connect.NewResponse(res), nil
 }

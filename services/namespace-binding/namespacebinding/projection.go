@@ -144,7 +144,7 @@ func applyBinding(ev *events.Event) ([]view.Change, error) {
 	case *projectv1.NamespaceBound:
 		return []view.Change{{Key: bindingKey(p.Cluster, p.Namespace), Update: func(proto.Message) proto.Message {
 			return &projectv1.NamespaceBinding{Id: p.BindingId, Project: p.Project, Cluster: p.Cluster, Namespace: p.Namespace,
-				Hard: p.Hard, Phase: projectv1.BindingPhase_BINDING_PHASE_PENDING, Reason: ReasonWaitingForAgent,
+				Hard: p.Hard, Placement: p.Placement, Phase: projectv1.BindingPhase_BINDING_PHASE_PENDING, Reason: ReasonWaitingForAgent,
 				Message:    fmt.Sprintf("waiting for the agent of cluster %s to apply the namespace", p.Cluster),
 				CreateTime: at, UpdateTime: at}
 		}}}, nil

@@ -74,7 +74,7 @@ func Topology() topology.Topology {
 	return topology.Merge(topology.DeadLetter(), topology.Topology{
 		Streams: []jetstream.StreamConfig{
 			topology.EventStream(Stream, "Projects, namespace bindings and quotas.", SubjectPrefix+".>"),
-			topology.EventStream(PlacementStream, "Cluster sets and their bindings to projects.", PlacementPrefix+".>"),
+			topology.EventStream(PlacementStream, "Cluster sets, set bindings, placements, their decisions, add-on scores and namespaces following placements.", PlacementPrefix+".>"),
 		},
 		Buckets: []jetstream.KeyValueConfig{
 			bucketConfig(ClaimsBucket, "Which project owns each (cluster, namespace)."),
@@ -100,6 +100,11 @@ type Service struct {
 	desiredView  *view.Engine
 	setsView     *view.Engine
 	setBindsView *view.Engine
+	// Placements, their decisions, add-on scores and the namespaces following placements.
+	placementsView *view.Engine
+	decisionsView  *view.Engine
+	scoresView     *view.Engine
+	followersView  *view.Engine
 
 	projects  *view.Cache[*projectv1.Project]
 	bindings  *view.Cache[*projectv1.NamespaceBinding]
@@ -112,6 +117,13 @@ type Service struct {
 
 	clusterSets *view.Cache[*placementv1.ClusterSet]
 	setBindings *view.Cache[*placementv1.ClusterSetBinding]
+
+	placements          *view.Cache[*placementv1.Placement]
+	decisions           *view.Cache[*placementv1.PlacementDecisions]
+	addOnScores         *view.Cache[*placementv1.AddOnScore]
+	placementNamespaces *view.Cache[*placementv1.PlacementNamespace]
+	schedKick           chan struct{}
+	followKick          chan struct{}
 
 	ready chan struct{}
 	now   func() time.Time
@@ -130,7 +142,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor),
-		ready: make(chan struct{}), now: time.Now, projectLocks: make(map[string]*projectLock)}
+		ready: make(chan struct{}), now: time.Now, projectLocks: make(map[string]*projectLock),
+		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -142,7 +155,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		dst *(*view.Engine)
 		p   view.Projection
 	}{{&s.projectsView, projectsProjection()}, {&s.bindingsView, bindingsProjection()}, {&s.desiredView, desiredProjection()},
-		{&s.setsView, clusterSetsProjection()}, {&s.setBindsView, setBindingsProjection()}} {
+		{&s.setsView, clusterSetsProjection()}, {&s.setBindsView, setBindingsProjection()},
+		{&s.placementsView, placementsProjection()}, {&s.decisionsView, decisionsProjection()},
+		{&s.scoresView, addOnScoresProjection()}, {&s.followersView, placementNamespacesProjection()}} {
 		if *e.dst, err = view.NewEngine(js, e.p, s.log, view.WithReplicas(cfg.Replicas)); err != nil {
 			return nil, err
 		}
@@ -190,6 +205,7 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(projectv1connect.NewProjectServiceHandler(s, srv.HandlerOptions()...))
 	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s, srv.HandlerOptions()...))
+	srv.Handle(placementv1connect.NewPlacementServiceHandler(s, srv.HandlerOptions()...))
 	srv.ReadyWhen("namespace-binding", s.ready)
 }
 
@@ -205,7 +221,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.setsView, s.setBindsView}
+	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.setsView, s.setBindsView,
+		s.placementsView, s.decisionsView, s.scoresView, s.followersView}
 	for _, e := range engines {
 		g.Go(func() error { return e.Run(ctx) })
 	}
@@ -228,8 +245,13 @@ func (s *Service) run(ctx context.Context) error {
 		g.Go(func() error { return s.inventory.Run(ctx) })
 		g.Go(func() error { return s.clusterSets.Run(ctx) })
 		g.Go(func() error { return s.setBindings.Run(ctx) })
+		g.Go(func() error { return s.placements.Run(ctx) })
+		g.Go(func() error { return s.decisions.Run(ctx) })
+		g.Go(func() error { return s.addOnScores.Run(ctx) })
+		g.Go(func() error { return s.placementNamespaces.Run(ctx) })
 		for _, ch := range []<-chan struct{}{s.projects.Ready(), s.bindings.Ready(), s.desired.Ready(), s.applied.Ready(),
-			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.clusterSets.Ready(), s.setBindings.Ready()} {
+			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.clusterSets.Ready(), s.setBindings.Ready(),
+			s.placements.Ready(), s.decisions.Ready(), s.addOnScores.Ready(), s.placementNamespaces.Ready()} {
 			if !wait(ctx, ch) {
 				return nil
 			}
@@ -242,6 +264,8 @@ func (s *Service) run(ctx context.Context) error {
 		g.Go(func() error { return s.runRepair(ctx) })
 		g.Go(func() error { return s.runRelease(ctx) })
 		g.Go(func() error { return s.runStatus(ctx) })
+		g.Go(func() error { return s.runScheduler(ctx) })
+		g.Go(func() error { return s.runFollow(ctx) })
 		return nil
 	})
 	return g.Wait()
@@ -278,6 +302,30 @@ func (s *Service) openCaches(ctx context.Context) error {
 	setBindsKV, err := open(ClusterSetBindingsBucket)
 	if err != nil {
 		return err
+	}
+	for _, c := range []struct {
+		bucket string
+		open   func(kv jetstream.KeyValue)
+	}{
+		{subjects.PlacementsBucket, func(kv jetstream.KeyValue) {
+			s.placements = view.NewCache(kv, func() *placementv1.Placement { return &placementv1.Placement{} }, s.log, view.WithIndex(placementIndex))
+		}},
+		{subjects.PlacementDecisionsBucket, func(kv jetstream.KeyValue) {
+			s.decisions = view.NewCache(kv, func() *placementv1.PlacementDecisions { return &placementv1.PlacementDecisions{} }, s.log)
+		}},
+		{subjects.AddOnScoresBucket, func(kv jetstream.KeyValue) {
+			s.addOnScores = view.NewCache(kv, func() *placementv1.AddOnScore { return &placementv1.AddOnScore{} }, s.log)
+		}},
+		{subjects.PlacementNamespacesBucket, func(kv jetstream.KeyValue) {
+			s.placementNamespaces = view.NewCache(kv, func() *placementv1.PlacementNamespace { return &placementv1.PlacementNamespace{} }, s.log,
+				view.WithIndex(placementNamespaceIndex))
+		}},
+	} {
+		kv, err := open(c.bucket)
+		if err != nil {
+			return err
+		}
+		c.open(kv)
 	}
 	s.clusterSets = view.NewCache(setsKV, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }, s.log)
 	s.setBindings = view.NewCache(setBindsKV, func() *placementv1.ClusterSetBinding { return &placementv1.ClusterSetBinding{} }, s.log,

@@ -49,6 +49,7 @@ type env struct {
 	client   projectv1connect.ProjectServiceClient
 	clusters clusterv1connect.ClusterServiceClient
 	sets     placementv1connect.ClusterSetServiceClient
+	pl       placementv1connect.PlacementServiceClient
 	// url and http reach the server without a token (bearerClient adds one).
 	url  string
 	http *http.Client
@@ -120,7 +121,8 @@ func startHub(t testing.TB, j *testkit.JetStream, cfg namespacebinding.Config, c
 	}
 	hc := bearerClient(hs.Client(), testToken)
 	e := &env{js: j, svc: svc, client: projectv1connect.NewProjectServiceClient(hc, hs.URL), clusters: clusterv1connect.NewClusterServiceClient(hc, hs.URL),
-		sets: placementv1connect.NewClusterSetServiceClient(hc, hs.URL), url: hs.URL, http: hs.Client()}
+		sets: placementv1connect.NewClusterSetServiceClient(hc, hs.URL), pl: placementv1connect.NewPlacementServiceClient(hc, hs.URL),
+		url: hs.URL, http: hs.Client()}
 	var once sync.Once
 	e.stop = func() { once.Do(func() { hs.Close(); cancel(); wg.Wait() }) }
 	t.Cleanup(e.stop)

@@ -1,0 +1,401 @@
+package namespacebinding
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Namespaces that follow a placement (docs/placement.md). BindNamespace {placement} records
+// that the namespace follows the placement (fleet.placement.namespace.<project>.<namespace>);
+// the follower then keeps one ordinary binding per decided cluster, made and released through
+// the same path as a binding to one cluster (claims, budgets, quotas, the agents), each
+// marked with the placement. A decided cluster where another project holds the namespace is
+// skipped and shown as a Failed binding naming the owner; the others proceed.
+
+// ReasonOwnedByOtherProject is the reason of a placement's binding that cannot be made because
+// another project holds the namespace on that cluster.
+const ReasonOwnedByOtherProject = "OwnedByOtherProject"
+
+func placementNamespacesProjection() view.Projection {
+	return view.Projection{
+		Name:     "placement-namespaces",
+		Version:  1,
+		Stream:   PlacementStream,
+		Subjects: []string{PlacementPrefix + ".namespace.>"},
+		Bucket:   bucketConfig(subjects.PlacementNamespacesBucket, "Namespaces that follow a placement (projection of FLEET_PLACEMENT)."),
+		New:      func() proto.Message { return &placementv1.PlacementNamespace{} },
+		Apply:    applyPlacementNamespace,
+	}
+}
+
+func applyPlacementNamespace(ev *events.Event) ([]view.Change, error) {
+	project, namespace, err := twoTokens(ev.Subject, PlacementPrefix+".namespace.")
+	if err != nil {
+		return nil, err
+	}
+	key := keys.Join(project, namespace)
+	at := ev.GetTime()
+	switch p := ev.Payload.(type) {
+	case *placementv1.PlacementNamespaceBound:
+		n := p.GetNamespace()
+		if n.GetProject() != project || n.GetNamespace() != namespace {
+			return nil, fmt.Errorf("PlacementNamespaceBound for %s/%s on subject of %s/%s", n.GetProject(), n.GetNamespace(), project, namespace)
+		}
+		return []view.Change{{Key: key, Update: func(cur proto.Message) proto.Message {
+			out := proto.CloneOf(n)
+			out.CreateTime, out.UpdateTime = at, at
+			if c, ok := cur.(*placementv1.PlacementNamespace); ok && c != nil {
+				out.CreateTime = c.CreateTime
+			}
+			return out
+		}}}, nil
+	case *placementv1.PlacementNamespaceUnbound:
+		return []view.Change{{Key: key, Update: func(proto.Message) proto.Message { return nil }}}, nil
+	}
+	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+}
+
+func placementNamespaceIndex(_ string, n *placementv1.PlacementNamespace) []string {
+	return []string{byProject(n.Project), byPlacement(n.Project, n.Placement)}
+}
+
+func byPlacement(project, placement string) string { return "pl\x00" + project + "\x00" + placement }
+
+// followersOf lists the namespaces that follow a placement.
+func (s *Service) followersOf(project, placement string) []string {
+	var out []string
+	for _, n := range s.placementNamespaces.Lookup(byPlacement(project, placement)) {
+		out = append(out, n.Namespace)
+	}
+	return out
+}
+
+func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespaceRequest) (*connect.Response[projectv1.BindNamespaceResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("project", m.Project)
+	v.DNSLabel("namespace", m.Namespace)
+	v.DNSLabel("placement", m.Placement)
+	if m.Cluster != "" {
+		v.Add("cluster", "give cluster or placement, not both")
+	}
+	validateHard(&v, "hard", m.Hard)
+	validatePolicy(&v, "unbind_policy", m.UnbindPolicy)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {
+		return nil, apierr.NotFound("project", m.Project)
+	}
+	if _, ok := s.placements.Get(placementKey(m.Project, m.Placement)); !ok {
+		return nil, apierr.NotFound("placement", m.Project+"/"+m.Placement)
+	}
+	policy := m.UnbindPolicy
+	if policy == projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
+		policy = projectv1.UnbindPolicy_UNBIND_POLICY_KEEP
+	}
+	want := &placementv1.PlacementNamespace{Project: m.Project, Namespace: m.Namespace, Placement: m.Placement,
+		Hard: canonicalHard(m.Hard), UnbindPolicy: policy}
+	key := keys.Join(m.Project, m.Namespace)
+	subject := subjects.PlacementNamespace(m.Project, m.Namespace)
+	cur, ok := s.placementNamespaces.Get(key)
+	var seq uint64
+	switch {
+	case ok && cur.Placement != m.Placement:
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("namespace %q of project %q already follows placement %q: unbind it from that placement first",
+			m.Namespace, m.Project, cur.Placement))
+	case ok && proto.Equal(&placementv1.PlacementNamespace{Hard: cur.Hard, UnbindPolicy: cur.UnbindPolicy},
+		&placementv1.PlacementNamespace{Hard: want.Hard, UnbindPolicy: want.UnbindPolicy}):
+		seq = cur.Revision // nothing to change
+	default:
+		expect := events.At(cur.GetRevision())
+		if !ok {
+			last, _, err := events.Last(ctx, s.placementStream, subject)
+			if err != nil {
+				return nil, apierr.Internal(err)
+			}
+			expect = events.At(last)
+		}
+		var err error
+		seq, err = s.store.Append(ctx, subject, key, expect, &placementv1.PlacementNamespaceBound{Namespace: want})
+		if events.IsConflict(err) {
+			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project))
+		}
+		if err != nil {
+			return nil, apierr.Internal(err)
+		}
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.placementNamespaces.WaitRevision(ctx, key, seq, false) }); err != nil {
+		return nil, err
+	}
+	// Bind on the clusters decided now before answering, so the caller sees them; later
+	// decisions are the follower's.
+	n, ok := s.placementNamespaces.Get(key)
+	if !ok {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("namespace %q of project %q changed concurrently; read it again", m.Namespace, m.Project))
+	}
+	if err := s.follow(ctx, n); err != nil {
+		s.log.Warn("bind namespace to placement: some clusters wait for the follower", zap.String("project", m.Project),
+			zap.String("namespace", m.Namespace), zap.Error(err))
+	}
+	s.kickFollower()
+	s.log.Info("namespace follows placement", zap.String("project", m.Project), zap.String("namespace", m.Namespace),
+		zap.String("placement", m.Placement), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&projectv1.BindNamespaceResponse{PlacementBindings: s.placementBindings(n)}), nil
+}
+
+// placementBindings presents a following namespace's bindings, with a Failed one for each
+// decided cluster where another project holds the namespace.
+func (s *Service) placementBindings(n *placementv1.PlacementNamespace) []*projectv1.NamespaceBinding {
+	var out []*projectv1.NamespaceBinding
+	for _, b := range s.bindings.Lookup(byProject(n.Project)) {
+		if b.Namespace == n.Namespace && b.Placement == n.Placement {
+			out = append(out, s.present(b))
+		}
+	}
+	return append(out, s.blockedBindings(n)...)
+}
+
+// blockedBindings are the decided clusters of a following namespace where another project
+// holds it, as Failed bindings naming the owner. They are computed, never stored: the moment
+// the owner lets go, the follower binds and the entry becomes a real binding.
+func (s *Service) blockedBindings(n *placementv1.PlacementNamespace) []*projectv1.NamespaceBinding {
+	d, ok := s.decisions.Get(placementKey(n.Project, n.Placement))
+	if !ok {
+		return nil
+	}
+	var out []*projectv1.NamespaceBinding
+	for _, c := range sorted(decidedClusters(d)) {
+		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
+		if !ok || b.Project == n.Project {
+			continue
+		}
+		out = append(out, &projectv1.NamespaceBinding{Project: n.Project, Cluster: c, Namespace: n.Namespace, Hard: n.Hard,
+			Placement: n.Placement, UnbindPolicy: n.UnbindPolicy, Phase: projectv1.BindingPhase_BINDING_PHASE_FAILED,
+			Reason:  ReasonOwnedByOtherProject,
+			Message: fmt.Sprintf("placement %s decided cluster %s, where namespace %s belongs to project %s", n.Placement, c, n.Namespace, b.Project)})
+	}
+	return out
+}
+
+func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNamespaceRequest) (*connect.Response[projectv1.UnbindNamespaceResponse], error) {
+	var v apierr.Violations
+	v.DNSLabel("project", m.Project)
+	v.DNSLabel("namespace", m.Namespace)
+	v.DNSLabel("placement", m.Placement)
+	if m.Cluster != "" {
+		v.Add("cluster", "give cluster or placement, not both")
+	}
+	validatePolicy(&v, "policy", m.Policy)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	key := keys.Join(m.Project, m.Namespace)
+	cur, ok := s.placementNamespaces.Get(key)
+	if !ok || cur.Placement != m.Placement {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("namespace: %q of project %q does not follow placement %q", m.Namespace, m.Project, m.Placement))
+	}
+	policy := m.Policy
+	if policy == projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
+		policy = cur.UnbindPolicy
+	}
+	_, err := s.store.Append(ctx, subjects.PlacementNamespace(m.Project, m.Namespace), key, events.At(cur.Revision),
+		&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: policy})
+	if events.IsConflict(err) {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project))
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.placementNamespaces.WaitFor(ctx, key, func(n *placementv1.PlacementNamespace, ok bool) bool { return !ok || n.Revision > cur.Revision })
+	}); err != nil {
+		return nil, err
+	}
+	// Release every cluster now, with the caller's policy. Should this stop half-way, the
+	// follower releases the rest with KEEP: it never deletes a namespace nobody asked it to.
+	var firstErr error
+	for _, b := range s.bindings.Lookup(byProject(m.Project)) {
+		if b.Namespace != m.Namespace || b.Placement != m.Placement || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+			continue
+		}
+		if _, err := s.unbind(ctx, m.Project, b.Cluster, m.Namespace, policy); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	s.log.Info("namespace no longer follows placement", zap.String("project", m.Project), zap.String("namespace", m.Namespace),
+		zap.String("placement", m.Placement), zap.Stringer("policy", policy), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&projectv1.UnbindNamespaceResponse{}), nil
+}
+
+// kickFollower asks for a follower round now.
+func (s *Service) kickFollower() {
+	select {
+	case s.followKick <- struct{}{}:
+	default:
+	}
+}
+
+// followRetry bounds how often a cluster whose binding failed is tried again while nothing
+// changes (a budget that does not fit, an unreachable view).
+const followRetry = 5 * time.Second
+
+// runFollow keeps the bindings of every following namespace in line with its placement's
+// decision, and releases the bindings of namespaces that stopped following.
+func (s *Service) runFollow(ctx context.Context) error {
+	for {
+		changed := []<-chan struct{}{s.decisions.Changed(), s.placementNamespaces.Changed(), s.bindings.Changed()}
+		retry := false
+		for _, n := range s.placementNamespaces.List(nil) {
+			if err := s.follow(ctx, n); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				retry = true
+				s.log.Warn("namespace following placement", zap.String("project", n.Project), zap.String("namespace", n.Namespace),
+					zap.String("placement", n.Placement), zap.Error(err))
+			}
+		}
+		if err := s.releaseStrays(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			retry = true
+			s.log.Warn("release bindings of namespaces that stopped following", zap.Error(err))
+		}
+		var after <-chan time.Time
+		if retry {
+			after = time.After(followRetry)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.followKick:
+		case <-after:
+		case <-changed[0]:
+		case <-changed[1]:
+		case <-changed[2]:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(schedulerDebounce):
+		}
+	}
+}
+
+// follow binds n on every decided cluster and releases it from clusters the decision left.
+// A binding made by hand (no placement) is never touched.
+func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace) error {
+	d, _ := s.decisions.Get(placementKey(n.Project, n.Placement))
+	want := map[string]bool{}
+	for _, c := range decidedClusters(d) {
+		want[c] = true
+	}
+	var errs []error
+	for _, c := range sorted(decidedClusters(d)) {
+		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
+		switch {
+		case ok && b.Project != n.Project:
+			continue // another project's: shown as Failed, bound once it lets go
+		case ok && b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING:
+			if b.Placement == n.Placement && !proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: n.Hard}) {
+				if _, err := s.updateQuota(ctx, n.Project, c, n.Namespace, n.Hard); err != nil {
+					errs = append(errs, fmt.Errorf("quota of namespace %s on cluster %s: %w", n.Namespace, c, err))
+				}
+			}
+			continue
+		}
+		if _, err := s.bind(ctx, n.Project, c, n.Namespace, n.Hard, n.Placement); err != nil && connect.CodeOf(err) != connect.CodeAlreadyExists {
+			errs = append(errs, fmt.Errorf("bind namespace %s/%s on cluster %s: %w", n.Project, n.Namespace, c, err))
+		}
+	}
+	for _, b := range s.bindings.Lookup(byProject(n.Project)) {
+		if b.Namespace != n.Namespace || b.Placement != n.Placement || want[b.Cluster] || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+			continue
+		}
+		if _, err := s.unbind(ctx, n.Project, b.Cluster, n.Namespace, n.UnbindPolicy); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			errs = append(errs, fmt.Errorf("release namespace %s/%s from cluster %s: %w", n.Project, n.Namespace, b.Cluster, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// releaseStrays unbinds, with KEEP, placement-made bindings whose namespace no longer follows
+// that placement: what an UnbindNamespace that stopped half-way left.
+func (s *Service) releaseStrays(ctx context.Context) error {
+	var errs []error
+	for _, b := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool {
+		return b.Placement != "" && b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
+	}) {
+		if n, ok := s.placementNamespaces.Get(keys.Join(b.Project, b.Namespace)); ok && n.Placement == b.Placement {
+			continue
+		}
+		// This replica's view of the following namespaces may lag the bindings another
+		// replica's follower just made: ask the stream before releasing anything.
+		_, last, err := events.Last(ctx, s.placementStream, subjects.PlacementNamespace(b.Project, b.Namespace))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if p, ok := payloadOf(last).(*placementv1.PlacementNamespaceBound); ok && p.GetNamespace().GetPlacement() == b.Placement {
+			continue
+		}
+		if _, err := s.unbind(ctx, b.Project, b.Cluster, b.Namespace, projectv1.UnbindPolicy_UNBIND_POLICY_KEEP); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// withBlocked adds the Failed entries of following namespaces to a project's binding list.
+func (s *Service) withBlocked(project string, list []*projectv1.NamespaceBinding) []*projectv1.NamespaceBinding {
+	for _, n := range s.placementNamespaces.Lookup(byProject(project)) {
+		list = append(list, s.blockedBindings(n)...)
+	}
+	slices.SortStableFunc(list, func(a, b *projectv1.NamespaceBinding) int {
+		if a.Cluster != b.Cluster {
+			if a.Cluster < b.Cluster {
+				return -1
+			}
+			return 1
+		}
+		if a.Namespace < b.Namespace {
+			return -1
+		}
+		if a.Namespace > b.Namespace {
+			return 1
+		}
+		return 0
+	})
+	return list
+}

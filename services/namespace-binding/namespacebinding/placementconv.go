@@ -1,0 +1,360 @@
+package namespacebinding
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/placement"
+)
+
+// Conversions between the placement API (fleetstream.placement.v1) and the scheduler core
+// (pkg/placement), and the API's validation.
+
+// validatePlacementSpec checks what OCM's CRD schema checks (names, enums, ranges, formats) and
+// the syntax of every selector, with field paths under field. What OCM's scheduler reports as
+// PlacementMisconfigured instead of refusing (an unknown built-in prioritizer name) is left to
+// the scheduler, so a placement written for a prioritizer this version lacks can still be stored.
+func validatePlacementSpec(v *apierr.Violations, field string, p *placementv1.Placement) {
+	v.DNSLabel(field+".project", p.GetProject())
+	v.DNSLabel(field+".name", p.GetName())
+	if p == nil {
+		return
+	}
+	seen := map[string]bool{}
+	for i, s := range p.ClusterSets {
+		f := fmt.Sprintf("%s.cluster_sets[%d]", field, i)
+		v.DNSLabel(f, s)
+		if seen[s] {
+			v.Add(f, "%q is listed twice", s)
+		}
+		seen[s] = true
+	}
+	if p.NumberOfClusters != nil && *p.NumberOfClusters < 0 {
+		v.Add(field+".number_of_clusters", "must not be negative, got %d", *p.NumberOfClusters)
+	}
+	for i, pr := range p.Predicates {
+		f := fmt.Sprintf("%s.predicates[%d].required_cluster_selector", field, i)
+		cs := pr.GetRequiredClusterSelector()
+		validateSelector(v, f+".label_selector", toMetaSelector(cs.GetLabelSelector()))
+		validateSelector(v, f+".claim_selector", claimAsLabelSelector(cs.GetClaimSelector()))
+	}
+	for i, t := range p.Tolerations {
+		f := fmt.Sprintf("%s.tolerations[%d]", field, i)
+		switch placement.TolerationOperator(t.Operator) {
+		case "", placement.TolerationOpEqual, placement.TolerationOpExists:
+		default:
+			v.Add(f+".operator", "unknown operator %q: Equal or Exists", t.Operator)
+		}
+		switch placement.TaintEffect(t.Effect) {
+		case "", placement.TaintEffectNoSelect, placement.TaintEffectNoSelectIfNew, placement.TaintEffectPreferNoSelect:
+		default:
+			v.Add(f+".effect", "unknown effect %q: NoSelect, NoSelectIfNew or PreferNoSelect", t.Effect)
+		}
+		if t.Key == "" && t.Operator != string(placement.TolerationOpExists) {
+			v.Add(f+".key", "required unless the operator is Exists")
+		}
+		if t.Operator == string(placement.TolerationOpExists) && t.Value != "" {
+			v.Add(f+".value", "must be empty with operator Exists")
+		}
+		if t.TolerationSeconds != nil && *t.TolerationSeconds < 0 {
+			v.Add(f+".toleration_seconds", "must not be negative, got %d", *t.TolerationSeconds)
+		}
+	}
+	pp := p.GetPrioritizerPolicy()
+	switch placement.PrioritizerPolicyMode(pp.GetMode()) {
+	case "", placement.PrioritizerPolicyModeAdditive, placement.PrioritizerPolicyModeExact:
+	default:
+		v.Add(field+".prioritizer_policy.mode", "unknown mode %q: Additive or Exact", pp.GetMode())
+	}
+	for i, c := range pp.GetConfigurations() {
+		f := fmt.Sprintf("%s.prioritizer_policy.configurations[%d]", field, i)
+		if c.Weight != nil && (*c.Weight < placement.MinWeight || *c.Weight > placement.MaxWeight) {
+			v.Add(f+".weight", "must be in [%d, %d], got %d", placement.MinWeight, placement.MaxWeight, *c.Weight)
+		}
+		sc := c.GetScoreCoordinate()
+		switch {
+		case sc == nil:
+			v.Add(f+".score_coordinate", "required")
+		case sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_ADD_ON:
+			if sc.GetAddOn().GetResourceName() == "" {
+				v.Add(f+".score_coordinate.add_on.resource_name", "required")
+			}
+			if sc.GetAddOn().GetScoreName() == "" {
+				v.Add(f+".score_coordinate.add_on.score_name", "required")
+			}
+		case sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_UNSPECIFIED,
+			sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_BUILT_IN:
+			if sc.BuiltIn == "" {
+				v.Add(f+".score_coordinate.built_in", "required: Balance, Steady, ResourceAllocatableCPU or ResourceAllocatableMemory")
+			}
+		default:
+			v.Add(f+".score_coordinate.type", "unknown type %d: BUILT_IN or ADD_ON", sc.Type)
+		}
+	}
+	ds := p.GetDecisionStrategy()
+	if n := ds.GetClustersPerDecisionGroup(); n != "" {
+		if _, err := parseGroupSize(n); err != nil {
+			v.Add(field+".decision_strategy.clusters_per_decision_group", "%v", err)
+		}
+	}
+	for i, g := range ds.GetGroups() {
+		f := fmt.Sprintf("%s.decision_strategy.groups[%d]", field, i)
+		if g.GroupName != "" {
+			v.DNSLabel(f+".group_name", g.GroupName)
+		}
+		gs := g.GetGroupClusterSelector()
+		validateSelector(v, f+".group_cluster_selector.label_selector", toMetaSelector(gs.GetLabelSelector()))
+		validateSelector(v, f+".group_cluster_selector.claim_selector", claimAsLabelSelector(gs.GetClaimSelector()))
+	}
+}
+
+func validateSelector(v *apierr.Violations, field string, ls *metav1.LabelSelector) {
+	if ls == nil {
+		return
+	}
+	if _, err := metav1.LabelSelectorAsSelector(ls); err != nil {
+		v.Add(field, "%v", err)
+	}
+}
+
+func claimAsLabelSelector(cs *placementv1.ClaimSelector) *metav1.LabelSelector {
+	if cs == nil {
+		return nil
+	}
+	return toMetaSelector(&placementv1.LabelSelector{MatchExpressions: cs.MatchExpressions})
+}
+
+// parseGroupSize reads clusters_per_decision_group: a positive count or a percentage in
+// (0%, 100%].
+func parseGroupSize(s string) (intstr.IntOrString, error) {
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(pct, 64)
+		if err != nil || f <= 0 || f > 100 {
+			return intstr.IntOrString{}, fmt.Errorf("%q: want a count like 3 or a percentage in (0%%, 100%%] like 25%%", s)
+		}
+		return intstr.FromString(s), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return intstr.IntOrString{}, fmt.Errorf("%q: want a count like 3 or a percentage in (0%%, 100%%] like 25%%", s)
+	}
+	return intstr.FromInt32(int32(n)), nil
+}
+
+// placementSpec returns p's spec only: what a PlacementCreated/Updated event carries.
+func placementSpec(p *placementv1.Placement) *placementv1.Placement {
+	out := proto.CloneOf(p)
+	out.Status, out.CreateTime, out.UpdateTime, out.Revision = nil, nil, nil, 0
+	return out
+}
+
+// toCorePlacement converts a validated placement for the scheduler.
+func toCorePlacement(p *placementv1.Placement) *placement.Placement {
+	out := &placement.Placement{Project: p.Project, Name: p.Name, ClusterSets: p.ClusterSets, NumberOfClusters: p.NumberOfClusters}
+	for _, pr := range p.Predicates {
+		cs := pr.GetRequiredClusterSelector()
+		out.Predicates = append(out.Predicates, placement.Predicate{RequiredClusterSelector: placement.ClusterSelector{
+			LabelSelector: derefSelector(toMetaSelector(cs.GetLabelSelector())),
+			ClaimSelector: toCoreClaims(cs.GetClaimSelector()),
+		}})
+	}
+	for _, t := range p.Tolerations {
+		out.Tolerations = append(out.Tolerations, placement.Toleration{Key: t.Key, Operator: placement.TolerationOperator(t.Operator),
+			Value: t.Value, Effect: placement.TaintEffect(t.Effect), TolerationSeconds: t.TolerationSeconds})
+	}
+	pp := p.GetPrioritizerPolicy()
+	out.PrioritizerPolicy.Mode = placement.PrioritizerPolicyMode(pp.GetMode())
+	for _, c := range pp.GetConfigurations() {
+		w := int32(1) // OCM's CRD default
+		if c.Weight != nil {
+			w = *c.Weight
+		}
+		cfg := placement.PrioritizerConfig{Weight: w}
+		if sc := c.GetScoreCoordinate(); sc != nil {
+			cfg.ScoreCoordinate = &placement.ScoreCoordinate{Type: placement.ScoreCoordinateTypeBuiltIn, BuiltIn: sc.BuiltIn}
+			if sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_ADD_ON {
+				cfg.ScoreCoordinate = &placement.ScoreCoordinate{Type: placement.ScoreCoordinateTypeAddOn,
+					AddOn: &placement.AddOnScoreCoordinate{ResourceName: sc.GetAddOn().GetResourceName(), ScoreName: sc.GetAddOn().GetScoreName()}}
+			}
+		}
+		out.PrioritizerPolicy.Configurations = append(out.PrioritizerPolicy.Configurations, cfg)
+	}
+	ds := p.GetDecisionStrategy()
+	if n := ds.GetClustersPerDecisionGroup(); n != "" {
+		out.DecisionStrategy.ClustersPerDecisionGroup, _ = parseGroupSize(n)
+	}
+	for _, g := range ds.GetGroups() {
+		gs := g.GetGroupClusterSelector()
+		out.DecisionStrategy.Groups = append(out.DecisionStrategy.Groups, placement.DecisionGroup{GroupName: g.GroupName,
+			GroupClusterSelector: placement.GroupClusterSelector{
+				LabelSelector: derefSelector(toMetaSelector(gs.GetLabelSelector())),
+				ClaimSelector: toCoreClaims(gs.GetClaimSelector()),
+			}})
+	}
+	return out
+}
+
+func derefSelector(ls *metav1.LabelSelector) metav1.LabelSelector {
+	if ls == nil {
+		return metav1.LabelSelector{}
+	}
+	return *ls
+}
+
+func toCoreClaims(cs *placementv1.ClaimSelector) placement.ClaimSelector {
+	ls := claimAsLabelSelector(cs)
+	if ls == nil {
+		return placement.ClaimSelector{}
+	}
+	return placement.ClaimSelector{MatchExpressions: ls.MatchExpressions}
+}
+
+// toCoreCluster converts a registry entry for the scheduler. Taints without an effect are
+// NoSelect (the safe reading); resources the agent reported unparsable are left out.
+func toCoreCluster(c *clusterv1.Cluster) placement.Cluster {
+	out := placement.Cluster{Name: c.Name, Labels: c.Labels, Claims: c.Claims}
+	for _, t := range c.Taints {
+		eff := placement.TaintEffectNoSelect
+		switch t.Effect {
+		case clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT_IF_NEW:
+			eff = placement.TaintEffectNoSelectIfNew
+		case clusterv1.TaintEffect_TAINT_EFFECT_PREFER_NO_SELECT:
+			eff = placement.TaintEffectPreferNoSelect
+		}
+		var added time.Time
+		if t.TimeAdded != nil {
+			added = t.TimeAdded.AsTime()
+		}
+		out.Taints = append(out.Taints, placement.Taint{Key: t.Key, Value: t.Value, Effect: eff, TimeAdded: added})
+	}
+	if r := c.GetStatus().GetResources(); r != nil {
+		out.Allocatable, out.Capacity = quantities(r.Allocatable), quantities(r.Capacity)
+	}
+	return out
+}
+
+func quantities(m map[string]string) map[placement.ResourceName]resource.Quantity {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[placement.ResourceName]resource.Quantity, len(m))
+	for k, v := range m {
+		if q, err := resource.ParseQuantity(v); err == nil {
+			out[placement.ResourceName(k)] = q
+		}
+	}
+	return out
+}
+
+func toCoreScore(s *placementv1.AddOnScore) placement.AddOnScore {
+	out := placement.AddOnScore{AddOnScoreKey: placement.AddOnScoreKey{Cluster: s.Cluster, ResourceName: s.ResourceName, ScoreName: s.ScoreName},
+		Score: s.Score}
+	if s.ValidUntil != nil {
+		t := s.ValidUntil.AsTime()
+		out.ValidUntil = &t
+	}
+	return out
+}
+
+// toDecisions renders the scheduler's decision as the API's, keeping the transition times of
+// conditions whose status did not change since prev.
+func toDecisions(project, name string, d *placement.Decision, prev *placementv1.PlacementDecisions, now time.Time) *placementv1.PlacementDecisions {
+	out := &placementv1.PlacementDecisions{Project: project, Name: name, DecideTime: timestamppb.New(now), Status: toStatus(d, prev.GetStatus(), now)}
+	for _, p := range d.Prioritizers {
+		out.Prioritizers = append(out.Prioritizers, &placementv1.PrioritizerWeight{Name: p.Name, Weight: p.Weight})
+	}
+	for _, g := range d.DecisionGroups {
+		og := &placementv1.DecisionGroupDecisions{DecisionGroupIndex: g.DecisionGroupIndex, DecisionGroupName: g.DecisionGroupName, ClustersCount: g.ClustersCount}
+		for _, pg := range g.Pages {
+			op := &placementv1.DecisionPage{}
+			for _, c := range pg.Clusters {
+				op.Clusters = append(op.Clusters, &placementv1.ClusterDecision{ClusterName: c.ClusterName, Scores: c.Scores, Total: c.Total})
+			}
+			og.Pages = append(og.Pages, op)
+		}
+		out.Groups = append(out.Groups, og)
+	}
+	return out
+}
+
+func toStatus(d *placement.Decision, prev *placementv1.PlacementStatus, now time.Time) *placementv1.PlacementStatus {
+	st := &placementv1.PlacementStatus{NumberOfSelectedClusters: d.NumberOfSelectedClusters}
+	for _, g := range d.DecisionGroups {
+		st.DecisionGroups = append(st.DecisionGroups, &placementv1.DecisionGroupStatus{DecisionGroupIndex: g.DecisionGroupIndex,
+			DecisionGroupName: g.DecisionGroupName, ClustersCount: g.ClustersCount})
+	}
+	for _, c := range d.Conditions {
+		oc := &placementv1.PlacementCondition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message,
+			Field: c.Field, Unscheduled: int32(c.Unscheduled), LastTransitionTime: timestamppb.New(now)}
+		for _, pc := range prev.GetConditions() {
+			if pc.Type == c.Type && pc.Status == oc.Status {
+				oc.LastTransitionTime = pc.LastTransitionTime
+			}
+		}
+		st.Conditions = append(st.Conditions, oc)
+	}
+	return st
+}
+
+// decidedClusters lists a decision's clusters, best first within each group, groups in order.
+func decidedClusters(d *placementv1.PlacementDecisions) []string {
+	var out []string
+	for _, g := range d.GetGroups() {
+		for _, p := range g.Pages {
+			for _, c := range p.Clusters {
+				out = append(out, c.ClusterName)
+			}
+		}
+	}
+	return out
+}
+
+// sameDecision reports whether two decisions differ in nothing an event is due for: the
+// clusters of each group and the conditions (ignoring transition times). Scores alone changing
+// (a cluster's free memory moving, and with it the order of a group) is not a new decision:
+// OCM does not rewrite its PlacementDecisions for that either.
+func sameDecision(a, b *placementv1.PlacementDecisions) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	type group struct {
+		index    int32
+		name     string
+		clusters []string
+	}
+	strip := func(d *placementv1.PlacementDecisions) ([]group, *placementv1.PlacementStatus) {
+		st := proto.CloneOf(d.Status)
+		for _, c := range st.GetConditions() {
+			c.LastTransitionTime = nil
+		}
+		var gs []group
+		for _, g := range d.Groups {
+			og := group{index: g.DecisionGroupIndex, name: g.DecisionGroupName}
+			for _, p := range g.Pages {
+				for _, c := range p.Clusters {
+					og.clusters = append(og.clusters, c.ClusterName)
+				}
+			}
+			slices.Sort(og.clusters)
+			gs = append(gs, og)
+		}
+		return gs, st
+	}
+	ga, sa := strip(a)
+	gb, sb := strip(b)
+	return proto.Equal(sa, sb) && slices.EqualFunc(ga, gb, func(x, y group) bool {
+		return x.index == y.index && x.name == y.name && slices.Equal(x.clusters, y.clusters)
+	})
+}

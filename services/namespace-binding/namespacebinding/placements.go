@@ -1,0 +1,496 @@
+package namespacebinding
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
+	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/placement"
+	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Placements (docs/placement.md): specs on fleet.placement.placement.<project>.<name>, the
+// scheduler's decisions on fleet.placement.decision.<project>.<name>, add-on scores on
+// fleet.placement.addonscore.<cluster>.<resource>.<score>, each folded into its own view.
+
+var _ placementv1connect.PlacementServiceHandler = (*Service)(nil)
+
+func placementKey(project, name string) string { return keys.Join(project, name) }
+
+func placementIndex(_ string, p *placementv1.Placement) []string { return []string{byProject(p.Project)} }
+
+// twoTokens splits the <a>.<b> tail of subject after prefix.
+func twoTokens(subject, prefix string) (string, string, error) {
+	tok, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return "", "", fmt.Errorf("subject %s is not under %s", subject, prefix)
+	}
+	parts, err := keys.Split(tok)
+	if err != nil || len(parts) != 2 {
+		return "", "", fmt.Errorf("subject %s: want two tokens after %s: %v", subject, prefix, err)
+	}
+	return parts[0], parts[1], nil
+}
+
+func placementsProjection() view.Projection {
+	return view.Projection{
+		Name:     "placement-placements",
+		Version:  1,
+		Stream:   PlacementStream,
+		Subjects: []string{PlacementPrefix + ".placement.>"},
+		Bucket:   bucketConfig(subjects.PlacementsBucket, "Placements (projection of FLEET_PLACEMENT)."),
+		New:      func() proto.Message { return &placementv1.Placement{} },
+		Apply:    applyPlacement,
+	}
+}
+
+func applyPlacement(ev *events.Event) ([]view.Change, error) {
+	project, name, err := twoTokens(ev.Subject, PlacementPrefix+".placement.")
+	if err != nil {
+		return nil, err
+	}
+	at := ev.GetTime()
+	change := func(f func(cur *placementv1.Placement) *placementv1.Placement) []view.Change {
+		return []view.Change{{Key: placementKey(project, name), Update: func(cur proto.Message) proto.Message {
+			c, _ := cur.(*placementv1.Placement)
+			if next := f(c); next != nil {
+				return next
+			}
+			return nil
+		}}}
+	}
+	check := func(p *placementv1.Placement) error {
+		if p.GetProject() != project || p.GetName() != name {
+			return fmt.Errorf("%s for %s/%s on subject of %s/%s", ev.Type, p.GetProject(), p.GetName(), project, name)
+		}
+		return nil
+	}
+	switch p := ev.Payload.(type) {
+	case *placementv1.PlacementCreated:
+		if err := check(p.Placement); err != nil {
+			return nil, err
+		}
+		return change(func(*placementv1.Placement) *placementv1.Placement {
+			out := placementSpec(p.Placement)
+			out.CreateTime, out.UpdateTime = at, at
+			return out
+		}), nil
+	case *placementv1.PlacementUpdated:
+		if err := check(p.Placement); err != nil {
+			return nil, err
+		}
+		return change(func(cur *placementv1.Placement) *placementv1.Placement {
+			if cur == nil {
+				return nil
+			}
+			out := placementSpec(p.Placement)
+			out.CreateTime, out.UpdateTime = cur.CreateTime, at
+			return out
+		}), nil
+	case *placementv1.PlacementDeleted:
+		return change(func(*placementv1.Placement) *placementv1.Placement { return nil }), nil
+	}
+	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+}
+
+func decisionsProjection() view.Projection {
+	return view.Projection{
+		Name:     "placement-decisions",
+		Version:  1,
+		Stream:   PlacementStream,
+		Subjects: []string{PlacementPrefix + ".decision.>"},
+		Bucket:   bucketConfig(subjects.PlacementDecisionsBucket, "Placement decisions (projection of FLEET_PLACEMENT)."),
+		New:      func() proto.Message { return &placementv1.PlacementDecisions{} },
+		Apply:    applyDecisions,
+	}
+}
+
+func applyDecisions(ev *events.Event) ([]view.Change, error) {
+	project, name, err := twoTokens(ev.Subject, PlacementPrefix+".decision.")
+	if err != nil {
+		return nil, err
+	}
+	p, ok := ev.Payload.(*placementv1.PlacementDecisionsChanged)
+	if !ok {
+		return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+	}
+	if p.Project != project || p.Name != name {
+		return nil, fmt.Errorf("PlacementDecisionsChanged for %s/%s on subject of %s/%s", p.Project, p.Name, project, name)
+	}
+	return []view.Change{{Key: placementKey(project, name), Update: func(proto.Message) proto.Message {
+		if p.Decisions == nil {
+			return nil // the placement was deleted
+		}
+		return proto.CloneOf(p.Decisions)
+	}}}, nil
+}
+
+func scoreKey(cluster, resourceName, scoreName string) string {
+	return keys.Join(cluster, resourceName, scoreName)
+}
+
+func addOnScoresProjection() view.Projection {
+	return view.Projection{
+		Name:     "placement-addon-scores",
+		Version:  1,
+		Stream:   PlacementStream,
+		Subjects: []string{PlacementPrefix + ".addonscore.>"},
+		Bucket:   bucketConfig(subjects.AddOnScoresBucket, "Add-on placement scores (projection of FLEET_PLACEMENT)."),
+		New:      func() proto.Message { return &placementv1.AddOnScore{} },
+		Apply:    applyAddOnScore,
+	}
+}
+
+func applyAddOnScore(ev *events.Event) ([]view.Change, error) {
+	p, ok := ev.Payload.(*placementv1.AddOnScoreSet)
+	if !ok {
+		return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+	}
+	sc := p.GetScore()
+	if want := subjects.AddOnScore(sc.GetCluster(), sc.GetResourceName(), sc.GetScoreName()); want != ev.Subject {
+		return nil, fmt.Errorf("AddOnScoreSet for %s on subject %s", want, ev.Subject)
+	}
+	at := ev.GetTime()
+	return []view.Change{{Key: scoreKey(sc.Cluster, sc.ResourceName, sc.ScoreName), Update: func(proto.Message) proto.Message {
+		out := proto.CloneOf(sc)
+		out.UpdateTime = at
+		return out
+	}}}, nil
+}
+
+// --- API --------------------------------------------------------------------------------------
+
+func (s *Service) awaitPlacement(ctx context.Context, project, name string, seq uint64) (*placementv1.Placement, error) {
+	key := placementKey(project, name)
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.placements.WaitRevision(ctx, key, seq, false) }); err != nil {
+		return nil, err
+	}
+	p, ok := s.placements.Get(key)
+	if !ok {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s changed concurrently; read it again", project, name))
+	}
+	return s.presentPlacement(p), nil
+}
+
+// presentPlacement adds the decision's status to a placement's spec.
+func (s *Service) presentPlacement(p *placementv1.Placement) *placementv1.Placement {
+	out := proto.CloneOf(p)
+	if d, ok := s.decisions.Get(placementKey(p.Project, p.Name)); ok {
+		out.Status = d.Status
+	}
+	return out
+}
+
+func (s *Service) CreatePlacement(ctx context.Context, req *connect.Request[placementv1.CreatePlacementRequest]) (*connect.Response[placementv1.CreatePlacementResponse], error) {
+	var v apierr.Violations
+	validatePlacementSpec(&v, "placement", req.Msg.Placement)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	spec := placementSpec(req.Msg.Placement)
+	what := spec.Project + "/" + spec.Name
+	if _, ok := s.projects.Get(projectKey(spec.Project)); !ok {
+		return nil, apierr.NotFound("project", spec.Project)
+	}
+	if _, ok := s.placements.Get(placementKey(spec.Project, spec.Name)); ok {
+		return nil, apierr.AlreadyExists("placement", what)
+	}
+	subject := subjects.Placement(spec.Project, spec.Name)
+	last, prev, err := events.Last(ctx, s.placementStream, subject)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if _, gone := payloadOf(prev).(*placementv1.PlacementDeleted); prev != nil && !gone {
+		return nil, apierr.AlreadyExists("placement", what)
+	}
+	seq, err := s.store.Append(ctx, subject, placementKey(spec.Project, spec.Name), events.At(last), &placementv1.PlacementCreated{Placement: spec})
+	if events.IsConflict(err) {
+		return nil, apierr.AlreadyExists("placement", what)
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	s.kickScheduler()
+	out, err := s.awaitPlacement(ctx, spec.Project, spec.Name, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("placement created", zap.String("project", spec.Project), zap.String("placement", spec.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.CreatePlacementResponse{Placement: out}), nil
+}
+
+func (s *Service) UpdatePlacement(ctx context.Context, req *connect.Request[placementv1.UpdatePlacementRequest]) (*connect.Response[placementv1.UpdatePlacementResponse], error) {
+	var v apierr.Violations
+	validatePlacementSpec(&v, "placement", req.Msg.Placement)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	spec := placementSpec(req.Msg.Placement)
+	key := placementKey(spec.Project, spec.Name)
+	cur, ok := s.placements.Get(key)
+	if !ok {
+		return nil, apierr.NotFound("placement", spec.Project+"/"+spec.Name)
+	}
+	if rev := req.Msg.ExpectedRevision; rev != 0 && rev != cur.Revision {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s is at revision %d, not %d", spec.Project, spec.Name, cur.Revision, rev))
+	}
+	if proto.Equal(placementSpec(cur), spec) {
+		return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: s.presentPlacement(cur)}), nil
+	}
+	seq, err := s.store.Append(ctx, subjects.Placement(spec.Project, spec.Name), key, events.At(cur.Revision), &placementv1.PlacementUpdated{Placement: spec})
+	if events.IsConflict(err) {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s changed concurrently; read it again", spec.Project, spec.Name))
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	s.kickScheduler()
+	out, err := s.awaitPlacement(ctx, spec.Project, spec.Name, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("placement updated", zap.String("project", spec.Project), zap.String("placement", spec.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: out}), nil
+}
+
+func (s *Service) DeletePlacement(ctx context.Context, req *connect.Request[placementv1.DeletePlacementRequest]) (*connect.Response[placementv1.DeletePlacementResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("project", m.Project)
+	v.DNSLabel("name", m.Name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	key := placementKey(m.Project, m.Name)
+	cur, ok := s.placements.Get(key)
+	if !ok {
+		return nil, apierr.NotFound("placement", m.Project+"/"+m.Name)
+	}
+	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s is at revision %d, not %d", m.Project, m.Name, cur.Revision, m.ExpectedRevision))
+	}
+	// Deleting a placement that namespaces follow would strand their bindings (or release
+	// them all at once); as with a project that owns namespaces, unbinding comes first.
+	if followers := s.followersOf(m.Project, m.Name); len(followers) > 0 {
+		return nil, apierr.FailedPrecondition("placement %s/%s is followed by namespace(s) %s: unbind them first (fleetctl namespace unbind NAME --project %s --placement %s)",
+			m.Project, m.Name, strings.Join(followers, ", "), m.Project, m.Name)
+	}
+	_, err := s.store.Append(ctx, subjects.Placement(m.Project, m.Name), key, events.At(cur.Revision), &placementv1.PlacementDeleted{Project: m.Project, Name: m.Name})
+	if events.IsConflict(err) {
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s changed concurrently; read it again", m.Project, m.Name))
+	}
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		return s.placements.WaitFor(ctx, key, func(p *placementv1.Placement, ok bool) bool { return !ok || p.Revision > cur.Revision })
+	}); err != nil {
+		return nil, err
+	}
+	s.kickScheduler()
+	s.log.Info("placement deleted", zap.String("project", m.Project), zap.String("placement", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.DeletePlacementResponse{}), nil
+}
+
+func (s *Service) GetPlacement(ctx context.Context, req *connect.Request[placementv1.GetPlacementRequest]) (*connect.Response[placementv1.GetPlacementResponse], error) {
+	p, err := s.getPlacement(ctx, req.Msg.Project, req.Msg.Name)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&placementv1.GetPlacementResponse{Placement: s.presentPlacement(p)}), nil
+}
+
+func (s *Service) getPlacement(ctx context.Context, project, name string) (*placementv1.Placement, error) {
+	var v apierr.Violations
+	v.DNSLabel("project", project)
+	v.DNSLabel("name", name)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	p, ok := s.placements.Get(placementKey(project, name))
+	if !ok {
+		return nil, apierr.NotFound("placement", project+"/"+name)
+	}
+	return p, nil
+}
+
+func (s *Service) ListPlacements(ctx context.Context, req *connect.Request[placementv1.ListPlacementsRequest]) (*connect.Response[placementv1.ListPlacementsResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	if m.Project != "" {
+		v.DNSLabel("project", m.Project)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	caller := authz.CallerFrom(ctx)
+	if m.Project != "" && !caller.Can("list", roles.Group, roles.ResPlacements, m.Project) {
+		return nil, authz.Denied(caller, "list", roles.ResPlacements+"."+roles.Group, authz.Scope{Kind: authz.Project, Project: m.Project})
+	}
+	var list []*placementv1.Placement
+	if m.Project != "" {
+		list = s.placements.Lookup(byProject(m.Project))
+	} else {
+		list = s.placements.List(nil)
+	}
+	res := &placementv1.ListPlacementsResponse{}
+	for _, p := range list {
+		if caller.Can("list", roles.Group, roles.ResPlacements, p.Project) {
+			res.Placements = append(res.Placements, s.presentPlacement(p))
+		}
+	}
+	return connect.NewResponse(res), nil
+}
+
+// emptyDecisions is what a placement shows before the scheduler first decided it.
+func emptyDecisions(project, name string) *placementv1.PlacementDecisions {
+	return &placementv1.PlacementDecisions{Project: project, Name: name, Status: &placementv1.PlacementStatus{}}
+}
+
+func (s *Service) GetPlacementDecisions(ctx context.Context, req *connect.Request[placementv1.GetPlacementDecisionsRequest]) (*connect.Response[placementv1.GetPlacementDecisionsResponse], error) {
+	m := req.Msg
+	if _, err := s.getPlacement(ctx, m.Project, m.Name); err != nil {
+		return nil, err
+	}
+	d, ok := s.decisions.Get(placementKey(m.Project, m.Name))
+	if !ok {
+		d = emptyDecisions(m.Project, m.Name)
+	}
+	return connect.NewResponse(&placementv1.GetPlacementDecisionsResponse{Decisions: d}), nil
+}
+
+func (s *Service) WatchPlacementDecisions(ctx context.Context, req *connect.Request[placementv1.WatchPlacementDecisionsRequest], stream *connect.ServerStream[placementv1.WatchPlacementDecisionsResponse]) error {
+	m := req.Msg
+	if _, err := s.getPlacement(ctx, m.Project, m.Name); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	key := placementKey(m.Project, m.Name)
+	// Subscribe before reading, so no change falls between the first message and the stream.
+	updates := s.decisions.Updates(ctx, 256)
+	var shown []string
+	send := func(d *placementv1.PlacementDecisions) error {
+		now := decidedClusters(d)
+		added, removed := placement.DecisionDiff(shown, &placement.Decision{Clusters: asCoreClusters(now)})
+		shown = now
+		return stream.Send(&placementv1.WatchPlacementDecisionsResponse{Decisions: d, Added: added, Removed: removed})
+	}
+	cur, ok := s.decisions.Get(key)
+	if !ok {
+		cur = emptyDecisions(m.Project, m.Name)
+	}
+	if err := send(cur); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, open := <-updates:
+			if !open {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("watch of placement %s/%s fell behind; watch again", m.Project, m.Name))
+			}
+			if u.Key != key {
+				continue
+			}
+			if u.Op == view.Delete {
+				_ = send(nil)
+				return nil // the placement is gone
+			}
+			if err := send(u.Value); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func asCoreClusters(names []string) []placement.ClusterDecision {
+	out := make([]placement.ClusterDecision, len(names))
+	for i, n := range names {
+		out[i].ClusterName = n
+	}
+	return out
+}
+
+func (s *Service) SetAddOnScore(ctx context.Context, req *connect.Request[placementv1.SetAddOnScoreRequest]) (*connect.Response[placementv1.SetAddOnScoreResponse], error) {
+	m := req.Msg
+	var v apierr.Violations
+	v.DNSLabel("cluster", m.Cluster)
+	for _, f := range []struct{ field, val string }{{"resource_name", m.ResourceName}, {"score_name", m.ScoreName}} {
+		if f.val == "" {
+			v.Add(f.field, "required")
+		} else if len(f.val) > 253 {
+			v.Add(f.field, "at most 253 characters")
+		}
+	}
+	if m.Score < int32(placement.MinClusterScore) || m.Score > int32(placement.MaxClusterScore) {
+		v.Add("score", "must be in [%d, %d], got %d", placement.MinClusterScore, placement.MaxClusterScore, m.Score)
+	}
+	if m.ValidUntil != nil {
+		if err := m.ValidUntil.CheckValid(); err != nil {
+			v.Add("valid_until", "%v", err)
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.clusters.Get(keys.Encode(m.Cluster)); !ok {
+		return nil, apierr.NotFound("cluster", m.Cluster)
+	}
+	sc := &placementv1.AddOnScore{Cluster: m.Cluster, ResourceName: m.ResourceName, ScoreName: m.ScoreName, Score: m.Score, ValidUntil: m.ValidUntil}
+	// The last score per subject counts: concurrent writers of one score need no order.
+	seq, err := s.store.Append(ctx, subjects.AddOnScore(m.Cluster, m.ResourceName, m.ScoreName), scoreKey(m.Cluster, m.ResourceName, m.ScoreName), events.Any,
+		&placementv1.AddOnScoreSet{Score: sc})
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	key := scoreKey(m.Cluster, m.ResourceName, m.ScoreName)
+	if err := s.waitView(ctx, func(ctx context.Context) error { return s.addOnScores.WaitRevision(ctx, key, seq, false) }); err != nil {
+		return nil, err
+	}
+	out, _ := s.addOnScores.Get(key)
+	if out == nil {
+		out = sc
+	}
+	s.kickScheduler()
+	return connect.NewResponse(&placementv1.SetAddOnScoreResponse{Score: out}), nil
+}
+
+// nowProto is the service clock as a timestamp.
+func (s *Service) nowProto() *timestamppb.Timestamp { return timestamppb.New(s.now()) }

@@ -1,0 +1,305 @@
+package namespacebinding
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/placement"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// The placement scheduler: it decides every placement whose inputs changed and appends each
+// changed decision as PlacementDecisionsChanged.
+//
+// A placement's inputs are its spec, the sets bound to its project, and the fleet: every
+// cluster's labels, claims, taints and resources, the sets and the add-on scores. Each is
+// fingerprinted; a placement is decided again only when its fingerprint moved or a moment the
+// last decision named (a toleration running out, a score expiring) has come, so heartbeats and
+// unrelated writes cost a hash, not a schedule, and "decisions change only when an input
+// changes" holds by construction. Other placements' decisions feed Balance but are not an
+// input: one placement moving does not re-decide the rest (OCM does the same between resyncs).
+//
+// Fingerprints live in memory: after a start every placement is decided once, and a decision
+// equal to the stored one appends nothing. Replicas decide the same inputs alike; the append
+// expects the decision subject's last sequence, so of two replicas one writes and the other
+// sees its decision on the next round.
+
+// schedulerDebounce gathers a burst of changes (an import adding 100 clusters) into one round.
+const schedulerDebounce = 50 * time.Millisecond
+
+type schedulerState struct {
+	fleetSum [32]byte
+	fleet    *placement.Fleet
+	// decided is each placement's input fingerprint at its last decision in this process.
+	decided map[string][32]byte
+	// next is the moment each placement must be decided again with no input changing.
+	next map[string]time.Time
+}
+
+// kickScheduler asks for a round now (an API write the caller waits on).
+func (s *Service) kickScheduler() {
+	select {
+	case s.schedKick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) runScheduler(ctx context.Context) error {
+	st := &schedulerState{decided: map[string][32]byte{}, next: map[string]time.Time{}}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		// Take the change channels before deciding, so a change during the round wakes the
+		// next one.
+		changed := []<-chan struct{}{s.clusters.Changed(), s.clusterSets.Changed(), s.setBindings.Changed(),
+			s.placements.Changed(), s.addOnScores.Changed(), s.decisions.Changed()}
+		wake, err := s.scheduleRound(ctx, st)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Error("placement scheduling round", zap.Error(err))
+			wake = s.now().Add(time.Second) // retried; the round's writes are idempotent
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if !wake.IsZero() {
+			timer.Reset(max(time.Until(wake), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.schedKick:
+		case <-timer.C:
+		case <-changed[0]:
+		case <-changed[1]:
+		case <-changed[2]:
+		case <-changed[3]:
+		case <-changed[4]:
+		case <-changed[5]:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(schedulerDebounce):
+		}
+	}
+}
+
+// scheduleRound decides what is due and returns the earliest moment a decision must be made
+// again with no input changing (zero for none).
+func (s *Service) scheduleRound(ctx context.Context, st *schedulerState) (time.Time, error) {
+	now := s.now()
+	if err := s.refreshFleet(st); err != nil {
+		return time.Time{}, err
+	}
+	placements := s.placements.List(nil)
+	live := make(map[string]bool, len(placements))
+	// Balance counts every other placement's decision: the total, minus the placement's own
+	// while it is decided, updated as decisions change within the round.
+	counts := map[string]int{}
+	for _, d := range s.decisions.List(nil) {
+		for _, c := range decidedClusters(d) {
+			counts[c]++
+		}
+	}
+	var firstErr error
+	for _, p := range placements {
+		key := placementKey(p.Project, p.Name)
+		live[key] = true
+		sum := s.inputSum(st, p)
+		if st.decided[key] == sum && (st.next[key].IsZero() || now.Before(st.next[key])) {
+			continue
+		}
+		if err := s.decide(ctx, st, p, sum, counts, now); err != nil {
+			if ctx.Err() != nil {
+				return time.Time{}, ctx.Err()
+			}
+			delete(st.decided, key) // decided again next round
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	// A deleted placement's decision goes too, with a last event removing every cluster, so
+	// whoever follows it (namespaces, subscribers) lets go.
+	for _, d := range s.decisions.List(nil) {
+		key := placementKey(d.Project, d.Name)
+		if live[key] {
+			continue
+		}
+		if _, err := s.store.Append(ctx, subjects.PlacementDecision(d.Project, d.Name), key, events.At(d.Revision),
+			&placementv1.PlacementDecisionsChanged{Project: d.Project, Name: d.Name, Removed: sorted(decidedClusters(d))}); err != nil && !events.IsConflict(err) && firstErr == nil {
+			firstErr = fmt.Errorf("drop decisions of deleted placement %s/%s: %w", d.Project, d.Name, err)
+		}
+		delete(st.decided, key)
+		delete(st.next, key)
+	}
+	var wake time.Time
+	for key, t := range st.next {
+		if !live[key] {
+			delete(st.next, key)
+			continue
+		}
+		if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
+			wake = t
+		}
+	}
+	return wake, firstErr
+}
+
+func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1.Placement, sum [32]byte, counts map[string]int, now time.Time) error {
+	key := placementKey(p.Project, p.Name)
+	cur, hasCur := s.decisions.Get(key)
+	prev := decidedClusters(cur)
+	for _, c := range prev {
+		counts[c]--
+	}
+	var bound []string
+	for _, b := range s.setBindings.Lookup(byProject(p.Project)) {
+		bound = append(bound, b.ClusterSet)
+	}
+	d, err := st.fleet.Schedule(ctx, toCorePlacement(p), placement.PlacementState{
+		BoundClusterSets: bound, PreviousDecision: prev, OtherDecisions: counts, Now: now})
+	if err != nil {
+		for _, c := range prev {
+			counts[c]++
+		}
+		return fmt.Errorf("schedule placement %s/%s: %w", p.Project, p.Name, err)
+	}
+	next := toDecisions(p.Project, p.Name, d, cur, now)
+	if hasCur && sameDecision(cur, next) {
+		for _, c := range prev {
+			counts[c]++
+		}
+		st.decided[key], st.next[key] = sum, d.NextEvaluation
+		return nil
+	}
+	for _, c := range decidedClusters(next) {
+		counts[c]++
+	}
+	added, removed := placement.DecisionDiff(prev, d)
+	expect := events.At(cur.GetRevision())
+	if !hasCur {
+		// The subject may end in a deleted placement's last event: expect exactly that.
+		last, _, err := events.Last(ctx, s.placementStream, subjects.PlacementDecision(p.Project, p.Name))
+		if err != nil {
+			return err
+		}
+		expect = events.At(last)
+	}
+	_, err = s.store.Append(ctx, subjects.PlacementDecision(p.Project, p.Name), key, expect,
+		&placementv1.PlacementDecisionsChanged{Project: p.Project, Name: p.Name, Decisions: next, Added: added, Removed: removed})
+	if events.IsConflict(err) {
+		// Another replica decided first; its decision arrives in the view and wakes a round.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("append decisions of placement %s/%s: %w", p.Project, p.Name, err)
+	}
+	st.decided[key], st.next[key] = sum, d.NextEvaluation
+	s.log.Info("placement decided", zap.String("project", p.Project), zap.String("placement", p.Name),
+		zap.Strings("added", added), zap.Strings("removed", removed), zap.Int32("selected", d.NumberOfSelectedClusters))
+	return nil
+}
+
+// refreshFleet rebuilds the scheduler's fleet when a cluster, set or score changed in a way the
+// scheduler can see.
+func (s *Service) refreshFleet(st *schedulerState) error {
+	clusters := s.clusters.List(nil)
+	sets := s.clusterSets.List(nil)
+	scores := s.addOnScores.List(nil)
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	write := func(m proto.Message) {
+		b, _ := opts.Marshal(m)
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	for _, c := range clusters {
+		write(schedulingFacts(c))
+	}
+	h.Write([]byte{0})
+	for _, c := range sets {
+		write(&placementv1.ClusterSet{Name: c.Name, Selector: c.Selector})
+	}
+	h.Write([]byte{0})
+	for _, sc := range scores {
+		write(&placementv1.AddOnScore{Cluster: sc.Cluster, ResourceName: sc.ResourceName, ScoreName: sc.ScoreName, Score: sc.Score, ValidUntil: sc.ValidUntil})
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	if st.fleet != nil && sum == st.fleetSum {
+		return nil
+	}
+	core := make([]placement.Cluster, len(clusters))
+	for i, c := range clusters {
+		core[i] = toCoreCluster(c)
+	}
+	coreSets := make([]placement.ClusterSet, len(sets))
+	for i, c := range sets {
+		coreSets[i] = toPlacementSet(c)
+	}
+	coreScores := make([]placement.AddOnScore, len(scores))
+	for i, sc := range scores {
+		coreScores[i] = toCoreScore(sc)
+	}
+	f, err := placement.NewFleet(core, coreSets, coreScores)
+	if err != nil {
+		return fmt.Errorf("placement fleet: %w", err)
+	}
+	st.fleet, st.fleetSum = f, sum
+	return nil
+}
+
+// schedulingFacts is the part of a cluster the scheduler reads.
+func schedulingFacts(c *clusterv1.Cluster) *clusterv1.Cluster {
+	out := &clusterv1.Cluster{Name: c.Name, Labels: c.Labels, Claims: c.Claims, Taints: c.Taints}
+	if r := c.GetStatus().GetResources(); r != nil {
+		out.Status = &clusterv1.ClusterStatus{Resources: &clusterv1.ClusterResources{Allocatable: r.Allocatable, Capacity: r.Capacity}}
+	}
+	return out
+}
+
+// inputSum fingerprints a placement's inputs: the fleet, its spec and its project's bound sets.
+func (s *Service) inputSum(st *schedulerState, p *placementv1.Placement) [32]byte {
+	h := sha256.New()
+	h.Write(st.fleetSum[:])
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], p.Revision)
+	h.Write(n[:])
+	var bound []string
+	for _, b := range s.setBindings.Lookup(byProject(p.Project)) {
+		bound = append(bound, b.ClusterSet)
+	}
+	slices.Sort(bound)
+	for _, b := range bound {
+		h.Write([]byte(b))
+		h.Write([]byte{0})
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
