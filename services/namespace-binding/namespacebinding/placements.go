@@ -31,7 +31,9 @@ var _ placementv1connect.PlacementServiceHandler = (*Service)(nil)
 
 func placementKey(project, name string) string { return keys.Join(project, name) }
 
-func placementIndex(_ string, p *placementv1.Placement) []string { return []string{byProject(p.Project)} }
+func placementIndex(_ string, p *placementv1.Placement) []string {
+	return []string{byProject(p.Project)}
+}
 
 // twoTokens splits the <a>.<b> tail of subject after prefix.
 func twoTokens(subject, prefix string) (string, string, error) {
