@@ -1,5 +1,5 @@
-// Package agent is the per-member-cluster agent: it reports heartbeats and the namespace
-// inventory of its cluster into JetStream, and hosts further reconcilers (appliers, reporters)
+// Package agent is the per-member-cluster agent: it reports heartbeats (with the resources of
+// the cluster's Ready nodes) and the namespace inventory of its cluster into JetStream, and hosts further reconcilers (appliers, reporters)
 // that share one set of informers.
 package agent
 
@@ -25,6 +25,7 @@ const (
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultInventoryResync   = 5 * time.Minute
 	DefaultInventoryDebounce = 500 * time.Millisecond
+	DefaultResourcesDebounce = time.Second
 	// publishTimeout bounds one append, so a stuck NATS connection delays a report rather than
 	// blocking its loop forever.
 	publishTimeout = 10 * time.Second
@@ -42,6 +43,9 @@ type Config struct {
 	// InventoryDebounce is how long a change waits for more before the inventory is published
 	// (default 500ms): a burst of namespace events becomes one report.
 	InventoryDebounce time.Duration
+	// ResourcesDebounce is how long a node change waits for more before the Ready nodes are
+	// summed again (default 1s); a changed sum is sent with a heartbeat at once.
+	ResourcesDebounce time.Duration
 	// AgentVersion is reported in heartbeats.
 	AgentVersion string
 }
@@ -58,6 +62,9 @@ func (c *Config) defaults() error {
 	}
 	if c.InventoryDebounce <= 0 {
 		c.InventoryDebounce = DefaultInventoryDebounce
+	}
+	if c.ResourcesDebounce <= 0 {
+		c.ResourcesDebounce = DefaultResourcesDebounce
 	}
 	if c.AgentVersion == "" {
 		c.AgentVersion = "dev"
@@ -88,6 +95,7 @@ type Agent struct {
 	factory   informers.SharedInformerFactory
 	sessionID string
 	heartbeat Runnable
+	resources *nodeResources
 	runnables []Runnable
 	started   bool
 }
@@ -117,7 +125,8 @@ func New(cfg Config, js jetstream.JetStream, kube kubernetes.Interface, log *zap
 		factory:   informers.NewSharedInformerFactory(kube, 0),
 		sessionID: uuid.NewString(),
 	}
-	a.heartbeat = &heartbeater{agent: a}
+	a.resources = newNodeResources(a)
+	a.heartbeat = &heartbeater{agent: a, resources: a.resources}
 	a.Add(newInventoryReporter(a))
 	return a, nil
 }
@@ -169,6 +178,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.heartbeat.Run(gctx) })
+	// Like heartbeats, resources do not wait for the shared caches (nor they for it).
+	g.Go(func() error { return a.resources.Run(gctx) })
 	a.factory.Start(gctx.Done())
 	g.Go(func() error {
 		synced := make(chan struct{})

@@ -18,10 +18,12 @@ import (
 // at most this much: the heartbeat says the agent is alive, whatever the apiserver does.
 const versionTimeout = 3 * time.Second
 
-// heartbeater publishes a Heartbeat at once and then every HeartbeatInterval. A failed publish
-// is not retried on its own: the next tick is the retry, and a stale heartbeat is worthless.
+// heartbeater publishes a Heartbeat at once, then every HeartbeatInterval and whenever the
+// Ready nodes' resources change. A failed publish is not retried on its own: the next tick is
+// the retry, and a stale heartbeat is worthless.
 type heartbeater struct {
-	agent *Agent
+	agent     *Agent
+	resources *nodeResources
 	// kubeVersion is the last version the apiserver told us, sent when it cannot be asked.
 	kubeVersion string
 	failing     bool
@@ -36,6 +38,9 @@ func (h *heartbeater) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-h.resources.Changed():
+			// The hub learns of the change now; the next periodic beat is a full interval on.
+			t.Reset(h.agent.cfg.HeartbeatInterval)
 		}
 	}
 }
@@ -57,6 +62,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 		KubernetesVersion: h.kubeVersion,
 		Time:              timestamppb.Now(),
 		SessionId:         a.sessionID,
+		Resources:         h.resources.Current(),
 	}
 	err = a.appendReport(ctx, subjects.AgentHeartbeat(a.cfg.ClusterName), hb)
 	switch {
