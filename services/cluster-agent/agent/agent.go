@@ -1,6 +1,6 @@
 // Package agent is the per-member-cluster agent: it reports heartbeats (with the resources of
-// the cluster's Ready nodes) and the namespace inventory of its cluster into JetStream, and hosts further reconcilers (appliers, reporters)
-// that share one set of informers.
+// the cluster's Ready nodes) and the namespace inventory of its cluster into JetStream, and
+// hosts further reconcilers (appliers, reporters) that share one set of informers.
 package agent
 
 import (
@@ -178,7 +178,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.heartbeat.Run(gctx) })
-	// Like heartbeats, resources do not wait for the shared caches (nor they for it).
+	// Like heartbeats, the node sums do not wait for the shared informers, nor the
+	// reconcilers for the Node informer.
 	g.Go(func() error { return a.resources.Run(gctx) })
 	a.factory.Start(gctx.Done())
 	g.Go(func() error {
