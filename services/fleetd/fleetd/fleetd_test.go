@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
@@ -138,6 +139,36 @@ func TestAgentInventoryArrivesInRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, namespaces("web", "shop"))
+
+	// A Ready node reaches the registry through the agent's heartbeat, under the agent's own
+	// NATS permissions: as resources and as reported claims.
+	node, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status = corev1.NodeStatus{
+		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3500m"), corev1.ResourceMemory: resource.MustParse("15Gi")},
+		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
+	}
+	if _, err := kube.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		res, err := client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1"}))
+		if err != nil {
+			return err
+		}
+		c := res.Msg.Cluster
+		r := c.GetStatus().GetResources()
+		if r.GetAllocatable()["cpu"] != "3500m" || r.GetAllocatable()["memory"] != "15Gi" || r.GetCapacity()["cpu"] != "4" || r.GetNodeCount() != 1 {
+			return fmt.Errorf("resources %v", r)
+		}
+		if c.Claims[clusterimport.ClaimNodes] != "1" || !strings.HasPrefix(c.Claims[clusterimport.ClaimKubeVersion], "v1.34") {
+			return fmt.Errorf("claims %v", c.Claims)
+		}
+		return nil
+	})
 
 	// The agent goes away: the cluster is tainted unreachable.
 	stopAgent()
