@@ -160,6 +160,8 @@ var serviceGrants = map[string][]grant{
 		ownBucket(SubscriberTokensBucket),
 		ownBucket(subjects.ImportPoliciesBucket),
 		ownBucket(subjects.ImportPolicySourcesBucket),
+		// What each inventory cluster's agent reports for import policies (one key per cluster).
+		ownBucket(subjects.ImportWatchBucket),
 		deadLetter(subjects.AgentStreamName+".cluster-import-heartbeats", viewDeadLetters(subjects.ClusterStream), viewDeadLetters(subjects.AgentStreamName)),
 		leases(),
 	},
@@ -182,6 +184,8 @@ var serviceGrants = map[string][]grant{
 		{stream: kv(subjects.AppliedBucket), access: read | ensure},
 		readBucket(subjects.ClustersBucket),
 		readBucket(subjects.ClusterInventoryBucket),
+		// A cluster's last event confirms its deregistration before its bindings are released.
+		{stream: subjects.ClusterStream, access: read},
 		deadLetter(viewDeadLetters(subjects.NamespaceStream), viewDeadLetters(subjects.PlacementStream)),
 		leases(),
 	},
@@ -210,6 +214,12 @@ var serviceGrants = map[string][]grant{
 	},
 }
 
+// serviceCoreSubscribes are the core NATS subjects (no stream) a service subscribes to.
+var serviceCoreSubscribes = map[string][]string{
+	// Secrets agents report for import policies: kept in memory only, never in a stream.
+	ServiceClusterImport: {subjects.AgentSecretPrefix + ".>"},
+}
+
 // ServiceInboxPrefix is the reply-subject prefix service must use (nats.CustomInboxPrefix). Each
 // service has its own so that none can read another's replies (cluster-import's carry
 // credentials). The "svc_" keeps it apart from agents' prefixes, which are cluster names (DNS
@@ -226,7 +236,7 @@ func ServicePermissions(service string) (p Permissions, ok bool) {
 	for _, g := range append(slices.Clone(grants), authorizerReads()...) {
 		p.Publish = append(p.Publish, streamAPI(g)...)
 	}
-	p.Subscribe = []string{ServiceInboxPrefix(service) + ".>"}
+	p.Subscribe = append([]string{ServiceInboxPrefix(service) + ".>"}, serviceCoreSubscribes[service]...)
 	return Merge(p), true
 }
 
@@ -310,6 +320,13 @@ func AgentPermissions(cluster string) Permissions {
 		"$JS.API.INFO",
 		"$JS.FC.>",
 		"$JS.API.STREAM.INFO.KV_" + subjects.AppliedBucket,
+		// Secrets referenced by import policies, on core NATS (never persisted).
+		subjects.AgentSecretPrefix + "." + enc + ".>",
+		// What to report for import policies: its own key of the import-watch bucket.
+		"$JS.API.STREAM.INFO.KV_" + subjects.ImportWatchBucket,
+		"$JS.API.CONSUMER.CREATE.KV_" + subjects.ImportWatchBucket + ".*.$KV." + subjects.ImportWatchBucket + "." + enc,
+		"$JS.API.CONSUMER.DELETE.KV_" + subjects.ImportWatchBucket + ".*",
+		"$JS.API.CONSUMER.INFO.KV_" + subjects.ImportWatchBucket + ".*",
 	}
 	for _, b := range subjects.DesiredBuckets() {
 		stream := "KV_" + b

@@ -54,6 +54,32 @@ func AgentHeartbeat(cluster string) string { return AgentPrefixFor(cluster) + ".
 // AgentInventory returns the subject of cluster's namespace inventory.
 func AgentInventory(cluster string) string { return AgentPrefixFor(cluster) + ".inventory" }
 
+// Import sources: cluster-import writes, per inventory cluster, what its agent must report for
+// the import policies (agentv1.ImportWatch); the agent reports each object on FLEET_AGENT, except
+// core Secrets, which go on core NATS under AgentSecretPrefix and are never persisted.
+const (
+	ImportWatchBucket = "import-watch"
+	AgentSecretPrefix = "fleet.agentsecret"
+)
+
+// ImportWatchKey returns cluster's key in ImportWatchBucket.
+func ImportWatchKey(cluster string) string { return keys.Encode(cluster) }
+
+// AgentImportObject returns the subject of one reported object of cluster.
+func AgentImportObject(cluster, group, resource, namespace, name string) string {
+	return AgentPrefixFor(cluster) + ".importobject." + keys.Join(group, resource, namespace, name)
+}
+
+// AgentImportSync returns the subject of the "every object reported" marker of one source type.
+func AgentImportSync(cluster, group, resource, namespace string) string {
+	return AgentPrefixFor(cluster) + ".importsync." + keys.Join(group, resource, namespace)
+}
+
+// AgentSecret returns the core NATS subject of one Secret the agent of cluster reports.
+func AgentSecret(cluster, namespace, name string) string {
+	return AgentSecretPrefix + "." + keys.Join(cluster, namespace, name)
+}
+
 // Desired state for member clusters: one bucket, keys <cluster>.<kind>.<namespace>.<name>,
 // written by the owning service of each kind, watched by the cluster's agent under <cluster>.>.
 const (

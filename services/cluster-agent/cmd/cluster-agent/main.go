@@ -42,6 +42,7 @@ type options struct {
 	desiredResync     time.Duration
 	endpointSlices    string
 	clusterID         string
+	importResend      time.Duration
 	logLevel          string
 	logDev            bool
 }
@@ -66,6 +67,7 @@ func run(args []string) error {
 	fs.DurationVar(&o.desiredResync, "desired-resync", desired.DefaultResyncPeriod, "how often every desired object is re-applied and prune re-run without events")
 	fs.StringVar(&o.endpointSlices, "endpointslices", "all", "EndpointSlices to report for multi-cluster endpoint collection: all, label=<key>[=<value>] or annotation=<key>[=<value>] on the Service, or off")
 	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster's registry id, sent with EndpointSlice reports (optional; the collector also reads it from the registry)")
+	fs.DurationVar(&o.importResend, "import-secret-resend", agent.DefaultSecretResend, "how often Secrets that import policies reference are sent to the hub again (the hub keeps them only in memory)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logDev, "log-dev", false, "human-readable console logs")
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +137,8 @@ func run(args []string) error {
 		return err
 	}
 	a.Add(applier)
+	// Reports what import policies naming this cluster as their source need; idle without any.
+	a.Add(agent.NewImportWatcher(a, dyn, kube.Discovery(), agent.ImportWatchConfig{SecretResend: o.importResend}))
 	if o.endpointSlices != "off" {
 		reporter, err := endpointslices.New(endpointslices.Config{
 			ClusterName: o.cluster, ClusterID: o.clusterID, Filter: sliceFilter, SessionID: a.SessionID(),

@@ -297,6 +297,438 @@ func (x *Namespace) GetPhase() string {
 	return ""
 }
 
+// ImportWatch is what an agent reports for import policies: KV bucket import-watch, key
+// <cluster> (keys.Encode), written by cluster-import from the policies whose source.cluster is
+// this cluster and the references their renders asked for; read only by this cluster's agent.
+type ImportWatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types whose every object (in namespace, or all when empty) is reported as ImportObject.
+	Sources []*WatchedType `protobuf:"bytes,1,rep,name=sources,proto3" json:"sources,omitempty"`
+	// Single objects reported when they exist and as deleted when they do not.
+	References    []*WatchedObject `protobuf:"bytes,2,rep,name=references,proto3" json:"references,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportWatch) Reset() {
+	*x = ImportWatch{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportWatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportWatch) ProtoMessage() {}
+
+func (x *ImportWatch) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportWatch.ProtoReflect.Descriptor instead.
+func (*ImportWatch) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ImportWatch) GetSources() []*WatchedType {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *ImportWatch) GetReferences() []*WatchedObject {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
+type WatchedType struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Empty: the API server's preferred version.
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Resource      string `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchedType) Reset() {
+	*x = WatchedType{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchedType) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchedType) ProtoMessage() {}
+
+func (x *WatchedType) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchedType.ProtoReflect.Descriptor instead.
+func (*WatchedType) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WatchedType) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *WatchedType) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WatchedType) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *WatchedType) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type WatchedObject struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Group    string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Version  string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Resource string                 `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Empty for a cluster-scoped object.
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchedObject) Reset() {
+	*x = WatchedObject{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchedObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchedObject) ProtoMessage() {}
+
+func (x *WatchedObject) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchedObject.ProtoReflect.Descriptor instead.
+func (*WatchedObject) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchedObject) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *WatchedObject) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WatchedObject) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *WatchedObject) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WatchedObject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ImportObject is the latest state of one watched object, subject
+// fleet.agent.<cluster>.importobject.<group>.<resource>.<namespace>.<name> (keys.Join), so the
+// stream keeps exactly one message per object. Core Secrets are never sent on the stream: they
+// go on core NATS, subject fleet.agentsecret.<cluster>.<namespace>.<name>, unpersisted, and the
+// agent repeats them periodically so a restarted hub has them again.
+type ImportObject struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Group       string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Version     string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Resource    string                 `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace   string                 `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name        string                 `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	// The object as JSON; empty when deleted or too_large.
+	Object []byte `protobuf:"bytes,7,opt,name=object,proto3" json:"object,omitempty"`
+	// The object was deleted, or (for a reference) does not exist.
+	Deleted bool `protobuf:"varint,8,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The object does not fit in a NATS message; the hub treats it as invalid.
+	TooLarge bool `protobuf:"varint,9,opt,name=too_large,json=tooLarge,proto3" json:"too_large,omitempty"`
+	// The agent session that reported it (see ImportSync).
+	SessionId     string                 `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportObject) Reset() {
+	*x = ImportObject{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportObject) ProtoMessage() {}
+
+func (x *ImportObject) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportObject.ProtoReflect.Descriptor instead.
+func (*ImportObject) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ImportObject) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ImportObject) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ImportObject) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ImportObject) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ImportObject) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ImportObject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ImportObject) GetObject() []byte {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *ImportObject) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *ImportObject) GetTooLarge() bool {
+	if x != nil {
+		return x.TooLarge
+	}
+	return false
+}
+
+func (x *ImportObject) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ImportObject) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// ImportSync, subject fleet.agent.<cluster>.importsync.<group>.<resource>.<namespace>: session
+// session_id has reported every object of that source type that exists. An ImportObject of the
+// type from another session that is older in the stream than this marker was deleted while no
+// agent watched, and is gone.
+type ImportSync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName   string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Resource      string                 `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace     string                 `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	SessionId     string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSync) Reset() {
+	*x = ImportSync{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSync) ProtoMessage() {}
+
+func (x *ImportSync) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSync.ProtoReflect.Descriptor instead.
+func (*ImportSync) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ImportSync) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ImportSync) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ImportSync) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ImportSync) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ImportSync) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ImportSync) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ImportSync) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 var File_fleetstream_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
@@ -333,7 +765,47 @@ const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01BIZGgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1;agentv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x01\n" +
+	"\vImportWatch\x12;\n" +
+	"\asources\x18\x01 \x03(\v2!.fleetstream.agent.v1.WatchedTypeR\asources\x12C\n" +
+	"\n" +
+	"references\x18\x02 \x03(\v2#.fleetstream.agent.v1.WatchedObjectR\n" +
+	"references\"w\n" +
+	"\vWatchedType\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"\x8d\x01\n" +
+	"\rWatchedObject\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\"\xcd\x02\n" +
+	"\fImportObject\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x1a\n" +
+	"\bresource\x18\x04 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\x12\x16\n" +
+	"\x06object\x18\a \x01(\fR\x06object\x12\x18\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\x12\x1b\n" +
+	"\ttoo_large\x18\t \x01(\bR\btooLarge\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\n" +
+	" \x01(\tR\tsessionId\x12.\n" +
+	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe8\x01\n" +
+	"\n" +
+	"ImportSync\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x1a\n" +
+	"\bresource\x18\x04 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x06 \x01(\tR\tsessionId\x12.\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04timeBIZGgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_fleetstream_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -347,30 +819,39 @@ func file_fleetstream_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_fleetstream_agent_v1_agent_proto_rawDescData
 }
 
-var file_fleetstream_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_fleetstream_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_fleetstream_agent_v1_agent_proto_goTypes = []any{
 	(*Heartbeat)(nil),             // 0: fleetstream.agent.v1.Heartbeat
 	(*ClusterResources)(nil),      // 1: fleetstream.agent.v1.ClusterResources
 	(*NamespaceInventory)(nil),    // 2: fleetstream.agent.v1.NamespaceInventory
 	(*Namespace)(nil),             // 3: fleetstream.agent.v1.Namespace
-	nil,                           // 4: fleetstream.agent.v1.ClusterResources.AllocatableEntry
-	nil,                           // 5: fleetstream.agent.v1.ClusterResources.CapacityEntry
-	nil,                           // 6: fleetstream.agent.v1.Namespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*ImportWatch)(nil),           // 4: fleetstream.agent.v1.ImportWatch
+	(*WatchedType)(nil),           // 5: fleetstream.agent.v1.WatchedType
+	(*WatchedObject)(nil),         // 6: fleetstream.agent.v1.WatchedObject
+	(*ImportObject)(nil),          // 7: fleetstream.agent.v1.ImportObject
+	(*ImportSync)(nil),            // 8: fleetstream.agent.v1.ImportSync
+	nil,                           // 9: fleetstream.agent.v1.ClusterResources.AllocatableEntry
+	nil,                           // 10: fleetstream.agent.v1.ClusterResources.CapacityEntry
+	nil,                           // 11: fleetstream.agent.v1.Namespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_fleetstream_agent_v1_agent_proto_depIdxs = []int32{
-	7, // 0: fleetstream.agent.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	1, // 1: fleetstream.agent.v1.Heartbeat.resources:type_name -> fleetstream.agent.v1.ClusterResources
-	4, // 2: fleetstream.agent.v1.ClusterResources.allocatable:type_name -> fleetstream.agent.v1.ClusterResources.AllocatableEntry
-	5, // 3: fleetstream.agent.v1.ClusterResources.capacity:type_name -> fleetstream.agent.v1.ClusterResources.CapacityEntry
-	3, // 4: fleetstream.agent.v1.NamespaceInventory.namespaces:type_name -> fleetstream.agent.v1.Namespace
-	7, // 5: fleetstream.agent.v1.NamespaceInventory.time:type_name -> google.protobuf.Timestamp
-	6, // 6: fleetstream.agent.v1.Namespace.labels:type_name -> fleetstream.agent.v1.Namespace.LabelsEntry
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	12, // 0: fleetstream.agent.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	1,  // 1: fleetstream.agent.v1.Heartbeat.resources:type_name -> fleetstream.agent.v1.ClusterResources
+	9,  // 2: fleetstream.agent.v1.ClusterResources.allocatable:type_name -> fleetstream.agent.v1.ClusterResources.AllocatableEntry
+	10, // 3: fleetstream.agent.v1.ClusterResources.capacity:type_name -> fleetstream.agent.v1.ClusterResources.CapacityEntry
+	3,  // 4: fleetstream.agent.v1.NamespaceInventory.namespaces:type_name -> fleetstream.agent.v1.Namespace
+	12, // 5: fleetstream.agent.v1.NamespaceInventory.time:type_name -> google.protobuf.Timestamp
+	11, // 6: fleetstream.agent.v1.Namespace.labels:type_name -> fleetstream.agent.v1.Namespace.LabelsEntry
+	5,  // 7: fleetstream.agent.v1.ImportWatch.sources:type_name -> fleetstream.agent.v1.WatchedType
+	6,  // 8: fleetstream.agent.v1.ImportWatch.references:type_name -> fleetstream.agent.v1.WatchedObject
+	12, // 9: fleetstream.agent.v1.ImportObject.time:type_name -> google.protobuf.Timestamp
+	12, // 10: fleetstream.agent.v1.ImportSync.time:type_name -> google.protobuf.Timestamp
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_agent_v1_agent_proto_init() }
@@ -384,7 +865,7 @@ func file_fleetstream_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_agent_v1_agent_proto_rawDesc), len(file_fleetstream_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
