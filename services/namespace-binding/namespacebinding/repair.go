@@ -12,7 +12,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
 // runRepair reconciles the claims bucket with the bindings view, which the stream defines:
@@ -100,8 +103,19 @@ func (s *Service) runRelease(ctx context.Context) error {
 				delete(pending, id)
 			}
 		}
+		gone := s.deregisteredClusters(ctx)
+		for _, b := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool { return gone[b.Cluster] }) {
+			if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+				continue // released below: nobody is left to confirm
+			}
+			// Deregistration releases every binding of the cluster (docs/namespaces.md): KEEP,
+			// since no agent is left to carry out anything else.
+			if _, err := s.unbind(ctx, b.Project, b.Cluster, b.Namespace, projectv1.UnbindPolicy_UNBIND_POLICY_KEEP); err != nil && ctx.Err() == nil {
+				s.log.Warn("release binding of a deregistered cluster", zap.String("cluster", b.Cluster), zap.String("namespace", b.Namespace), zap.Error(err))
+			}
+		}
 		for _, b := range s.bindings.Lookup(terminatingTerm) {
-			if _, ok := pending[b.Id]; ok || !s.released(b) {
+			if _, ok := pending[b.Id]; ok || !(gone[b.Cluster] || s.released(b)) {
 				continue
 			}
 			ev := &projectv1.NamespaceReleased{BindingId: b.Id, Project: b.Project, Cluster: b.Cluster, Namespace: b.Namespace}
@@ -123,6 +137,7 @@ func (s *Service) runRelease(ctx context.Context) error {
 		case <-t.C:
 		case <-s.applied.Changed():
 		case <-s.desired.Changed():
+		case <-s.clusters.Changed(): // a deregistration
 		}
 		// Coalesce bursts of reports into one pass.
 		select {
@@ -131,4 +146,51 @@ func (s *Service) runRelease(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// deregisteredClusters returns the clusters that bindings name and the registry no longer
+// holds, each confirmed deregistered by the last event on its subject: a registry view being
+// rebuilt (or lagging) must never release a live cluster's namespaces.
+func (s *Service) deregisteredClusters(ctx context.Context) map[string]bool {
+	gone := map[string]bool{}
+	checked := map[string]bool{}
+	for _, b := range s.bindings.List(nil) {
+		if checked[b.Cluster] {
+			continue
+		}
+		checked[b.Cluster] = true
+		if _, ok := s.clusters.Get(keys.Encode(b.Cluster)); ok {
+			continue
+		}
+		stream, err := s.clusterEvents(ctx)
+		if err != nil {
+			s.log.Warn("confirm deregistration", zap.Error(err))
+			return gone
+		}
+		_, last, err := events.Last(ctx, stream, subjects.Cluster(b.Cluster))
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("confirm deregistration", zap.String("cluster", b.Cluster), zap.Error(err))
+			}
+			continue
+		}
+		if _, ok := payloadOf(last).(*clusterv1.ClusterDeregistered); ok {
+			gone[b.Cluster] = true
+		}
+	}
+	return gone
+}
+
+// clusterEvents opens cluster-import's stream on first use: a standalone namespace-binding may
+// start before cluster-import has created it.
+func (s *Service) clusterEvents(ctx context.Context) (jetstream.Stream, error) {
+	if s.clusterStream != nil {
+		return s.clusterStream, nil
+	}
+	st, err := s.js.Stream(ctx, subjects.ClusterStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", subjects.ClusterStream, err)
+	}
+	s.clusterStream = st
+	return st, nil
 }

@@ -94,6 +94,9 @@ type Service struct {
 	stream jetstream.Stream
 	// placementStream is FLEET_PLACEMENT: cluster sets and set bindings.
 	placementStream jetstream.Stream
+	// clusterStream is cluster-import's FLEET_CLUSTER, read to confirm deregistrations; opened
+	// on first use by the release loop, its only user.
+	clusterStream jetstream.Stream
 
 	projectsView *view.Engine
 	bindingsView *view.Engine

@@ -910,3 +910,46 @@ func TestWatchProjectsStreamsStatusChanges(t *testing.T) {
 		return r.Type == projectv1.WatchProjectsResponse_EVENT_TYPE_DELETED && r.Project.Name == "team-b"
 	})
 }
+
+// Deregistration releases every binding of the cluster, active or being unbound (no agent is
+// left to confirm anything); a cluster merely missing from the registry view (a view being
+// rebuilt) keeps its bindings.
+func TestDeregistrationReleasesTheClustersBindings(t *testing.T) {
+	e := start(t, nil, namespacebinding.Config{ReleaseInterval: 100 * time.Millisecond})
+	e.register(t, "c1", "c2")
+	e.createProject(t, "team-a", "team-b")
+	ctx := testkit.Context(t, 60*time.Second)
+	e.mustBind(t, "team-a", "c1", "web", map[string]string{"cpu": "1"})
+	e.mustBind(t, "team-a", "c1", "api", nil)
+	if _, err := e.client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "api"})); err != nil {
+		t.Fatal(err)
+	}
+	e.mustBind(t, "team-a", "c2", "web", nil)
+
+	// c2 vanishes from the registry view without a deregistration: nothing is released.
+	if err := e.kv(t, subjects.ClustersBucket).Delete(ctx, keys.Encode("c2")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, ok := e.binding(t, "team-a", "c2", "web"); !ok {
+		t.Fatal("a binding was released because its cluster was missing from the registry view")
+	}
+
+	if _, err := e.clusters.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: "c1"})); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() error {
+		for _, ns := range []string{"web", "api"} {
+			if b, ok := e.binding(t, "team-a", "c1", ns); ok {
+				return fmt.Errorf("binding of %s on deregistered c1 still %s", ns, b.Phase)
+			}
+		}
+		return nil
+	})
+	if st := e.project(t, "team-a").Status; st.NamespaceCount != 1 || st.TerminatingCount != 0 {
+		t.Fatalf("team-a's status after c1's deregistration: %v, want only c2's web", st)
+	}
+	// The claims went with the bindings: a re-registered c1 is free for anyone.
+	e.register(t, "c1")
+	e.mustBind(t, "team-b", "c1", "web", nil)
+}
