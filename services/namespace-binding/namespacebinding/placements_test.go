@@ -17,6 +17,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -490,6 +491,7 @@ func TestNamespaceFollowsItsPlacement(t *testing.T) {
 	if _, err := e.client.UnbindNamespace(context.Background(), connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-b", Cluster: "c3", Namespace: "web"})); err != nil {
 		t.Fatal(err)
 	}
+	e.desiredObject(t, nsKey("c3", "web"), func(o *desiredv1.DesiredObject) bool { return o.Tombstone })
 	e.agentReports(t, nsKey("c3", "web"), nil) // its agent applied the tombstone
 	testkit.Eventually(t, 15*time.Second, func() error {
 		got := e.bindingsOf(t, "team-a", "web")

@@ -783,6 +783,9 @@ func TestIdleNamespacesAreTheInventoryMinusClaims(t *testing.T) {
 	if got := fmt.Sprint(idle()); got != "[default kube-system api]" {
 		t.Fatalf("idle while web is being unbound: %s", got)
 	}
+	// The agent acts on the tombstone, so report only once the desired view shows it (a
+	// report about the earlier object would confirm nothing; this raced under load in CI).
+	e.desiredObject(t, nsKey("c1", "web"), func(o *desiredv1.DesiredObject) bool { return o.Tombstone })
 	e.agentReports(t, nsKey("c1", "web"), nil)
 	testkit.Eventually(t, 10*time.Second, func() error {
 		if got := fmt.Sprint(idle()); got != "[default kube-system web api]" {
