@@ -139,7 +139,7 @@ func (s *Service) scheduleRound(ctx context.Context, st *schedulerState) (time.T
 	// whoever follows it (namespaces, subscribers) lets go.
 	for _, d := range s.decisions.List(nil) {
 		key := placementKey(d.Project, d.Name)
-		if live[key] {
+		if live[key] || !s.placementGone(ctx, d.Project, d.Name) {
 			continue
 		}
 		if _, err := s.store.Append(ctx, subjects.PlacementDecision(d.Project, d.Name), key, events.At(d.Revision),
@@ -302,4 +302,17 @@ func sorted(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return out
+}
+
+// placementGone confirms from the stream that a placement with a decision but no entry in this
+// replica's view was deleted: another replica may have decided a placement created a moment
+// ago, before this replica's view of placements shows it.
+func (s *Service) placementGone(ctx context.Context, project, name string) bool {
+	_, last, err := events.Last(ctx, s.placementStream, subjects.Placement(project, name))
+	if err != nil {
+		s.log.Warn("confirm placement deletion", zap.String("project", project), zap.String("placement", name), zap.Error(err))
+		return false
+	}
+	_, deleted := payloadOf(last).(*placementv1.PlacementDeleted)
+	return last == nil || deleted
 }
