@@ -50,6 +50,8 @@ var table = map[string]Rule{
 	// them is the platform's too.
 	clusterv1connect.ImportPolicyServiceGetImportPolicyProcedure:    admin("get", roles.ResImportPolicies),
 	clusterv1connect.ImportPolicyServiceListImportPoliciesProcedure: admin("list", roles.ResImportPolicies),
+	// Lifecycles name source objects and the clusters made of them: what policies show.
+	clusterv1connect.ImportPolicyServiceListImportLifecyclesProcedure: admin("list", roles.ResImportPolicies),
 
 	// Projects and their namespaces. Creating and deleting projects is the platform's; a
 	// project's owners manage its namespaces and quotas.

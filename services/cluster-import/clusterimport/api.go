@@ -52,8 +52,24 @@ func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clus
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	c, token, err := s.registerWithToken(ctx, m, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("cluster registered", zap.String("cluster", m.Name), zap.String("id", c.Id), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&clusterv1.RegisterClusterResponse{Cluster: c, AgentToken: token}), nil
+}
+
+// register registers a validated cluster for an import lifecycle: the same events as
+// RegisterCluster, with the origin in ClusterRegistered and a ClusterImported after it.
+func (s *Service) register(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, error) {
+	c, _, err := s.registerWithToken(ctx, m, origin)
+	return c, err
+}
+
+func (s *Service) registerWithToken(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, string, error) {
 	if _, ok := s.clusters.Get(clusterKey(m.Name)); ok {
-		return nil, apierr.AlreadyExists("cluster", m.Name)
+		return nil, "", apierr.AlreadyExists("cluster", m.Name)
 	}
 	subject := subjects.Cluster(m.Name)
 	// A name may be reused after deregistration: expect the subject exactly as it is now, so
@@ -61,42 +77,48 @@ func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clus
 	// registration appended a moment ago, so the subject itself must end in a deregistration.
 	last, prev, err := events.Last(ctx, s.stream, subject)
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, "", apierr.Internal(err)
 	}
 	if prev != nil {
 		if _, gone := prev.Payload.(*clusterv1.ClusterDeregistered); !gone {
-			return nil, apierr.AlreadyExists("cluster", m.Name)
+			return nil, "", apierr.AlreadyExists("cluster", m.Name)
 		}
 	}
 	id := uuid.NewString()
 	token, digest, err := newAgentToken()
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, "", apierr.Internal(err)
 	}
 	// Secrets go first, keyed by the fresh id: if the append then fails they are unreachable
 	// garbage, never a registered cluster missing its credentials.
 	secrets := &clusterv1.ClusterSecrets{ClusterId: id, ClusterName: m.Name, Credentials: m.Credentials, AgentTokenSha256: digest}
 	if err := s.putSecrets(ctx, secrets); err != nil {
-		return nil, apierr.Internal(err)
+		return nil, "", apierr.Internal(err)
 	}
 	ev := &clusterv1.ClusterRegistered{
 		Id: id, Name: m.Name, Labels: m.Labels, Claims: m.Claims, Taints: stampTaints(m.Taints, nil),
-		CredentialsFingerprint: fingerprint(m.Credentials),
+		CredentialsFingerprint: fingerprint(m.Credentials), ImportedBy: origin,
 	}
 	seq, err := s.store.Append(ctx, subject, id, events.At(last), ev)
 	if err != nil {
 		s.dropSecrets(secrets)
 		if events.IsConflict(err) {
-			return nil, apierr.AlreadyExists("cluster", m.Name)
+			return nil, "", apierr.AlreadyExists("cluster", m.Name)
 		}
-		return nil, apierr.Internal(err)
+		return nil, "", apierr.Internal(err)
+	}
+	if origin != nil {
+		// Downstream subscribers learn of imports here; the view already knows from the
+		// registration, so a crash before this append loses only the announcement.
+		if seq, err = s.store.Append(ctx, subject, id, events.At(seq), &clusterv1.ClusterImported{Id: id, Name: m.Name, Origin: origin}); err != nil {
+			return nil, "", apierr.Internal(err)
+		}
 	}
 	c, err := s.awaitCluster(ctx, m.Name, seq)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	s.log.Info("cluster registered", zap.String("cluster", m.Name), zap.String("id", id), zap.String("actor", identity.ActorFrom(ctx)))
-	return connect.NewResponse(&clusterv1.RegisterClusterResponse{Cluster: c, AgentToken: token}), nil
+	return c, token, nil
 }
 
 func (s *Service) UpdateCluster(ctx context.Context, req *connect.Request[clusterv1.UpdateClusterRequest]) (*connect.Response[clusterv1.UpdateClusterResponse], error) {

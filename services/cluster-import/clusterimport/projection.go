@@ -80,7 +80,7 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 		return change(func(*clusterv1.Cluster) *clusterv1.Cluster {
 			c := &clusterv1.Cluster{
 				Id: p.Id, Name: p.Name, Labels: p.Labels, Claims: withoutReported(p.Claims), Taints: p.Taints,
-				CreateTime: at,
+				CreateTime: at, ImportedBy: p.ImportedBy,
 				Status: &clusterv1.ClusterStatus{
 					CredentialsSet:         p.CredentialsFingerprint != "",
 					CredentialsFingerprint: p.CredentialsFingerprint,
@@ -167,8 +167,48 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 		}), nil
 	case *clusterv1.ClusterDeregistered:
 		return change(func(*clusterv1.Cluster) *clusterv1.Cluster { return nil }), nil
+	case *clusterv1.ClusterImported:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil || c.Id != p.Id {
+				return c // another cluster of that name since: not its event
+			}
+			c.ImportedBy = p.Origin
+			return c
+		}), nil
+	case *clusterv1.ClusterAdopted:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil || c.Id != p.Id {
+				return c
+			}
+			if !slices.ContainsFunc(c.AdoptedBy, func(o *clusterv1.ImportOrigin) bool { return sameOrigin(o, p.Origin) }) {
+				c.AdoptedBy = append(c.AdoptedBy, p.Origin)
+			}
+			return c
+		}), nil
+	case *clusterv1.ImportedClusterRemoved:
+		return change(func(c *clusterv1.Cluster) *clusterv1.Cluster {
+			if c == nil || c.Id != p.Id {
+				return c
+			}
+			c.AdoptedBy = slices.DeleteFunc(c.AdoptedBy, func(o *clusterv1.ImportOrigin) bool { return sameOrigin(o, p.Origin) })
+			if !p.Adopted && sameOrigin(c.ImportedBy, p.Origin) {
+				c.ImportedBy = nil
+			}
+			return c
+		}), nil
 	}
 	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
+}
+
+// sameOrigin reports whether a and b name the same lifecycle (the source's version aside: it
+// is only how the object was read).
+func sameOrigin(a, b *clusterv1.ImportOrigin) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := a.GetSource(), b.GetSource()
+	return a.Policy == b.Policy && x.GetCluster() == y.GetCluster() && x.GetGroup() == y.GetGroup() &&
+		x.GetResource() == y.GetResource() && x.GetNamespace() == y.GetNamespace() && x.GetName() == y.GetName()
 }
 
 func isSystemTaint(key string) bool { return strings.HasPrefix(key, systemTaintPrefix) }

@@ -65,6 +65,7 @@ func Topology() topology.Topology {
 			bucketConfig(subjects.AgentTokensBucket, "Agent identity by token digest."),
 			bucketConfig(subjects.ClusterStatusBucket, "Latest agent heartbeat per cluster."),
 			bucketConfig(subjects.ImportPolicySourcesBucket, "The import policy of each (cluster, group, resource) source."),
+			bucketConfig(subjects.ImportWatchBucket, "What each inventory cluster's agent reports for import policies, by cluster."),
 		},
 	})
 }
@@ -96,6 +97,8 @@ type Service struct {
 	tokens             jetstream.KeyValue
 	statusKV           jetstream.KeyValue
 	subs               subscriberStore
+	// lifecycles imports clusters from the sources agents report.
+	lifecycles *lifecycles
 
 	ready chan struct{}
 	now   func() time.Time
@@ -143,6 +146,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.subs, err = openSubscribers(ctx, js); err != nil {
 		return nil, err
 	}
+	s.lifecycles = newLifecycles(s)
 	s.status = view.NewCache(s.statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
 	return s, nil
 }
@@ -217,5 +221,6 @@ func (s *Service) run(ctx context.Context) error {
 	})
 	g.Go(func() error { return s.runHeartbeats(ctx) })
 	g.Go(func() error { return s.runLiveness(ctx) })
+	g.Go(func() error { return s.lifecycles.run(ctx) })
 	return g.Wait()
 }

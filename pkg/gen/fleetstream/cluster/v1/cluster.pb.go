@@ -145,7 +145,13 @@ type Cluster struct {
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Stream sequence of the last event applied to this cluster. Pass it as expected_revision to
 	// make an update conditional (optimistic concurrency).
-	Revision      uint64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The import lifecycle that created the cluster; it deregisters the cluster when its source
+	// object or policy goes.
+	ImportedBy *ImportOrigin `protobuf:"bytes,10,opt,name=imported_by,json=importedBy,proto3" json:"imported_by,omitempty"`
+	// Import lifecycles that adopted the cluster (it existed before them); they update its
+	// connection fields but never deregister it.
+	AdoptedBy     []*ImportOrigin `protobuf:"bytes,11,rep,name=adopted_by,json=adoptedBy,proto3" json:"adopted_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +249,159 @@ func (x *Cluster) GetRevision() uint64 {
 	return 0
 }
 
+func (x *Cluster) GetImportedBy() *ImportOrigin {
+	if x != nil {
+		return x.ImportedBy
+	}
+	return nil
+}
+
+func (x *Cluster) GetAdoptedBy() []*ImportOrigin {
+	if x != nil {
+		return x.AdoptedBy
+	}
+	return nil
+}
+
+// ImportOrigin names an import lifecycle: a policy and one of its source objects.
+type ImportOrigin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Source        *ImportSourceRef       `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportOrigin) Reset() {
+	*x = ImportOrigin{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportOrigin) ProtoMessage() {}
+
+func (x *ImportOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportOrigin.ProtoReflect.Descriptor instead.
+func (*ImportOrigin) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ImportOrigin) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ImportOrigin) GetSource() *ImportSourceRef {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+// ImportSourceRef is a source object on the inventory cluster whose agent reports it.
+type ImportSourceRef struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Cluster  string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Group    string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Version  string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Resource string                 `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Empty for a cluster-scoped object.
+	Namespace     string `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSourceRef) Reset() {
+	*x = ImportSourceRef{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSourceRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSourceRef) ProtoMessage() {}
+
+func (x *ImportSourceRef) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSourceRef.ProtoReflect.Descriptor instead.
+func (*ImportSourceRef) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ImportSourceRef) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ImportSourceRef) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ImportSourceRef) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ImportSourceRef) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ImportSourceRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ImportSourceRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type Taint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -255,7 +414,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[1]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +426,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[1]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +439,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Taint) GetKey() string {
@@ -332,7 +491,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[2]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +503,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[2]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +516,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClusterStatus) GetConditions() []*Condition {
@@ -431,7 +590,7 @@ type ClusterResources struct {
 
 func (x *ClusterResources) Reset() {
 	*x = ClusterResources{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +602,7 @@ func (x *ClusterResources) String() string {
 func (*ClusterResources) ProtoMessage() {}
 
 func (x *ClusterResources) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +615,7 @@ func (x *ClusterResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResources.ProtoReflect.Descriptor instead.
 func (*ClusterResources) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterResources) GetAllocatable() map[string]string {
@@ -502,7 +661,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +673,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +686,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Condition) GetType() string {
@@ -582,7 +741,7 @@ type ConnectionCredentials struct {
 
 func (x *ConnectionCredentials) Reset() {
 	*x = ConnectionCredentials{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +753,7 @@ func (x *ConnectionCredentials) String() string {
 func (*ConnectionCredentials) ProtoMessage() {}
 
 func (x *ConnectionCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +766,7 @@ func (x *ConnectionCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionCredentials.ProtoReflect.Descriptor instead.
 func (*ConnectionCredentials) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConnectionCredentials) GetKubeconfig() []byte {
@@ -667,7 +826,7 @@ type NamespaceInventory struct {
 
 func (x *NamespaceInventory) Reset() {
 	*x = NamespaceInventory{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +838,7 @@ func (x *NamespaceInventory) String() string {
 func (*NamespaceInventory) ProtoMessage() {}
 
 func (x *NamespaceInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +851,7 @@ func (x *NamespaceInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceInventory.ProtoReflect.Descriptor instead.
 func (*NamespaceInventory) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NamespaceInventory) GetClusterId() string {
@@ -742,7 +901,7 @@ type InventoryNamespace struct {
 
 func (x *InventoryNamespace) Reset() {
 	*x = InventoryNamespace{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +913,7 @@ func (x *InventoryNamespace) String() string {
 func (*InventoryNamespace) ProtoMessage() {}
 
 func (x *InventoryNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +926,7 @@ func (x *InventoryNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryNamespace.ProtoReflect.Descriptor instead.
 func (*InventoryNamespace) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InventoryNamespace) GetName() string {
@@ -812,7 +971,7 @@ type ClusterSecrets struct {
 
 func (x *ClusterSecrets) Reset() {
 	*x = ClusterSecrets{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +983,7 @@ func (x *ClusterSecrets) String() string {
 func (*ClusterSecrets) ProtoMessage() {}
 
 func (x *ClusterSecrets) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +996,7 @@ func (x *ClusterSecrets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSecrets.ProtoReflect.Descriptor instead.
 func (*ClusterSecrets) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterSecrets) GetClusterId() string {
@@ -893,7 +1052,7 @@ type AgentIdentity struct {
 
 func (x *AgentIdentity) Reset() {
 	*x = AgentIdentity{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1064,7 @@ func (x *AgentIdentity) String() string {
 func (*AgentIdentity) ProtoMessage() {}
 
 func (x *AgentIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1077,7 @@ func (x *AgentIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentIdentity.ProtoReflect.Descriptor instead.
 func (*AgentIdentity) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AgentIdentity) GetClusterId() string {
@@ -951,7 +1110,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1122,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1135,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AgentStatus) GetClusterName() string {
@@ -1025,7 +1184,7 @@ var File_fleetstream_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"$fleetstream/cluster/v1/cluster.proto\x12\x16fleetstream.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x04\n" +
+	"$fleetstream/cluster/v1/cluster.proto\x12\x16fleetstream.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc5\x05\n" +
 	"\aCluster\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12C\n" +
@@ -1037,13 +1196,28 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1a\n" +
-	"\brevision\x18\t \x01(\x04R\brevision\x1a9\n" +
+	"\brevision\x18\t \x01(\x04R\brevision\x12E\n" +
+	"\vimported_by\x18\n" +
+	" \x01(\v2$.fleetstream.cluster.v1.ImportOriginR\n" +
+	"importedBy\x12C\n" +
+	"\n" +
+	"adopted_by\x18\v \x03(\v2$.fleetstream.cluster.v1.ImportOriginR\tadoptedBy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vClaimsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"g\n" +
+	"\fImportOrigin\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12?\n" +
+	"\x06source\x18\x02 \x01(\v2'.fleetstream.cluster.v1.ImportSourceRefR\x06source\"\xa9\x01\n" +
+	"\x0fImportSourceRef\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x1a\n" +
+	"\bresource\x18\x04 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\"\xa7\x01\n" +
 	"\x05Taint\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12;\n" +
@@ -1149,55 +1323,60 @@ func file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_fleetstream_cluster_v1_cluster_proto_goTypes = []any{
 	(TaintEffect)(0),              // 0: fleetstream.cluster.v1.TaintEffect
 	(ConditionStatus)(0),          // 1: fleetstream.cluster.v1.ConditionStatus
 	(*Cluster)(nil),               // 2: fleetstream.cluster.v1.Cluster
-	(*Taint)(nil),                 // 3: fleetstream.cluster.v1.Taint
-	(*ClusterStatus)(nil),         // 4: fleetstream.cluster.v1.ClusterStatus
-	(*ClusterResources)(nil),      // 5: fleetstream.cluster.v1.ClusterResources
-	(*Condition)(nil),             // 6: fleetstream.cluster.v1.Condition
-	(*ConnectionCredentials)(nil), // 7: fleetstream.cluster.v1.ConnectionCredentials
-	(*NamespaceInventory)(nil),    // 8: fleetstream.cluster.v1.NamespaceInventory
-	(*InventoryNamespace)(nil),    // 9: fleetstream.cluster.v1.InventoryNamespace
-	(*ClusterSecrets)(nil),        // 10: fleetstream.cluster.v1.ClusterSecrets
-	(*AgentIdentity)(nil),         // 11: fleetstream.cluster.v1.AgentIdentity
-	(*AgentStatus)(nil),           // 12: fleetstream.cluster.v1.AgentStatus
-	nil,                           // 13: fleetstream.cluster.v1.Cluster.LabelsEntry
-	nil,                           // 14: fleetstream.cluster.v1.Cluster.ClaimsEntry
-	nil,                           // 15: fleetstream.cluster.v1.ClusterResources.AllocatableEntry
-	nil,                           // 16: fleetstream.cluster.v1.ClusterResources.CapacityEntry
-	nil,                           // 17: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*ImportOrigin)(nil),          // 3: fleetstream.cluster.v1.ImportOrigin
+	(*ImportSourceRef)(nil),       // 4: fleetstream.cluster.v1.ImportSourceRef
+	(*Taint)(nil),                 // 5: fleetstream.cluster.v1.Taint
+	(*ClusterStatus)(nil),         // 6: fleetstream.cluster.v1.ClusterStatus
+	(*ClusterResources)(nil),      // 7: fleetstream.cluster.v1.ClusterResources
+	(*Condition)(nil),             // 8: fleetstream.cluster.v1.Condition
+	(*ConnectionCredentials)(nil), // 9: fleetstream.cluster.v1.ConnectionCredentials
+	(*NamespaceInventory)(nil),    // 10: fleetstream.cluster.v1.NamespaceInventory
+	(*InventoryNamespace)(nil),    // 11: fleetstream.cluster.v1.InventoryNamespace
+	(*ClusterSecrets)(nil),        // 12: fleetstream.cluster.v1.ClusterSecrets
+	(*AgentIdentity)(nil),         // 13: fleetstream.cluster.v1.AgentIdentity
+	(*AgentStatus)(nil),           // 14: fleetstream.cluster.v1.AgentStatus
+	nil,                           // 15: fleetstream.cluster.v1.Cluster.LabelsEntry
+	nil,                           // 16: fleetstream.cluster.v1.Cluster.ClaimsEntry
+	nil,                           // 17: fleetstream.cluster.v1.ClusterResources.AllocatableEntry
+	nil,                           // 18: fleetstream.cluster.v1.ClusterResources.CapacityEntry
+	nil,                           // 19: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_fleetstream_cluster_v1_cluster_proto_depIdxs = []int32{
-	13, // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
-	14, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
-	3,  // 2: fleetstream.cluster.v1.Cluster.taints:type_name -> fleetstream.cluster.v1.Taint
-	4,  // 3: fleetstream.cluster.v1.Cluster.status:type_name -> fleetstream.cluster.v1.ClusterStatus
-	18, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	18, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
-	0,  // 6: fleetstream.cluster.v1.Taint.effect:type_name -> fleetstream.cluster.v1.TaintEffect
-	18, // 7: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	6,  // 8: fleetstream.cluster.v1.ClusterStatus.conditions:type_name -> fleetstream.cluster.v1.Condition
-	18, // 9: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
-	5,  // 10: fleetstream.cluster.v1.ClusterStatus.resources:type_name -> fleetstream.cluster.v1.ClusterResources
-	15, // 11: fleetstream.cluster.v1.ClusterResources.allocatable:type_name -> fleetstream.cluster.v1.ClusterResources.AllocatableEntry
-	16, // 12: fleetstream.cluster.v1.ClusterResources.capacity:type_name -> fleetstream.cluster.v1.ClusterResources.CapacityEntry
-	18, // 13: fleetstream.cluster.v1.ClusterResources.report_time:type_name -> google.protobuf.Timestamp
-	1,  // 14: fleetstream.cluster.v1.Condition.status:type_name -> fleetstream.cluster.v1.ConditionStatus
-	18, // 15: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	9,  // 16: fleetstream.cluster.v1.NamespaceInventory.namespaces:type_name -> fleetstream.cluster.v1.InventoryNamespace
-	18, // 17: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
-	17, // 18: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
-	7,  // 19: fleetstream.cluster.v1.ClusterSecrets.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
-	18, // 20: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	15, // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
+	16, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
+	5,  // 2: fleetstream.cluster.v1.Cluster.taints:type_name -> fleetstream.cluster.v1.Taint
+	6,  // 3: fleetstream.cluster.v1.Cluster.status:type_name -> fleetstream.cluster.v1.ClusterStatus
+	20, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	20, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 6: fleetstream.cluster.v1.Cluster.imported_by:type_name -> fleetstream.cluster.v1.ImportOrigin
+	3,  // 7: fleetstream.cluster.v1.Cluster.adopted_by:type_name -> fleetstream.cluster.v1.ImportOrigin
+	4,  // 8: fleetstream.cluster.v1.ImportOrigin.source:type_name -> fleetstream.cluster.v1.ImportSourceRef
+	0,  // 9: fleetstream.cluster.v1.Taint.effect:type_name -> fleetstream.cluster.v1.TaintEffect
+	20, // 10: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	8,  // 11: fleetstream.cluster.v1.ClusterStatus.conditions:type_name -> fleetstream.cluster.v1.Condition
+	20, // 12: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
+	7,  // 13: fleetstream.cluster.v1.ClusterStatus.resources:type_name -> fleetstream.cluster.v1.ClusterResources
+	17, // 14: fleetstream.cluster.v1.ClusterResources.allocatable:type_name -> fleetstream.cluster.v1.ClusterResources.AllocatableEntry
+	18, // 15: fleetstream.cluster.v1.ClusterResources.capacity:type_name -> fleetstream.cluster.v1.ClusterResources.CapacityEntry
+	20, // 16: fleetstream.cluster.v1.ClusterResources.report_time:type_name -> google.protobuf.Timestamp
+	1,  // 17: fleetstream.cluster.v1.Condition.status:type_name -> fleetstream.cluster.v1.ConditionStatus
+	20, // 18: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	11, // 19: fleetstream.cluster.v1.NamespaceInventory.namespaces:type_name -> fleetstream.cluster.v1.InventoryNamespace
+	20, // 20: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
+	19, // 21: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	9,  // 22: fleetstream.cluster.v1.ClusterSecrets.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
+	20, // 23: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_cluster_proto_init() }
@@ -1211,7 +1390,7 @@ func file_fleetstream_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_cluster_proto_rawDesc), len(file_fleetstream_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

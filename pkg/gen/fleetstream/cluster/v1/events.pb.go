@@ -31,8 +31,10 @@ type ClusterRegistered struct {
 	Taints []*Taint               `protobuf:"bytes,5,rep,name=taints,proto3" json:"taints,omitempty"`
 	// Fingerprint of the credentials stored beside the event (never the credentials).
 	CredentialsFingerprint string `protobuf:"bytes,6,opt,name=credentials_fingerprint,json=credentialsFingerprint,proto3" json:"credentials_fingerprint,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Set when an import lifecycle registered the cluster (ClusterImported follows).
+	ImportedBy    *ImportOrigin `protobuf:"bytes,7,opt,name=imported_by,json=importedBy,proto3" json:"imported_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterRegistered) Reset() {
@@ -105,6 +107,13 @@ func (x *ClusterRegistered) GetCredentialsFingerprint() string {
 		return x.CredentialsFingerprint
 	}
 	return ""
+}
+
+func (x *ClusterRegistered) GetImportedBy() *ImportOrigin {
+	if x != nil {
+		return x.ImportedBy
+	}
+	return nil
 }
 
 // ClusterUpdated replaces the fields named in `fields` ("labels", "claims", "taints").
@@ -701,18 +710,226 @@ func (x *ImportPolicyDeleted) GetName() string {
 	return ""
 }
 
+// ClusterImported follows the ClusterRegistered of a cluster an import lifecycle created, on
+// the cluster's subject.
+type ClusterImported struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Origin        *ImportOrigin          `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterImported) Reset() {
+	*x = ClusterImported{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterImported) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterImported) ProtoMessage() {}
+
+func (x *ClusterImported) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterImported.ProtoReflect.Descriptor instead.
+func (*ClusterImported) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ClusterImported) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterImported) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterImported) GetOrigin() *ImportOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+// ClusterAdopted is appended when an import lifecycle renders the name of a cluster that
+// already exists (registered by hand or by another lifecycle): the lifecycle keeps its
+// connection fields up to date and never deregisters it; its labels stay its own.
+type ClusterAdopted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Origin        *ImportOrigin          `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterAdopted) Reset() {
+	*x = ClusterAdopted{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterAdopted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterAdopted) ProtoMessage() {}
+
+func (x *ClusterAdopted) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterAdopted.ProtoReflect.Descriptor instead.
+func (*ClusterAdopted) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ClusterAdopted) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterAdopted) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterAdopted) GetOrigin() *ImportOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+// ImportedClusterRemoved is appended when a lifecycle ends (its source object or policy was
+// deleted, or its name changed). A cluster it created is then deregistered (ClusterDeregistered
+// follows); an adopted one only loses this adopter and stays registered.
+type ImportedClusterRemoved struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Origin *ImportOrigin          `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	// The lifecycle had adopted the cluster, which stays.
+	Adopted bool `protobuf:"varint,4,opt,name=adopted,proto3" json:"adopted,omitempty"`
+	// Why: SourceDeleted, PolicyDeleted, NameChanged.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportedClusterRemoved) Reset() {
+	*x = ImportedClusterRemoved{}
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportedClusterRemoved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportedClusterRemoved) ProtoMessage() {}
+
+func (x *ImportedClusterRemoved) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportedClusterRemoved.ProtoReflect.Descriptor instead.
+func (*ImportedClusterRemoved) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ImportedClusterRemoved) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ImportedClusterRemoved) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ImportedClusterRemoved) GetOrigin() *ImportOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+func (x *ImportedClusterRemoved) GetAdopted() bool {
+	if x != nil {
+		return x.Adopted
+	}
+	return false
+}
+
+func (x *ImportedClusterRemoved) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_fleetstream_cluster_v1_events_proto protoreflect.FileDescriptor
 
 const file_fleetstream_cluster_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"#fleetstream/cluster/v1/events.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a*fleetstream/cluster/v1/import_policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x03\n" +
+	"#fleetstream/cluster/v1/events.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a*fleetstream/cluster/v1/import_policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x04\n" +
 	"\x11ClusterRegistered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12M\n" +
 	"\x06labels\x18\x03 \x03(\v25.fleetstream.cluster.v1.ClusterRegistered.LabelsEntryR\x06labels\x12M\n" +
 	"\x06claims\x18\x04 \x03(\v25.fleetstream.cluster.v1.ClusterRegistered.ClaimsEntryR\x06claims\x125\n" +
 	"\x06taints\x18\x05 \x03(\v2\x1d.fleetstream.cluster.v1.TaintR\x06taints\x127\n" +
-	"\x17credentials_fingerprint\x18\x06 \x01(\tR\x16credentialsFingerprint\x1a9\n" +
+	"\x17credentials_fingerprint\x18\x06 \x01(\tR\x16credentialsFingerprint\x12E\n" +
+	"\vimported_by\x18\a \x01(\v2$.fleetstream.cluster.v1.ImportOriginR\n" +
+	"importedBy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -758,7 +975,21 @@ const file_fleetstream_cluster_v1_events_proto_rawDesc = "" +
 	"\x13ImportPolicyUpdated\x12<\n" +
 	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\")\n" +
 	"\x13ImportPolicyDeleted\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04nameBMZKgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1;clusterv1b\x06proto3"
+	"\x04name\x18\x01 \x01(\tR\x04name\"s\n" +
+	"\x0fClusterImported\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12<\n" +
+	"\x06origin\x18\x03 \x01(\v2$.fleetstream.cluster.v1.ImportOriginR\x06origin\"r\n" +
+	"\x0eClusterAdopted\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12<\n" +
+	"\x06origin\x18\x03 \x01(\v2$.fleetstream.cluster.v1.ImportOriginR\x06origin\"\xac\x01\n" +
+	"\x16ImportedClusterRemoved\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12<\n" +
+	"\x06origin\x18\x03 \x01(\v2$.fleetstream.cluster.v1.ImportOriginR\x06origin\x12\x18\n" +
+	"\aadopted\x18\x04 \x01(\bR\aadopted\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reasonBMZKgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_fleetstream_cluster_v1_events_proto_rawDescOnce sync.Once
@@ -772,7 +1003,7 @@ func file_fleetstream_cluster_v1_events_proto_rawDescGZIP() []byte {
 	return file_fleetstream_cluster_v1_events_proto_rawDescData
 }
 
-var file_fleetstream_cluster_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_fleetstream_cluster_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_fleetstream_cluster_v1_events_proto_goTypes = []any{
 	(*ClusterRegistered)(nil),         // 0: fleetstream.cluster.v1.ClusterRegistered
 	(*ClusterUpdated)(nil),            // 1: fleetstream.cluster.v1.ClusterUpdated
@@ -786,33 +1017,41 @@ var file_fleetstream_cluster_v1_events_proto_goTypes = []any{
 	(*ImportPolicyCreated)(nil),       // 9: fleetstream.cluster.v1.ImportPolicyCreated
 	(*ImportPolicyUpdated)(nil),       // 10: fleetstream.cluster.v1.ImportPolicyUpdated
 	(*ImportPolicyDeleted)(nil),       // 11: fleetstream.cluster.v1.ImportPolicyDeleted
-	nil,                               // 12: fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
-	nil,                               // 13: fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
-	nil,                               // 14: fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
-	nil,                               // 15: fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
-	(*Taint)(nil),                     // 16: fleetstream.cluster.v1.Taint
-	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
-	(*ClusterResources)(nil),          // 18: fleetstream.cluster.v1.ClusterResources
-	(*ImportPolicy)(nil),              // 19: fleetstream.cluster.v1.ImportPolicy
+	(*ClusterImported)(nil),           // 12: fleetstream.cluster.v1.ClusterImported
+	(*ClusterAdopted)(nil),            // 13: fleetstream.cluster.v1.ClusterAdopted
+	(*ImportedClusterRemoved)(nil),    // 14: fleetstream.cluster.v1.ImportedClusterRemoved
+	nil,                               // 15: fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
+	nil,                               // 16: fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
+	nil,                               // 17: fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
+	nil,                               // 18: fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
+	(*Taint)(nil),                     // 19: fleetstream.cluster.v1.Taint
+	(*ImportOrigin)(nil),              // 20: fleetstream.cluster.v1.ImportOrigin
+	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
+	(*ClusterResources)(nil),          // 22: fleetstream.cluster.v1.ClusterResources
+	(*ImportPolicy)(nil),              // 23: fleetstream.cluster.v1.ImportPolicy
 }
 var file_fleetstream_cluster_v1_events_proto_depIdxs = []int32{
-	12, // 0: fleetstream.cluster.v1.ClusterRegistered.labels:type_name -> fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
-	13, // 1: fleetstream.cluster.v1.ClusterRegistered.claims:type_name -> fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
-	16, // 2: fleetstream.cluster.v1.ClusterRegistered.taints:type_name -> fleetstream.cluster.v1.Taint
-	14, // 3: fleetstream.cluster.v1.ClusterUpdated.labels:type_name -> fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
-	15, // 4: fleetstream.cluster.v1.ClusterUpdated.claims:type_name -> fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
-	16, // 5: fleetstream.cluster.v1.ClusterUpdated.taints:type_name -> fleetstream.cluster.v1.Taint
-	17, // 6: fleetstream.cluster.v1.ClusterAgentConnected.time:type_name -> google.protobuf.Timestamp
-	18, // 7: fleetstream.cluster.v1.ClusterResourcesReported.resources:type_name -> fleetstream.cluster.v1.ClusterResources
-	17, // 8: fleetstream.cluster.v1.ClusterAgentLost.last_seen:type_name -> google.protobuf.Timestamp
-	17, // 9: fleetstream.cluster.v1.ClusterAgentLost.time:type_name -> google.protobuf.Timestamp
-	19, // 10: fleetstream.cluster.v1.ImportPolicyCreated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	19, // 11: fleetstream.cluster.v1.ImportPolicyUpdated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 0: fleetstream.cluster.v1.ClusterRegistered.labels:type_name -> fleetstream.cluster.v1.ClusterRegistered.LabelsEntry
+	16, // 1: fleetstream.cluster.v1.ClusterRegistered.claims:type_name -> fleetstream.cluster.v1.ClusterRegistered.ClaimsEntry
+	19, // 2: fleetstream.cluster.v1.ClusterRegistered.taints:type_name -> fleetstream.cluster.v1.Taint
+	20, // 3: fleetstream.cluster.v1.ClusterRegistered.imported_by:type_name -> fleetstream.cluster.v1.ImportOrigin
+	17, // 4: fleetstream.cluster.v1.ClusterUpdated.labels:type_name -> fleetstream.cluster.v1.ClusterUpdated.LabelsEntry
+	18, // 5: fleetstream.cluster.v1.ClusterUpdated.claims:type_name -> fleetstream.cluster.v1.ClusterUpdated.ClaimsEntry
+	19, // 6: fleetstream.cluster.v1.ClusterUpdated.taints:type_name -> fleetstream.cluster.v1.Taint
+	21, // 7: fleetstream.cluster.v1.ClusterAgentConnected.time:type_name -> google.protobuf.Timestamp
+	22, // 8: fleetstream.cluster.v1.ClusterResourcesReported.resources:type_name -> fleetstream.cluster.v1.ClusterResources
+	21, // 9: fleetstream.cluster.v1.ClusterAgentLost.last_seen:type_name -> google.protobuf.Timestamp
+	21, // 10: fleetstream.cluster.v1.ClusterAgentLost.time:type_name -> google.protobuf.Timestamp
+	23, // 11: fleetstream.cluster.v1.ImportPolicyCreated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	23, // 12: fleetstream.cluster.v1.ImportPolicyUpdated.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	20, // 13: fleetstream.cluster.v1.ClusterImported.origin:type_name -> fleetstream.cluster.v1.ImportOrigin
+	20, // 14: fleetstream.cluster.v1.ClusterAdopted.origin:type_name -> fleetstream.cluster.v1.ImportOrigin
+	20, // 15: fleetstream.cluster.v1.ImportedClusterRemoved.origin:type_name -> fleetstream.cluster.v1.ImportOrigin
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_events_proto_init() }
@@ -828,7 +1067,7 @@ func file_fleetstream_cluster_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_events_proto_rawDesc), len(file_fleetstream_cluster_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

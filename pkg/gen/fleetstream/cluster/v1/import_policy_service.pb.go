@@ -9,6 +9,7 @@ package clusterv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -20,6 +21,249 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type ImportMode int32
+
+const (
+	ImportMode_IMPORT_MODE_UNSPECIFIED ImportMode = 0
+	// The lifecycle registered the cluster and deregisters it when it ends.
+	ImportMode_IMPORT_MODE_CREATED ImportMode = 1
+	// The cluster existed before; the lifecycle never deregisters it.
+	ImportMode_IMPORT_MODE_ADOPTED ImportMode = 2
+)
+
+// Enum value maps for ImportMode.
+var (
+	ImportMode_name = map[int32]string{
+		0: "IMPORT_MODE_UNSPECIFIED",
+		1: "IMPORT_MODE_CREATED",
+		2: "IMPORT_MODE_ADOPTED",
+	}
+	ImportMode_value = map[string]int32{
+		"IMPORT_MODE_UNSPECIFIED": 0,
+		"IMPORT_MODE_CREATED":     1,
+		"IMPORT_MODE_ADOPTED":     2,
+	}
+)
+
+func (x ImportMode) Enum() *ImportMode {
+	p := new(ImportMode)
+	*p = x
+	return p
+}
+
+func (x ImportMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_fleetstream_cluster_v1_import_policy_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ImportMode) Type() protoreflect.EnumType {
+	return &file_fleetstream_cluster_v1_import_policy_service_proto_enumTypes[0]
+}
+
+func (x ImportMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImportMode.Descriptor instead.
+func (ImportMode) EnumDescriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{0}
+}
+
+type ListImportLifecyclesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListImportLifecyclesRequest) Reset() {
+	*x = ListImportLifecyclesRequest{}
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListImportLifecyclesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListImportLifecyclesRequest) ProtoMessage() {}
+
+func (x *ListImportLifecyclesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListImportLifecyclesRequest.ProtoReflect.Descriptor instead.
+func (*ListImportLifecyclesRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListImportLifecyclesRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+type ListImportLifecyclesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lifecycles    []*ImportLifecycle     `protobuf:"bytes,1,rep,name=lifecycles,proto3" json:"lifecycles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListImportLifecyclesResponse) Reset() {
+	*x = ListImportLifecyclesResponse{}
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListImportLifecyclesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListImportLifecyclesResponse) ProtoMessage() {}
+
+func (x *ListImportLifecyclesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListImportLifecyclesResponse.ProtoReflect.Descriptor instead.
+func (*ListImportLifecyclesResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListImportLifecyclesResponse) GetLifecycles() []*ImportLifecycle {
+	if x != nil {
+		return x.Lifecycles
+	}
+	return nil
+}
+
+// ImportLifecycle is one (policy, source object) pair as cluster-import last reconciled it.
+type ImportLifecycle struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Source *ImportSourceRef       `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// The rendered name (empty when the name did not render).
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The cluster created or adopted, if any, and which of the two.
+	Cluster   string     `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ClusterId string     `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Mode      ImportMode `protobuf:"varint,6,opt,name=mode,proto3,enum=fleetstream.cluster.v1.ImportMode" json:"mode,omitempty"`
+	// SourceValid, ReferencesResolved, Rendered, Created, Adopted.
+	Conditions     []*Condition           `protobuf:"bytes,7,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	LastRenderTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_render_time,json=lastRenderTime,proto3" json:"last_render_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ImportLifecycle) Reset() {
+	*x = ImportLifecycle{}
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportLifecycle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportLifecycle) ProtoMessage() {}
+
+func (x *ImportLifecycle) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportLifecycle.ProtoReflect.Descriptor instead.
+func (*ImportLifecycle) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ImportLifecycle) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ImportLifecycle) GetSource() *ImportSourceRef {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *ImportLifecycle) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ImportLifecycle) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ImportLifecycle) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ImportLifecycle) GetMode() ImportMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ImportMode_IMPORT_MODE_UNSPECIFIED
+}
+
+func (x *ImportLifecycle) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *ImportLifecycle) GetLastRenderTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastRenderTime
+	}
+	return nil
+}
 
 type PreviewImportPolicyRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -34,7 +278,7 @@ type PreviewImportPolicyRequest struct {
 
 func (x *PreviewImportPolicyRequest) Reset() {
 	*x = PreviewImportPolicyRequest{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[0]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +290,7 @@ func (x *PreviewImportPolicyRequest) String() string {
 func (*PreviewImportPolicyRequest) ProtoMessage() {}
 
 func (x *PreviewImportPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[0]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +303,7 @@ func (x *PreviewImportPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewImportPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PreviewImportPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{0}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PreviewImportPolicyRequest) GetPolicy() *ImportPolicy {
@@ -102,7 +346,7 @@ type PreviewImportPolicyResponse struct {
 
 func (x *PreviewImportPolicyResponse) Reset() {
 	*x = PreviewImportPolicyResponse{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[1]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -114,7 +358,7 @@ func (x *PreviewImportPolicyResponse) String() string {
 func (*PreviewImportPolicyResponse) ProtoMessage() {}
 
 func (x *PreviewImportPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[1]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -127,7 +371,7 @@ func (x *PreviewImportPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewImportPolicyResponse.ProtoReflect.Descriptor instead.
 func (*PreviewImportPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{1}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PreviewImportPolicyResponse) GetName() string {
@@ -186,7 +430,7 @@ type PreviewCluster struct {
 
 func (x *PreviewCluster) Reset() {
 	*x = PreviewCluster{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[2]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +442,7 @@ func (x *PreviewCluster) String() string {
 func (*PreviewCluster) ProtoMessage() {}
 
 func (x *PreviewCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[2]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +455,7 @@ func (x *PreviewCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewCluster.ProtoReflect.Descriptor instead.
 func (*PreviewCluster) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{2}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PreviewCluster) GetLabels() map[string]string {
@@ -263,7 +507,7 @@ type ImportTarget struct {
 
 func (x *ImportTarget) Reset() {
 	*x = ImportTarget{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[3]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +519,7 @@ func (x *ImportTarget) String() string {
 func (*ImportTarget) ProtoMessage() {}
 
 func (x *ImportTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[3]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +532,7 @@ func (x *ImportTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportTarget.ProtoReflect.Descriptor instead.
 func (*ImportTarget) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{3}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ImportTarget) GetKey() string {
@@ -345,7 +589,7 @@ type ImportFieldError struct {
 
 func (x *ImportFieldError) Reset() {
 	*x = ImportFieldError{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[4]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +601,7 @@ func (x *ImportFieldError) String() string {
 func (*ImportFieldError) ProtoMessage() {}
 
 func (x *ImportFieldError) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[4]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +614,7 @@ func (x *ImportFieldError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportFieldError.ProtoReflect.Descriptor instead.
 func (*ImportFieldError) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{4}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ImportFieldError) GetField() string {
@@ -403,7 +647,7 @@ type CreateImportPolicyRequest struct {
 
 func (x *CreateImportPolicyRequest) Reset() {
 	*x = CreateImportPolicyRequest{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +659,7 @@ func (x *CreateImportPolicyRequest) String() string {
 func (*CreateImportPolicyRequest) ProtoMessage() {}
 
 func (x *CreateImportPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[5]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +672,7 @@ func (x *CreateImportPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateImportPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CreateImportPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateImportPolicyRequest) GetPolicy() *ImportPolicy {
@@ -447,7 +691,7 @@ type CreateImportPolicyResponse struct {
 
 func (x *CreateImportPolicyResponse) Reset() {
 	*x = CreateImportPolicyResponse{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +703,7 @@ func (x *CreateImportPolicyResponse) String() string {
 func (*CreateImportPolicyResponse) ProtoMessage() {}
 
 func (x *CreateImportPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[6]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +716,7 @@ func (x *CreateImportPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateImportPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CreateImportPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{6}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateImportPolicyResponse) GetPolicy() *ImportPolicy {
@@ -494,7 +738,7 @@ type UpdateImportPolicyRequest struct {
 
 func (x *UpdateImportPolicyRequest) Reset() {
 	*x = UpdateImportPolicyRequest{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +750,7 @@ func (x *UpdateImportPolicyRequest) String() string {
 func (*UpdateImportPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateImportPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[7]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +763,7 @@ func (x *UpdateImportPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateImportPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateImportPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{7}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateImportPolicyRequest) GetPolicy() *ImportPolicy {
@@ -545,7 +789,7 @@ type UpdateImportPolicyResponse struct {
 
 func (x *UpdateImportPolicyResponse) Reset() {
 	*x = UpdateImportPolicyResponse{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +801,7 @@ func (x *UpdateImportPolicyResponse) String() string {
 func (*UpdateImportPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateImportPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[8]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +814,7 @@ func (x *UpdateImportPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateImportPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateImportPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{8}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateImportPolicyResponse) GetPolicy() *ImportPolicy {
@@ -590,7 +834,7 @@ type DeleteImportPolicyRequest struct {
 
 func (x *DeleteImportPolicyRequest) Reset() {
 	*x = DeleteImportPolicyRequest{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +846,7 @@ func (x *DeleteImportPolicyRequest) String() string {
 func (*DeleteImportPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteImportPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[9]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +859,7 @@ func (x *DeleteImportPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteImportPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteImportPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{9}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteImportPolicyRequest) GetName() string {
@@ -640,7 +884,7 @@ type DeleteImportPolicyResponse struct {
 
 func (x *DeleteImportPolicyResponse) Reset() {
 	*x = DeleteImportPolicyResponse{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[10]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +896,7 @@ func (x *DeleteImportPolicyResponse) String() string {
 func (*DeleteImportPolicyResponse) ProtoMessage() {}
 
 func (x *DeleteImportPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[10]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +909,7 @@ func (x *DeleteImportPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteImportPolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteImportPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{10}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{13}
 }
 
 type GetImportPolicyRequest struct {
@@ -677,7 +921,7 @@ type GetImportPolicyRequest struct {
 
 func (x *GetImportPolicyRequest) Reset() {
 	*x = GetImportPolicyRequest{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[11]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +933,7 @@ func (x *GetImportPolicyRequest) String() string {
 func (*GetImportPolicyRequest) ProtoMessage() {}
 
 func (x *GetImportPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[11]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +946,7 @@ func (x *GetImportPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImportPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetImportPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{11}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetImportPolicyRequest) GetName() string {
@@ -721,7 +965,7 @@ type GetImportPolicyResponse struct {
 
 func (x *GetImportPolicyResponse) Reset() {
 	*x = GetImportPolicyResponse{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[12]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +977,7 @@ func (x *GetImportPolicyResponse) String() string {
 func (*GetImportPolicyResponse) ProtoMessage() {}
 
 func (x *GetImportPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[12]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +990,7 @@ func (x *GetImportPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImportPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetImportPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{12}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetImportPolicyResponse) GetPolicy() *ImportPolicy {
@@ -764,7 +1008,7 @@ type ListImportPoliciesRequest struct {
 
 func (x *ListImportPoliciesRequest) Reset() {
 	*x = ListImportPoliciesRequest{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[13]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +1020,7 @@ func (x *ListImportPoliciesRequest) String() string {
 func (*ListImportPoliciesRequest) ProtoMessage() {}
 
 func (x *ListImportPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[13]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +1033,7 @@ func (x *ListImportPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImportPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListImportPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{13}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{16}
 }
 
 type ListImportPoliciesResponse struct {
@@ -801,7 +1045,7 @@ type ListImportPoliciesResponse struct {
 
 func (x *ListImportPoliciesResponse) Reset() {
 	*x = ListImportPoliciesResponse{}
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[14]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +1057,7 @@ func (x *ListImportPoliciesResponse) String() string {
 func (*ListImportPoliciesResponse) ProtoMessage() {}
 
 func (x *ListImportPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[14]
+	mi := &file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +1070,7 @@ func (x *ListImportPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImportPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListImportPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{14}
+	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListImportPoliciesResponse) GetPolicies() []*ImportPolicy {
@@ -840,7 +1084,25 @@ var File_fleetstream_cluster_v1_import_policy_service_proto protoreflect.FileDes
 
 const file_fleetstream_cluster_v1_import_policy_service_proto_rawDesc = "" +
 	"\n" +
-	"2fleetstream/cluster/v1/import_policy_service.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a*fleetstream/cluster/v1/import_policy.proto\"\xa2\x02\n" +
+	"2fleetstream/cluster/v1/import_policy_service.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a*fleetstream/cluster/v1/import_policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n" +
+	"\x1bListImportLifecyclesRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\"g\n" +
+	"\x1cListImportLifecyclesResponse\x12G\n" +
+	"\n" +
+	"lifecycles\x18\x01 \x03(\v2'.fleetstream.cluster.v1.ImportLifecycleR\n" +
+	"lifecycles\"\xf8\x02\n" +
+	"\x0fImportLifecycle\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12?\n" +
+	"\x06source\x18\x02 \x01(\v2'.fleetstream.cluster.v1.ImportSourceRefR\x06source\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\acluster\x18\x04 \x01(\tR\acluster\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\x126\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\".fleetstream.cluster.v1.ImportModeR\x04mode\x12A\n" +
+	"\n" +
+	"conditions\x18\a \x03(\v2!.fleetstream.cluster.v1.ConditionR\n" +
+	"conditions\x12D\n" +
+	"\x10last_render_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0elastRenderTime\"\xa2\x02\n" +
 	"\x1aPreviewImportPolicyRequest\x12<\n" +
 	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\x12#\n" +
 	"\rsource_object\x18\x02 \x01(\tR\fsourceObject\x12b\n" +
@@ -903,14 +1165,20 @@ const file_fleetstream_cluster_v1_import_policy_service_proto_rawDesc = "" +
 	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\"\x1b\n" +
 	"\x19ListImportPoliciesRequest\"^\n" +
 	"\x1aListImportPoliciesResponse\x12@\n" +
-	"\bpolicies\x18\x01 \x03(\v2$.fleetstream.cluster.v1.ImportPolicyR\bpolicies2\x8e\x06\n" +
+	"\bpolicies\x18\x01 \x03(\v2$.fleetstream.cluster.v1.ImportPolicyR\bpolicies*[\n" +
+	"\n" +
+	"ImportMode\x12\x1b\n" +
+	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13IMPORT_MODE_CREATED\x10\x01\x12\x17\n" +
+	"\x13IMPORT_MODE_ADOPTED\x10\x022\x97\a\n" +
 	"\x13ImportPolicyService\x12{\n" +
 	"\x12CreateImportPolicy\x121.fleetstream.cluster.v1.CreateImportPolicyRequest\x1a2.fleetstream.cluster.v1.CreateImportPolicyResponse\x12{\n" +
 	"\x12UpdateImportPolicy\x121.fleetstream.cluster.v1.UpdateImportPolicyRequest\x1a2.fleetstream.cluster.v1.UpdateImportPolicyResponse\x12{\n" +
 	"\x12DeleteImportPolicy\x121.fleetstream.cluster.v1.DeleteImportPolicyRequest\x1a2.fleetstream.cluster.v1.DeleteImportPolicyResponse\x12w\n" +
 	"\x0fGetImportPolicy\x12..fleetstream.cluster.v1.GetImportPolicyRequest\x1a/.fleetstream.cluster.v1.GetImportPolicyResponse\"\x03\x90\x02\x01\x12\x80\x01\n" +
 	"\x12ListImportPolicies\x121.fleetstream.cluster.v1.ListImportPoliciesRequest\x1a2.fleetstream.cluster.v1.ListImportPoliciesResponse\"\x03\x90\x02\x01\x12\x83\x01\n" +
-	"\x13PreviewImportPolicy\x122.fleetstream.cluster.v1.PreviewImportPolicyRequest\x1a3.fleetstream.cluster.v1.PreviewImportPolicyResponse\"\x03\x90\x02\x01BMZKgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1;clusterv1b\x06proto3"
+	"\x13PreviewImportPolicy\x122.fleetstream.cluster.v1.PreviewImportPolicyRequest\x1a3.fleetstream.cluster.v1.PreviewImportPolicyResponse\"\x03\x90\x02\x01\x12\x86\x01\n" +
+	"\x14ListImportLifecycles\x123.fleetstream.cluster.v1.ListImportLifecyclesRequest\x1a4.fleetstream.cluster.v1.ListImportLifecyclesResponse\"\x03\x90\x02\x01BMZKgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_fleetstream_cluster_v1_import_policy_service_proto_rawDescOnce sync.Once
@@ -924,63 +1192,77 @@ func file_fleetstream_cluster_v1_import_policy_service_proto_rawDescGZIP() []byt
 	return file_fleetstream_cluster_v1_import_policy_service_proto_rawDescData
 }
 
-var file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_fleetstream_cluster_v1_import_policy_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_fleetstream_cluster_v1_import_policy_service_proto_goTypes = []any{
-	(*PreviewImportPolicyRequest)(nil),  // 0: fleetstream.cluster.v1.PreviewImportPolicyRequest
-	(*PreviewImportPolicyResponse)(nil), // 1: fleetstream.cluster.v1.PreviewImportPolicyResponse
-	(*PreviewCluster)(nil),              // 2: fleetstream.cluster.v1.PreviewCluster
-	(*ImportTarget)(nil),                // 3: fleetstream.cluster.v1.ImportTarget
-	(*ImportFieldError)(nil),            // 4: fleetstream.cluster.v1.ImportFieldError
-	(*CreateImportPolicyRequest)(nil),   // 5: fleetstream.cluster.v1.CreateImportPolicyRequest
-	(*CreateImportPolicyResponse)(nil),  // 6: fleetstream.cluster.v1.CreateImportPolicyResponse
-	(*UpdateImportPolicyRequest)(nil),   // 7: fleetstream.cluster.v1.UpdateImportPolicyRequest
-	(*UpdateImportPolicyResponse)(nil),  // 8: fleetstream.cluster.v1.UpdateImportPolicyResponse
-	(*DeleteImportPolicyRequest)(nil),   // 9: fleetstream.cluster.v1.DeleteImportPolicyRequest
-	(*DeleteImportPolicyResponse)(nil),  // 10: fleetstream.cluster.v1.DeleteImportPolicyResponse
-	(*GetImportPolicyRequest)(nil),      // 11: fleetstream.cluster.v1.GetImportPolicyRequest
-	(*GetImportPolicyResponse)(nil),     // 12: fleetstream.cluster.v1.GetImportPolicyResponse
-	(*ListImportPoliciesRequest)(nil),   // 13: fleetstream.cluster.v1.ListImportPoliciesRequest
-	(*ListImportPoliciesResponse)(nil),  // 14: fleetstream.cluster.v1.ListImportPoliciesResponse
-	nil,                                 // 15: fleetstream.cluster.v1.PreviewImportPolicyRequest.ReferencesEntry
-	nil,                                 // 16: fleetstream.cluster.v1.PreviewCluster.LabelsEntry
-	nil,                                 // 17: fleetstream.cluster.v1.PreviewCluster.ClaimsEntry
-	(*ImportPolicy)(nil),                // 18: fleetstream.cluster.v1.ImportPolicy
-	(*Condition)(nil),                   // 19: fleetstream.cluster.v1.Condition
-	(*Taint)(nil),                       // 20: fleetstream.cluster.v1.Taint
+	(ImportMode)(0),                      // 0: fleetstream.cluster.v1.ImportMode
+	(*ListImportLifecyclesRequest)(nil),  // 1: fleetstream.cluster.v1.ListImportLifecyclesRequest
+	(*ListImportLifecyclesResponse)(nil), // 2: fleetstream.cluster.v1.ListImportLifecyclesResponse
+	(*ImportLifecycle)(nil),              // 3: fleetstream.cluster.v1.ImportLifecycle
+	(*PreviewImportPolicyRequest)(nil),   // 4: fleetstream.cluster.v1.PreviewImportPolicyRequest
+	(*PreviewImportPolicyResponse)(nil),  // 5: fleetstream.cluster.v1.PreviewImportPolicyResponse
+	(*PreviewCluster)(nil),               // 6: fleetstream.cluster.v1.PreviewCluster
+	(*ImportTarget)(nil),                 // 7: fleetstream.cluster.v1.ImportTarget
+	(*ImportFieldError)(nil),             // 8: fleetstream.cluster.v1.ImportFieldError
+	(*CreateImportPolicyRequest)(nil),    // 9: fleetstream.cluster.v1.CreateImportPolicyRequest
+	(*CreateImportPolicyResponse)(nil),   // 10: fleetstream.cluster.v1.CreateImportPolicyResponse
+	(*UpdateImportPolicyRequest)(nil),    // 11: fleetstream.cluster.v1.UpdateImportPolicyRequest
+	(*UpdateImportPolicyResponse)(nil),   // 12: fleetstream.cluster.v1.UpdateImportPolicyResponse
+	(*DeleteImportPolicyRequest)(nil),    // 13: fleetstream.cluster.v1.DeleteImportPolicyRequest
+	(*DeleteImportPolicyResponse)(nil),   // 14: fleetstream.cluster.v1.DeleteImportPolicyResponse
+	(*GetImportPolicyRequest)(nil),       // 15: fleetstream.cluster.v1.GetImportPolicyRequest
+	(*GetImportPolicyResponse)(nil),      // 16: fleetstream.cluster.v1.GetImportPolicyResponse
+	(*ListImportPoliciesRequest)(nil),    // 17: fleetstream.cluster.v1.ListImportPoliciesRequest
+	(*ListImportPoliciesResponse)(nil),   // 18: fleetstream.cluster.v1.ListImportPoliciesResponse
+	nil,                                  // 19: fleetstream.cluster.v1.PreviewImportPolicyRequest.ReferencesEntry
+	nil,                                  // 20: fleetstream.cluster.v1.PreviewCluster.LabelsEntry
+	nil,                                  // 21: fleetstream.cluster.v1.PreviewCluster.ClaimsEntry
+	(*ImportSourceRef)(nil),              // 22: fleetstream.cluster.v1.ImportSourceRef
+	(*Condition)(nil),                    // 23: fleetstream.cluster.v1.Condition
+	(*timestamppb.Timestamp)(nil),        // 24: google.protobuf.Timestamp
+	(*ImportPolicy)(nil),                 // 25: fleetstream.cluster.v1.ImportPolicy
+	(*Taint)(nil),                        // 26: fleetstream.cluster.v1.Taint
 }
 var file_fleetstream_cluster_v1_import_policy_service_proto_depIdxs = []int32{
-	18, // 0: fleetstream.cluster.v1.PreviewImportPolicyRequest.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	15, // 1: fleetstream.cluster.v1.PreviewImportPolicyRequest.references:type_name -> fleetstream.cluster.v1.PreviewImportPolicyRequest.ReferencesEntry
-	2,  // 2: fleetstream.cluster.v1.PreviewImportPolicyResponse.cluster:type_name -> fleetstream.cluster.v1.PreviewCluster
-	3,  // 3: fleetstream.cluster.v1.PreviewImportPolicyResponse.references:type_name -> fleetstream.cluster.v1.ImportTarget
-	4,  // 4: fleetstream.cluster.v1.PreviewImportPolicyResponse.errors:type_name -> fleetstream.cluster.v1.ImportFieldError
-	19, // 5: fleetstream.cluster.v1.PreviewImportPolicyResponse.conditions:type_name -> fleetstream.cluster.v1.Condition
-	16, // 6: fleetstream.cluster.v1.PreviewCluster.labels:type_name -> fleetstream.cluster.v1.PreviewCluster.LabelsEntry
-	17, // 7: fleetstream.cluster.v1.PreviewCluster.claims:type_name -> fleetstream.cluster.v1.PreviewCluster.ClaimsEntry
-	20, // 8: fleetstream.cluster.v1.PreviewCluster.taints:type_name -> fleetstream.cluster.v1.Taint
-	18, // 9: fleetstream.cluster.v1.CreateImportPolicyRequest.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	18, // 10: fleetstream.cluster.v1.CreateImportPolicyResponse.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	18, // 11: fleetstream.cluster.v1.UpdateImportPolicyRequest.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	18, // 12: fleetstream.cluster.v1.UpdateImportPolicyResponse.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	18, // 13: fleetstream.cluster.v1.GetImportPolicyResponse.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
-	18, // 14: fleetstream.cluster.v1.ListImportPoliciesResponse.policies:type_name -> fleetstream.cluster.v1.ImportPolicy
-	5,  // 15: fleetstream.cluster.v1.ImportPolicyService.CreateImportPolicy:input_type -> fleetstream.cluster.v1.CreateImportPolicyRequest
-	7,  // 16: fleetstream.cluster.v1.ImportPolicyService.UpdateImportPolicy:input_type -> fleetstream.cluster.v1.UpdateImportPolicyRequest
-	9,  // 17: fleetstream.cluster.v1.ImportPolicyService.DeleteImportPolicy:input_type -> fleetstream.cluster.v1.DeleteImportPolicyRequest
-	11, // 18: fleetstream.cluster.v1.ImportPolicyService.GetImportPolicy:input_type -> fleetstream.cluster.v1.GetImportPolicyRequest
-	13, // 19: fleetstream.cluster.v1.ImportPolicyService.ListImportPolicies:input_type -> fleetstream.cluster.v1.ListImportPoliciesRequest
-	0,  // 20: fleetstream.cluster.v1.ImportPolicyService.PreviewImportPolicy:input_type -> fleetstream.cluster.v1.PreviewImportPolicyRequest
-	6,  // 21: fleetstream.cluster.v1.ImportPolicyService.CreateImportPolicy:output_type -> fleetstream.cluster.v1.CreateImportPolicyResponse
-	8,  // 22: fleetstream.cluster.v1.ImportPolicyService.UpdateImportPolicy:output_type -> fleetstream.cluster.v1.UpdateImportPolicyResponse
-	10, // 23: fleetstream.cluster.v1.ImportPolicyService.DeleteImportPolicy:output_type -> fleetstream.cluster.v1.DeleteImportPolicyResponse
-	12, // 24: fleetstream.cluster.v1.ImportPolicyService.GetImportPolicy:output_type -> fleetstream.cluster.v1.GetImportPolicyResponse
-	14, // 25: fleetstream.cluster.v1.ImportPolicyService.ListImportPolicies:output_type -> fleetstream.cluster.v1.ListImportPoliciesResponse
-	1,  // 26: fleetstream.cluster.v1.ImportPolicyService.PreviewImportPolicy:output_type -> fleetstream.cluster.v1.PreviewImportPolicyResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	3,  // 0: fleetstream.cluster.v1.ListImportLifecyclesResponse.lifecycles:type_name -> fleetstream.cluster.v1.ImportLifecycle
+	22, // 1: fleetstream.cluster.v1.ImportLifecycle.source:type_name -> fleetstream.cluster.v1.ImportSourceRef
+	0,  // 2: fleetstream.cluster.v1.ImportLifecycle.mode:type_name -> fleetstream.cluster.v1.ImportMode
+	23, // 3: fleetstream.cluster.v1.ImportLifecycle.conditions:type_name -> fleetstream.cluster.v1.Condition
+	24, // 4: fleetstream.cluster.v1.ImportLifecycle.last_render_time:type_name -> google.protobuf.Timestamp
+	25, // 5: fleetstream.cluster.v1.PreviewImportPolicyRequest.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	19, // 6: fleetstream.cluster.v1.PreviewImportPolicyRequest.references:type_name -> fleetstream.cluster.v1.PreviewImportPolicyRequest.ReferencesEntry
+	6,  // 7: fleetstream.cluster.v1.PreviewImportPolicyResponse.cluster:type_name -> fleetstream.cluster.v1.PreviewCluster
+	7,  // 8: fleetstream.cluster.v1.PreviewImportPolicyResponse.references:type_name -> fleetstream.cluster.v1.ImportTarget
+	8,  // 9: fleetstream.cluster.v1.PreviewImportPolicyResponse.errors:type_name -> fleetstream.cluster.v1.ImportFieldError
+	23, // 10: fleetstream.cluster.v1.PreviewImportPolicyResponse.conditions:type_name -> fleetstream.cluster.v1.Condition
+	20, // 11: fleetstream.cluster.v1.PreviewCluster.labels:type_name -> fleetstream.cluster.v1.PreviewCluster.LabelsEntry
+	21, // 12: fleetstream.cluster.v1.PreviewCluster.claims:type_name -> fleetstream.cluster.v1.PreviewCluster.ClaimsEntry
+	26, // 13: fleetstream.cluster.v1.PreviewCluster.taints:type_name -> fleetstream.cluster.v1.Taint
+	25, // 14: fleetstream.cluster.v1.CreateImportPolicyRequest.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	25, // 15: fleetstream.cluster.v1.CreateImportPolicyResponse.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	25, // 16: fleetstream.cluster.v1.UpdateImportPolicyRequest.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	25, // 17: fleetstream.cluster.v1.UpdateImportPolicyResponse.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	25, // 18: fleetstream.cluster.v1.GetImportPolicyResponse.policy:type_name -> fleetstream.cluster.v1.ImportPolicy
+	25, // 19: fleetstream.cluster.v1.ListImportPoliciesResponse.policies:type_name -> fleetstream.cluster.v1.ImportPolicy
+	9,  // 20: fleetstream.cluster.v1.ImportPolicyService.CreateImportPolicy:input_type -> fleetstream.cluster.v1.CreateImportPolicyRequest
+	11, // 21: fleetstream.cluster.v1.ImportPolicyService.UpdateImportPolicy:input_type -> fleetstream.cluster.v1.UpdateImportPolicyRequest
+	13, // 22: fleetstream.cluster.v1.ImportPolicyService.DeleteImportPolicy:input_type -> fleetstream.cluster.v1.DeleteImportPolicyRequest
+	15, // 23: fleetstream.cluster.v1.ImportPolicyService.GetImportPolicy:input_type -> fleetstream.cluster.v1.GetImportPolicyRequest
+	17, // 24: fleetstream.cluster.v1.ImportPolicyService.ListImportPolicies:input_type -> fleetstream.cluster.v1.ListImportPoliciesRequest
+	4,  // 25: fleetstream.cluster.v1.ImportPolicyService.PreviewImportPolicy:input_type -> fleetstream.cluster.v1.PreviewImportPolicyRequest
+	1,  // 26: fleetstream.cluster.v1.ImportPolicyService.ListImportLifecycles:input_type -> fleetstream.cluster.v1.ListImportLifecyclesRequest
+	10, // 27: fleetstream.cluster.v1.ImportPolicyService.CreateImportPolicy:output_type -> fleetstream.cluster.v1.CreateImportPolicyResponse
+	12, // 28: fleetstream.cluster.v1.ImportPolicyService.UpdateImportPolicy:output_type -> fleetstream.cluster.v1.UpdateImportPolicyResponse
+	14, // 29: fleetstream.cluster.v1.ImportPolicyService.DeleteImportPolicy:output_type -> fleetstream.cluster.v1.DeleteImportPolicyResponse
+	16, // 30: fleetstream.cluster.v1.ImportPolicyService.GetImportPolicy:output_type -> fleetstream.cluster.v1.GetImportPolicyResponse
+	18, // 31: fleetstream.cluster.v1.ImportPolicyService.ListImportPolicies:output_type -> fleetstream.cluster.v1.ListImportPoliciesResponse
+	5,  // 32: fleetstream.cluster.v1.ImportPolicyService.PreviewImportPolicy:output_type -> fleetstream.cluster.v1.PreviewImportPolicyResponse
+	2,  // 33: fleetstream.cluster.v1.ImportPolicyService.ListImportLifecycles:output_type -> fleetstream.cluster.v1.ListImportLifecyclesResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_import_policy_service_proto_init() }
@@ -995,13 +1277,14 @@ func file_fleetstream_cluster_v1_import_policy_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_import_policy_service_proto_rawDesc), len(file_fleetstream_cluster_v1_import_policy_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   18,
+			NumEnums:      1,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_fleetstream_cluster_v1_import_policy_service_proto_goTypes,
 		DependencyIndexes: file_fleetstream_cluster_v1_import_policy_service_proto_depIdxs,
+		EnumInfos:         file_fleetstream_cluster_v1_import_policy_service_proto_enumTypes,
 		MessageInfos:      file_fleetstream_cluster_v1_import_policy_service_proto_msgTypes,
 	}.Build()
 	File_fleetstream_cluster_v1_import_policy_service_proto = out.File

@@ -51,6 +51,9 @@ const (
 	// ImportPolicyServicePreviewImportPolicyProcedure is the fully-qualified name of the
 	// ImportPolicyService's PreviewImportPolicy RPC.
 	ImportPolicyServicePreviewImportPolicyProcedure = "/fleetstream.cluster.v1.ImportPolicyService/PreviewImportPolicy"
+	// ImportPolicyServiceListImportLifecyclesProcedure is the fully-qualified name of the
+	// ImportPolicyService's ListImportLifecycles RPC.
+	ImportPolicyServiceListImportLifecyclesProcedure = "/fleetstream.cluster.v1.ImportPolicyService/ListImportLifecycles"
 )
 
 // ImportPolicyServiceClient is a client for the fleetstream.cluster.v1.ImportPolicyService service.
@@ -67,6 +70,9 @@ type ImportPolicyServiceClient interface {
 	// import would, and creates nothing. Credentials are rendered but never returned: the answer
 	// says only whether there were any.
 	PreviewImportPolicy(context.Context, *connect.Request[v1.PreviewImportPolicyRequest]) (*connect.Response[v1.PreviewImportPolicyResponse], error)
+	// ListImportLifecycles lists a policy's lifecycles, one per source object its inventory
+	// cluster's agent reports: what was rendered, the cluster created or adopted, conditions.
+	ListImportLifecycles(context.Context, *connect.Request[v1.ListImportLifecyclesRequest]) (*connect.Response[v1.ListImportLifecyclesResponse], error)
 }
 
 // NewImportPolicyServiceClient constructs a client for the
@@ -119,17 +125,25 @@ func NewImportPolicyServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listImportLifecycles: connect.NewClient[v1.ListImportLifecyclesRequest, v1.ListImportLifecyclesResponse](
+			httpClient,
+			baseURL+ImportPolicyServiceListImportLifecyclesProcedure,
+			connect.WithSchema(importPolicyServiceMethods.ByName("ListImportLifecycles")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // importPolicyServiceClient implements ImportPolicyServiceClient.
 type importPolicyServiceClient struct {
-	createImportPolicy  *connect.Client[v1.CreateImportPolicyRequest, v1.CreateImportPolicyResponse]
-	updateImportPolicy  *connect.Client[v1.UpdateImportPolicyRequest, v1.UpdateImportPolicyResponse]
-	deleteImportPolicy  *connect.Client[v1.DeleteImportPolicyRequest, v1.DeleteImportPolicyResponse]
-	getImportPolicy     *connect.Client[v1.GetImportPolicyRequest, v1.GetImportPolicyResponse]
-	listImportPolicies  *connect.Client[v1.ListImportPoliciesRequest, v1.ListImportPoliciesResponse]
-	previewImportPolicy *connect.Client[v1.PreviewImportPolicyRequest, v1.PreviewImportPolicyResponse]
+	createImportPolicy   *connect.Client[v1.CreateImportPolicyRequest, v1.CreateImportPolicyResponse]
+	updateImportPolicy   *connect.Client[v1.UpdateImportPolicyRequest, v1.UpdateImportPolicyResponse]
+	deleteImportPolicy   *connect.Client[v1.DeleteImportPolicyRequest, v1.DeleteImportPolicyResponse]
+	getImportPolicy      *connect.Client[v1.GetImportPolicyRequest, v1.GetImportPolicyResponse]
+	listImportPolicies   *connect.Client[v1.ListImportPoliciesRequest, v1.ListImportPoliciesResponse]
+	previewImportPolicy  *connect.Client[v1.PreviewImportPolicyRequest, v1.PreviewImportPolicyResponse]
+	listImportLifecycles *connect.Client[v1.ListImportLifecyclesRequest, v1.ListImportLifecyclesResponse]
 }
 
 // CreateImportPolicy calls fleetstream.cluster.v1.ImportPolicyService.CreateImportPolicy.
@@ -162,6 +176,11 @@ func (c *importPolicyServiceClient) PreviewImportPolicy(ctx context.Context, req
 	return c.previewImportPolicy.CallUnary(ctx, req)
 }
 
+// ListImportLifecycles calls fleetstream.cluster.v1.ImportPolicyService.ListImportLifecycles.
+func (c *importPolicyServiceClient) ListImportLifecycles(ctx context.Context, req *connect.Request[v1.ListImportLifecyclesRequest]) (*connect.Response[v1.ListImportLifecyclesResponse], error) {
+	return c.listImportLifecycles.CallUnary(ctx, req)
+}
+
 // ImportPolicyServiceHandler is an implementation of the fleetstream.cluster.v1.ImportPolicyService
 // service.
 type ImportPolicyServiceHandler interface {
@@ -177,6 +196,9 @@ type ImportPolicyServiceHandler interface {
 	// import would, and creates nothing. Credentials are rendered but never returned: the answer
 	// says only whether there were any.
 	PreviewImportPolicy(context.Context, *connect.Request[v1.PreviewImportPolicyRequest]) (*connect.Response[v1.PreviewImportPolicyResponse], error)
+	// ListImportLifecycles lists a policy's lifecycles, one per source object its inventory
+	// cluster's agent reports: what was rendered, the cluster created or adopted, conditions.
+	ListImportLifecycles(context.Context, *connect.Request[v1.ListImportLifecyclesRequest]) (*connect.Response[v1.ListImportLifecyclesResponse], error)
 }
 
 // NewImportPolicyServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -225,6 +247,13 @@ func NewImportPolicyServiceHandler(svc ImportPolicyServiceHandler, opts ...conne
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	importPolicyServiceListImportLifecyclesHandler := connect.NewUnaryHandler(
+		ImportPolicyServiceListImportLifecyclesProcedure,
+		svc.ListImportLifecycles,
+		connect.WithSchema(importPolicyServiceMethods.ByName("ListImportLifecycles")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fleetstream.cluster.v1.ImportPolicyService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ImportPolicyServiceCreateImportPolicyProcedure:
@@ -239,6 +268,8 @@ func NewImportPolicyServiceHandler(svc ImportPolicyServiceHandler, opts ...conne
 			importPolicyServiceListImportPoliciesHandler.ServeHTTP(w, r)
 		case ImportPolicyServicePreviewImportPolicyProcedure:
 			importPolicyServicePreviewImportPolicyHandler.ServeHTTP(w, r)
+		case ImportPolicyServiceListImportLifecyclesProcedure:
+			importPolicyServiceListImportLifecyclesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -270,4 +301,8 @@ func (UnimplementedImportPolicyServiceHandler) ListImportPolicies(context.Contex
 
 func (UnimplementedImportPolicyServiceHandler) PreviewImportPolicy(context.Context, *connect.Request[v1.PreviewImportPolicyRequest]) (*connect.Response[v1.PreviewImportPolicyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.cluster.v1.ImportPolicyService.PreviewImportPolicy is not implemented"))
+}
+
+func (UnimplementedImportPolicyServiceHandler) ListImportLifecycles(context.Context, *connect.Request[v1.ListImportLifecyclesRequest]) (*connect.Response[v1.ListImportLifecyclesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.cluster.v1.ImportPolicyService.ListImportLifecycles is not implemented"))
 }

@@ -1,0 +1,231 @@
+package clusterimport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// importSources holds what inventory clusters' agents report for import policies: the latest
+// state of each source and referenced object (from FLEET_AGENT, replayed on start) and the
+// referenced Secrets (from core NATS, in memory only: they are never written anywhere on the
+// hub). It is derived state: a restart rebuilds it from the stream and the agents' resends.
+type importSources struct {
+	mu sync.Mutex
+	// objects by inventory cluster, then object.
+	objects map[string]map[objectRef]*reportedObject
+	secrets map[string]map[objectRef]*reportedObject
+	// caughtUp is closed once the stream's reports present at start have been read: before,
+	// a missing object may only be not read yet, and nothing may be removed for it.
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
+	kick         func()
+}
+
+type objectRef struct{ group, resource, namespace, name string }
+
+type reportedObject struct {
+	version  string
+	json     []byte
+	deleted  bool
+	tooLarge bool
+	gen      string
+	seq      uint64
+}
+
+func newImportSources(kick func()) *importSources {
+	return &importSources{
+		objects:  map[string]map[objectRef]*reportedObject{},
+		secrets:  map[string]map[objectRef]*reportedObject{},
+		caughtUp: make(chan struct{}),
+		kick:     kick,
+	}
+}
+
+func (r *importSources) markCaughtUp() {
+	r.caughtUpOnce.Do(func() { close(r.caughtUp) })
+	r.kick()
+}
+
+// sourceObjects returns the live objects of one source type on cluster, in namespace (all
+// when empty).
+func (r *importSources) sourceObjects(cluster, group, resource, namespace string) map[objectRef]*reportedObject {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[objectRef]*reportedObject{}
+	for ref, o := range r.objects[cluster] {
+		if ref.group == group && ref.resource == resource && (namespace == "" || ref.namespace == namespace) && !o.deleted {
+			out[ref] = o
+		}
+	}
+	return out
+}
+
+// object returns a reported object (a Secret from memory), nil when none was reported.
+func (r *importSources) object(cluster string, ref objectRef) *reportedObject {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ref.group == "" && ref.resource == "secrets" {
+		return r.secrets[cluster][ref]
+	}
+	return r.objects[cluster][ref]
+}
+
+// run reads the reports of FLEET_AGENT (the latest per subject first) until ctx ends.
+func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *zap.Logger) error {
+	sub, err := js.Conn().Subscribe(subjects.AgentSecretPrefix+".>", func(m *nats.Msg) { r.handleSecret(m, log) })
+	if err != nil {
+		return fmt.Errorf("subscribe to agents' secrets: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	stream, err := js.Stream(ctx, subjects.AgentStreamName)
+	if err != nil {
+		return fmt.Errorf("agent stream: %w", err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subjects.AgentPrefix + ".*.importobject.>", subjects.AgentPrefix + ".*.importsync.>"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("import sources consumer: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("import sources consumer: %w", err)
+	}
+	if info.NumPending == 0 {
+		r.markCaughtUp()
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("import sources consumer: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("import sources: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		if err := r.handle(m.Subject(), m.Data(), md.Sequence.Stream); err != nil {
+			// A report that does not decode is the agent's bug; it must not stop the others.
+			log.Warn("import source report ignored", zap.String("subject", m.Subject()), zap.Error(err))
+		}
+		if md.NumPending == 0 {
+			r.markCaughtUp()
+		}
+	}
+}
+
+func (r *importSources) handle(subject string, data []byte, seq uint64) error {
+	tok, err := subjectToken(subject, 2)
+	if err != nil {
+		return err
+	}
+	cluster, err := keys.Decode(tok)
+	if err != nil {
+		return err
+	}
+	ev, err := events.Decode(data)
+	if err != nil {
+		return err
+	}
+	changed := false
+	r.mu.Lock()
+	switch p := ev.Payload.(type) {
+	case *agentv1.ImportObject:
+		if p.ClusterName != cluster || subject != subjects.AgentImportObject(cluster, p.Group, p.Resource, p.Namespace, p.Name) {
+			r.mu.Unlock()
+			return fmt.Errorf("report of %s/%s names another cluster or object than its subject", p.ClusterName, p.Name)
+		}
+		m := r.objects[cluster]
+		if m == nil {
+			m = map[objectRef]*reportedObject{}
+			r.objects[cluster] = m
+		}
+		ref := objectRef{p.Group, p.Resource, p.Namespace, p.Name}
+		next := &reportedObject{version: p.Version, json: p.Object, deleted: p.Deleted, tooLarge: p.TooLarge, gen: p.SessionId, seq: seq}
+		prev := m[ref]
+		changed = prev == nil || prev.deleted != next.deleted || prev.tooLarge != next.tooLarge || !bytes.Equal(prev.json, next.json)
+		m[ref] = next
+	case *agentv1.ImportSync:
+		// Objects of this type an earlier run reported, older than the marker, were not seen
+		// by the run that sent it: they were deleted while no agent watched.
+		for ref, o := range r.objects[cluster] {
+			if ref.group == p.Group && ref.resource == p.Resource && (p.Namespace == "" || ref.namespace == p.Namespace) &&
+				o.gen != p.SessionId && o.seq < seq && !o.deleted {
+				o.deleted, o.json = true, nil
+				changed = true
+			}
+		}
+	default:
+		r.mu.Unlock()
+		return fmt.Errorf("unexpected %s", ev.Type)
+	}
+	r.mu.Unlock()
+	if changed {
+		r.kick()
+	}
+	return nil
+}
+
+// handleSecret keeps a Secret an agent sent, in memory only. Its content is never logged.
+func (r *importSources) handleSecret(m *nats.Msg, log *zap.Logger) {
+	parts := strings.Split(m.Subject, ".")
+	if len(parts) != 5 {
+		return
+	}
+	cluster, err := keys.Decode(parts[2])
+	if err != nil {
+		return
+	}
+	o := &agentv1.ImportObject{}
+	if err := proto.Unmarshal(m.Data, o); err != nil {
+		log.Warn("undecodable secret report ignored", zap.String("cluster", cluster))
+		return
+	}
+	// NATS lets only cluster's agent publish under its name; the body must agree.
+	if o.ClusterName != cluster || m.Subject != subjects.AgentSecret(cluster, o.Namespace, o.Name) || o.Group != "" || o.Resource != "secrets" {
+		log.Warn("secret report names another cluster or object than its subject; ignored", zap.String("cluster", cluster), zap.String("subject", m.Subject))
+		return
+	}
+	ref := objectRef{"", "secrets", o.Namespace, o.Name}
+	next := &reportedObject{version: o.Version, json: o.Object, deleted: o.Deleted, tooLarge: o.TooLarge, gen: o.SessionId}
+	r.mu.Lock()
+	sm := r.secrets[cluster]
+	if sm == nil {
+		sm = map[objectRef]*reportedObject{}
+		r.secrets[cluster] = sm
+	}
+	prev := sm[ref]
+	changed := prev == nil || prev.deleted != next.deleted || prev.tooLarge != next.tooLarge || !bytes.Equal(prev.json, next.json)
+	sm[ref] = next
+	r.mu.Unlock()
+	// The agent resends every Secret periodically; only a change is worth a reconcile.
+	if changed {
+		r.kick()
+	}
+}
