@@ -25,6 +25,8 @@ const e2eToken = "e2e-s3cret-token"
 type e2eEnv struct {
 	url       string
 	tokenFile string
+	// js is the hub's JetStream, for tests that play an agent.
+	js *testkit.JetStream
 }
 
 func startClusterService(t *testing.T) *e2eEnv {
@@ -68,7 +70,7 @@ func startClusterService(t *testing.T) *e2eEnv {
 	// Registered after the service's cleanup so it runs first: open watches end before the
 	// service stops.
 	t.Cleanup(hs.Close)
-	return &e2eEnv{url: hs.URL, tokenFile: tokenFile}
+	return &e2eEnv{url: hs.URL, tokenFile: tokenFile, js: js}
 }
 
 type result struct {

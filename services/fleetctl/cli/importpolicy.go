@@ -19,7 +19,7 @@ func newImportCommand(f *factory) *cobra.Command {
 		Use:   "import",
 		Short: "Import clusters from other inventories with import policies (platform admins)",
 	}
-	cmd.AddCommand(newImportPreviewCommand(f), newImportPolicyCommand(f))
+	cmd.AddCommand(newImportPreviewCommand(f), newImportPolicyCommand(f), newImportLifecyclesCommand(f))
 	return cmd
 }
 
@@ -92,7 +92,7 @@ func newImportPolicyCommand(f *factory) *cobra.Command {
 	}
 	del := &cobra.Command{
 		Use:   "delete NAME",
-		Short: "Delete an import policy (the clusters it imported stay registered)",
+		Short: "Delete an import policy: the clusters it created are deregistered, adopted ones stay",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
@@ -110,6 +110,76 @@ func newImportPolicyCommand(f *factory) *cobra.Command {
 	}
 	cmd.AddCommand(create, get, list, del)
 	return cmd
+}
+
+func newImportLifecyclesCommand(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "lifecycles POLICY",
+		Short: "List a policy's lifecycles: one per source object, with the cluster created or adopted and why not",
+		Example: "  fleetctl import lifecycles capi\n" +
+			"  fleetctl import lifecycles capi -o yaml   # every condition's reason and message",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.requestContext(cmd.Context())
+			defer cancel()
+			resp, err := client.ListImportLifecycles(ctx, connect.NewRequest(&clusterv1.ListImportLifecyclesRequest{Policy: args[0]}))
+			if err != nil {
+				return fmt.Errorf("list lifecycles of import policy %q: %w", args[0], err)
+			}
+			items := make([]proto.Message, len(resp.Msg.Lifecycles))
+			for i, lc := range resp.Msg.Lifecycles {
+				items[i] = lc
+			}
+			return f.printer().PrintList(items, lifecycleColumns()...)
+		},
+	}
+}
+
+func lifecycleColumns() []Column {
+	return []Column{
+		Col("SOURCE", func(lc *clusterv1.ImportLifecycle) string {
+			s := lc.GetSource()
+			if s.GetNamespace() == "" {
+				return s.GetName()
+			}
+			return s.GetNamespace() + "/" + s.GetName()
+		}),
+		Col("NAME", func(lc *clusterv1.ImportLifecycle) string { return lc.Name }),
+		Col("CLUSTER", func(lc *clusterv1.ImportLifecycle) string { return lc.Cluster }),
+		Col("MODE", func(lc *clusterv1.ImportLifecycle) string {
+			switch lc.Mode {
+			case clusterv1.ImportMode_IMPORT_MODE_CREATED:
+				return "created"
+			case clusterv1.ImportMode_IMPORT_MODE_ADOPTED:
+				return "adopted"
+			}
+			return "-"
+		}),
+		// The first condition that does not hold says what the lifecycle waits for.
+		Col("WAITING FOR", func(lc *clusterv1.ImportLifecycle) string {
+			for _, c := range lc.Conditions {
+				if c.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE || c.Type == "Adopted" && lc.Mode == clusterv1.ImportMode_IMPORT_MODE_CREATED ||
+					c.Type == "Created" && lc.Mode == clusterv1.ImportMode_IMPORT_MODE_ADOPTED || c.Reason == "NotAdopted" {
+					continue
+				}
+				if c.Message == "" {
+					return c.Type + ": " + c.Reason
+				}
+				return c.Type + ": " + c.Reason + ": " + c.Message
+			}
+			return ""
+		}),
+		Col("LAST RENDER", func(lc *clusterv1.ImportLifecycle) string {
+			if lc.LastRenderTime == nil {
+				return ""
+			}
+			return lc.LastRenderTime.AsTime().UTC().Format("2006-01-02T15:04:05Z")
+		}),
+	}
 }
 
 func readPolicy(f *factory, path string) (*clusterv1.ImportPolicy, error) {

@@ -1,11 +1,19 @@
 package cli
 
 import (
+	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
 )
 
 func TestImportPreviewEndToEnd(t *testing.T) {
@@ -63,5 +71,61 @@ creationCondition: "true"
 	r := e.run(t, "import", "preview", "-f", policy, "--source", source)
 	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "kubeconfig") {
 		t.Fatalf("missing reference: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestImportLifecyclesCommand(t *testing.T) {
+	e := startClusterService(t)
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`name: capi
+source: {cluster: mgmt, group: cluster.x-k8s.io, version: v1beta1, resource: clusters}
+nameTemplate: "capi-{{ .source.metadata.name }}"
+template: |
+  labels:
+    provider: capi
+creationCondition: '{{ eq .source.spec.paused false }}'
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, "cluster", "register", "mgmt").ok(t)
+	e.run(t, "import", "policy", "create", "-f", policy).ok(t)
+	// What mgmt's agent reports: one Cluster ready to import, one paused.
+	store := events.NewStore(e.js.JS, "system:cluster-agent:mgmt")
+	for name, paused := range map[string]bool{"prod-eu": false, "staging": true} {
+		obj := fmt.Sprintf(`{"apiVersion":"cluster.x-k8s.io/v1beta1","kind":"Cluster","metadata":{"name":%q,"namespace":"fleet"},"spec":{"paused":%v}}`, name, paused)
+		if _, err := store.Append(context.Background(), subjects.AgentImportObject("mgmt", "cluster.x-k8s.io", "clusters", "fleet", name), "mgmt", events.Any,
+			&agentv1.ImportObject{ClusterName: "mgmt", Group: "cluster.x-k8s.io", Version: "v1beta1", Resource: "clusters", Namespace: "fleet", Name: name, Object: []byte(obj)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		source string
+		want   []string
+	}{
+		{"fleet/prod-eu", []string{"capi-prod-eu", "created"}},
+		{"fleet/staging", []string{"capi-staging", "Created: CreationConditionFalse"}},
+	} {
+		testkit.Eventually(t, 20*time.Second, func() error {
+			out := e.run(t, "import", "lifecycles", "capi").ok(t).stdout
+			for _, line := range strings.Split(out, "\n") {
+				if !strings.HasPrefix(line, tc.source+" ") {
+					continue
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(line, w) {
+						return fmt.Errorf("%s: line lacks %q:\n%s", tc.source, w, out)
+					}
+				}
+				return nil
+			}
+			return fmt.Errorf("no lifecycle for %s:\n%s", tc.source, out)
+		})
+	}
+	if out := e.run(t, "cluster", "get", "capi-prod-eu").ok(t).stdout; !strings.Contains(out, "provider=capi") {
+		t.Errorf("imported cluster:\n%s", out)
+	}
+	if r := e.run(t, "import", "lifecycles", "no-such-policy"); r.code == 0 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("unknown policy: exit %d\n%s", r.code, r.stderr)
 	}
 }
