@@ -185,12 +185,19 @@ func applyBinding(ev *events.Event) ([]view.Change, error) {
 //
 // Version must not change lightly: a new version drops and rebuilds the bucket, which every
 // agent watches.
+// desiredProjection folds the project subjects into the desired Namespaces and ResourceQuotas
+// agents apply, and the binding subjects' releases into their garbage collection.
+//
+// Version 2 deletes a released binding's tombstones: a release is appended only once the agent
+// carried them out (or the cluster was deregistered), so nothing is left for them to say, and
+// the agent, seeing the key go, drops its status too. Before, every unbound namespace left its
+// tombstones (and statuses) behind for ever.
 func desiredProjection() view.Projection {
 	return view.Projection{
 		Name:     "desired-namespaces",
-		Version:  1,
+		Version:  2,
 		Stream:   Stream,
-		Subjects: []string{SubjectPrefix + ".project.>"},
+		Subjects: []string{SubjectPrefix + ".project.>", SubjectPrefix + ".binding.>"},
 		Bucket:   bucketConfig(subjects.DesiredNamespacesBucket, "Desired Namespaces and ResourceQuotas of member clusters (projection of FLEET_NS)."),
 		New:      func() proto.Message { return &desiredv1.DesiredObject{} },
 		Apply:    applyDesired,
@@ -222,6 +229,20 @@ func applyDesired(ev *events.Event) ([]view.Change, error) {
 			changes = append(changes, put(quotaDesiredKey(p.Cluster, p.Namespace), tombstone(p.Project, desiredv1.DeletionPolicy_DELETION_POLICY_DELETE)))
 		}
 		return changes, nil
+	case *projectv1.NamespaceReleased:
+		// Only tombstones go: the same project may have bound the namespace again while it was
+		// Terminating, and its new objects stay.
+		gc := func(key string) view.Change {
+			return view.Change{Key: key, Update: func(cur proto.Message) proto.Message {
+				if o, ok := cur.(*desiredv1.DesiredObject); ok && o != nil && !o.Tombstone {
+					return o
+				}
+				return nil
+			}}
+		}
+		return []view.Change{gc(namespaceDesiredKey(p.Cluster, p.Namespace)), gc(quotaDesiredKey(p.Cluster, p.Namespace))}, nil
+	case *projectv1.NamespaceBindingStatusChanged:
+		return nil, nil
 	}
 	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
 }

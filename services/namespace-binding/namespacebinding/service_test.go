@@ -666,6 +666,15 @@ func TestUnbindWritesTombstonesAndReleasesOnceApplied(t *testing.T) {
 			if st := e.project(t, "team-a").Status; st.NamespaceCount != 0 || st.TerminatingCount != 0 {
 				t.Fatalf("project status %v", st)
 			}
+			// The carried-out tombstones are garbage-collected with the release.
+			testkit.Eventually(t, 5*time.Second, func() error {
+				for _, k := range []string{nsKey("c1", "web"), quotaKey("c1", "web")} {
+					if _, err := e.kv(t, subjects.DesiredNamespacesBucket).Get(ctx, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+						return fmt.Errorf("desired %s after the release: %v", k, err)
+					}
+				}
+				return nil
+			})
 			// Another project may now have it.
 			e.mustBind(t, "team-b", "c1", "web", nil)
 			e.desiredObject(t, nsKey("c1", "web"), func(o *desiredv1.DesiredObject) bool { return !o.Tombstone && o.OwnerLabelValue == "team-b" })
