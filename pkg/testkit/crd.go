@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"testing"
 	"time"
@@ -12,6 +13,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
+
+// CAPIClusterCRD is a small stand-in for Cluster API's Cluster type (cluster.x-k8s.io/v1beta1
+// clusters, an open schema), for tests of import policies.
+//
+//go:embed capi-cluster-crd.yaml
+var CAPIClusterCRD []byte
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 

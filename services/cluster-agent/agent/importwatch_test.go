@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -107,11 +106,7 @@ func TestImportWatcher(t *testing.T) {
 	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
 	ctx := testkit.Context(t, 3*time.Minute)
 	ensureStream(t, ctx, j.JS)
-	crd, err := os.ReadFile("testdata/capi-cluster-crd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.InstallCRD(t, crd)
+	k.InstallCRD(t, testkit.CAPIClusterCRD)
 	dyn, err := dynamic.NewForConfig(k.Config)
 	if err != nil {
 		t.Fatal(err)
