@@ -115,6 +115,13 @@ func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[projec
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	// Placements and the namespaces following them are the project's too; deleting the project
+	// under them would leave a scheduler deciding, and a follower binding, for a project that is
+	// gone (and back, should the name be reused).
+	if n := s.placements.Count(byProject(m.Name)); n > 0 {
+		return nil, apierr.FailedPrecondition("project %q has %d placement(s) (and may have namespaces following them): unbind those namespaces (fleetctl namespace unbind NAME --project %s --placement P) and delete the placements first",
+			m.Name, n, m.Name)
+	}
 	res := &projectv1.DeleteProjectResponse{}
 	// A bind may race in between the unbinds and the deletion; the deletion's expectation then
 	// fails and the next round unbinds it too.
@@ -316,11 +323,21 @@ func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if b, ok := s.bindings.Get(bindingKey(m.Cluster, m.Namespace)); ok && b.Project == m.Project && b.Placement != "" {
+		return nil, errPlaced(b)
+	}
 	b, err := s.updateQuota(ctx, m.Project, m.Cluster, m.Namespace, m.Hard)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&projectv1.UpdateQuotaResponse{Binding: b}), nil
+}
+
+// errPlaced refuses changing by hand a binding the follower keeps in line with a placement: it
+// would undo the change at once.
+func errPlaced(b *projectv1.NamespaceBinding) error {
+	return apierr.FailedPrecondition("namespace %q on cluster %q follows placement %q: change it through the placement (bind the namespace to the placement again with new limits, or unbind it from the placement)",
+		b.Namespace, b.Cluster, b.Placement)
 }
 
 func (s *Service) updateQuota(ctx context.Context, project, cluster, namespace string, hardIn map[string]string) (*projectv1.NamespaceBinding, error) {
@@ -363,6 +380,10 @@ func (s *Service) UnbindNamespace(ctx context.Context, req *connect.Request[proj
 	}
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
+	}
+	if b, ok := s.bindings.Get(bindingKey(m.Cluster, m.Namespace)); ok && b.Project == m.Project && b.Placement != "" &&
+		b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+		return nil, errPlaced(b)
 	}
 	b, err := s.unbind(ctx, m.Project, m.Cluster, m.Namespace, m.Policy)
 	if err != nil {

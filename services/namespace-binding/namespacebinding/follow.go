@@ -145,6 +145,16 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	if err := s.waitView(ctx, func(ctx context.Context) error { return s.placementNamespaces.WaitRevision(ctx, key, seq, false) }); err != nil {
 		return nil, err
 	}
+	// DeletePlacement checks for followers in the view, this call for the placement in its view:
+	// both can pass. Ask the stream now that the following is recorded, and take it back if the
+	// placement went meanwhile.
+	if s.placementGone(ctx, m.Project, m.Placement) {
+		if n, ok := s.placementNamespaces.Get(key); ok && n.Revision == seq {
+			_, _ = s.store.Append(ctx, subject, key, events.At(seq),
+				&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: projectv1.UnbindPolicy_UNBIND_POLICY_KEEP})
+		}
+		return nil, apierr.NotFound("placement", m.Project+"/"+m.Placement)
+	}
 	// Bind on the clusters decided now before answering, so the caller sees them; later
 	// decisions are the follower's.
 	n, ok := s.placementNamespaces.Get(key)
@@ -165,8 +175,8 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 // decided cluster where another project holds the namespace.
 func (s *Service) placementBindings(n *placementv1.PlacementNamespace) []*projectv1.NamespaceBinding {
 	var out []*projectv1.NamespaceBinding
-	for _, b := range s.bindings.Lookup(byProject(n.Project)) {
-		if b.Namespace == n.Namespace && b.Placement == n.Placement {
+	for _, b := range s.bindings.Lookup(byProjectNamespace(n.Project, n.Namespace)) {
+		if b.Placement == n.Placement {
 			out = append(out, s.present(b))
 		}
 	}
@@ -235,8 +245,8 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 	// Release every cluster now, with the caller's policy. Should this stop half-way, the
 	// follower releases the rest with KEEP: it never deletes a namespace nobody asked it to.
 	var firstErr error
-	for _, b := range s.bindings.Lookup(byProject(m.Project)) {
-		if b.Namespace != m.Namespace || b.Placement != m.Placement || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+	for _, b := range s.bindings.Lookup(byProjectNamespace(m.Project, m.Namespace)) {
+		if b.Placement != m.Placement || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 			continue
 		}
 		if _, err := s.unbind(ctx, m.Project, b.Cluster, m.Namespace, policy); err != nil && firstErr == nil {
@@ -310,6 +320,15 @@ func (s *Service) runFollow(ctx context.Context) error {
 // follow binds n on every decided cluster and releases it from clusters the decision left.
 // A binding made by hand (no placement) is never touched.
 func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace) error {
+	// Act only on the following as it is now: a round that started before an
+	// UnbindNamespace {placement} must not bind again what that call is releasing.
+	cur, ok := s.placementNamespaces.Get(keys.Join(n.Project, n.Namespace))
+	if !ok || cur.Revision != n.Revision {
+		return nil
+	}
+	if _, ok := s.projects.Get(projectKey(n.Project)); !ok {
+		return nil
+	}
 	d, _ := s.decisions.Get(placementKey(n.Project, n.Placement))
 	want := map[string]bool{}
 	for _, c := range decidedClusters(d) {
@@ -329,12 +348,15 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 			}
 			continue
 		}
+		if ok && !s.stillFollows(ctx, n) {
+			return nil // replacing a Terminating binding: only if the following still stands
+		}
 		if _, err := s.bind(ctx, n.Project, c, n.Namespace, n.Hard, n.Placement); err != nil && connect.CodeOf(err) != connect.CodeAlreadyExists {
 			errs = append(errs, fmt.Errorf("bind namespace %s/%s on cluster %s: %w", n.Project, n.Namespace, c, err))
 		}
 	}
-	for _, b := range s.bindings.Lookup(byProject(n.Project)) {
-		if b.Namespace != n.Namespace || b.Placement != n.Placement || want[b.Cluster] || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+	for _, b := range s.bindings.Lookup(byProjectNamespace(n.Project, n.Namespace)) {
+		if b.Placement != n.Placement || want[b.Cluster] || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 			continue
 		}
 		if _, err := s.unbind(ctx, n.Project, b.Cluster, n.Namespace, n.UnbindPolicy); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
@@ -351,9 +373,10 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 // that placement: what an UnbindNamespace that stopped half-way left.
 func (s *Service) releaseStrays(ctx context.Context) error {
 	var errs []error
-	for _, b := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool {
-		return b.Placement != "" && b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
-	}) {
+	for _, b := range s.bindings.Lookup(placedTerm) {
+		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+			continue
+		}
 		if n, ok := s.placementNamespaces.Get(keys.Join(b.Project, b.Namespace)); ok && n.Placement == b.Placement {
 			continue
 		}
@@ -398,4 +421,15 @@ func (s *Service) withBlocked(project string, list []*projectv1.NamespaceBinding
 		return 0
 	})
 	return list
+}
+
+// stillFollows confirms from the stream that n is the namespace's last following event.
+func (s *Service) stillFollows(ctx context.Context, n *placementv1.PlacementNamespace) bool {
+	last, ev, err := events.Last(ctx, s.placementStream, subjects.PlacementNamespace(n.Project, n.Namespace))
+	if err != nil {
+		s.log.Warn("confirm namespace following", zap.String("project", n.Project), zap.String("namespace", n.Namespace), zap.Error(err))
+		return false
+	}
+	_, bound := payloadOf(ev).(*placementv1.PlacementNamespaceBound)
+	return bound && last == n.Revision
 }

@@ -2,6 +2,7 @@ package namespacebinding
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,14 +33,8 @@ func validatePlacementSpec(v *apierr.Violations, field string, p *placementv1.Pl
 	if p == nil {
 		return
 	}
-	seen := map[string]bool{}
 	for i, s := range p.ClusterSets {
-		f := fmt.Sprintf("%s.cluster_sets[%d]", field, i)
-		v.DNSLabel(f, s)
-		if seen[s] {
-			v.Add(f, "%q is listed twice", s)
-		}
-		seen[s] = true
+		v.DNSLabel(fmt.Sprintf("%s.cluster_sets[%d]", field, i), s)
 	}
 	if p.NumberOfClusters != nil && *p.NumberOfClusters < 0 {
 		v.Add(field+".number_of_clusters", "must not be negative, got %d", *p.NumberOfClusters)
@@ -111,14 +106,18 @@ func validatePlacementSpec(v *apierr.Violations, field string, p *placementv1.Pl
 	}
 	for i, g := range ds.GetGroups() {
 		f := fmt.Sprintf("%s.decision_strategy.groups[%d]", field, i)
-		if g.GroupName != "" {
-			v.DNSLabel(f+".group_name", g.GroupName)
+		if g.GroupName != "" && !groupName.MatchString(g.GroupName) {
+			v.Add(f+".group_name", "%q: want OCM's group name pattern %s", g.GroupName, groupName)
 		}
 		gs := g.GetGroupClusterSelector()
 		validateSelector(v, f+".group_cluster_selector.label_selector", toMetaSelector(gs.GetLabelSelector()))
 		validateSelector(v, f+".group_cluster_selector.claim_selector", claimAsLabelSelector(gs.GetClaimSelector()))
 	}
 }
+
+// groupName is OCM's DecisionGroup.GroupName pattern (its CRD schema), so every OCM group name
+// is accepted as it is.
+var groupName = regexp.MustCompile(`^[a-zA-Z0-9][-A-Za-z0-9_.]{0,61}[a-zA-Z0-9]$`)
 
 func validateSelector(v *apierr.Violations, field string, ls *metav1.LabelSelector) {
 	if ls == nil {

@@ -399,7 +399,7 @@ func (s *Service) WatchPlacementDecisions(ctx context.Context, req *connect.Requ
 	defer cancel()
 	key := placementKey(m.Project, m.Name)
 	// Subscribe before reading, so no change falls between the first message and the stream.
-	updates := s.decisions.Updates(ctx, 256)
+	updates := s.decisions.Updates(ctx, 4096) // every placement's changes: room for a fleet-wide re-decision
 	var shown []string
 	send := func(d *placementv1.PlacementDecisions) error {
 		now := decidedClusters(d)

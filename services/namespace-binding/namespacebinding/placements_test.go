@@ -337,7 +337,10 @@ func TestInvalidPlacementIsRefusedNamingTheField(t *testing.T) {
 		{"bad group size", base(func(p *placementv1.Placement) {
 			p.DecisionStrategy = &placementv1.DecisionStrategy{ClustersPerDecisionGroup: "150%"}
 		}), "placement.decision_strategy.clusters_per_decision_group"},
-		{"duplicate set", base(func(p *placementv1.Placement) { p.ClusterSets = []string{"eu", "eu"} }), "placement.cluster_sets[1]"},
+		{"bad set name", base(func(p *placementv1.Placement) { p.ClusterSets = []string{"eu", "EU!"} }), "placement.cluster_sets[1]"},
+		{"bad group name", base(func(p *placementv1.Placement) {
+			p.DecisionStrategy = &placementv1.DecisionStrategy{Groups: []*placementv1.DecisionGroup{{GroupName: "-canary"}}}
+		}), "placement.decision_strategy.groups[0].group_name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.createPlacement(tc.p)
@@ -533,22 +536,65 @@ func TestDecisionsSurviveARestartUnchanged(t *testing.T) {
 	e := start(t, j, namespacebinding.Config{})
 	e.register(t, "c1", "c2", "c3")
 	e.connectAgents(t, "c1", "c2", "c3")
+	e.labelCluster(t, "c1", "only", "yes")
 	e.createProject(t, "team-a")
 	if _, err := e.bindSet("team-a", "global"); err != nil {
 		t.Fatal(err)
 	}
-	e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "two", NumberOfClusters: ptr[int32](2)})
-	before := e.eventuallyDecided(t, "team-a", "two", "c1", "c2")
-	n := len(e.decisionEvents(t, "team-a", "two"))
+	// one picks c1 while nobody else decided anything; then two placements that can only
+	// have c1 decide it. Decided again today, Balance would move one to c2 (c1: Steady 100 +
+	// Balance -100 = 0 < c2: 100); but none of its inputs changed, so it must stay.
+	e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "one", NumberOfClusters: ptr[int32](1)})
+	e.eventuallyDecided(t, "team-a", "one", "c1")
+	for _, n := range []string{"only-a", "only-b"} {
+		e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: n, Predicates: []*placementv1.Predicate{predicate("only", "yes")}})
+		e.eventuallyDecided(t, "team-a", n, "c1")
+	}
+	before := e.decisions(t, "team-a", "one")
+	n := len(e.decisionEvents(t, "team-a", "one"))
 	e.stop()
 
 	e = start(t, j, namespacebinding.Config{})
-	time.Sleep(time.Second) // the new process decides every placement once
-	after := e.decisions(t, "team-a", "two")
+	time.Sleep(time.Second) // the new process's first scheduling rounds
+	after := e.decisions(t, "team-a", "one")
 	if !proto.Equal(before, after) {
 		t.Fatalf("decision after restart %v, want unchanged %v", after, before)
 	}
-	if got := len(e.decisionEvents(t, "team-a", "two")); got != n {
+	if got := len(e.decisionEvents(t, "team-a", "one")); got != n {
 		t.Fatalf("%d decision events after a restart, want still %d", got, n)
 	}
+}
+
+func TestPlacementsGuardTheirProjectAndTheirBindings(t *testing.T) {
+	e := placementFleet(t)
+	e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "eu", Predicates: []*placementv1.Predicate{predicate("region", "eu")}})
+	e.eventuallyDecided(t, "team-a", "eu", "c1", "c2", "c3")
+	if _, err := e.bindToPlacement("team-a", "web", "eu", nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// A placement's binding is the follower's: changing it by hand would be undone at once.
+	if _, err := e.client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "web"})); code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "placement") {
+		t.Fatalf("unbind a placement's binding by hand: %v, want FailedPrecondition naming the placement", err)
+	}
+	if _, err := e.client.UpdateQuota(ctx, connect.NewRequest(&projectv1.UpdateQuotaRequest{Project: "team-a", Cluster: "c1", Namespace: "web", Hard: hard("cpu", "1")})); code(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("update a placement's quota by hand: %v, want FailedPrecondition", err)
+	}
+	// A project with placements is not deleted from under them, even with force.
+	if _, err := e.client.DeleteProject(ctx, connect.NewRequest(&projectv1.DeleteProjectRequest{Name: "team-a", Force: true})); code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "placement") {
+		t.Fatalf("delete a project with placements: %v, want FailedPrecondition", err)
+	}
+	// Binding the namespace again with limits changes every cluster's quota.
+	if _, err := e.bindToPlacement("team-a", "web", "eu", hard("cpu", "3")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		for _, c := range []string{"c1", "c2", "c3"} {
+			b, ok := e.binding(t, "team-a", c, "web")
+			if !ok || b.Hard["cpu"] != "3" {
+				return fmt.Errorf("web on %s: %v", c, b)
+			}
+		}
+		return nil
+	})
 }

@@ -107,10 +107,13 @@ func applyProject(ev *events.Event) ([]view.Change, error) {
 // bindingsProjection folds every FLEET_NS subject into bucket ns-bindings. A binding's phase is
 // Pending when bound and Terminating when unbound (commands); in between, the transitions the
 // agents report are recorded as NamespaceBindingStatusChanged (see runStatus).
+//
+// Version 2 keeps the placement a binding was made for: a version-1 writer would drop it and
+// the follower would take a placement's binding for one made by hand, so an upgrade rebuilds.
 func bindingsProjection() view.Projection {
 	return view.Projection{
 		Name:     "ns-bindings",
-		Version:  1,
+		Version:  2,
 		Stream:   Stream,
 		Subjects: []string{SubjectPrefix + ".>"},
 		Bucket:   bucketConfig(BindingsBucket, "Project-namespace bindings (projection of FLEET_NS)."),
@@ -181,14 +184,11 @@ func applyBinding(ev *events.Event) ([]view.Change, error) {
 // desired-namespaces, under the cluster's keys, which the cluster's agent watches. Being a
 // projection, the desired state is rebuilt from the stream like any view, and a cluster whose
 // agent connects late (or reconnects) replays its keys. Removal writes tombstones, never
-// deletes keys, so an agent that was offline still acts on it when it returns.
+// deletes keys, so an agent that was offline still acts on it when it returns; the release
+// (on the binding subjects) then deletes them.
 //
 // Version must not change lightly: a new version drops and rebuilds the bucket, which every
-// agent watches.
-// desiredProjection folds the project subjects into the desired Namespaces and ResourceQuotas
-// agents apply, and the binding subjects' releases into their garbage collection.
-//
-// Version 2 deletes a released binding's tombstones: a release is appended only once the agent
+// agent watches. Version 2 deletes a released binding's tombstones: a release is appended only once the agent
 // carried them out (or the cluster was deregistered), so nothing is left for them to say, and
 // the agent, seeing the key go, drops its status too. Before, every unbound namespace left its
 // tombstones (and statuses) behind for ever.

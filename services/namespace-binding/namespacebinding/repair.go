@@ -96,22 +96,31 @@ func (s *Service) runRelease(ctx context.Context) error {
 	defer t.Stop()
 	// Releases appended and not yet visible, so they are not appended again meanwhile.
 	pending := map[string]time.Time{}
+	// Deregistrations are looked for when the registry changed (or on the ticker), not on every
+	// agent report: it walks every binding.
+	var gone map[string]bool
+	recheck := true
 	for {
+		clustersChanged := s.clusters.Changed()
 		now := s.now()
 		for id, at := range pending {
 			if now.Sub(at) > time.Minute {
 				delete(pending, id)
 			}
 		}
-		gone := s.deregisteredClusters(ctx)
-		for _, b := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool { return gone[b.Cluster] }) {
-			if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
-				continue // released below: nobody is left to confirm
-			}
-			// Deregistration releases every binding of the cluster (docs/namespaces.md): KEEP,
-			// since no agent is left to carry out anything else.
-			if _, err := s.unbind(ctx, b.Project, b.Cluster, b.Namespace, projectv1.UnbindPolicy_UNBIND_POLICY_KEEP); err != nil && ctx.Err() == nil {
-				s.log.Warn("release binding of a deregistered cluster", zap.String("cluster", b.Cluster), zap.String("namespace", b.Namespace), zap.Error(err))
+		if recheck {
+			gone, recheck = s.deregisteredClusters(ctx), false
+		}
+		for c := range gone {
+			for _, b := range s.bindings.Lookup(byCluster(c)) {
+				if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+					continue // released below: nobody is left to confirm
+				}
+				// Deregistration releases every binding of the cluster (docs/namespaces.md): KEEP,
+				// since no agent is left to carry out anything else.
+				if _, err := s.unbind(ctx, b.Project, b.Cluster, b.Namespace, projectv1.UnbindPolicy_UNBIND_POLICY_KEEP); err != nil && ctx.Err() == nil {
+					s.log.Warn("release binding of a deregistered cluster", zap.String("cluster", b.Cluster), zap.String("namespace", b.Namespace), zap.Error(err))
+				}
 			}
 		}
 		for _, b := range s.bindings.Lookup(terminatingTerm) {
@@ -135,9 +144,11 @@ func (s *Service) runRelease(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			recheck = true
 		case <-s.applied.Changed():
 		case <-s.desired.Changed():
-		case <-s.clusters.Changed(): // a deregistration
+		case <-clustersChanged: // perhaps a deregistration
+			recheck = true
 		}
 		// Coalesce bursts of reports into one pass.
 		select {

@@ -1,6 +1,7 @@
 package namespacebinding
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -122,6 +124,16 @@ func (s *Service) scheduleRound(ctx context.Context, st *schedulerState) (time.T
 		key := placementKey(p.Project, p.Name)
 		live[key] = true
 		sum := s.inputSum(st, p)
+		if _, known := st.decided[key]; !known {
+			// First round of this process: a decision made from these very inputs (by an
+			// earlier process or another replica) stands, so a restart moves nothing.
+			if d, ok := s.decisions.Get(key); ok && bytes.Equal(d.InputDigest, sum[:]) {
+				st.decided[key] = sum
+				if d.NextEvaluation != nil {
+					st.next[key] = d.NextEvaluation.AsTime()
+				}
+			}
+		}
 		if st.decided[key] == sum && (st.next[key].IsZero() || now.Before(st.next[key])) {
 			continue
 		}
@@ -181,23 +193,34 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 		}
 		return fmt.Errorf("schedule placement %s/%s: %w", p.Project, p.Name, err)
 	}
-	next := toDecisions(p.Project, p.Name, d, cur, now)
-	if hasCur && sameDecision(cur, next) {
+	restore := func() {
 		for _, c := range prev {
 			counts[c]++
 		}
+	}
+	next := toDecisions(p.Project, p.Name, d, cur, now)
+	next.InputDigest = sum[:]
+	if !d.NextEvaluation.IsZero() {
+		next.NextEvaluation = timestamppb.New(d.NextEvaluation)
+	}
+	if hasCur && sameDecision(cur, next) {
+		restore()
 		st.decided[key], st.next[key] = sum, d.NextEvaluation
 		return nil
-	}
-	for _, c := range decidedClusters(next) {
-		counts[c]++
 	}
 	added, removed := placement.DecisionDiff(prev, d)
 	expect := events.At(cur.GetRevision())
 	if !hasCur {
+		// A placement this replica's view still shows may just have been deleted (its
+		// decision's removal already folded): never bring its decision back.
+		if s.placementGone(ctx, p.Project, p.Name) {
+			restore()
+			return nil
+		}
 		// The subject may end in a deleted placement's last event: expect exactly that.
 		last, _, err := events.Last(ctx, s.placementStream, subjects.PlacementDecision(p.Project, p.Name))
 		if err != nil {
+			restore()
 			return err
 		}
 		expect = events.At(last)
@@ -205,11 +228,17 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 	_, err = s.store.Append(ctx, subjects.PlacementDecision(p.Project, p.Name), key, expect,
 		&placementv1.PlacementDecisionsChanged{Project: p.Project, Name: p.Name, Decisions: next, Added: added, Removed: removed})
 	if events.IsConflict(err) {
-		// Another replica decided first; its decision arrives in the view and wakes a round.
+		// Another writer decided first; its decision arrives in the view and wakes a round.
+		restore()
 		return nil
 	}
 	if err != nil {
+		restore()
 		return fmt.Errorf("append decisions of placement %s/%s: %w", p.Project, p.Name, err)
+	}
+	// Balance for the rest of the round counts the decision just written.
+	for _, c := range decidedClusters(next) {
+		counts[c]++
 	}
 	st.decided[key], st.next[key] = sum, d.NextEvaluation
 	s.log.Info("placement decided", zap.String("project", p.Project), zap.String("placement", p.Name),

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
@@ -188,10 +189,19 @@ func byProjectCluster(p, c string) string { return "pc\x00" + p + "\x00" + c }
 
 const terminatingTerm = "terminating"
 
+// byProjectNamespace finds a project's bindings of one namespace on every cluster; placedTerm
+// finds the bindings made because a namespace follows a placement.
+func byProjectNamespace(p, ns string) string { return "pn\x00" + p + "\x00" + ns }
+
+const placedTerm = "placed"
+
 func bindingIndex(_ string, b *projectv1.NamespaceBinding) []string {
-	terms := []string{byProject(b.Project), byCluster(b.Cluster), byProjectCluster(b.Project, b.Cluster)}
+	terms := []string{byProject(b.Project), byCluster(b.Cluster), byProjectCluster(b.Project, b.Cluster), byProjectNamespace(b.Project, b.Namespace)}
 	if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 		terms = append(terms, terminatingTerm)
+	}
+	if b.Placement != "" {
+		terms = append(terms, placedTerm)
 	}
 	return terms
 }
@@ -267,8 +277,7 @@ func (s *Service) run(ctx context.Context) error {
 		g.Go(func() error { return s.runRepair(ctx) })
 		g.Go(func() error { return s.runRelease(ctx) })
 		g.Go(func() error { return s.runStatus(ctx) })
-		g.Go(func() error { return s.runScheduler(ctx) })
-		g.Go(func() error { return s.runFollow(ctx) })
+		g.Go(func() error { return s.runPlacementLoops(ctx) })
 		return nil
 	})
 	return g.Wait()
@@ -381,4 +390,18 @@ func wait(ctx context.Context, ch <-chan struct{}) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// PlacementLease is the lease whose holder runs the placement scheduler and the follower of
+// namespaces that follow placements. One writer each: two replicas deciding (or following)
+// from views that lag each other by different amounts would undo each other's work.
+const PlacementLease = "namespace-binding.placement"
+
+func (s *Service) runPlacementLoops(ctx context.Context) error {
+	return lease.Run(ctx, s.js, PlacementLease, lease.DefaultHolder(), lease.DefaultTTL, func(ctx context.Context) error {
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return s.runScheduler(ctx) })
+		g.Go(func() error { return s.runFollow(ctx) })
+		return g.Wait()
+	}, lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas))
 }

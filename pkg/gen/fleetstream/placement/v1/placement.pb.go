@@ -1049,9 +1049,15 @@ type PlacementDecisions struct {
 	// When the scheduler decided.
 	DecideTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
 	// Stream sequence of the PlacementDecisionsChanged event this decision came from.
-	Revision      uint64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision uint64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Opaque: a digest of the inputs the scheduler decided from (the placement, its project's
+	// bound sets, the fleet). A restarted scheduler whose inputs still match does not decide again.
+	InputDigest []byte `protobuf:"bytes,8,opt,name=input_digest,json=inputDigest,proto3" json:"input_digest,omitempty"`
+	// When the decision must be made again with no input changing (a toleration running out, an
+	// add-on score expiring); unset for never.
+	NextEvaluation *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_evaluation,json=nextEvaluation,proto3" json:"next_evaluation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PlacementDecisions) Reset() {
@@ -1131,6 +1137,20 @@ func (x *PlacementDecisions) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *PlacementDecisions) GetInputDigest() []byte {
+	if x != nil {
+		return x.InputDigest
+	}
+	return nil
+}
+
+func (x *PlacementDecisions) GetNextEvaluation() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextEvaluation
+	}
+	return nil
 }
 
 type DecisionGroupDecisions struct {
@@ -1642,7 +1662,7 @@ const file_fleetstream_placement_v1_placement_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x14\n" +
 	"\x05field\x18\x05 \x01(\tR\x05field\x12 \n" +
 	"\vunscheduled\x18\x06 \x01(\x05R\vunscheduled\x12L\n" +
-	"\x14last_transition_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xf9\x02\n" +
+	"\x14last_transition_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xe1\x03\n" +
 	"\x12PlacementDecisions\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12H\n" +
@@ -1651,7 +1671,9 @@ const file_fleetstream_placement_v1_placement_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\v2).fleetstream.placement.v1.PlacementStatusR\x06status\x12;\n" +
 	"\vdecide_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"decideTime\x12\x1a\n" +
-	"\brevision\x18\a \x01(\x04R\brevision\"\xdf\x01\n" +
+	"\brevision\x18\a \x01(\x04R\brevision\x12!\n" +
+	"\finput_digest\x18\b \x01(\fR\vinputDigest\x12C\n" +
+	"\x0fnext_evaluation\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0enextEvaluation\"\xdf\x01\n" +
 	"\x16DecisionGroupDecisions\x120\n" +
 	"\x14decision_group_index\x18\x01 \x01(\x05R\x12decisionGroupIndex\x12.\n" +
 	"\x13decision_group_name\x18\x02 \x01(\tR\x11decisionGroupName\x12%\n" +
@@ -1768,19 +1790,20 @@ var file_fleetstream_placement_v1_placement_proto_depIdxs = []int32{
 	20, // 23: fleetstream.placement.v1.PlacementDecisions.prioritizers:type_name -> fleetstream.placement.v1.PrioritizerWeight
 	13, // 24: fleetstream.placement.v1.PlacementDecisions.status:type_name -> fleetstream.placement.v1.PlacementStatus
 	24, // 25: fleetstream.placement.v1.PlacementDecisions.decide_time:type_name -> google.protobuf.Timestamp
-	18, // 26: fleetstream.placement.v1.DecisionGroupDecisions.pages:type_name -> fleetstream.placement.v1.DecisionPage
-	19, // 27: fleetstream.placement.v1.DecisionPage.clusters:type_name -> fleetstream.placement.v1.ClusterDecision
-	24, // 28: fleetstream.placement.v1.AddOnScore.valid_until:type_name -> google.protobuf.Timestamp
-	24, // 29: fleetstream.placement.v1.AddOnScore.update_time:type_name -> google.protobuf.Timestamp
-	23, // 30: fleetstream.placement.v1.PlacementNamespace.hard:type_name -> fleetstream.placement.v1.PlacementNamespace.HardEntry
-	27, // 31: fleetstream.placement.v1.PlacementNamespace.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	24, // 32: fleetstream.placement.v1.PlacementNamespace.create_time:type_name -> google.protobuf.Timestamp
-	24, // 33: fleetstream.placement.v1.PlacementNamespace.update_time:type_name -> google.protobuf.Timestamp
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	24, // 26: fleetstream.placement.v1.PlacementDecisions.next_evaluation:type_name -> google.protobuf.Timestamp
+	18, // 27: fleetstream.placement.v1.DecisionGroupDecisions.pages:type_name -> fleetstream.placement.v1.DecisionPage
+	19, // 28: fleetstream.placement.v1.DecisionPage.clusters:type_name -> fleetstream.placement.v1.ClusterDecision
+	24, // 29: fleetstream.placement.v1.AddOnScore.valid_until:type_name -> google.protobuf.Timestamp
+	24, // 30: fleetstream.placement.v1.AddOnScore.update_time:type_name -> google.protobuf.Timestamp
+	23, // 31: fleetstream.placement.v1.PlacementNamespace.hard:type_name -> fleetstream.placement.v1.PlacementNamespace.HardEntry
+	27, // 32: fleetstream.placement.v1.PlacementNamespace.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	24, // 33: fleetstream.placement.v1.PlacementNamespace.create_time:type_name -> google.protobuf.Timestamp
+	24, // 34: fleetstream.placement.v1.PlacementNamespace.update_time:type_name -> google.protobuf.Timestamp
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_placement_v1_placement_proto_init() }
