@@ -73,6 +73,25 @@ type lifecycles struct {
 	watchWritten map[string][]byte
 	// passes counts completed passes (tests wait on it).
 	passes uint64
+	// memo holds each lifecycle's last render; only the reconcile loop touches it.
+	memo map[string]*renderMemo
+}
+
+// renderMemo is the last render of one lifecycle and what it read: it is reused while the
+// policy revision, the source object and every object its references resolved to are the
+// same ones (reported objects keep their identity while their content does not change).
+type renderMemo struct {
+	revision uint64
+	source   *reportedObject
+	reads    []memoRead
+	res      *importpolicy.Result
+	at       time.Time
+}
+
+type memoRead struct {
+	ref    objectRef
+	target *agentv1.WatchedObject
+	obj    *reportedObject
 }
 
 type compiledPolicy struct {
@@ -83,7 +102,8 @@ type compiledPolicy struct {
 
 func newLifecycles(s *Service) *lifecycles {
 	l := &lifecycles{s: s, engine: importpolicy.NewEngine(importpolicy.Limits{}), kickCh: make(chan struct{}, 1),
-		status: map[string][]*clusterv1.ImportLifecycle{}, compiled: map[string]compiledPolicy{}, watchWritten: map[string][]byte{}}
+		status: map[string][]*clusterv1.ImportLifecycle{}, compiled: map[string]compiledPolicy{}, watchWritten: map[string][]byte{},
+		memo: map[string]*renderMemo{}}
 	l.sources = newImportSources(l.kick)
 	return l
 }
@@ -102,14 +122,23 @@ func (l *lifecycles) run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- l.sources.run(ctx, l.s.js, l.s.log) }()
+	go func() {
+		// A failed consumer (the stream recreated, a lost connection) is rebuilt; its replay
+		// of the latest reports is idempotent.
+		for ctx.Err() == nil {
+			if err := l.sources.run(ctx, l.s.js, l.s.log); err != nil && ctx.Err() == nil {
+				l.s.log.Warn("import sources consumer failed; restarting", zap.Error(err))
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
 	go l.follow(ctx, func(ctx context.Context) <-chan struct{} { return changes(ctx, l.s.importPolicies.Updates(ctx, 1024)) })
 	go l.follow(ctx, func(ctx context.Context) <-chan struct{} { return changes(ctx, l.s.clusters.Updates(ctx, 1024)) })
 	select {
 	case <-l.sources.caughtUp:
-	case err := <-errc:
-		return err
 	case <-ctx.Done():
 		return nil
 	}
@@ -120,8 +149,6 @@ func (l *lifecycles) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-errc:
-			return err
 		case <-resync.C:
 		case <-l.kickCh:
 			// More changes usually follow the first: take them in the same pass.
@@ -177,6 +204,7 @@ type pass struct {
 	l        *lifecycles
 	byOrigin map[string][]owner
 	live     map[string]bool
+	seen     map[string]bool
 	watch    map[string]*watchSet
 	now      time.Time
 }
@@ -196,7 +224,7 @@ func (p *pass) watchOf(cluster string) *watchSet {
 }
 
 func (l *lifecycles) reconcile(ctx context.Context) {
-	p := &pass{ctx: ctx, l: l, byOrigin: map[string][]owner{}, live: map[string]bool{}, watch: map[string]*watchSet{}, now: l.s.now()}
+	p := &pass{ctx: ctx, l: l, byOrigin: map[string][]owner{}, live: map[string]bool{}, seen: map[string]bool{}, watch: map[string]*watchSet{}, now: l.s.now()}
 	for _, c := range l.s.clusters.List(nil) {
 		if c.ImportedBy != nil {
 			p.byOrigin[originKey(c.ImportedBy)] = append(p.byOrigin[originKey(c.ImportedBy)], owner{cluster: c, origin: c.ImportedBy})
@@ -223,6 +251,11 @@ func (l *lifecycles) reconcile(ctx context.Context) {
 				reason = removedPolicyDeleted
 			}
 			p.remove(o, reason)
+		}
+	}
+	for key := range l.memo {
+		if !p.seen[key] {
+			delete(l.memo, key)
 		}
 	}
 	l.writeWatches(ctx, p.watch)
@@ -259,6 +292,7 @@ func (p *pass) policy(pol *clusterv1.ImportPolicy) []*clusterv1.ImportLifecycle 
 		if cp.err != nil || obj.tooLarge {
 			// Nothing can be decided: what exists stays as it is.
 			p.live[key] = true
+			lc.LastRenderTime = timestamppb.New(p.unrendered(key, pol.Revision, obj))
 			msg, reason := fmt.Sprintf("the policy does not compile: %v", cp.err), importpolicy.ReasonInvalidPolicy
 			if obj.tooLarge {
 				msg, reason = "the agent could not report the object: it does not fit in a NATS message", reasonSourceTooLarge
@@ -268,7 +302,8 @@ func (p *pass) policy(pol *clusterv1.ImportPolicy) []*clusterv1.ImportLifecycle 
 			out = append(out, lc)
 			continue
 		}
-		res := l.engine.Render(p.ctx, cp.c, obj.json, p.fetcher(inv, w))
+		res, at := p.render(key, pol.Revision, cp.c, inv, obj, w)
+		lc.LastRenderTime = timestamppb.New(at)
 		lc.Name = res.Name
 		for _, c := range res.Conditions {
 			lc.Conditions = append(lc.Conditions, &clusterv1.Condition{Type: c.Type, Status: conditionStatus(c.Status), Reason: c.Reason, Message: c.Message, LastTransitionTime: lc.LastRenderTime})
@@ -296,13 +331,51 @@ func (l *lifecycles) compile(pol *clusterv1.ImportPolicy) compiledPolicy {
 	return cp
 }
 
+// render renders one lifecycle, or reuses its last render when nothing it read changed.
+// Either way the references it reads are asked of the agent.
+func (p *pass) render(key string, revision uint64, c *importpolicy.Compiled, inv string, src *reportedObject, w *watchSet) (*importpolicy.Result, time.Time) {
+	p.seen[key] = true
+	if m := p.l.memo[key]; m != nil && m.revision == revision && m.source == src && m.res != nil {
+		valid := true
+		for _, r := range m.reads {
+			if p.l.sources.object(inv, r.ref) != r.obj {
+				valid = false
+				break
+			}
+		}
+		if valid {
+			for _, r := range m.reads {
+				w.refs[r.ref] = r.target
+			}
+			return m.res, m.at
+		}
+	}
+	m := &renderMemo{revision: revision, source: src, at: p.l.s.now()}
+	m.res = p.l.engine.Render(p.ctx, c, src.json, p.fetcher(inv, w, m))
+	p.l.memo[key] = m
+	return m.res, m.at
+}
+
+// unrendered records a lifecycle that cannot be rendered and returns since when.
+func (p *pass) unrendered(key string, revision uint64, src *reportedObject) time.Time {
+	p.seen[key] = true
+	if m := p.l.memo[key]; m != nil && m.revision == revision && m.source == src && m.res == nil {
+		return m.at
+	}
+	m := &renderMemo{revision: revision, source: src, at: p.l.s.now()}
+	p.l.memo[key] = m
+	return m.at
+}
+
 // fetcher resolves references from what inv's agent reported, and asks the agent for each
 // one it is asked for: the next ImportWatch names it.
-func (p *pass) fetcher(inv string, w *watchSet) importpolicy.Fetcher {
+func (p *pass) fetcher(inv string, w *watchSet, m *renderMemo) importpolicy.Fetcher {
 	return importpolicy.FetcherFunc(func(_ context.Context, t importpolicy.Target) ([]byte, error) {
 		ref := objectRef{t.Group, t.Resource, t.Namespace, t.Name}
-		w.refs[ref] = &agentv1.WatchedObject{Group: t.Group, Version: t.Version, Resource: t.Resource, Namespace: t.Namespace, Name: t.Name}
+		target := &agentv1.WatchedObject{Group: t.Group, Version: t.Version, Resource: t.Resource, Namespace: t.Namespace, Name: t.Name}
+		w.refs[ref] = target
 		o := p.l.sources.object(inv, ref)
+		m.reads = append(m.reads, memoRead{ref: ref, target: target, obj: o})
 		switch {
 		case o == nil:
 			return nil, fmt.Errorf("not reported by the agent of cluster %q yet: %w", inv, importpolicy.ErrNotFound)

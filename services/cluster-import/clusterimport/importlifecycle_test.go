@@ -259,6 +259,30 @@ func TestImportLifecycles(t *testing.T) {
 	}
 	testkit.Eventually(t, 20*time.Second, func() error { return checkLifecycles(ctx, pc, imported) })
 
+	// Renders are memoized: a pass with nothing new for a lifecycle (an unrelated cluster
+	// registered, the same Secret resent) does not render it again.
+	renderTimes := func() map[string]time.Time {
+		res, err := pc.ListImportLifecycles(ctx, connect.NewRequest(&clusterv1.ListImportLifecyclesRequest{Policy: "capi"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]time.Time{}
+		for _, lc := range res.Msg.Lifecycles {
+			out[lc.Source.Name] = lc.LastRenderTime.AsTime()
+		}
+		return out
+	}
+	rendered := renderTimes()
+	inv.secret("alpha-kubeconfig", kubeconfigFor("https://alpha.example:6443", "token-of-alpha-0123456789"))
+	register(t, e, "unrelated", nil)
+	time.Sleep(500 * time.Millisecond)
+	if again := renderTimes(); fmt.Sprint(again) != fmt.Sprint(rendered) {
+		t.Errorf("re-rendered without a change:\n%v\n%v", again, rendered)
+	}
+	if _, err := e.client.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: "unrelated"})); err != nil {
+		t.Fatal(err)
+	}
+
 	get := func(name string) (*clusterv1.Cluster, error) {
 		res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: name}))
 		if err != nil {

@@ -170,14 +170,22 @@ func (r *importSources) handle(subject string, data []byte, seq uint64) error {
 		next := &reportedObject{version: p.Version, json: p.Object, deleted: p.Deleted, tooLarge: p.TooLarge, gen: p.SessionId, seq: seq}
 		prev := m[ref]
 		changed = prev == nil || prev.deleted != next.deleted || prev.tooLarge != next.tooLarge || !bytes.Equal(prev.json, next.json)
-		m[ref] = next
+		if changed {
+			m[ref] = next
+		} else {
+			// The same content keeps its identity, so renders of it stay valid (lifecycles
+			// memoize by object).
+			prev.gen, prev.seq, prev.version = next.gen, next.seq, next.version
+		}
 	case *agentv1.ImportSync:
 		// Objects of this type an earlier run reported, older than the marker, were not seen
 		// by the run that sent it: they were deleted while no agent watched.
-		for ref, o := range r.objects[cluster] {
+		m := r.objects[cluster]
+		for ref, o := range m {
 			if ref.group == p.Group && ref.resource == p.Resource && (p.Namespace == "" || ref.namespace == p.Namespace) &&
 				o.gen != p.SessionId && o.seq < seq && !o.deleted {
-				o.deleted, o.json = true, nil
+				// Replaced, never changed in place: a render may be reading the old one.
+				m[ref] = &reportedObject{version: o.version, deleted: true, gen: o.gen, seq: o.seq}
 				changed = true
 			}
 		}
@@ -222,7 +230,9 @@ func (r *importSources) handleSecret(m *nats.Msg, log *zap.Logger) {
 	}
 	prev := sm[ref]
 	changed := prev == nil || prev.deleted != next.deleted || prev.tooLarge != next.tooLarge || !bytes.Equal(prev.json, next.json)
-	sm[ref] = next
+	if changed {
+		sm[ref] = next
+	}
 	r.mu.Unlock()
 	// The agent resends every Secret periodically; only a change is worth a reconcile.
 	if changed {
