@@ -37,7 +37,7 @@ import (
 // keyLines holds generated key file lines by key id, so a test can write any combination.
 type keyLines map[string]string
 
-func (k keyLines) line(t *testing.T, id string) string {
+func (k keyLines) line(t testing.TB, id string) string {
 	t.Helper()
 	if l, ok := k[id]; ok {
 		return l
@@ -51,7 +51,7 @@ func (k keyLines) line(t *testing.T, id string) string {
 }
 
 // write writes a key file listing ids in order (the first seals) and loads it.
-func (k keyLines) write(t *testing.T, path string, ids ...string) *sealed.Keyring {
+func (k keyLines) write(t testing.TB, path string, ids ...string) *sealed.Keyring {
 	t.Helper()
 	var b strings.Builder
 	for _, id := range ids {
@@ -67,7 +67,7 @@ func (k keyLines) write(t *testing.T, path string, ids ...string) *sealed.Keyrin
 	return r
 }
 
-func newRing(t *testing.T, ids ...string) *sealed.Keyring {
+func newRing(t testing.TB, ids ...string) *sealed.Keyring {
 	t.Helper()
 	return keyLines{}.write(t, filepath.Join(t.TempDir(), "keys"), ids...)
 }

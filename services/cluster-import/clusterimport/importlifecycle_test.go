@@ -27,7 +27,7 @@ import (
 // fakeInventory plays the inventory cluster's agent: it reports source objects on
 // FLEET_AGENT and Secrets on core NATS, as services/cluster-agent does.
 type fakeInventory struct {
-	t       *testing.T
+	t       testing.TB
 	j       *testkit.JetStream
 	store   *events.Store
 	cluster string

@@ -63,13 +63,13 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func start(t *testing.T, j *testkit.JetStream, cfg clusterimport.Config) *env {
+func start(t testing.TB, j *testkit.JetStream, cfg clusterimport.Config) *env {
 	t.Helper()
 	return startLogged(t, j, cfg, testkit.Logger(t))
 }
 
 // startLogged starts the service logging to log; without a keyring in cfg it gets a fresh one.
-func startLogged(t *testing.T, j *testkit.JetStream, cfg clusterimport.Config, log *zap.Logger) *env {
+func startLogged(t testing.TB, j *testkit.JetStream, cfg clusterimport.Config, log *zap.Logger) *env {
 	t.Helper()
 	if j == nil {
 		j = testkit.StartJetStream(t)
@@ -111,7 +111,7 @@ func startLogged(t *testing.T, j *testkit.JetStream, cfg clusterimport.Config, l
 
 func code(err error) connect.Code { return connect.CodeOf(err) }
 
-func register(t *testing.T, e *env, name string, labels map[string]string) *clusterv1.RegisterClusterResponse {
+func register(t testing.TB, e *env, name string, labels map[string]string) *clusterv1.RegisterClusterResponse {
 	t.Helper()
 	res, err := e.client.RegisterCluster(context.Background(), connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: name, Labels: labels}))
 	if err != nil {
