@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,7 @@ import (
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
@@ -269,5 +272,109 @@ credentials:
 	case err := <-natsErrs:
 		t.Errorf("the agent hit a NATS error (a permission it lacks?): %v", err)
 	default:
+	}
+}
+
+// Against the real server: an agent reads only its own import watch and sends Secrets only as
+// itself, and no agent receives them.
+func TestAgentImportWatchAndSecretsAreConfined(t *testing.T) {
+	inst, client := startFleetd(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	reg, err := client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvHub, err := inst.JS.KeyValue(ctx, subjects.ImportWatchBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"c1", "c2"} {
+		if _, err := kvHub.Put(ctx, subjects.ImportWatchKey(c), []byte("spec of "+c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 16)
+	nc, err := connectAgent(inst, "c1", reg.Msg.AgentToken, errs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, subjects.ImportWatchBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, subjects.ImportWatchKey("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-w.Updates():
+		if e == nil || string(e.Value()) != "spec of c1" {
+			t.Fatalf("own watch: %v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("own import watch not read")
+	}
+	_ = w.Stop()
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if w2, err := kv.Watch(wctx, subjects.ImportWatchKey("c2")); err == nil {
+		select {
+		case e := <-w2.Updates():
+			if e != nil {
+				t.Fatalf("read c2's import watch: %s", e.Value())
+			}
+		case <-wctx.Done():
+		}
+	}
+
+	seen := make(chan string, 16)
+	sub, err := inst.Conn.Subscribe(subjects.AgentSecretPrefix+".>", func(m *nats.Msg) { seen <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = inst.Conn.Flush()
+	if _, err := nc.Subscribe(subjects.AgentSecretPrefix+".>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(subjects.AgentSecret("c2", "capi", "x-kubeconfig"), []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(subjects.AgentSecret("c1", "capi", "x-kubeconfig"), []byte("own")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	select {
+	case s := <-seen:
+		if s != subjects.AgentSecret("c1", "capi", "x-kubeconfig") {
+			t.Fatalf("secret on %s got through", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("own secret did not arrive")
+	}
+	select {
+	case s := <-seen:
+		t.Fatalf("secret on %s got through", s)
+	case <-time.After(300 * time.Millisecond):
+	}
+	violations := 0
+	for done := false; !done; {
+		select {
+		case err := <-errs:
+			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				violations++
+			}
+		case <-time.After(time.Second):
+			done = true
+		}
+	}
+	// The subscription, the forged Secret and the consumer on c2's key.
+	if violations < 2 {
+		t.Errorf("%d permission violations reported, want at least 2", violations)
 	}
 }
