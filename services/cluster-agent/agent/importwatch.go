@@ -80,8 +80,8 @@ type objectKey struct{ group, resource, namespace, name string }
 type reported struct{ gen, rv string }
 
 type importInformer struct {
-	key      informerKey
-	version  string
+	key     informerKey
+	version string
 	// gen names this informer's run (session and start), sent with its reports and sync
 	// marker: a restarted informer's marker supersedes what an earlier run reported.
 	gen      string
