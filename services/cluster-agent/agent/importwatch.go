@@ -247,8 +247,16 @@ func (w *ImportWatcher) reconcile(ctx context.Context, spec *agentv1.ImportWatch
 	}
 	wanted := map[objectKey]*agentv1.WatchedObject{}
 	for _, r := range w.spec.GetReferences() {
-		want[informerKey{group: r.GetGroup(), resource: r.GetResource(), namespace: r.GetNamespace()}] = r.GetVersion()
 		wanted[objectKey{r.GetGroup(), r.GetResource(), r.GetNamespace(), r.GetName()}] = r
+		// An object of a watched source type is reported by the source's informer already; a
+		// second informer's reports would carry another run's generation, and the source's
+		// sync marker would then count them as gone.
+		_, all := want[informerKey{source: true, group: r.GetGroup(), resource: r.GetResource()}]
+		_, ns := want[informerKey{source: true, group: r.GetGroup(), resource: r.GetResource(), namespace: r.GetNamespace()}]
+		if all || ns {
+			continue
+		}
+		want[informerKey{group: r.GetGroup(), resource: r.GetResource(), namespace: r.GetNamespace()}] = r.GetVersion()
 	}
 	for k, inf := range w.informers {
 		if _, ok := want[k]; !ok {

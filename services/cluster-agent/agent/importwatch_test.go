@@ -143,6 +143,8 @@ func TestImportWatcher(t *testing.T) {
 		References: []*agentv1.WatchedObject{
 			{Version: "v1", Resource: "secrets", Namespace: "capi", Name: "alpha-kubeconfig"},
 			{Version: "v1", Resource: "secrets", Namespace: "capi", Name: "beta-kubeconfig"},
+			// Of the source type: its informer reports it, no second one is started.
+			{Group: "cluster.x-k8s.io", Resource: "clusters", Namespace: "capi", Name: "beta"},
 		},
 	})
 	if _, err := kv.Put(ctx, subjects.ImportWatchKey(cluster), spec); err != nil {
@@ -211,6 +213,9 @@ func TestImportWatcher(t *testing.T) {
 		if u.GetName() != tc.name || u.GetLabels()["env"] != tc.label || u.GetManagedFields() != nil || r.obj.Version != "v1beta1" {
 			t.Errorf("%s: reported %s labels %v version %s managedFields %d", tc.name, u.GetName(), u.GetLabels(), r.obj.Version, len(u.GetManagedFields()))
 		}
+	}
+	if n := logs.FilterMessage("watching import objects").FilterField(zap.Bool("source", false)).Len(); n != 1 {
+		t.Errorf("%d reference informers started, want 1 (Secrets in capi)", n)
 	}
 	if logs.FilterMessage("import object too large to report").Len() != 1 {
 		t.Errorf("want one log for the too large object, got %d", logs.FilterMessage("import object too large to report").Len())
