@@ -8,7 +8,6 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/authz"
@@ -493,6 +492,3 @@ func (s *Service) SetAddOnScore(ctx context.Context, req *connect.Request[placem
 	s.kickScheduler()
 	return connect.NewResponse(&placementv1.SetAddOnScoreResponse{Score: out}), nil
 }
-
-// nowProto is the service clock as a timestamp.
-func (s *Service) nowProto() *timestamppb.Timestamp { return timestamppb.New(s.now()) }
