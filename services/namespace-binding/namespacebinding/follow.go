@@ -2,8 +2,11 @@ package namespacebinding
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,6 +33,19 @@ import (
 // ReasonOwnedByOtherProject is the reason of a placement's binding that cannot be made because
 // another project holds the namespace on that cluster.
 const ReasonOwnedByOtherProject = "OwnedByOtherProject"
+
+// ReasonOverBudget is the reason of a placement's binding that the project's budget on that
+// cluster cannot hold.
+const ReasonOverBudget = "OverBudget"
+
+// connectMessage is an error's message without Connect's code prefix.
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
 
 func placementNamespacesProjection() view.Projection {
 	return view.Projection{
@@ -161,6 +177,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	if !ok {
 		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("namespace %q of project %q changed concurrently; read it again", m.Namespace, m.Project))
 	}
+	s.followBackoff.reset(n)
 	if err := s.follow(ctx, n); err != nil {
 		s.log.Warn("bind namespace to placement: some clusters wait for the follower", zap.String("project", m.Project),
 			zap.String("namespace", m.Namespace), zap.Error(err))
@@ -191,16 +208,26 @@ func (s *Service) blockedBindings(n *placementv1.PlacementNamespace) []*projectv
 	if !ok {
 		return nil
 	}
+	p, _ := s.projects.Get(projectKey(n.Project))
 	var out []*projectv1.NamespaceBinding
-	for _, c := range sorted(decidedClusters(d)) {
-		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
-		if !ok || b.Project == n.Project {
-			continue
-		}
+	failed := func(c, reason, msg string) {
 		out = append(out, &projectv1.NamespaceBinding{Project: n.Project, Cluster: c, Namespace: n.Namespace, Hard: n.Hard,
 			Placement: n.Placement, UnbindPolicy: n.UnbindPolicy, Phase: projectv1.BindingPhase_BINDING_PHASE_FAILED,
-			Reason:  ReasonOwnedByOtherProject,
-			Message: fmt.Sprintf("placement %s decided cluster %s, where namespace %s belongs to project %s", n.Placement, c, n.Namespace, b.Project)})
+			Reason: reason, Message: msg})
+	}
+	for _, c := range sorted(decidedClusters(d)) {
+		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
+		switch {
+		case ok && b.Project != n.Project:
+			failed(c, ReasonOwnedByOtherProject,
+				fmt.Sprintf("placement %s decided cluster %s, where namespace %s belongs to project %s", n.Placement, c, n.Namespace, b.Project))
+		case !ok && p != nil:
+			// Not bound and nobody else's: the project's budget there is the one thing that
+			// keeps the follower from binding it.
+			if err := s.fitsBudget(p, c, n.Namespace, n.Hard); err != nil {
+				failed(c, ReasonOverBudget, fmt.Sprintf("placement %s decided cluster %s: %s", n.Placement, c, connectMessage(err)))
+			}
+		}
 	}
 	return out
 }
@@ -297,7 +324,7 @@ func (s *Service) runFollow(ctx context.Context) error {
 			s.log.Warn("release bindings of namespaces that stopped following", zap.Error(err))
 		}
 		var after <-chan time.Time
-		if retry {
+		if retry || s.followBackoff.pending(s.now()) {
 			after = time.After(followRetry)
 		}
 		select {
@@ -341,9 +368,13 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 		case ok && b.Project != n.Project:
 			continue // another project's: shown as Failed, bound once it lets go
 		case ok && b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING:
-			if b.Placement == n.Placement && !proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: n.Hard}) {
+			if b.Placement == n.Placement && !proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: n.Hard}) &&
+				s.followBackoff.ready(n, c, s.now()) {
 				if _, err := s.updateQuota(ctx, n.Project, c, n.Namespace, n.Hard); err != nil {
+					s.followBackoff.failed(n, c, s.now())
 					errs = append(errs, fmt.Errorf("quota of namespace %s on cluster %s: %w", n.Namespace, c, err))
+				} else {
+					s.followBackoff.succeeded(n, c)
 				}
 			}
 			continue
@@ -351,8 +382,14 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 		if ok && !s.stillFollows(ctx, n) {
 			return nil // replacing a Terminating binding: only if the following still stands
 		}
+		if !s.followBackoff.ready(n, c, s.now()) {
+			continue // failed a moment ago; tried again after followRetry
+		}
 		if _, err := s.bind(ctx, n.Project, c, n.Namespace, n.Hard, n.Placement); err != nil && connect.CodeOf(err) != connect.CodeAlreadyExists {
+			s.followBackoff.failed(n, c, s.now())
 			errs = append(errs, fmt.Errorf("bind namespace %s/%s on cluster %s: %w", n.Project, n.Namespace, c, err))
+		} else {
+			s.followBackoff.succeeded(n, c)
 		}
 	}
 	for _, b := range s.bindings.Lookup(byProjectNamespace(n.Project, n.Namespace)) {
@@ -432,4 +469,65 @@ func (s *Service) stillFollows(ctx context.Context, n *placementv1.PlacementName
 	}
 	_, bound := payloadOf(ev).(*placementv1.PlacementNamespaceBound)
 	return bound && last == n.Revision
+}
+
+// backoff spaces out a following namespace's failing bind or quota change on one cluster (a
+// budget that does not fit): without it every binding change anywhere in the fleet would try
+// it again, claim and all. The API's own follow (BindNamespace) is not held back: a caller
+// retrying by hand has changed something.
+type backoff struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func backoffKey(n *placementv1.PlacementNamespace, cluster string) string {
+	return keys.Join(n.Project, n.Namespace, cluster)
+}
+
+func (b *backoff) ready(n *placementv1.PlacementNamespace, cluster string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.until[backoffKey(n, cluster)]
+	return !ok || !now.Before(t)
+}
+
+func (b *backoff) failed(n *placementv1.PlacementNamespace, cluster string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.until == nil {
+		b.until = map[string]time.Time{}
+	}
+	b.until[backoffKey(n, cluster)] = now.Add(followRetry)
+}
+
+func (b *backoff) succeeded(n *placementv1.PlacementNamespace, cluster string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.until, backoffKey(n, cluster))
+}
+
+// pending reports whether some retry waits, so the follower wakes for it. An entry nobody
+// re-armed for a whole period after it ran out (its cluster left the decision, the namespace
+// stopped following) is forgotten.
+func (b *backoff) pending(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, t := range b.until {
+		if !now.Before(t.Add(followRetry)) {
+			delete(b.until, k)
+		}
+	}
+	return len(b.until) > 0
+}
+
+// reset forgets every wait: the API's follow acts at once.
+func (b *backoff) reset(n *placementv1.PlacementNamespace) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prefix := keys.Join(n.Project, n.Namespace) + "."
+	for k := range b.until {
+		if strings.HasPrefix(k, prefix) {
+			delete(b.until, k)
+		}
+	}
 }

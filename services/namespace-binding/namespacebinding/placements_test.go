@@ -598,3 +598,33 @@ func TestPlacementsGuardTheirProjectAndTheirBindings(t *testing.T) {
 		return nil
 	})
 }
+
+func TestBudgetThatDoesNotFitShowsAsAFailedPlacementBinding(t *testing.T) {
+	e := placementFleet(t)
+	// On c2 team-a may hand out 1 CPU; web asks 2 on every cluster.
+	e.mustSetBudget(t, "team-a", "c2", hard("cpu", "1"))
+	e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "eu", Predicates: []*placementv1.Predicate{predicate("region", "eu")}})
+	e.eventuallyDecided(t, "team-a", "eu", "c1", "c2", "c3")
+	if _, err := e.bindToPlacement("team-a", "web", "eu", hard("cpu", "2")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if got, want := e.bindingsOf(t, "team-a", "web"), []string{"c1:PENDING:eu", "c2:FAILED:eu", "c3:PENDING:eu"}; !slices.Equal(got, want) {
+			return fmt.Errorf("web bindings %v, want %v", got, want)
+		}
+		return nil
+	})
+	for _, b := range e.projectBindings(t, "team-a") {
+		if b.Cluster == "c2" && (b.Reason != namespacebinding.ReasonOverBudget || !strings.Contains(b.Message, "cpu asks 2, 1 left of 1")) {
+			t.Fatalf("c2's binding %v: want OverBudget saying what is asked and left", b)
+		}
+	}
+	// The budget grows: the follower binds c2 on its next try.
+	e.mustSetBudget(t, "team-a", "c2", hard("cpu", "4"))
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if got := e.bindingsOf(t, "team-a", "web"); !slices.Contains(got, "c2:PENDING:eu") {
+			return fmt.Errorf("web bindings %v, want c2 bound once the budget fits", got)
+		}
+		return nil
+	})
+}

@@ -128,6 +128,7 @@ type Service struct {
 	placementNamespaces *view.Cache[*placementv1.PlacementNamespace]
 	schedKick           chan struct{}
 	followKick          chan struct{}
+	followBackoff       backoff
 
 	ready chan struct{}
 	now   func() time.Time
