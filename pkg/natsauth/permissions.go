@@ -209,6 +209,8 @@ var serviceGrants = map[string][]grant{
 		// EndpointSlice reports and heartbeats come from agents.
 		{stream: subjects.AgentStreamName, access: read | ensure},
 		readBucket(subjects.ClustersBucket),
+		// A cluster's last event confirms its deregistration before its endpoints are evicted.
+		{stream: subjects.ClusterStream, access: read},
 		deadLetter(subjects.AgentStreamName+".endpoint-collector", viewDeadLetters(subjects.EndpointStream)),
 		leases(),
 	},

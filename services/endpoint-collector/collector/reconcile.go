@@ -228,7 +228,7 @@ func (c *Collector) evaluate(ci *clusterInfo, services map[string]int) {
 	silent := c.now().Sub(time.Unix(0, ci.lastSeen.Load()))
 	next := stateLive
 	switch {
-	case silent > c.cfg.EvictAfter:
+	case ci.deregistered.Load(), silent > c.cfg.EvictAfter:
 		next = stateEvicted
 	case silent > c.cfg.StaleAfter || ci.resyncing.Load():
 		next = stateStale

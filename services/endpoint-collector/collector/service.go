@@ -366,10 +366,10 @@ func (r *registry) run(ctx context.Context) error {
 	for {
 		snap, ch := cache.Subscribe(ctx, 1024)
 		for _, u := range snap {
-			r.apply(u)
+			r.apply(ctx, u)
 		}
 		for u := range ch {
-			r.apply(u)
+			r.apply(ctx, u)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -377,17 +377,61 @@ func (r *registry) run(ctx context.Context) error {
 	}
 }
 
-func (r *registry) apply(u view.Update[*clusterv1.Cluster]) {
+func (r *registry) apply(ctx context.Context, u view.Update[*clusterv1.Cluster]) {
 	if u.Op != view.Put {
+		// Deregistration evicts the cluster's endpoints at once rather than after EvictAfter
+		// of silence (docs/endpoints.md), once the cluster's last event confirms it: a registry
+		// view being rebuilt drops entries too.
+		name, err := keys.Decode(u.Key)
+		if err != nil || !r.deregistered(ctx, name) {
+			return
+		}
+		ci := r.c.store.cluster(name)
+		if !ci.deregistered.Swap(true) {
+			r.c.log.Info("cluster deregistered: its endpoints are no longer served", zap.String("cluster", name))
+			r.c.reevaluate(name)
+		}
 		return
 	}
 	name := u.Value.Name
 	ci := r.c.store.cluster(name)
 	ci.fromRegistry.Store(true)
-	if ci.setID(u.Value.Id) {
+	back := ci.deregistered.Swap(false)
+	if ci.setID(u.Value.Id) && !back {
 		for _, key := range r.c.ingest.servicesOf(name) {
 			r.c.queue.Add(key)
 		}
+	}
+	if back {
+		r.c.reevaluate(name)
+	}
+}
+
+// deregistered reports whether the last event of cluster name is its deregistration.
+func (r *registry) deregistered(ctx context.Context, name string) bool {
+	stream, err := r.c.js.Stream(ctx, subjects.ClusterStream)
+	if err != nil {
+		r.c.log.Warn("confirm deregistration", zap.String("cluster", name), zap.Error(err))
+		return false
+	}
+	_, last, err := events.Last(ctx, stream, subjects.Cluster(name))
+	if err != nil {
+		r.c.log.Warn("confirm deregistration", zap.String("cluster", name), zap.Error(err))
+		return false
+	}
+	if last == nil {
+		return false
+	}
+	_, ok := last.Payload.(*clusterv1.ClusterDeregistered)
+	return ok
+}
+
+// reevaluate re-judges one cluster's liveness now (a deregistration, a registration again).
+func (c *Collector) reevaluate(name string) {
+	c.ingest.mu.Lock()
+	defer c.ingest.mu.Unlock()
+	if ic := c.ingest.clusters[name]; ic != nil {
+		c.evaluate(ic.info, ic.services)
 	}
 }
 

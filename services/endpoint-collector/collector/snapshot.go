@@ -38,6 +38,9 @@ type clusterInfo struct {
 	resyncing atomic.Bool
 	// fromRegistry: the id came from cluster-import's registry, which outranks the agent's.
 	fromRegistry atomic.Bool
+	// deregistered: the registry confirmed the cluster's deregistration; its endpoints are no
+	// longer served, whatever its agent last said, until it is registered again.
+	deregistered atomic.Bool
 }
 
 func (c *clusterInfo) ID() string {
