@@ -1,6 +1,7 @@
 package namespacebinding
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -443,19 +444,7 @@ func (s *Service) withBlocked(project string, list []*projectv1.NamespaceBinding
 		list = append(list, s.blockedBindings(n)...)
 	}
 	slices.SortStableFunc(list, func(a, b *projectv1.NamespaceBinding) int {
-		if a.Cluster != b.Cluster {
-			if a.Cluster < b.Cluster {
-				return -1
-			}
-			return 1
-		}
-		if a.Namespace < b.Namespace {
-			return -1
-		}
-		if a.Namespace > b.Namespace {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Namespace, b.Namespace))
 	})
 	return list
 }

@@ -342,10 +342,24 @@ func (s *Service) getPlacement(ctx context.Context, project, name string) (*plac
 }
 
 func (s *Service) ListPlacements(ctx context.Context, req *connect.Request[placementv1.ListPlacementsRequest]) (*connect.Response[placementv1.ListPlacementsResponse], error) {
-	m := req.Msg
+	list, err := listInProjects(ctx, s, s.placements, req.Msg.Project, roles.ResPlacements, func(p *placementv1.Placement) string { return p.Project })
+	if err != nil {
+		return nil, err
+	}
+	res := &placementv1.ListPlacementsResponse{}
+	for _, p := range list {
+		res.Placements = append(res.Placements, s.presentPlacement(p))
+	}
+	return connect.NewResponse(res), nil
+}
+
+// listInProjects lists a view indexed by project (byProject): one project's entries, or
+// every project's, keeping those of projects where the caller may list resource. A named
+// project the caller may not read is a denial, not an empty list.
+func listInProjects[T proto.Message](ctx context.Context, s *Service, c *view.Cache[T], project, resource string, projectOf func(T) string) ([]T, error) {
 	var v apierr.Violations
-	if m.Project != "" {
-		v.DNSLabel("project", m.Project)
+	if project != "" {
+		v.DNSLabel("project", project)
 	}
 	if err := v.Err(); err != nil {
 		return nil, err
@@ -354,22 +368,22 @@ func (s *Service) ListPlacements(ctx context.Context, req *connect.Request[place
 		return nil, err
 	}
 	caller := authz.CallerFrom(ctx)
-	if m.Project != "" && !caller.Can("list", roles.Group, roles.ResPlacements, m.Project) {
-		return nil, authz.Denied(caller, "list", roles.ResPlacements+"."+roles.Group, authz.Scope{Kind: authz.Project, Project: m.Project})
+	if project != "" && !caller.Can("list", roles.Group, resource, project) {
+		return nil, authz.Denied(caller, "list", resource+"."+roles.Group, authz.Scope{Kind: authz.Project, Project: project})
 	}
-	var list []*placementv1.Placement
-	if m.Project != "" {
-		list = s.placements.Lookup(byProject(m.Project))
+	var list []T
+	if project != "" {
+		list = c.Lookup(byProject(project))
 	} else {
-		list = s.placements.List(nil)
+		list = c.List(nil)
 	}
-	res := &placementv1.ListPlacementsResponse{}
-	for _, p := range list {
-		if caller.Can("list", roles.Group, roles.ResPlacements, p.Project) {
-			res.Placements = append(res.Placements, s.presentPlacement(p))
+	out := list[:0:0]
+	for _, e := range list {
+		if caller.Can("list", roles.Group, resource, projectOf(e)) {
+			out = append(out, e)
 		}
 	}
-	return connect.NewResponse(res), nil
+	return out, nil
 }
 
 // emptyDecisions is what a placement shows before the scheduler first decided it.
@@ -402,7 +416,7 @@ func (s *Service) WatchPlacementDecisions(ctx context.Context, req *connect.Requ
 	var shown []string
 	send := func(d *placementv1.PlacementDecisions) error {
 		now := decidedClusters(d)
-		added, removed := placement.DecisionDiff(shown, &placement.Decision{Clusters: asCoreClusters(now)})
+		added, removed := placement.Diff(shown, now)
 		shown = now
 		return stream.Send(&placementv1.WatchPlacementDecisionsResponse{Decisions: d, Added: added, Removed: removed})
 	}
@@ -436,14 +450,6 @@ func (s *Service) WatchPlacementDecisions(ctx context.Context, req *connect.Requ
 			}
 		}
 	}
-}
-
-func asCoreClusters(names []string) []placement.ClusterDecision {
-	out := make([]placement.ClusterDecision, len(names))
-	for i, n := range names {
-		out[i].ClusterName = n
-	}
-	return out
 }
 
 func (s *Service) SetAddOnScore(ctx context.Context, req *connect.Request[placementv1.SetAddOnScoreRequest]) (*connect.Response[placementv1.SetAddOnScoreResponse], error) {

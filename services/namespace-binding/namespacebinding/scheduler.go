@@ -42,6 +42,10 @@ const schedulerDebounce = 50 * time.Millisecond
 type schedulerState struct {
 	fleetSum [32]byte
 	fleet    *placement.Fleet
+	// fleetInputs are the change channels of the caches the fleet was built from: while none
+	// has fired, the fleet (and its fingerprint) stands, and a round woken by a decision or a
+	// placement does not walk every cluster again.
+	fleetInputs []<-chan struct{}
 	// decided is each placement's input fingerprint at its last decision in this process.
 	decided map[string][32]byte
 	// next is the moment each placement must be decided again with no input changing.
@@ -249,6 +253,11 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 // refreshFleet rebuilds the scheduler's fleet when a cluster, set or score changed in a way the
 // scheduler can see.
 func (s *Service) refreshFleet(st *schedulerState) error {
+	if st.fleet != nil && !anyClosed(st.fleetInputs) {
+		return nil
+	}
+	// Taken before reading, so a change while reading is seen next round.
+	inputs := []<-chan struct{}{s.clusters.Changed(), s.clusterSets.Changed(), s.addOnScores.Changed()}
 	clusters := s.clusters.List(nil)
 	sets := s.clusterSets.List(nil)
 	scores := s.addOnScores.List(nil)
@@ -275,6 +284,7 @@ func (s *Service) refreshFleet(st *schedulerState) error {
 	var sum [32]byte
 	h.Sum(sum[:0])
 	if st.fleet != nil && sum == st.fleetSum {
+		st.fleetInputs = inputs
 		return nil
 	}
 	core := make([]placement.Cluster, len(clusters))
@@ -293,7 +303,7 @@ func (s *Service) refreshFleet(st *schedulerState) error {
 	if err != nil {
 		return fmt.Errorf("placement fleet: %w", err)
 	}
-	st.fleet, st.fleetSum = f, sum
+	st.fleet, st.fleetSum, st.fleetInputs = f, sum, inputs
 	return nil
 }
 
@@ -344,4 +354,15 @@ func (s *Service) placementGone(ctx context.Context, project, name string) bool 
 	}
 	_, deleted := payloadOf(last).(*placementv1.PlacementDeleted)
 	return last == nil || deleted
+}
+
+func anyClosed(chs []<-chan struct{}) bool {
+	for _, ch := range chs {
+		select {
+		case <-ch:
+			return true
+		default:
+		}
+	}
+	return false
 }
