@@ -134,7 +134,7 @@ func (r *Responder) authorize(ctx context.Context, req *jwt.AuthorizationRequest
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	id, ok := r.Resolve(ctx, token)
+	id, ok := r.Resolve(ctx, req.ConnectOptions.Username, token)
 	var perms Permissions
 	if ok {
 		perms, ok = id.Permissions()

@@ -67,7 +67,7 @@ type tokens struct {
 	m  map[string]natsauth.Identity
 }
 
-func (tk *tokens) resolve(_ context.Context, token string) (natsauth.Identity, bool) {
+func (tk *tokens) resolve(_ context.Context, _, token string) (natsauth.Identity, bool) {
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
 	id, ok := tk.m[token]

@@ -145,7 +145,7 @@ func TestDeployAuthConf(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	r := &natsauth.Responder{Issuer: issuer, XKey: xkey, Log: zaptest.NewLogger(t),
-		Resolve: func(_ context.Context, token string) (natsauth.Identity, bool) {
+		Resolve: func(_ context.Context, _, token string) (natsauth.Identity, bool) {
 			return natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1"}, token == "agent-c1"
 		}}
 	go func() { done <- r.Run(ctx, rc) }()

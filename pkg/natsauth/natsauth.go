@@ -69,8 +69,35 @@ func (id Identity) Permissions() (Permissions, bool) {
 	return Permissions{}, false
 }
 
-// Resolver returns whose token this is; ok false refuses the connection.
-type Resolver func(ctx context.Context, token string) (Identity, bool)
+// Resolver returns whose token this is; ok false refuses the connection. user is the user name
+// the client connected with: hub-hosted agents present the hosted-agent service's token with
+// the user HostedAgentUser(cluster) (ResolveHostedAgent); other user names mean nothing.
+type Resolver func(ctx context.Context, user, token string) (Identity, bool)
+
+// hostedUserPrefix starts the NATS user name of a hub-hosted agent's connection.
+const hostedUserPrefix = "hosted:"
+
+// HostedAgentUser is the NATS user name a hub-hosted agent of cluster connects with, the
+// hosted-agent service's token as its password.
+func HostedAgentUser(cluster string) string { return hostedUserPrefix + cluster }
+
+// IsHostedAgentUser reports whether a client connected with a hosted agent's user name.
+func IsHostedAgentUser(user string) bool { return strings.HasPrefix(user, hostedUserPrefix) }
+
+// ResolveHostedAgent turns the identity of a token into that of a hosted agent when user names
+// one: only the hosted-agent service may, and it then gets exactly the permissions of that
+// cluster's own agent (never its service permissions), for a cluster registered says exists.
+// Other user names are ignored (`nats://user:token@host` URLs), as before hosted agents.
+func ResolveHostedAgent(id Identity, user string, registered func(cluster string) bool) (Identity, bool) {
+	if !IsHostedAgentUser(user) {
+		return id, true
+	}
+	cluster := strings.TrimPrefix(user, hostedUserPrefix)
+	if id.Kind != KindService || id.Name != ServiceHostedAgent || cluster == "" || !registered(cluster) {
+		return Identity{}, false
+	}
+	return Identity{Kind: KindAgent, Name: cluster}, true
+}
 
 // Authenticator implements server.Authentication for an embedded server.
 type Authenticator struct {
@@ -101,7 +128,7 @@ func (a *Authenticator) Check(c server.ClientAuthentication) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	id, ok := a.Resolve(ctx, token)
+	id, ok := a.Resolve(ctx, c.GetOpts().Username, token)
 	var perms Permissions
 	if ok {
 		perms, ok = id.Permissions()
@@ -139,6 +166,22 @@ type ServiceTokens struct {
 type serviceToken struct {
 	digest  []byte
 	service string
+}
+
+// NewServiceTokens returns the tokens of byService (service → token), for a process that makes
+// its own (fleetd, for its in-process hosted agents).
+func NewServiceTokens(byService map[string]string) (*ServiceTokens, error) {
+	st := &ServiceTokens{}
+	for service, token := range byService {
+		if !slices.Contains(Services(), service) {
+			return nil, fmt.Errorf("nats service tokens: unknown service %q", service)
+		}
+		if token == "" {
+			return nil, fmt.Errorf("nats service tokens: empty token for %s", service)
+		}
+		st.entries = append(st.entries, serviceToken{digest: digest(token), service: service})
+	}
+	return st, nil
 }
 
 // LoadServiceTokens reads a file of `token,service` lines (blank lines and # comments allowed).

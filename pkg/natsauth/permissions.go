@@ -74,11 +74,16 @@ const (
 	ServiceNamespaceBinding  = "namespace-binding"
 	ServiceRBACSync          = "rbac-sync"
 	ServiceEndpointCollector = "endpoint-collector"
+	// ServiceHostedAgent is cluster-agent --hosted, which runs the agents of member clusters
+	// that have stored credentials and no agent of their own. Its own connection only finds
+	// those clusters and fetches their credentials; each hosted agent connects as that
+	// cluster's agent (HostedAgentUser).
+	ServiceHostedAgent = "hosted-agent"
 )
 
 // Services lists every hub service the table knows.
 func Services() []string {
-	return []string{ServiceClusterImport, ServiceNamespaceBinding, ServiceRBACSync, ServiceEndpointCollector}
+	return []string{ServiceClusterImport, ServiceNamespaceBinding, ServiceRBACSync, ServiceEndpointCollector, ServiceHostedAgent}
 }
 
 // SubscribersBucket holds the downstream subscribers, owned by cluster-import.
@@ -214,12 +219,24 @@ var serviceGrants = map[string][]grant{
 		deadLetter(subjects.AgentStreamName+".endpoint-collector", viewDeadLetters(subjects.EndpointStream)),
 		leases(),
 	},
+	ServiceHostedAgent: {
+		// Which clusters have credentials, and whether their own agent heartbeats.
+		readBucket(subjects.ClustersBucket),
+		readBucket(subjects.ClusterStatusBucket),
+		leases(),
+	},
 }
 
 // serviceCoreSubscribes are the core NATS subjects (no stream) a service subscribes to.
 var serviceCoreSubscribes = map[string][]string{
-	// Secrets agents report for import policies: kept in memory only, never in a stream.
-	ServiceClusterImport: {subjects.AgentSecretPrefix + ".>"},
+	// Secrets agents report for import policies and hosted agents' credential requests: kept in
+	// memory only, never in a stream.
+	ServiceClusterImport: {subjects.AgentSecretPrefix + ".>", subjects.HostedCredentialsPrefix + ".*"},
+}
+
+// serviceCorePublishes are the core NATS subjects (no stream) a service publishes to.
+var serviceCorePublishes = map[string][]string{
+	ServiceHostedAgent: {subjects.HostedCredentialsPrefix + ".*"},
 }
 
 // ServiceInboxPrefix is the reply-subject prefix service must use (nats.CustomInboxPrefix). Each
@@ -238,6 +255,7 @@ func ServicePermissions(service string) (p Permissions, ok bool) {
 	for _, g := range append(slices.Clone(grants), authorizerReads()...) {
 		p.Publish = append(p.Publish, streamAPI(g)...)
 	}
+	p.Publish = append(p.Publish, serviceCorePublishes[service]...)
 	p.Subscribe = append([]string{ServiceInboxPrefix(service) + ".>"}, serviceCoreSubscribes[service]...)
 	return Merge(p), true
 }

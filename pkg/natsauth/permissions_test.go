@@ -53,7 +53,22 @@ func TestPermissionTable(t *testing.T) {
 			{"$KV.endpoints.ns.svc", false, true},
 			{"$JS.API.DIRECT.GET.KV_cluster-credentials", false, false},
 		}},
+		{"hosted-agent", svc(natsauth.ServiceHostedAgent), []check{
+			// Finds the clusters to host and asks for their credentials...
+			{"$JS.API.CONSUMER.CREATE.KV_clusters.x.$KV.clusters.>", false, true},
+			{"$JS.API.CONSUMER.CREATE.KV_cluster-status.x.$KV.cluster-status.>", false, true},
+			{"fleet.hosted.credentials.c1", false, true},
+			{"$KV.fleet-leases.cluster-agent.hosted", false, true},
+			{"_INBOX_svc_hosted-agent.abc", true, true},
+			// ...never reads them from the store, writes the registry or acts as an agent.
+			{"$JS.API.DIRECT.GET.KV_cluster-credentials.$KV.cluster-credentials.id", false, false},
+			{"fleet.hosted.credentials.c1", true, false},
+			{"$KV.clusters.c1", false, false},
+			{"fleet.agent.c1.heartbeat", false, false},
+			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
+		}},
 		{"cluster-import", svc(natsauth.ServiceClusterImport), []check{
+			{"fleet.hosted.credentials.c1", true, true},
 			{"$JS.API.DIRECT.GET.KV_cluster-credentials.$KV.cluster-credentials.id", false, true},
 			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
 			{"$KV.ns-projects.p1", false, false},
@@ -126,5 +141,36 @@ func TestSecretsOnlyForClusterImport(t *testing.T) {
 				t.Errorf("%s has a blanket grant %s", who, subj)
 			}
 		}
+	}
+}
+
+// A user name turns the hosted-agent service's token into one cluster's agent, and nothing else
+// into anything.
+func TestResolveHostedAgent(t *testing.T) {
+	hostedSvc := natsauth.Identity{Kind: natsauth.KindService, Name: natsauth.ServiceHostedAgent}
+	otherSvc := natsauth.Identity{Kind: natsauth.KindService, Name: natsauth.ServiceRBACSync}
+	agent := natsauth.Identity{Kind: natsauth.KindAgent, Name: "c2"}
+	registered := func(c string) bool { return c == "c1" || c == "c2" }
+	for _, tc := range []struct {
+		name   string
+		id     natsauth.Identity
+		user   string
+		want   natsauth.Identity
+		wantOK bool
+	}{
+		{"service without user stays the service", hostedSvc, "", hostedSvc, true},
+		{"other user names mean nothing", otherSvc, "ops", otherSvc, true},
+		{"hosted agent of a registered cluster", hostedSvc, natsauth.HostedAgentUser("c1"), natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1"}, true},
+		{"hosted agent of an unknown cluster", hostedSvc, natsauth.HostedAgentUser("nope"), natsauth.Identity{}, false},
+		{"hosted agent without a cluster", hostedSvc, natsauth.HostedAgentUser(""), natsauth.Identity{}, false},
+		{"another service cannot host", otherSvc, natsauth.HostedAgentUser("c1"), natsauth.Identity{}, false},
+		{"an agent cannot become another", agent, natsauth.HostedAgentUser("c1"), natsauth.Identity{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := natsauth.ResolveHostedAgent(tc.id, tc.user, registered)
+			if ok != tc.wantOK || got.Kind != tc.want.Kind || got.Name != tc.want.Name {
+				t.Errorf("ResolveHostedAgent(%v, %q) = %v, %v; want %v, %v", tc.id, tc.user, got, ok, tc.want, tc.wantOK)
+			}
+		})
 	}
 }

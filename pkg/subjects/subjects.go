@@ -80,6 +80,15 @@ func AgentSecret(cluster, namespace, name string) string {
 	return AgentSecretPrefix + "." + keys.Join(cluster, namespace, name)
 }
 
+// Hub-hosted agents (cluster-agent --hosted) ask cluster-import for a member cluster's
+// connection credentials on core NATS, one request per cluster, never persisted.
+const HostedCredentialsPrefix = "fleet.hosted.credentials"
+
+// HostedCredentials returns the request subject for cluster's credentials.
+func HostedCredentials(cluster string) string {
+	return HostedCredentialsPrefix + "." + keys.Encode(cluster)
+}
+
 // Desired state for member clusters: one bucket, keys <cluster>.<kind>.<namespace>.<name>,
 // written by the owning service of each kind, watched by the cluster's agent under <cluster>.>.
 const (

@@ -26,7 +26,7 @@ import (
 func start(t testing.TB) (url string, js jetstream.JetStream) {
 	t.Helper()
 	auth := &natsauth.Authenticator{FullAccessTokens: []string{"producer"}, Log: testkit.Logger(t),
-		Resolve: func(_ context.Context, token string) (natsauth.Identity, bool) {
+		Resolve: func(_ context.Context, _, token string) (natsauth.Identity, bool) {
 			if token != "audit-token" {
 				return natsauth.Identity{}, false
 			}

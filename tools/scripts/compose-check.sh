@@ -20,6 +20,8 @@ tools/scripts/dev-secrets.sh
 compose down -v --remove-orphans >/dev/null 2>&1 || true
 names=""
 for sp in $SERVICES; do names="$names ${sp%%:*}"; done
+# hosted-agent serves no port (it is not in SERVICES); it comes with cluster-import.
+case " $names " in *" cluster-import "*) names="$names hosted-agent" ;; esac
 echo "==> starting nats-1 nats-2 nats-3$names"
 compose up -d nats-1 nats-2 nats-3 $names
 
@@ -107,6 +109,20 @@ case " $names " in
     go test -tags composecheck -count=1 -run TestComposeIsolation -v ./natsauth/ 2>&1 |
     grep -E '^(=== RUN|--- |\s+---|ok|FAIL|PASS)|_test.go') ||
     { echo "NATS isolation check failed" >&2; compose logs --no-color --tail=80 cluster-import >&2; exit 1; }
+  # c1 and c2 have credentials and no agent: the hosted-agent container fetches them from
+  # cluster-import and connects to NATS as each cluster's agent (their fake apiservers never
+  # answer, so neither heartbeats).
+  echo "==> hosted agents: c1 and c2 connected to NATS as their clusters' agents"
+  deadline=$((SECONDS + 60))
+  until [ "$(compose logs --no-color hosted-agent 2>&1 | grep 'connected to NATS as the cluster' | grep -cE '"cluster": ?"c[12]"')" -ge 2 ]; do
+    [ $SECONDS -lt $deadline ] || { echo "hosted agents did not connect" >&2; compose logs --no-color --tail=60 hosted-agent >&2; exit 1; }
+    sleep 1
+  done
+  if violations=$(compose logs --no-color nats-1 nats-2 nats-3 2>&1 | grep -E 'Publish Violation|Subscription Violation|Permissions Violation'); then
+    printf '%s\n' "$violations" | tail -20 >&2
+    echo "a hosted agent was refused on NATS: check pkg/natsauth/permissions.go" >&2
+    exit 1
+  fi
   ;;
 esac
 # Every stream (and KV bucket) the services created must be replicated on all three nodes.

@@ -24,7 +24,8 @@ nats="$dir/nats"
 mkdir -p "$dir" "$nats"
 chmod 700 .data "$dir" "$nats" 2>/dev/null || true
 rand() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-services="namespace-binding rbac-sync endpoint-collector"
+# hosted-agent is cluster-agent --hosted: a hub service on NATS like the others.
+services="namespace-binding rbac-sync endpoint-collector hosted-agent"
 
 complete=yes
 for f in "$dir/nats.env" "$nats/cluster-import.password" "$nats/callout-issuer.seed" "$nats/callout-xkey.seed" "$nats/service-tokens"; do

@@ -48,6 +48,10 @@ type Config struct {
 	ResourcesDebounce time.Duration
 	// AgentVersion is reported in heartbeats.
 	AgentVersion string
+	// Hosted marks an agent the hub runs for the cluster (cluster-agent --hosted). Its
+	// heartbeats say so, and it sends them only while the cluster's apiserver answers: the
+	// process is always alive, so only the apiserver's answer says the cluster is reachable.
+	Hosted bool
 }
 
 func (c *Config) defaults() error {

@@ -51,6 +51,9 @@ func (h *heartbeater) beat(ctx context.Context) {
 	switch {
 	case ctx.Err() != nil:
 		return // shutting down
+	case err != nil && a.cfg.Hosted:
+		a.log.Warn("kubernetes apiserver unreachable; no heartbeat", zap.Error(err))
+		return
 	case err != nil:
 		a.log.Warn("kubernetes version unavailable; sending the last known", zap.Error(err))
 	default:
@@ -63,6 +66,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 		Time:              timestamppb.Now(),
 		SessionId:         a.sessionID,
 		Resources:         h.resources.Current(),
+		Hosted:            a.cfg.Hosted,
 	}
 	err = a.appendReport(ctx, subjects.AgentHeartbeat(a.cfg.ClusterName), hb)
 	switch {

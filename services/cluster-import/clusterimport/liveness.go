@@ -68,8 +68,12 @@ func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if s.now().Sub(seen) > s.cfg.UnreachableAfter {
 		return nil // an old heartbeat replayed after a restart says nothing about now
 	}
-	newest, err := s.recordHeartbeat(ctx, tok, &clusterv1.AgentStatus{ClusterName: name, KubernetesVersion: hb.KubernetesVersion,
-		AgentVersion: hb.AgentVersion, SessionId: hb.SessionId, LastSeen: timestamppb.New(seen)})
+	st := &clusterv1.AgentStatus{ClusterName: name, KubernetesVersion: hb.KubernetesVersion,
+		AgentVersion: hb.AgentVersion, SessionId: hb.SessionId, LastSeen: timestamppb.New(seen), Hosted: hb.Hosted}
+	if !hb.Hosted {
+		st.InClusterLastSeen = st.LastSeen
+	}
+	newest, err := s.recordHeartbeat(ctx, tok, st)
 	if err != nil {
 		return err
 	}
@@ -94,11 +98,11 @@ func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 // version already, and returns the cluster's revision after it.
 func (s *Service) markConnected(ctx context.Context, c *clusterv1.Cluster, hb *agentv1.Heartbeat, seen time.Time) (uint64, error) {
 	if cond := Condition(c, ConditionAgentConnected); cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE &&
-		c.Status.KubernetesVersion == hb.KubernetesVersion {
+		c.Status.KubernetesVersion == hb.KubernetesVersion && c.Status.AgentHosted == hb.Hosted {
 		return c.Revision, nil
 	}
 	rev, err := s.store.Append(ctx, subjects.Cluster(c.Name), c.Id, events.At(c.Revision), &clusterv1.ClusterAgentConnected{
-		Id: c.Id, KubernetesVersion: hb.KubernetesVersion, AgentVersion: hb.AgentVersion, Time: timestamppb.New(seen),
+		Id: c.Id, KubernetesVersion: hb.KubernetesVersion, AgentVersion: hb.AgentVersion, Time: timestamppb.New(seen), Hosted: hb.Hosted,
 	})
 	if events.IsConflict(err) {
 		return 0, fmt.Errorf("cluster %s changed meanwhile: %w", c.Name, err) // retried on fresh state
@@ -187,11 +191,9 @@ func normalizeQuantities(field string, in map[string]string) (map[string]string,
 // compare-and-set against what was read, and a lost race is judged again on fresh state. Every
 // lost race means another writer made progress, so the loop ends; it is bounded by ctx only
 // (a fixed attempt count failed under 40 concurrent writers), with jitter to spread retries.
+//
+// in_cluster_last_seen survives hosted heartbeats: it is the newest of the stored and the new.
 func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1.AgentStatus) (newest bool, err error) {
-	data, err := proto.Marshal(st)
-	if err != nil {
-		return false, consumer.Permanent(err)
-	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			select {
@@ -203,6 +205,10 @@ func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1
 		cur, err := s.statusKV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
+			var data []byte
+			if data, err = proto.Marshal(st); err != nil {
+				return false, consumer.Permanent(err)
+			}
 			_, err = s.statusKV.Create(ctx, key, data)
 		case err != nil:
 			return false, fmt.Errorf("read heartbeat of %s: %w", st.ClusterName, err)
@@ -211,6 +217,14 @@ func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1
 			if proto.Unmarshal(cur.Value(), old) == nil && !old.LastSeen.AsTime().Before(st.LastSeen.AsTime()) {
 				// A newer heartbeat, or this same one redelivered, is recorded already.
 				return old.LastSeen.AsTime().Equal(st.LastSeen.AsTime()), nil
+			}
+			next := proto.CloneOf(st)
+			if old.InClusterLastSeen.AsTime().After(next.InClusterLastSeen.AsTime()) {
+				next.InClusterLastSeen = old.InClusterLastSeen
+			}
+			var data []byte
+			if data, err = proto.Marshal(next); err != nil {
+				return false, consumer.Permanent(err)
 			}
 			_, err = s.statusKV.Update(ctx, key, data, cur.Revision())
 		}

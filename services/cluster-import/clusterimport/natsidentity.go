@@ -12,9 +12,21 @@ import (
 // of registered clusters and subscriber tokens. It answers fleetd's embedded server and the
 // auth callout alike, so both grant from the one table in pkg/natsauth.
 func (s *Service) NATSResolver(serviceTokens *natsauth.ServiceTokens) natsauth.Resolver {
-	return func(ctx context.Context, token string) (natsauth.Identity, bool) {
+	return func(ctx context.Context, user, token string) (natsauth.Identity, bool) {
 		if svc, ok := serviceTokens.Lookup(token); ok {
-			return natsauth.Identity{Kind: natsauth.KindService, Name: svc}, true
+			return natsauth.ResolveHostedAgent(natsauth.Identity{Kind: natsauth.KindService, Name: svc}, user, func(cluster string) bool {
+				// The registry is read only once the service caught up.
+				select {
+				case <-s.ready:
+				default:
+					return false
+				}
+				_, ok := s.clusters.Get(clusterKey(cluster))
+				return ok
+			})
+		}
+		if natsauth.IsHostedAgentUser(user) {
+			return natsauth.Identity{}, false // only the hosted-agent service's token may
 		}
 		// Agents and subscribers are known from the registry and the subscriber buckets, which
 		// are only read once the service caught up (and the caches exist).

@@ -138,6 +138,7 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 			removeTaint(c, TaintUnreachable)
 			setCondition(c, ConditionAgentConnected, clusterv1.ConditionStatus_CONDITION_STATUS_TRUE,
 				"HeartbeatReceived", "the cluster's agent is sending heartbeats", p.Time)
+			c.Status.AgentHosted = p.Hosted
 			c.Status.KubernetesVersion = p.KubernetesVersion
 			c.Status.AgentVersion = p.AgentVersion
 			setReportedClaim(c, ClaimKubeVersion, p.KubernetesVersion)

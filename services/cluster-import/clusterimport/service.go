@@ -222,5 +222,6 @@ func (s *Service) run(ctx context.Context) error {
 	g.Go(func() error { return s.runHeartbeats(ctx) })
 	g.Go(func() error { return s.runLiveness(ctx) })
 	g.Go(func() error { return s.lifecycles.run(ctx) })
+	g.Go(func() error { return s.runHostedCredentials(ctx, s.js.Conn()) })
 	return g.Wait()
 }

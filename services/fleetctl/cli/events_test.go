@@ -23,7 +23,7 @@ import (
 
 func TestEventsTailPrintsWhatTheSubscriberMayRead(t *testing.T) {
 	auth := &natsauth.Authenticator{FullAccessTokens: []string{"producer"}, Log: testkit.Logger(t),
-		Resolve: func(_ context.Context, token string) (natsauth.Identity, bool) {
+		Resolve: func(_ context.Context, _, token string) (natsauth.Identity, bool) {
 			return natsauth.Identity{Kind: natsauth.KindSubscriber, Name: "audit", Streams: []string{subjects.RBACStream}}, token == "audit-token"
 		}}
 	ns, err := natsembed.Start(natsembed.Config{Name: "t", StoreDir: t.TempDir(), Port: -1, Logger: testkit.Logger(t), Auth: auth})

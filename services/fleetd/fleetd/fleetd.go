@@ -23,6 +23,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
@@ -50,6 +51,11 @@ type Config struct {
 	RBAC rbacsync.Config
 	// Endpoints configures endpoint-collector (multi-cluster endpoints and weights).
 	Endpoints collector.Config
+	// HostedAgents runs, in this process, the agents of clusters that have stored credentials
+	// and no agent of their own (cluster-agent --hosted); fleetd's command turns it on.
+	HostedAgents bool
+	// Hosted configures them; its NATS URL and token are fleetd's own.
+	Hosted hosted.Config
 }
 
 // Instance is a running fleetd.
@@ -62,6 +68,8 @@ type Instance struct {
 	NamespaceBinding *namespacebinding.Service
 	RBAC             *rbacsync.Service
 	Endpoints        *collector.Collector
+	// Hosted runs the hosted agents; nil unless Config.HostedAgents.
+	Hosted *hosted.Supervisor
 	// Addr is where the HTTP listener listens.
 	Addr string
 
@@ -107,13 +115,23 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	}
 	// One permission table (pkg/natsauth) for agents and subscribers, resolved by cluster-import
 	// once it runs; the in-process connection is every service at once and keeps full access.
+	// The hosted agents run in this process but connect like the hosted-agent service of the
+	// compose stack, with a token of their own, so each is confined to its cluster's subjects.
+	hostedToken, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	serviceTokens, err := natsauth.NewServiceTokens(map[string]string{natsauth.ServiceHostedAgent: hostedToken})
+	if err != nil {
+		return nil, err
+	}
 	auth := &natsauth.Authenticator{FullAccessTokens: []string{internal}, Log: log.Named("nats-auth"),
-		Resolve: func(ctx context.Context, token string) (natsauth.Identity, bool) {
+		Resolve: func(ctx context.Context, user, token string) (natsauth.Identity, bool) {
 			ci := inst.clusterImport.Load()
 			if ci == nil {
 				return natsauth.Identity{}, false
 			}
-			return ci.NATSResolver(nil)(ctx, token)
+			return ci.NATSResolver(serviceTokens)(ctx, user, token)
 		}}
 	ns, err := natsembed.Start(natsembed.Config{
 		Name: "fleetd", StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port, Logger: log.Named("nats"), Auth: auth,
@@ -171,6 +189,12 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	}
 	inst.Endpoints.Mount(srv)
 	g.Go(func() error { return inst.Endpoints.Run(ctx) })
+	if cfg.HostedAgents {
+		if inst.Hosted, err = startHosted(ctx, g, ns, cfg.Hosted, hostedToken, log); err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+	}
 	// One authorizer for every API of the process, started last: it mirrors views the
 	// services above create.
 	azCfg := cfg.Authz
@@ -185,6 +209,34 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })
 	ok = true
 	return inst, nil
+}
+
+// startHosted runs the hosted agents' supervisor on a connection of its own, as the hosted-agent
+// service; each hosted agent connects to the embedded server in process.
+func startHosted(ctx context.Context, g *errgroup.Group, ns *natsembed.Server, cfg hosted.Config, token string, log *zap.Logger) (*hosted.Supervisor, error) {
+	inProcess := nats.InProcessServer(ns)
+	nc, err := nats.Connect("", inProcess, nats.Name("fleetd-hosted-agents"), nats.MaxReconnects(-1), nats.Token(token),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.ServiceHostedAgent)))
+	if err != nil {
+		return nil, fmt.Errorf("fleetd: hosted agents: connect to embedded nats: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("fleetd: hosted agents: %w", err)
+	}
+	cfg.NATSURL, cfg.ServiceToken = ns.ClientURL(), token
+	cfg.NATSOptions = append(cfg.NATSOptions, inProcess)
+	sup, err := hosted.New(cfg, js, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	g.Go(func() error {
+		defer nc.Close()
+		return sup.Run(ctx)
+	})
+	return sup, nil
 }
 
 // Ready is closed when every service answers from current state.

@@ -33,7 +33,7 @@ import (
 
 const apiToken = "fleetd-test-token"
 
-func startFleetd(t *testing.T) (*fleetd.Instance, clusterv1connect.ClusterServiceClient) {
+func startFleetd(t *testing.T, opts ...func(*fleetd.Config)) (*fleetd.Instance, clusterv1connect.ClusterServiceClient) {
 	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
@@ -41,13 +41,17 @@ func startFleetd(t *testing.T) (*fleetd.Instance, clusterv1connect.ClusterServic
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	inst, err := fleetd.Start(ctx, fleetd.Config{
+	cfg := fleetd.Config{
 		DataDir:       filepath.Join(dir, "data"),
 		Server:        server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
 		NATSListen:    "127.0.0.1:0",
 		ClusterImport: clusterimport.Config{UnreachableAfter: 3 * time.Second},
 		Authz:         authz.Config{PlatformAdmins: []string{"admin"}},
-	}, testkit.Logger(t))
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	inst, err := fleetd.Start(ctx, cfg, testkit.Logger(t))
 	if err != nil {
 		cancel()
 		t.Fatal(err)

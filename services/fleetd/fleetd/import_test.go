@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,9 +55,10 @@ func reachable(ctx context.Context, inst *fleetd.Instance, cluster string) error
 
 // Import end to end: Cluster API-like Clusters and their kubeconfig Secrets on a real
 // inventory apiserver, reported by a real agent under its own NATS permissions, imported by
-// cluster-import into clusters whose stored credentials reach two other real apiservers.
+// cluster-import into clusters whose stored credentials reach two other real apiservers, where
+// hosted agents then apply a project's namespace and roles.
 func TestImportPolicyImportsClusterAPIClusters(t *testing.T) {
-	inst, client := startFleetd(t)
+	inst, client := startFleetd(t, withHostedAgents)
 	inv, w1, w2 := testkit.StartKube(t), testkit.StartKube(t), testkit.StartKube(t)
 	ctx := testkit.Context(t, 4*time.Minute)
 	inv.InstallCRD(t, testkit.CAPIClusterCRD)
@@ -205,6 +207,34 @@ credentials:
 		return reachable(ctx, inst, "beta")
 	})
 
+	// Hosted agents connect both imported clusters and apply what the hub decides there: a
+	// project's namespace and its member's role (checked with each cluster's own authorizer).
+	testkit.Eventually(t, 60*time.Second, func() error {
+		if got := inst.Hosted.Hosting(); !slices.Equal(got, []string{"alpha", "beta"}) {
+			return fmt.Errorf("hosting %v", got)
+		}
+		if err := hostedConnected(ctx, client, "alpha", true); err != nil {
+			return err
+		}
+		return hostedConnected(ctx, client, "beta", true)
+	})
+	grantOnClusters(t, ctx, inst, "alpha", "beta")
+	testkit.Eventually(t, 60*time.Second, func() error {
+		for name, kube := range map[string]*testkit.Kube{"alpha": w1, "beta": w2} {
+			if ok, err := canI(ctx, kube.Client, "alice", "web"); err != nil || !ok {
+				return fmt.Errorf("alice may not create deployments in web on %s (%v)", name, err)
+			}
+			if ok, err := canI(ctx, kube.Client, "mallory", "web"); err != nil || ok {
+				return fmt.Errorf("mallory may create deployments in web on %s (%v)", name, err)
+			}
+		}
+		return nil
+	})
+	alphaAgent, err := agentStatus(ctx, inst, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// A creation condition turning false after creation changes nothing.
 	putCluster("alpha", false)
 	// A Secret rotation replaces the stored credentials.
@@ -222,6 +252,17 @@ credentials:
 			return errors.New("alpha's credentials not rotated yet")
 		}
 		return reachable(ctx, inst, "alpha")
+	})
+	// The hosted agent reconnected with the rotated credentials: a new session heartbeats.
+	testkit.Eventually(t, 30*time.Second, func() error {
+		st, err := agentStatus(ctx, inst, "alpha")
+		if err != nil {
+			return err
+		}
+		if st.SessionId == alphaAgent.SessionId || !st.Hosted {
+			return fmt.Errorf("alpha's hosted agent did not reconnect (session %s, hosted %v)", st.SessionId, st.Hosted)
+		}
+		return nil
 	})
 	if c, err := get("alpha"); err != nil || c.Id != alpha.Id {
 		t.Fatalf("alpha after its condition turned false: %v %v", c, err)
@@ -265,6 +306,10 @@ credentials:
 		}
 		if len(beta.AdoptedBy) != 0 || beta.Labels["owner"] != "ops" {
 			return fmt.Errorf("beta %v", beta)
+		}
+		// alpha's hosted agent stopped with its cluster; beta keeps its credentials and agent.
+		if got := inst.Hosted.Hosting(); !slices.Equal(got, []string{"beta"}) {
+			return fmt.Errorf("hosting %v", got)
 		}
 		return nil
 	})

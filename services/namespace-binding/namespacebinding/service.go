@@ -8,7 +8,6 @@ package namespacebinding
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -350,38 +349,17 @@ func (s *Service) openCaches(ctx context.Context) error {
 	s.applied = view.NewCache(appliedKV, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
 		view.WithFilter(subjects.DesiredNamespacesBucket+".>"))
 	// The registry and inventory are cluster-import's; a standalone deployment may start first.
-	clustersKV, err := waitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
+	clustersKV, err := view.WaitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
 	if err != nil {
 		return err
 	}
-	inventoryKV, err := waitBucket(ctx, s.js, subjects.ClusterInventoryBucket, s.log)
+	inventoryKV, err := view.WaitBucket(ctx, s.js, subjects.ClusterInventoryBucket, s.log)
 	if err != nil {
 		return err
 	}
 	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
 	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log)
 	return nil
-}
-
-// waitBucket opens a bucket another service owns, waiting for it to be created.
-func waitBucket(ctx context.Context, js jetstream.JetStream, name string, log *zap.Logger) (jetstream.KeyValue, error) {
-	for attempt := 0; ; attempt++ {
-		kv, err := js.KeyValue(ctx, name)
-		if err == nil {
-			return kv, nil
-		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("bucket %s: %w", name, err)
-		}
-		if attempt == 10 {
-			log.Warn("waiting for a bucket another service creates", zap.String("bucket", name))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
 
 func wait(ctx context.Context, ch <-chan struct{}) bool {

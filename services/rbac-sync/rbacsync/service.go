@@ -6,7 +6,6 @@ package rbacsync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -181,7 +180,7 @@ func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
 		return fmt.Errorf("bindings bucket: %w", err)
 	}
 	// Other services own these and create them when they start; wait for them.
-	clustersKV, err := s.awaitBucket(ctx, subjects.ClustersBucket)
+	clustersKV, err := view.WaitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
 	if err != nil {
 		return err
 	}
@@ -208,27 +207,4 @@ func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
 	close(s.ready)
 	s.log.Info("rbac-sync ready")
 	return nil
-}
-
-// awaitBucket opens bucket, waiting for its owner to create it.
-func (s *Service) awaitBucket(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	logged := false
-	for {
-		kv, err := s.js.KeyValue(ctx, bucket)
-		if err == nil {
-			return kv, nil
-		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("bucket %s: %w", bucket, err)
-		}
-		if !logged {
-			s.log.Info("waiting for a bucket another service owns", zap.String("bucket", bucket))
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }

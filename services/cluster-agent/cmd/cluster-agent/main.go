@@ -1,5 +1,6 @@
 // Command cluster-agent runs in (or for) one member cluster: it reports heartbeats and the
-// namespace inventory to the hub's JetStream and applies the cluster's desired state.
+// namespace inventory to the hub's JetStream and applies the cluster's desired state. With
+// --hosted it runs on the hub, for every cluster that has stored credentials and no agent.
 package main
 
 import (
@@ -16,8 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -26,6 +25,8 @@ import (
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -43,6 +44,8 @@ type options struct {
 	endpointSlices    string
 	clusterID         string
 	importResend      time.Duration
+	hosted            bool
+	inClusterGrace    time.Duration
 	logLevel          string
 	logDev            bool
 }
@@ -57,7 +60,9 @@ func main() {
 func run(args []string) error {
 	var o options
 	fs := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
-	fs.StringVar(&o.cluster, "cluster", "", "name of this member cluster in the registry (required)")
+	fs.StringVar(&o.cluster, "cluster", "", "name of this member cluster in the registry (required without --hosted)")
+	fs.BoolVar(&o.hosted, "hosted", false, "run on the hub the agents of every cluster that has stored credentials and no agent of its own; --nats-token-file is then the hosted-agent service's token")
+	fs.DurationVar(&o.inClusterGrace, "in-cluster-grace", hosted.DefaultInClusterGrace, "with --hosted: leave a cluster to its own agent while that sent a heartbeat within this")
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
 	fs.StringVar(&o.natsTokenFile, "nats-token-file", "", "file holding the agent's NATS token (optional)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; in-cluster config when empty")
@@ -73,15 +78,26 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if o.cluster == "" {
-		return errors.New("--cluster is required")
+	switch {
+	case o.hosted && (o.cluster != "" || o.kubeconfig != "" || o.clusterID != ""):
+		return errors.New("--hosted runs the agents of many clusters: --cluster, --cluster-id and --kubeconfig do not apply")
+	case !o.hosted && o.cluster == "":
+		return errors.New("--cluster is required (or --hosted)")
 	}
-	var sliceFilter endpointslices.Filter
+	memberCfg := member.Config{
+		HeartbeatInterval:  o.heartbeatInterval,
+		InventoryResync:    o.inventoryResync,
+		DesiredWorkers:     o.desiredWorkers,
+		DesiredResync:      o.desiredResync,
+		ImportSecretResend: o.importResend,
+		Version:            version,
+	}
 	if o.endpointSlices != "off" {
-		var err error
-		if sliceFilter, err = endpointslices.ParseFilter(o.endpointSlices); err != nil {
+		f, err := endpointslices.ParseFilter(o.endpointSlices)
+		if err != nil {
 			return fmt.Errorf("--endpointslices: %w", err)
 		}
+		memberCfg.EndpointSlices = &f
 	}
 
 	log, err := logging.New(o.logLevel, o.logDev)
@@ -93,16 +109,13 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	if o.hosted {
+		return runHosted(ctx, o, memberCfg, log)
+	}
 	kubeCfg, err := kubeConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
-	kubeCfg.UserAgent = "fleetstream-cluster-agent/" + version
-	kube, err := kubernetes.NewForConfig(kubeCfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-
 	nc, err := connectNATS(o, log)
 	if err != nil {
 		return err
@@ -112,43 +125,55 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-
-	// The agent does not create FLEET_AGENT: cluster-import owns it. Until it exists, publishes
-	// fail and the agent keeps retrying.
-	a, err := agent.New(agent.Config{
-		ClusterName:       o.cluster,
-		HeartbeatInterval: o.heartbeatInterval,
-		InventoryResync:   o.inventoryResync,
-		AgentVersion:      version,
-	}, js, kube, log)
+	memberCfg.ClusterName, memberCfg.ClusterID = o.cluster, o.clusterID
+	a, err := member.New(memberCfg, js, kubeCfg, log)
 	if err != nil {
 		return err
-	}
-	dyn, err := dynamic.NewForConfig(kubeCfg)
-	if err != nil {
-		return fmt.Errorf("dynamic kubernetes client: %w", err)
-	}
-	applier, err := desired.New(desired.Config{
-		ClusterName:  o.cluster,
-		Workers:      o.desiredWorkers,
-		ResyncPeriod: o.desiredResync,
-	}, js, dyn, kube.Discovery(), log)
-	if err != nil {
-		return err
-	}
-	a.Add(applier)
-	// Reports what import policies naming this cluster as their source need; idle without any.
-	a.Add(agent.NewImportWatcher(a, dyn, kube.Discovery(), agent.ImportWatchConfig{SecretResend: o.importResend}))
-	if o.endpointSlices != "off" {
-		reporter, err := endpointslices.New(endpointslices.Config{
-			ClusterName: o.cluster, ClusterID: o.clusterID, Filter: sliceFilter, SessionID: a.SessionID(),
-		}, a.Informers(), a.Store(), log)
-		if err != nil {
-			return err
-		}
-		a.Add(reporter)
 	}
 	return a.Run(ctx)
+}
+
+// runHosted runs the agents of every cluster with stored credentials and no agent of its own
+// (package hosted), connected to NATS as the hosted-agent service.
+func runHosted(ctx context.Context, o options, memberCfg member.Config, log *zap.Logger) error {
+	if o.natsTokenFile == "" {
+		return errors.New("--hosted needs --nats-token-file: the hosted-agent service's NATS token")
+	}
+	token, err := readToken(o.natsTokenFile)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(o.natsURL,
+		nats.Name("cluster-agent-hosted"),
+		nats.Token(token),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.ServiceHostedAgent)),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(time.Second),
+	)
+	if err != nil {
+		return fmt.Errorf("connect to nats %s: %w", o.natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	sup, err := hosted.New(hosted.Config{
+		NATSURL: o.natsURL, ServiceToken: token, Member: memberCfg, InClusterGrace: o.inClusterGrace,
+	}, js, log)
+	if err != nil {
+		return err
+	}
+	return sup.Run(ctx)
+}
+
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("nats token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func kubeConfig(path string) (*rest.Config, error) {
@@ -184,11 +209,11 @@ func connectNATS(o options, log *zap.Logger) (*nats.Conn, error) {
 		}),
 	}
 	if o.natsTokenFile != "" {
-		b, err := os.ReadFile(o.natsTokenFile)
+		token, err := readToken(o.natsTokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("nats token: %w", err)
+			return nil, err
 		}
-		opts = append(opts, nats.Token(strings.TrimSpace(string(b))))
+		opts = append(opts, nats.Token(token))
 	}
 	nc, err := nats.Connect(o.natsURL, opts...)
 	if err != nil {

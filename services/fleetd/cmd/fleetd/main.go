@@ -14,6 +14,8 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 )
 
@@ -24,6 +26,9 @@ func run(args []string) int {
 		return rotate(args[1:])
 	}
 	var cfg fleetd.Config
+	// Hosted agents report the EndpointSlices of every Service, as an in-cluster agent does by
+	// default.
+	cfg.Hosted.Member = member.Config{EndpointSlices: &endpointslices.Filter{Kind: "all"}, Version: "fleetd"}
 	var logLevel string
 	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
@@ -34,6 +39,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
 	fs.DurationVar(&cfg.ClusterImport.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
 	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
+	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
 	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
 	cfg.Authz.RegisterFlags(fs)
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

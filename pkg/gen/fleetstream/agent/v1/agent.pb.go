@@ -33,7 +33,10 @@ type Heartbeat struct {
 	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The cluster's Ready nodes, from the agent's Node informer. Absent until that informer has
 	// synced (or when the agent may not list nodes): absent means unknown, never zero.
-	Resources     *ClusterResources `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
+	Resources *ClusterResources `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
+	// Sent by a hub-hosted agent (cluster-agent --hosted) rather than one inside the cluster. A
+	// hosted agent heartbeats only while the cluster's apiserver answers it.
+	Hosted        bool `protobuf:"varint,7,opt,name=hosted,proto3" json:"hosted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -108,6 +111,13 @@ func (x *Heartbeat) GetResources() *ClusterResources {
 		return x.Resources
 	}
 	return nil
+}
+
+func (x *Heartbeat) GetHosted() bool {
+	if x != nil {
+		return x.Hosted
+	}
+	return false
 }
 
 // ClusterResources are the CPU and memory of a cluster's Ready nodes. The agent sends a
@@ -733,7 +743,7 @@ var File_fleetstream_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	" fleetstream/agent/v1/agent.proto\x12\x14fleetstream.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x02\n" +
+	" fleetstream/agent/v1/agent.proto\x12\x14fleetstream.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x02\n" +
 	"\tHeartbeat\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x12-\n" +
@@ -741,7 +751,8 @@ const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12D\n" +
-	"\tresources\x18\x06 \x01(\v2&.fleetstream.agent.v1.ClusterResourcesR\tresources\"\xdb\x02\n" +
+	"\tresources\x18\x06 \x01(\v2&.fleetstream.agent.v1.ClusterResourcesR\tresources\x12\x16\n" +
+	"\x06hosted\x18\a \x01(\bR\x06hosted\"\xdb\x02\n" +
 	"\x10ClusterResources\x12Y\n" +
 	"\vallocatable\x18\x01 \x03(\v27.fleetstream.agent.v1.ClusterResources.AllocatableEntryR\vallocatable\x12P\n" +
 	"\bcapacity\x18\x02 \x03(\v24.fleetstream.agent.v1.ClusterResources.CapacityEntryR\bcapacity\x12\x1d\n" +

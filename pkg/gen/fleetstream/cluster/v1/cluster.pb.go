@@ -484,7 +484,9 @@ type ClusterStatus struct {
 	NamespaceCount int32  `protobuf:"varint,6,opt,name=namespace_count,json=namespaceCount,proto3" json:"namespace_count,omitempty"`
 	AgentVersion   string `protobuf:"bytes,7,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// As the agent last reported them; placement's resource prioritizers score these.
-	Resources     *ClusterResources `protobuf:"bytes,8,opt,name=resources,proto3" json:"resources,omitempty"`
+	Resources *ClusterResources `protobuf:"bytes,8,opt,name=resources,proto3" json:"resources,omitempty"`
+	// The connected agent is hub-hosted (cluster-agent --hosted), not inside the cluster.
+	AgentHosted   bool `protobuf:"varint,9,opt,name=agent_hosted,json=agentHosted,proto3" json:"agent_hosted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +575,13 @@ func (x *ClusterStatus) GetResources() *ClusterResources {
 		return x.Resources
 	}
 	return nil
+}
+
+func (x *ClusterStatus) GetAgentHosted() bool {
+	if x != nil {
+		return x.AgentHosted
+	}
+	return false
 }
 
 // ClusterResources are a cluster's CPU and memory summed over its Ready nodes.
@@ -1104,6 +1113,11 @@ type AgentStatus struct {
 	SessionId         string                 `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	LastSeen          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	Revision          uint64                 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The latest heartbeat came from a hub-hosted agent.
+	Hosted bool `protobuf:"varint,7,opt,name=hosted,proto3" json:"hosted,omitempty"`
+	// Server receive time of the latest heartbeat from an agent inside the cluster, kept across
+	// hosted heartbeats: the hosted agents leave a cluster to its own agent while this is recent.
+	InClusterLastSeen *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=in_cluster_last_seen,json=inClusterLastSeen,proto3" json:"in_cluster_last_seen,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1180,6 +1194,146 @@ func (x *AgentStatus) GetRevision() uint64 {
 	return 0
 }
 
+func (x *AgentStatus) GetHosted() bool {
+	if x != nil {
+		return x.Hosted
+	}
+	return false
+}
+
+func (x *AgentStatus) GetInClusterLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.InClusterLastSeen
+	}
+	return nil
+}
+
+// HostedAgentCredentialsRequest asks cluster-import, on core NATS subject
+// fleet.hosted.credentials.<cluster> (only the hosted-agent service may publish there), for
+// what a hosted agent needs to reach a member cluster.
+type HostedAgentCredentialsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName   string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostedAgentCredentialsRequest) Reset() {
+	*x = HostedAgentCredentialsRequest{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostedAgentCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostedAgentCredentialsRequest) ProtoMessage() {}
+
+func (x *HostedAgentCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostedAgentCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*HostedAgentCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HostedAgentCredentialsRequest) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+// HostedAgentCredentialsResponse carries the opened connection credentials of one cluster. It
+// is never persisted or logged; error is set instead when there are none.
+type HostedAgentCredentialsResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId   string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterName string                 `protobuf:"bytes,2,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Credentials *ConnectionCredentials `protobuf:"bytes,3,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	// The registry's credentials_fingerprint of these credentials.
+	CredentialsFingerprint string `protobuf:"bytes,4,opt,name=credentials_fingerprint,json=credentialsFingerprint,proto3" json:"credentials_fingerprint,omitempty"`
+	Error                  string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *HostedAgentCredentialsResponse) Reset() {
+	*x = HostedAgentCredentialsResponse{}
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostedAgentCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostedAgentCredentialsResponse) ProtoMessage() {}
+
+func (x *HostedAgentCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostedAgentCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*HostedAgentCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HostedAgentCredentialsResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *HostedAgentCredentialsResponse) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *HostedAgentCredentialsResponse) GetCredentials() *ConnectionCredentials {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *HostedAgentCredentialsResponse) GetCredentialsFingerprint() string {
+	if x != nil {
+		return x.CredentialsFingerprint
+	}
+	return ""
+}
+
+func (x *HostedAgentCredentialsResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_fleetstream_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
@@ -1223,7 +1377,7 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12;\n" +
 	"\x06effect\x18\x03 \x01(\x0e2#.fleetstream.cluster.v1.TaintEffectR\x06effect\x129\n" +
 	"\n" +
-	"time_added\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimeAdded\"\xb2\x03\n" +
+	"time_added\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimeAdded\"\xd5\x03\n" +
 	"\rClusterStatus\x12A\n" +
 	"\n" +
 	"conditions\x18\x01 \x03(\v2!.fleetstream.cluster.v1.ConditionR\n" +
@@ -1234,7 +1388,8 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x17credentials_fingerprint\x18\x05 \x01(\tR\x16credentialsFingerprint\x12'\n" +
 	"\x0fnamespace_count\x18\x06 \x01(\x05R\x0enamespaceCount\x12#\n" +
 	"\ragent_version\x18\a \x01(\tR\fagentVersion\x12F\n" +
-	"\tresources\x18\b \x01(\v2(.fleetstream.cluster.v1.ClusterResourcesR\tresources\"\x9c\x03\n" +
+	"\tresources\x18\b \x01(\v2(.fleetstream.cluster.v1.ClusterResourcesR\tresources\x12!\n" +
+	"\fagent_hosted\x18\t \x01(\bR\vagentHosted\"\x9c\x03\n" +
 	"\x10ClusterResources\x12[\n" +
 	"\vallocatable\x18\x01 \x03(\v29.fleetstream.cluster.v1.ClusterResources.AllocatableEntryR\vallocatable\x12R\n" +
 	"\bcapacity\x18\x02 \x03(\v26.fleetstream.cluster.v1.ClusterResources.CapacityEntryR\bcapacity\x12\x1d\n" +
@@ -1290,7 +1445,7 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\rAgentIdentity\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
-	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\"\xf8\x01\n" +
+	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\"\xdd\x02\n" +
 	"\vAgentStatus\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12-\n" +
 	"\x12kubernetes_version\x18\x02 \x01(\tR\x11kubernetesVersion\x12#\n" +
@@ -1298,7 +1453,18 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x127\n" +
 	"\tlast_seen\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1a\n" +
-	"\brevision\x18\x06 \x01(\x04R\brevision*\x8d\x01\n" +
+	"\brevision\x18\x06 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06hosted\x18\a \x01(\bR\x06hosted\x12K\n" +
+	"\x14in_cluster_last_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11inClusterLastSeen\"B\n" +
+	"\x1dHostedAgentCredentialsRequest\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\"\x82\x02\n" +
+	"\x1eHostedAgentCredentialsResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
+	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12O\n" +
+	"\vcredentials\x18\x03 \x01(\v2-.fleetstream.cluster.v1.ConnectionCredentialsR\vcredentials\x127\n" +
+	"\x17credentials_fingerprint\x18\x04 \x01(\tR\x16credentialsFingerprint\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error*\x8d\x01\n" +
 	"\vTaintEffect\x12\x1c\n" +
 	"\x18TAINT_EFFECT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TAINT_EFFECT_NO_SELECT\x10\x01\x12!\n" +
@@ -1323,60 +1489,64 @@ func file_fleetstream_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_fleetstream_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_fleetstream_cluster_v1_cluster_proto_goTypes = []any{
-	(TaintEffect)(0),              // 0: fleetstream.cluster.v1.TaintEffect
-	(ConditionStatus)(0),          // 1: fleetstream.cluster.v1.ConditionStatus
-	(*Cluster)(nil),               // 2: fleetstream.cluster.v1.Cluster
-	(*ImportOrigin)(nil),          // 3: fleetstream.cluster.v1.ImportOrigin
-	(*ImportSourceRef)(nil),       // 4: fleetstream.cluster.v1.ImportSourceRef
-	(*Taint)(nil),                 // 5: fleetstream.cluster.v1.Taint
-	(*ClusterStatus)(nil),         // 6: fleetstream.cluster.v1.ClusterStatus
-	(*ClusterResources)(nil),      // 7: fleetstream.cluster.v1.ClusterResources
-	(*Condition)(nil),             // 8: fleetstream.cluster.v1.Condition
-	(*ConnectionCredentials)(nil), // 9: fleetstream.cluster.v1.ConnectionCredentials
-	(*NamespaceInventory)(nil),    // 10: fleetstream.cluster.v1.NamespaceInventory
-	(*InventoryNamespace)(nil),    // 11: fleetstream.cluster.v1.InventoryNamespace
-	(*ClusterSecrets)(nil),        // 12: fleetstream.cluster.v1.ClusterSecrets
-	(*AgentIdentity)(nil),         // 13: fleetstream.cluster.v1.AgentIdentity
-	(*AgentStatus)(nil),           // 14: fleetstream.cluster.v1.AgentStatus
-	nil,                           // 15: fleetstream.cluster.v1.Cluster.LabelsEntry
-	nil,                           // 16: fleetstream.cluster.v1.Cluster.ClaimsEntry
-	nil,                           // 17: fleetstream.cluster.v1.ClusterResources.AllocatableEntry
-	nil,                           // 18: fleetstream.cluster.v1.ClusterResources.CapacityEntry
-	nil,                           // 19: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(TaintEffect)(0),                       // 0: fleetstream.cluster.v1.TaintEffect
+	(ConditionStatus)(0),                   // 1: fleetstream.cluster.v1.ConditionStatus
+	(*Cluster)(nil),                        // 2: fleetstream.cluster.v1.Cluster
+	(*ImportOrigin)(nil),                   // 3: fleetstream.cluster.v1.ImportOrigin
+	(*ImportSourceRef)(nil),                // 4: fleetstream.cluster.v1.ImportSourceRef
+	(*Taint)(nil),                          // 5: fleetstream.cluster.v1.Taint
+	(*ClusterStatus)(nil),                  // 6: fleetstream.cluster.v1.ClusterStatus
+	(*ClusterResources)(nil),               // 7: fleetstream.cluster.v1.ClusterResources
+	(*Condition)(nil),                      // 8: fleetstream.cluster.v1.Condition
+	(*ConnectionCredentials)(nil),          // 9: fleetstream.cluster.v1.ConnectionCredentials
+	(*NamespaceInventory)(nil),             // 10: fleetstream.cluster.v1.NamespaceInventory
+	(*InventoryNamespace)(nil),             // 11: fleetstream.cluster.v1.InventoryNamespace
+	(*ClusterSecrets)(nil),                 // 12: fleetstream.cluster.v1.ClusterSecrets
+	(*AgentIdentity)(nil),                  // 13: fleetstream.cluster.v1.AgentIdentity
+	(*AgentStatus)(nil),                    // 14: fleetstream.cluster.v1.AgentStatus
+	(*HostedAgentCredentialsRequest)(nil),  // 15: fleetstream.cluster.v1.HostedAgentCredentialsRequest
+	(*HostedAgentCredentialsResponse)(nil), // 16: fleetstream.cluster.v1.HostedAgentCredentialsResponse
+	nil,                                    // 17: fleetstream.cluster.v1.Cluster.LabelsEntry
+	nil,                                    // 18: fleetstream.cluster.v1.Cluster.ClaimsEntry
+	nil,                                    // 19: fleetstream.cluster.v1.ClusterResources.AllocatableEntry
+	nil,                                    // 20: fleetstream.cluster.v1.ClusterResources.CapacityEntry
+	nil,                                    // 21: fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil),          // 22: google.protobuf.Timestamp
 }
 var file_fleetstream_cluster_v1_cluster_proto_depIdxs = []int32{
-	15, // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
-	16, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
+	17, // 0: fleetstream.cluster.v1.Cluster.labels:type_name -> fleetstream.cluster.v1.Cluster.LabelsEntry
+	18, // 1: fleetstream.cluster.v1.Cluster.claims:type_name -> fleetstream.cluster.v1.Cluster.ClaimsEntry
 	5,  // 2: fleetstream.cluster.v1.Cluster.taints:type_name -> fleetstream.cluster.v1.Taint
 	6,  // 3: fleetstream.cluster.v1.Cluster.status:type_name -> fleetstream.cluster.v1.ClusterStatus
-	20, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	20, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	22, // 4: fleetstream.cluster.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	22, // 5: fleetstream.cluster.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	3,  // 6: fleetstream.cluster.v1.Cluster.imported_by:type_name -> fleetstream.cluster.v1.ImportOrigin
 	3,  // 7: fleetstream.cluster.v1.Cluster.adopted_by:type_name -> fleetstream.cluster.v1.ImportOrigin
 	4,  // 8: fleetstream.cluster.v1.ImportOrigin.source:type_name -> fleetstream.cluster.v1.ImportSourceRef
 	0,  // 9: fleetstream.cluster.v1.Taint.effect:type_name -> fleetstream.cluster.v1.TaintEffect
-	20, // 10: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	22, // 10: fleetstream.cluster.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
 	8,  // 11: fleetstream.cluster.v1.ClusterStatus.conditions:type_name -> fleetstream.cluster.v1.Condition
-	20, // 12: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
+	22, // 12: fleetstream.cluster.v1.ClusterStatus.last_seen:type_name -> google.protobuf.Timestamp
 	7,  // 13: fleetstream.cluster.v1.ClusterStatus.resources:type_name -> fleetstream.cluster.v1.ClusterResources
-	17, // 14: fleetstream.cluster.v1.ClusterResources.allocatable:type_name -> fleetstream.cluster.v1.ClusterResources.AllocatableEntry
-	18, // 15: fleetstream.cluster.v1.ClusterResources.capacity:type_name -> fleetstream.cluster.v1.ClusterResources.CapacityEntry
-	20, // 16: fleetstream.cluster.v1.ClusterResources.report_time:type_name -> google.protobuf.Timestamp
+	19, // 14: fleetstream.cluster.v1.ClusterResources.allocatable:type_name -> fleetstream.cluster.v1.ClusterResources.AllocatableEntry
+	20, // 15: fleetstream.cluster.v1.ClusterResources.capacity:type_name -> fleetstream.cluster.v1.ClusterResources.CapacityEntry
+	22, // 16: fleetstream.cluster.v1.ClusterResources.report_time:type_name -> google.protobuf.Timestamp
 	1,  // 17: fleetstream.cluster.v1.Condition.status:type_name -> fleetstream.cluster.v1.ConditionStatus
-	20, // 18: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	22, // 18: fleetstream.cluster.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	11, // 19: fleetstream.cluster.v1.NamespaceInventory.namespaces:type_name -> fleetstream.cluster.v1.InventoryNamespace
-	20, // 20: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
-	19, // 21: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
+	22, // 20: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
+	21, // 21: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
 	9,  // 22: fleetstream.cluster.v1.ClusterSecrets.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
-	20, // 23: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	22, // 23: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	22, // 24: fleetstream.cluster.v1.AgentStatus.in_cluster_last_seen:type_name -> google.protobuf.Timestamp
+	9,  // 25: fleetstream.cluster.v1.HostedAgentCredentialsResponse.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_cluster_proto_init() }
@@ -1390,7 +1560,7 @@ func file_fleetstream_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_cluster_proto_rawDesc), len(file_fleetstream_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

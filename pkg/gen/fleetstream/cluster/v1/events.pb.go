@@ -290,15 +290,18 @@ func (x *ClusterDeregistered) GetId() string {
 }
 
 // ClusterAgentConnected is appended when heartbeats arrive for a cluster that was not connected,
-// or with another Kubernetes version. It sets the kubeversion.fleetstream.io claim.
+// or with another Kubernetes version, or when the agent moves between hub-hosted and
+// in-cluster. It sets the kubeversion.fleetstream.io claim.
 type ClusterAgentConnected struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	KubernetesVersion string                 `protobuf:"bytes,2,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
 	AgentVersion      string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	Time              *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The agent is hub-hosted (cluster-agent --hosted).
+	Hosted        bool `protobuf:"varint,5,opt,name=hosted,proto3" json:"hosted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterAgentConnected) Reset() {
@@ -357,6 +360,13 @@ func (x *ClusterAgentConnected) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *ClusterAgentConnected) GetHosted() bool {
+	if x != nil {
+		return x.Hosted
+	}
+	return false
 }
 
 // ClusterResourcesReported is appended when a heartbeat reports resources (allocatable and
@@ -952,12 +962,13 @@ const file_fleetstream_cluster_v1_events_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x17credentials_fingerprint\x18\x02 \x01(\tR\x16credentialsFingerprint\"%\n" +
 	"\x13ClusterDeregistered\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xab\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xc3\x01\n" +
 	"\x15ClusterAgentConnected\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x12kubernetes_version\x18\x02 \x01(\tR\x11kubernetesVersion\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12.\n" +
-	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"r\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06hosted\x18\x05 \x01(\bR\x06hosted\"r\n" +
 	"\x18ClusterResourcesReported\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12F\n" +
 	"\tresources\x18\x02 \x01(\v2(.fleetstream.cluster.v1.ClusterResourcesR\tresources\"\x8b\x01\n" +

@@ -1,0 +1,335 @@
+// Package hosted runs, in one hub process (cluster-agent --hosted, or inside fleetd), the agents
+// of member clusters that have stored connection credentials and no agent of their own: the
+// clusters an import policy brought in, or that an admin registered with credentials.
+//
+// The supervisor's own NATS identity (the hosted-agent service) can only read the cluster
+// registry and the agents' statuses and ask cluster-import for a cluster's credentials. Each
+// hosted agent connects separately as that cluster's agent (natsauth.HostedAgentUser), so it is
+// confined to the cluster's subjects exactly like an in-cluster agent, and runs the same code
+// (package member) with its own client-go.
+//
+// A cluster is hosted while its credentials are set and no in-cluster agent has sent a heartbeat
+// within InClusterGrace; it is dropped when it is deregistered, loses its credentials or its own
+// agent appears, and restarted when its credentials change (rotation reconnects). One replica
+// supervises at a time (a lease), so no cluster is hosted twice.
+package hosted
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
+)
+
+// Lease is the lease the supervising replica holds.
+const Lease = "cluster-agent.hosted"
+
+// Defaults for zero Config fields.
+const (
+	// DefaultInClusterGrace matches cluster-import's default UnreachableAfter: an in-cluster
+	// agent silent for that long has lost the cluster to the hosted agents.
+	DefaultInClusterGrace = 30 * time.Second
+	DefaultRetry          = 5 * time.Second
+	requestTimeout        = 10 * time.Second
+)
+
+// Config configures a Supervisor.
+type Config struct {
+	// NATSURL is where hosted agents connect (comma separated URLs).
+	NATSURL string
+	// ServiceToken is the hosted-agent service's NATS token; hosted agents present it with
+	// their cluster's user name.
+	ServiceToken string
+	// Member is the template of every hosted agent's configuration (intervals, EndpointSlice
+	// filter, version); the cluster's name and id are filled in and Hosted is set.
+	Member member.Config
+	// InClusterGrace: a cluster whose own agent sent a heartbeat within it is left to that agent.
+	InClusterGrace time.Duration
+	// Retry is how long a hosted agent that failed to start or stopped with an error waits
+	// before it is started again (default 5s).
+	Retry time.Duration
+	// NATSOptions are added to every hosted agent's connection (TLS, for example).
+	NATSOptions []nats.Option
+}
+
+// Supervisor starts and stops the hosted agents.
+type Supervisor struct {
+	cfg Config
+	// js is the supervisor's own connection (the hosted-agent service).
+	js  jetstream.JetStream
+	log *zap.Logger
+	now func() time.Time
+
+	mu      sync.Mutex
+	running map[string]*hostedAgent
+}
+
+// hostedAgent is one running hosted agent.
+type hostedAgent struct {
+	cluster     string
+	fingerprint string
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+// New returns a supervisor reading the registry through js.
+func New(cfg Config, js jetstream.JetStream, log *zap.Logger) (*Supervisor, error) {
+	if cfg.NATSURL == "" || cfg.ServiceToken == "" {
+		return nil, errors.New("hosted agents: a NATS URL and the hosted-agent service token are required")
+	}
+	if cfg.InClusterGrace <= 0 {
+		cfg.InClusterGrace = DefaultInClusterGrace
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = DefaultRetry
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	cfg.Member.Hosted = true
+	return &Supervisor{cfg: cfg, js: js, log: log.Named("hosted"), now: time.Now, running: map[string]*hostedAgent{}}, nil
+}
+
+// Run supervises while this replica holds the lease, until ctx ends.
+func (s *Supervisor) Run(ctx context.Context) error {
+	err := lease.Run(ctx, s.js, Lease, lease.DefaultHolder(), lease.DefaultTTL, s.supervise, lease.WithLogger(s.log))
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Hosting returns the clusters whose hosted agents run now, sorted.
+func (s *Supervisor) Hosting() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.running))
+}
+
+func (s *Supervisor) supervise(ctx context.Context) error {
+	// Every hosted agent stops with the lease: another replica may start it at once.
+	defer s.stopAll()
+	clustersKV, err := view.WaitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
+	if err != nil {
+		return nilIfDone(ctx, err)
+	}
+	statusKV, err := view.WaitBucket(ctx, s.js, subjects.ClusterStatusBucket, s.log)
+	if err != nil {
+		return nilIfDone(ctx, err)
+	}
+	clusters := view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	status := view.NewCache(statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- clusters.Run(ctx) }()
+	go func() { errs <- status.Run(ctx) }()
+	for _, ready := range []<-chan struct{}{clusters.Ready(), status.Ready()} {
+		select {
+		case <-ready:
+		case err := <-errs:
+			return fmt.Errorf("hosted agents: registry: %w", err)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	_, clusterUpdates := clusters.Subscribe(ctx, 256)
+	_, statusUpdates := status.Subscribe(ctx, 256)
+	// The in-cluster grace runs out without any update: look again every second.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		s.reconcile(ctx, clusters, status)
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errs:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("hosted agents: registry: %w", err)
+		case <-clusterUpdates:
+		case <-statusUpdates:
+		case <-tick.C:
+		}
+	}
+}
+
+// reconcile starts the hosted agents that should run and stops those that should not.
+func (s *Supervisor) reconcile(ctx context.Context, clusters *view.Cache[*clusterv1.Cluster], status *view.Cache[*clusterv1.AgentStatus]) {
+	want := map[string]*clusterv1.Cluster{}
+	for _, c := range clusters.List(nil) {
+		if !c.GetStatus().GetCredentialsSet() {
+			continue
+		}
+		if st, ok := status.Get(keys.Encode(c.Name)); ok && st.InClusterLastSeen != nil &&
+			s.now().Sub(st.InClusterLastSeen.AsTime()) < s.cfg.InClusterGrace {
+			continue // its own agent runs
+		}
+		want[c.Name] = c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, h := range s.running {
+		if c, ok := want[name]; ok && c.Status.CredentialsFingerprint == h.fingerprint {
+			continue
+		}
+		h.stop()
+		delete(s.running, name)
+		if _, ok := want[name]; ok {
+			s.log.Info("credentials changed: reconnecting hosted agent", zap.String("cluster", name))
+		} else {
+			s.log.Info("hosted agent stopped", zap.String("cluster", name))
+		}
+	}
+	for name, c := range want {
+		if _, ok := s.running[name]; ok {
+			continue
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		h := &hostedAgent{cluster: name, fingerprint: c.Status.CredentialsFingerprint, cancel: cancel, done: make(chan struct{})}
+		s.running[name] = h
+		go func() {
+			defer close(h.done)
+			s.keepRunning(hctx, c.Name, c.Id)
+		}()
+		s.log.Info("hosted agent started", zap.String("cluster", name))
+	}
+}
+
+func (h *hostedAgent) stop() {
+	h.cancel()
+	<-h.done
+}
+
+func (s *Supervisor) stopAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, h := range s.running {
+		h.stop()
+		delete(s.running, name)
+	}
+}
+
+// keepRunning runs the hosted agent of cluster until ctx ends, starting it again after Retry
+// whenever it fails.
+func (s *Supervisor) keepRunning(ctx context.Context, cluster, id string) {
+	log := s.log.With(zap.String("cluster", cluster))
+	for {
+		err := s.runOnce(ctx, cluster, id, log)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("hosted agent stopped; starting it again", zap.Duration("after", s.cfg.Retry), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.Retry):
+		}
+	}
+}
+
+func (s *Supervisor) runOnce(ctx context.Context, cluster, id string, log *zap.Logger) error {
+	creds, err := s.credentials(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	kubeCfg, err := RESTConfig(creds)
+	if err != nil {
+		return fmt.Errorf("credentials of cluster %s: %w", cluster, err)
+	}
+	opts := append([]nats.Option{
+		nats.Name("cluster-agent-hosted/" + cluster),
+		nats.UserInfo(natsauth.HostedAgentUser(cluster), s.cfg.ServiceToken),
+		nats.CustomInboxPrefix(natsauth.AgentInboxPrefix(cluster)),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+	}, s.cfg.NATSOptions...)
+	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to nats as the agent of cluster %s: %w", cluster, err)
+	}
+	defer nc.Close()
+	log.Info("hosted agent connected to NATS as the cluster's agent")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	cfg := s.cfg.Member
+	cfg.ClusterName, cfg.ClusterID = cluster, id
+	a, err := member.New(cfg, js, kubeCfg, s.log) // the agent names its cluster itself
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// credentials asks cluster-import for the cluster's connection credentials.
+func (s *Supervisor) credentials(ctx context.Context, cluster string) (*clusterv1.ConnectionCredentials, error) {
+	req, err := proto.Marshal(&clusterv1.HostedAgentCredentialsRequest{ClusterName: cluster})
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	m, err := s.js.Conn().RequestWithContext(rctx, subjects.HostedCredentials(cluster), req)
+	if err != nil {
+		return nil, fmt.Errorf("request credentials of cluster %s: %w", cluster, err)
+	}
+	resp := &clusterv1.HostedAgentCredentialsResponse{}
+	if err := proto.Unmarshal(m.Data, resp); err != nil {
+		return nil, fmt.Errorf("credentials of cluster %s: %w", cluster, err)
+	}
+	if resp.Error != "" {
+		return nil, errors.New(resp.Error)
+	}
+	return resp.Credentials, nil
+}
+
+// RESTConfig is the client configuration stored credentials describe: their kubeconfig (its
+// current context), or the server with its CA and a bearer token or client certificate.
+func RESTConfig(c *clusterv1.ConnectionCredentials) (*rest.Config, error) {
+	if len(c.GetKubeconfig()) > 0 {
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(c.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	if c.GetServer() == "" {
+		return nil, errors.New("neither a kubeconfig nor a server")
+	}
+	return &rest.Config{
+		Host:        c.Server,
+		BearerToken: c.Token,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: c.CertificateAuthorityData, CertData: c.ClientCertificateData, KeyData: c.ClientKeyData,
+		},
+	}, nil
+}
+
+// nilIfDone drops err when ctx ended: the lease was lost or the process stops.
+func nilIfDone(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
