@@ -3,11 +3,11 @@ package authz
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 )
 
@@ -75,7 +75,7 @@ func (s *authorizedConn) Receive(m any) error {
 
 func (s *authorizedConn) Send(m any) error {
 	if !s.authd {
-		return connect.NewError(connect.CodePermissionDenied, errors.New("nothing is sent before the request is authorized"))
+		return apierr.PermissionDenied("nothing is sent before the request is authorized")
 	}
 	if _, err := s.a.decide(s.c, s.Spec().Procedure, s.msg); err != nil {
 		return err
@@ -87,7 +87,7 @@ func (s *authorizedConn) Send(m any) error {
 func (a *Authorizer) caller(ctx context.Context) (*Caller, error) {
 	user := identity.ActorFrom(ctx)
 	if user == "" {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no authenticated caller"))
+		return nil, apierr.Unauthenticated(errors.New("no authenticated caller"))
 	}
 	select {
 	case <-a.ready:
@@ -97,9 +97,9 @@ func (a *Authorizer) caller(ctx context.Context) (*Caller, error) {
 		select {
 		case <-a.ready:
 		case <-ctx.Done():
-			return nil, connect.NewError(connect.CodeUnavailable, errors.New("authorization is starting"))
+			return nil, apierr.Starting("authorization")
 		case <-t.C:
-			return nil, connect.NewError(connect.CodeUnavailable, errors.New("authorization is starting"))
+			return nil, apierr.Starting("authorization")
 		}
 	}
 	return a.CallerFor(user, identity.GroupsFrom(ctx)), nil
@@ -129,8 +129,7 @@ func (a *Authorizer) decide(c *Caller, procedure string, msg any) (Scope, error)
 		if c.Admin() {
 			return Scope{Kind: Platform}, nil
 		}
-		return Scope{}, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("user %q may not call %s: it has no authorization rule, so only platform admins may", c.user, procedure))
+		return Scope{}, apierr.PermissionDenied("user %q may not call %s: it has no authorization rule, so only platform admins may", c.user, procedure)
 	}
 	s := rule.ScopeOf(msg)
 	var allowed bool
@@ -152,5 +151,5 @@ func (a *Authorizer) decide(c *Caller, procedure string, msg any) (Scope, error)
 
 // Denied is the PermissionDenied error naming who may not do what where.
 func Denied(c *Caller, verb, resource string, s Scope) error {
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("user %q may not %s %s %s", c.User(), verb, resource, s))
+	return apierr.PermissionDenied("user %q may not %s %s %s", c.User(), verb, resource, s)
 }

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
 
+	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 )
 
@@ -140,7 +141,7 @@ func (a *Authenticator) authenticate(ctx context.Context, procedure string, h ht
 	token, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || token == "" {
 		a.log.Debug("unauthenticated: no bearer token", zap.String("procedure", procedure))
-		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
+		return ctx, apierr.Unauthenticated(errUnauthenticated)
 	}
 	if a.tokens != nil {
 		if id, ok := a.tokens.Lookup(token); ok {
@@ -149,7 +150,7 @@ func (a *Authenticator) authenticate(ctx context.Context, procedure string, h ht
 	}
 	if a.oidc == nil {
 		a.log.Debug("unauthenticated: token not in the token file", zap.String("procedure", procedure))
-		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
+		return ctx, apierr.Unauthenticated(errUnauthenticated)
 	}
 	id, err := a.oidc.authenticate(ctx, token)
 	if err != nil {
@@ -159,11 +160,11 @@ func (a *Authenticator) authenticate(ctx context.Context, procedure string, h ht
 		switch {
 		case errors.Is(err, errIssuerUnavailable):
 			// The token may well be valid: Unavailable tells the caller to retry, not to sign in again.
-			return ctx, connect.NewError(connect.CodeUnavailable, errIdPUnavailable)
+			return ctx, apierr.Unavailable(errIdPUnavailable)
 		case errors.Is(err, errTokenExpired):
-			return ctx, connect.NewError(connect.CodeUnauthenticated, errExpired)
+			return ctx, apierr.Unauthenticated(errExpired)
 		}
-		return ctx, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
+		return ctx, apierr.Unauthenticated(errUnauthenticated)
 	}
 	return withIdentity(ctx, id), nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"connectrpc.com/connect"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
 )
 
 // lateInterceptor delegates to the interceptor Server.Authorize installs, resolved per call:
@@ -28,7 +30,7 @@ func (l lateInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		i := l.current()
 		if i == nil {
-			return nil, connect.NewError(connect.CodeUnavailable, errNoAuthorizer)
+			return nil, apierr.Unavailable(errNoAuthorizer)
 		}
 		return i.WrapUnary(next)(ctx, req)
 	}
@@ -42,7 +44,7 @@ func (l lateInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		i := l.current()
 		if i == nil {
-			return connect.NewError(connect.CodeUnavailable, errNoAuthorizer)
+			return apierr.Unavailable(errNoAuthorizer)
 		}
 		return i.WrapStreamingHandler(next)(ctx, conn)
 	}

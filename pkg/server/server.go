@@ -77,7 +77,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), registry: reg, authn: authn, checks: map[string]Check{}}
 	s.opts = []connect.HandlerOption{
-		connect.WithInterceptors(newMetricsInterceptor(reg), authInterceptor{authn}, lateInterceptor{s}),
+		connect.WithInterceptors(newMetricsInterceptor(reg), authInterceptor{authn}, lateInterceptor{s}, errorInterceptor{}),
 		connect.WithReadMaxBytes(maxBytes),
 		// Compressing small responses costs more CPU than it saves bytes (profiles of the bind
 		// path showed ~6% of CPU in gzip of responses of a few hundred bytes).

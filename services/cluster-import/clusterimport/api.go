@@ -34,9 +34,9 @@ func (s *Service) waitReady(ctx context.Context) error {
 	case <-s.ready:
 		return nil
 	case <-ctx.Done():
-		return connect.NewError(connect.CodeUnavailable, errors.New("cluster registry is starting"))
+		return apierr.Starting("cluster registry")
 	case <-time.After(viewWait):
-		return connect.NewError(connect.CodeUnavailable, errors.New("cluster registry is starting"))
+		return apierr.Starting("cluster registry")
 	}
 }
 
@@ -152,7 +152,7 @@ func (s *Service) UpdateCluster(ctx context.Context, req *connect.Request[cluste
 			return nil, apierr.NotFound("cluster", m.Name)
 		}
 		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster %q is at revision %d, not %d", m.Name, cur.Revision, m.ExpectedRevision))
+			return nil, apierr.RevisionMismatch("cluster", m.Name, cur.Revision, m.ExpectedRevision)
 		}
 		seq, err := s.update(ctx, cur, m, fields)
 		if events.IsConflict(err) && m.ExpectedRevision == 0 && attempt < 5 {
@@ -223,7 +223,7 @@ func (s *Service) DeregisterCluster(ctx context.Context, req *connect.Request[cl
 		return nil, apierr.NotFound("cluster", m.Name)
 	}
 	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster %q is at revision %d, not %d", m.Name, cur.Revision, m.ExpectedRevision))
+		return nil, apierr.RevisionMismatch("cluster", m.Name, cur.Revision, m.ExpectedRevision)
 	}
 	if _, err := s.store.Append(ctx, subjects.Cluster(m.Name), cur.Id, events.At(cur.Revision), &clusterv1.ClusterDeregistered{Id: cur.Id}); err != nil {
 		return nil, apierr.Internal(err)
@@ -326,7 +326,7 @@ func (s *Service) WatchClusters(ctx context.Context, req *connect.Request[cluste
 				if ctx.Err() != nil {
 					return nil
 				}
-				return connect.NewError(connect.CodeResourceExhausted, errors.New("watcher fell behind; watch again"))
+				return apierr.WatchFellBehind("clusters")
 			}
 			if err := send(u); err != nil {
 				return err
@@ -369,7 +369,7 @@ func (s *Service) waitView(ctx context.Context, wait func(context.Context) error
 	ctx, cancel := context.WithTimeout(ctx, viewWait)
 	defer cancel()
 	if err := wait(ctx); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("change accepted but not yet visible: %w", err))
+		return apierr.NotYetVisible("change", err)
 	}
 	return nil
 }

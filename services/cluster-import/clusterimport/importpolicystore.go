@@ -111,8 +111,7 @@ func (a *ImportPolicyAPI) validatePolicy(p *clusterv1.ImportPolicy) error {
 		return err
 	}
 	if _, ok := a.s.clusters.Get(clusterKey(p.Source.Cluster)); !ok {
-		return connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("policy.source.cluster: cluster %q is not registered: the source is watched by that cluster's agent", p.Source.Cluster))
+		return apierr.FailedPrecondition("policy.source.cluster: cluster %q is not registered: the source is watched by that cluster's agent", p.Source.Cluster)
 	}
 	return nil
 }
@@ -143,7 +142,7 @@ func (a *ImportPolicyAPI) claimSource(ctx context.Context, p *clusterv1.ImportPo
 		return nil, apierr.AlreadyExists("import policy for "+describeSource(p), owner)
 	}
 	if _, err := kv.Update(ctx, key, []byte(p.Name), e.Revision()); err != nil {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("source %s changed hands meanwhile, try again: %w", describeSource(p), err))
+		return nil, apierr.Aborted("source %s changed hands meanwhile, try again: %w", describeSource(p), err)
 	}
 	return func() { a.releaseSource(key, p.Name) }, nil
 }
@@ -231,7 +230,7 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 		return nil, apierr.NotFound("import policy", p.Name)
 	}
 	if exp := req.Msg.ExpectedRevision; exp != 0 && exp != cur.Revision {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q is at revision %d, not %d", p.Name, cur.Revision, exp))
+		return nil, apierr.RevisionMismatch("import policy", p.Name, cur.Revision, exp)
 	}
 	if proto.Equal(p, specOf(cur)) {
 		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: cur}), nil
@@ -248,7 +247,7 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 	if err != nil {
 		release()
 		if events.IsConflict(err) {
-			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q changed meanwhile, read it again: %w", p.Name, err))
+			return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", p.Name, err)
 		}
 		return nil, apierr.Internal(err)
 	}
@@ -277,11 +276,11 @@ func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.R
 		return nil, apierr.NotFound("import policy", req.Msg.Name)
 	}
 	if exp := req.Msg.ExpectedRevision; exp != 0 && exp != cur.Revision {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q is at revision %d, not %d", cur.Name, cur.Revision, exp))
+		return nil, apierr.RevisionMismatch("import policy", cur.Name, cur.Revision, exp)
 	}
 	seq, err := a.s.store.Append(ctx, subjects.ImportPolicy(cur.Name), cur.Name, events.At(cur.Revision), &clusterv1.ImportPolicyDeleted{Name: cur.Name})
 	if events.IsConflict(err) {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("import policy %q changed meanwhile, read it again: %w", cur.Name, err))
+		return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", cur.Name, err)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)

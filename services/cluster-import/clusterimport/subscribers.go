@@ -147,7 +147,7 @@ func (a *SubscriberAPI) DeleteSubscriber(ctx context.Context, req *connect.Reque
 	// The record goes first: from then on the token admits nobody, whatever happens next.
 	if err := s.subs.records.Purge(ctx, keys.Encode(name), jetstream.LastRevision(rev)); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("subscriber %q changed while being deleted; retry", name))
+			return nil, apierr.Aborted("subscriber %q changed while being deleted; retry", name)
 		}
 		return nil, apierr.Internal(fmt.Errorf("delete subscriber %s: %w", name, err))
 	}

@@ -2,8 +2,6 @@ package collector
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/netip"
 	"time"
 
@@ -33,7 +31,7 @@ func (c *Collector) waitReady(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-time.After(viewWait):
 	}
-	return connect.NewError(connect.CodeUnavailable, errors.New("endpoint collector is starting"))
+	return apierr.Starting("endpoint collector")
 }
 
 func validateService(v *apierr.Violations, ns, name string) {
@@ -157,8 +155,8 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 			if m.Cluster != "" {
 				where = " in cluster " + m.Cluster
 			}
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("service %s/%s has no endpoint %s%s",
-				m.Namespace, m.Name, ipText, where))
+			return nil, apierr.NotFoundf("service %s/%s has no endpoint %s%s",
+				m.Namespace, m.Name, ipText, where)
 		}
 		seq, err = c.events.Append(ctx, subject, agg, events.Any, &endpointv1.EndpointWeightSet{
 			Namespace: m.Namespace, Name: m.Name, Ip: ipText, Weight: m.Weight, Bindings: bindings})
@@ -243,7 +241,7 @@ func (c *Collector) awaitWeights(ctx context.Context, ns, name string, seq uint6
 	ctx, cancel := context.WithTimeout(ctx, viewWait)
 	defer cancel()
 	unavailable := func(err error) error {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("weight accepted but not yet visible: %w", err))
+		return apierr.NotYetVisible("weight", err)
 	}
 	if err := c.weightsView.WaitApplied(ctx, seq); err != nil {
 		return nil, unavailable(err)

@@ -49,7 +49,7 @@ func (s *Service) waitReady(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-time.After(viewWait):
 	}
-	return connect.NewError(connect.CodeUnavailable, errors.New("namespace-binding is starting"))
+	return apierr.Starting("namespace-binding")
 }
 
 func (s *Service) CreateProject(ctx context.Context, req *connect.Request[projectv1.CreateProjectRequest]) (*connect.Response[projectv1.CreateProjectResponse], error) {
@@ -309,7 +309,7 @@ func (s *Service) bindable(key, project string) error {
 }
 
 func errBound(b *projectv1.NamespaceBinding) error {
-	return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("namespace %q on cluster %q is already bound to project %q", b.Namespace, b.Cluster, b.Project))
+	return apierr.AlreadyExistsf("namespace %q on cluster %q is already bound to project %q", b.Namespace, b.Cluster, b.Project)
 }
 
 func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv1.UpdateQuotaRequest]) (*connect.Response[projectv1.UpdateQuotaResponse], error) {
@@ -434,7 +434,7 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 func (s *Service) ownedBinding(project, cluster, namespace string) (*projectv1.NamespaceBinding, error) {
 	b, ok := s.bindings.Get(bindingKey(cluster, namespace))
 	if !ok || b.Project != project {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("namespace: %q on cluster %q is not bound to project %q", namespace, cluster, project))
+		return nil, apierr.NotFoundf("namespace: %q on cluster %q is not bound to project %q", namespace, cluster, project)
 	}
 	return b, nil
 }
@@ -541,7 +541,7 @@ func (s *Service) appendProject(ctx context.Context, project string, decides fun
 	l, err := s.lockProject(ctx, project)
 	if err != nil {
 		// Nothing was appended: Aborted lets a bind release its claim at once.
-		return 0, connect.NewError(connect.CodeAborted, fmt.Errorf("project %s is busy with other commands: %w", project, err))
+		return 0, apierr.Aborted("project %s is busy with other commands: %w", project, err)
 	}
 	defer s.unlockProject(project, l)
 	for attempt := 0; ; attempt++ {
@@ -746,7 +746,7 @@ func (s *Service) awaitBinding(ctx context.Context, key, id string, seq uint64) 
 	}
 	b, ok := s.bindings.Get(key)
 	if !ok || b.Id != id {
-		return nil, connect.NewError(connect.CodeAborted, errors.New("the binding changed concurrently; read it again"))
+		return nil, apierr.Concurrent("the binding")
 	}
 	return s.present(b), nil
 }
@@ -755,7 +755,7 @@ func (s *Service) waitView(ctx context.Context, wait func(context.Context) error
 	ctx, cancel := context.WithTimeout(ctx, viewWait)
 	defer cancel()
 	if err := wait(ctx); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("change accepted but not yet visible: %w", err))
+		return apierr.NotYetVisible("change", err)
 	}
 	return nil
 }
@@ -788,7 +788,7 @@ func (s *Service) claim(ctx context.Context, key, project, id string) (uint64, e
 		}
 		if !s.orphan(key, cur) {
 			cluster, namespace := splitBindingKey(key)
-			return 0, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("namespace %q on cluster %q is already bound to project %q", namespace, cluster, cur.Project))
+			return 0, apierr.AlreadyExistsf("namespace %q on cluster %q is already bound to project %q", namespace, cluster, cur.Project)
 		}
 		rev, err = s.claimsKV.Update(ctx, key, data, e.Revision())
 		if err == nil {

@@ -326,13 +326,13 @@ func (s *Service) awaitClusterSet(ctx context.Context, name string, seq uint64) 
 	}
 	c, ok := s.clusterSets.Get(clusterSetKey(name))
 	if !ok {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q changed concurrently; read it again", name))
+		return nil, apierr.Concurrent("cluster set %q", name)
 	}
 	return s.presentSet(c)
 }
 
 func errSetRevision(name string, cur, want uint64) error {
-	return connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q is at revision %d, not %d", name, cur, want))
+	return apierr.RevisionMismatch("cluster set", name, cur, want)
 }
 
 func (s *Service) CreateClusterSet(ctx context.Context, req *connect.Request[placementv1.CreateClusterSetRequest]) (*connect.Response[placementv1.CreateClusterSetResponse], error) {
@@ -414,7 +414,7 @@ func (s *Service) UpdateClusterSet(ctx context.Context, req *connect.Request[pla
 			&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}})
 		if events.IsConflict(err) {
 			if m.ExpectedRevision != 0 || attempt >= maxAttempts {
-				return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q changed concurrently; read it again", m.Name))
+				return nil, apierr.Concurrent("cluster set %q", m.Name)
 			}
 			// Without an expectation the caller wants this selector whatever happened: decide
 			// again on the state the other writer left.
@@ -460,7 +460,7 @@ func (s *Service) DeleteClusterSet(ctx context.Context, req *connect.Request[pla
 	// missing, and come back to life if it is created again.
 	_, err := s.store.Append(ctx, subjects.ClusterSet(m.Name), m.Name, events.At(cur.Revision), &placementv1.ClusterSetDeleted{Name: m.Name})
 	if events.IsConflict(err) {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set %q changed concurrently; read it again", m.Name))
+		return nil, apierr.Concurrent("cluster set %q", m.Name)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
@@ -547,7 +547,7 @@ func (s *Service) BindClusterSet(ctx context.Context, req *connect.Request[place
 	}
 	b, ok := s.setBindings.Get(key)
 	if !ok {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set binding %s changed concurrently; read it again", what))
+		return nil, apierr.Concurrent("cluster set binding %s", what)
 	}
 	s.log.Info("cluster set bound", zap.String("project", m.Project), zap.String("cluster_set", m.ClusterSet), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&placementv1.BindClusterSetResponse{Binding: s.presentSetBinding(b)}), nil
@@ -573,7 +573,7 @@ func (s *Service) UnbindClusterSet(ctx context.Context, req *connect.Request[pla
 	_, err := s.store.Append(ctx, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key, events.At(cur.Revision),
 		&placementv1.ClusterSetUnbound{Project: m.Project, ClusterSet: m.ClusterSet})
 	if events.IsConflict(err) {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("cluster set binding %s changed concurrently; read it again", what))
+		return nil, apierr.Concurrent("cluster set binding %s", what)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)

@@ -136,8 +136,8 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	var seq uint64
 	switch {
 	case ok && cur.Placement != m.Placement:
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("namespace %q of project %q already follows placement %q: unbind it from that placement first",
-			m.Namespace, m.Project, cur.Placement))
+		return nil, apierr.AlreadyExistsf("namespace %q of project %q already follows placement %q: unbind it from that placement first",
+			m.Namespace, m.Project, cur.Placement)
 	case ok && proto.Equal(&placementv1.PlacementNamespace{Hard: cur.Hard, UnbindPolicy: cur.UnbindPolicy},
 		&placementv1.PlacementNamespace{Hard: want.Hard, UnbindPolicy: want.UnbindPolicy}):
 		seq = cur.Revision // nothing to change
@@ -153,7 +153,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 		var err error
 		seq, err = s.store.Append(ctx, subject, key, expect, &placementv1.PlacementNamespaceBound{Namespace: want})
 		if events.IsConflict(err) {
-			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project))
+			return nil, apierr.Aborted("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project)
 		}
 		if err != nil {
 			return nil, apierr.Internal(err)
@@ -176,7 +176,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	// decisions are the follower's.
 	n, ok := s.placementNamespaces.Get(key)
 	if !ok {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("namespace %q of project %q changed concurrently; read it again", m.Namespace, m.Project))
+		return nil, apierr.Concurrent("namespace %q of project %q", m.Namespace, m.Project)
 	}
 	s.followBackoff.reset(n)
 	if err := s.follow(ctx, n); err != nil {
@@ -251,7 +251,7 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 	key := keys.Join(m.Project, m.Namespace)
 	cur, ok := s.placementNamespaces.Get(key)
 	if !ok || cur.Placement != m.Placement {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("namespace: %q of project %q does not follow placement %q", m.Namespace, m.Project, m.Placement))
+		return nil, apierr.NotFoundf("namespace: %q of project %q does not follow placement %q", m.Namespace, m.Project, m.Placement)
 	}
 	policy := m.Policy
 	if policy == projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
@@ -260,7 +260,7 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 	_, err := s.store.Append(ctx, subjects.PlacementNamespace(m.Project, m.Namespace), key, events.At(cur.Revision),
 		&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: policy})
 	if events.IsConflict(err) {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project))
+		return nil, apierr.Aborted("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)

@@ -182,7 +182,7 @@ func (s *Service) awaitPlacement(ctx context.Context, project, name string, seq 
 	}
 	p, ok := s.placements.Get(key)
 	if !ok {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s changed concurrently; read it again", project, name))
+		return nil, apierr.Concurrent("placement %s/%s", project, name)
 	}
 	return s.presentPlacement(p), nil
 }
@@ -253,14 +253,14 @@ func (s *Service) UpdatePlacement(ctx context.Context, req *connect.Request[plac
 		return nil, apierr.NotFound("placement", spec.Project+"/"+spec.Name)
 	}
 	if rev := req.Msg.ExpectedRevision; rev != 0 && rev != cur.Revision {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s is at revision %d, not %d", spec.Project, spec.Name, cur.Revision, rev))
+		return nil, apierr.RevisionMismatch("placement", spec.Project+"/"+spec.Name, cur.Revision, rev)
 	}
 	if proto.Equal(placementSpec(cur), spec) {
 		return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: s.presentPlacement(cur)}), nil
 	}
 	seq, err := s.store.Append(ctx, subjects.Placement(spec.Project, spec.Name), key, events.At(cur.Revision), &placementv1.PlacementUpdated{Placement: spec})
 	if events.IsConflict(err) {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s changed concurrently; read it again", spec.Project, spec.Name))
+		return nil, apierr.Concurrent("placement %s/%s", spec.Project, spec.Name)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
@@ -291,7 +291,7 @@ func (s *Service) DeletePlacement(ctx context.Context, req *connect.Request[plac
 		return nil, apierr.NotFound("placement", m.Project+"/"+m.Name)
 	}
 	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s is at revision %d, not %d", m.Project, m.Name, cur.Revision, m.ExpectedRevision))
+		return nil, apierr.RevisionMismatch("placement", m.Project+"/"+m.Name, cur.Revision, m.ExpectedRevision)
 	}
 	// Deleting a placement that namespaces follow would strand their bindings (or release
 	// them all at once); as with a project that owns namespaces, unbinding comes first.
@@ -301,7 +301,7 @@ func (s *Service) DeletePlacement(ctx context.Context, req *connect.Request[plac
 	}
 	_, err := s.store.Append(ctx, subjects.Placement(m.Project, m.Name), key, events.At(cur.Revision), &placementv1.PlacementDeleted{Project: m.Project, Name: m.Name})
 	if events.IsConflict(err) {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("placement %s/%s changed concurrently; read it again", m.Project, m.Name))
+		return nil, apierr.Concurrent("placement %s/%s", m.Project, m.Name)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
@@ -436,7 +436,7 @@ func (s *Service) WatchPlacementDecisions(ctx context.Context, req *connect.Requ
 				if ctx.Err() != nil {
 					return nil
 				}
-				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("watch of placement %s/%s fell behind; watch again", m.Project, m.Name))
+				return apierr.WatchFellBehind(fmt.Sprintf("placement %s/%s", m.Project, m.Name))
 			}
 			if u.Key != key {
 				continue

@@ -2,7 +2,6 @@ package namespacebinding
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
@@ -84,7 +84,7 @@ func (s *Service) WatchProjects(ctx context.Context, req *connect.Request[projec
 			flush = time.After(watchCoalesce)
 		}
 	}
-	fellBehind := connect.NewError(connect.CodeResourceExhausted, errors.New("watcher fell behind; watch again"))
+	fellBehind := apierr.WatchFellBehind("namespace bindings")
 	for {
 		select {
 		case <-ctx.Done():

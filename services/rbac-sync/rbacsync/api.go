@@ -2,7 +2,6 @@ package rbacsync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -36,11 +35,11 @@ func (s *Service) waitReady(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-time.After(viewWait):
 	}
-	return connect.NewError(connect.CodeUnavailable, errors.New("rbac-sync is starting"))
+	return apierr.Starting("rbac-sync")
 }
 
 func permissionDenied(format string, args ...any) error {
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(format, args...))
+	return apierr.PermissionDenied(format, args...)
 }
 
 func (s *Service) lookup(name string) (*rbacv1.RoleTemplate, bool) {
@@ -148,7 +147,7 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 			return nil, apierr.NotFound("role template", name)
 		}
 		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("role template %q is at revision %d, not %d", name, cur.Revision, m.ExpectedRevision))
+			return nil, apierr.RevisionMismatch("role template", name, cur.Revision, m.ExpectedRevision)
 		}
 		next := stored(cur)
 		for _, f := range fields {
@@ -209,7 +208,7 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 		return nil, apierr.NotFound("role template", m.Name)
 	}
 	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("role template %q is at revision %d, not %d", m.Name, cur.Revision, m.ExpectedRevision))
+		return nil, apierr.RevisionMismatch("role template", m.Name, cur.Revision, m.ExpectedRevision)
 	}
 	// Deleting an inherited template would silently shrink what its heirs grant.
 	var heirs []string
@@ -273,7 +272,7 @@ func (s *Service) waitView(ctx context.Context, wait func(context.Context) error
 	ctx, cancel := context.WithTimeout(ctx, viewWait)
 	defer cancel()
 	if err := wait(ctx); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("change accepted but not yet visible: %w", err))
+		return apierr.NotYetVisible("change", err)
 	}
 	return nil
 }
