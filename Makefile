@@ -44,7 +44,10 @@ IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-c
 IMAGE_REPO  ?= fleetstream
 IMAGE_TAG   ?= latest
 # Static, reproducible binaries: no cgo, no paths or VCS state baked in.
-STATIC_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w'
+# The version every binary reports (pkg/version): the commit, "-dirty" with local changes.
+VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+VERSION_LDFLAG = -X github.com/fleetstream/fleetstream/pkg/version.Version=$(VERSION)
+STATIC_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w $(VERSION_LDFLAG)'
 
 # Docker Compose: the standalone `docker-compose` (v1 or v2) if installed, else the `docker compose`
 # plugin. The project name is compose's default (this directory's name), so plain
@@ -72,7 +75,7 @@ help: ## list the targets
 .PHONY: build
 build: ## build fleetd, fleetctl and cluster-agent into ./bin
 	@mkdir -p $(BIN)
-	$(GO) build -buildvcs=false -o $(BIN)/ $(PKG_fleetd) $(PKG_fleetctl) $(PKG_cluster-agent)
+	$(GO) build -buildvcs=false -ldflags='$(VERSION_LDFLAG)' -o $(BIN)/ $(PKG_fleetd) $(PKG_fleetctl) $(PKG_cluster-agent)
 
 $(DATA)/tokens:
 	@mkdir -p $(DATA) && chmod 700 $(DATA)

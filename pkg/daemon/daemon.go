@@ -22,6 +22,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/version"
 )
 
 // Options are the flags every service shares.
@@ -163,6 +164,7 @@ func Main(name string, args []string, addFlags func(fs *flag.FlagSet), start fun
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	log.Info("starting", zap.String("service", name), zap.String("version", version.Version))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, name, &o, log, start); err != nil {

@@ -22,15 +22,13 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/version"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 type options struct {
 	cluster           string
@@ -90,7 +88,7 @@ func run(args []string) error {
 		DesiredWorkers:     o.desiredWorkers,
 		DesiredResync:      o.desiredResync,
 		ImportSecretResend: o.importResend,
-		Version:            version,
+		Version:            version.Version,
 	}
 	if o.endpointSlices != "off" {
 		f, err := endpointslices.ParseFilter(o.endpointSlices)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/version"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
@@ -28,7 +29,7 @@ func run(args []string) int {
 	var cfg fleetd.Config
 	// Hosted agents report the EndpointSlices of every Service, as an in-cluster agent does by
 	// default.
-	cfg.Hosted.Member = member.Config{EndpointSlices: &endpointslices.Filter{Kind: "all"}, Version: "fleetd"}
+	cfg.Hosted.Member = member.Config{EndpointSlices: &endpointslices.Filter{Kind: "all"}, Version: version.Version}
 	var logLevel string
 	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
@@ -65,7 +66,7 @@ func run(args []string) int {
 	go func() {
 		select {
 		case <-inst.Ready():
-			log.Info("fleetd ready", zap.String("api", "http://"+inst.Addr), zap.String("nats", inst.NATS.ClientURL()),
+			log.Info("fleetd ready", zap.String("version", version.Version), zap.String("api", "http://"+inst.Addr), zap.String("nats", inst.NATS.ClientURL()),
 				zap.String("try", "fleetctl --server http://"+inst.Addr+" cluster list"))
 		case <-ctx.Done():
 		}
