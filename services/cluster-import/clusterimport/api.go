@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
@@ -26,18 +27,8 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
-// viewWait bounds how long a write waits to see itself in the view before answering.
-const viewWait = 10 * time.Second
-
 func (s *Service) waitReady(ctx context.Context) error {
-	select {
-	case <-s.ready:
-		return nil
-	case <-ctx.Done():
-		return apierr.Starting("cluster registry")
-	case <-time.After(viewWait):
-		return apierr.Starting("cluster registry")
-	}
+	return apiwait.Ready(ctx, s.ready, "cluster registry")
 }
 
 func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clusterv1.RegisterClusterRequest]) (*connect.Response[clusterv1.RegisterClusterResponse], error) {
@@ -366,12 +357,7 @@ func (s *Service) awaitCluster(ctx context.Context, name string, seq uint64) (*c
 }
 
 func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, viewWait)
-	defer cancel()
-	if err := wait(ctx); err != nil {
-		return apierr.NotYetVisible("change", err)
-	}
-	return nil
+	return apiwait.Visible(ctx, "change", wait)
 }
 
 func parseSelector(s string) (labels.Selector, error) {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
@@ -150,7 +151,7 @@ func (a *ImportPolicyAPI) claimSource(ctx context.Context, p *clusterv1.ImportPo
 // releaseSource drops key's claim if name still holds it; best effort, detached from the
 // request (a leftover claim is taken over by the next policy for that source).
 func (a *ImportPolicyAPI) releaseSource(key, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), viewWait)
+	ctx, cancel := context.WithTimeout(context.Background(), apiwait.Patience)
 	defer cancel()
 	e, err := a.s.policySources.Get(ctx, key)
 	if err != nil || string(e.Value()) != name {

@@ -3,13 +3,13 @@ package collector
 import (
 	"context"
 	"net/netip"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
@@ -18,20 +18,11 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
-// viewWait bounds how long a write waits to see itself in the served state before answering.
-const viewWait = 10 * time.Second
-
 // MaxWeight is the largest weight; 100 is the default and 0 drains.
 const MaxWeight = 0xFFFF
 
 func (c *Collector) waitReady(ctx context.Context) error {
-	select {
-	case <-c.ready:
-		return nil
-	case <-ctx.Done():
-	case <-time.After(viewWait):
-	}
-	return apierr.Starting("endpoint collector")
+	return apiwait.Ready(ctx, c.ready, "endpoint collector")
 }
 
 func validateService(v *apierr.Violations, ns, name string) {
@@ -238,7 +229,7 @@ func (c *Collector) SetClusterWeight(ctx context.Context, req *connect.Request[e
 // awaitWeights waits until the weight event at seq is in the weights view and in the service's
 // served snapshot, so that a GetServiceEndpoints after the call sees it, and returns the weights.
 func (c *Collector) awaitWeights(ctx context.Context, ns, name string, seq uint64) (*endpointv1.ServiceWeights, error) {
-	ctx, cancel := context.WithTimeout(ctx, viewWait)
+	ctx, cancel := context.WithTimeout(ctx, apiwait.Patience)
 	defer cancel()
 	unavailable := func(err error) error {
 		return apierr.NotYetVisible("weight", err)

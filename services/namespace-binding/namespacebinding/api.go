@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
@@ -26,8 +27,6 @@ import (
 )
 
 const (
-	// viewWait bounds how long a write waits to see itself in the views before answering.
-	viewWait = 10 * time.Second
 	// bindTimeout bounds a bind from its claim to its event; Config.ClaimGrace must exceed it,
 	// so the repair loop never releases the claim of a bind still in flight.
 	bindTimeout = 30 * time.Second
@@ -43,13 +42,7 @@ const (
 var errUnchanged = errors.New("unchanged")
 
 func (s *Service) waitReady(ctx context.Context) error {
-	select {
-	case <-s.ready:
-		return nil
-	case <-ctx.Done():
-	case <-time.After(viewWait):
-	}
-	return apierr.Starting("namespace-binding")
+	return apiwait.Ready(ctx, s.ready, "namespace-binding")
 }
 
 func (s *Service) CreateProject(ctx context.Context, req *connect.Request[projectv1.CreateProjectRequest]) (*connect.Response[projectv1.CreateProjectResponse], error) {
@@ -752,12 +745,7 @@ func (s *Service) awaitBinding(ctx context.Context, key, id string, seq uint64) 
 }
 
 func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, viewWait)
-	defer cancel()
-	if err := wait(ctx); err != nil {
-		return apierr.NotYetVisible("change", err)
-	}
-	return nil
+	return apiwait.Visible(ctx, "change", wait)
 }
 
 // claim takes (cluster, namespace) at key for project's binding id and returns the claim's KV

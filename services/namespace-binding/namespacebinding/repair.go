@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -43,7 +44,7 @@ func (s *Service) repairClaims(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream info: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, viewWait)
+	wctx, cancel := context.WithTimeout(ctx, apiwait.Patience)
 	err = s.bindings.WaitCheckpoint(wctx, info.State.LastSeq)
 	cancel()
 	if err != nil {

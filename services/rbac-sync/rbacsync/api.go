@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
@@ -22,20 +22,11 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
-// viewWait bounds how long a write waits to see itself in the view before answering.
-const viewWait = 10 * time.Second
-
 // Fields of a template UpdateRoleTemplate may replace.
 var updatableTemplateFields = []string{"display_name", "rules", "inherits", "locked"}
 
 func (s *Service) waitReady(ctx context.Context) error {
-	select {
-	case <-s.ready:
-		return nil
-	case <-ctx.Done():
-	case <-time.After(viewWait):
-	}
-	return apierr.Starting("rbac-sync")
+	return apiwait.Ready(ctx, s.ready, "rbac-sync")
 }
 
 func permissionDenied(format string, args ...any) error {
@@ -269,12 +260,7 @@ func (s *Service) awaitTemplate(ctx context.Context, name string, seq uint64) (*
 }
 
 func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, viewWait)
-	defer cancel()
-	if err := wait(ctx); err != nil {
-		return apierr.NotYetVisible("change", err)
-	}
-	return nil
+	return apiwait.Visible(ctx, "change", wait)
 }
 
 func validateBindingRef(v *apierr.Violations, prefix, project string, subject *rbacv1.Subject, role string) {

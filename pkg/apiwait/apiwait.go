@@ -1,0 +1,49 @@
+// Package apiwait is how an API handler waits on its service's state, the same way in every hub
+// service: for the service to have caught up with its streams before it answers at all, and
+// for a write it just made to be visible in the view it reads from (read-your-writes), each
+// bounded by Patience and answered with the shared apierr codes when it runs out.
+package apiwait
+
+import (
+	"context"
+	"time"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+)
+
+// Patience bounds each wait: past it a caller is better served by a retryable error than by a
+// hanging call.
+const Patience = 10 * time.Second
+
+// Ready returns nil once ready is closed, or apierr.Starting(component) when ctx ends or
+// Patience runs out first.
+func Ready(ctx context.Context, ready <-chan struct{}, component string) error {
+	// A ready service answers even a caller whose context has ended meanwhile: select alone
+	// would pick between the two at random.
+	select {
+	case <-ready:
+		return nil
+	default:
+	}
+	t := time.NewTimer(Patience)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return apierr.Starting(component)
+}
+
+// Visible runs wait (typically a view's WaitSeen or WaitFor on the write's sequence) with at
+// most Patience, and answers apierr.NotYetVisible(what, …) when it fails: the write stands, a
+// read shortly after sees it.
+func Visible(ctx context.Context, what string, wait func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, Patience)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		return apierr.NotYetVisible(what, err)
+	}
+	return nil
+}
