@@ -34,6 +34,10 @@ type Config struct {
 	PlatformAdmins []string
 	// PlatformAdminGroups are groups whose members are allowed everything.
 	PlatformAdminGroups []string
+	// XDSReaders and XDSReaderGroups hold the xds-reader role: they may read the fleet-wide
+	// xDS feed of endpoints (proxies), and nothing else.
+	XDSReaders      []string
+	XDSReaderGroups []string
 }
 
 // Anonymous is the caller of a server running with --insecure-dev (no authentication).
@@ -140,6 +144,19 @@ func (a *Authorizer) isAdmin(user string, groups []string) bool {
 	}
 	for _, g := range groups {
 		if slices.Contains(a.cfg.PlatformAdminGroups, g) {
+			return true
+		}
+	}
+	return false
+}
+
+// isXDSReader reports whether the subject holds the xds-reader role.
+func (a *Authorizer) isXDSReader(user string, groups []string) bool {
+	if slices.Contains(a.cfg.XDSReaders, user) {
+		return true
+	}
+	for _, g := range groups {
+		if slices.Contains(a.cfg.XDSReaderGroups, g) {
 			return true
 		}
 	}

@@ -14,6 +14,8 @@ type Caller struct {
 	user   string
 	groups []string
 	admin  bool
+	// xdsReader: the caller holds the xds-reader role (authorizer Config.XDSReaders).
+	xdsReader bool
 }
 
 type callerKey struct{}

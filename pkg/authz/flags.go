@@ -16,6 +16,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		func(s string) error { c.PlatformAdmins = splitList(s); return nil })
 	fs.Func("platform-admin-groups", "comma-separated groups whose members may do everything (env FLEETSTREAM_PLATFORM_ADMIN_GROUPS)",
 		func(s string) error { c.PlatformAdminGroups = splitList(s); return nil })
+	c.XDSReaders = splitList(os.Getenv("FLEETSTREAM_XDS_READERS"))
+	c.XDSReaderGroups = splitList(os.Getenv("FLEETSTREAM_XDS_READER_GROUPS"))
+	fs.Func("xds-readers", "comma-separated users with the xds-reader role: they may read the xDS feed of endpoints (--xds-listen) and nothing else (env FLEETSTREAM_XDS_READERS)",
+		func(s string) error { c.XDSReaders = splitList(s); return nil })
+	fs.Func("xds-reader-groups", "comma-separated groups whose members have the xds-reader role (env FLEETSTREAM_XDS_READER_GROUPS)",
+		func(s string) error { c.XDSReaderGroups = splitList(s); return nil })
 }
 
 func splitList(s string) []string {

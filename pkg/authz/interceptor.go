@@ -108,7 +108,22 @@ func (a *Authorizer) caller(ctx context.Context) (*Caller, error) {
 // CallerFor returns the authorization view of user and its groups, for checks outside a
 // Connect call (a gRPC stream of another protocol, say), which must apply the same rules.
 func (a *Authorizer) CallerFor(user string, groups []string) *Caller {
-	return &Caller{a: a, user: user, groups: groups, admin: a.isAdmin(user, groups)}
+	return &Caller{a: a, user: user, groups: groups, admin: a.isAdmin(user, groups), xdsReader: a.isXDSReader(user, groups)}
+}
+
+// Authorize applies the table to a call that is not a Connect call (the xDS server's gRPC
+// streams): the caller authenticated into ctx (server.Authenticator), the procedure as
+// /package.Service/Method and its request message (nil when the rule's scope does not depend
+// on it). The error is a *connect.Error, whose codes are gRPC's.
+func (a *Authorizer) Authorize(ctx context.Context, procedure string, msg any) (*Caller, error) {
+	c, err := a.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.decideFresh(ctx, c, procedure, msg); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // decideFresh is decide, except that a denial that may rest on views this process has not yet
@@ -140,6 +155,8 @@ func (a *Authorizer) decide(c *Caller, procedure string, msg any) (Scope, error)
 		allowed = c.Can(rule.Verb, rule.Group, rule.Resource, s.Project)
 	case Namespace:
 		allowed = c.CanInNamespace(rule.Verb, rule.Group, rule.Resource, s.Cluster, s.Namespace)
+	case XDSReaders:
+		allowed = c.Admin() || c.xdsReader
 	default:
 		allowed = c.Admin()
 	}

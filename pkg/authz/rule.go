@@ -22,6 +22,9 @@ const (
 	Namespace
 	// Filtered: anyone signed in, and the handler answers only with what the caller may see.
 	Filtered
+	// XDSReaders: platform admins and the xds-reader role (users and groups named by
+	// --xds-readers and --xds-reader-groups): the fleet-wide feed proxies read.
+	XDSReaders
 )
 
 // Scope is where one request needs its right.
@@ -43,6 +46,8 @@ func (s Scope) String() string {
 		return fmt.Sprintf("in namespace %q on cluster %q", s.Namespace, s.Cluster)
 	case Platform:
 		return "fleet-wide (platform admins only)"
+	case XDSReaders:
+		return "fleet-wide (xds-readers and platform admins only)"
 	default:
 		return "for any signed-in user"
 	}
@@ -77,6 +82,10 @@ func fixed(k ScopeKind) func(any) Scope { return func(any) Scope { return Scope{
 
 func admin(verb, resource string) Rule {
 	return Rule{Verb: verb, Group: roles.Group, Resource: resource, scope: fixed(Platform)}
+}
+
+func xdsReader(verb string) Rule {
+	return Rule{Verb: verb, Group: roles.Group, Resource: roles.ResXDS, scope: fixed(XDSReaders)}
 }
 
 func anyone(verb, resource string) Rule {

@@ -138,4 +138,22 @@ var table = map[string]Rule{
 	endpointv1connect.EndpointServiceSetClusterWeightProcedure: inNamespace("update", roles.ResServiceWeights,
 		func(m *endpointv1.SetClusterWeightRequest) (string, string) { return m.Cluster, m.Namespace }),
 	endpointv1connect.EndpointServiceListServicesProcedure: filtered("list", roles.ResServices),
+
+	// The xDS feed (endpoint-collector's and fleetd's --xds-listen, gRPC) carries every
+	// service's endpoints fleet-wide, for proxies: platform admins and the xds-reader role.
+	// The names are Envoy's (go-control-plane's generated code is not linked into pkg).
+	"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources": xdsReader("watch"),
+	"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources":  xdsReader("watch"),
+	"/envoy.service.endpoint.v3.EndpointDiscoveryService/StreamEndpoints":              xdsReader("watch"),
+	"/envoy.service.endpoint.v3.EndpointDiscoveryService/DeltaEndpoints":               xdsReader("watch"),
+	"/envoy.service.endpoint.v3.EndpointDiscoveryService/FetchEndpoints":               xdsReader("get"),
+	"/envoy.service.cluster.v3.ClusterDiscoveryService/StreamClusters":                 xdsReader("watch"),
+	"/envoy.service.cluster.v3.ClusterDiscoveryService/DeltaClusters":                  xdsReader("watch"),
+	"/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters":                  xdsReader("get"),
+	"/envoy.service.listener.v3.ListenerDiscoveryService/StreamListeners":              xdsReader("watch"),
+	"/envoy.service.listener.v3.ListenerDiscoveryService/DeltaListeners":               xdsReader("watch"),
+	"/envoy.service.listener.v3.ListenerDiscoveryService/FetchListeners":               xdsReader("get"),
+	"/envoy.service.route.v3.RouteDiscoveryService/StreamRoutes":                       xdsReader("watch"),
+	"/envoy.service.route.v3.RouteDiscoveryService/DeltaRoutes":                        xdsReader("watch"),
+	"/envoy.service.route.v3.RouteDiscoveryService/FetchRoutes":                        xdsReader("get"),
 }

@@ -34,6 +34,8 @@ const (
 	ResPlacements = "placements"
 	// ResAddOnScores is the scores other systems set on clusters for placements.
 	ResAddOnScores = "addonscores"
+	// ResXDS is the fleet-wide xDS feed of every service's endpoints (proxies read it).
+	ResXDS = "xds"
 )
 
 // RBACGroup is Kubernetes' RBAC API group: managing a project's members is managing RoleBindings.

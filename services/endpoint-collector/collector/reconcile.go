@@ -195,6 +195,7 @@ func (c *Collector) publish(s *service) {
 
 func (c *Collector) notify(key string) {
 	c.store.hub.notify(key)
+	c.notifyFeeds(key)
 	if c.kv != nil {
 		c.kv.mark(key)
 	}

@@ -149,6 +149,9 @@ type Collector struct {
 	now          func() time.Time
 	// onPublish, when set (benchmarks), is called with every snapshot once it is served.
 	onPublish func(*snapshot)
+
+	feedsMu sync.RWMutex
+	feeds   []*Feed
 }
 
 // New ensures the collector's streams and buckets and builds it; Run starts it.

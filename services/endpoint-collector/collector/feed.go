@@ -1,0 +1,92 @@
+package collector
+
+import (
+	"strings"
+	"sync"
+
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+)
+
+// Feed tells a consumer of every service (the xDS server) which services changed. Like the
+// watch hub it coalesces: changed keys accumulate in a set and one token wakes the consumer, so a
+// slow consumer reads each changed service once, at its latest state, instead of every step.
+type Feed struct {
+	c     *Collector
+	mu    sync.Mutex
+	dirty map[string]struct{}
+	wake  chan struct{}
+}
+
+// ServiceRef names a service.
+type ServiceRef struct{ Namespace, Name string }
+
+// Feed registers a change feed. Every service served now is marked changed, so the first Take
+// returns the whole state; Close unregisters it.
+func (c *Collector) Feed() *Feed {
+	f := &Feed{c: c, dirty: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+	c.feedsMu.Lock()
+	c.feeds = append(c.feeds, f)
+	c.feedsMu.Unlock()
+	for _, sn := range c.store.Services(nil) {
+		f.mark(serviceKey(sn.ns, sn.name))
+	}
+	return f
+}
+
+// Changed receives a token when services changed since the last Take.
+func (f *Feed) Changed() <-chan struct{} { return f.wake }
+
+// Take returns the services changed since the last Take (those gone included) and resets the set.
+func (f *Feed) Take() []ServiceRef {
+	f.mu.Lock()
+	dirty := f.dirty
+	f.dirty = map[string]struct{}{}
+	f.mu.Unlock()
+	out := make([]ServiceRef, 0, len(dirty))
+	for k := range dirty {
+		ns, name, _ := strings.Cut(k, "/")
+		out = append(out, ServiceRef{Namespace: ns, Name: name})
+	}
+	return out
+}
+
+// Close unregisters the feed.
+func (f *Feed) Close() {
+	f.c.feedsMu.Lock()
+	defer f.c.feedsMu.Unlock()
+	for i, g := range f.c.feeds {
+		if g == f {
+			f.c.feeds = append(f.c.feeds[:i:i], f.c.feeds[i+1:]...)
+			return
+		}
+	}
+}
+
+func (f *Feed) mark(key string) {
+	f.mu.Lock()
+	f.dirty[key] = struct{}{}
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Collector) notifyFeeds(key string) {
+	c.feedsMu.RLock()
+	defer c.feedsMu.RUnlock()
+	for _, f := range c.feeds {
+		f.mark(key)
+	}
+}
+
+// Endpoints returns every endpoint of service ns/name as served now (the ALL filter: with their
+// conditions, weights and clusters' staleness), or false when the service has none anywhere.
+// The message is shared and cached with the snapshot: callers must not modify it.
+func (c *Collector) Endpoints(ns, name string) (*endpointv1.GetServiceEndpointsResponse, bool) {
+	sn := c.store.snapshot(serviceKey(ns, name))
+	if sn == nil {
+		return nil, false
+	}
+	return sn.response(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL, ""), true
+}

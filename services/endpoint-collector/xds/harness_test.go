@@ -1,0 +1,229 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+)
+
+// Tokens of the harness: a platform admin, an xds-reader, and a user with neither role.
+const (
+	tokenAdmin  = "token-admin"
+	tokenReader = "token-envoy"
+	tokenNobody = "token-nobody"
+)
+
+// harness runs the collector and its xDS server against a real JetStream, with token
+// authentication and the authorizer on, and its Connect API for setting weights.
+type harness struct {
+	t      testing.TB
+	js     jetstream.JetStream
+	col    *collector.Collector
+	xds    *Server
+	addr   string // the xDS listener
+	api    endpointv1connect.EndpointServiceClient
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startHarness(t testing.TB, cfg collector.Config, log *zap.Logger) *harness {
+	t.Helper()
+	js := testkit.StartJetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, js: js.JS, cancel: cancel}
+	t.Cleanup(h.stop)
+	col, err := collector.New(ctx, js.JS, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.col = col
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(tokenAdmin+",admin\n"+tokenReader+",envoy\n"+tokenNobody+",nobody\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{TokenFile: tokens}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	az := testkit.Authorize(t, js.JS, srv, authz.Config{PlatformAdmins: []string{"admin"}, XDSReaders: []string{"envoy"}})
+	col.Mount(srv)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	h.api = endpointv1connect.NewEndpointServiceClient(&http.Client{Transport: bearer{tokenAdmin}}, hs.URL)
+	h.xds = New(col, srv.Authenticator(), az, log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	h.wg.Go(func() {
+		if err := col.Run(ctx); err != nil {
+			t.Errorf("collector: %v", err)
+		}
+	})
+	h.wg.Go(func() {
+		if err := h.xds.Run(ctx); err != nil {
+			t.Errorf("xds: %v", err)
+		}
+	})
+	h.wg.Go(func() {
+		if err := h.xds.Serve(ctx, ln); err != nil {
+			t.Errorf("xds serve: %v", err)
+		}
+	})
+	select {
+	case <-h.xds.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("xds server not ready")
+	}
+	return h
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	h.wg.Wait()
+}
+
+func (h *harness) setClusterWeight(ns, name, cluster string, w uint32) {
+	h.t.Helper()
+	if _, err := h.api.SetClusterWeight(context.Background(), connect.NewRequest(&endpointv1.SetClusterWeightRequest{
+		Namespace: ns, Name: name, Cluster: cluster, Weight: w})); err != nil {
+		h.t.Fatalf("set cluster weight %s=%d: %v", cluster, w, err)
+	}
+}
+
+func (h *harness) setEndpointWeight(ns, name, ip string, w uint32) {
+	h.t.Helper()
+	if _, err := h.api.SetEndpointWeight(context.Background(), connect.NewRequest(&endpointv1.SetEndpointWeightRequest{
+		Namespace: ns, Name: name, Ip: ip, Weight: w})); err != nil {
+		h.t.Fatalf("set endpoint weight %s=%d: %v", ip, w, err)
+	}
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// agent publishes what a cluster agent's EndpointSlice reporter publishes (the same messages
+// on the same subjects of FLEET_AGENT: whole-slice reports, heartbeats).
+type agent struct {
+	t       testing.TB
+	store   *events.Store
+	cluster string
+	session string
+
+	mu   sync.Mutex
+	beat context.CancelFunc
+	done chan struct{}
+}
+
+func newAgent(t testing.TB, js jetstream.JetStream, cluster string) *agent {
+	return &agent{t: t, store: events.NewStore(js, "system:cluster-agent:"+cluster), cluster: cluster, session: uuid.NewString()}
+}
+
+// pod is one endpoint: conds "R" ready, "T" terminating (serving = R or T).
+type pod struct{ ip, conds, zone string }
+
+func (a *agent) report(ns, svc, slice string, port uint32, pods ...pod) {
+	a.t.Helper()
+	r := &endpointv1.EndpointSliceReport{ClusterName: a.cluster, ClusterId: "id-" + a.cluster, Namespace: ns, Service: svc,
+		Slice: slice, AddressType: "IPv4", SessionId: a.session, Generation: 1, Time: timestamppb.Now(),
+		Ports: []*endpointv1.EndpointPort{{Name: "grpc", Port: port, Protocol: "TCP"}}}
+	for _, p := range pods {
+		ready, term := strings.Contains(p.conds, "R"), strings.Contains(p.conds, "T")
+		r.Endpoints = append(r.Endpoints, &endpointv1.Endpoint{Addresses: []string{p.ip}, Ready: ready, Serving: ready || term,
+			Terminating: term, Zone: p.zone, Node: a.cluster + "-node",
+			Target: &endpointv1.TargetRef{Kind: "Pod", Namespace: ns, Name: "pod-" + p.ip, Uid: uuid.NewString()}})
+	}
+	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), r)
+}
+
+func (a *agent) remove(ns, svc, slice string) {
+	a.t.Helper()
+	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), &endpointv1.EndpointSliceReport{ClusterName: a.cluster,
+		Namespace: ns, Service: svc, Slice: slice, Deleted: true, SessionId: a.session, Generation: 1})
+}
+
+func (a *agent) publish(subject string, m proto.Message) {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.store.Append(ctx, subject, a.cluster, events.Any, m); err != nil {
+		a.t.Fatalf("publish %s: %v", subject, err)
+	}
+}
+
+// startHeartbeats publishes a heartbeat every d until stopHeartbeats, as a live agent does.
+func (a *agent) startHeartbeats(d time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.beat != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	a.beat, a.done = cancel, done
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			r := &agentv1.Heartbeat{ClusterName: a.cluster, SessionId: a.session, Time: timestamppb.Now()}
+			if _, err := a.store.Append(ctx, subjects.AgentHeartbeat(a.cluster), a.cluster, events.Any, r); err != nil &&
+				!errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				a.t.Errorf("heartbeat: %v", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	a.t.Cleanup(a.stopHeartbeats)
+}
+
+func (a *agent) stopHeartbeats() {
+	a.mu.Lock()
+	cancel, done := a.beat, a.done
+	a.beat = nil
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+func eventually(t testing.TB, d time.Duration, cond func() error) {
+	t.Helper()
+	testkit.Eventually(t, d, cond)
+}
