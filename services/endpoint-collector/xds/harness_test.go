@@ -140,6 +140,8 @@ type agent struct {
 	store   *events.Store
 	cluster string
 	session string
+	gen     uint64
+	slices  map[string]*endpointv1.EndpointSliceReport // by subject: what a relist republishes
 
 	mu   sync.Mutex
 	beat context.CancelFunc
@@ -147,7 +149,8 @@ type agent struct {
 }
 
 func newAgent(t testing.TB, js jetstream.JetStream, cluster string) *agent {
-	return &agent{t: t, store: events.NewStore(js, "system:cluster-agent:"+cluster), cluster: cluster, session: uuid.NewString()}
+	return &agent{t: t, store: events.NewStore(js, "system:cluster-agent:"+cluster), cluster: cluster, session: uuid.NewString(),
+		gen: 1, slices: map[string]*endpointv1.EndpointSliceReport{}}
 }
 
 // pod is one endpoint: conds "R" ready, "T" terminating (serving = R or T).
@@ -164,13 +167,41 @@ func (a *agent) report(ns, svc, slice string, port uint32, pods ...pod) {
 			Terminating: term, Zone: p.zone, Node: a.cluster + "-node",
 			Target: &endpointv1.TargetRef{Kind: "Pod", Namespace: ns, Name: "pod-" + p.ip, Uid: uuid.NewString()}})
 	}
+	a.mu.Lock()
+	r.Generation = a.gen
+	a.slices[subjects.AgentEndpointSlice(a.cluster, ns, slice)] = r
+	a.mu.Unlock()
 	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), r)
+}
+
+// relist republishes every slice under a new generation and then the relist marker, as the
+// agent does when it reconnects.
+func (a *agent) relist() {
+	a.t.Helper()
+	a.mu.Lock()
+	a.gen++
+	gen := a.gen
+	reps := map[string]*endpointv1.EndpointSliceReport{}
+	for subj, r := range a.slices {
+		r = proto.Clone(r).(*endpointv1.EndpointSliceReport)
+		r.Generation, r.Time = gen, timestamppb.Now()
+		reps[subj] = r
+	}
+	a.mu.Unlock()
+	for subj, r := range reps {
+		a.publish(subj, r)
+	}
+	a.publish(subjects.AgentEndpointSync(a.cluster), &endpointv1.EndpointSliceSync{ClusterName: a.cluster, SessionId: a.session, Generation: gen})
 }
 
 func (a *agent) remove(ns, svc, slice string) {
 	a.t.Helper()
+	a.mu.Lock()
+	delete(a.slices, subjects.AgentEndpointSlice(a.cluster, ns, slice))
+	gen := a.gen
+	a.mu.Unlock()
 	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), &endpointv1.EndpointSliceReport{ClusterName: a.cluster,
-		Namespace: ns, Service: svc, Slice: slice, Deleted: true, SessionId: a.session, Generation: 1})
+		Namespace: ns, Service: svc, Slice: slice, Deleted: true, SessionId: a.session, Generation: gen})
 }
 
 func (a *agent) publish(subject string, m proto.Message) {
