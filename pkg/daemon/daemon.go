@@ -139,6 +139,9 @@ type Env struct {
 	Conn    *nats.Conn
 	JS      jetstream.JetStream
 	Server  *server.Server
+	// Authz is the authorizer of Server's APIs, for a listener of another protocol (the xDS
+	// server's gRPC) that must apply the same table.
+	Authz *authz.Authorizer
 	// Group runs the service's long-lived loops; the first error stops the process.
 	Group *errgroup.Group
 }
@@ -199,7 +202,7 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, start fu
 	srv.Authorize(az.Interceptor())
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })
-	env := &Env{Options: o, Log: log, Conn: nc, JS: js, Server: srv, Group: g}
+	env := &Env{Options: o, Log: log, Conn: nc, JS: js, Server: srv, Authz: az, Group: g}
 	if err := start(ctx, env); err != nil {
 		return err
 	}

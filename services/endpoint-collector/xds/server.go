@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 )
@@ -112,9 +113,13 @@ func New(src Source, authn Authenticator, az Authorizer, log *zap.Logger) *Serve
 	return s
 }
 
-// Collectors are the server's metrics.
-func (s *Server) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.streams, s.nacks, s.pushes}
+// Mount registers the server's metrics and readiness on srv (the HTTP listener of the
+// process: /metrics, /readyz).
+func (s *Server) Mount(srv *server.Server) {
+	for _, m := range []prometheus.Collector{s.streams, s.nacks, s.pushes} {
+		_ = srv.Registry().Register(m)
+	}
+	srv.ReadyWhen("xds", s.ready)
 }
 
 // Ready is closed once the caches hold the collector's state.

@@ -186,7 +186,8 @@ func startTenants(t *testing.T) *rawClient {
 			lines = append(lines, "token-"+c+","+c)
 		}
 	}
-	lines = append(lines, `token-ops,ops,uid-ops,"platform-ops"`, `token-dev,dev,uid-dev,"team-a-devs,others"`)
+	lines = append(lines, `token-ops,ops,uid-ops,"platform-ops"`, `token-dev,dev,uid-dev,"team-a-devs,others"`,
+		"token-"+roleXDSReader+","+roleXDSReader)
 	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,9 @@ func startTenants(t *testing.T) *rawClient {
 		DataDir:    filepath.Join(dir, "data"),
 		Server:     server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
 		NATSListen: "127.0.0.1:0",
-		Authz:      authz.Config{PlatformAdmins: []string{roleAdmin}, PlatformAdminGroups: []string{"platform-ops"}},
+		XDSListen:  "127.0.0.1:0",
+		Authz: authz.Config{PlatformAdmins: []string{roleAdmin}, PlatformAdminGroups: []string{"platform-ops"},
+			XDSReaders: []string{roleXDSReader}},
 		// No credentials are stored here; sealing them is tested in cluster-import.
 		ClusterImport: clusterimport.Config{PlaintextCredentials: true},
 	}, testkit.Logger(t))
@@ -209,7 +212,7 @@ func startTenants(t *testing.T) *rawClient {
 	case <-time.After(30 * time.Second):
 		t.Fatal("fleetd not ready")
 	}
-	api := &rawClient{base: "http://" + inst.Addr}
+	api := &rawClient{base: "http://" + inst.Addr, xds: inst.XDSAddr}
 	mustOK := func(proc, body string) {
 		t.Helper()
 		if code := api.call(t, roleAdmin, proc, body); code != "" {
@@ -287,7 +290,10 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 
 // rawClient speaks the Connect protocol with JSON bodies, so one loop can call every procedure
 // without a typed client per service.
-type rawClient struct{ base string }
+type rawClient struct {
+	base string
+	xds  string // the xDS listener (gRPC)
+}
 
 func (c *rawClient) call(t *testing.T, caller, proc, body string) string {
 	code, _ := c.callFull(t, caller, proc, body)

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
@@ -56,6 +57,9 @@ type Config struct {
 	HostedAgents bool
 	// Hosted configures them; its NATS URL and token are fleetd's own.
 	Hosted hosted.Config
+	// XDSListen is host:port of the xDS server (gRPC) serving the endpoints to proxies; empty
+	// serves no xDS.
+	XDSListen string
 }
 
 // Instance is a running fleetd.
@@ -72,6 +76,9 @@ type Instance struct {
 	Hosted *hosted.Supervisor
 	// Addr is where the HTTP listener listens.
 	Addr string
+	// XDS is the xDS server and XDSAddr where it listens (with Config.XDSListen).
+	XDS     *xds.Server
+	XDSAddr string
 
 	cancel        context.CancelFunc
 	lock          *os.File
@@ -205,7 +212,21 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	srv.Authorize(az.Interceptor())
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })
-	inst.ready = allClosed(inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready(), inst.Endpoints.Ready(), az.Ready())
+	readies := []<-chan struct{}{inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready(), inst.Endpoints.Ready(), az.Ready()}
+	if cfg.XDSListen != "" {
+		xln, err := net.Listen("tcp", cfg.XDSListen)
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("fleetd: --xds-listen %s: %w", cfg.XDSListen, err)
+		}
+		inst.XDSAddr = xln.Addr().String()
+		inst.XDS = xds.New(inst.Endpoints, srv.Authenticator(), az, log)
+		inst.XDS.Mount(srv)
+		g.Go(func() error { return inst.XDS.Run(ctx) })
+		g.Go(func() error { return inst.XDS.Serve(ctx, xln) })
+		readies = append(readies, inst.XDS.Ready())
+	}
+	inst.ready = allClosed(readies...)
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })
 	ok = true
 	return inst, nil

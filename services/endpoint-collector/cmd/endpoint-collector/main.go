@@ -1,18 +1,23 @@
 // Command endpoint-collector merges the EndpointSlices cluster agents report into one
-// multi-cluster view per service and serves it (fleetstream.endpoint.v1.EndpointService).
+// multi-cluster view per service and serves it (fleetstream.endpoint.v1.EndpointService, and
+// xDS for proxies with --xds-listen).
 package main
 
 import (
 	"context"
 	"flag"
+	"fmt"
+	"net"
 	"os"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 )
 
 func main() {
 	var cfg collector.Config
+	var xdsListen string
 	os.Exit(daemon.Main("endpoint-collector", os.Args[1:], func(fs *flag.FlagSet) {
 		fs.DurationVar(&cfg.StaleAfter, "stale-after", 0, "agent silence before a cluster's endpoints are flagged stale (default 30s)")
 		fs.DurationVar(&cfg.EvictAfter, "evict-after", 0, "agent silence before a cluster's endpoints are no longer served (default 5m)")
@@ -20,6 +25,7 @@ func main() {
 		fs.DurationVar(&cfg.ViewFlushInterval, "view-flush-interval", 0, "coalescing interval of bucket `endpoints` writes (default 200ms)")
 		fs.BoolVar(&cfg.NoViewWrites, "no-view-writes", false, "serve only: never take the writer lease (bucket writes, weight cleanup); replicas elect a writer without it")
 		fs.IntVar(&cfg.Workers, "workers", 0, "concurrent reconcilers (default 2)")
+		fs.StringVar(&xdsListen, "xds-listen", os.Getenv("FLEETSTREAM_XDS_LISTEN"), "host:port of the xDS server (gRPC: ADS, EDS, CDS, LDS, RDS) for proxies; empty serves no xDS")
 	}, func(ctx context.Context, env *daemon.Env) error {
 		cfg.Replicas = env.Options.Replicas
 		c, err := collector.New(ctx, env.JS, cfg, env.Log)
@@ -28,6 +34,16 @@ func main() {
 		}
 		c.Mount(env.Server)
 		env.Group.Go(func() error { return c.Run(ctx) })
+		if xdsListen != "" {
+			ln, err := net.Listen("tcp", xdsListen)
+			if err != nil {
+				return fmt.Errorf("--xds-listen %s: %w", xdsListen, err)
+			}
+			x := xds.New(c, env.Server.Authenticator(), env.Authz, env.Log)
+			x.Mount(env.Server)
+			env.Group.Go(func() error { return x.Run(ctx) })
+			env.Group.Go(func() error { return x.Serve(ctx, ln) })
+		}
 		return nil
 	}))
 }

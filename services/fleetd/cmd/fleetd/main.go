@@ -42,6 +42,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
 	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
 	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
+	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "host:port of the xDS server (gRPC) serving every service's endpoints to proxies; empty serves no xDS")
 	cfg.Authz.RegisterFlags(fs)
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -66,7 +67,7 @@ func run(args []string) int {
 	go func() {
 		select {
 		case <-inst.Ready():
-			log.Info("fleetd ready", zap.String("version", version.Version), zap.String("api", "http://"+inst.Addr), zap.String("nats", inst.NATS.ClientURL()),
+			log.Info("fleetd ready", zap.String("version", version.Version), zap.String("api", "http://"+inst.Addr), zap.String("nats", inst.NATS.ClientURL()), zap.String("xds", inst.XDSAddr),
 				zap.String("try", "fleetctl --server http://"+inst.Addr+" cluster list"))
 		case <-ctx.Done():
 		}
