@@ -37,8 +37,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
-	"github.com/fleetstream/fleetstream/pkg/server"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 )
 
