@@ -24,6 +24,7 @@ func newEndpointsCommand(f *factory) *cobra.Command {
 		newEndpointsListCommand(f),
 		newEndpointsWatchCommand(f),
 		newEndpointsWeightCommand(f),
+		newEndpointsXDSConfigCommand(f),
 	)
 	return cmd
 }
