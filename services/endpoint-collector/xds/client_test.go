@@ -32,10 +32,10 @@ func (c tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 
 func (tokenCreds) RequireTransportSecurity() bool { return false }
 
-func dial(t testing.TB, addr, token string) *grpc.ClientConn {
+func dial(t testing.TB, addr, token string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(tokenCreds{token}))
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(tokenCreds{token})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

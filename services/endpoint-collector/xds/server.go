@@ -77,8 +77,8 @@ type Server struct {
 	streams prometheus.Gauge
 	nacks   *prometheus.CounterVec
 	pushes  prometheus.Counter
-	// onPush, when set (tests, benchmarks), is called after each batch of updates.
-	onPush atomic.Pointer[func()]
+	// onPush, when set (benchmarks), is called after each batch with the assignments it pushed.
+	onPush atomic.Pointer[func(map[string]types.Resource)]
 }
 
 // New builds a server serving src; Run feeds it and Serve serves it.
@@ -233,7 +233,7 @@ func (s *Server) apply(refs []collector.ServiceRef) {
 	}
 	s.pushes.Add(float64(n))
 	if f := s.onPush.Load(); f != nil {
-		(*f)()
+		(*f)(eds.set)
 	}
 }
 
