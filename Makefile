@@ -38,9 +38,14 @@ PKG_cluster-agent      := ./services/cluster-agent/cmd/cluster-agent
 PKG_gateway            := ./services/gateway/cmd/gateway
 # nats-server's main package is its module root; pkg/go.mod pins the version (v2.15.2).
 PKG_nats               := github.com/nats-io/nats-server/v2
+# The member clusters of the compose stack: the test kit's static binaries, built once from the Go
+# module proxy into a cache (tools/build-test-assets.sh; versions in tools/{kube-apiserver,etcd}/go.mod).
+PKG_etcd               := test-assets
+PKG_kube-apiserver     := test-assets
 
 # Images: fleetstream/<name>:$(IMAGE_TAG), one per binary, FROM scratch (deploy/images/<name>).
-IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-collector cluster-agent gateway
+IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-collector cluster-agent gateway \
+               etcd kube-apiserver
 IMAGE_REPO  ?= fleetstream
 IMAGE_TAG   ?= latest
 # Static, reproducible binaries: no cgo, no paths or VCS state baked in.
@@ -157,6 +162,21 @@ helm: ## install the pinned helm into ./bin (separate from `tools`: it takes min
 	@mkdir -p $(BIN)
 	$(call go-install-tool,helm,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
 
+# kubectl for `make demo`: its own tool module (tools/kubectl), the member clusters' release.
+KUBECTL_VERSION = $(shell grep -oE 'k8s.io/kubectl v[^ ]+' tools/kubectl/go.mod | head -1 | cut -d' ' -f2)
+KUBE_VERSION    = $(subst v0.,v1.,$(KUBECTL_VERSION))
+
+.PHONY: kubectl
+kubectl: ## build the pinned kubectl into ./bin (for make demo; a few minutes the first time)
+	@mkdir -p $(BIN)
+	@have=$$({ $(GO) version -m $(BIN)/kubectl 2>/dev/null || true; } | awk '$$1 == "dep" && $$2 == "k8s.io/kubectl" {print $$3; exit}'); \
+	if [ "$$have" != "$(KUBECTL_VERSION)" ]; then \
+		echo "==> building kubectl $(KUBE_VERSION) (tools/kubectl) into bin/"; \
+		cd tools/kubectl && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w \
+			-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+			-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)" -o $(BIN)/kubectl .; \
+	fi
+
 .PHONY: generate
 generate: tools ## buf lint, then regenerate pkg/gen and docs/events.md from proto/ (commit the result)
 	PATH=$(BIN):$$PATH $(BIN)/buf lint
@@ -213,7 +233,9 @@ image-%:
 	@test -n "$(PKG_$*)" || { echo "unknown image $*" >&2; exit 1; }
 	@echo "==> $(IMAGE_REPO)/$*:$(IMAGE_TAG)"
 	@rm -rf deploy/images/$*/bin && mkdir -p deploy/images/$*/bin/data
-	@if [ "$*" = nats ]; then \
+	@if [ "$(PKG_$*)" = test-assets ]; then \
+		assets=$$(tools/build-test-assets.sh) && cp "$$assets/$*" deploy/images/$*/bin/$*; \
+	elif [ "$*" = nats ]; then \
 		cd pkg && $(STATIC_BUILD) -o ../deploy/images/$*/bin/$* $(PKG_$*); \
 	else \
 		$(STATIC_BUILD) -o deploy/images/$*/bin/$* $(PKG_$*); \
@@ -223,20 +245,26 @@ image-%:
 .PHONY: compose-secrets
 compose-secrets:
 	@tools/scripts/dev-secrets.sh
+	@tools/scripts/compose-members.sh init
 
 .PHONY: compose-up
-compose-up: images compose-secrets ## build the images and start the local stack (3 NATS nodes + services + gateway)
-	$(COMPOSE) up -d
-	@COMPOSE="$(COMPOSE)" tools/scripts/compose-wait.sh
+compose-up: images compose-secrets ## build the images, start the local stack (NATS, services, gateway, two member clusters), register them
+	@COMPOSE="$(COMPOSE)" tools/scripts/compose-start.sh
 	@echo
-	@echo "Stack is up: the API (every service, through the gateway) on http://127.0.0.1:18080"
+	@echo "Stack is up: the API (every service, through the gateway) on http://127.0.0.1:18080,"
+	@echo "member clusters east and west Connected (admin kubeconfigs in $(DATA)/compose/members/<name>/)."
+	@echo "  make demo      a narrated walkthrough of the fleet"
 	@echo "  export FLEETSTREAM_SERVER=http://127.0.0.1:18080 FLEETSTREAM_TOKEN_FILE=$(DATA)/compose/api-tokens"
-	@echo "  bin/fleetctl project create team-a    (make build first)"
+	@echo "  bin/fleetctl cluster list"
 	@echo "Logs: $(COMPOSE) logs -f    Stop: make compose-down"
 
+.PHONY: demo
+demo: kubectl ## a narrated walkthrough against the running compose stack (make compose-up first)
+	@KUBECTL=$(BIN)/kubectl tools/scripts/demo.sh
+
 .PHONY: compose-check
-compose-check: images compose-secrets ## start the stack, wait for every /readyz, smoke-test, always tear down
-	@COMPOSE="$(COMPOSE)" tools/scripts/compose-check.sh
+compose-check: images compose-secrets kubectl ## start the stack, wait until the clusters are Connected, run the demo, smoke-test, always tear down
+	@COMPOSE="$(COMPOSE)" KUBECTL=$(BIN)/kubectl tools/scripts/compose-check.sh
 
 .PHONY: chart-check
 chart-check: helm ## lint and render the Helm charts, dry-run every object on a real kube-apiserver, prove the agent's least privilege

@@ -11,3 +11,5 @@ SERVICES="${FLEETSTREAM_COMPOSE_SERVICES:-cluster-import:18081 namespace-binding
 # NATS nodes and their published monitoring ports.
 NATS_NODES="nats-1:18222 nats-2:18223 nats-3:18224"
 compose() { $COMPOSE "$@"; }
+# name:host-port of each member cluster's kube-apiserver (tools/scripts/compose-members.sh).
+MEMBERS="east:16443 west:16444"
