@@ -237,6 +237,9 @@ var serviceCoreSubscribes = map[string][]string{
 // serviceCorePublishes are the core NATS subjects (no stream) a service publishes to.
 var serviceCorePublishes = map[string][]string{
 	ServiceHostedAgent: {subjects.HostedCredentialsPrefix + ".*"},
+	// The answers to the hosted agent's credential requests go to its inbox, and only there: no
+	// other client can receive a cluster's credentials.
+	ServiceClusterImport: {ServiceInboxPrefix(ServiceHostedAgent) + ".>"},
 }
 
 // ServiceInboxPrefix is the reply-subject prefix service must use (nats.CustomInboxPrefix). Each

@@ -69,6 +69,10 @@ func TestPermissionTable(t *testing.T) {
 		}},
 		{"cluster-import", svc(natsauth.ServiceClusterImport), []check{
 			{"fleet.hosted.credentials.c1", true, true},
+			// It answers the hosted agent's credential requests, and no other client's inbox.
+			{"_INBOX_svc_hosted-agent.abc", false, true},
+			{"_INBOX_svc_namespace-binding.abc", false, false},
+			{"_INBOX_c1.abc", false, false},
 			{"$JS.API.DIRECT.GET.KV_cluster-credentials.$KV.cluster-credentials.id", false, true},
 			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
 			{"$KV.ns-projects.p1", false, false},
