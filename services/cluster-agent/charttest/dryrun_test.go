@@ -195,7 +195,7 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 	}
 	sort.Strings(deployments)
-	if want := []string{"cluster-import", "endpoint-collector", "gateway", "namespace-binding", "rbac-sync"}; !reflect.DeepEqual(deployments, want) {
+	if want := []string{"cluster-import", "endpoint-collector", "gateway", "hosted-agent", "namespace-binding", "rbac-sync"}; !reflect.DeepEqual(deployments, want) {
 		t.Errorf("deployments %v, want %v", deployments, want)
 	}
 	if len(natsSets) != 1 || len(configs) != 1 {
