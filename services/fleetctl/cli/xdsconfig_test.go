@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -43,12 +44,19 @@ func TestEndpointsXDSConfig(t *testing.T) {
 	east.slice(t, "shop", "cart", "cart-grpc", &endpointv1.EndpointPort{Name: "grpc", Port: 9090, Protocol: "TCP"},
 		&endpointv1.Endpoint{Addresses: []string{"10.0.0.7"}, Ready: true, Serving: true})
 
-	// The service's ports are looked up; the token is a placeholder.
+	// The service's ports are looked up; the token is a placeholder. The two slices arrive one
+	// after the other: wait until the collector serves both ports.
 	var out string
 	testkit.Eventually(t, 10*time.Second, func() error {
 		r := h.run(t, "endpoints", "xds-config", "shop/cart", "--xds-server", "xds.example:18000")
 		out = r.stdout
-		return errOf(r)
+		if err := errOf(r); err != nil {
+			return err
+		}
+		if !strings.Contains(out, "shop/cart:grpc") || !strings.Contains(out, "shop/cart:http") {
+			return fmt.Errorf("not both ports yet:\n%s", out)
+		}
+		return nil
 	})
 	b := parseBootstrap(t, out)
 	var eds []string
