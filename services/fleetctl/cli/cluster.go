@@ -358,6 +358,7 @@ func clusterColumns(now func() time.Time) []Column {
 		Col("ID", (*clusterv1.Cluster).GetId),
 		Col("LABELS", func(c *clusterv1.Cluster) string { return joinMap(c.GetLabels()) }),
 		Col("CONNECTED", clusterConnected),
+		Col("AGENT", clusterAgent),
 		Col("K8S", func(c *clusterv1.Cluster) string { return c.GetStatus().GetKubernetesVersion() }),
 		Col("LAST SEEN", func(c *clusterv1.Cluster) string {
 			if c.GetStatus().GetLastSeen() == nil {
@@ -383,6 +384,18 @@ func clusterConnected(c *clusterv1.Cluster) string {
 		}
 	}
 	return "Unknown"
+}
+
+// clusterAgent says where the connected agent runs: "in-cluster", or "hosted" when the hub runs
+// it (cluster-agent --hosted, for imported clusters); empty while none is connected.
+func clusterAgent(c *clusterv1.Cluster) string {
+	switch {
+	case clusterConnected(c) != "True":
+		return ""
+	case c.GetStatus().GetAgentHosted():
+		return "hosted"
+	}
+	return "in-cluster"
 }
 
 // clusterTaints lists taint keys while they fit a table cell, and a count beyond that.

@@ -39,8 +39,8 @@ func TestPrintCluster(t *testing.T) {
 		want   string
 	}{
 		{format: formatTable, want: "" +
-			"NAME        ID      LABELS               CONNECTED   K8S       LAST SEEN   TAINTS\n" +
-			"prod-eu-1   c-123   env=prod,tier=gold   True        v1.34.1   3m          maintenance\n"},
+			"NAME        ID      LABELS               CONNECTED   AGENT        K8S       LAST SEEN   TAINTS\n" +
+			"prod-eu-1   c-123   env=prod,tier=gold   True        in-cluster   v1.34.1   3m          maintenance\n"},
 		{format: formatJSON, want: `{
   "id": "c-123",
   "name": "prod-eu-1",
@@ -126,9 +126,9 @@ func TestPrintClusterList(t *testing.T) {
 		stderr string
 	}{
 		{format: formatTable, want: "" +
-			"NAME        ID      LABELS               CONNECTED   K8S       LAST SEEN   TAINTS\n" +
-			"prod-eu-1   c-123   env=prod,tier=gold   True        v1.34.1   3m          maintenance\n" +
-			"edge-1      c-456   <none>               Unknown     -         never       <none>\n"},
+			"NAME        ID      LABELS               CONNECTED   AGENT        K8S       LAST SEEN   TAINTS\n" +
+			"prod-eu-1   c-123   env=prod,tier=gold   True        in-cluster   v1.34.1   3m          maintenance\n" +
+			"edge-1      c-456   <none>               Unknown     -            -         never       <none>\n"},
 		{format: formatJSON, want: "[\n  {\n    \"id\": \"c-456\",\n    \"name\": \"edge-1\"\n  }\n]\n"},
 		{format: formatYAML, want: "- id: c-456\n  name: edge-1\n"},
 	}
