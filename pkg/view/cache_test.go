@@ -114,18 +114,26 @@ func TestCacheEntries(t *testing.T) {
 			c := view.NewCache(kv, newCluster, zap.NewNop(), tc.opts...)
 			go func() { _ = c.Run(ctx) }()
 			<-c.Ready()
+			var last uint64 // KV revision of the last write
 			for _, op := range tc.ops {
 				var err error
 				switch {
 				case op.del:
 					err = kv.Delete(ctx, op.key)
 				case op.garbage:
-					_, err = kv.Put(ctx, op.key, []byte{0xff, 0xff, 0xff})
+					// The cache must have seen what came before: the watch's ordered consumer,
+					// when it is reset before its first delivery (seen under -race on a loaded
+					// machine), starts again from the last value per key and would never show
+					// the valid value this garbage is meant to follow.
+					if err = c.WaitSeen(ctx, last); err != nil {
+						t.Fatal(err)
+					}
+					last, err = kv.Put(ctx, op.key, []byte{0xff, 0xff, 0xff})
 				default:
 					var data []byte
 					data, err = proto.Marshal(&clusterv1.Cluster{Name: op.name, Labels: map[string]string{"team": op.team}})
 					if err == nil {
-						_, err = kv.Put(ctx, op.key, data)
+						last, err = kv.Put(ctx, op.key, data)
 					}
 				}
 				if err != nil {
