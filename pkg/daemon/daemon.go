@@ -22,6 +22,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/pkg/version"
 )
 
@@ -32,8 +33,10 @@ type Options struct {
 	Server        server.Config
 	Authz         authz.Config
 	Replicas      int
-	LogLevel      string
-	LogConsole    bool
+	// Retention overrides the limits of the streams this service ensures (--stream-retention).
+	Retention  topology.Retentions
+	LogLevel   string
+	LogConsole bool
 
 	// NATSUser, when set, connects as this NATS user with NATSTokenFile as its password: the
 	// auth callout's responder (cluster-import), which bypasses the callout it answers.
@@ -52,9 +55,15 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.IntVar(&o.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
 	o.Authz.RegisterFlags(fs)
 	fs.IntVar(&o.Replicas, "replicas", 1, "replicas of the streams and buckets this service owns (3 on a production cluster)")
+	o.Retention = topology.Retentions{}
+	fs.Var(o.Retention, "stream-retention", RetentionUsage)
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.LogConsole, "log-console", false, "human-readable logs instead of JSON")
 }
+
+// RetentionUsage documents --stream-retention (fleetd has the same flag).
+const RetentionUsage = "override a stream's retention, `STREAM=max-age=DURATION,max-bytes=SIZE` (repeat per stream; " +
+	"default: domain event streams are kept forever, FLEET_DLQ 30 days; give every service that ensures the stream the same value; see docs/events.md)"
 
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
@@ -146,9 +155,13 @@ type Env struct {
 	Group *errgroup.Group
 }
 
-// Main parses flags, sets everything up and calls start, which mounts its APIs on env.Server
-// and starts its loops in env.Group. It returns the process exit code.
-func Main(name string, args []string, addFlags func(fs *flag.FlagSet), start func(ctx context.Context, env *Env) error) int {
+// StartFunc constructs a daemon's components (server.Component: mounted on env.Server and run
+// in env.Group by Main); anything else long-lived it may run in env.Group itself.
+type StartFunc func(ctx context.Context, env *Env) ([]server.Component, error)
+
+// Main parses flags, sets everything up, calls start and runs the components it returns. It
+// returns the process exit code.
+func Main(name string, args []string, addFlags func(fs *flag.FlagSet), start StartFunc) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var o Options
 	o.Register(fs)
@@ -177,7 +190,7 @@ func Main(name string, args []string, addFlags func(fs *flag.FlagSet), start fun
 	return 0
 }
 
-func run(ctx context.Context, name string, o *Options, log *zap.Logger, start func(context.Context, *Env) error) error {
+func run(ctx context.Context, name string, o *Options, log *zap.Logger, start StartFunc) error {
 	srv, err := server.New(o.Server, log)
 	if err != nil {
 		return err
@@ -193,6 +206,8 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, start fu
 		}
 		return nil
 	})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	azCfg := o.Authz
 	if o.Server.InsecureDev {
@@ -203,9 +218,13 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, start fu
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })
 	env := &Env{Options: o, Log: log, Conn: nc, JS: js, Server: srv, Authz: az, Group: g}
-	if err := start(ctx, env); err != nil {
+	cs, err := start(ctx, env)
+	if err != nil {
+		cancel() // stop what started (the authorizer, anything start ran in env.Group)
+		_ = g.Wait()
 		return err
 	}
+	server.Start(ctx, g, srv, cs...)
 	g.Go(func() error { return srv.Serve(ctx) })
 	return g.Wait()
 }

@@ -5,6 +5,9 @@ package topology
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,9 +48,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, replicas int, t Topolog
 }
 
 // EventStream is the configuration every domain event stream shares: file storage, kept
-// forever (the stream is the source of truth), a duplicate window for idempotent appends.
+// forever by default (Forever: the stream is the source of truth), a duplicate window for
+// idempotent appends. Retentions overrides the limits per stream.
 func EventStream(name, description string, subjects ...string) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:        name,
 		Description: description,
 		Subjects:    subjects,
@@ -59,6 +63,8 @@ func EventStream(name, description string, subjects ...string) jetstream.StreamC
 		DenyDelete:  true,
 		DenyPurge:   false,
 	}
+	Forever.apply(&sc)
+	return sc
 }
 
 // DeadLetterStream parks messages that could not be processed, with headers saying where they
@@ -78,4 +84,177 @@ func DeadLetter() Topology {
 		MaxAge:      30 * 24 * time.Hour,
 		Duplicates:  2 * time.Minute,
 	}}}
+}
+
+// Retention is how much of a stream JetStream keeps: events older than MaxAge or beyond MaxBytes
+// (the oldest first) are removed. Zero values mean no limit.
+type Retention struct {
+	MaxAge   time.Duration
+	MaxBytes int64
+}
+
+// Forever is the default retention of the domain event streams. They are the source of truth:
+// views are rebuilt from them (a projection's new version replays from sequence 1) and AccessAt
+// answers from them, so by default nothing is dropped. A limit is an operator's choice that
+// trades rebuilding views from the stream for disk (see docs/events.md, Retention).
+var Forever = Retention{}
+
+// String is the retention as the flag takes it.
+func (r Retention) String() string {
+	age, size := r.Limits()
+	return "max-age=" + age + ",max-bytes=" + size
+}
+
+// Limits returns the age and size limits as the flag spells them ("forever", "unlimited").
+func (r Retention) Limits() (age, size string) {
+	age, size = "forever", "unlimited"
+	if r.MaxAge > 0 {
+		age = r.MaxAge.String()
+	}
+	if r.MaxBytes > 0 {
+		size = formatBytes(r.MaxBytes)
+	}
+	return age, size
+}
+
+// Of returns the retention sc states (its defaults when nothing overrides them).
+func Of(sc jetstream.StreamConfig) Retention {
+	r := Retention{MaxAge: sc.MaxAge, MaxBytes: sc.MaxBytes}
+	if r.MaxBytes < 0 {
+		r.MaxBytes = 0
+	}
+	return r
+}
+
+// apply sets r's limits on sc; JetStream spells "no byte limit" -1.
+func (r Retention) apply(sc *jetstream.StreamConfig) {
+	sc.MaxAge = r.MaxAge
+	sc.MaxBytes = r.MaxBytes
+	if sc.MaxBytes <= 0 {
+		sc.MaxBytes = -1
+	}
+}
+
+// Retentions overrides the retention of streams by name. As a flag.Value it takes
+// STREAM=max-age=DURATION,max-bytes=SIZE and may be repeated (one stream each time); a missing
+// limit is unlimited, durations also take days ("90d"), sizes KiB, MiB, GiB or TiB.
+type Retentions map[string]Retention
+
+// Apply returns t with the overridden streams' limits set. Every service ensuring a stream
+// must be given the same override, or they undo each other's at start.
+func (rs Retentions) Apply(t Topology) Topology {
+	if len(rs) == 0 {
+		return t
+	}
+	out := Topology{Buckets: t.Buckets, Streams: make([]jetstream.StreamConfig, len(t.Streams))}
+	for i, sc := range t.Streams {
+		if r, ok := rs[sc.Name]; ok {
+			r.apply(&sc)
+		}
+		out.Streams[i] = sc
+	}
+	return out
+}
+
+// String lists the overrides sorted by stream.
+func (rs Retentions) String() string {
+	names := make([]string, 0, len(rs))
+	for n := range rs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + rs[n].String()
+	}
+	return strings.Join(parts, " ")
+}
+
+// Set parses one STREAM=max-age=...,max-bytes=... override.
+func (rs Retentions) Set(v string) error {
+	name, spec, ok := strings.Cut(v, "=")
+	if !ok || name == "" || spec == "" {
+		return fmt.Errorf("retention %q: want STREAM=max-age=DURATION,max-bytes=SIZE", v)
+	}
+	r, err := ParseRetention(spec)
+	if err != nil {
+		return fmt.Errorf("retention of %s: %w", name, err)
+	}
+	rs[name] = r
+	return nil
+}
+
+// ParseRetention parses "max-age=DURATION,max-bytes=SIZE" (either part may be left out;
+// "forever", "unlimited" and 0 mean no limit).
+func ParseRetention(spec string) (Retention, error) {
+	var r Retention
+	for part := range strings.SplitSeq(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return r, fmt.Errorf("%q: want max-age=DURATION or max-bytes=SIZE", part)
+		}
+		var err error
+		switch k {
+		case "max-age":
+			r.MaxAge, err = parseAge(v)
+		case "max-bytes":
+			r.MaxBytes, err = parseBytes(v)
+		default:
+			err = fmt.Errorf("unknown limit %q (max-age, max-bytes)", k)
+		}
+		if err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+func parseAge(v string) (time.Duration, error) {
+	if v == "forever" || v == "0" {
+		return 0, nil
+	}
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.ParseUint(days, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("max-age %q: %w", v, err)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("max-age %q: want a positive duration (720h, 90d) or forever", v)
+	}
+	return d, nil
+}
+
+var byteUnits = []struct {
+	suffix string
+	n      int64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+func parseBytes(v string) (int64, error) {
+	if v == "unlimited" || v == "0" {
+		return 0, nil
+	}
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = n, u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("max-bytes %q: want a size (10GiB, 512MiB) or unlimited", v)
+	}
+	return n * mult, nil
+}
+
+func formatBytes(n int64) string {
+	for _, u := range byteUnits {
+		if n%u.n == 0 {
+			return strconv.FormatInt(n/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
 }

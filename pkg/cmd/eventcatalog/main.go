@@ -15,7 +15,9 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/topology"
 )
 
 // streams says which stream carries each package's events. The subjects inside a stream are
@@ -85,14 +88,65 @@ func run(descPath string, out io.Writer) error {
 	w.line("`ce-specversion: 1.0`, `ce-id` (the envelope id), `ce-source` (`/fleetstream/<service>`),")
 	w.line("`ce-type` (the payload type below), `ce-subject` (the aggregate), `ce-time`, `ce-dataschema`")
 	w.line("(the proto on GitHub, `#` the type) and `content-type: application/protobuf` (the data is the")
-	w.line("envelope). Subscribe with `pkg/subscribe` or `fleetctl events tail` (README).")
+	w.line("envelope). Subscribe with `pkg/subscribe` or `fleetctl events tail` (README), or with the")
+	w.line("CloudEvents SDK (`github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2`): a test consumes")
+	w.line("appended events with it and checks every attribute and that the data decodes as the envelope")
+	w.line("(`pkg/events/cloudevents_test.go`).")
 	w.line("")
+	w.retention()
 	for _, f := range eventFiles {
 		if err := w.file(f); err != nil {
 			return err
 		}
 	}
 	return w.err
+}
+
+// retention states how far back each stream can be replayed, from the streams' own defaults
+// (pkg/topology, pkg/subjects), and what limiting a domain event stream costs.
+func (w *writer) retention() {
+	w.line("## Retention: how far back you can replay")
+	w.line("")
+	w.line("| stream | max age | max bytes | holds |")
+	w.line("|---|---|---|---|")
+	names := make([]string, 0, len(streams))
+	for _, s := range streams {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	row := func(sc jetstream.StreamConfig, holds string) {
+		r := topology.Of(sc)
+		age, size := r.Limits()
+		if r.MaxAge > 0 && r.MaxAge%(24*time.Hour) == 0 {
+			age = fmt.Sprintf("%d days", r.MaxAge/(24*time.Hour))
+		}
+		w.line("| `%s` | %s | %s | %s |", sc.Name, age, size, holds)
+	}
+	for _, n := range names {
+		row(topology.EventStream(n, ""), "domain events (below): the source of truth")
+	}
+	row(subjects.AgentStream(), "agents' reports, the latest per subject")
+	row(topology.DeadLetter().Streams[0], "dead letters")
+	w.line("")
+	w.line("These are the defaults. The domain event streams are kept forever: the views are rebuilt from")
+	w.line("them (a projection's new version replays from sequence 1), and a subscriber can replay from")
+	w.line("sequence 1 (`fleetctl events tail --from-seq 1`). An operator may limit any stream with")
+	w.line("`--stream-retention STREAM=max-age=DURATION,max-bytes=SIZE` (durations also in days, `90d`;")
+	w.line("sizes in KiB, MiB, GiB, TiB; repeat the flag per stream) on fleetd, or on every service that")
+	w.line("ensures the stream (give them the same value, or each start undoes the other's). JetStream then")
+	w.line("removes the oldest events first. What a limit costs:")
+	w.line("")
+	w.line("- A subscriber can replay only from the stream's first sequence (`nats stream info`); a durable")
+	w.line("  consumer down for longer than the limit skips what was removed (`pkg/subscribe` does not detect it).")
+	w.line("- A view that must rebuild (a new projection version, a lost bucket) or that fell behind the")
+	w.line("  stream's first sequence refuses to build a partial view: its service stops with an error naming")
+	w.line("  the stream and the missing sequences (`view.ErrHistoryGone`). Events carry their aggregate's")
+	w.line("  full state, but an aggregate untouched for longer than the limit has no event left. A limit is")
+	w.line("  therefore only safe on a stream whose views need no rebuild; to rebuild, restore the stream.")
+	w.line("- AccessAt answers from rbac-sync's snapshots plus the events after them (docs/rbac.md): for")
+	w.line("  times a remaining snapshot covers; earlier times get `failed_precondition` naming the earliest")
+	w.line("  time it can answer. Snapshots are taken at least hourly, so keep `max-age` well above an hour.")
+	w.line("")
 }
 
 type writer struct {

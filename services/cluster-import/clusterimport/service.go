@@ -31,6 +31,8 @@ type Config struct {
 	CheckInterval time.Duration
 	// Replicas of streams and buckets (1 single node, 3 production).
 	Replicas int
+	// Retention overrides the limits of the streams the service ensures (default: kept forever).
+	Retention topology.Retentions
 	// Keyring seals connection credentials at rest (--credentials-key-file). Required unless
 	// PlaintextCredentials.
 	Keyring *sealed.Keyring
@@ -110,7 +112,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if cfg.Keyring == nil && !cfg.PlaintextCredentials {
 		return nil, errors.New("cluster-import: no key to seal cluster credentials with: give --credentials-key-file (or --insecure-dev to store them unencrypted)")
 	}
-	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+	if err := topology.Ensure(ctx, js, cfg.Replicas, cfg.Retention.Apply(Topology())); err != nil {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
@@ -224,4 +226,10 @@ func (s *Service) run(ctx context.Context) error {
 	g.Go(func() error { return s.lifecycles.run(ctx) })
 	g.Go(func() error { return s.runHostedCredentials(ctx, s.js.Conn()) })
 	return g.Wait()
+}
+
+// Projections are the service's views, for tools that check a running fleet's buckets
+// against a rebuild from the streams (view.Verify; make chaos).
+func Projections() []view.Projection {
+	return []view.Projection{clustersProjection(), importPoliciesProjection(), inventoryProjection()}
 }

@@ -56,6 +56,8 @@ type Config struct {
 	RetryQPS float64
 	// Replicas of the stream and buckets (1 single node, 3 production).
 	Replicas int
+	// Retention overrides the limits of the streams the service ensures (default: kept forever).
+	Retention topology.Retentions
 }
 
 func (c *Config) defaults() {
@@ -157,7 +159,7 @@ type Collector struct {
 // New ensures the collector's streams and buckets and builds it; Run starts it.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Collector, error) {
 	cfg.defaults()
-	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+	if err := topology.Ensure(ctx, js, cfg.Replicas, cfg.Retention.Apply(Topology())); err != nil {
 		return nil, err
 	}
 	c := newCollector(cfg, log)
@@ -447,3 +449,9 @@ func serviceKey(ns, name string) string { return ns + "/" + name }
 
 // viewKey is the KV key of a service in buckets `endpoints` and `endpoint-weights`.
 func viewKey(ns, name string) string { return keys.Join(ns, name) }
+
+// Projections are the service's views, for tools that check a running fleet's buckets
+// against a rebuild from the streams (view.Verify; make chaos).
+func Projections() []view.Projection {
+	return []view.Projection{weightsProjection()}
+}

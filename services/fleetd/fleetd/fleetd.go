@@ -23,6 +23,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
@@ -60,6 +61,9 @@ type Config struct {
 	// XDSListen is host:port of the xDS server (gRPC) serving the endpoints to proxies; empty
 	// serves no xDS.
 	XDSListen string
+	// Retention overrides the limits of streams by name (--stream-retention), for every service
+	// at once; by default the domain event streams are kept forever (docs/events.md).
+	Retention topology.Retentions
 }
 
 // Instance is a running fleetd.
@@ -101,6 +105,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		return nil, err
 	}
 	cfg.ClusterImport.Keyring = keyring
+	cfg.ClusterImport.Retention, cfg.NamespaceBinding.Retention = cfg.Retention, cfg.Retention
+	cfg.RBAC.Retention, cfg.Endpoints.Retention = cfg.Retention, cfg.Retention
 	host, port, err := splitHostPort(cfg.NATSListen)
 	if err != nil {
 		return nil, fmt.Errorf("fleetd: --nats-listen: %w", err)
@@ -171,35 +177,31 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	inst.cancel = cancel
 	g, ctx := errgroup.WithContext(ctx)
 	inst.group = g
-	if inst.ClusterImport, err = clusterimport.New(ctx, inst.JS, cfg.ClusterImport, log); err != nil {
+	// Construct every service, then start them all: a construction that fails stops what the
+	// ones before it started in the background.
+	fail := func(err error) (*Instance, error) {
+		cancel()
+		_ = g.Wait()
 		_ = ln.Close()
 		return nil, err
+	}
+	if inst.ClusterImport, err = clusterimport.New(ctx, inst.JS, cfg.ClusterImport, log); err != nil {
+		return fail(err)
 	}
 	inst.clusterImport.Store(inst.ClusterImport)
-	inst.ClusterImport.Mount(srv)
-	g.Go(func() error { return inst.ClusterImport.Run(ctx) })
 	if inst.NamespaceBinding, err = namespacebinding.New(ctx, inst.JS, cfg.NamespaceBinding, log); err != nil {
-		_ = ln.Close()
-		return nil, err
+		return fail(err)
 	}
-	inst.NamespaceBinding.Mount(srv)
-	g.Go(func() error { return inst.NamespaceBinding.Run(ctx) })
 	if inst.RBAC, err = rbacsync.New(ctx, inst.JS, cfg.RBAC, log); err != nil {
-		_ = ln.Close()
-		return nil, err
+		return fail(err)
 	}
-	inst.RBAC.Mount(srv)
-	g.Go(func() error { return inst.RBAC.Run(ctx) })
 	if inst.Endpoints, err = collector.New(ctx, inst.JS, cfg.Endpoints, log); err != nil {
-		_ = ln.Close()
-		return nil, err
+		return fail(err)
 	}
-	inst.Endpoints.Mount(srv)
-	g.Go(func() error { return inst.Endpoints.Run(ctx) })
+	readies := server.Start(ctx, g, srv, inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints)
 	if cfg.HostedAgents {
 		if inst.Hosted, err = startHosted(ctx, g, ns, cfg.Hosted, hostedToken, log); err != nil {
-			_ = ln.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	// One authorizer for every API of the process, started last: it mirrors views the
@@ -212,19 +214,16 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	srv.Authorize(az.Interceptor())
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })
-	readies := []<-chan struct{}{inst.ClusterImport.Ready(), inst.NamespaceBinding.Ready(), inst.RBAC.Ready(), inst.Endpoints.Ready(), az.Ready()}
+	readies = append(readies, az.Ready())
 	if cfg.XDSListen != "" {
 		xln, err := net.Listen("tcp", cfg.XDSListen)
 		if err != nil {
-			_ = ln.Close()
-			return nil, fmt.Errorf("fleetd: --xds-listen %s: %w", cfg.XDSListen, err)
+			return fail(fmt.Errorf("fleetd: --xds-listen %s: %w", cfg.XDSListen, err))
 		}
 		inst.XDSAddr = xln.Addr().String()
 		inst.XDS = xds.New(inst.Endpoints, srv.Authenticator(), az, log)
-		inst.XDS.Mount(srv)
-		g.Go(func() error { return inst.XDS.Run(ctx) })
+		readies = append(readies, server.Start(ctx, g, srv, inst.XDS)...)
 		g.Go(func() error { return inst.XDS.Serve(ctx, xln) })
-		readies = append(readies, inst.XDS.Ready())
 	}
 	inst.ready = allClosed(readies...)
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })

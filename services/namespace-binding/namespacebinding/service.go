@@ -34,6 +34,8 @@ import (
 type Config struct {
 	// Replicas of streams and buckets (1 single node, 3 production).
 	Replicas int
+	// Retention overrides the limits of the streams the service ensures (default: kept forever).
+	Retention topology.Retentions
 	// ClaimGrace is how old a claim whose binding never appeared must be before the repair
 	// loop releases it. It must exceed the longest a BindNamespace call can take between its
 	// claim and its event (bindTimeout).
@@ -139,7 +141,7 @@ type Service struct {
 // New ensures the service's streams and buckets and builds it; Run starts it.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Service, error) {
 	cfg.defaults()
-	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+	if err := topology.Ensure(ctx, js, cfg.Replicas, cfg.Retention.Apply(Topology())); err != nil {
 		return nil, err
 	}
 	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
@@ -383,4 +385,10 @@ func (s *Service) runPlacementLoops(ctx context.Context) error {
 		g.Go(func() error { return s.runFollow(ctx) })
 		return g.Wait()
 	}, lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas))
+}
+
+// Projections are the service's views, for tools that check a running fleet's buckets
+// against a rebuild from the streams (view.Verify; make chaos).
+func Projections() []view.Projection {
+	return []view.Projection{projectsProjection(), bindingsProjection(), desiredProjection(), clusterSetsProjection(), setBindingsProjection(), placementsProjection(), decisionsProjection(), addOnScoresProjection(), placementNamespacesProjection()}
 }

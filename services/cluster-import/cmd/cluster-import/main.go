@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	"github.com/fleetstream/fleetstream/pkg/sealed"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 )
 
@@ -26,30 +27,29 @@ func main() {
 		callout.register(fs)
 		fs.DurationVar(&cfg.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
 		fs.StringVar(&keyFile, "credentials-key-file", os.Getenv("FLEETSTREAM_CREDENTIALS_KEY_FILE"), keyFileUsage)
-	}, func(ctx context.Context, env *daemon.Env) error {
+	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
 		cfg.Replicas = env.Options.Replicas
+		cfg.Retention = env.Options.Retention
 		switch {
 		case keyFile != "":
 			ring, err := sealed.LoadKeyring(keyFile)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			cfg.Keyring = ring
 		case env.Options.Server.InsecureDev:
 			cfg.PlaintextCredentials = true
 		default:
-			return errors.New("--credentials-key-file is required (it seals cluster credentials at rest); only --insecure-dev runs without one")
+			return nil, errors.New("--credentials-key-file is required (it seals cluster credentials at rest); only --insecure-dev runs without one")
 		}
 		svc, err := clusterimport.New(ctx, env.JS, cfg, env.Log)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		svc.Mount(env.Server)
 		if err := callout.start(ctx, env, svc); err != nil {
-			return err
+			return nil, err
 		}
-		env.Group.Go(func() error { return svc.Run(ctx) })
-		return nil
+		return []server.Component{svc}, nil
 	}))
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 )
@@ -26,24 +27,22 @@ func main() {
 		fs.BoolVar(&cfg.NoViewWrites, "no-view-writes", false, "serve only: never take the writer lease (bucket writes, weight cleanup); replicas elect a writer without it")
 		fs.IntVar(&cfg.Workers, "workers", 0, "concurrent reconcilers (default 2)")
 		fs.StringVar(&xdsListen, "xds-listen", os.Getenv("FLEETSTREAM_XDS_LISTEN"), "host:port of the xDS server (gRPC: ADS, EDS, CDS, LDS, RDS) for proxies; empty serves no xDS")
-	}, func(ctx context.Context, env *daemon.Env) error {
+	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
 		cfg.Replicas = env.Options.Replicas
+		cfg.Retention = env.Options.Retention
 		c, err := collector.New(ctx, env.JS, cfg, env.Log)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		c.Mount(env.Server)
-		env.Group.Go(func() error { return c.Run(ctx) })
-		if xdsListen != "" {
-			ln, err := net.Listen("tcp", xdsListen)
-			if err != nil {
-				return fmt.Errorf("--xds-listen %s: %w", xdsListen, err)
-			}
-			x := xds.New(c, env.Server.Authenticator(), env.Authz, env.Log)
-			x.Mount(env.Server)
-			env.Group.Go(func() error { return x.Run(ctx) })
-			env.Group.Go(func() error { return x.Serve(ctx, ln) })
+		if xdsListen == "" {
+			return []server.Component{c}, nil
 		}
-		return nil
+		ln, err := net.Listen("tcp", xdsListen)
+		if err != nil {
+			return nil, fmt.Errorf("--xds-listen %s: %w", xdsListen, err)
+		}
+		x := xds.New(c, env.Server.Authenticator(), env.Authz, env.Log)
+		env.Group.Go(func() error { return x.Serve(ctx, ln) })
+		return []server.Component{c, x}, nil
 	}))
 }

@@ -12,8 +12,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fleetstream/fleetstream/pkg/daemon"
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/pkg/version"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
@@ -44,6 +46,9 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
 	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "host:port of the xDS server (gRPC) serving every service's endpoints to proxies; empty serves no xDS")
 	cfg.Authz.RegisterFlags(fs)
+	cfg.Retention = topology.Retentions{}
+	fs.Var(cfg.Retention, "stream-retention", daemon.RetentionUsage)
+	cfg.RBAC.Snapshots.RegisterFlags(fs)
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

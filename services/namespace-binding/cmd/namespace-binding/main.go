@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 )
 
@@ -15,14 +16,13 @@ func main() {
 	var cfg namespacebinding.Config
 	os.Exit(daemon.Main("namespace-binding", os.Args[1:], func(fs *flag.FlagSet) {
 		fs.DurationVar(&cfg.ClaimGrace, "claim-grace", 0, "age after which a claim whose bind never completed is released (default 2m)")
-	}, func(ctx context.Context, env *daemon.Env) error {
+	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
 		cfg.Replicas = env.Options.Replicas
+		cfg.Retention = env.Options.Retention
 		svc, err := namespacebinding.New(ctx, env.JS, cfg, env.Log)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		svc.Mount(env.Server)
-		env.Group.Go(func() error { return svc.Run(ctx) })
-		return nil
+		return []server.Component{svc}, nil
 	}))
 }

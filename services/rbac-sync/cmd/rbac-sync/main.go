@@ -7,19 +7,19 @@ import (
 	"os"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
 
 func main() {
 	var cfg rbacsync.Config
-	os.Exit(daemon.Main("rbac-sync", os.Args[1:], nil, func(ctx context.Context, env *daemon.Env) error {
+	os.Exit(daemon.Main("rbac-sync", os.Args[1:], cfg.Snapshots.RegisterFlags, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
 		cfg.Replicas = env.Options.Replicas
+		cfg.Retention = env.Options.Retention
 		svc, err := rbacsync.New(ctx, env.JS, cfg, env.Log)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		svc.Mount(env.Server)
-		env.Group.Go(func() error { return svc.Run(ctx) })
-		return nil
+		return []server.Component{svc}, nil
 	}))
 }
