@@ -3,6 +3,8 @@ package view_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -247,5 +249,63 @@ func rawReplay(b *testing.B, ctx context.Context, js jetstream.JetStream, n, rou
 		case err := <-f.Err():
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkViewAboveCacheLimit measures applying 20,000 updates to random entries of a view
+// with 1×, 2× and 10× as many entries as the engine's cache holds (a cache of 2,000 here; the
+// default is 200,000, too many to seed in a benchmark), each from a cold start that resumes at
+// the checkpoint, and reports each size's rate and its ratio to the 1× rate of the same run.
+func BenchmarkViewAboveCacheLimit(b *testing.B) {
+	const limit, updates = 2_000, 20_000
+	var base float64
+	for _, times := range []int{1, 2, 10} {
+		keys := limit * times
+		j := testkit.StartJetStream(b)
+		ensureStream(b, j.JS)
+		ctx := testkit.Context(b, 10*time.Minute)
+		publish := func(ev proto.Message, key string) {
+			env, err := events.NewEnvelope(ctx, key, ev, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			data, _ := proto.Marshal(env)
+			if _, err := j.JS.PublishAsync("test."+key, data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := 0; i < keys; i++ {
+			key := fmt.Sprintf("k%06d", i)
+			publish(&clusterv1.ClusterRegistered{Id: key, Name: key, Labels: map[string]string{"gen": "0"}}, key)
+		}
+		<-j.JS.PublishAsyncComplete()
+		e, cancel, _ := runEngine(b, j.JS, testProjection(1), view.WithCacheLimit(limit))
+		if err := e.WaitApplied(ctx, uint64(keys)); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+		rng := rand.New(rand.NewPCG(uint64(times), 7))
+		var rate float64
+		for n := 0; n < b.N; n++ {
+			for i := 0; i < updates; i++ {
+				key := fmt.Sprintf("k%06d", rng.IntN(keys))
+				publish(&clusterv1.ClusterUpdated{Id: key, Labels: map[string]string{"gen": strconv.Itoa(i)}}, key)
+			}
+			<-j.JS.PublishAsyncComplete()
+			target := uint64(keys + (n+1)*updates)
+			start := time.Now()
+			e, cancel, _ := runEngine(b, j.JS, testProjection(1), view.WithCacheLimit(limit))
+			if err := e.WaitApplied(ctx, target); err != nil {
+				b.Fatal(err)
+			}
+			rate += updates / time.Since(start).Seconds()
+			cancel()
+		}
+		rate /= float64(b.N)
+		if times == 1 {
+			base = rate
+		}
+		b.ReportMetric(rate, fmt.Sprintf("ev/s_%dx", times))
+		b.ReportMetric(rate/base, fmt.Sprintf("ratio_%dx", times))
 	}
 }

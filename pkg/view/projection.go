@@ -71,6 +71,8 @@ type Engine struct {
 	batch    int
 	leaseTTL time.Duration
 	holder   string
+	// cacheLimit bounds cache; see WithCacheLimit.
+	cacheLimit int
 
 	kv         jetstream.KeyValue
 	kvPrefix   string
@@ -104,6 +106,11 @@ func WithReplicas(n int) Option { return func(e *Engine) { e.replicas = n } }
 // WithBatch sets how many events are applied per KV write round (default 512).
 func WithBatch(n int) Option { return func(e *Engine) { e.batch = n } }
 
+// WithCacheLimit sets how many entries the engine keeps in memory (default 200,000). Above it
+// the engine forgets half of them; a forgotten entry is read from the bucket again when an
+// event touches it, prefetched concurrently for the whole batch.
+func WithCacheLimit(n int) Option { return func(e *Engine) { e.cacheLimit = max(n, 2) } }
+
 // WithLeaseTTL sets the TTL of the engine's lease (default lease.DefaultTTL, which is also the
 // most the lease bucket allows): how soon another replica takes over when the leader dies.
 func WithLeaseTTL(d time.Duration) Option { return func(e *Engine) { e.leaseTTL = d } }
@@ -115,7 +122,7 @@ func NewEngine(js jetstream.JetStream, p Projection, log *zap.Logger, opts ...Op
 		return nil, err
 	}
 	e := &Engine{p: p, js: js, log: log.With(zap.String("view", p.Name)), replicas: 1, revField: fd, batch: 512,
-		leaseTTL: lease.DefaultTTL, holder: lease.DefaultHolder(),
+		leaseTTL: lease.DefaultTTL, holder: lease.DefaultHolder(), cacheLimit: 200_000,
 		changed: make(chan struct{}), ready: make(chan struct{})}
 	for _, o := range opts {
 		o(e)
@@ -346,6 +353,9 @@ func (e *Engine) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := e.checkHistory(ctx, checkpoint); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	e.applied = checkpoint
 	e.mu.Unlock()
@@ -396,6 +406,62 @@ func (e *Engine) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// ErrHistoryGone means the events a view must apply next were removed from its stream (by the
+// stream's retention limits or a purge): building on would give a silently partial view, so the
+// engine refuses and Run returns the error. See docs/events.md, Retention.
+var ErrHistoryGone = errors.New("events the view needs are no longer in the stream")
+
+// checkHistory fails with ErrHistoryGone when the stream no longer holds the event after
+// checkpoint: a rebuild (checkpoint 0) of a stream whose first events are gone, or a view that
+// fell behind the stream's retention. Streams with a per-subject limit are exempt. A view reading only some of the stream's subjects cannot
+// tell whether the removed events were its own when it resumes, so it warns then; when it
+// rebuilds, it refuses as the others do.
+func (e *Engine) checkHistory(ctx context.Context, checkpoint uint64) error {
+	s, err := e.js.Stream(ctx, e.p.Stream)
+	if err != nil {
+		return fmt.Errorf("view %s: stream %s: %w", e.p.Name, e.p.Stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("view %s: stream %s: %w", e.p.Name, e.p.Stream, err)
+	}
+	first := info.State.FirstSeq
+	if first <= checkpoint+1 {
+		return nil
+	}
+	// A stream keeping the latest messages per subject (FLEET_AGENT's reports) removes a message
+	// only when a newer one of its subject supersedes it: what remains is complete by design.
+	if info.Config.MaxMsgsPerSubject > 0 {
+		return nil
+	}
+	whole := len(e.p.Subjects) == 0 || sameSet(e.p.Subjects, info.Config.Subjects)
+	if checkpoint > 0 && !whole {
+		e.log.Warn("the stream no longer holds every event after the view's checkpoint; those removed may be of other subjects",
+			zap.String("stream", e.p.Stream), zap.Uint64("checkpoint", checkpoint), zap.Uint64("first_seq", first))
+		return nil
+	}
+	return fmt.Errorf("view %s (version %d) must apply stream %s from sequence %d, but the stream's first sequence is %d: "+
+		"events %d to %d were removed by its retention limits or a purge, and a view built without them would be silently "+
+		"partial; restore the stream's events or the view's bucket: %w",
+		e.p.Name, e.p.Version, e.p.Stream, checkpoint+1, first, checkpoint+1, first-1, ErrHistoryGone)
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := make(map[string]bool, len(a))
+	for _, x := range a {
+		seen[x] = true
+	}
+	for _, x := range b {
+		if !seen[x] {
+			return false
+		}
+	}
+	return true
 }
 
 // open makes sure the bucket exists and returns the checkpoint to resume after. A bucket
@@ -470,19 +536,38 @@ func (e *Engine) markReady() { e.readyOne.Do(func() { close(e.ready) }) }
 // checkpoint only after every write is stored. A crash anywhere in between replays the batch;
 // entries that already carry a message's sequence skip it.
 func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
-	dirty := make(map[string]proto.Message)
-	var order []string
+	// Decode and map every event first, so the entries the batch touches can be read from the
+	// bucket concurrently rather than one synchronous read per event (what a view larger than
+	// the cache would otherwise pay).
+	prepared := make([]preparedEvent, len(batch))
 	var last uint64
-	for _, m := range batch {
+	for i, m := range batch {
 		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("view %s: message metadata: %w", e.p.Name, err)
 		}
-		seq := md.Sequence.Stream
-		last = seq
-		if err := e.applyOne(ctx, m, seq, dirty, &order); err != nil {
-			e.log.Error("dead-lettering event", zap.Uint64("seq", seq), zap.String("subject", m.Subject()), zap.Error(err))
-			if err := e.retry(ctx, func() error { return consumer.DeadLetter(ctx, e.js, e.p.Stream, "view-"+e.p.Name, m, err) }); err != nil {
+		last = md.Sequence.Stream
+		p := preparedEvent{msg: m, seq: md.Sequence.Stream}
+		ev, err := events.DecodeMsg(m)
+		if err == nil {
+			p.changes, err = e.p.Apply(ev)
+		}
+		p.err = err
+		prepared[i] = p
+	}
+	if err := e.retry(ctx, func() error { return e.prefetch(ctx, prepared) }); err != nil {
+		return err
+	}
+	dirty := make(map[string]proto.Message)
+	var order []string
+	for _, p := range prepared {
+		err := p.err
+		if err == nil {
+			err = e.applyChanges(ctx, p.changes, p.seq, dirty, &order)
+		}
+		if err != nil {
+			e.log.Error("dead-lettering event", zap.Uint64("seq", p.seq), zap.String("subject", p.msg.Subject()), zap.Error(err))
+			if err := e.retry(ctx, func() error { return consumer.DeadLetter(ctx, e.js, e.p.Stream, "view-"+e.p.Name, p.msg, err) }); err != nil {
 				return err
 			}
 		}
@@ -516,18 +601,80 @@ func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
 	return nil
 }
 
-func (e *Engine) applyOne(ctx context.Context, m jetstream.Msg, seq uint64, dirty map[string]proto.Message, order *[]string) error {
-	ev, err := events.DecodeMsg(m)
-	if err != nil {
+// preparedEvent is one message of a batch, decoded and mapped to its changes (or the error
+// that dead-letters it).
+type preparedEvent struct {
+	msg     jetstream.Msg
+	seq     uint64
+	changes []Change
+	err     error
+}
+
+// prefetchConcurrency bounds the bucket reads a batch has in flight.
+const prefetchConcurrency = 32
+
+// prefetch reads into the cache, concurrently, every entry the batch touches that the cache
+// lacks. During a rebuild the cache is complete (a miss is an absent entry), so nothing is read.
+func (e *Engine) prefetch(ctx context.Context, batch []preparedEvent) error {
+	if e.rebuilding {
+		return nil
+	}
+	var missing []string
+	seen := map[string]struct{}{}
+	for _, p := range batch {
+		for _, ch := range p.changes {
+			if _, ok := e.cache[ch.Key]; ok {
+				continue
+			}
+			if _, ok := seen[ch.Key]; ok {
+				continue
+			}
+			seen[ch.Key] = struct{}{}
+			missing = append(missing, ch.Key)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	got := make([]proto.Message, len(missing))
+	errs := make([]error, len(missing))
+	sem := make(chan struct{}, prefetchConcurrency)
+	var wg sync.WaitGroup
+	for i, key := range missing {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			kve, err := e.kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				errs[i] = fmt.Errorf("view %s: get %s: %w", e.p.Name, key, err)
+			default:
+				m := e.p.New()
+				if err := proto.Unmarshal(kve.Value(), m); err != nil {
+					errs[i] = fmt.Errorf("view %s: decode %s: %w", e.p.Name, key, err)
+					return
+				}
+				got[i] = m
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	changes, err := e.p.Apply(ev)
-	if err != nil {
-		return err
+	for i, key := range missing {
+		e.cache[key] = got[i] // nil: known absent
 	}
+	return nil
+}
+
+func (e *Engine) applyChanges(ctx context.Context, changes []Change, seq uint64, dirty map[string]proto.Message, order *[]string) error {
 	for _, ch := range changes {
 		cur, ok := dirty[ch.Key]
 		if !ok {
+			var err error
 			if cur, err = e.current(ctx, ch.Key); err != nil {
 				return err
 			}
@@ -610,10 +757,25 @@ func (e *Engine) write(ctx context.Context, dirty map[string]proto.Message, orde
 	for _, key := range order {
 		e.cache[key] = dirty[key]
 	}
-	if len(e.cache) > 200_000 {
-		e.dropCache() // bound memory; entries are re-read from the bucket on demand
+	if len(e.cache) > e.cacheLimit {
+		e.evict()
 	}
 	return nil
+}
+
+// evict forgets entries until the cache is at half its limit (which ones is left to map order:
+// the engine cannot tell hot entries from cold without paying for it on every event). Forgotten
+// entries are in the bucket, so from then on misses read it, as after dropCache.
+func (e *Engine) evict() {
+	n := len(e.cache) - e.cacheLimit/2
+	for k := range e.cache {
+		if n <= 0 {
+			break
+		}
+		delete(e.cache, k)
+		n--
+	}
+	e.rebuilding = false
 }
 
 // dropCache forgets cached entries. During a rebuild the cache is the only record of what was
