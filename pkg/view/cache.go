@@ -226,6 +226,39 @@ func (c *Cache[T]) Get(key string) (T, bool) {
 	return e.Value, ok
 }
 
+// GetFresh is Get for a key another service may have just written: on a miss it asks the bucket
+// itself and, when the key is there, waits until the cache has seen that revision. A cluster
+// registered through cluster-import is then bindable at once through namespace-binding, whose
+// cache of the registry may still be a few milliseconds behind. A hit is answered from the
+// cache as Get would: only a key the cache does not hold costs a round trip. key must match the
+// cache's filter.
+func (c *Cache[T]) GetFresh(ctx context.Context, key string) (T, bool, error) {
+	if v, ok := c.Get(key); ok {
+		return v, true, nil
+	}
+	var zero T
+	e, err := c.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		return zero, false, nil
+	case err != nil:
+		return zero, false, fmt.Errorf("get %s from bucket %s: %w", key, c.kv.Bucket(), err)
+	}
+	rev := e.Revision()
+	err = c.WaitFor(ctx, key, func(_ T, _ bool) bool {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		return c.seen >= rev
+	})
+	if err != nil {
+		return zero, false, err
+	}
+	// The cache has seen the revision read (or a later one): its answer now is as new as the
+	// bucket's was, a delete since included.
+	v, ok := c.Get(key)
+	return v, ok, nil
+}
+
 // GetEntry returns the entry at key with its KV revision.
 func (c *Cache[T]) GetEntry(key string) (Entry[T], bool) {
 	c.mu.RLock()

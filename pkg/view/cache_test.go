@@ -335,3 +335,47 @@ func TestCacheIndexOfAnotherTypePanics(t *testing.T) {
 	view.NewCache[*clusterv1.Cluster](nil, newCluster, zap.NewNop(),
 		view.WithIndex(func(string, *clusterv1.Taint) []string { return nil }))
 }
+
+// A key written through another client is found by GetFresh right after the write returns,
+// however far the cache's watch is behind; a deleted key is not found, and neither is one that
+// was never there.
+func TestCacheGetFreshReadsItsWriters(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	kv, err := j.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "FRESH"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := view.NewCache(kv, newCluster, zap.NewNop())
+	go func() { _ = c.Run(ctx) }()
+	<-c.Ready()
+
+	// The writer is another connection, as cluster-import is to namespace-binding.
+	_, other := j.Connect(t)
+	okv, err := other.KeyValue(ctx, "FRESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		key := fmt.Sprintf("c%d", i)
+		b, _ := proto.Marshal(&clusterv1.Cluster{Name: key})
+		if _, err := okv.Put(ctx, key, b); err != nil {
+			t.Fatal(err)
+		}
+		v, ok, err := c.GetFresh(ctx, key)
+		if err != nil || !ok || v.Name != key {
+			t.Fatalf("GetFresh(%s) right after its put: %v, %v, %v", key, v, ok, err)
+		}
+	}
+	if err := okv.Delete(ctx, "c7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitFor(ctx, "c7", func(_ *clusterv1.Cluster, ok bool) bool { return !ok }); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"c7", "never"} {
+		if v, ok, err := c.GetFresh(ctx, key); err != nil || ok {
+			t.Fatalf("GetFresh(%s): %v, %v, %v; want not found", key, v, ok, err)
+		}
+	}
+}

@@ -240,8 +240,8 @@ func (s *Service) bind(ctx context.Context, project, cluster, namespace string, 
 	if _, ok := s.projects.Get(projectKey(project)); !ok {
 		return nil, apierr.NotFound("project", project)
 	}
-	if _, ok := s.clusters.Get(keys.Encode(cluster)); !ok {
-		return nil, apierr.NotFound("cluster", cluster)
+	if err := s.clusterRegistered(ctx, cluster); err != nil {
+		return nil, err
 	}
 	key := bindingKey(cluster, namespace)
 	if err := s.bindable(key, project); err != nil {
@@ -280,6 +280,20 @@ func (s *Service) bind(ctx context.Context, project, cluster, namespace string, 
 		return nil, err
 	}
 	return s.awaitBinding(ctx, key, id, seq)
+}
+
+// clusterRegistered is NotFound unless cluster is in cluster-import's registry. A cluster
+// registered a moment ago counts even before this replica's cache of the registry has caught up:
+// a client that registers and then binds must not be told the cluster does not exist.
+func (s *Service) clusterRegistered(ctx context.Context, cluster string) error {
+	_, ok, err := s.clusters.GetFresh(ctx, keys.Encode(cluster))
+	switch {
+	case err != nil:
+		return apierr.Internal(fmt.Errorf("look up cluster %q: %w", cluster, err))
+	case !ok:
+		return apierr.NotFound("cluster", cluster)
+	}
+	return nil
 }
 
 // bindable refuses a (cluster, namespace) that a binding still holds: an active one of any
@@ -464,8 +478,8 @@ func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Reques
 		list = s.bindings.List(nil)
 	}
 	if m.Cluster != "" && len(list) == 0 {
-		if _, ok := s.clusters.Get(keys.Encode(m.Cluster)); !ok {
-			return nil, apierr.NotFound("cluster", m.Cluster)
+		if err := s.clusterRegistered(ctx, m.Cluster); err != nil {
+			return nil, err
 		}
 	}
 	res := &projectv1.ListNamespaceBindingsResponse{}
@@ -491,8 +505,8 @@ func (s *Service) ListIdleNamespaces(ctx context.Context, req *connect.Request[p
 		return nil, err
 	}
 	cluster := req.Msg.Cluster
-	if _, ok := s.clusters.Get(keys.Encode(cluster)); !ok {
-		return nil, apierr.NotFound("cluster", cluster)
+	if err := s.clusterRegistered(ctx, cluster); err != nil {
+		return nil, err
 	}
 	// Not idle: claimed, or held by a binding (one whose claim the repair loop has yet to
 	// restore, or one still being released from its project).

@@ -15,7 +15,6 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
-	"github.com/fleetstream/fleetstream/pkg/keys"
 )
 
 // Project budgets (seed 004, TKE's project quota): per cluster, a cap on the sum of the hard
@@ -41,8 +40,10 @@ func (s *Service) SetProjectBudget(ctx context.Context, req *connect.Request[pro
 		return nil, apierr.NotFound("project", m.Project)
 	}
 	// Removing a budget stays possible after the cluster was deregistered.
-	if _, ok := s.clusters.Get(keys.Encode(m.Cluster)); !ok && len(m.Hard) > 0 {
-		return nil, apierr.NotFound("cluster", m.Cluster)
+	if len(m.Hard) > 0 {
+		if err := s.clusterRegistered(ctx, m.Cluster); err != nil {
+			return nil, err
+		}
 	}
 	hard := canonicalHard(m.Hard)
 	var at uint64

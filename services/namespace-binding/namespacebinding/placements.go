@@ -477,8 +477,8 @@ func (s *Service) SetAddOnScore(ctx context.Context, req *connect.Request[placem
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	if _, ok := s.clusters.Get(keys.Encode(m.Cluster)); !ok {
-		return nil, apierr.NotFound("cluster", m.Cluster)
+	if err := s.clusterRegistered(ctx, m.Cluster); err != nil {
+		return nil, err
 	}
 	sc := &placementv1.AddOnScore{Cluster: m.Cluster, ResourceName: m.ResourceName, ScoreName: m.ScoreName, Score: m.Score, ValidUntil: m.ValidUntil}
 	// The last score per subject counts: concurrent writers of one score need no order.
