@@ -30,11 +30,21 @@ const (
 	errCodeWrongLastSeqNotReady = 10164
 )
 
-// Expect states what the caller believes the subject's last sequence is.
+// Expect states what the caller believes the subject's last sequence is, and how long the
+// message may live.
 type Expect struct {
 	check bool
 	seq   uint64
+	ttl   time.Duration
 }
+
+// ExpiresAfter returns e with a per-message TTL: the server removes the message d after it is
+// stored (the stream must allow per-message TTLs). For a report whose only job is to say
+// something is gone, where keeping it forever would keep one message per thing ever removed.
+func (e Expect) ExpiresAfter(d time.Duration) Expect { e.ttl = d; return e }
+
+// TTL is the per-message TTL of ExpiresAfter (0: none).
+func (e Expect) TTL() time.Duration { return e.ttl }
 
 var (
 	// Any appends whatever the subject holds.
@@ -102,6 +112,9 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 	opts := []jetstream.PublishOpt{jetstream.WithMsgID(env.Id)}
 	if expect.check {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expect.seq))
+	}
+	if expect.ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(expect.ttl))
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: cloudEventHeaders(env, payload, s.defaultActor)}
 	var ack *jetstream.PubAck

@@ -104,6 +104,8 @@ func DesiredKey(cluster, kind, namespace, name string) string {
 
 // AgentStream is the stream agents report into. Every report is a snapshot (a heartbeat, the
 // whole namespace list, one EndpointSlice), so only the latest message per subject is kept.
+// Reports that something is gone (an EndpointSlice's tombstone) carry a per-message TTL, so
+// the stream does not keep one message per object ever deleted.
 func AgentStream() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              AgentStreamName,
@@ -112,6 +114,7 @@ func AgentStream() jetstream.StreamConfig {
 		Storage:           jetstream.FileStorage,
 		MaxMsgsPerSubject: 1,
 		Duplicates:        time.Minute,
+		AllowMsgTTL:       true,
 	}
 }
 
@@ -217,6 +220,8 @@ const (
 	RBACPrefix          = "fleet.rbac"
 	RBACTemplatesBucket = "rbac-templates"
 	RBACBindingsBucket  = "rbac-bindings"
+	// RBACAccessSnapshotsBucket holds AccessAt's snapshots of the RBAC and namespace histories.
+	RBACAccessSnapshotsBucket = "rbac-access-snapshots"
 )
 
 // AppliedBucketConfig is the configuration of the bucket agents report into. It belongs to no

@@ -101,7 +101,14 @@ type Config struct {
 	Resync time.Duration
 	// Parallel bounds concurrent publishes during a relist (default 16).
 	Parallel int
+	// TombstoneTTL is how long a deleted slice's tombstone stays in FLEET_AGENT (default
+	// DefaultTombstoneTTL). A collector that was behind for longer misses it and drops the
+	// slice at the next relist marker instead (within Resync).
+	TombstoneTTL time.Duration
 }
+
+// DefaultTombstoneTTL bounds how long FLEET_AGENT keeps the tombstone of a deleted slice.
+const DefaultTombstoneTTL = time.Hour
 
 // relistKey is the work-queue item that means "report everything": it goes through the same
 // queue as slice keys so that relists and single reports are serialized by one worker.
@@ -136,6 +143,9 @@ func New(cfg Config, factory informers.SharedInformerFactory, app Appender, log 
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Minute
+	}
+	if cfg.TombstoneTTL <= 0 {
+		cfg.TombstoneTTL = DefaultTombstoneTTL
 	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 16
@@ -290,7 +300,7 @@ func (r *Reporter) reportKey(ctx context.Context, key string) error {
 	if s != nil {
 		svc = s.Labels[discoveryv1.LabelServiceName]
 	}
-	if err := r.publish(ctx, &endpointv1.EndpointSliceReport{ClusterName: r.cfg.ClusterName, ClusterId: r.cfg.ClusterID,
+	if err := r.publishAs(ctx, events.Any.ExpiresAfter(r.cfg.TombstoneTTL), &endpointv1.EndpointSliceReport{ClusterName: r.cfg.ClusterName, ClusterId: r.cfg.ClusterID,
 		Namespace: ns, Slice: name, Service: svc, Deleted: true, SessionId: r.cfg.SessionID, Generation: r.generation(),
 		Time: timestamppb.Now()}); err != nil {
 		return err
@@ -411,9 +421,13 @@ func (r *Reporter) report(s *discoveryv1.EndpointSlice) *endpointv1.EndpointSlic
 const publishTimeout = 10 * time.Second
 
 func (r *Reporter) publish(ctx context.Context, m *endpointv1.EndpointSliceReport) error {
+	return r.publishAs(ctx, events.Any, m)
+}
+
+func (r *Reporter) publishAs(ctx context.Context, expect events.Expect, m *endpointv1.EndpointSliceReport) error {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	_, err := r.app.Append(ctx, subjects.AgentEndpointSlice(r.cfg.ClusterName, m.Namespace, m.Slice), r.cfg.ClusterName, events.Any, m)
+	_, err := r.app.Append(ctx, subjects.AgentEndpointSlice(r.cfg.ClusterName, m.Namespace, m.Slice), r.cfg.ClusterName, expect, m)
 	if err != nil {
 		return fmt.Errorf("report endpointslice %s/%s: %w", m.Namespace, m.Slice, err)
 	}

@@ -51,17 +51,22 @@ func TestParseFilter(t *testing.T) {
 type recorder struct {
 	mu     sync.Mutex
 	latest map[string]proto.Message
+	ttls   map[string]time.Duration // of the latest report per subject
 	fail   bool
 	syncs  int
 }
 
-func (r *recorder) Append(_ context.Context, subject, _ string, _ events.Expect, m proto.Message) (uint64, error) {
+func (r *recorder) Append(_ context.Context, subject, _ string, expect events.Expect, m proto.Message) (uint64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail {
 		return 0, errors.New("hub unreachable")
 	}
 	r.latest[subject] = proto.Clone(m)
+	if r.ttls == nil {
+		r.ttls = map[string]time.Duration{}
+	}
+	r.ttls[subject] = expect.TTL()
 	if _, ok := m.(*endpointv1.EndpointSliceSync); ok {
 		r.syncs++
 	}
@@ -106,6 +111,29 @@ func (r *recorder) state() string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
+}
+
+// ttlsOK checks that tombstones, and only they, expire after want.
+func (r *recorder) ttlsOK(want time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tombstones := 0
+	for subject, m := range r.latest {
+		s, ok := m.(*endpointv1.EndpointSliceReport)
+		switch {
+		case ok && s.Deleted:
+			tombstones++
+			if r.ttls[subject] != want {
+				return fmt.Errorf("tombstone on %s expires after %s, want %s", subject, r.ttls[subject], want)
+			}
+		case r.ttls[subject] != 0:
+			return fmt.Errorf("report on %s expires after %s, want never", subject, r.ttls[subject])
+		}
+	}
+	if tombstones == 0 {
+		return errors.New("no tombstone reported")
+	}
+	return nil
 }
 
 func (r *recorder) syncCount() int {
@@ -248,6 +276,13 @@ func TestReporterAgainstKubeAPIServer(t *testing.T) {
 				}
 				return nil
 			})
+
+			// A deleted slice's tombstone expires (FLEET_AGENT would otherwise keep one per slice
+			// ever deleted); snapshots never do.
+			if err := kube.Client.DiscoveryV1().EndpointSlices("shop").Delete(ctx, "cart-2", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 15*time.Second, func() error { return rec.ttlsOK(DefaultTombstoneTTL) })
 		})
 	}
 }
