@@ -199,6 +199,8 @@ var serviceGrants = map[string][]grant{
 		ownBucket(subjects.RBACTemplatesBucket),
 		ownBucket(subjects.RBACBindingsBucket),
 		ownBucket(subjects.DesiredRBACBucket),
+		// AccessAt's snapshots of the RBAC and namespace histories.
+		ownBucket(subjects.RBACAccessSnapshotsBucket),
 		{stream: kv(subjects.AppliedBucket), access: read | ensure},
 		// Namespace bindings decide where roles go; the history replays FLEET_NS (WhoCan at a time).
 		{stream: subjects.NamespaceStream, access: read},

@@ -20,6 +20,7 @@ import (
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
@@ -35,6 +36,13 @@ const subscriptionBuffer = 1 << 16
 const maxDrain = 8192
 
 var errResubscribe = errors.New("input subscription fell behind")
+
+// errCollectDue interrupts waiting for input when it is time to collect tombstones.
+var errCollectDue = errors.New("time to collect tombstones")
+
+// DefaultCollectInterval is how often the writer deletes tombstones whose removal the
+// cluster's agent has confirmed.
+const DefaultCollectInterval = 30 * time.Second
 
 // written is what the desired bucket holds for a key, as the fan-out last wrote or read it: a
 // digest of the stored bytes rather than the object, so memory stays small with hundreds of
@@ -90,6 +98,11 @@ type fanout struct {
 	kv       jetstream.KeyValue
 	kvPrefix string
 
+	// status returns the applied status an agent reported for a key of the applied bucket
+	// (nil: tombstones are never collected); collectEvery is how often they are.
+	status       func(appliedKey string) (*desiredv1.AppliedStatus, bool)
+	collectEvery time.Duration
+
 	mu               sync.RWMutex
 	m                *model
 	written          map[string]*written
@@ -106,11 +119,11 @@ type fanout struct {
 
 func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 	return &fanout{
-		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL,
+		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL, collectEvery: DefaultCollectInterval,
 		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
 		ready: make(chan struct{}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete).",
+			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete, collect).",
 		}, []string{"op"}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_unchanged_total", Help: "Recomputed desired-rbac keys left alone because nothing changed.",
@@ -348,14 +361,25 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 	}
 	f.readyOnce.Do(func() { close(f.ready) })
 
+	var tick <-chan time.Time
+	if lead && f.status != nil {
+		t := time.NewTicker(f.collectEvery)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		var dirty []target
+		collect := false
 		// Block for one change, then take whatever else is queued, so a burst becomes one
 		// write round.
 		n := 0
 		for n < maxDrain {
 			block := n == 0
-			got, err := f.next(sctx, block, tCh, bCh, cCh, nCh, &dirty)
+			got, err := f.next(sctx, block, tick, tCh, bCh, cCh, nCh, &dirty)
+			if errors.Is(err, errCollectDue) {
+				collect = true
+				break
+			}
 			if err != nil {
 				return err
 			}
@@ -370,12 +394,44 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 		if err := f.flush(ctx, dirty); err != nil {
 			return err
 		}
+		// In the same loop as the writes, so a tombstone is never deleted across a put of the
+		// same key planned meanwhile.
+		if collect {
+			if err := f.collect(ctx); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// collect deletes every tombstone the model still does not want whose removal the cluster's
+// agent has confirmed: its applied status says the object is absent, for this tombstone's
+// revision or a later one. The agent then drops its status too, so neither bucket keeps a key
+// per object ever removed. An agent that has not confirmed (offline, or still deleting) keeps
+// the tombstone until it does; a deregistered cluster's keys are deleted by plan.
+func (f *fanout) collect(ctx context.Context) error {
+	f.mu.Lock()
+	var ops []*op
+	for k, w := range f.written {
+		if !w.tombstone || f.m.desired(w.t) != nil || !f.m.clusters[w.t.cluster] {
+			continue
+		}
+		st, ok := f.status(subjects.AppliedKey(subjects.DesiredRBACBucket, k))
+		if ok && st.GetAbsent() && st.GetDesiredRevision() >= w.revision {
+			ops = append(ops, &op{key: k, t: w.t, kind: "collect"})
+		}
+	}
+	f.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	f.log.Debug("collecting confirmed tombstones", zap.Int("keys", len(ops)))
+	return f.writeAll(ctx, ops)
 }
 
 // next applies one input change to the model, appending the targets it touches to dirty. It
 // waits for one when block is set; otherwise it reports false if none is queued.
-func (f *fanout) next(ctx context.Context, block bool,
+func (f *fanout) next(ctx context.Context, block bool, tick <-chan time.Time,
 	tCh <-chan view.Update[*rbacv1.RoleTemplate], bCh <-chan view.Update[*rbacv1.ProjectRoleBinding],
 	cCh <-chan view.Update[*clusterv1.Cluster], nCh <-chan nsUpdate, dirty *[]target) (bool, error) {
 	if !block {
@@ -395,6 +451,8 @@ func (f *fanout) next(ctx context.Context, block bool,
 	select {
 	case <-ctx.Done():
 		return false, ctx.Err()
+	case <-tick:
+		return false, errCollectDue
 	case u, ok := <-tCh:
 		return f.take(ok, func() []target { return f.applyTemplate(u) }, dirty)
 	case u, ok := <-bCh:
@@ -446,7 +504,7 @@ type op struct {
 	t         target
 	data      []byte // nil: delete the key
 	tombstone bool
-	kind      string // put, tombstone, delete (metrics)
+	kind      string // put, tombstone, delete, collect (metrics)
 	result    uint64
 }
 
@@ -461,11 +519,20 @@ func (f *fanout) flush(ctx context.Context, dirty []target) error {
 	ops := f.plan(dirty)
 	f.mu.Unlock()
 
+	if err := f.writeAll(ctx, ops); err != nil {
+		return err
+	}
+	f.rounds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// writeAll writes ops, retrying the failed ones with backoff until all succeed or ctx ends.
+func (f *fanout) writeAll(ctx context.Context, ops []*op) error {
 	delay := 50 * time.Millisecond
 	for len(ops) > 0 {
 		failed, err := f.write(ctx, ops)
 		if err == nil {
-			break
+			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -479,7 +546,6 @@ func (f *fanout) flush(ctx context.Context, dirty []target) error {
 		delay = min(2*delay, 5*time.Second)
 		ops = failed
 	}
-	f.rounds.Observe(time.Since(start).Seconds())
 	return nil
 }
 

@@ -21,58 +21,89 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
-// replay feeds fn every event of stream stored at or before until, in stream order, and returns
-// the sequence of the last one. Streams are kept forever and events carry full state, so the
-// fold of a prefix of the log is the state at that moment. The stream's own timestamps (set by
-// the server when it stored each message) decide, not the clocks of the writers.
-func replay(ctx context.Context, js jetstream.JetStream, stream string, until time.Time, fn func(*events.Event)) (uint64, error) {
+// errHistoryGone means events a fold needs were removed from the stream (retention or purge).
+var errHistoryGone = errors.New("events no longer in the stream")
+
+// folded is how far a fold of a stream's prefix got: the sequence of its last event (0 for the
+// empty prefix) and the latest stored time among its events (the fold is the state at every
+// moment from then until the next event's).
+type folded struct {
+	seq     uint64
+	maxTime time.Time
+}
+
+// replay feeds fn the events of stream from sequence from on, in stream order, up to the first
+// one stored after until, and returns how far the fold got (starting from prev, what the caller
+// folded before from). Events carry full state, so the fold of a prefix of the log is the state
+// at that moment. The stream's own timestamps (set by the server when it stored each message)
+// decide, not the clocks of the writers. It fails with errHistoryGone when the stream no longer
+// holds sequence from.
+func replay(ctx context.Context, js jetstream.JetStream, stream string, prev folded, until time.Time, fn func(*events.Event)) (folded, error) {
+	from := prev.seq + 1
 	st, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil
+		return prev, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: %w", stream, err)
+		return prev, fmt.Errorf("replay %s: %w", stream, err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: %w", stream, err)
+		return prev, fmt.Errorf("replay %s: %w", stream, err)
 	}
 	end := info.State.LastSeq
-	if info.State.Msgs == 0 || !info.State.FirstTime.Before(until) && !info.State.FirstTime.Equal(until) {
-		return 0, nil
+	if end < from {
+		return prev, nil
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if info.State.FirstSeq > from {
+		return prev, fmt.Errorf("replay %s from %d: the stream starts at %d: %w", stream, from, info.State.FirstSeq, errHistoryGone)
+	}
+	if from == 1 && info.State.FirstTime.After(until) {
+		return prev, nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from > 1 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: %w", stream, err)
+		return prev, fmt.Errorf("replay %s: %w", stream, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: %w", stream, err)
+		return prev, fmt.Errorf("replay %s: %w", stream, err)
 	}
 	defer it.Stop()
-	var last uint64
+	got := prev
 	for {
 		if err := ctx.Err(); err != nil {
-			return last, err
+			return got, err
 		}
 		m, err := it.Next()
 		if err != nil {
-			return last, fmt.Errorf("replay %s: %w", stream, err)
+			return got, fmt.Errorf("replay %s: %w", stream, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return last, fmt.Errorf("replay %s: %w", stream, err)
+			return got, fmt.Errorf("replay %s: %w", stream, err)
+		}
+		if got.seq == prev.seq && md.Sequence.Stream > from {
+			// Removed between the stream's info and the consumer's start.
+			return got, fmt.Errorf("replay %s from %d: the stream starts at %d: %w", stream, from, md.Sequence.Stream, errHistoryGone)
 		}
 		if md.Timestamp.After(until) {
-			return last, nil
+			return got, nil
 		}
-		last = md.Sequence.Stream
+		got.seq = md.Sequence.Stream
+		if md.Timestamp.After(got.maxTime) {
+			got.maxTime = md.Timestamp
+		}
 		// Events this reader does not understand are someone else's business; skip them.
 		if ev, err := events.DecodeMsg(m); err == nil {
 			fn(ev)
 		}
-		if last >= end {
-			return last, nil
+		if got.seq >= end {
+			return got, nil
 		}
 	}
 }
@@ -134,14 +165,9 @@ func (s *Service) AccessAt(ctx context.Context, req *connect.Request[rbacv1.Acce
 		return nil, err
 	}
 	until := m.Time.AsTime()
-	h := &history{templates: map[string]*rbacv1.RoleTemplate{}, bindings: map[string]*rbacv1.ProjectRoleBinding{}, places: map[string]grantBinding{}}
-	rbacSeq, err := replay(ctx, s.js, Stream, until, h.applyRBAC)
+	h, rbacSeq, nsSeq, err := s.historyAt(ctx, until)
 	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	nsSeq, err := replay(ctx, s.js, s.cfg.NamespaceStream, until, h.applyNamespace)
-	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	lookup := func(name string) (*rbacv1.RoleTemplate, bool) { t, ok := h.templates[name]; return t, ok }
 	placesOf := map[string][]place{}

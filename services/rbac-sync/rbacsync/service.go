@@ -37,9 +37,16 @@ const (
 type Config struct {
 	// Replicas of streams and buckets (1 single node, 3 production).
 	Replicas int
+	// Retention overrides the limits of the streams the service ensures (default: kept forever).
+	Retention topology.Retentions
 	// NamespaceBindingsBucket and NamespaceStream name namespace-binding's view and stream.
 	NamespaceBindingsBucket string
 	NamespaceStream         string
+	// Snapshots tunes AccessAt's snapshots (snapshots.go).
+	Snapshots SnapshotConfig
+	// CollectInterval is how often confirmed tombstones are deleted from desired-rbac
+	// (default DefaultCollectInterval).
+	CollectInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -52,6 +59,10 @@ func (c *Config) defaults() {
 	if c.NamespaceStream == "" {
 		c.NamespaceStream = DefaultNamespaceStream
 	}
+	c.Snapshots.defaults()
+	if c.CollectInterval <= 0 {
+		c.CollectInterval = DefaultCollectInterval
+	}
 }
 
 const actor = "system:rbac-sync"
@@ -61,7 +72,7 @@ const actor = "system:rbac-sync"
 func Topology() topology.Topology {
 	return topology.Merge(topology.DeadLetter(), lease.Topology(), topology.Topology{
 		Streams: []jetstream.StreamConfig{eventStream()},
-		Buckets: []jetstream.KeyValueConfig{desiredBucketConfig()},
+		Buckets: []jetstream.KeyValueConfig{desiredBucketConfig(), snapshotsBucketConfig()},
 	})
 }
 
@@ -95,7 +106,7 @@ type Service struct {
 // New ensures the service's streams and buckets and builds it; Run starts it.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Service, error) {
 	cfg.defaults()
-	if err := topology.Ensure(ctx, js, cfg.Replicas, Topology()); err != nil {
+	if err := topology.Ensure(ctx, js, cfg.Replicas, cfg.Retention.Apply(Topology())); err != nil {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("rbac-sync"), store: events.NewStore(js, actor), ready: make(chan struct{}), now: time.Now}
@@ -121,6 +132,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	}
 	s.status = view.NewCache(applied, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
 		view.WithFilter(appliedPrefix+">"))
+	s.fan.status, s.fan.collectEvery = s.status.Get, cfg.CollectInterval
 	return s, nil
 }
 
@@ -150,6 +162,9 @@ func (s *Service) run(ctx context.Context) error {
 	g.Go(func() error { return s.templatesView.Run(ctx) })
 	g.Go(func() error { return s.bindingsView.Run(ctx) })
 	g.Go(func() error { return s.status.Run(ctx) })
+	if !s.cfg.Snapshots.Disabled {
+		g.Go(func() error { return s.snapshotLoop(ctx) })
+	}
 	g.Go(func() error {
 		if err := s.start(ctx, g); err != nil {
 			if ctx.Err() != nil {
@@ -207,4 +222,10 @@ func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
 	close(s.ready)
 	s.log.Info("rbac-sync ready")
 	return nil
+}
+
+// Projections are the service's views, for tools that check a running fleet's buckets
+// against a rebuild from the streams (view.Verify; make chaos).
+func Projections() []view.Projection {
+	return []view.Projection{templatesProjection(), bindingsProjection()}
 }

@@ -1,0 +1,58 @@
+package rbacsync_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
+)
+
+// A revoked RoleBinding's tombstone stays until the cluster's agent reports the object absent
+// for that tombstone (or a later one), then leaves the bucket; a status about an older revision
+// collects nothing, and a key granted again is never collected.
+func TestConfirmedTombstonesAreCollected(t *testing.T) {
+	e := start(t, nil, rbacsync.Config{CollectInterval: 100 * time.Millisecond})
+	ctx := context.Background()
+	applied, err := e.js.JS.KeyValue(ctx, subjects.AppliedBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(key string, rev uint64, absent bool) {
+		t.Helper()
+		data, _ := proto.Marshal(&desiredv1.AppliedStatus{DesiredRevision: rev, Phase: desiredv1.Phase_PHASE_APPLIED, Absent: absent})
+		if _, err := applied.Put(ctx, subjects.AppliedKey(subjects.DesiredRBACBucket, key), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.register(t, "c1")
+	e.createProject(t, "p1")
+	e.createTemplate(t, "dev", nil, rule("", "pods", "get"))
+	e.bindNS(t, "p1", "c1", "web", "api")
+	rbWeb, rbAPI := rbKey("c1", "web", "dev"), rbKey("c1", "api", "dev")
+	e.bindRole(t, "p1", user("alice"), "dev")
+	e.waitState(t, rbWeb, "subjects:alice")
+	report(rbWeb, e.get(t, rbWeb).revision, false) // the agent applied the RoleBinding
+
+	e.unbindRole(t, "p1", user("alice"), "dev")
+	e.waitState(t, rbWeb, "tombstone")
+	e.waitState(t, rbAPI, "tombstone")
+	tomb := e.get(t, rbWeb).revision
+	// api's status is about an older revision; web's confirms its tombstone and is written
+	// after it, so the round that collects web has seen api's too.
+	report(rbAPI, e.get(t, rbAPI).revision-1, true)
+	report(rbWeb, tomb, true)
+	e.waitState(t, rbWeb, "absent")
+	if en := e.get(t, rbAPI); !en.present || !en.obj.Tombstone {
+		t.Fatalf("tombstone of %s collected on a status about an older revision: %+v", rbAPI, en)
+	}
+
+	// Granted again: a fresh object, whatever the old status said.
+	e.bindRole(t, "p1", user("bob"), "dev")
+	e.waitState(t, rbWeb, "subjects:bob")
+	e.waitState(t, rbAPI, "subjects:bob")
+}
