@@ -172,8 +172,8 @@ func benchPush(b *testing.B, rate, updates int) {
 			seen     atomic.Int64
 			received atomic.Int64
 		}
-		sotw, delta, query, cached := &probe{lat: make([]time.Duration, updates+1)}, &probe{lat: make([]time.Duration, updates+1)},
-			&probe{lat: make([]time.Duration, updates+1)}, &probe{lat: make([]time.Duration, updates+1)}
+		newProbe := func() *probe { return &probe{lat: make([]time.Duration, updates+1)} }
+		sotw, delta, query, built, cached := newProbe(), newProbe(), newProbe(), newProbe(), newProbe()
 		record := func(p *probe, now int64, ips []string) {
 			if s := seqIn(ips); s != 0 && s <= uint32(updates) && p.lat[s] == 0 {
 				if t := sentAt[s].Load(); t != 0 {
@@ -270,12 +270,12 @@ func benchPush(b *testing.B, rate, updates int) {
 					return
 				case <-feed.Changed():
 				}
-				now := time.Now().UnixNano()
 				for _, ref := range feed.Take() {
 					resp, ok := col.Endpoints(ref.Namespace, ref.Name)
 					if !ok {
 						continue
 					}
+					now := time.Now().UnixNano()
 					var ips []string
 					for _, c := range resp.Clusters {
 						for _, a := range c.Addresses {
@@ -287,20 +287,46 @@ func benchPush(b *testing.B, rate, updates int) {
 			}
 		})
 
-		// When the xDS server has put the assignment in its cache (before any client has it).
-		onPush := func(set map[string]types.Resource) {
-			now := time.Now().UnixNano()
-			for _, r := range set {
-				var ips []string
-				for _, l := range r.(*endpointv3.ClusterLoadAssignment).Endpoints {
-					for _, e := range l.LbEndpoints {
-						ips = append(ips, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
+		// When the xDS server has built the new assignment (our feed, before go-control-plane),
+		// and when UpdateResources has returned: it is in the cache and handed to every watch
+		// waiting for it (before any client has it).
+		stage := func(p *probe) func(map[string]types.Resource) {
+			return func(set map[string]types.Resource) {
+				now := time.Now().UnixNano()
+				for _, r := range set {
+					var ips []string
+					for _, l := range r.(*endpointv3.ClusterLoadAssignment).Endpoints {
+						for _, e := range l.LbEndpoints {
+							ips = append(ips, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
+						}
 					}
+					record(p, now, ips)
 				}
-				record(cached, now, ips)
 			}
 		}
-		x.onPush.Store(&onPush)
+		// How long each batch's UpdateResources took (go-control-plane's share of the cache
+		// stage), and how much of the update phase the feeding goroutine spent in it.
+		var (
+			updMu    sync.Mutex
+			updStart time.Time
+			updDur   []time.Duration
+		)
+		onBuilt, onPushed := stage(built), stage(cached)
+		x.hooks.Store(&hooks{
+			built: func(set map[string]types.Resource) {
+				onBuilt(set)
+				updMu.Lock()
+				updStart = time.Now()
+				updMu.Unlock()
+			},
+			pushed: func(set map[string]types.Resource) {
+				updMu.Lock()
+				updDur = append(updDur, time.Since(updStart))
+				updMu.Unlock()
+				onPushed(set)
+			},
+		})
+		phase := time.Now()
 
 		// Updates: seq 1..updates, each to another service's east slice, paced.
 		upd := make([]*nats.Msg, updates+1)
@@ -323,10 +349,22 @@ func benchPush(b *testing.B, rate, updates int) {
 			}
 			return nil
 		})
+		phaseDur := time.Since(phase)
+		updMu.Lock()
+		var busy time.Duration
+		for _, d := range updDur {
+			busy += d
+		}
+		p50, p99 := percentiles(updDur)
+		b.ReportMetric(ms(p50), "update-p50-ms")
+		b.ReportMetric(ms(p99), "update-p99-ms")
+		b.ReportMetric(float64(len(updDur)), "batches")
+		b.ReportMetric(100*busy.Seconds()/phaseDur.Seconds(), "in-update-%")
+		updMu.Unlock()
 		for _, m := range []struct {
 			name string
 			p    *probe
-		}{{"query", query}, {"cache", cached}, {"sotw", sotw}, {"delta", delta}} {
+		}{{"query", query}, {"built", built}, {"cache", cached}, {"sotw", sotw}, {"delta", delta}} {
 			p50, p99 := percentiles(m.p.lat[1:])
 			b.ReportMetric(ms(p50), m.name+"-p50-ms")
 			b.ReportMetric(ms(p99), m.name+"-p99-ms")

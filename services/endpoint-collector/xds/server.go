@@ -77,8 +77,9 @@ type Server struct {
 	streams prometheus.Gauge
 	nacks   *prometheus.CounterVec
 	pushes  prometheus.Counter
-	// onPush, when set (benchmarks), is called after each batch with the assignments it pushed.
-	onPush atomic.Pointer[func(map[string]types.Resource)]
+	// hooks, when set (benchmarks), are called with each batch's assignments: once built, and
+	// once in the caches.
+	hooks atomic.Pointer[hooks]
 }
 
 // New builds a server serving src; Run feeds it and Serve serves it.
@@ -147,6 +148,11 @@ func (s *Server) Run(ctx context.Context) error {
 			s.apply(feed.Take())
 		}
 	}
+}
+
+// hooks observe the feeding (benchmarks).
+type hooks struct {
+	built, pushed func(map[string]types.Resource)
 }
 
 // update collects one batch of changes per cache.
@@ -218,6 +224,10 @@ func (s *Server) apply(refs []collector.ServiceRef) {
 			s.served[ref] = ports
 		}
 	}
+	h := s.hooks.Load()
+	if h != nil && h.built != nil {
+		h.built(eds.set)
+	}
 	// Endpoints first, routes and listeners last: a client following a new listener finds its
 	// route, cluster and endpoints already there.
 	n := 0
@@ -232,8 +242,8 @@ func (s *Server) apply(refs []collector.ServiceRef) {
 		n += k
 	}
 	s.pushes.Add(float64(n))
-	if f := s.onPush.Load(); f != nil {
-		(*f)(eds.set)
+	if h != nil && h.pushed != nil {
+		h.pushed(eds.set)
 	}
 }
 
