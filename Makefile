@@ -266,6 +266,10 @@ demo: kubectl ## a narrated walkthrough against the running compose stack (make 
 compose-check: images compose-secrets kubectl ## start the stack, wait until the clusters are Connected, run the demo, smoke-test, always tear down
 	@COMPOSE="$(COMPOSE)" KUBECTL=$(BIN)/kubectl tools/scripts/compose-check.sh
 
+.PHONY: chaos
+chaos: images compose-secrets ## the fault suite on the compose stack with two replicas per service: kill NATS nodes, crash lease holders, partition an agent, restart all; always tears down
+	@COMPOSE="$(COMPOSE)" tools/scripts/chaos.sh
+
 .PHONY: chart-check
 chart-check: helm ## lint and render the Helm charts, dry-run every object on a real kube-apiserver, prove the agent's least privilege
 	@HELM=$(BIN)/helm tools/scripts/chart-check.sh

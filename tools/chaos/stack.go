@@ -1,0 +1,260 @@
+// Package chaos drives faults into the compose stack (make chaos): it kills NATS nodes and
+// service replicas, partitions a member cluster's agent and restarts the whole stack, while a
+// steady load of API writes runs through the gateway, and checks afterwards that every
+// acknowledged write is there and every view equals a rebuild from its stream.
+//
+// It talks to the stack only through the ports docker-compose.yml publishes on 127.0.0.1 and
+// to Docker through its CLI.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Stack is the running compose stack.
+type Stack struct {
+	// Root is the repository root (docker-compose.yml and .data/compose live there).
+	Root string
+	// Compose is the compose command with its -f files, e.g.
+	// ["docker-compose", "-f", "docker-compose.yml", "-f", "deploy/chaos/docker-compose.yml"].
+	Compose []string
+	// Gateway is the API front door, http://127.0.0.1:18080.
+	Gateway string
+	// NATSURL is the NATS client port published for the host (nats-1).
+	NATSURL string
+	// Monitor maps a NATS node's service name to its published monitoring URL.
+	Monitor map[string]string
+}
+
+// DefaultStack is the stack docker-compose.yml publishes, with the chaos profile on top.
+func DefaultStack(root string) *Stack {
+	return &Stack{
+		Root:    root,
+		Compose: []string{"docker-compose", "-f", "docker-compose.yml", "-f", "deploy/chaos/docker-compose.yml"},
+		Gateway: "http://127.0.0.1:18080",
+		NATSURL: "nats://127.0.0.1:14222",
+		Monitor: map[string]string{
+			"nats-1": "http://127.0.0.1:18222",
+			"nats-2": "http://127.0.0.1:18223",
+			"nats-3": "http://127.0.0.1:18224",
+		},
+	}
+}
+
+func (s *Stack) run(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = s.Root
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// ComposeRun runs a compose subcommand.
+func (s *Stack) ComposeRun(ctx context.Context, args ...string) (string, error) {
+	return s.run(ctx, s.Compose[0], append(append([]string{}, s.Compose[1:]...), args...)...)
+}
+
+// Container returns the id of a compose service's container.
+func (s *Stack) Container(ctx context.Context, service string) (string, error) {
+	id, err := s.ComposeRun(ctx, "ps", "-q", service)
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", fmt.Errorf("service %s has no container", service)
+	}
+	return strings.Fields(id)[0], nil
+}
+
+// Kill stops a service's container with SIGKILL through Docker (docker kill): Docker does not
+// restart it, Start does.
+func (s *Stack) Kill(ctx context.Context, service string) error {
+	id, err := s.Container(ctx, service)
+	if err != nil {
+		return err
+	}
+	_, err = s.run(ctx, "docker", "kill", id)
+	return err
+}
+
+// Start starts a service's stopped container again, with its volumes.
+func (s *Stack) Start(ctx context.Context, service string) error {
+	id, err := s.Container(ctx, service)
+	if err != nil {
+		return err
+	}
+	_, err = s.run(ctx, "docker", "start", id)
+	return err
+}
+
+// Crash SIGKILLs the main process of a container from the host, as the kernel's OOM killer or a
+// crash would: the container exits non-zero and its restart policy (on-failure) restarts it.
+func (s *Stack) Crash(ctx context.Context, container string) error {
+	out, err := s.run(ctx, "docker", "inspect", "-f", "{{.State.Pid}}", container)
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(out)
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("container %s: no process (pid %q)", container, out)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 %d (container %s): %w", pid, container, err)
+	}
+	return nil
+}
+
+// Hostnames maps the hostname of every running container of the stack (what a service puts into
+// its lease values) to the container id and its compose service.
+func (s *Stack) Hostnames(ctx context.Context) (map[string][2]string, error) {
+	ids, err := s.ComposeRun(ctx, "ps", "-q")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][2]string{}
+	for _, id := range strings.Fields(ids) {
+		line, err := s.run(ctx, "docker", "inspect", "-f", `{{.Config.Hostname}} {{index .Config.Labels "com.docker.compose.service"}}`, id)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			out[f[0]] = [2]string{id, f[1]}
+		}
+	}
+	return out, nil
+}
+
+// Disconnect cuts a service's container off every network it is on and returns them, for
+// Reconnect.
+func (s *Stack) Disconnect(ctx context.Context, service string) (string, []string, error) {
+	id, err := s.Container(ctx, service)
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := s.run(ctx, "docker", "inspect", "-f", `{{json .NetworkSettings.Networks}}`, id)
+	if err != nil {
+		return "", nil, err
+	}
+	var nets map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &nets); err != nil {
+		return "", nil, fmt.Errorf("networks of %s: %w", service, err)
+	}
+	var names []string
+	for n := range nets {
+		if _, err := s.run(ctx, "docker", "network", "disconnect", n, id); err != nil {
+			return id, names, err
+		}
+		names = append(names, n)
+	}
+	return id, names, nil
+}
+
+// Reconnect undoes Disconnect.
+func (s *Stack) Reconnect(ctx context.Context, id string, networks []string, alias string) error {
+	for _, n := range networks {
+		if _, err := s.run(ctx, "docker", "network", "connect", "--alias", alias, n, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NATSHealthy reports whether a NATS node answers /healthz with 200: JetStream enabled and, for
+// a clustered node, current with the meta leader and every stream and consumer it hosts.
+func (s *Stack) NATSHealthy(ctx context.Context, node string) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Monitor[node]+"/healthz", nil)
+	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// StreamLeaders returns, per stream, its leader node's server name and last sequence, from the
+// first monitoring endpoint that answers.
+func (s *Stack) StreamLeaders(ctx context.Context) (map[string]StreamState, error) {
+	var lastErr error
+	for _, node := range []string{"nats-1", "nats-2", "nats-3"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Monitor[node]+"/jsz?accounts=true&streams=true", nil)
+		resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		var jsz struct {
+			AccountDetails []struct {
+				StreamDetail []struct {
+					Name    string `json:"name"`
+					Cluster struct {
+						Leader string `json:"leader"`
+					} `json:"cluster"`
+					State struct {
+						LastSeq uint64 `json:"last_seq"`
+					} `json:"state"`
+				} `json:"stream_detail"`
+			} `json:"account_details"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&jsz)
+		resp.Body.Close()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		out := map[string]StreamState{}
+		for _, a := range jsz.AccountDetails {
+			for _, sd := range a.StreamDetail {
+				out[sd.Name] = StreamState{Leader: sd.Cluster.Leader, LastSeq: sd.State.LastSeq}
+			}
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+		lastErr = fmt.Errorf("%s: no streams in /jsz", node)
+	}
+	return nil, fmt.Errorf("stream leaders: %w", lastErr)
+}
+
+// StreamState is one stream as its leader reports it.
+type StreamState struct {
+	Leader  string
+	LastSeq uint64
+}
+
+// Secret reads a dev secret of the stack (.data/compose/...).
+func (s *Stack) Secret(rel string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.Root, ".data/compose", rel))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// GatewayReady returns nil when the gateway's /readyz answers 200 (it reaches every service).
+func (s *Stack) GatewayReady(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Gateway+"/readyz", nil)
+	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("gateway /readyz: %s", resp.Status)
+	}
+	return nil
+}
