@@ -223,21 +223,24 @@ func runCatchUp(b *testing.B, rawFirst bool) (fleet, raw float64) {
 	ensureStream(b, j.JS)
 	ctx := testkit.Context(b, 5*time.Minute)
 	regs, updates, regKeys, updKeys := encodedEvents(b, ctx)
-	for k, data := range regs {
-		if _, err := j.JS.PublishAsync("test."+regKeys[k], data); err != nil {
-			b.Fatal(err)
+	// In rounds of 1,000, under the client's limit of outstanding async publishes (4,000),
+	// which a loaded machine otherwise hits.
+	preload := func(keys []string, data [][]byte) {
+		for i := range data {
+			if _, err := j.JS.PublishAsync("test."+keys[i], data[i]); err != nil {
+				b.Fatal(err)
+			}
+			if i%1000 == 999 || i == len(data)-1 {
+				select {
+				case <-j.JS.PublishAsyncComplete():
+				case <-ctx.Done():
+					b.Fatal("preloading timed out")
+				}
+			}
 		}
 	}
-	for i, data := range updates {
-		if _, err := j.JS.PublishAsync("test."+updKeys[i], data); err != nil {
-			b.Fatal(err)
-		}
-	}
-	select {
-	case <-j.JS.PublishAsyncComplete():
-	case <-ctx.Done():
-		b.Fatal("preloading timed out")
-	}
+	preload(regKeys, regs)
+	preload(updKeys, updates)
 	last := uint64(benchKeys + benchEvents)
 	n := float64(last)
 
