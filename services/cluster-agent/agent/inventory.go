@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -36,6 +37,13 @@ type inventoryReporter struct {
 	agent    *Agent
 	informer cache.SharedIndexInformer
 	lister   corelisters.NamespaceLister
+
+	// Used by the Run loop only.
+	// published is one more than the highest chunk index this reporter may have left on the
+	// stream, so chunks a shrunk inventory no longer uses are emptied.
+	published uint32
+	// generation is the last generation used, so that generations grow even if the clock does not.
+	generation uint64
 }
 
 func newInventoryReporter(a *Agent) *inventoryReporter {
@@ -117,10 +125,41 @@ func (r *inventoryReporter) publish(ctx context.Context) error {
 		return err
 	}
 	a := r.agent
-	if err := a.appendReport(ctx, subjects.AgentInventory(a.cfg.ClusterName), inv); err != nil {
-		return err
+	start := time.Now()
+	budget := a.cfg.InventoryChunkBytes
+	if budget <= 0 {
+		budget = int(a.js.Conn().MaxPayload()) / 4
 	}
-	a.log.Debug("namespace inventory published", zap.Int("namespaces", len(inv.Namespaces)))
+	gen := max(uint64(inv.Time.AsTime().UnixNano()), r.generation+1)
+	chunks := nsinventory.Split(inv, budget, gen)
+	n := uint32(len(chunks))
+	if n > 1 || r.published > 1 {
+		r.generation = gen
+	}
+	if n == 1 && r.published > 1 {
+		// The list fits again: chunk 0 says so, in the generation of the emptied leftovers.
+		chunks[0].Generation, chunks[0].Chunks = gen, 1
+	}
+	// Highest index first and chunk 0 before the leftovers: while the count grows, a reader
+	// then meets the new chunks before the new count; while it shrinks, chunk 0 holds every
+	// namespace the leftovers held before they are emptied (see nsinventory.Assemble).
+	for i := int(n) - 1; i >= 0; i-- {
+		if err := a.appendReport(ctx, subjects.AgentInventoryChunk(a.cfg.ClusterName, uint32(i)), chunks[i]); err != nil {
+			return err
+		}
+		r.published = max(r.published, uint32(i)+1)
+	}
+	// Chunks a larger inventory used, emptied so they do not linger (readers ignore them
+	// anyway: their index is not below the new count).
+	for i := n; i < r.published; i++ {
+		empty := &agentv1.NamespaceInventory{ClusterName: inv.ClusterName, Time: inv.Time, Generation: gen, Chunk: i, Chunks: n}
+		if err := a.appendReport(ctx, subjects.AgentInventoryChunk(a.cfg.ClusterName, i), empty); err != nil {
+			return err
+		}
+	}
+	r.published = n
+	a.log.Debug("namespace inventory published", zap.Int("namespaces", len(inv.Namespaces)),
+		zap.Uint32("chunks", n), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
