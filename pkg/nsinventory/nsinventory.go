@@ -202,12 +202,13 @@ func Assemble(entries []*clusterv1.NamespaceInventory) *clusterv1.NamespaceInven
 }
 
 // Count returns how many namespaces Assemble(entries) would hold, without building the list
-// when every counted chunk is of the newest generation (each namespace is then in exactly one).
+// when every counted chunk is laid out for the newest count (each namespace is then in
+// exactly one of them, whatever their generations).
 func Count(entries []*clusterv1.NamespaceInventory) int {
-	counted, gen, _ := current(entries)
+	counted, _, n := current(entries)
 	total := 0
 	for _, e := range counted {
-		if e.GetGeneration() != gen {
+		if chunkCount(e) != n {
 			return len(Assemble(entries).GetNamespaces())
 		}
 		total += len(e.GetNamespaces())

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -452,8 +453,9 @@ func TestHeartbeatsWithoutInformerPermissions(t *testing.T) {
 }
 
 // TestInventoryChunks checks that an inventory over the chunk budget is published in chunks
-// that each fit, hold every namespace once and share a generation, and that when it shrinks
-// to one message the chunks it no longer uses are emptied.
+// that each fit and hold every namespace once, that a change republishes only the chunk it
+// touched, and that when the inventory shrinks to one message the chunks it no longer uses are
+// emptied.
 func TestInventoryChunks(t *testing.T) {
 	t.Parallel()
 	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
@@ -519,9 +521,11 @@ func TestInventoryChunks(t *testing.T) {
 		if len(cs) < 4 {
 			return fmt.Errorf("%d chunks", len(cs))
 		}
+		// Chunks a change did not touch are not republished: generations may differ, the
+		// count may not.
 		for i, c := range cs {
-			if c.GetChunk() != uint32(i) || c.GetGeneration() != cs[0].GetGeneration() || c.GetGeneration() == 0 {
-				return fmt.Errorf("chunk %d: index %d, generation %d, chunk 0's %d", i, c.GetChunk(), c.GetGeneration(), cs[0].GetGeneration())
+			if c.GetChunk() != uint32(i) || c.GetChunks() != cs[0].GetChunks() || c.GetGeneration() == 0 {
+				return fmt.Errorf("chunk %d: index %d of %d, generation %d; chunk 0 of %d", i, c.GetChunk(), c.GetChunks(), c.GetGeneration(), cs[0].GetChunks())
 			}
 		}
 		if err := want(cs); err != nil {
@@ -536,6 +540,37 @@ func TestInventoryChunks(t *testing.T) {
 		}
 	}
 	t.Logf("%d namespaces in %d chunks", count+4, len(grown))
+
+	// A relabelled namespace republishes its chunk only; the others keep their generation.
+	const relabelled = "chunky-042"
+	ns, err := nsClient.Get(ctx, relabelled, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["team"] = "x"
+	if _, err := nsClient.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	home := nsinventory.Chunk(relabelled, uint32(len(grown)))
+	testkit.Eventually(t, 30*time.Second, func() error {
+		cs, err := chunks()
+		if err != nil {
+			return err
+		}
+		if len(cs) != len(grown) {
+			return fmt.Errorf("%d chunks", len(cs))
+		}
+		for i, c := range cs {
+			if uint32(i) == home {
+				if namespaces(c)[relabelled].GetLabels()["team"] != "x" || c.GetGeneration() <= grown[i].GetGeneration() {
+					return fmt.Errorf("chunk %d: %s %v, generation %d", i, relabelled, namespaces(c)[relabelled], c.GetGeneration())
+				}
+			} else if c.GetGeneration() != grown[i].GetGeneration() {
+				return fmt.Errorf("chunk %d republished without a change", i)
+			}
+		}
+		return want(cs)
+	})
 
 	// Down to 14 of them: one message again, and the other indices emptied.
 	for i := range count - 14 {
