@@ -155,20 +155,29 @@ func TestIntegrationLargeInventory(t *testing.T) {
 	testkit.Eventually(t, 3*time.Minute, views)
 	t.Logf("agent start to every namespace in both views: %s", time.Since(start).Round(time.Millisecond))
 
-	chunk0 := lastInventoryChunk(ctx, t, j, m.name, 0)
+	chunk0, stored0 := lastInventoryChunk(ctx, t, j, m.name, 0)
 	n := chunk0.GetChunks()
 	if n < 2 {
 		t.Fatalf("inventory of %d namespaces published as %d chunk(s)", len(want), n)
 	}
-	var largest int
+	var (
+		largest int
+		first   time.Time
+	)
 	for i := range n {
-		c := lastInventoryChunk(ctx, t, j, m.name, i)
-		if c.GetGeneration() != chunk0.GetGeneration() || c.GetChunks() != n {
-			t.Errorf("chunk %d: generation %d of %d chunks, chunk 0: %d of %d", i, c.GetGeneration(), c.GetChunks(), chunk0.GetGeneration(), n)
+		c, stored := lastInventoryChunk(ctx, t, j, m.name, i)
+		if i == n-1 && c.GetGeneration() == chunk0.GetGeneration() {
+			first = stored // the agent publishes the highest index first, chunk 0 last
+		}
+		if c.GetChunks() != n || c.GetChunk() != i {
+			t.Errorf("chunk %d: index %d of %d chunks, chunk 0 of %d", i, c.GetChunk(), c.GetChunks(), n)
 		}
 		largest = max(largest, proto.Size(c))
 	}
 	t.Logf("published as %d chunks, the largest %d bytes", n, largest)
+	if !first.IsZero() {
+		t.Logf("the stream stored the %d chunks of one publish within %s", n, stored0.Sub(first).Round(time.Millisecond))
+	}
 
 	// Delete a tenth (finalized at once, as the namespace controller would once they are
 	// empty): both views follow.
@@ -218,7 +227,8 @@ func sameNames[T any](what string, got []T, name func(T) string, want map[string
 }
 
 // lastInventoryChunk returns the latest message of chunk i of cluster's inventory.
-func lastInventoryChunk(ctx context.Context, t *testing.T, j *testkit.JetStream, cluster string, i uint32) *agentv1.NamespaceInventory {
+// It also returns when the stream stored it.
+func lastInventoryChunk(ctx context.Context, t *testing.T, j *testkit.JetStream, cluster string, i uint32) (*agentv1.NamespaceInventory, time.Time) {
 	t.Helper()
 	s, err := j.JS.Stream(ctx, subjects.AgentStreamName)
 	if err != nil {
@@ -239,5 +249,5 @@ func lastInventoryChunk(ctx context.Context, t *testing.T, j *testkit.JetStream,
 	if !ok {
 		t.Fatalf("chunk %d: %T", i, ev.Payload)
 	}
-	return inv
+	return inv, m.Time
 }
