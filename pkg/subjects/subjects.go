@@ -21,7 +21,8 @@ const (
 	ClusterCredentialsBucket = "cluster-credentials"
 	// ClusterStatusBucket holds what agents report continuously (last seen), not event-sourced.
 	ClusterStatusBucket = "cluster-status"
-	// ClusterInventoryBucket holds each cluster's latest namespace inventory.
+	// ClusterInventoryBucket holds each cluster's latest namespace inventory, one entry per
+	// chunk (ClusterInventoryKey).
 	ClusterInventoryBucket = "cluster-inventory"
 	// AgentTokensBucket maps a digest of each agent's NATS token to its cluster.
 	AgentTokensBucket = "agent-tokens"
