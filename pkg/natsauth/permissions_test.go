@@ -83,6 +83,10 @@ func TestPermissionTable(t *testing.T) {
 		{"agent c1", natsauth.AgentPermissions("c1"), []check{
 			{"fleet.agent.c1.heartbeat", false, true},
 			{"fleet.agent.c2.heartbeat", false, false},
+			// Its namespace inventory, in chunks when large (pkg/nsinventory).
+			{"fleet.agent.c1.inventory", false, true},
+			{"fleet.agent.c1.inventory.7", false, true},
+			{"fleet.agent.c2.inventory.7", false, false},
 			{"$JS.API.CONSUMER.CREATE.KV_desired-rbac.x.$KV.desired-rbac.c1.>", false, true},
 			{"$JS.API.CONSUMER.CREATE.KV_desired-rbac.x.$KV.desired-rbac.c2.>", false, false},
 			{"$JS.API.CONSUMER.CREATE.KV_desired-rbac.x", false, false},

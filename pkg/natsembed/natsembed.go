@@ -35,7 +35,13 @@ type Config struct {
 	Auth server.Authentication
 	// Logger receives the server's log lines; nil silences them.
 	Logger *zap.Logger
+	// MaxPayload is the largest message the server accepts (default DefaultMaxPayload).
+	MaxPayload int32
 }
+
+// DefaultMaxPayload is the embedded server's max_payload, as in deploy/nats (nats-server's own
+// default is 1 MB).
+const DefaultMaxPayload = 8 << 20
 
 // Server is a running embedded nats-server.
 type Server struct {
@@ -56,12 +62,15 @@ func Start(cfg Config) (*Server, error) {
 		StoreDir:                   cfg.StoreDir,
 		NoSigs:                     true,
 		NoSystemAccount:            false,
-		MaxPayload:                 8 << 20,
+		MaxPayload:                 DefaultMaxPayload,
 		CustomClientAuthentication: cfg.Auth,
 	}
 	if cfg.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.ClusterHost, Port: cfg.ClusterPort}
 		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+	}
+	if cfg.MaxPayload > 0 {
+		opts.MaxPayload = cfg.MaxPayload
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

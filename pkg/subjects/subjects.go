@@ -3,6 +3,8 @@
 package subjects
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +21,8 @@ const (
 	ClusterCredentialsBucket = "cluster-credentials"
 	// ClusterStatusBucket holds what agents report continuously (last seen), not event-sourced.
 	ClusterStatusBucket = "cluster-status"
-	// ClusterInventoryBucket holds each cluster's latest namespace inventory.
+	// ClusterInventoryBucket holds each cluster's latest namespace inventory, one entry per
+	// chunk (ClusterInventoryKey).
 	ClusterInventoryBucket = "cluster-inventory"
 	// AgentTokensBucket maps a digest of each agent's NATS token to its cluster.
 	AgentTokensBucket = "agent-tokens"
@@ -51,8 +54,34 @@ func AgentPrefixFor(cluster string) string { return AgentPrefix + "." + keys.Enc
 // AgentHeartbeat returns the subject of cluster's heartbeats.
 func AgentHeartbeat(cluster string) string { return AgentPrefixFor(cluster) + ".heartbeat" }
 
-// AgentInventory returns the subject of cluster's namespace inventory.
+// AgentInventory returns the subject of cluster's namespace inventory (its chunk 0).
 func AgentInventory(cluster string) string { return AgentPrefixFor(cluster) + ".inventory" }
+
+// AgentInventoryChunk returns the subject of chunk i of cluster's namespace inventory:
+// AgentInventory for chunk 0, <AgentInventory>.<i> for the others (see pkg/nsinventory).
+func AgentInventoryChunk(cluster string, i uint32) string {
+	if i == 0 {
+		return AgentInventory(cluster)
+	}
+	return AgentInventory(cluster) + "." + strconv.FormatUint(uint64(i), 10)
+}
+
+// ClusterInventoryKey returns the key of chunk i of the inventory in ClusterInventoryBucket
+// whose cluster encodes to token tok (keys.Encode): tok for chunk 0, as before chunking
+// existed, <tok>.<i> for the others.
+func ClusterInventoryKey(tok string, i uint32) string {
+	if i == 0 {
+		return tok
+	}
+	return tok + "." + strconv.FormatUint(uint64(i), 10)
+}
+
+// ClusterInventoryKeyCluster returns the cluster token of a ClusterInventoryBucket key, the
+// term under which readers index every chunk of one cluster.
+func ClusterInventoryKeyCluster(key string) string {
+	tok, _, _ := strings.Cut(key, ".")
+	return tok
+}
 
 // Import sources: cluster-import writes, per inventory cluster, what its agent must report for
 // the import policies (agentv1.ImportWatch); the agent reports each object on FLEET_AGENT, except

@@ -27,8 +27,15 @@ type JetStream struct {
 // ends.
 func StartJetStream(t testing.TB) *JetStream {
 	t.Helper()
+	return StartJetStreamMaxPayload(t, 0)
+}
+
+// StartJetStreamMaxPayload is StartJetStream with the server's max_payload set to maxPayload
+// bytes (0: natsembed.DefaultMaxPayload), for example nats-server's own default of 1 MB.
+func StartJetStreamMaxPayload(t testing.TB, maxPayload int32) *JetStream {
+	t.Helper()
 	dir := t.TempDir()
-	s, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: dir, Port: -1})
+	s, err := natsembed.Start(natsembed.Config{Name: "test", StoreDir: dir, Port: -1, MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatalf("start jetstream: %v", err)
 	}

@@ -43,6 +43,11 @@ type Config struct {
 	// InventoryDebounce is how long a change waits for more before the inventory is published
 	// (default 500ms): a burst of namespace events becomes one report.
 	InventoryDebounce time.Duration
+	// InventoryChunkBytes is the most bytes one namespace inventory message may encode to
+	// (default a quarter of the NATS connection's max payload, leaving room for the event
+	// envelope and the hub's view entry); a larger inventory is split into chunks
+	// (pkg/nsinventory).
+	InventoryChunkBytes int
 	// ResourcesDebounce is how long a node change waits for more before the Ready nodes are
 	// summed again (default 1s); a changed sum is sent with a heartbeat at once.
 	ResourcesDebounce time.Duration

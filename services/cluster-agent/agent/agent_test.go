@@ -11,12 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -448,4 +450,166 @@ func TestHeartbeatsWithoutInformerPermissions(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent did not stop")
 	}
+}
+
+// TestInventoryChunks checks that an inventory over the chunk budget is published in chunks
+// that each fit and hold every namespace once, that a change republishes only the chunk it
+// touched, and that when the inventory shrinks to one message the chunks it no longer uses are
+// emptied.
+func TestInventoryChunks(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+	const budget = 2000
+	startAgent(t, agent.Config{InventoryDebounce: 50 * time.Millisecond, InventoryChunkBytes: budget}, j.JS, k)
+
+	const count = 150
+	nsClient := k.Client.CoreV1().Namespaces()
+	for i := range count {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("chunky-%03d", i)}}
+		if _, err := nsClient.Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", ns.Name, err)
+		}
+	}
+
+	// chunks returns the latest chunk 0 and every chunk of its generation's count.
+	chunks := func() ([]*agentv1.NamespaceInventory, error) {
+		r, err := latestInventory(ctx, j.JS)
+		if err != nil {
+			return nil, err
+		}
+		out := []*agentv1.NamespaceInventory{r.payload}
+		for i := uint32(1); i < r.payload.GetChunks(); i++ {
+			c, err := latest[*agentv1.NamespaceInventory](ctx, j.JS, subjects.AgentInventoryChunk(cluster, i))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, c.payload)
+		}
+		return out, nil
+	}
+	// want checks that cs hold exactly the namespaces the apiserver lists, each once.
+	want := func(cs []*agentv1.NamespaceInventory) error {
+		list, err := nsClient.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		seen := map[string]int{}
+		for _, c := range cs {
+			for _, ns := range c.GetNamespaces() {
+				seen[ns.GetName()]++
+			}
+		}
+		for _, ns := range list.Items {
+			if seen[ns.Name] != 1 {
+				return fmt.Errorf("%s reported %d times", ns.Name, seen[ns.Name])
+			}
+		}
+		if len(seen) != len(list.Items) {
+			return fmt.Errorf("%d namespaces reported, %d exist", len(seen), len(list.Items))
+		}
+		return nil
+	}
+
+	var grown []*agentv1.NamespaceInventory
+	testkit.Eventually(t, 30*time.Second, func() error {
+		cs, err := chunks()
+		if err != nil {
+			return err
+		}
+		if len(cs) < 4 {
+			return fmt.Errorf("%d chunks", len(cs))
+		}
+		// Chunks a change did not touch are not republished: generations may differ, the
+		// count may not.
+		for i, c := range cs {
+			if c.GetChunk() != uint32(i) || c.GetChunks() != cs[0].GetChunks() || c.GetGeneration() == 0 {
+				return fmt.Errorf("chunk %d: index %d of %d, generation %d; chunk 0 of %d", i, c.GetChunk(), c.GetChunks(), c.GetGeneration(), cs[0].GetChunks())
+			}
+		}
+		if err := want(cs); err != nil {
+			return err
+		}
+		grown = cs
+		return nil
+	})
+	for _, c := range grown {
+		if size := proto.Size(c); size > budget {
+			t.Errorf("chunk %d: %d bytes, budget %d", c.GetChunk(), size, budget)
+		}
+	}
+	t.Logf("%d namespaces in %d chunks", count+4, len(grown))
+
+	// A relabelled namespace republishes its chunk only; the others keep their generation.
+	const relabelled = "chunky-042"
+	ns, err := nsClient.Get(ctx, relabelled, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["team"] = "x"
+	if _, err := nsClient.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	home := nsinventory.Chunk(relabelled, uint32(len(grown)))
+	testkit.Eventually(t, 30*time.Second, func() error {
+		cs, err := chunks()
+		if err != nil {
+			return err
+		}
+		if len(cs) != len(grown) {
+			return fmt.Errorf("%d chunks", len(cs))
+		}
+		for i, c := range cs {
+			if uint32(i) == home {
+				if namespaces(c)[relabelled].GetLabels()["team"] != "x" || c.GetGeneration() <= grown[i].GetGeneration() {
+					return fmt.Errorf("chunk %d: %s %v, generation %d", i, relabelled, namespaces(c)[relabelled], c.GetGeneration())
+				}
+			} else if c.GetGeneration() != grown[i].GetGeneration() {
+				return fmt.Errorf("chunk %d republished without a change", i)
+			}
+		}
+		return want(cs)
+	})
+
+	// Down to 14 of them: one message again, and the other indices emptied.
+	for i := range count - 14 {
+		name := fmt.Sprintf("chunky-%03d", i)
+		if err := nsClient.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+		ns, err := nsClient.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get %s: %v", name, err)
+		}
+		ns.Spec.Finalizers = nil
+		if _, err := nsClient.Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("finalize %s: %v", name, err)
+		}
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		cs, err := chunks()
+		if err != nil {
+			return err
+		}
+		if len(cs) != 1 {
+			return fmt.Errorf("%d chunks", len(cs))
+		}
+		if err := want(cs); err != nil {
+			return err
+		}
+		// This agent published more chunks before: each index it no longer uses was emptied,
+		// with a count that leaves it out, as the inventory shrank (one step or several).
+		for i := uint32(1); i < uint32(len(grown)); i++ {
+			c, err := latest[*agentv1.NamespaceInventory](ctx, j.JS, subjects.AgentInventoryChunk(cluster, i))
+			if err != nil {
+				return err
+			}
+			if len(c.payload.GetNamespaces()) != 0 || c.payload.GetChunks() > i || c.payload.GetGeneration() <= grown[0].GetGeneration() {
+				return fmt.Errorf("left-over chunk %d: %d namespaces, %d chunks, generation %d", i,
+					len(c.payload.GetNamespaces()), c.payload.GetChunks(), c.payload.GetGeneration())
+			}
+		}
+		return nil
+	})
 }

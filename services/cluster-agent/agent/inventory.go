@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -36,6 +39,19 @@ type inventoryReporter struct {
 	agent    *Agent
 	informer cache.SharedIndexInformer
 	lister   corelisters.NamespaceLister
+
+	// Used by the Run loop only.
+	// published is one more than the highest chunk index this reporter may have left on the
+	// stream, so chunks a shrunk inventory no longer uses are emptied.
+	published uint32
+	// generation is the last generation used, so that generations grow even if the clock does not.
+	generation uint64
+	// sent holds a digest of the namespaces of each chunk on the stream, of a split into
+	// sentOf chunks, and lastFull when every chunk was last published: while the count stays,
+	// a change republishes only the chunks it touched, and each InventoryResync all of them.
+	sent     map[uint32][sha256.Size]byte
+	sentOf   uint32
+	lastFull time.Time
 }
 
 func newInventoryReporter(a *Agent) *inventoryReporter {
@@ -117,10 +133,63 @@ func (r *inventoryReporter) publish(ctx context.Context) error {
 		return err
 	}
 	a := r.agent
-	if err := a.appendReport(ctx, subjects.AgentInventory(a.cfg.ClusterName), inv); err != nil {
-		return err
+	start := time.Now()
+	budget := a.cfg.InventoryChunkBytes
+	if budget <= 0 {
+		budget = int(a.js.Conn().MaxPayload()) / 4
 	}
-	a.log.Debug("namespace inventory published", zap.Int("namespaces", len(inv.Namespaces)))
+	gen := max(uint64(inv.Time.AsTime().UnixNano()), r.generation+1)
+	chunks := nsinventory.Split(inv, budget, gen)
+	n := uint32(len(chunks))
+	if n > 1 || r.published > 1 {
+		r.generation = gen
+	}
+	if n == 1 && r.published > 1 {
+		// The list fits again: chunk 0 says so, in the generation of the emptied leftovers.
+		chunks[0].Generation, chunks[0].Chunks = gen, 1
+	}
+	// A chunk whose namespaces are what the stream holds for its index under the same count
+	// need not go out again: a reader merges chunks of different generations of one count
+	// (each namespace is in one index). Every InventoryResync, and after a failed publish, all
+	// of them go out anyway; an unchunked inventory always does, as it did before chunks.
+	full := n == 1 || n != r.sentOf || time.Since(r.lastFull) >= a.cfg.InventoryResync
+	if n != r.sentOf {
+		r.sent, r.sentOf = map[uint32][sha256.Size]byte{}, n
+	}
+	// Highest index first and chunk 0 before the leftovers: while the count grows, a reader
+	// then meets the new chunks before the new count; while it shrinks, chunk 0 holds every
+	// namespace the leftovers held before they are emptied (see nsinventory.Assemble).
+	skipped := 0
+	for i := int(n) - 1; i >= 0; i-- {
+		sum, err := namespacesDigest(chunks[i])
+		if err != nil {
+			return err
+		}
+		if old, ok := r.sent[uint32(i)]; ok && old == sum && !full {
+			skipped++
+			continue
+		}
+		if err := a.appendReport(ctx, subjects.AgentInventoryChunk(a.cfg.ClusterName, uint32(i)), chunks[i]); err != nil {
+			r.sent, r.sentOf = nil, 0 // whatever the stream holds now, the next publish is full
+			return err
+		}
+		r.sent[uint32(i)] = sum
+		r.published = max(r.published, uint32(i)+1)
+	}
+	// Chunks a larger inventory used, emptied so they do not linger (readers ignore them
+	// anyway: their index is not below the new count).
+	for i := n; i < r.published; i++ {
+		empty := &agentv1.NamespaceInventory{ClusterName: inv.ClusterName, Time: inv.Time, Generation: gen, Chunk: i, Chunks: n}
+		if err := a.appendReport(ctx, subjects.AgentInventoryChunk(a.cfg.ClusterName, i), empty); err != nil {
+			return err
+		}
+	}
+	if full {
+		r.lastFull = time.Now()
+	}
+	r.published = n
+	a.log.Debug("namespace inventory published", zap.Int("namespaces", len(inv.Namespaces)),
+		zap.Uint32("chunks", n), zap.Int("unchanged", skipped), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -146,6 +215,15 @@ func (r *inventoryReporter) snapshot() (*agentv1.NamespaceInventory, error) {
 		})
 	}
 	return inv, nil
+}
+
+// namespacesDigest digests what a chunk says about namespaces (not its time or generation).
+func namespacesDigest(c *agentv1.NamespaceInventory) ([sha256.Size]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&agentv1.NamespaceInventory{Namespaces: c.Namespaces, Chunks: c.Chunks})
+	if err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("encode inventory chunk: %w", err)
+	}
+	return sha256.Sum256(b), nil
 }
 
 // inventoryChanged reports whether an update touched what the inventory carries; most updates

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
@@ -248,7 +249,7 @@ func (s *Service) GetCluster(ctx context.Context, req *connect.Request[clusterv1
 	}
 	res := &clusterv1.GetClusterResponse{Cluster: s.present(c)}
 	if req.Msg.IncludeInventory {
-		if inv, ok := s.inventory.Get(clusterKey(req.Msg.Name)); ok {
+		if inv := nsinventory.Assemble(s.inventory.Lookup(clusterKey(req.Msg.Name))); inv != nil {
 			inv = proto.CloneOf(inv)
 			inv.ClusterId = c.Id
 			res.Inventory = inv
@@ -341,8 +342,8 @@ func (s *Service) present(c *clusterv1.Cluster) *clusterv1.Cluster {
 			out.Status.AgentVersion = st.AgentVersion
 		}
 	}
-	if inv, ok := s.inventory.Get(clusterKey(c.Name)); ok {
-		out.Status.NamespaceCount = int32(len(inv.Namespaces))
+	if chunks := s.inventory.Lookup(clusterKey(c.Name)); len(chunks) > 0 {
+		out.Status.NamespaceCount = int32(nsinventory.Count(chunks))
 	}
 	return out
 }

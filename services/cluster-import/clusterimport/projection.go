@@ -13,6 +13,7 @@ import (
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
@@ -280,37 +281,56 @@ func Condition(c *clusterv1.Cluster, typ string) *clusterv1.Condition {
 	return nil
 }
 
-// inventoryProjection keeps each cluster's latest namespace inventory from FLEET_AGENT.
+// inventoryProjection keeps each cluster's latest namespace inventory from FLEET_AGENT: one
+// entry per chunk the agent reported (subjects.ClusterInventoryKey), which readers merge with
+// nsinventory.Assemble.
+// Version 2: chunked inventories (fleet.agent.<cluster>.inventory.<i>), and every entry
+// carries its generation, chunk and chunk count.
 func inventoryProjection() view.Projection {
 	return view.Projection{
 		Name:     "cluster-inventory",
-		Version:  1,
+		Version:  2,
 		Stream:   subjects.AgentStreamName,
-		Subjects: []string{subjects.AgentPrefix + ".*.inventory"},
-		Bucket:   bucketConfig(subjects.ClusterInventoryBucket, "Latest namespace inventory per cluster."),
+		Subjects: []string{subjects.AgentPrefix + ".*.inventory", subjects.AgentPrefix + ".*.inventory.*"},
+		Bucket:   bucketConfig(subjects.ClusterInventoryBucket, "Latest namespace inventory per cluster, one entry per chunk."),
 		New:      func() proto.Message { return &clusterv1.NamespaceInventory{} },
-		Apply: func(ev *events.Event) ([]view.Change, error) {
-			p, ok := ev.Payload.(*agentv1.NamespaceInventory)
-			if !ok {
-				return nil, fmt.Errorf("unexpected %s on %s", ev.Type, ev.Subject)
-			}
-			// The subject, not the payload, says which cluster: NATS permissions pin an agent
-			// to its own subjects, while the payload is whatever the agent wrote.
-			tok, err := subjectToken(ev.Subject, 2)
-			if err != nil {
-				return nil, err
-			}
-			name, err := keys.Decode(tok)
-			if err != nil {
-				return nil, err
-			}
-			inv := &clusterv1.NamespaceInventory{ClusterName: name, ObservedTime: ev.GetTime()}
-			for _, ns := range p.Namespaces {
-				inv.Namespaces = append(inv.Namespaces, &clusterv1.InventoryNamespace{Name: ns.Name, Labels: ns.Labels, Phase: ns.Phase})
-			}
-			return []view.Change{{Key: tok, Update: func(proto.Message) proto.Message { return inv }}}, nil
-		},
+		Apply:    applyInventory,
 	}
+}
+
+func applyInventory(ev *events.Event) ([]view.Change, error) {
+	p, ok := ev.Payload.(*agentv1.NamespaceInventory)
+	if !ok {
+		return nil, fmt.Errorf("unexpected %s on %s", ev.Type, ev.Subject)
+	}
+	// The subject, not the payload, says which cluster and chunk: NATS permissions pin an
+	// agent to its own subjects, while the payload is whatever the agent wrote.
+	toks := strings.Split(ev.Subject, ".")
+	if len(toks) < 4 || len(toks) > 5 {
+		return nil, fmt.Errorf("subject %s is not an inventory subject", ev.Subject)
+	}
+	tok := toks[2]
+	name, err := keys.Decode(tok)
+	if err != nil {
+		return nil, err
+	}
+	var chunk uint32
+	if len(toks) == 5 {
+		i, err := strconv.ParseUint(toks[4], 10, 32)
+		if err != nil || i == 0 || strconv.FormatUint(i, 10) != toks[4] {
+			return nil, fmt.Errorf("subject %s: chunk %q is not a positive number", ev.Subject, toks[4])
+		}
+		chunk = uint32(i)
+	}
+	if p.GetChunk() != chunk {
+		return nil, fmt.Errorf("subject %s carries chunk %d", ev.Subject, p.GetChunk())
+	}
+	inv := &clusterv1.NamespaceInventory{ClusterName: name, ObservedTime: ev.GetTime(),
+		Generation: nsinventory.Generation(p), Chunk: chunk, Chunks: p.GetChunks()}
+	for _, ns := range p.Namespaces {
+		inv.Namespaces = append(inv.Namespaces, &clusterv1.InventoryNamespace{Name: ns.Name, Labels: ns.Labels, Phase: ns.Phase})
+	}
+	return []view.Change{{Key: subjects.ClusterInventoryKey(tok, chunk), Update: func(proto.Message) proto.Message { return inv }}}, nil
 }
 
 func subjectToken(subject string, i int) (string, error) {
@@ -319,4 +339,10 @@ func subjectToken(subject string, i int) (string, error) {
 		return "", fmt.Errorf("subject %s has no token %d", subject, i)
 	}
 	return toks[i], nil
+}
+
+// inventoryIndex lists every chunk of an inventory under its cluster's key, so that
+// Lookup(clusterKey(name)) returns the chunks nsinventory.Assemble merges.
+func inventoryIndex(key string, _ *clusterv1.NamespaceInventory) []string {
+	return []string{subjects.ClusterInventoryKeyCluster(key)}
 }

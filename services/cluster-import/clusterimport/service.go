@@ -200,7 +200,8 @@ func (s *Service) run(ctx context.Context) error {
 		return fmt.Errorf("inventory bucket: %w", err)
 	}
 	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
-	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log)
+	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log,
+		view.WithIndex(inventoryIndex))
 	policiesKV, err := s.js.KeyValue(ctx, subjects.ImportPoliciesBucket)
 	if err != nil {
 		return fmt.Errorf("import policies bucket: %w", err)

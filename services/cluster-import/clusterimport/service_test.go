@@ -25,6 +25,7 @@ import (
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -529,4 +530,87 @@ func taint(c *clusterv1.Cluster, key string) *clusterv1.Taint {
 		}
 	}
 	return nil
+}
+
+// TestChunkedInventory checks that an inventory reported in chunks is one list in GetCluster
+// and the namespace count, that a later unchunked report (an agent restarted with fewer
+// namespaces, which does not know the chunks it left) replaces it all, and that a restart keeps
+// the result. A chunk on a subject that is not canonical is dead-lettered.
+func TestChunkedInventory(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	e := start(t, j, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	register(t, e, "c1", nil)
+	store := events.NewStore(j.JS, "agent")
+	snapshot := func(count int, at time.Time) *agentv1.NamespaceInventory {
+		inv := &agentv1.NamespaceInventory{ClusterName: "c1", Time: timestamppb.New(at)}
+		for i := range count {
+			inv.Namespaces = append(inv.Namespaces, &agentv1.Namespace{Name: fmt.Sprintf("ns-%03d", i), Phase: "Active"})
+		}
+		return inv
+	}
+	publish := func(subject string, c *agentv1.NamespaceInventory) {
+		t.Helper()
+		if _, err := store.Append(ctx, subject, "c1", events.Any, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inventory := func(want int) func() error {
+		return func() error {
+			res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1", IncludeInventory: true}))
+			if err != nil {
+				return err
+			}
+			inv := res.Msg.GetInventory()
+			if len(inv.GetNamespaces()) != want || res.Msg.Cluster.Status.NamespaceCount != int32(want) {
+				return fmt.Errorf("%d namespaces, count %d, want %d", len(inv.GetNamespaces()), res.Msg.Cluster.Status.NamespaceCount, want)
+			}
+			if inv.GetChunks() != 0 || inv.GetChunk() != 0 || inv.GetClusterName() != "c1" || inv.GetClusterId() == "" {
+				return fmt.Errorf("inventory chunk %d of %d, cluster %q (%q)", inv.GetChunk(), inv.GetChunks(), inv.GetClusterName(), inv.GetClusterId())
+			}
+			for i, ns := range inv.GetNamespaces() {
+				if ns.GetName() != fmt.Sprintf("ns-%03d", i) {
+					return fmt.Errorf("namespace %d is %s", i, ns.GetName())
+				}
+			}
+			return nil
+		}
+	}
+
+	t0 := time.Now()
+	chunks := nsinventory.Split(snapshot(200, t0), 1000, uint64(t0.UnixNano()))
+	if len(chunks) < 4 {
+		t.Fatalf("setup: %d chunks", len(chunks))
+	}
+	for i := len(chunks) - 1; i >= 0; i-- {
+		publish(subjects.AgentInventoryChunk("c1", uint32(i)), chunks[i])
+	}
+	testkit.Eventually(t, 10*time.Second, inventory(200))
+
+	publish(subjects.AgentInventory("c1"), snapshot(20, t0.Add(time.Second)))
+	testkit.Eventually(t, 10*time.Second, inventory(20))
+
+	// Not canonical: chunk 1 must be ".1".
+	publish(subjects.AgentInventory("c1")+".01", &agentv1.NamespaceInventory{ClusterName: "c1", Chunk: 1, Chunks: 2,
+		Generation: uint64(t0.Add(2 * time.Second).UnixNano()), Namespaces: []*agentv1.Namespace{{Name: "bogus"}}})
+	testkit.Eventually(t, 10*time.Second, func() error {
+		s, err := j.JS.Stream(ctx, topology.DeadLetterStreamName)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 1 {
+			return fmt.Errorf("%d dead letters", info.State.Msgs)
+		}
+		return nil
+	})
+
+	e.stop()
+	e = start(t, j, clusterimport.Config{})
+	if err := inventory(20)(); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
 }

@@ -23,6 +23,7 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
@@ -518,7 +519,7 @@ func (s *Service) ListIdleNamespaces(ctx context.Context, req *connect.Request[p
 		owned[bindingKey(cluster, b.Namespace)] = true
 	}
 	res := &projectv1.ListIdleNamespacesResponse{}
-	if inv, ok := s.inventory.Get(keys.Encode(cluster)); ok {
+	if inv := nsinventory.Assemble(s.inventory.Lookup(keys.Encode(cluster))); inv != nil {
 		for _, ns := range inv.Namespaces {
 			if owned[bindingKey(cluster, ns.Name)] {
 				continue

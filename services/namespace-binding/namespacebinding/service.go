@@ -360,7 +360,11 @@ func (s *Service) openCaches(ctx context.Context) error {
 		return err
 	}
 	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
-	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log)
+	// Indexed by cluster: an inventory is one entry per chunk (nsinventory.Assemble).
+	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log,
+		view.WithIndex(func(key string, _ *clusterv1.NamespaceInventory) []string {
+			return []string{subjects.ClusterInventoryKeyCluster(key)}
+		}))
 	return nil
 }
 

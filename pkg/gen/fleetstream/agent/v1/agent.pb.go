@@ -187,11 +187,24 @@ func (x *ClusterResources) GetNodeCount() int32 {
 
 // NamespaceInventory, subject fleet.agent.<cluster>.inventory: the whole list each time it
 // changes (debounced), never a delta, so the latest message alone is the truth.
+//
+// A list too large for one NATS message is split into `chunks` messages: namespace n goes to
+// chunk fnv32a(n) % chunks (chunks a power of two), chunk 0 on fleet.agent.<cluster>.inventory
+// and chunk i > 0 on fleet.agent.<cluster>.inventory.<i>. A reader merges the latest message of
+// every index below the `chunks` of the newest generation (pkg/nsinventory); a list that fits
+// is one message with chunks 0 or 1, as before chunking existed.
 type NamespaceInventory struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterName   string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
-	Namespaces    []*Namespace           `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Namespaces  []*Namespace           `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	Time        *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// Snapshot the chunk belongs to (unix nanoseconds of the snapshot): every chunk of one
+	// published inventory carries the same value, and a later inventory a larger one.
+	Generation uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Index of this chunk, below chunks.
+	Chunk uint32 `protobuf:"varint,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// Number of chunks of this generation; 0 or 1 means the whole list is in this message.
+	Chunks        uint32 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +258,27 @@ func (x *NamespaceInventory) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *NamespaceInventory) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *NamespaceInventory) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *NamespaceInventory) GetChunks() uint32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
 }
 
 type Namespace struct {
@@ -763,13 +797,18 @@ const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rCapacityEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf6\x01\n" +
 	"\x12NamespaceInventory\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12?\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\v2\x1f.fleetstream.agent.v1.NamespaceR\n" +
 	"namespaces\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xb5\x01\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05chunk\x18\x05 \x01(\rR\x05chunk\x12\x16\n" +
+	"\x06chunks\x18\x06 \x01(\rR\x06chunks\"\xb5\x01\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12C\n" +
 	"\x06labels\x18\x02 \x03(\v2+.fleetstream.agent.v1.Namespace.LabelsEntryR\x06labels\x12\x14\n" +

@@ -821,14 +821,22 @@ func (x *ConnectionCredentials) GetClientKeyData() []byte {
 }
 
 // NamespaceInventory is the latest namespace list an agent reported, kept in KV bucket
-// `cluster-inventory` under the cluster name.
+// `cluster-inventory` under the encoded cluster name. A list the agent split into chunks is kept
+// as one entry per chunk: chunk 0 under the cluster's key, chunk i > 0 under `<key>.<i>`; the
+// whole list is what pkg/nsinventory assembles from them. API responses carry the assembled
+// list, with chunk and chunks 0.
 type NamespaceInventory struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	ClusterName   string                 `protobuf:"bytes,2,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
-	Namespaces    []*InventoryNamespace  `protobuf:"bytes,3,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
-	ObservedTime  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=observed_time,json=observedTime,proto3" json:"observed_time,omitempty"`
-	Revision      uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId    string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterName  string                 `protobuf:"bytes,2,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Namespaces   []*InventoryNamespace  `protobuf:"bytes,3,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	ObservedTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=observed_time,json=observedTime,proto3" json:"observed_time,omitempty"`
+	Revision     uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The agent's generation, chunk index and chunk count of this entry (agent.v1
+	// NamespaceInventory); generation is that of the newest chunk in an assembled list.
+	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	Chunk         uint32 `protobuf:"varint,7,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Chunks        uint32 `protobuf:"varint,8,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -894,6 +902,27 @@ func (x *NamespaceInventory) GetObservedTime() *timestamppb.Timestamp {
 func (x *NamespaceInventory) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *NamespaceInventory) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *NamespaceInventory) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *NamespaceInventory) GetChunks() uint32 {
+	if x != nil {
+		return x.Chunks
 	}
 	return 0
 }
@@ -1417,7 +1446,7 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x1acertificate_authority_data\x18\x03 \x01(\fR\x18certificateAuthorityData\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\tR\x05token\x126\n" +
 	"\x17client_certificate_data\x18\x05 \x01(\fR\x15clientCertificateData\x12&\n" +
-	"\x0fclient_key_data\x18\x06 \x01(\fR\rclientKeyData\"\xff\x01\n" +
+	"\x0fclient_key_data\x18\x06 \x01(\fR\rclientKeyData\"\xcd\x02\n" +
 	"\x12NamespaceInventory\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -1426,7 +1455,12 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"namespaces\x18\x03 \x03(\v2*.fleetstream.cluster.v1.InventoryNamespaceR\n" +
 	"namespaces\x12?\n" +
 	"\robserved_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fobservedTime\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\xc9\x01\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05chunk\x18\a \x01(\rR\x05chunk\x12\x16\n" +
+	"\x06chunks\x18\b \x01(\rR\x06chunks\"\xc9\x01\n" +
 	"\x12InventoryNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12N\n" +
 	"\x06labels\x18\x02 \x03(\v26.fleetstream.cluster.v1.InventoryNamespace.LabelsEntryR\x06labels\x12\x14\n" +
