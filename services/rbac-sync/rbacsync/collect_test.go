@@ -2,9 +2,11 @@ package rbacsync_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
@@ -14,9 +16,10 @@ import (
 
 // A revoked RoleBinding's tombstone stays until the cluster's agent reports the object absent
 // for that tombstone (or a later one), then leaves the bucket; a status about an older revision
-// collects nothing, and a key granted again is never collected.
+// collects nothing, and a key granted again is never collected. The delete marker the collection
+// leaves is purged once it is older than MarkerPurgeAfter, so no message is left for the key.
 func TestConfirmedTombstonesAreCollected(t *testing.T) {
-	e := start(t, nil, rbacsync.Config{CollectInterval: 100 * time.Millisecond})
+	e := start(t, nil, rbacsync.Config{CollectInterval: 100 * time.Millisecond, MarkerPurgeAfter: 2 * time.Second})
 	ctx := context.Background()
 	applied, err := e.js.JS.KeyValue(ctx, subjects.AppliedBucket)
 	if err != nil {
@@ -49,6 +52,30 @@ func TestConfirmedTombstonesAreCollected(t *testing.T) {
 	e.waitState(t, rbWeb, "absent")
 	if en := e.get(t, rbAPI); !en.present || !en.obj.Tombstone {
 		t.Fatalf("tombstone of %s collected on a status about an older revision: %+v", rbAPI, en)
+	}
+	stream, err := e.js.JS.Stream(ctx, "KV_"+subjects.DesiredRBACBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastOf := func(key string) (*jetstream.RawStreamMsg, error) {
+		return stream.GetLastMsgForSubject(ctx, "$KV."+subjects.DesiredRBACBucket+"."+key)
+	}
+	if m, err := lastOf(rbWeb); err != nil || m.Header.Get("KV-Operation") != "DEL" {
+		t.Fatalf("right after the collection, %s should end in a delete marker: %v, %v", rbWeb, m, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := lastOf(rbWeb)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the delete marker of collected %s was not purged within 10 s (last error %v)", rbWeb, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the stream: nothing to wait on
+	}
+	if m, err := lastOf(rbAPI); err != nil || m.Header.Get("KV-Operation") != "" {
+		t.Fatalf("the uncollected tombstone of %s must stay a value: %v, %v", rbAPI, m, err)
 	}
 
 	// Granted again: a fresh object, whatever the old status said.

@@ -44,6 +44,12 @@ var errCollectDue = errors.New("time to collect tombstones")
 // cluster's agent has confirmed.
 const DefaultCollectInterval = 30 * time.Second
 
+// DefaultMarkerPurgeAfter is how long the delete marker a collected tombstone leaves in
+// desired-rbac stays before the writer purges it. JetStream keeps a marker (a header-only
+// message) per deleted key for ever; only an agent that already confirmed the removal could
+// still miss one, so an hour is ample.
+const DefaultMarkerPurgeAfter = time.Hour
+
 // written is what the desired bucket holds for a key, as the fan-out last wrote or read it: a
 // digest of the stored bytes rather than the object, so memory stays small with hundreds of
 // thousands of keys (100,000 namespaces × their roles).
@@ -102,6 +108,10 @@ type fanout struct {
 	// (nil: tombstones are never collected); collectEvery is how often they are.
 	status       func(appliedKey string) (*desiredv1.AppliedStatus, bool)
 	collectEvery time.Duration
+	// markerAge is how old a delete marker must be before the writer purges it; lastPurge is
+	// when it last did.
+	markerAge time.Duration
+	lastPurge time.Time
 
 	mu               sync.RWMutex
 	m                *model
@@ -120,7 +130,8 @@ type fanout struct {
 func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 	return &fanout{
 		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL, collectEvery: DefaultCollectInterval,
-		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
+		markerAge: DefaultMarkerPurgeAfter,
+		written:   map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
 		ready: make(chan struct{}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete, collect).",
@@ -400,8 +411,27 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 			if err := f.collect(ctx); err != nil {
 				return err
 			}
+			if err := f.purgeMarkers(ctx); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// purgeMarkers removes, at most once per markerAge, the delete markers older than markerAge
+// that collected tombstones and deregistered clusters' keys left, so the bucket holds nothing
+// per object ever removed. It must run in the writer's loop: a full purge of a key's subject
+// would also remove a put of that key made between listing the markers and purging them, and
+// only this loop puts.
+func (f *fanout) purgeMarkers(ctx context.Context) error {
+	if f.markerAge <= 0 || time.Since(f.lastPurge) < f.markerAge {
+		return nil
+	}
+	if err := f.kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(f.markerAge)); err != nil {
+		return fmt.Errorf("purge delete markers of %s: %w", f.kv.Bucket(), err)
+	}
+	f.lastPurge = time.Now()
+	return nil
 }
 
 // collect deletes every tombstone the model still does not want whose removal the cluster's

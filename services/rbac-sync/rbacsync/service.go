@@ -47,6 +47,9 @@ type Config struct {
 	// CollectInterval is how often confirmed tombstones are deleted from desired-rbac
 	// (default DefaultCollectInterval).
 	CollectInterval time.Duration
+	// MarkerPurgeAfter is the age at which the delete markers of collected tombstones are
+	// purged from desired-rbac (default DefaultMarkerPurgeAfter).
+	MarkerPurgeAfter time.Duration
 }
 
 func (c *Config) defaults() {
@@ -62,6 +65,9 @@ func (c *Config) defaults() {
 	c.Snapshots.defaults()
 	if c.CollectInterval <= 0 {
 		c.CollectInterval = DefaultCollectInterval
+	}
+	if c.MarkerPurgeAfter <= 0 {
+		c.MarkerPurgeAfter = DefaultMarkerPurgeAfter
 	}
 }
 
@@ -132,7 +138,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	}
 	s.status = view.NewCache(applied, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
 		view.WithFilter(appliedPrefix+">"))
-	s.fan.status, s.fan.collectEvery = s.status.Get, cfg.CollectInterval
+	s.fan.status, s.fan.collectEvery, s.fan.markerAge = s.status.Get, cfg.CollectInterval, cfg.MarkerPurgeAfter
 	return s, nil
 }
 
