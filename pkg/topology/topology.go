@@ -58,7 +58,7 @@ func EventStream(name, description string, subjects ...string) jetstream.StreamC
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,
-		Duplicates:  2 * time.Minute,
+		Duplicates:  DuplicateWindow,
 		AllowRollup: false,
 		DenyDelete:  true,
 		DenyPurge:   false,
@@ -66,6 +66,13 @@ func EventStream(name, description string, subjects ...string) jetstream.StreamC
 	Forever.apply(&sc)
 	return sc
 }
+
+// DuplicateWindow is how long the event streams remember a message id to drop a repeated
+// append. JetStream refuses a stream whose max age is below it, so a retention limit may not be.
+const DuplicateWindow = 2 * time.Minute
+
+// maxDays bounds an age in days so that it still fits a time.Duration (about 292 years).
+const maxDays = 100_000
 
 // DeadLetterStream parks messages that could not be processed, with headers saying where they
 // came from and why, for an operator to inspect and replay.
@@ -218,11 +225,21 @@ func parseAge(v string) (time.Duration, error) {
 		if err != nil {
 			return 0, fmt.Errorf("max-age %q: %w", v, err)
 		}
-		return time.Duration(n) * 24 * time.Hour, nil
+		if n > maxDays {
+			return 0, fmt.Errorf("max-age %q: at most %dd", v, maxDays)
+		}
+		return atLeastDuplicateWindow(v, time.Duration(n)*24*time.Hour)
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("max-age %q: want a positive duration (720h, 90d) or forever", v)
+	}
+	return atLeastDuplicateWindow(v, d)
+}
+
+func atLeastDuplicateWindow(v string, d time.Duration) (time.Duration, error) {
+	if d > 0 && d < DuplicateWindow {
+		return 0, fmt.Errorf("max-age %q: at least the streams' duplicate window, %s", v, DuplicateWindow)
 	}
 	return d, nil
 }

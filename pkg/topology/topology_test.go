@@ -29,6 +29,11 @@ func TestParseRetention(t *testing.T) {
 		{"max-bytes=-5", topology.Retention{}, true},
 		{"max-msgs=5", topology.Retention{}, true},
 		{"720h", topology.Retention{}, true},
+		{"max-age=1m", topology.Retention{}, true}, // below the duplicate window: JetStream would refuse the stream
+		{"max-age=2m", topology.Retention{MaxAge: 2 * time.Minute}, false},
+		{"max-age=0d", topology.Forever, false},
+		{"max-age=100000d", topology.Retention{MaxAge: 100_000 * 24 * time.Hour}, false},
+		{"max-age=4000000000d", topology.Retention{}, true}, // would overflow time.Duration
 	}
 	for _, tc := range cases {
 		t.Run(tc.spec, func(t *testing.T) {
