@@ -169,7 +169,7 @@ func (s *Service) run(ctx context.Context) error {
 	g.Go(func() error { return s.bindingsView.Run(ctx) })
 	g.Go(func() error { return s.status.Run(ctx) })
 	if !s.cfg.Snapshots.Disabled {
-		g.Go(func() error { return s.snapshotLoop(ctx) })
+		g.Go(func() error { return s.runSnapshots(ctx) })
 	}
 	g.Go(func() error {
 		if err := s.start(ctx, g); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -483,7 +484,50 @@ func (s *Service) snapshotStream(ctx context.Context, kv jetstream.KeyValue, f s
 			}
 		}
 	}
+	return sweepChunks(ctx, kv, f.stream, kept)
+}
+
+// sweepChunks purges the chunks of stream that no snapshot in kept names: those a snapshotter
+// wrote and then could not index (it crashed, or lost the index's compare-and-set to a replica
+// before the lease made snapshots single-writer). Only the snapshot lease's holder calls it, so
+// no chunk being written for an index update still to come is swept.
+func sweepChunks(ctx context.Context, kv jetstream.KeyValue, stream string, kept []snapshotHead) error {
+	want := map[string]bool{}
+	for _, hd := range kept {
+		for i := range hd.Chunks {
+			want[chunkKey(stream, hd.Seq, i)] = true
+		}
+	}
+	lister, err := kv.ListKeysFiltered(ctx, stream+".>")
+	if err != nil {
+		return fmt.Errorf("list snapshot chunks of %s: %w", stream, err)
+	}
+	// The lister stops its watcher once it has listed every key, or when ctx ends.
+	var orphans []string
+	for k := range lister.Keys() {
+		if !want[k] {
+			orphans = append(orphans, k)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, k := range orphans {
+		if err := kv.Purge(ctx, k); err != nil {
+			return fmt.Errorf("sweep snapshot chunk %s: %w", k, err)
+		}
+	}
 	return nil
+}
+
+// SnapshotLease is held by the one replica that takes AccessAt's snapshots: replicas racing for
+// the index would each write a snapshot's chunks and all but one would be left unindexed.
+const SnapshotLease = "rbac-sync.snapshots"
+
+// runSnapshots takes snapshots while this replica holds SnapshotLease.
+func (s *Service) runSnapshots(ctx context.Context) error {
+	return lease.Run(ctx, s.js, SnapshotLease, lease.DefaultHolder(), lease.DefaultTTL, s.snapshotLoop,
+		lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas))
 }
 
 // snapshotLoop takes snapshots every Interval until ctx is done. Failures are logged, not

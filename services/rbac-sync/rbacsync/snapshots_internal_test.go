@@ -1,6 +1,7 @@
 package rbacsync
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -236,6 +237,59 @@ func TestAccessAtFromSnapshotsEqualsFullReplay(t *testing.T) {
 	// Without snapshots, the same early times cannot be answered at all.
 	if _, _, _, err := full.historyAt(ctx, times[len(times)/2]); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("replay from sequence 1 after the purge: %v, want FailedPrecondition", err)
+	}
+}
+
+// A snapshot's chunks written but never indexed (a snapshotter crashed between the two, or lost
+// the index to another replica) are swept by the next snapshot; the indexed ones stay readable.
+func TestUnindexedSnapshotChunksAreSwept(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	if err := topology.Ensure(ctx, j.JS, 1, topology.Topology{Streams: []jetstream.StreamConfig{
+		topology.EventStream(subjects.NamespaceStream, "namespace events", subjects.NamespacePrefix+".>"),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := New(ctx, j.JS, Config{Snapshots: SnapshotConfig{Every: 10, Keep: 1000}}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	randomHistory(t, j.JS, rng, 40, func(int) {})
+	if err := snap.TakeSnapshots(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := snap.snapshotsKV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := chunkKey(Stream, 1, 0)
+	if _, err := kv.Put(ctx, orphan, []byte("a chunk nobody indexed")); err != nil {
+		t.Fatal(err)
+	}
+	randomHistory(t, j.JS, rng, 40, func(int) {}) // due again
+	if err := snap.TakeSnapshots(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, orphan); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("unindexed chunk %s: %v, want it swept", orphan, err)
+	}
+	heads, _, err := readIndex(ctx, kv, Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(heads) < 2 {
+		t.Fatalf("%d snapshots indexed, want 2", len(heads))
+	}
+	for _, hd := range heads {
+		for i := range hd.Chunks {
+			if _, err := kv.Get(ctx, chunkKey(Stream, hd.Seq, i)); err != nil {
+				t.Fatalf("indexed chunk %s: %v", chunkKey(Stream, hd.Seq, i), err)
+			}
+		}
+	}
+	if _, _, _, err := snap.historyAt(ctx, time.Now()); err != nil {
+		t.Fatal(err)
 	}
 }
 
