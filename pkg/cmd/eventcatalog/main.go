@@ -143,9 +143,14 @@ func (w *writer) retention() {
 	w.line("  the stream and the missing sequences (`view.ErrHistoryGone`). Events carry their aggregate's")
 	w.line("  full state, but an aggregate untouched for longer than the limit has no event left. A limit is")
 	w.line("  therefore only safe on a stream whose views need no rebuild; to rebuild, restore the stream.")
+	w.line("  The exception: a view that reads only some of a stream's subjects (most do) and resumes after")
+	w.line("  events were removed past its checkpoint cannot tell whether any of them were its own; it logs")
+	w.line("  a warning naming the stream and goes on. So keep every service's downtime well below the limit.")
 	w.line("- AccessAt answers from rbac-sync's snapshots plus the events after them (docs/rbac.md): for")
 	w.line("  times a remaining snapshot covers; earlier times get `failed_precondition` naming the earliest")
 	w.line("  time it can answer. Snapshots are taken at least hourly, so keep `max-age` well above an hour.")
+	w.line("  If rbac-sync is down for longer than the limit, no snapshot can continue from what is left and")
+	w.line("  AccessAt refuses every time until the stream is restored.")
 	w.line("")
 }
 

@@ -323,7 +323,7 @@ func (s *Service) tooEarly(ctx context.Context, until time.Time) error {
 	}
 	if earliest.IsZero() {
 		return apierr.FailedPrecondition("access at %s: the events of that time were removed by the streams' retention and no snapshot covers it; "+
-			"AccessAt can answer again once rbac-sync has taken a snapshot (docs/events.md, Retention)", until.UTC().Format(time.RFC3339Nano))
+			"a new snapshot can cover only times after the stream's first remaining event, and none can be taken if no snapshot continues to it (docs/events.md, Retention)", until.UTC().Format(time.RFC3339Nano))
 	}
 	return apierr.FailedPrecondition("access at %s: the events of that time were removed by the streams' retention; "+
 		"the earliest time AccessAt can answer is %s (docs/events.md, Retention)", until.UTC().Format(time.RFC3339Nano), earliest.UTC().Format(time.RFC3339Nano))
