@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -70,12 +72,36 @@ type Store struct {
 	js jetstream.JetStream
 	// defaultActor is used when the context carries none, e.g. "system:cluster-import".
 	defaultActor string
+	// source is the ce-source header of this store's events.
+	source string
+	// types holds a *payloadType per payload type appended so far (by protoreflect.FullName).
+	types sync.Map
+}
+
+// payloadType is what an event's envelope and headers say about its payload's type, derived
+// once per type rather than per event.
+type payloadType struct {
+	name, url, schema string
 }
 
 // NewStore returns a store appending through js.
 func NewStore(js jetstream.JetStream, defaultActor string) *Store {
-	return &Store{js: js, defaultActor: defaultActor}
+	return &Store{js: js, defaultActor: defaultActor, source: cloudEventSource(defaultActor)}
 }
+
+func (s *Store) payloadType(payload proto.Message) *payloadType {
+	d := payload.ProtoReflect().Descriptor()
+	if t, ok := s.types.Load(d.FullName()); ok {
+		return t.(*payloadType)
+	}
+	name := string(d.FullName())
+	t := &payloadType{name: name, url: anyURLPrefix + name, schema: SchemaBase + d.ParentFile().Path() + "#" + name}
+	s.types.Store(d.FullName(), t)
+	return t
+}
+
+// anyURLPrefix is what anypb.New puts before a type's full name.
+const anyURLPrefix = "type.googleapis.com/"
 
 // NewEnvelope wraps payload in an envelope with a fresh id.
 func NewEnvelope(ctx context.Context, aggregateID string, payload proto.Message, defaultActor string) (*eventv1.Envelope, error) {
@@ -101,13 +127,22 @@ func NewEnvelope(ctx context.Context, aggregateID string, payload proto.Message,
 // A stale expectation returns ErrConflict. Retrying a failed publish reuses the event id, so a
 // publish that reached the stream but whose ack was lost is not stored twice.
 func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect Expect, payload proto.Message) (uint64, error) {
-	env, err := NewEnvelope(ctx, aggregateID, payload, s.defaultActor)
+	t := s.payloadType(payload)
+	actor := identity.ActorFrom(ctx)
+	if actor == "" {
+		actor = s.defaultActor
+	}
+	now := time.Now()
+	env := &eventv1.Envelope{
+		Id:          uuid.NewString(),
+		Type:        t.name,
+		AggregateId: aggregateID,
+		Time:        timestamppb.New(now),
+		Actor:       actor,
+	}
+	data, err := encodeEnvelope(env, t.url, payload)
 	if err != nil {
 		return 0, err
-	}
-	data, err := proto.Marshal(env)
-	if err != nil {
-		return 0, fmt.Errorf("marshal envelope: %w", err)
 	}
 	opts := []jetstream.PublishOpt{jetstream.WithMsgID(env.Id)}
 	if expect.check {
@@ -116,7 +151,7 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 	if expect.ttl > 0 {
 		opts = append(opts, jetstream.WithMsgTTL(expect.ttl))
 	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: cloudEventHeaders(env, payload, s.defaultActor)}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: s.cloudEventHeaders(env, t, now)}
 	var ack *jetstream.PubAck
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -143,22 +178,66 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 // SchemaBase is where the protos of the events are published; ce-dataschema points into it.
 const SchemaBase = "https://github.com/fleetstream/fleetstream/blob/main/proto/"
 
-// cloudEventHeaders are the CloudEvents NATS protocol binding's headers (binary mode) of env:
-// a subscriber can route on type, source and subject without decoding the envelope. The data
-// is the whole envelope (protobuf), whose payload the type names.
-func cloudEventHeaders(env *eventv1.Envelope, payload proto.Message, defaultActor string) nats.Header {
+// encodeEnvelope returns what proto.Marshal returns for env with payload wrapped in its Any
+// (typeURL, as anypb.New names it), the payload marshalled once, straight into the envelope's
+// bytes, rather than into an Any first and then copied into the envelope. env.Payload must be
+// nil.
+func encodeEnvelope(env *eventv1.Envelope, typeURL string, payload proto.Message) ([]byte, error) {
+	cached := proto.MarshalOptions{UseCachedSize: true}
+	payloadSize := proto.Size(payload)
+	anySize := protowire.SizeTag(1) + protowire.SizeBytes(len(typeURL))
+	if payloadSize > 0 {
+		anySize += protowire.SizeTag(2) + protowire.SizeBytes(payloadSize)
+	}
+	envSize := proto.Size(env)
+	buf := make([]byte, 0, envSize+protowire.SizeTag(6)+protowire.SizeBytes(anySize))
+	// Fields in number order, as proto.Marshal writes them: the envelope's 1-5, then its
+	// payload (6), an Any of type_url (1) and value (2).
+	buf, err := cached.MarshalAppend(buf, env)
+	if err != nil {
+		return nil, fmt.Errorf("marshal envelope: %w", err)
+	}
+	buf = protowire.AppendTag(buf, 6, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(anySize))
+	buf = protowire.AppendTag(buf, 1, protowire.BytesType)
+	buf = protowire.AppendString(buf, typeURL)
+	if payloadSize > 0 {
+		buf = protowire.AppendTag(buf, 2, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(payloadSize))
+		start := len(buf)
+		if buf, err = cached.MarshalAppend(buf, payload); err != nil {
+			return nil, fmt.Errorf("marshal %T: %w", payload, err)
+		}
+		if len(buf)-start != payloadSize {
+			return nil, fmt.Errorf("marshal %T: changed while it was marshalled", payload)
+		}
+	}
+	return buf, nil
+}
+
+// cloudEventSource is the ce-source of the events of a store whose default actor is
+// defaultActor: system:cluster-agent:<cluster> is the agent.
+func cloudEventSource(defaultActor string) string {
 	service := strings.TrimPrefix(defaultActor, "system:")
-	service, _, _ = strings.Cut(service, ":") // system:cluster-agent:<cluster> is the agent
-	d := payload.ProtoReflect().Descriptor()
-	h := nats.Header{}
-	h.Set("ce-specversion", "1.0")
-	h.Set("ce-id", env.Id)
-	h.Set("ce-source", "/fleetstream/"+service)
-	h.Set("ce-type", env.Type)
-	h.Set("ce-subject", env.AggregateId)
-	h.Set("ce-time", env.Time.AsTime().UTC().Format(time.RFC3339Nano))
-	h.Set("ce-dataschema", SchemaBase+d.ParentFile().Path()+"#"+string(d.FullName()))
-	h.Set("content-type", "application/protobuf")
+	service, _, _ = strings.Cut(service, ":")
+	return "/fleetstream/" + service
+}
+
+// cloudEventHeaders are the CloudEvents NATS protocol binding's headers (binary mode) of env,
+// stamped at now: a subscriber can route on type, source and subject without decoding the
+// envelope. The data is the whole envelope (protobuf), whose payload the type names.
+func (s *Store) cloudEventHeaders(env *eventv1.Envelope, t *payloadType, now time.Time) nats.Header {
+	// One backing array for the values and room for the message id the publish adds.
+	vals := [...]string{
+		"1.0", env.Id, s.source, t.name, env.AggregateId, now.UTC().Format(time.RFC3339Nano), t.schema, "application/protobuf",
+	}
+	keys := [...]string{
+		"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-subject", "ce-time", "ce-dataschema", "content-type",
+	}
+	h := make(nats.Header, len(keys)+1)
+	for i, k := range keys {
+		h[k] = vals[i : i+1 : i+1]
+	}
 	return h
 }
 

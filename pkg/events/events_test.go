@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -8,9 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -116,6 +119,46 @@ func TestEnvelopeRoundTripCarriesActorAndType(t *testing.T) {
 	}
 	if raw.Header.Get(jetstream.MsgIDHeader) != ev.Id {
 		t.Fatalf("message id %q, want event id %q", raw.Header.Get(jetstream.MsgIDHeader), ev.Id)
+	}
+}
+
+// Append encodes the envelope by hand (the payload marshalled once, straight into it): the bytes
+// must be exactly what proto.Marshal writes for the same envelope, and decode to the payload.
+func TestAppendEncodesTheEnvelopeAsProtoMarshalDoes(t *testing.T) {
+	j, stream := setup(t)
+	ctx := testkit.Context(t, 10*time.Second)
+	store := events.NewStore(j.JS, "system:test")
+	for name, payload := range map[string]proto.Message{
+		"fields and a map": &clusterv1.ClusterUpdated{Id: "c1", Fields: []string{"labels"}, Labels: map[string]string{"a": "1", "b": "2"}},
+		"empty payload":    &clusterv1.ClusterDeregistered{},
+		"same type again":  &clusterv1.ClusterUpdated{Id: "c2"},
+	} {
+		seq, err := store.Append(ctx, "test.enc", "agg", events.Any, payload)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		raw, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := &eventv1.Envelope{}
+		if err := proto.Unmarshal(raw.Data, env); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, err := proto.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(raw.Data, want) {
+			t.Errorf("%s: appended %x, proto.Marshal writes %x", name, raw.Data, want)
+		}
+		ev, err := events.Decode(raw.Data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !proto.Equal(ev.Payload, payload) || ev.Type != string(payload.ProtoReflect().Descriptor().FullName()) {
+			t.Errorf("%s: decoded %s %v, appended %v", name, ev.Type, ev.Payload, payload)
+		}
 	}
 }
 

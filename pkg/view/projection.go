@@ -84,6 +84,7 @@ type Engine struct {
 	target             uint64
 	targetKnown        bool
 	otherVersionLogged bool
+	scratch            batchScratch
 
 	mu       sync.Mutex
 	leading  bool
@@ -535,35 +536,45 @@ func (e *Engine) markReady() { e.readyOne.Do(func() { close(e.ready) }) }
 // applyBatch applies events in stream order, writes each touched key once, and moves the
 // checkpoint only after every write is stored. A crash anywhere in between replays the batch;
 // entries that already carry a message's sequence skip it.
-func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
+//
+// Projections update the cached entries in place (no copy per event): a batch that fails
+// leaves entries in the cache that may not be in the bucket, so the cache is dropped whenever
+// applyBatch fails, before anything reads it again.
+func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) (err error) {
+	defer func() {
+		if err != nil {
+			e.dropCache()
+		}
+	}()
 	// Decode and map every event first, so the entries the batch touches can be read from the
 	// bucket concurrently rather than one synchronous read per event (what a view larger than
 	// the cache would otherwise pay).
-	prepared := make([]preparedEvent, len(batch))
-	var last uint64
-	for i, m := range batch {
+	s := &e.scratch
+	s.reset()
+	var last *jetstream.MsgMetadata
+	for _, m := range batch {
 		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("view %s: message metadata: %w", e.p.Name, err)
 		}
-		last = md.Sequence.Stream
+		last = md
 		p := preparedEvent{msg: m, seq: md.Sequence.Stream}
-		ev, err := events.DecodeMsg(m)
+		// events.DecodeMsg would parse the metadata a second time.
+		ev, err := events.Decode(m.Data())
 		if err == nil {
+			ev.Sequence, ev.Subject = md.Sequence.Stream, m.Subject()
 			p.changes, err = e.p.Apply(ev)
 		}
 		p.err = err
-		prepared[i] = p
+		s.prepared = append(s.prepared, p)
 	}
-	if err := e.retry(ctx, func() error { return e.prefetch(ctx, prepared) }); err != nil {
+	if err := e.retry(ctx, func() error { return e.prefetch(ctx, s.prepared) }); err != nil {
 		return err
 	}
-	dirty := make(map[string]proto.Message)
-	var order []string
-	for _, p := range prepared {
+	for _, p := range s.prepared {
 		err := p.err
 		if err == nil {
-			err = e.applyChanges(ctx, p.changes, p.seq, dirty, &order)
+			err = e.applyChanges(ctx, p.changes, p.seq, s.dirty, &s.order)
 		}
 		if err != nil {
 			e.log.Error("dead-lettering event", zap.Uint64("seq", p.seq), zap.String("subject", p.msg.Subject()), zap.Error(err))
@@ -572,12 +583,12 @@ func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
 			}
 		}
 	}
-	if err := e.retry(ctx, func() error { return e.write(ctx, dirty, order) }); err != nil {
+	if err := e.retry(ctx, func() error { return e.write(ctx, s.dirty, s.order) }); err != nil {
 		return err
 	}
 	superseded := false
 	if err := e.retry(ctx, func() error {
-		err := e.putMeta(ctx, e.kv, meta{Version: e.p.Version, Checkpoint: last})
+		err := e.putMeta(ctx, e.kv, meta{Version: e.p.Version, Checkpoint: last.Sequence.Stream})
 		if errors.Is(err, errSuperseded) {
 			superseded = true
 			return nil
@@ -589,16 +600,42 @@ func (e *Engine) applyBatch(ctx context.Context, batch []jetstream.Msg) error {
 	if superseded {
 		return fmt.Errorf("view %s: %w", e.p.Name, errSuperseded)
 	}
-	lastMsg := batch[len(batch)-1]
 	e.mu.Lock()
-	e.applied = last
+	e.applied = last.Sequence.Stream
 	close(e.changed)
 	e.changed = make(chan struct{})
 	e.mu.Unlock()
-	if md, err := lastMsg.Metadata(); err == nil && md.NumPending == 0 {
+	if last.NumPending == 0 {
 		e.markReady()
 	}
 	return nil
+}
+
+// batchScratch is what applying a batch needs besides the cache, kept from one batch to the
+// next so that a batch allocates only its events and entries.
+type batchScratch struct {
+	prepared []preparedEvent
+	dirty    map[string]proto.Message
+	order    []string
+	futures  []jetstream.PubAckFuture
+	missing  []string
+	seen     map[string]struct{}
+	// buf holds the encoded entries of a batch's writes. It is reused only after every write
+	// of the batch is acknowledged: an unacknowledged publish may still be resent from it.
+	buf []byte
+}
+
+func (s *batchScratch) reset() {
+	clear(s.prepared) // let the previous batch's messages go
+	s.prepared = s.prepared[:0]
+	if s.dirty == nil {
+		s.dirty = make(map[string]proto.Message)
+		s.seen = make(map[string]struct{})
+	}
+	clear(s.dirty)
+	clear(s.seen)
+	s.order = s.order[:0]
+	s.missing = s.missing[:0]
 }
 
 // preparedEvent is one message of a batch, decoded and mapped to its changes (or the error
@@ -619,8 +656,8 @@ func (e *Engine) prefetch(ctx context.Context, batch []preparedEvent) error {
 	if e.rebuilding {
 		return nil
 	}
-	var missing []string
-	seen := map[string]struct{}{}
+	missing, seen := e.scratch.missing[:0], e.scratch.seen
+	defer func() { e.scratch.missing = missing }()
 	for _, p := range batch {
 		for _, ch := range p.changes {
 			if _, ok := e.cache[ch.Key]; ok {
@@ -694,13 +731,11 @@ func (e *Engine) applyChanges(ctx context.Context, changes []Change, seq uint64,
 	return nil
 }
 
-// current returns the entry as stored, from the engine's cache or the bucket.
+// current returns the entry as stored, from the engine's cache or the bucket. A cached entry is
+// returned itself, not a copy, for the projection to update in place (see applyBatch).
 func (e *Engine) current(ctx context.Context, key string) (proto.Message, error) {
 	if m, ok := e.cache[key]; ok {
-		if m == nil {
-			return nil, nil
-		}
-		return proto.Clone(m), nil
+		return m, nil // nil: known absent
 	}
 	if e.rebuilding {
 		return nil, nil
@@ -725,17 +760,27 @@ func (e *Engine) write(ctx context.Context, dirty map[string]proto.Message, orde
 	if err := ctx.Err(); err != nil {
 		return err // the lease is lost: not one more write
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(order))
+	s := &e.scratch
+	buf, futures := s.buf[:0], s.futures[:0]
+	// Until every write is acknowledged, buf must not be written again (see batchScratch.buf).
+	s.buf = nil
+	defer func() {
+		clear(futures)
+		s.futures = futures[:0]
+	}()
 	for _, key := range order {
-		msg := nats.NewMsg(e.kvPrefix + key)
+		msg := &nats.Msg{Subject: e.kvPrefix + key}
 		if v := dirty[key]; v != nil {
-			data, err := proto.Marshal(v)
-			if err != nil {
+			start := len(buf)
+			var err error
+			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, v); err != nil {
 				return fmt.Errorf("view %s: marshal %s: %w", e.p.Name, key, err)
 			}
-			msg.Data = data
+			// A full slice expression: a later append must not write into this one's bytes (it
+			// may not move buf, reallocating only when it has to).
+			msg.Data = buf[start:len(buf):len(buf)]
 		} else {
-			msg.Header.Set("KV-Operation", "DEL")
+			msg.Header = nats.Header{"KV-Operation": []string{"DEL"}}
 		}
 		f, err := e.js.PublishMsgAsync(msg)
 		if err != nil {
@@ -754,6 +799,7 @@ func (e *Engine) write(ctx context.Context, dirty map[string]proto.Message, orde
 			return ctx.Err()
 		}
 	}
+	s.buf = buf
 	for _, key := range order {
 		e.cache[key] = dirty[key]
 	}
