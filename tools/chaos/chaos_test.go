@@ -314,17 +314,26 @@ func (e *env) watchLease(ctx context.Context, sv ServiceViews, name string) (<-c
 	}
 	out := make(chan string, 64)
 	go func() {
-		for en := range w.Updates() {
-			if en == nil {
-				continue
-			}
-			v := ""
-			if en.Operation() == jetstream.KeyValuePut {
-				v = string(en.Value())
-			}
+		// Ends with stop (the watch's channel closes) or ctx, whichever comes first.
+		for {
 			select {
-			case out <- v:
-			default:
+			case <-ctx.Done():
+				return
+			case en, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if en == nil {
+					continue
+				}
+				v := ""
+				if en.Operation() == jetstream.KeyValuePut {
+					v = string(en.Value())
+				}
+				select {
+				case out <- v:
+				default:
+				}
 			}
 		}
 	}()
