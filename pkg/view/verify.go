@@ -36,58 +36,105 @@ type Verification struct {
 // Equal reports whether the bucket equals the rebuild.
 func (v Verification) Equal() bool { return len(v.Mismatches) == 0 }
 
+// ErrNotStable means Verify found no moment at which the bucket and its stream could be
+// compared: the checkpoint kept moving, or (on a stream keeping the latest messages per
+// subject) the engine kept lagging the stream, for every attempt it made.
+var ErrNotStable = errors.New("view not stable")
+
+// VerifyOption tunes Verify.
+type VerifyOption func(*verifyOptions)
+
+type verifyOptions struct {
+	attempts int
+	pause    time.Duration
+}
+
+// VerifyAttempts bounds how many times Verify compares before it gives up with ErrNotStable,
+// and how long it pauses between attempts (default 100 attempts, 200 ms apart).
+func VerifyAttempts(n int, pause time.Duration) VerifyOption {
+	return func(o *verifyOptions) { o.attempts, o.pause = max(n, 1), pause }
+}
+
 // Verify rebuilds p in memory from its stream, up to the checkpoint its bucket records, and
 // compares the result with every entry of the bucket: the proof that a view equals a rebuild
 // from the streams (the chaos suite runs it after every fault). It reads only (an ordered
 // consumer on the stream and a watch of the bucket), so it may run beside the live engines with
-// the service's own NATS credentials. While events keep arriving the checkpoint moves under the
-// comparison; Verify then tries again, until ctx ends.
-func Verify(ctx context.Context, js jetstream.JetStream, p Projection) (Verification, error) {
+// the service's own NATS credentials.
+//
+// An attempt can be unfit for comparing: when the checkpoint moved under it, or when the stream
+// keeps only the latest messages per subject (FLEET_AGENT) and holds messages of the view's
+// subjects past the checkpoint. Such a message may have removed one at or below the checkpoint
+// that the engine applied, so the rebuild would lack what the correct but lagging bucket has;
+// which keys that message changed cannot be known once it is gone, so no key can be singled
+// out as unknown. Verify then tries again, until the engine has caught up, for a bounded number
+// of attempts (VerifyAttempts) and at most until ctx ends; it fails with ErrNotStable after.
+func Verify(ctx context.Context, js jetstream.JetStream, p Projection, opts ...VerifyOption) (Verification, error) {
+	o := verifyOptions{attempts: 100, pause: 200 * time.Millisecond}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	fd, err := revisionField(p.New())
 	if err != nil {
 		return Verification{}, err
 	}
-	for {
-		v, stable, err := verifyOnce(ctx, js, p, fd)
-		if err != nil || stable {
+	stream, err := js.Stream(ctx, p.Stream)
+	if err != nil {
+		return Verification{}, fmt.Errorf("verify view %s: stream %s: %w", p.Name, p.Stream, err)
+	}
+	// A stream with a per-subject limit drops a message when a newer one of its subject arrives
+	// (pkg/view's checkHistory exempts it for that reason).
+	latestOnly := stream.CachedInfo().Config.MaxMsgsPerSubject > 0
+	var why string
+	for attempt := 1; ; attempt++ {
+		v, unfit, err := verifyOnce(ctx, js, p, fd, latestOnly)
+		if err != nil || unfit == "" {
 			return v, err
+		}
+		why = unfit
+		if attempt >= o.attempts {
+			return v, fmt.Errorf("verify view %s: %w after %d attempts: %s", p.Name, ErrNotStable, attempt, why)
 		}
 		select {
 		case <-ctx.Done():
-			return v, fmt.Errorf("verify view %s: the checkpoint kept moving: %w", p.Name, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
+			return v, fmt.Errorf("verify view %s: %w: %s: %w", p.Name, ErrNotStable, why, ctx.Err())
+		case <-time.After(o.pause):
 		}
 	}
 }
 
-func verifyOnce(ctx context.Context, js jetstream.JetStream, p Projection, fd protoreflect.FieldDescriptor) (Verification, bool, error) {
-	v := Verification{View: p.Name}
+// verifyOnce compares the bucket with a rebuild once. unfit is empty when it did; otherwise it
+// says why this attempt could not compare (nothing in v is meaningful then).
+func verifyOnce(ctx context.Context, js jetstream.JetStream, p Projection, fd protoreflect.FieldDescriptor, latestOnly bool) (v Verification, unfit string, err error) {
+	v = Verification{View: p.Name}
 	kv, err := js.KeyValue(ctx, p.Bucket.Bucket)
 	if err != nil {
-		return v, false, fmt.Errorf("verify view %s: bucket: %w", p.Name, err)
+		return v, "", fmt.Errorf("verify view %s: bucket: %w", p.Name, err)
 	}
 	before, err := readMeta(ctx, kv)
 	if err != nil {
-		return v, false, fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
 	if before.Version != p.Version {
-		return v, false, fmt.Errorf("verify view %s: the bucket holds version %d, the projection is version %d", p.Name, before.Version, p.Version)
+		return v, "", fmt.Errorf("verify view %s: the bucket holds version %d, the projection is version %d", p.Name, before.Version, p.Version)
 	}
 	v.Checkpoint = before.Checkpoint
-	want, err := fold(ctx, js, p, fd, before.Checkpoint)
+	want, beyond, err := fold(ctx, js, p, fd, before.Checkpoint)
 	if err != nil {
-		return v, false, fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
 	got, err := readEntries(ctx, kv, p)
 	if err != nil {
-		return v, false, fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
 	after, err := readMeta(ctx, kv)
 	if err != nil {
-		return v, false, fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
 	if after.Checkpoint != before.Checkpoint {
-		return v, false, nil
+		return v, fmt.Sprintf("the checkpoint moved from %d to %d during the comparison", before.Checkpoint, after.Checkpoint), nil
+	}
+	if latestOnly && beyond {
+		return v, fmt.Sprintf("stream %s keeps the latest message per subject and holds messages of the view past its checkpoint %d (the engine lags)", p.Stream, before.Checkpoint), nil
 	}
 	v.Entries = len(want)
 	keys := make(map[string]struct{}, len(want)+len(got))
@@ -105,7 +152,7 @@ func verifyOnce(ctx context.Context, js jetstream.JetStream, p Projection, fd pr
 		v.Mismatches = append(v.Mismatches, Mismatch{Key: k, Want: text(w), Got: text(g)})
 	}
 	sort.Slice(v.Mismatches, func(i, j int) bool { return v.Mismatches[i].Key < v.Mismatches[j].Key })
-	return v, true, nil
+	return v, "", nil
 }
 
 func readMeta(ctx context.Context, kv jetstream.KeyValue) (meta, error) {
@@ -124,19 +171,23 @@ func readMeta(ctx context.Context, kv jetstream.KeyValue) (meta, error) {
 }
 
 // fold applies the stream's events up to and including seq upTo to an empty view, as the engine
-// does (an event the projection refuses is skipped: the engine dead-letters it).
-func fold(ctx context.Context, js jetstream.JetStream, p Projection, fd protoreflect.FieldDescriptor, upTo uint64) (map[string]proto.Message, error) {
-	entries := map[string]proto.Message{}
-	if upTo == 0 {
-		return entries, nil
-	}
+// does (an event the projection refuses is skipped: the engine dead-letters it). beyond reports
+// whether the stream held messages of the view's subjects past upTo while fold read it.
+func fold(ctx context.Context, js jetstream.JetStream, p Projection, fd protoreflect.FieldDescriptor, upTo uint64) (entries map[string]proto.Message, beyond bool, err error) {
+	entries = map[string]proto.Message{}
 	cons, err := js.OrderedConsumer(ctx, p.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: p.Subjects})
 	if err != nil {
-		return nil, fmt.Errorf("consumer on %s: %w", p.Stream, err)
+		return nil, false, fmt.Errorf("consumer on %s: %w", p.Stream, err)
+	}
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		return entries, false, nil // nothing to read: Next would wait until ctx ends
+	}
+	if upTo == 0 {
+		return entries, true, nil
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", p.Stream, err)
+		return nil, false, fmt.Errorf("consume %s: %w", p.Stream, err)
 	}
 	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
@@ -145,17 +196,17 @@ func fold(ctx context.Context, js jetstream.JetStream, p Projection, fd protoref
 		m, err := it.Next()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, false, ctx.Err()
 			}
-			return nil, fmt.Errorf("read %s: %w", p.Stream, err)
+			return nil, false, fmt.Errorf("read %s: %w", p.Stream, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return nil, fmt.Errorf("read %s: metadata: %w", p.Stream, err)
+			return nil, false, fmt.Errorf("read %s: metadata: %w", p.Stream, err)
 		}
 		seq := md.Sequence.Stream
 		if seq > upTo {
-			return entries, nil
+			return entries, true, nil
 		}
 		if ev, err := events.DecodeMsg(m); err == nil {
 			if changes, err := p.Apply(ev); err == nil {
@@ -174,8 +225,13 @@ func fold(ctx context.Context, js jetstream.JetStream, p Projection, fd protoref
 				}
 			}
 		}
-		if seq == upTo || md.NumPending == 0 {
-			return entries, nil
+		// NumPending counts the filtered messages after this one when it was delivered: a
+		// message that superseded one fold did not get to read was stored before then.
+		if md.NumPending == 0 {
+			return entries, false, nil
+		}
+		if seq == upTo {
+			return entries, true, nil
 		}
 	}
 }

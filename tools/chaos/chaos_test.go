@@ -224,27 +224,28 @@ func (e *env) counts() [3]int {
 	return [3]int{a, r, u}
 }
 
-// resumeWithin asserts API writes resumed within limit after t0 and describes it.
+// resumeWithin asserts API writes resumed within limit after the fault took effect at t0 (the
+// first acknowledgement of a write sent after t0) and describes it.
 func (e *env) resumeWithin(t *testing.T, t0 time.Time, limit time.Duration) string {
-	d, failed, ok := e.ledger.Resume(t0)
+	d, failed, skipped, ok := e.ledger.Resume(t0)
 	if !ok {
-		t.Errorf("no write succeeded after the fault")
+		t.Errorf("no write sent after the fault succeeded")
 		return "writes never resumed"
 	}
 	if limit > 0 && d > limit {
 		t.Errorf("API writes resumed %s after the fault, want within %s", d.Round(time.Millisecond), limit)
 	}
-	return fmt.Sprintf("writes resumed after %s (%d failed first)", d.Round(10*time.Millisecond), failed)
+	return fmt.Sprintf("writes resumed after %s (%d failed first, %d skipped with every slot busy)", d.Round(10*time.Millisecond), failed, skipped)
 }
 
 func (e *env) killAndReturn(t *testing.T, node string) string {
 	ctx := ctxFor(t, 5*time.Minute)
-	var t0 time.Time
 	var desc string
 	e.withLoad(func() {
 		time.Sleep(5 * time.Second)
-		t0 = time.Now()
-		if err := e.st.Kill(ctx, node); err != nil {
+		// Timed from the node's death: a write sent before it may have been accepted by then.
+		t0, err := e.st.Kill(ctx, node)
+		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(15 * time.Second)
@@ -284,9 +285,18 @@ func (e *env) killStreamLeader(t *testing.T) {
 	}
 	busiest, most := "", uint64(0)
 	for name, s := range s1 {
-		if d := s.LastSeq - s0[name].LastSeq; d > most && !strings.HasPrefix(name, "KV_") {
+		// The two reads may come from different nodes, one of them behind the other: a last
+		// sequence that seems to go back is no movement, not a uint64 wrapped around.
+		prev := s0[name].LastSeq
+		if s.LastSeq <= prev || strings.HasPrefix(name, "KV_") {
+			continue
+		}
+		if d := s.LastSeq - prev; d > most {
 			busiest, most = name, d
 		}
+	}
+	if busiest == "" {
+		t.Fatalf("no stream moved in 5 s of load (by /jsz)")
 	}
 	leader := s1[busiest].Leader
 	if leader == "" {
@@ -314,17 +324,26 @@ func (e *env) watchLease(ctx context.Context, sv ServiceViews, name string) (<-c
 	}
 	out := make(chan string, 64)
 	go func() {
-		for en := range w.Updates() {
-			if en == nil {
-				continue
-			}
-			v := ""
-			if en.Operation() == jetstream.KeyValuePut {
-				v = string(en.Value())
-			}
+		// Ends with stop (the watch's channel closes) or ctx, whichever comes first.
+		for {
 			select {
-			case out <- v:
-			default:
+			case <-ctx.Done():
+				return
+			case en, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if en == nil {
+					continue
+				}
+				v := ""
+				if en.Operation() == jetstream.KeyValuePut {
+					v = string(en.Value())
+				}
+				select {
+				case out <- v:
+				default:
+				}
 			}
 		}
 	}()
@@ -351,6 +370,17 @@ func (e *env) leaseHolder(ctx context.Context, sv ServiceViews, name string) (st
 	}
 	return string(en.Value()), nil
 }
+
+// leaseTakeoverWorst is how long after its holder dies a lease can take to move, by pkg/lease's
+// protocol: the holder's last renewal was sent at most at the crash; a contender counts a whole
+// TTL from when it first read that renewal's revision, which is at once when its watch wakes it
+// but up to one poll interval (TTL/3) later when the wake-up is missed; a key that expired (the
+// bucket's MaxAge is the TTL) is seen at the same poll. So TTL + TTL/3 (6.67 s for 5 s).
+const leaseTakeoverWorst = lease.DefaultTTL + lease.DefaultTTL/3
+
+// leaseRoundTrips covers the round trips the worst case leaves out: the contender's Get and
+// Update and the watch delivering the new value to the check, on a shared 2-core machine.
+const leaseRoundTrips = time.Second
 
 func (e *env) crashLeaseHolders(t *testing.T) {
 	views := AllViews()
@@ -386,8 +416,8 @@ func (e *env) crashLeaseHolders(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer stopWatch()
-			t0 := time.Now()
-			if err := e.st.Crash(ctx, ctr[0]); err != nil {
+			t0, err := e.st.Crash(ctx, ctr[0])
+			if err != nil {
 				t.Fatal(err)
 			}
 			var next string
@@ -403,16 +433,16 @@ func (e *env) crashLeaseHolders(t *testing.T) {
 					t.Fatalf("lease %s: no other holder 30 s after the crash", c.lease)
 				}
 			}
-			// A contender takes the lease after a whole TTL without a renewal, and the holder
-			// renewed at most a third of a TTL before it died.
-			if took > lease.DefaultTTL+time.Second {
-				t.Errorf("lease %s taken over after %s, want within the TTL %s (+1 s)", c.lease, took, lease.DefaultTTL)
+			if took > leaseTakeoverWorst+leaseRoundTrips {
+				t.Errorf("lease %s taken over after %s, want within %s (TTL + TTL/3, pkg/lease's worst case) + %s",
+					c.lease, took, leaseTakeoverWorst, leaseRoundTrips)
 			}
 			nh, _, _ := strings.Cut(next, "/")
 			desc = fmt.Sprintf("lease taken over after %s by %s", took.Round(100*time.Millisecond), hosts[nh][1])
 			if hosts[nh][1] == "" {
 				desc = fmt.Sprintf("lease taken over after %s by the restarted %s", took.Round(100*time.Millisecond), ctr[1])
 			}
+			desc += fmt.Sprintf(" (worst case %s)", leaseTakeoverWorst.Round(10*time.Millisecond))
 			time.Sleep(5 * time.Second)
 			desc += "; " + e.resumeWithin(t, t0, 0)
 			// Let the crashed replica come back before the next fault.

@@ -184,21 +184,30 @@ func (s *Stack) Weights(ctx context.Context) (map[uint32]bool, error) {
 	}
 	defer func() { _ = w.Stop() }()
 	out := map[uint32]bool{}
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		sw := &endpointv1.ServiceWeights{}
-		if proto.Unmarshal(e.Value(), sw) != nil || sw.GetNamespace() != WeightNamespace || sw.GetName() != WeightService {
-			continue
-		}
-		if v, ok := sw.GetClusterWeights()[WeightCluster]; ok {
-			out[v] = true
-		} else {
-			out[100] = true // no override: the default
+	for {
+		// The watcher uses ctx only while it is created: without the select, a marker of the
+		// initial values that never arrives would keep this loop waiting forever.
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read %s: %w", subjects.EndpointWeightsBucket, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read %s: watch closed", subjects.EndpointWeightsBucket)
+			}
+			if e == nil {
+				return out, nil // initial values done
+			}
+			sw := &endpointv1.ServiceWeights{}
+			if proto.Unmarshal(e.Value(), sw) != nil || sw.GetNamespace() != WeightNamespace || sw.GetName() != WeightService {
+				continue
+			}
+			if v, ok := sw.GetClusterWeights()[WeightCluster]; ok {
+				out[v] = true
+			} else {
+				out[100] = true // no override: the default
+			}
 		}
 	}
-	return out, nil
 }
 
 // Member is a member cluster seen with its admin kubeconfig.

@@ -81,14 +81,15 @@ func (s *Stack) Container(ctx context.Context, service string) (string, error) {
 }
 
 // Kill stops a service's container with SIGKILL through Docker (docker kill): Docker does not
-// restart it, Start does.
-func (s *Stack) Kill(ctx context.Context, service string) error {
+// restart it, Start does. It returns when docker kill returned: the container is dead then, and
+// finding its id (a compose call that can take a second on a busy machine) is not counted.
+func (s *Stack) Kill(ctx context.Context, service string) (time.Time, error) {
 	id, err := s.Container(ctx, service)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	_, err = s.run(ctx, "docker", "kill", id)
-	return err
+	return time.Now(), err
 }
 
 // Start starts a service's stopped container again, with its volumes.
@@ -103,19 +104,20 @@ func (s *Stack) Start(ctx context.Context, service string) error {
 
 // Crash SIGKILLs the main process of a container from the host, as the kernel's OOM killer or a
 // crash would: the container exits non-zero and its restart policy (on-failure) restarts it.
-func (s *Stack) Crash(ctx context.Context, container string) error {
+// It returns when the signal was sent (after docker inspect, which is not counted).
+func (s *Stack) Crash(ctx context.Context, container string) (time.Time, error) {
 	out, err := s.run(ctx, "docker", "inspect", "-f", "{{.State.Pid}}", container)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	pid, err := strconv.Atoi(out)
 	if err != nil || pid <= 0 {
-		return fmt.Errorf("container %s: no process (pid %q)", container, out)
+		return time.Time{}, fmt.Errorf("container %s: no process (pid %q)", container, out)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 %d (container %s): %w", pid, container, err)
+		return time.Time{}, fmt.Errorf("kill -9 %d (container %s): %w", pid, container, err)
 	}
-	return nil
+	return time.Now(), nil
 }
 
 // Hostnames maps the hostname of every running container of the stack (what a service puts into

@@ -1,0 +1,84 @@
+package chaos
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// A write stuck in a fault holds its own slot only: writes of other objects go out meanwhile,
+// a write of the same object is skipped (so the ledger's order per object stays the order they
+// were sent), and Run returns only when the stuck write has ended.
+func TestLoadDoesNotStallBehindAStuckWrite(t *testing.T) {
+	ledger := &Ledger{}
+	l := &Load{Ledger: ledger, Every: time.Hour, Timeout: 10 * time.Second}
+	l.slots, l.inFlight = make(chan struct{}, MaxInFlight), map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	release := make(chan struct{})
+	stuck := func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}
+	}
+	ok := func(context.Context) error { return nil }
+	l.write(ctx, "weight", "1", 1, stuck)
+	l.write(ctx, "weight", "2", 2, ok) // same object, in flight: skipped
+	l.write(ctx, "bind", "east/a", 0, ok)
+	l.write(ctx, "grant", "u-a", 0, ok)
+
+	deadline := time.After(5 * time.Second)
+	for n := 0; n < 2; {
+		select {
+		case <-deadline:
+			t.Fatalf("writes of other objects did not go out while one was stuck: %+v", ledger.Writes())
+		case <-time.After(10 * time.Millisecond):
+			n = len(ledger.Writes())
+		}
+	}
+	if n := len(ledger.skipped); n != 1 {
+		t.Errorf("%d writes skipped, want the second weight", n)
+	}
+	close(release)
+	l.wg.Wait()
+	ws := ledger.Writes()
+	if len(ws) != 3 || ws[2].Kind != "weight" || ws[2].Outcome != Acked {
+		t.Fatalf("ledger %+v, want the bind, the grant, then the stuck weight acknowledged", ws)
+	}
+	if ex := ledger.Expect(); !ex.Weights[1] || ex.Weights[2] {
+		t.Errorf("expected weights %v, want only the one sent", ex.Weights)
+	}
+}
+
+// Resume counts only writes sent at or after the fault: one in flight at the fault and
+// acknowledged just after does not make writes look resumed.
+func TestLedgerResumeCountsWritesSentAfterTheFault(t *testing.T) {
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	l := &Ledger{}
+	for _, w := range []Write{
+		{Kind: "bind", Key: "east/a", Start: at(-time.Second), End: at(100 * time.Millisecond), Outcome: Acked},
+		{Kind: "bind", Key: "east/b", Start: at(200 * time.Millisecond), End: at(3200 * time.Millisecond), Outcome: Unknown},
+		{Kind: "grant", Key: "u-b", Start: at(700 * time.Millisecond), End: at(2500 * time.Millisecond), Outcome: Acked},
+		{Kind: "bind", Key: "east/c", Start: at(1200 * time.Millisecond), End: at(1900 * time.Millisecond), Outcome: Refused},
+		{Kind: "grant", Key: "u-c", Start: at(1700 * time.Millisecond), End: at(2600 * time.Millisecond), Outcome: Acked},
+	} {
+		l.add(w)
+	}
+	l.skip(at(-time.Millisecond))
+	l.skip(at(time.Second))
+	l.skip(at(3 * time.Second))
+	d, failed, skipped, ok := l.Resume(t0)
+	if !ok || d != 2500*time.Millisecond || failed != 1 || skipped != 1 {
+		t.Fatalf("Resume = %s, %d failed, %d skipped, %v; want 2.5s, 1, 1, true", d, failed, skipped, ok)
+	}
+	if _, _, _, ok := l.Resume(at(4 * time.Second)); ok {
+		t.Error("resumed although nothing was sent after the fault")
+	}
+}
