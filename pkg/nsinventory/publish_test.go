@@ -166,7 +166,7 @@ func TestAssembleShrinkMidPublish(t *testing.T) {
 // before the others (the agent publishes the highest index first), in any order among them.
 func TestAssembleWhilePublishing(t *testing.T) {
 	const universe = 300
-	for seed := range uint64(400) {
+	for seed := range uint64(250) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		old := randomSet(rng, universe, "old")
 		m, n := randomCount(rng), randomCount(rng)
@@ -270,7 +270,7 @@ func digest(c *agentv1.NamespaceInventory) string {
 // publish, and after a complete publish exactly the agent's list.
 func TestAssembleAgentPublishes(t *testing.T) {
 	const universe = 300
-	for seed := range uint64(40) {
+	for seed := range uint64(30) {
 		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 2))
 			var (
