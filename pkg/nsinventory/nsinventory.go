@@ -1,14 +1,21 @@
 // Package nsinventory splits a member cluster's namespace inventory into chunks that each fit in
 // a NATS message, and assembles the chunks a reader holds back into the cluster's list.
 //
-// A namespace goes to chunk fnv32a(name) % n, n a power of two: while n stays the same a
-// namespace stays in the same chunk, so a reader that sees some chunks of a new inventory and
-// the others of the previous one still sees every namespace once. The chunks of one published
-// inventory share a generation (the snapshot's time in unix nanoseconds), and the newest
-// generation's chunk count says which chunk indices count; chunks above it are leftovers of a
-// larger inventory and are ignored. An inventory that fits in one chunk is the message as it
-// was before chunking existed (no generation, no chunk count); its time stands in for the
-// generation.
+// A namespace goes to chunk fnv32a(name) % n, n a power of two. A chunk covers the namespaces
+// that go to its index under its count: it says which of them exist. A reader keeps the latest
+// chunk per index, and for each namespace the newest chunk covering it decides (newest by the
+// stream sequence the reader stamps as revision, so the agent's clock does not matter). While
+// the count stays, a namespace stays in the same chunk, so the chunks of one publish may land in
+// any order. When the count changes, the agent publishes the highest index first: a new chunk
+// at index j then replaces a chunk of count c whose namespaces all go, under the new count n,
+// to chunks already landed (to j + k·c ≥ j when c ≤ n; to j mod n = j when c > n, both powers
+// of two). So while a publish lands, every namespace is decided by its new chunk or by the chunk
+// that decided it before, and each is seen once. Chunks at indices not below n, leftovers of a
+// larger count, are overruled once the new chunks covering their namespaces land; the agent then
+// empties them to free the space. The chunks of one publish share a generation (the snapshot's
+// time in unix nanoseconds, growing), which only breaks ties between entries without
+// revisions. An inventory that fits in one chunk is the message as it was before chunking
+// existed (no generation, no chunk count); it covers every namespace.
 package nsinventory
 
 import (
@@ -111,106 +118,144 @@ func fits(nss []*agentv1.Namespace, sizes []int, n uint32, base, budget int) boo
 // chunkCount is the number of chunks an entry says its generation has (0 means 1).
 func chunkCount(e *clusterv1.NamespaceInventory) uint32 { return max(e.GetChunks(), 1) }
 
-// current returns the entries that count, the newest generation and its chunk count: the
-// entries below the newest generation's count, at most one per index (the newest).
-func current(entries []*clusterv1.NamespaceInventory) (counted []*clusterv1.NamespaceInventory, gen uint64, n uint32) {
-	var newest *clusterv1.NamespaceInventory
+// newer reports whether a was reported after b. The revision (the stream sequence of the
+// report, stamped by the projection) orders reports as the agent published them, whatever its
+// clock says and across its restarts; the generation only breaks ties, as between entries
+// built without revisions, and the index after it, so the order is total.
+func newer(a, b *clusterv1.NamespaceInventory) bool {
+	if a.GetRevision() != b.GetRevision() {
+		return a.GetRevision() > b.GetRevision()
+	}
+	if a.GetGeneration() != b.GetGeneration() {
+		return a.GetGeneration() > b.GetGeneration()
+	}
+	return a.GetChunk() > b.GetChunk()
+}
+
+// layout is the newest entry at each index among the entries of one chunk count.
+type layout struct {
+	n  uint32
+	at map[uint32]*clusterv1.NamespaceInventory
+}
+
+// index returns the non-nil entries, the newest first, and their layouts by count.
+func index(entries []*clusterv1.NamespaceInventory) ([]*clusterv1.NamespaceInventory, []layout) {
+	var es []*clusterv1.NamespaceInventory
 	for _, e := range entries {
-		if e == nil {
-			continue
-		}
-		if newest == nil || e.GetGeneration() > newest.GetGeneration() ||
-			e.GetGeneration() == newest.GetGeneration() && e.GetRevision() > newest.GetRevision() {
-			newest = e
+		if e != nil {
+			es = append(es, e)
 		}
 	}
-	if newest == nil {
-		return nil, 0, 0
-	}
-	gen, n = newest.GetGeneration(), chunkCount(newest)
-	byIndex := make(map[uint32]*clusterv1.NamespaceInventory, n)
-	for _, e := range entries {
-		if e == nil || e.GetChunk() >= n {
-			continue
+	slices.SortFunc(es, func(a, b *clusterv1.NamespaceInventory) int {
+		switch {
+		case newer(a, b):
+			return -1
+		case newer(b, a):
+			return 1
 		}
-		if o, ok := byIndex[e.GetChunk()]; !ok || e.GetGeneration() > o.GetGeneration() {
-			byIndex[e.GetChunk()] = e
+		return 0
+	})
+	var ls []layout
+	for _, e := range es {
+		n := chunkCount(e)
+		if e.GetChunk() >= n {
+			continue // covers nothing
+		}
+		i := slices.IndexFunc(ls, func(l layout) bool { return l.n == n })
+		if i < 0 {
+			i = len(ls)
+			ls = append(ls, layout{n: n, at: map[uint32]*clusterv1.NamespaceInventory{}})
+		}
+		if _, ok := ls[i].at[e.GetChunk()]; !ok {
+			ls[i].at[e.GetChunk()] = e // es is newest first
 		}
 	}
-	for _, e := range byIndex {
-		counted = append(counted, e)
+	return es, ls
+}
+
+// decider returns the entry that decides whether namespace name, held by e, exists: the newest
+// of e and the entries that cover name, those at index Chunk(name, n) of a count n. (An
+// unchunked entry covers every name; an emptied leftover, its index not below its count, none.)
+func decider(e *clusterv1.NamespaceInventory, name string, ls []layout) *clusterv1.NamespaceInventory {
+	d := e
+	for _, l := range ls {
+		if c, ok := l.at[Chunk(name, l.n)]; ok && newer(c, d) {
+			d = c
+		}
 	}
-	slices.SortFunc(counted, func(a, b *clusterv1.NamespaceInventory) int { return cmp.Compare(a.GetChunk(), b.GetChunk()) })
-	return counted, gen, n
+	return d
 }
 
 // Assemble merges the entries of one cluster's inventory (KV bucket cluster-inventory, one per
-// chunk, in any order) into the cluster's list, sorted by name. Only chunks below the newest
-// generation's chunk count count. A namespace from an older chunk is left out when the chunk it
-// belongs to under the newest count is present from a newer generation (that chunk alone now
-// says whether it exists); a namespace in two chunks (the count just changed) is taken from the
-// newer one. The result has the newest chunk's cluster name, generation and observed time, the
-// highest revision, and chunk and chunks 0. It may be one of entries (a list in a single chunk):
-// callers must not modify it. Nil when entries holds none.
+// chunk, in any order) into the cluster's list, sorted by name. For each namespace the newest
+// entry (by revision, see newer) that covers it decides whether it exists: a namespace held by
+// an entry is in the list when no newer entry covers it. So chunks of several generations and
+// chunk counts merge into every namespace once, and leftovers of a larger count are ignored
+// once the chunks covering their namespaces are newer (see the package comment for the order
+// this needs from the agent). The result has the newest entry's cluster, generation and
+// observed time, the highest revision, and chunk and chunks 0. It may be one of entries (an
+// unchunked list that covers all others): callers must not modify it. Nil when entries holds
+// none.
 func Assemble(entries []*clusterv1.NamespaceInventory) *clusterv1.NamespaceInventory {
-	counted, gen, n := current(entries)
-	if len(counted) == 0 {
+	es, ls := index(entries)
+	if len(es) == 0 {
 		return nil
 	}
-	if len(counted) == 1 && n == 1 && counted[0].GetChunk() == 0 && counted[0].GetChunks() == 0 {
-		return counted[0] // unchunked, as before chunking existed
+	newest := es[0]
+	if newest.GetChunk() == 0 && newest.GetChunks() == 0 {
+		return newest // unchunked, as before chunking existed; it covers every namespace
 	}
-	out := &clusterv1.NamespaceInventory{Generation: gen}
-	genOf := make(map[uint32]uint64, len(counted)) // chunk index → generation, for the newest count
-	for _, e := range counted {
-		if chunkCount(e) == n {
-			genOf[e.GetChunk()] = e.GetGeneration()
-		}
-		if e.GetRevision() > out.Revision {
-			out.Revision = e.Revision
-		}
-		if e.GetGeneration() == gen && (out.ObservedTime == nil || e.GetObservedTime().AsTime().After(out.ObservedTime.AsTime())) {
-			out.ClusterId, out.ClusterName, out.ObservedTime = e.GetClusterId(), e.GetClusterName(), e.GetObservedTime()
-		}
+	out := &clusterv1.NamespaceInventory{ClusterId: newest.GetClusterId(), ClusterName: newest.GetClusterName(),
+		ObservedTime: newest.GetObservedTime(), Generation: newest.GetGeneration()}
+	for _, e := range es {
+		out.Revision = max(out.Revision, e.GetRevision())
 	}
-	type pick struct {
-		ns  *clusterv1.InventoryNamespace
-		gen uint64
-	}
-	picked := make(map[string]pick)
-	for _, e := range counted {
-		g := e.GetGeneration()
+	seen := make(map[string]bool)
+	for _, e := range es { // newest first: a name held twice is taken from the newer entry
 		for _, ns := range e.GetNamespaces() {
-			if chunkCount(e) != n {
-				// Laid out under another count: the chunk the namespace belongs to now decides
-				// if it is present from a newer generation.
-				if og, ok := genOf[Chunk(ns.GetName(), n)]; ok && og > g {
-					continue
-				}
+			if seen[ns.GetName()] {
+				continue
 			}
-			if p, ok := picked[ns.GetName()]; !ok || g > p.gen {
-				picked[ns.GetName()] = pick{ns, g}
+			if decider(e, ns.GetName(), ls) == e {
+				seen[ns.GetName()] = true
+				out.Namespaces = append(out.Namespaces, ns)
 			}
 		}
-	}
-	out.Namespaces = make([]*clusterv1.InventoryNamespace, 0, len(picked))
-	for _, p := range picked {
-		out.Namespaces = append(out.Namespaces, p.ns)
 	}
 	slices.SortFunc(out.Namespaces, func(a, b *clusterv1.InventoryNamespace) int { return cmp.Compare(a.GetName(), b.GetName()) })
 	return out
 }
 
 // Count returns how many namespaces Assemble(entries) would hold, without building the list
-// when every counted chunk is laid out for the newest count (each namespace is then in
-// exactly one of them, whatever their generations).
+// when one chunk count decides every namespace: it is the only count among the entries that
+// cover any, or all its chunks are present and newer than every entry of another count. It then
+// trusts that the agent put every namespace in the chunk that covers it, once.
 func Count(entries []*clusterv1.NamespaceInventory) int {
-	counted, _, n := current(entries)
-	total := 0
-	for _, e := range counted {
-		if chunkCount(e) != n {
+	es, ls := index(entries)
+	if len(ls) == 0 {
+		return 0
+	}
+	cur := ls[0] // the newest covering entry's count
+	if len(ls) > 1 {
+		if uint32(len(cur.at)) != cur.n {
 			return len(Assemble(entries).GetNamespaces())
 		}
+		// es is newest first: the first entry of another count must come after every chunk
+		// of cur.
+		left := len(cur.at)
+		for _, e := range es {
+			if left == 0 {
+				break
+			}
+			if cur.at[e.GetChunk()] == e {
+				left--
+			} else if e.GetChunk() < chunkCount(e) {
+				return len(Assemble(entries).GetNamespaces())
+			}
+		}
+	}
+	total := 0
+	for _, e := range cur.at {
 		total += len(e.GetNamespaces())
 	}
 	return total

@@ -42,9 +42,12 @@ type inventoryReporter struct {
 
 	// Used by the Run loop only.
 	// published is one more than the highest chunk index this reporter may have left on the
-	// stream, so chunks a shrunk inventory no longer uses are emptied.
+	// stream, so chunks a shrunk inventory no longer uses are emptied. It starts at 0: the
+	// leftovers of a previous process are not known (an agent may not read FLEET_AGENT) and
+	// stay, overruled by the newer chunks that cover their namespaces (nsinventory.Assemble).
 	published uint32
-	// generation is the last generation used, so that generations grow even if the clock does not.
+	// generation is the last generation used, so that generations grow even if the clock does
+	// not. Readers order chunks by stream sequence, not by generation.
 	generation uint64
 	// sent holds a digest of the namespaces of each chunk on the stream, of a split into
 	// sentOf chunks, and lastFull when every chunk was last published: while the count stays,
@@ -156,9 +159,11 @@ func (r *inventoryReporter) publish(ctx context.Context) error {
 	if n != r.sentOf {
 		r.sent, r.sentOf = map[uint32][sha256.Size]byte{}, n
 	}
-	// Highest index first and chunk 0 before the leftovers: while the count grows, a reader
-	// then meets the new chunks before the new count; while it shrinks, chunk 0 holds every
-	// namespace the leftovers held before they are emptied (see nsinventory.Assemble).
+	// Highest index first: a new chunk then replaces only a chunk whose namespaces all belong
+	// to new chunks already published (while the count grows, new chunk j replaces old chunk
+	// j, whose namespaces go to j, j+old count, …), so a reader sees every namespace from its
+	// new chunk or from the chunk that held it before (see nsinventory). The leftovers go
+	// last, once the new chunks covering their namespaces are out.
 	skipped := 0
 	for i := int(n) - 1; i >= 0; i-- {
 		sum, err := namespacesDigest(chunks[i])
@@ -177,7 +182,7 @@ func (r *inventoryReporter) publish(ctx context.Context) error {
 		r.published = max(r.published, uint32(i)+1)
 	}
 	// Chunks a larger inventory used, emptied so they do not linger (readers ignore them
-	// anyway: their index is not below the new count).
+	// anyway: every namespace they hold is covered by a newer chunk now).
 	for i := n; i < r.published; i++ {
 		empty := &agentv1.NamespaceInventory{ClusterName: inv.ClusterName, Time: inv.Time, Generation: gen, Chunk: i, Chunks: n}
 		if err := a.appendReport(ctx, subjects.AgentInventoryChunk(a.cfg.ClusterName, i), empty); err != nil {

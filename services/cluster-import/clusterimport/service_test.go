@@ -534,8 +534,8 @@ func taint(c *clusterv1.Cluster, key string) *clusterv1.Taint {
 
 // TestChunkedInventory checks that an inventory reported in chunks is one list in GetCluster
 // and the namespace count, that a later unchunked report (an agent restarted with fewer
-// namespaces, which does not know the chunks it left) replaces it all, and that a restart keeps
-// the result. A chunk on a subject that is not canonical is dead-lettered.
+// namespaces, which does not know the chunks it left) replaces it all, that later chunks win
+// though their generation is older, and that a restart keeps the result. A chunk on a subject that is not canonical is dead-lettered.
 func TestChunkedInventory(t *testing.T) {
 	j := testkit.StartJetStream(t)
 	e := start(t, j, clusterimport.Config{})
@@ -590,6 +590,18 @@ func TestChunkedInventory(t *testing.T) {
 	publish(subjects.AgentInventory("c1"), snapshot(20, t0.Add(time.Second)))
 	testkit.Eventually(t, 10*time.Second, inventory(20))
 
+	// An agent restarted on a node whose clock is an hour behind: its chunks are older by
+	// generation than what the stream holds, newer by stream sequence, and they win.
+	behind := t0.Add(-time.Hour)
+	chunks = nsinventory.Split(snapshot(100, behind), 1000, uint64(behind.UnixNano()))
+	if len(chunks) < 2 {
+		t.Fatalf("setup: %d chunks", len(chunks))
+	}
+	for i := len(chunks) - 1; i >= 0; i-- {
+		publish(subjects.AgentInventoryChunk("c1", uint32(i)), chunks[i])
+	}
+	testkit.Eventually(t, 10*time.Second, inventory(100))
+
 	// Not canonical: chunk 1 must be ".1".
 	publish(subjects.AgentInventory("c1")+".01", &agentv1.NamespaceInventory{ClusterName: "c1", Chunk: 1, Chunks: 2,
 		Generation: uint64(t0.Add(2 * time.Second).UnixNano()), Namespaces: []*agentv1.Namespace{{Name: "bogus"}}})
@@ -610,7 +622,7 @@ func TestChunkedInventory(t *testing.T) {
 
 	e.stop()
 	e = start(t, j, clusterimport.Config{})
-	if err := inventory(20)(); err != nil {
+	if err := inventory(100)(); err != nil {
 		t.Fatalf("after restart: %v", err)
 	}
 }
