@@ -18,15 +18,91 @@ import (
 // response message (by pointer) and return its bytes. Any other message is encoded as Connect's
 // own codecs do. A superseded snapshot forgets its entries; an in-flight request holding one is
 // then simply encoded afresh.
+//
+// A cached response (message and encodings) costs about three times what the compact store
+// spends on the same endpoints, so the cache is bounded by a byte budget over all services
+// (Config.ResponseCacheBytes). Past it, a clock sweep evicts: every hit sets an entry's used bit,
+// the hand clears set bits and evicts the first entry found clear, so what is polled stays and
+// what was asked once goes. An evicted response is built again on its next query.
 type responseCodec struct {
 	cache sync.Map // *GetServiceEndpointsResponse -> *cachedResponse
+
+	budget int64 // bytes; <= 0 caches nothing
+	mu     sync.Mutex
+	ring   []*cachedResponse // the clock, in no particular order
+	hand   int
+	bytes  int64
 }
 
-func newResponseCodec() *responseCodec { return &responseCodec{} }
+func newResponseCodec(budget int64) *responseCodec { return &responseCodec{budget: budget} }
 
-func (r *responseCodec) remember(c *cachedResponse) { r.cache.Store(c.msg, c) }
-func (r *responseCodec) forget(m *endpointv1.GetServiceEndpointsResponse) {
-	r.cache.Delete(m)
+func (r *responseCodec) caching() bool { return r != nil && r.budget > 0 }
+
+// admit adds c, already stored in its snapshot slot, to the clock and evicts past the budget.
+func (r *responseCodec) admit(c *cachedResponse) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cache.Store(c.msg, c) // under mu: an encoding made from now on is accounted by grow
+	c.slot = len(r.ring)
+	r.ring = append(r.ring, c)
+	r.bytes += c.size
+	r.evictLocked()
+}
+
+// grow accounts for an encoding made after c was admitted.
+func (r *responseCodec) grow(c *cachedResponse, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c.slot < 0 {
+		return // evicted or forgotten meanwhile
+	}
+	c.size += int64(n)
+	r.bytes += int64(n)
+	r.evictLocked()
+}
+
+// forget drops c (its snapshot was superseded). It may be called more than once.
+func (r *responseCodec) forget(c *cachedResponse) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeLocked(c)
+}
+
+func (r *responseCodec) evictLocked() {
+	for r.bytes > r.budget && len(r.ring) > 0 {
+		if r.hand >= len(r.ring) {
+			r.hand = 0
+		}
+		c := r.ring[r.hand]
+		if c.used.Load() {
+			c.used.Store(false)
+			r.hand++
+			continue
+		}
+		r.removeLocked(c) // moves the last entry to the hand: it is looked at next
+		c.home.CompareAndSwap(c, nil)
+	}
+}
+
+func (r *responseCodec) removeLocked(c *cachedResponse) {
+	if c.slot < 0 {
+		return
+	}
+	last := len(r.ring) - 1
+	r.ring[c.slot] = r.ring[last]
+	r.ring[c.slot].slot = c.slot
+	r.ring[last] = nil
+	r.ring = r.ring[:last]
+	c.slot = -1
+	r.bytes -= c.size
+	r.cache.Delete(c.msg)
+}
+
+// stats returns the entries and bytes held (tests and benchmarks).
+func (r *responseCodec) stats() (entries int, bytes int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ring), r.bytes
 }
 
 func (r *responseCodec) lookup(m any) *cachedResponse {
@@ -59,7 +135,10 @@ func (j *jsonCodec) Marshal(m any) ([]byte, error) { return j.MarshalAppend(nil,
 // the cache must never hand out its own slice.
 func (j *jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	if c := j.r.lookup(m); c != nil {
-		c.jsonOnce.Do(func() { c.json, _ = protojson.Marshal(c.msg) })
+		c.jsonOnce.Do(func() {
+			c.json, _ = protojson.Marshal(c.msg)
+			j.r.grow(c, cap(c.json))
+		})
 		if c.json != nil {
 			return append(dst, c.json...), nil
 		}
@@ -93,7 +172,10 @@ func (b *binaryCodec) Marshal(m any) ([]byte, error) { return b.MarshalAppend(ni
 
 func (b *binaryCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	if c := b.r.lookup(m); c != nil {
-		c.binOnce.Do(func() { c.bin, _ = proto.Marshal(c.msg) })
+		c.binOnce.Do(func() {
+			c.bin, _ = proto.Marshal(c.msg)
+			b.r.grow(c, cap(c.bin))
+		})
 		if c.bin != nil {
 			return append(dst, c.bin...), nil
 		}

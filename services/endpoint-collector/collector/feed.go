@@ -82,11 +82,13 @@ func (c *Collector) notifyFeeds(key string) {
 
 // Endpoints returns every endpoint of service ns/name as served now (the ALL filter: with their
 // conditions, weights and clusters' staleness), or false when the service has none anywhere.
-// The message is shared and cached with the snapshot: callers must not modify it.
+// The message may be the snapshot's cached response, shared: callers must not modify it. A
+// response built here is not cached: a feed reads every service once per change, which would
+// fill the response cache with services no API client asked for.
 func (c *Collector) Endpoints(ns, name string) (*endpointv1.GetServiceEndpointsResponse, bool) {
 	sn := c.store.snapshot(serviceKey(ns, name))
 	if sn == nil {
 		return nil, false
 	}
-	return sn.response(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL, ""), true
+	return sn.peek(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL), true
 }

@@ -39,11 +39,20 @@ type harness struct {
 
 func startCollector(t testing.TB, js jetstream.JetStream, cfg Config) *harness {
 	t.Helper()
+	return startCollectorWith(t, js, cfg, nil)
+}
+
+// startCollectorWith is startCollector with prep, when not nil, applied before it runs.
+func startCollectorWith(t testing.TB, js jetstream.JetStream, cfg Config, prep func(*Collector)) *harness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c, err := New(ctx, js, cfg, testkit.Logger(t))
 	if err != nil {
 		cancel()
 		t.Fatalf("new collector: %v", err)
+	}
+	if prep != nil {
+		prep(c)
 	}
 	srv, err := server.New(server.Config{InsecureDev: true}, testkit.Logger(t))
 	if err != nil {

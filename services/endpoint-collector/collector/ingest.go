@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 )
 
@@ -40,13 +42,17 @@ type clusterIngest struct {
 
 type ingester struct {
 	c *Collector
+	// fast decodes a slice report straight from the wire (wire.go), or declines with
+	// errSlowPath; BenchmarkSliceReplay swaps in one that always declines, to measure the
+	// generated code alone.
+	fast func(data []byte) (reportHeader, *slice, error)
 
 	mu       sync.Mutex
 	clusters map[string]*clusterIngest
 }
 
 func newIngester(c *Collector) *ingester {
-	return &ingester{c: c, clusters: map[string]*clusterIngest{}}
+	return &ingester{c: c, fast: c.store.decodeReport, clusters: map[string]*clusterIngest{}}
 }
 
 func (in *ingester) cluster(name string) *clusterIngest {
@@ -102,7 +108,7 @@ func (in *ingester) handle(subject string, data []byte, ts time.Time) error {
 		if err := errors.Join(err1, err2); err != nil {
 			return fmt.Errorf("%w: subject %s: %v", errMalformed, subject, err)
 		}
-		h, sl, err := in.c.store.decodeReport(data)
+		h, sl, err := in.fast(data)
 		if err != nil {
 			// The generated code decodes what the fast path declined, or says what is wrong.
 			if h, sl, err = in.decodeSlow(data, subject); err != nil {
@@ -143,15 +149,19 @@ func (in *ingester) touch(ci *clusterIngest, ts time.Time) {
 	in.c.evaluate(ci.info, ci.services)
 }
 
-// decodeSlow decodes a slice report with the generated code.
+// decodeSlow decodes a slice report with the generated code: what the fast path declined, and
+// the reference the fast path is tested against (wire_test.go).
 func (in *ingester) decodeSlow(data []byte, subject string) (reportHeader, *slice, error) {
-	ev, err := events.Decode(data)
-	if err != nil {
-		return reportHeader{}, nil, fmt.Errorf("%w: %v", errMalformed, err)
+	env := &eventv1.Envelope{}
+	if err := proto.Unmarshal(data, env); err != nil {
+		return reportHeader{}, nil, fmt.Errorf("%w: decode envelope: %v", errMalformed, err)
 	}
-	r, ok := ev.Payload.(*endpointv1.EndpointSliceReport)
-	if !ok {
-		return reportHeader{}, nil, fmt.Errorf("%w: %s on %s", errMalformed, ev.Type, subject)
+	r := &endpointv1.EndpointSliceReport{}
+	if !env.GetPayload().MessageIs(r) {
+		return reportHeader{}, nil, fmt.Errorf("%w: payload %q on %s", errMalformed, env.GetPayload().GetTypeUrl(), subject)
+	}
+	if err := proto.Unmarshal(env.Payload.Value, r); err != nil {
+		return reportHeader{}, nil, fmt.Errorf("%w: decode %s: %v", errMalformed, env.Payload.TypeUrl, err)
 	}
 	h := reportHeader{clusterID: r.ClusterId, service: r.Service, session: r.SessionId, deleted: r.Deleted, generation: r.Generation}
 	if h.deleted || h.service == "" {

@@ -2,6 +2,13 @@
 // report into one multi-cluster view per service, keeps operator weight overrides as events,
 // and serves both through fleetstream.endpoint.v1.EndpointService, a watch stream and bucket
 // `endpoints`. See docs/endpoints.md for the design.
+//
+// Agent reports are decoded by hand, straight from the protobuf wire format into the compact
+// store (wire.go), because the generated code is measurably slower on the single ingest
+// goroutine (BenchmarkSliceReplay reports the ratio). That decoder is the package's one use of
+// package unsafe (unsafeString, for three calls that keep nothing of the string); it yields
+// exactly what the generated code does or declines and lets the generated code decode, and
+// FuzzDecodeReport holds it to that on arbitrary bytes.
 package collector
 
 import (
@@ -56,6 +63,10 @@ type Config struct {
 	RetryQPS float64
 	// Replicas of the stream and buckets (1 single node, 3 production).
 	Replicas int
+	// ResponseCacheBytes bounds the memory of cached GetServiceEndpoints responses (messages and
+	// their encodings) over all services; past it the least recently used go (a clock sweep).
+	// Default DefaultResponseCacheBytes; negative: nothing is cached.
+	ResponseCacheBytes int64
 	// Retention overrides the limits of the streams the service ensures (default: kept forever).
 	Retention topology.Retentions
 }
@@ -88,7 +99,15 @@ func (c *Config) defaults() {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
+	if c.ResponseCacheBytes == 0 {
+		c.ResponseCacheBytes = DefaultResponseCacheBytes
+	}
 }
+
+// DefaultResponseCacheBytes holds the responses of a few thousand services of 20 endpoints:
+// what proxies poll is served from it, while a query of every service (an audit, a dashboard)
+// does not pin a copy of the whole fleet (about 500 bytes per endpoint, three times the store).
+const DefaultResponseCacheBytes = 32 << 20
 
 const actor = "system:endpoint-collector"
 
@@ -181,7 +200,7 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 	cfg.defaults()
 	c := &Collector{cfg: cfg, log: log.Named("endpoint-collector"), store: NewStore(),
 		pending:  &pendingSet{m: map[string]*pendingService{}},
-		codec:    newResponseCodec(),
+		codec:    newResponseCodec(cfg.ResponseCacheBytes),
 		metrics:  newMetrics(),
 		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL}
 	c.store.strs = newStrtab()

@@ -118,6 +118,13 @@ type cachedResponse struct {
 	// Encodings made on first use (see codec.go).
 	jsonOnce, binOnce sync.Once
 	json, bin         []byte
+
+	home *atomic.Pointer[cachedResponse] // the snapshot's slot holding it
+	used atomic.Bool                     // served since the clock hand last passed
+	// Guarded by responseCodec.mu: the position in the clock (-1 when out of it) and the
+	// estimated bytes held.
+	slot int
+	size int64
 }
 
 // release forgets the encodings of a superseded snapshot.
@@ -128,33 +135,86 @@ func (sn *snapshot) release() {
 	sn.released.Store(true)
 	for i := range sn.resp {
 		if c := sn.resp[i].Load(); c != nil {
-			sn.codec.forget(c.msg)
+			sn.codec.forget(c)
 		}
 	}
 }
 
-// response returns the service's endpoints as the API serves them.
+// response returns the service's endpoints as the API serves them, cached while the response
+// cache keeps it.
 func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
 	if filter < 0 || int(filter) >= len(sn.resp) {
 		filter = endpointv1.EndpointFilter_ENDPOINT_FILTER_READY
 	}
-	if portName != "" {
+	if portName != "" || !sn.codec.caching() {
 		return sn.build(filter, portName)
 	}
-	if c := sn.resp[filter].Load(); c != nil {
-		return c.msg
-	}
-	c := &cachedResponse{msg: sn.build(filter, "")}
-	if sn.resp[filter].CompareAndSwap(nil, c) {
-		if sn.codec != nil {
-			sn.codec.remember(c)
-			if sn.released.Load() {
-				sn.codec.forget(c.msg) // superseded meanwhile: do not leak the entry
-			}
+	home := &sn.resp[filter]
+	if c := home.Load(); c != nil {
+		if !c.used.Load() {
+			c.used.Store(true)
 		}
 		return c.msg
 	}
-	return sn.resp[filter].Load().msg
+	c := &cachedResponse{msg: sn.build(filter, ""), home: home, slot: -1}
+	c.size = responseBytes(c.msg)
+	if !home.CompareAndSwap(nil, c) {
+		if other := home.Load(); other != nil {
+			return other.msg
+		}
+		return c.msg // cached by another request and already evicted: serve ours
+	}
+	sn.codec.admit(c)
+	if sn.released.Load() {
+		sn.codec.forget(c) // superseded meanwhile: do not keep the entry
+	}
+	return c.msg
+}
+
+// peek returns a cached response, or builds one without caching it: for readers that want
+// every service once (the bucket writer, the xDS feed), which would otherwise fill the response
+// cache with what no proxy asked for.
+func (sn *snapshot) peek(filter endpointv1.EndpointFilter) *endpointv1.GetServiceEndpointsResponse {
+	if c := sn.resp[filter].Load(); c != nil {
+		return c.msg
+	}
+	return sn.build(filter, "")
+}
+
+// responseBytes estimates the heap a cached response holds, its encodings aside (those are
+// counted as they are made): the message, the cache entry, per cluster its message, and per
+// address its message, its place in the cluster's list and its IP string; zone, node, port name,
+// protocol and target are shared with the store. TestResponseBytesEstimate checks it against
+// the heap.
+func responseBytes(m *endpointv1.GetServiceEndpointsResponse) int64 {
+	n := int64(responseOverhead)
+	for _, ce := range m.Clusters {
+		n += clusterOverhead
+		for _, a := range ce.Addresses {
+			n += addressOverhead + roundAlloc(len(a.Ip))
+		}
+	}
+	return n
+}
+
+// Sizes for responseBytes: the generated structs and the cache's own records (the entry and
+// its sync.Map node, ~300 bytes with thousands of entries), rounded up to the allocator's size
+// classes.
+const (
+	responseOverhead = 448
+	clusterOverhead  = 112
+	addressOverhead  = 168
+)
+
+// roundAlloc rounds a small allocation up as Go's allocator does (to 8, then 16 bytes).
+func roundAlloc(n int) int64 {
+	switch {
+	case n == 0:
+		return 0
+	case n <= 8:
+		return 8
+	}
+	return int64(n+15) &^ 15
 }
 
 func (sn *snapshot) build(filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
@@ -241,12 +301,7 @@ func addrBytes(a netip.Addr) ([16]byte, bool) {
 // caching that response kept a second copy of every service's endpoints in memory (about 220
 // bytes per endpoint with 10 per slice, BenchmarkMemoryPerEndpoint) for a filter few queries use.
 func (sn *snapshot) serviceEndpoints() *endpointv1.ServiceEndpoints {
-	var r *endpointv1.GetServiceEndpointsResponse
-	if c := sn.resp[endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL].Load(); c != nil {
-		r = c.msg
-	} else {
-		r = sn.build(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL, "")
-	}
+	r := sn.peek(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL)
 	return &endpointv1.ServiceEndpoints{Namespace: sn.ns, Name: sn.name, Clusters: r.Clusters, Version: sn.version,
 		UpdateTime: timestamppb.Now()}
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -13,33 +15,47 @@ import (
 // Reports arrive on one ordered consumer, so decoding them is the collector's serial hot path.
 // decodeReport reads an event envelope holding an EndpointSliceReport straight from the wire
 // into the compact slice, without building the protobuf messages (which costs ~100 small
-// allocations per 10-endpoint slice). Anything unexpected returns errSlowPath and the caller
-// decodes with the generated code, which also produces the proper error for malformed input;
-// wire_test.go checks both paths agree.
+// allocations per 10-endpoint slice). It either yields exactly what the generated code plus
+// convert yields, or declines with errSlowPath and the caller decodes with the generated code,
+// which also produces the proper error for malformed input. So it checks what proto.Unmarshal
+// checks, fields it ignores included: valid framing and field numbers, UTF-8 in every string
+// field, and nested messages that parse; a field given twice is the last one, as a merge makes
+// it. FuzzDecodeReport (wire_test.go) holds it to that on arbitrary bytes.
 
 var errSlowPath = errors.New("not decodable on the fast path")
 
 const reportTypeURL = "type.googleapis.com/fleetstream.endpoint.v1.EndpointSliceReport"
 
-// Field numbers (envelope.proto, report.proto).
+// Field numbers (envelope.proto, report.proto, google/protobuf/any.proto).
 const (
-	envType    = 2
-	envPayload = 6
-	anyTypeURL = 1
-	anyValue   = 2
+	envID          = 1
+	envType        = 2
+	envAggregateID = 3
+	envTime        = 4
+	envActor       = 5
+	envPayload     = 6
+	anyTypeURL     = 1
+	anyValue       = 2
 
-	repClusterID   = 2
-	repService     = 4
-	repDeleted     = 6
-	repAddressType = 7
-	repPorts       = 8
-	repEndpoints   = 9
-	repSession     = 10
-	repGeneration  = 11
+	repClusterName     = 1
+	repClusterID       = 2
+	repNamespace       = 3
+	repService         = 4
+	repSlice           = 5
+	repDeleted         = 6
+	repAddressType     = 7
+	repPorts           = 8
+	repEndpoints       = 9
+	repSession         = 10
+	repGeneration      = 11
+	repSliceUID        = 12
+	repResourceVersion = 13
+	repTime            = 14
 
-	portName     = 1
-	portPort     = 2
-	portProtocol = 3
+	portName        = 1
+	portPort        = 2
+	portProtocol    = 3
+	portAppProtocol = 4
 
 	epAddresses   = 1
 	epReady       = 2
@@ -47,11 +63,13 @@ const (
 	epTerminating = 4
 	epZone        = 5
 	epNode        = 6
+	epHostname    = 7
 	epTarget      = 8
 
-	tgtKind = 1
-	tgtName = 3
-	tgtUID  = 4
+	tgtKind      = 1
+	tgtNamespace = 2
+	tgtName      = 3
+	tgtUID       = 4
 )
 
 // reportHeader is what the ingester needs besides the slice itself.
@@ -62,10 +80,12 @@ type reportHeader struct {
 }
 
 // fields calls f for every field of a message, with its raw value (varint as v, bytes as b).
+// A field whose wire type does not match its declaration is an unknown field to the generated
+// code, so callers match on number and type together and skip the rest.
 func fields(data []byte, f func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error) error {
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
+		if n < 0 || num > protowire.MaxValidNumber {
 			return errSlowPath
 		}
 		data = data[n:]
@@ -92,9 +112,31 @@ func fields(data []byte, f func(num protowire.Number, typ protowire.Type, v uint
 	return nil
 }
 
+// str checks a string field as proto.Unmarshal does.
+func str(b []byte) error {
+	if !utf8.Valid(b) {
+		return errSlowPath
+	}
+	return nil
+}
+
+// checkStrings checks that every string field of a message among nums is valid UTF-8 (those the
+// caller reads are checked by it).
+func checkStrings(num protowire.Number, typ protowire.Type, b []byte, nums ...protowire.Number) error {
+	if typ == protowire.BytesType && slices.Contains(nums, num) {
+		return str(b)
+	}
+	return nil
+}
+
+// timestamp checks a google.protobuf.Timestamp: two varints, nothing to validate but framing.
+func timestamp(b []byte) error {
+	return fields(b, func(protowire.Number, protowire.Type, uint64, []byte) error { return nil })
+}
+
 // payloadOf returns the report bytes inside an envelope, or errSlowPath for any other payload.
 func payloadOf(data []byte) ([]byte, error) {
-	var typeOK bool
+	var typeOK, anyOK bool
 	var value []byte
 	err := fields(data, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
@@ -103,6 +145,10 @@ func payloadOf(data []byte) ([]byte, error) {
 		switch num {
 		case envType:
 			typeOK = string(b) == reportTypeURL[len("type.googleapis.com/"):]
+		case envID, envAggregateID, envActor:
+			return str(b)
+		case envTime:
+			return timestamp(b)
 		case envPayload:
 			return fields(b, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 				if typ != protowire.BytesType {
@@ -110,7 +156,7 @@ func payloadOf(data []byte) ([]byte, error) {
 				}
 				switch num {
 				case anyTypeURL:
-					if string(b) != reportTypeURL {
+					if anyOK = string(b) == reportTypeURL; !anyOK {
 						return errSlowPath
 					}
 				case anyValue:
@@ -121,7 +167,7 @@ func payloadOf(data []byte) ([]byte, error) {
 		}
 		return nil
 	})
-	if err != nil || !typeOK || value == nil {
+	if err != nil || !typeOK || !anyOK || value == nil {
 		return nil, errSlowPath
 	}
 	return value, nil
@@ -149,12 +195,16 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 		case typ != protowire.BytesType:
 		case num == repClusterID:
 			h.clusterID = string(b)
+			return str(b)
 		case num == repService:
 			h.service = string(b)
+			return str(b)
 		case num == repSession:
 			h.session = string(b)
+			return str(b)
 		case num == repAddressType:
 			fqdn = strings.EqualFold(string(b), "FQDN")
+			return str(b)
 		case num == repPorts:
 			p, err := st.decodePort(b)
 			if err != nil {
@@ -163,26 +213,26 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 			ports = append(ports, p)
 		case num == repEndpoints:
 			epsBytes = append(epsBytes, b)
+		case num == repTime:
+			return timestamp(b)
+		default:
+			return checkStrings(num, typ, b, repClusterName, repNamespace, repSlice, repSliceUID, repResourceVersion)
 		}
 		return nil
 	})
 	if err != nil {
 		return h, nil, err
 	}
-	if h.deleted || h.service == "" {
-		return h, nil, nil
-	}
 	if len(epsBytes) > maxSliceEndpoints || len(ports) >= maxSlicePorts {
 		return h, nil, errSlowPath // the slow path says why
 	}
+	// Every endpoint is decoded, also those of a report that is dropped or has no addresses:
+	// the generated code rejects the whole report if one of them is malformed.
 	s := &slice{ports: ports}
 	if len(s.ports) == 0 {
 		s.ports = []port{{}}
 	}
-	if fqdn {
-		return h, s, nil
-	}
-	s.eps = make([]endpoint, 0, len(epsBytes))
+	eps := make([]endpoint, 0, len(epsBytes))
 	targets := make([]byte, 0, 32*len(epsBytes))
 	for _, b := range epsBytes {
 		ep, ok, err := st.decodeEndpoint(b, &targets)
@@ -190,9 +240,16 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 			return h, nil, err
 		}
 		if ok {
-			s.eps = append(s.eps, ep)
+			eps = append(eps, ep)
 		}
 	}
+	if h.deleted || h.service == "" {
+		return h, nil, nil
+	}
+	if fqdn {
+		return h, s, nil
+	}
+	s.eps = eps
 	s.targets = string(targets)
 	return h, s, nil
 }
@@ -206,10 +263,17 @@ func (st *Store) decodePort(data []byte) (port, error) {
 				return errSlowPath
 			}
 			p.num = uint16(v)
-		case num == portName && typ == protowire.BytesType:
+		case typ != protowire.BytesType:
+		case num == portName:
+			if err := str(b); err != nil {
+				return err
+			}
 			p.name = st.strs.idBytes(b)
-		case num == portProtocol && typ == protowire.BytesType:
+		case num == portProtocol:
 			p.proto = protocolOf(unsafeString(b))
+			return str(b)
+		case num == portAppProtocol:
+			return str(b)
 		}
 		return nil
 	})
@@ -225,6 +289,7 @@ func (st *Store) decodeEndpoint(data []byte, targets *[]byte) (endpoint, bool, e
 		addrOK   bool
 		kind     []byte
 		name     []byte
+		uid      []byte
 	)
 	err := fields(data, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error {
 		switch {
@@ -240,11 +305,13 @@ func (st *Store) decodeEndpoint(data []byte, targets *[]byte) (endpoint, bool, e
 			}
 			if v != 0 {
 				ep.flags |= bit
+			} else {
+				ep.flags &^= bit
 			}
 		case typ != protowire.BytesType:
 		case num == epAddresses:
-			if haveAddr {
-				return nil // the first address only
+			if err := str(b); err != nil || haveAddr {
+				return err // the first address only, but every one must be valid
 			}
 			haveAddr = true
 			// ParseAddr keeps nothing of its input for an address without a zone, and a zone
@@ -260,10 +327,19 @@ func (st *Store) decodeEndpoint(data []byte, targets *[]byte) (endpoint, bool, e
 			}
 			addrOK = true
 		case num == epZone:
+			if err := str(b); err != nil {
+				return err
+			}
 			ep.zone = st.strs.idBytes(b)
 		case num == epNode:
+			if err := str(b); err != nil {
+				return err
+			}
 			ep.node = st.strs.idBytes(b)
+		case num == epHostname:
+			return str(b)
 		case num == epTarget:
+			// A message field given twice is merged: each of its fields is the last one given.
 			return fields(b, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 				if typ != protowire.BytesType {
 					return nil
@@ -274,18 +350,19 @@ func (st *Store) decodeEndpoint(data []byte, targets *[]byte) (endpoint, bool, e
 				case tgtName:
 					name = b
 				case tgtUID:
-					if len(b) > 0 {
-						ep.uid = uidBytes(unsafeString(b))
-						ep.flags |= fHasUID
-					}
+					uid = b
 				}
-				return nil
+				return checkStrings(num, typ, b, tgtKind, tgtNamespace, tgtName, tgtUID)
 			})
 		}
 		return nil
 	})
 	if err != nil || !addrOK {
 		return ep, false, err
+	}
+	if len(uid) > 0 {
+		ep.uid = uidBytes(unsafeString(uid))
+		ep.flags |= fHasUID
 	}
 	if kind != nil || name != nil {
 		n := len(name)
@@ -303,7 +380,16 @@ func (st *Store) decodeEndpoint(data []byte, targets *[]byte) (endpoint, bool, e
 	return ep, true, nil
 }
 
-// unsafeString views b as a string for a call that does not keep it.
+// unsafeString views b as a string for a call that does not keep it. It is the collector's only
+// use of package unsafe, and each of its three calls keeps nothing of the string once it returns:
+// protocolOf only compares it; uidBytes copies it (hex decode of a concatenation, or a hash);
+// netip.ParseAddr keeps nothing of an address without a zone, interns a zone through
+// unique.Make (which copies strings), and the error it returns quotes the input but is dropped
+// here. So the strings live no longer than the call, while the report's bytes cannot change:
+// the consumer callback decodes synchronously on one goroutine, and nats.go hands every message
+// a payload of its own (processMsg copies it out of the read buffer) that it never reuses. What
+// the decoder keeps (header strings, interned names, targets) is copied; FuzzDecodeReport
+// overwrites the input after decoding and checks that the result did not change.
 func unsafeString(b []byte) string {
 	if len(b) == 0 {
 		return ""

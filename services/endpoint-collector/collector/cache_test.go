@@ -1,0 +1,168 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// memCollector is a collector without JetStream holding services svc-0..svc-(n-1) of namespace
+// bench, eps endpoints in each of two clusters, applied as the ingester and workers would.
+func memCollector(t testing.TB, cfg Config, services, eps int) *Collector {
+	t.Helper()
+	c := newCollector(cfg, quietLogger())
+	now := time.Now()
+	for s := range services {
+		for _, cl := range []string{"east", "west"} {
+			rep := benchSlice(cl, s, 0, eps, 0)
+			if err := c.ingest.handle(subjects.AgentEndpointSlice(cl, "bench", rep.Slice), encodeReport(t, rep), now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for c.queue.Len() > 0 {
+			key, _ := c.queue.Get()
+			c.reconcile(key)
+			c.queue.Done(key)
+		}
+	}
+	close(c.ready)
+	return c
+}
+
+// query gets a service as a Connect JSON client would: the response and its encoding.
+func query(t testing.TB, c *Collector, svc int) *endpointv1.GetServiceEndpointsResponse {
+	t.Helper()
+	resp, err := c.GetServiceEndpoints(context.Background(), connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{
+		Namespace: "bench", Name: fmt.Sprintf("svc-%d", svc)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&jsonCodec{r: c.codec}).Marshal(resp.Msg); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg
+}
+
+// checkAccounts checks the cache's byte count against its entries.
+func checkAccounts(t testing.TB, r *responseCodec) (entries int, bytes int64) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var sum int64
+	for i, c := range r.ring {
+		if c.slot != i {
+			t.Fatalf("entry %d says it is at %d", i, c.slot)
+		}
+		if c.home.Load() != c {
+			t.Fatalf("entry %d is not in its snapshot", i)
+		}
+		sum += c.size
+	}
+	if sum != r.bytes {
+		t.Fatalf("cache counts %d bytes, its entries hold %d", r.bytes, sum)
+	}
+	return len(r.ring), r.bytes
+}
+
+func TestResponseBytesEstimate(t *testing.T) {
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for _, eps := range []int{1, 10, 100} {
+		c := memCollector(t, Config{}, 1, eps)
+		sn := c.store.snapshot("bench/svc-0")
+		const n = 2000
+		// The least of three: whatever else the process allocates meanwhile only adds.
+		measured := 0.0
+		var held []*cachedResponse
+		for range 3 {
+			held = make([]*cachedResponse, n)
+			codec := newResponseCodec(1 << 40)
+			before := heap()
+			for i := range held {
+				held[i] = &cachedResponse{msg: sn.build(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, ""), slot: -1}
+				codec.cache.Store(held[i].msg, held[i])
+			}
+			m := (float64(heap()) - float64(before)) / n
+			runtime.KeepAlive(held)
+			runtime.KeepAlive(codec)
+			if measured == 0 || m < measured {
+				measured = m
+			}
+		}
+		est := float64(responseBytes(held[0].msg))
+		t.Logf("%d endpoints per cluster: measured %.0f B, estimated %.0f B", eps, measured, est)
+		if est < 0.85*measured || est > 1.15*measured {
+			t.Errorf("%d endpoints per cluster: estimate %.0f B is off the measured %.0f B by more than 15%%", eps, est, measured)
+		}
+	}
+}
+
+// The response cache stays within its budget while every service is queried once, keeps the
+// response of a service polled meanwhile (its message and encoding are reused, not rebuilt),
+// and lets go of what was asked once; a superseded snapshot's entries leave it.
+func TestResponseCacheKeepsHotServicesWithinBudget(t *testing.T) {
+	const services, budget = 300, 64 << 10 // a 20-endpoint response and its JSON: ~8 KB
+	c := memCollector(t, Config{ResponseCacheBytes: budget}, services, 10)
+	hot := query(t, c, 0)
+	for s := 1; s < services; s++ {
+		query(t, c, s)
+		if got := query(t, c, 0); got != hot {
+			t.Fatalf("after svc-%d was queried, the polled svc-0 was built again", s)
+		}
+		if c.codec.lookup(hot) == nil {
+			t.Fatalf("after svc-%d was queried, svc-0's encoding is no longer cached", s)
+		}
+		if _, bytes := checkAccounts(t, c.codec); bytes > budget {
+			t.Fatalf("after svc-%d: %d bytes cached, budget %d", s, bytes, budget)
+		}
+	}
+	entries, bytes := checkAccounts(t, c.codec)
+	if entries < 4 || entries > 12 {
+		t.Errorf("%d responses (%d bytes) cached within %d bytes: the size estimate is off", entries, bytes, budget)
+	}
+	once := query(t, c, 1)
+	if again := query(t, c, 1); again != once {
+		t.Error("a response just cached was built again")
+	}
+	if c.store.snapshot("bench/svc-2").resp[endpointv1.EndpointFilter_ENDPOINT_FILTER_READY].Load() != nil {
+		t.Error("svc-2, queried once long ago, is still cached")
+	}
+
+	// A new snapshot of svc-0: the old response leaves the cache, the new one is cached.
+	rep := benchSlice("east", 0, 0, 10, 1)
+	if err := c.ingest.handle(subjects.AgentEndpointSlice("east", "bench", rep.Slice), encodeReport(t, rep), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := c.queue.Get()
+	c.reconcile(key)
+	c.queue.Done(key)
+	if c.codec.lookup(hot) != nil {
+		t.Error("the superseded response of svc-0 is still cached")
+	}
+	if fresh := query(t, c, 0); fresh == hot || c.codec.lookup(fresh) == nil {
+		t.Error("the new response of svc-0 is not the one cached")
+	}
+	checkAccounts(t, c.codec)
+}
+
+// With caching off every query builds its response and nothing is kept.
+func TestResponseCacheOff(t *testing.T) {
+	c := memCollector(t, Config{ResponseCacheBytes: -1}, 3, 10)
+	if query(t, c, 0) == query(t, c, 0) {
+		t.Error("a response was cached with the cache off")
+	}
+	if entries, bytes := checkAccounts(t, c.codec); entries != 0 || bytes != 0 {
+		t.Errorf("%d entries, %d bytes cached with the cache off", entries, bytes)
+	}
+}
