@@ -258,6 +258,7 @@ func TestDryRunListsRoleBindingChangesAndWritesNothing(t *testing.T) {
 		}
 		return nil
 	})
+	e.settle(t) // so a RoleBinding the dry run caused would be written by now
 	list, _ := e.rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{}))
 	if len(list.Msg.Bindings) != 0 || e.get(t, rbKey("c1", "web", "viewer")).present {
 		t.Fatal("dry run wrote something")
