@@ -312,6 +312,8 @@ func TestWhoCanAndAccessAt(t *testing.T) {
 	e.createTemplate(t, "viewer", nil, rule("", "pods", "get", "list"))
 	e.createTemplate(t, "editor", []string{"viewer"}, rule("", "pods", "update"))
 
+	// AccessAt answers for points in time: the sleeps keep t0, t1 and t2 apart from the event
+	// times around them.
 	t0 := time.Now()
 	time.Sleep(20 * time.Millisecond)
 	e.bindRole(t, "team-a", user("alice"), "editor")
