@@ -28,6 +28,8 @@ type Update[T proto.Message] struct {
 	Key   string
 	Value T
 	Prev  T
+	// Revision is the KV revision of the change; in a snapshot, the revision of the entry.
+	Revision uint64
 }
 
 // Entry is a cached entry with the KV revision it was stored at, for compare-and-set writes and
@@ -72,7 +74,9 @@ type Cache[T proto.Message] struct {
 	// checkpoint is the highest view checkpoint seen in the bucket's MetaKey.
 	checkpoint uint64
 	// seen is the KV revision of the last change the watch delivered, whatever its key.
-	seen    uint64
+	seen uint64
+	// sent is the KV revision of the last change passed to subscribers.
+	sent    uint64
 	changed chan struct{}
 	subs    map[chan Update[T]]struct{}
 }
@@ -150,7 +154,7 @@ func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	old, had := c.items[key]
-	u := Update[T]{Key: key, Prev: old.Value}
+	u := Update[T]{Key: key, Prev: old.Value, Revision: e.Revision()}
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
 		v := c.newT()
@@ -173,6 +177,7 @@ func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
 		u.Op, u.Value = Delete, old.Value
 	}
 	c.broadcast()
+	c.sent = e.Revision()
 	for ch := range c.subs {
 		select {
 		case ch <- u:
@@ -355,27 +360,58 @@ func (c *Cache[T]) Changed() <-chan struct{} {
 // Subscribe returns the current entries and a channel of every later change, atomically. The
 // channel is closed when ctx ends or when the subscriber falls more than buf changes behind.
 func (c *Cache[T]) Subscribe(ctx context.Context, buf int) ([]Update[T], <-chan Update[T]) {
+	snap, _, ch := c.subscribe(ctx, buf, true)
+	return snap, ch
+}
+
+// SubscribeAt is Subscribe that also returns the subscriber's starting position for Current:
+// the revision of the last change the snapshot includes.
+func (c *Cache[T]) SubscribeAt(ctx context.Context, buf int) ([]Update[T], uint64, <-chan Update[T]) {
 	return c.subscribe(ctx, buf, true)
+}
+
+// Current waits until the cache has seen every change the bucket held when Current was called,
+// and returns the position a subscriber must have reached to have taken all of them: the
+// revision of the last update the cache sent (a subscriber is there once it has taken an
+// update of at least that revision or subscribed at one). It lets a test tell "the subscriber
+// did nothing" from "the subscriber has not got there yet". Only meaningful without a key
+// filter.
+func (c *Cache[T]) Current(ctx context.Context) (uint64, error) {
+	st, err := c.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("status of bucket %s: %w", c.kv.Bucket(), err)
+	}
+	si, ok := st.(interface{ StreamInfo() *jetstream.StreamInfo })
+	if !ok {
+		return 0, fmt.Errorf("status of bucket %s: no stream info in %T", c.kv.Bucket(), st)
+	}
+	if err := c.WaitSeen(ctx, si.StreamInfo().State.LastSeq); err != nil {
+		return 0, err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.sent, nil
 }
 
 // Updates is Subscribe without the snapshot, for a subscriber that reads the current entries
 // itself afterwards.
 func (c *Cache[T]) Updates(ctx context.Context, buf int) <-chan Update[T] {
-	_, ch := c.subscribe(ctx, buf, false)
+	_, _, ch := c.subscribe(ctx, buf, false)
 	return ch
 }
 
-func (c *Cache[T]) subscribe(ctx context.Context, buf int, snapshot bool) ([]Update[T], <-chan Update[T]) {
+func (c *Cache[T]) subscribe(ctx context.Context, buf int, snapshot bool) ([]Update[T], uint64, <-chan Update[T]) {
 	ch := make(chan Update[T], buf)
 	var snap []Update[T]
 	c.mu.Lock()
 	if snapshot {
 		snap = make([]Update[T], 0, len(c.items))
 		for k, e := range c.items {
-			snap = append(snap, Update[T]{Op: Put, Key: k, Value: e.Value})
+			snap = append(snap, Update[T]{Op: Put, Key: k, Value: e.Value, Revision: e.KVRevision})
 		}
 	}
 	c.subs[ch] = struct{}{}
+	at := c.sent
 	c.mu.Unlock()
 	sort.Slice(snap, func(i, j int) bool { return snap[i].Key < snap[j].Key })
 	go func() {
@@ -387,7 +423,7 @@ func (c *Cache[T]) subscribe(ctx context.Context, buf int, snapshot bool) ([]Upd
 		}
 		c.mu.Unlock()
 	}()
-	return snap, ch
+	return snap, at, ch
 }
 
 // WaitFor blocks until cond holds for the entry at key (v is the zero T and ok false when the

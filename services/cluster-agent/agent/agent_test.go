@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,8 +39,14 @@ func ensureStream(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 // startAgent runs an agent until the test ends and fails the test if Run returns an error.
 func startAgent(t *testing.T, cfg agent.Config, js jetstream.JetStream, k *testkit.Kube) *agent.Agent {
 	t.Helper()
+	return startAgentLogging(t, cfg, js, k, testkit.Logger(t))
+}
+
+// startAgentLogging is startAgent with the agent logging to log.
+func startAgentLogging(t *testing.T, cfg agent.Config, js jetstream.JetStream, k *testkit.Kube, log *zap.Logger) *agent.Agent {
+	t.Helper()
 	cfg.ClusterName = cluster
-	a, err := agent.New(cfg, js, k.Client, testkit.Logger(t))
+	a, err := agent.New(cfg, js, k.Client, log)
 	if err != nil {
 		t.Fatalf("new agent: %v", err)
 	}
@@ -310,7 +317,9 @@ func TestInventoryDebounce(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * debounce) // let any trailing report arrive before counting
+	// Time is what is tested here: a report may trail the last change by one debounce window,
+	// so the count is taken once one has passed.
+	time.Sleep(2 * debounce)
 
 	// At most one report per debounce window the burst spanned, plus one trailing.
 	limit := int64(elapsed/debounce) + 2
@@ -352,10 +361,11 @@ func TestWaitsForStream(t *testing.T) {
 	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
 	ctx := testkit.Context(t, 2*time.Minute)
 
-	startAgent(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond}, j.JS, k)
-	// Longer than one publish is retried (by nats.go and the event store, about 4.5s), so
-	// reports really fail first.
-	time.Sleep(6 * time.Second)
+	log, logs := testkit.ObservedLogger(t)
+	startAgentLogging(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond}, j.JS, k, log)
+	// Reports really fail first, and are tried again.
+	testkit.Eventually(t, 30*time.Second, logs.Count("heartbeat not published", 2))
+	testkit.Eventually(t, 30*time.Second, logs.Count("namespace inventory not published", 2))
 	ensureStream(t, ctx, j.JS)
 
 	testkit.Eventually(t, 30*time.Second, func() error {
@@ -377,7 +387,8 @@ func TestSurvivesNATSOutage(t *testing.T) {
 	ensureStream(t, ctx, j.JS)
 
 	_, agentJS := j.Connect(t)
-	startAgent(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond}, agentJS, k)
+	log, logs := testkit.ObservedLogger(t)
+	startAgentLogging(t, agent.Config{HeartbeatInterval: 100 * time.Millisecond}, agentJS, k, log)
 	var before report[*agentv1.Heartbeat]
 	testkit.Eventually(t, 15*time.Second, func() (err error) {
 		before, err = latestHeartbeat(ctx, j.JS)
@@ -389,7 +400,9 @@ func TestSurvivesNATSOutage(t *testing.T) {
 	if _, err := k.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "during-outage"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	time.Sleep(time.Second) // heartbeats and the inventory fail meanwhile
+	// Heartbeats and the inventory with the new namespace fail meanwhile.
+	testkit.Eventually(t, 30*time.Second, logs.Count("heartbeat not published", 1))
+	testkit.Eventually(t, 30*time.Second, logs.Count("namespace inventory not published", 1))
 
 	s, err := natsembed.Start(cfg)
 	if err != nil {

@@ -166,7 +166,9 @@ func TestResourcesFollowReadyNodes(t *testing.T) {
 	if err := putNode(ctx, k.Client, "node-a", na); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // 20 debounce windows
+	// Not yet a wait on a condition: nothing observable says the informer delivered the write
+	// (it triggers no recount), so this watches 20 debounce windows for a heartbeat.
+	time.Sleep(time.Second)
 	after, err := latestHeartbeat(ctx, j.JS)
 	if err != nil {
 		t.Fatal(err)

@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 )
@@ -366,9 +367,18 @@ func TestConvergesAfterRestart(t *testing.T) {
 func TestWaitsForBuckets(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
+	var logs *testkit.Logs
+	e.log, logs = testkit.ObservedLogger(t)
 	e.start(t)
-	// Long enough for a few failed attempts to open them.
-	time.Sleep(1500 * time.Millisecond)
+	// A few failed attempts to open each of them first.
+	for _, b := range subjects.DesiredBuckets() {
+		testkit.Eventually(t, waitFor, func() error {
+			if n := logs.FilterMessage("desired bucket does not exist yet").FilterField(zap.String("bucket", b)).Len(); n < 2 {
+				return fmt.Errorf("%d attempts to open bucket %s", n, b)
+			}
+			return nil
+		})
+	}
 	e.createBuckets(t)
 	d := namespaceObj("late", "p1", desiredv1.DeletionPolicy_DELETION_POLICY_UNSPECIFIED)
 	rev := e.put(t, d)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,6 +38,8 @@ type env struct {
 	dyn     dynamic.Interface
 	buckets map[string]jetstream.KeyValue
 	applied jetstream.KeyValue
+	// log is the applier's logger (default testkit.Logger).
+	log *zap.Logger
 }
 
 func newEnv(t *testing.T, createBuckets bool) *env {
@@ -73,7 +76,11 @@ func (e *env) createBuckets(t *testing.T) {
 // start runs an applier until the returned stop is called (or the test ends).
 func (e *env) start(t *testing.T) (stop func()) {
 	t.Helper()
-	a, err := desired.New(desired.Config{ClusterName: cluster, Workers: 3, ResyncPeriod: time.Minute}, e.nats.JS, e.dyn, e.kube.Client.Discovery(), testkit.Logger(t))
+	log := e.log
+	if log == nil {
+		log = testkit.Logger(t)
+	}
+	a, err := desired.New(desired.Config{ClusterName: cluster, Workers: 3, ResyncPeriod: time.Minute}, e.nats.JS, e.dyn, e.kube.Client.Discovery(), log)
 	if err != nil {
 		t.Fatalf("new applier: %v", err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 )
 
@@ -54,12 +55,18 @@ type recorder struct {
 	ttls   map[string]time.Duration // of the latest report per subject
 	fail   bool
 	syncs  int
+	// refused holds the subjects of the appends refused while failing.
+	refused map[string]bool
 }
 
 func (r *recorder) Append(_ context.Context, subject, _ string, expect events.Expect, m proto.Message) (uint64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail {
+		if r.refused == nil {
+			r.refused = map[string]bool{}
+		}
+		r.refused[subject] = true
 		return 0, errors.New("hub unreachable")
 	}
 	r.latest[subject] = proto.Clone(m)
@@ -134,6 +141,13 @@ func (r *recorder) ttlsOK(want time.Duration) error {
 		return errors.New("no tombstone reported")
 	}
 	return nil
+}
+
+// wasRefused reports whether an append to subject was refused.
+func (r *recorder) wasRefused(subject string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused[subject]
 }
 
 func (r *recorder) syncCount() int {
@@ -266,7 +280,15 @@ func TestReporterAgainstKubeAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			apply(t, kube.Client, slice("shop", "cart-2", "cart", endpoint("10.0.0.4", true, false)))
-			time.Sleep(300 * time.Millisecond)
+			// Both reports were tried and refused, so what follows is the recovery.
+			testkit.Eventually(t, 15*time.Second, func() error {
+				for _, name := range []string{"cart-1", "cart-2"} {
+					if subj := subjects.AgentEndpointSlice("east", "shop", name); !rec.wasRefused(subj) {
+						return fmt.Errorf("no report of %s tried during the outage", name)
+					}
+				}
+				return nil
+			})
 			syncs := rec.syncCount()
 			rec.setFail(false)
 			wait("shop/cart-2=cart:10.0.0.4")

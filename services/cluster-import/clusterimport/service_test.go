@@ -288,7 +288,7 @@ func TestUpdateWithStaleRevisionIsAbortedAndTaintsKeepTheirTime(t *testing.T) {
 	if _, err := upd(reg.Cluster.Revision, map[string]string{"env": "dev"}, nil); code(err) != connect.CodeAborted {
 		t.Fatalf("stale update: %v", err)
 	}
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // a clock tick, so a new time added would differ
 	c2, err := upd(0, map[string]string{"env": "dev"}, gpu())
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +389,7 @@ func TestAgentLivenessTaintsAndUntaints(t *testing.T) {
 	// Keep beating: stays connected past the timeout.
 	for i := 0; i < 6; i++ {
 		heartbeat(t, e.js.JS, "c1", "v1.34.4")
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // beats spread over more than the timeout: time is what is tested
 	}
 	if err := connected(clusterv1.ConditionStatus_CONDITION_STATUS_TRUE, false)(); err != nil {
 		t.Fatalf("lost while beating: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -102,6 +103,7 @@ func (s *Service) runRelease(ctx context.Context) error {
 	var gone map[string]bool
 	recheck := true
 	for {
+		s.passes.start()
 		clustersChanged := s.clusters.Changed()
 		now := s.now()
 		for id, at := range pending {
@@ -141,6 +143,7 @@ func (s *Service) runRelease(ctx context.Context) error {
 			pending[b.Id] = now
 			s.log.Info("namespace released", zap.String("project", b.Project), zap.String("cluster", b.Cluster), zap.String("namespace", b.Namespace))
 		}
+		s.passes.finish()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -205,4 +208,58 @@ func (s *Service) clusterEvents(ctx context.Context) (jetstream.Stream, error) {
 	}
 	s.clusterStream = st
 	return st, nil
+}
+
+// passes counts the release loop's passes, so a caller can wait for one that began after it
+// asked (WaitReleasePass).
+type passes struct {
+	mu            sync.Mutex
+	started, done uint64
+	changed       chan struct{}
+}
+
+func newPasses() *passes { return &passes{changed: make(chan struct{})} }
+
+func (p *passes) start() {
+	p.mu.Lock()
+	p.started++
+	p.mu.Unlock()
+}
+
+func (p *passes) finish() {
+	p.mu.Lock()
+	p.done = p.started
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// WaitReleasePass blocks until the release loop has made a whole pass that began after the
+// call, with the desired state as it is in its bucket now and the agents' reports up to
+// revision appliedRev of bucket applied: whatever that state releases has then been appended.
+// Tests use it before asserting that a binding was not released.
+func (s *Service) WaitReleasePass(ctx context.Context, appliedRev uint64) error {
+	if _, err := s.desired.Current(ctx); err != nil {
+		return err
+	}
+	if err := s.applied.WaitSeen(ctx, appliedRev); err != nil {
+		return err
+	}
+	p := s.passes
+	p.mu.Lock()
+	want := p.started + 1
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		done, ch := p.done, p.changed
+		p.mu.Unlock()
+		if done >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for a release pass: %w", ctx.Err())
+		case <-ch:
+		}
+	}
 }

@@ -133,6 +133,8 @@ type Service struct {
 
 	ready chan struct{}
 	now   func() time.Time
+	// passes counts the release loop's passes (WaitReleasePass).
+	passes *passes
 
 	projectLocksMu sync.Mutex
 	projectLocks   map[string]*projectLock
@@ -147,7 +149,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor),
+	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), passes: newPasses(),
 		ready: make(chan struct{}), now: time.Now, projectLocks: make(map[string]*projectLock),
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
 	var err error

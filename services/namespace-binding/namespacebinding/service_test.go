@@ -227,7 +227,7 @@ func anyObject(*desiredv1.DesiredObject) bool { return true }
 
 // agentReports writes what a cluster's agent reports about the desired object at key: applied
 // at its current revision, then whatever mutate changes.
-func (e *env) agentReports(t testing.TB, key string, mutate func(st *desiredv1.AppliedStatus)) {
+func (e *env) agentReports(t testing.TB, key string, mutate func(st *desiredv1.AppliedStatus)) uint64 {
 	t.Helper()
 	obj, rev := e.desiredObject(t, key, anyObject)
 	st := &desiredv1.AppliedStatus{DesiredRevision: rev, Phase: desiredv1.Phase_PHASE_APPLIED, Time: timestamppb.Now(), Absent: obj.Tombstone}
@@ -238,9 +238,22 @@ func (e *env) agentReports(t testing.TB, key string, mutate func(st *desiredv1.A
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.kv(t, subjects.AppliedBucket).Put(context.Background(), subjects.AppliedKey(subjects.DesiredNamespacesBucket, key), data); err != nil {
+	appliedRev, err := e.kv(t, subjects.AppliedBucket).Put(context.Background(), subjects.AppliedKey(subjects.DesiredNamespacesBucket, key), data)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return appliedRev
+}
+
+// releaseConsidered waits until the release loop has made a whole pass over the agents' reports
+// up to appliedRev and the views have applied whatever it appended: a binding still there
+// afterwards was not released, rather than not released yet.
+func (e *env) releaseConsidered(t testing.TB, appliedRev uint64) {
+	t.Helper()
+	if err := e.svc.WaitReleasePass(testkit.Context(t, 10*time.Second), appliedRev); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitProjected(t, e.js.JS, namespacebinding.Projections()...)
 }
 
 // quotaUsed makes a quota report carry used (and hard as the desired spec says).
@@ -647,12 +660,11 @@ func TestUnbindWritesTombstonesAndReleasesOnceApplied(t *testing.T) {
 				t.Fatalf("bind by another project while Terminating: %v", err)
 			}
 			// Terminating until the agent has applied both tombstones.
-			time.Sleep(300 * time.Millisecond)
+			e.releaseConsidered(t, 0)
 			if b, ok := e.binding(t, "team-a", "c1", "web"); !ok || b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 				t.Fatalf("before the agent acted: %v", b)
 			}
-			e.agentReports(t, nsKey("c1", "web"), nil)
-			time.Sleep(300 * time.Millisecond)
+			e.releaseConsidered(t, e.agentReports(t, nsKey("c1", "web"), nil))
 			if _, ok := e.binding(t, "team-a", "c1", "web"); !ok {
 				t.Fatal("released before the quota's tombstone was applied")
 			}
@@ -942,7 +954,7 @@ func TestDeregistrationReleasesTheClustersBindings(t *testing.T) {
 	if err := e.kv(t, subjects.ClustersBucket).Delete(ctx, keys.Encode("c2")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	e.releaseConsidered(t, 0)
 	if _, ok := e.binding(t, "team-a", "c2", "web"); !ok {
 		t.Fatal("a binding was released because its cluster was missing from the registry view")
 	}

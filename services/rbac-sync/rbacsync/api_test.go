@@ -258,6 +258,7 @@ func TestDryRunListsRoleBindingChangesAndWritesNothing(t *testing.T) {
 		}
 		return nil
 	})
+	e.settle(t) // so a RoleBinding the dry run caused would be written by now
 	list, _ := e.rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{}))
 	if len(list.Msg.Bindings) != 0 || e.get(t, rbKey("c1", "web", "viewer")).present {
 		t.Fatal("dry run wrote something")
@@ -311,6 +312,8 @@ func TestWhoCanAndAccessAt(t *testing.T) {
 	e.createTemplate(t, "viewer", nil, rule("", "pods", "get", "list"))
 	e.createTemplate(t, "editor", []string{"viewer"}, rule("", "pods", "update"))
 
+	// AccessAt answers for points in time: the sleeps keep t0, t1 and t2 apart from the event
+	// times around them.
 	t0 := time.Now()
 	time.Sleep(20 * time.Millisecond)
 	e.bindRole(t, "team-a", user("alice"), "editor")

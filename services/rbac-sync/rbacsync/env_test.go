@@ -28,6 +28,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/view"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
@@ -377,15 +378,48 @@ func join(s []string) string {
 	return out
 }
 
-// waitState waits until key holds want (see state).
+// waitState waits until key holds want (see state). "absent" is checked once the fan-out has
+// provably taken every event appended so far (settle): waiting for absence alone would pass
+// before the fan-out had written what it was about to write.
 func (e *env) waitState(t testing.TB, key, want string) {
 	t.Helper()
+	if want == "absent" {
+		e.settle(t)
+		if got := e.state(t, key); got != want {
+			t.Fatal(&mismatch{key: key, got: got, want: want})
+		}
+		return
+	}
 	testkit.Eventually(t, 10*time.Second, func() error {
 		if got := e.state(t, key); got != want {
 			return &mismatch{key: key, got: got, want: want}
 		}
 		return nil
 	})
+}
+
+// settle waits until the fan-out's input views have applied every event appended so far (their
+// checkpoints pass the last event they read) and the fan-out has taken all their changes and
+// written what they imply.
+func (e *env) settle(t testing.TB) {
+	t.Helper()
+	inputs := map[string]bool{rbacsync.TemplatesBucket: true, rbacsync.BindingsBucket: true,
+		subjects.ClustersBucket: true, subjects.NamespaceBindingsBucket: true}
+	var ps []view.Projection
+	for _, p := range slices.Concat(rbacsync.Projections(), clusterimport.Projections(), namespacebinding.Projections()) {
+		if inputs[p.Bucket.Bucket] {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) != len(inputs) {
+		t.Fatalf("found %d of the fan-out's %d input views", len(ps), len(inputs))
+	}
+	testkit.WaitProjected(t, e.js.JS, ps...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.svc.SyncFanout(ctx); err != nil {
+		t.Fatalf("fan-out: %v", err)
+	}
 }
 
 type mismatch struct{ key, got, want string }

@@ -37,6 +37,15 @@ const maxDrain = 8192
 
 var errResubscribe = errors.New("input subscription fell behind")
 
+// The fan-out's inputs, indexing its positions in them.
+const (
+	inTemplates = iota
+	inBindings
+	inClusters
+	inNamespaces
+	numInputs
+)
+
 // errCollectDue interrupts waiting for input when it is time to collect tombstones.
 var errCollectDue = errors.New("time to collect tombstones")
 
@@ -122,6 +131,12 @@ type fanout struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
+	// taken is, per input, the position (view.Cache.Current) of the last change folded into the
+	// model; folded is taken as of the last round that is also written (a follower: folded in
+	// the model). progress is closed when folded moves. All under mu.
+	taken, folded [numInputs]uint64
+	progress      chan struct{}
+
 	writes  *prometheus.CounterVec
 	skipped prometheus.Counter
 	rounds  prometheus.Histogram
@@ -132,7 +147,7 @@ func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL, collectEvery: DefaultCollectInterval,
 		markerAge: DefaultMarkerPurgeAfter,
 		written:   map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
-		ready: make(chan struct{}),
+		ready: make(chan struct{}), progress: make(chan struct{}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete, collect).",
 		}, []string{"op"}),
@@ -340,13 +355,14 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tSnap, tCh := f.templates.Subscribe(sctx, subscriptionBuffer)
-	bSnap, bCh := f.bindings.Subscribe(sctx, subscriptionBuffer)
-	cSnap, cCh := f.clusters.Subscribe(sctx, subscriptionBuffer)
-	nSnap, nCh := f.namespaces.Subscribe(sctx, subscriptionBuffer)
+	tSnap, tAt, tCh := f.templates.SubscribeAt(sctx, subscriptionBuffer)
+	bSnap, bAt, bCh := f.bindings.SubscribeAt(sctx, subscriptionBuffer)
+	cSnap, cAt, cCh := f.clusters.SubscribeAt(sctx, subscriptionBuffer)
+	nSnap, nAt, nCh := f.namespaces.Subscribe(sctx, subscriptionBuffer)
 
 	f.mu.Lock()
 	f.m = newModel()
+	f.taken = [numInputs]uint64{inTemplates: tAt, inBindings: bAt, inClusters: cAt, inNamespaces: nAt}
 	for _, u := range cSnap {
 		f.applyCluster(u)
 	}
@@ -370,6 +386,7 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 			return err
 		}
 	}
+	f.markFolded()
 	f.readyOnce.Do(func() { close(f.ready) })
 
 	var tick <-chan time.Time
@@ -400,11 +417,13 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 			n++
 		}
 		if !lead {
+			f.markFolded()
 			continue
 		}
 		if err := f.flush(ctx, dirty); err != nil {
 			return err
 		}
+		f.markFolded()
 		// In the same loop as the writes, so a tombstone is never deleted across a put of the
 		// same key planned meanwhile.
 		if collect {
@@ -432,6 +451,59 @@ func (f *fanout) purgeMarkers(ctx context.Context) error {
 	}
 	f.lastPurge = time.Now()
 	return nil
+}
+
+// markFolded records that every change taken so far is in the model and, when leading, written.
+func (f *fanout) markFolded() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	moved := false
+	for i, p := range f.taken {
+		if p > f.folded[i] {
+			f.folded[i], moved = p, true
+		}
+	}
+	if moved {
+		close(f.progress)
+		f.progress = make(chan struct{})
+	}
+}
+
+// Sync blocks until the fan-out has folded in every change its inputs' buckets held when Sync
+// was called and, while it holds the lease, written what they imply to desired-rbac. After it,
+// a key missing from desired-rbac is one the fan-out does not want, not one it has yet to write.
+func (f *fanout) Sync(ctx context.Context) error {
+	var want [numInputs]uint64
+	var err error
+	if want[inTemplates], err = f.templates.Current(ctx); err != nil {
+		return err
+	}
+	if want[inBindings], err = f.bindings.Current(ctx); err != nil {
+		return err
+	}
+	if want[inClusters], err = f.clusters.Current(ctx); err != nil {
+		return err
+	}
+	if want[inNamespaces], err = f.namespaces.Current(ctx); err != nil {
+		return err
+	}
+	for {
+		f.mu.RLock()
+		folded, ch := f.folded, f.progress
+		f.mu.RUnlock()
+		behind := false
+		for i := range want {
+			behind = behind || folded[i] < want[i]
+		}
+		if !behind {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fan-out at %v, inputs at %v: %w", folded, want, ctx.Err())
+		case <-ch:
+		}
+	}
 }
 
 // collect deletes every tombstone the model still does not want whose removal the cluster's
@@ -467,13 +539,13 @@ func (f *fanout) next(ctx context.Context, block bool, tick <-chan time.Time,
 	if !block {
 		select {
 		case u, ok := <-tCh:
-			return f.take(ok, func() []target { return f.applyTemplate(u) }, dirty)
+			return f.take(ok, inTemplates, u.Revision, func() []target { return f.applyTemplate(u) }, dirty)
 		case u, ok := <-bCh:
-			return f.take(ok, func() []target { return f.applyBinding(u) }, dirty)
+			return f.take(ok, inBindings, u.Revision, func() []target { return f.applyBinding(u) }, dirty)
 		case u, ok := <-cCh:
-			return f.take(ok, func() []target { return f.applyCluster(u) }, dirty)
+			return f.take(ok, inClusters, u.Revision, func() []target { return f.applyCluster(u) }, dirty)
 		case u, ok := <-nCh:
-			return f.take(ok, func() []target { return f.applyNamespace(u) }, dirty)
+			return f.take(ok, inNamespaces, u.rev, func() []target { return f.applyNamespace(u) }, dirty)
 		default:
 			return false, nil
 		}
@@ -484,22 +556,23 @@ func (f *fanout) next(ctx context.Context, block bool, tick <-chan time.Time,
 	case <-tick:
 		return false, errCollectDue
 	case u, ok := <-tCh:
-		return f.take(ok, func() []target { return f.applyTemplate(u) }, dirty)
+		return f.take(ok, inTemplates, u.Revision, func() []target { return f.applyTemplate(u) }, dirty)
 	case u, ok := <-bCh:
-		return f.take(ok, func() []target { return f.applyBinding(u) }, dirty)
+		return f.take(ok, inBindings, u.Revision, func() []target { return f.applyBinding(u) }, dirty)
 	case u, ok := <-cCh:
-		return f.take(ok, func() []target { return f.applyCluster(u) }, dirty)
+		return f.take(ok, inClusters, u.Revision, func() []target { return f.applyCluster(u) }, dirty)
 	case u, ok := <-nCh:
-		return f.take(ok, func() []target { return f.applyNamespace(u) }, dirty)
+		return f.take(ok, inNamespaces, u.rev, func() []target { return f.applyNamespace(u) }, dirty)
 	}
 }
 
-func (f *fanout) take(ok bool, apply func() []target, dirty *[]target) (bool, error) {
+func (f *fanout) take(ok bool, input int, rev uint64, apply func() []target, dirty *[]target) (bool, error) {
 	if !ok {
 		return false, errResubscribe
 	}
 	f.mu.Lock()
 	*dirty = append(*dirty, apply()...)
+	f.taken[input] = max(f.taken[input], rev)
 	f.mu.Unlock()
 	return true, nil
 }
@@ -525,6 +598,9 @@ func (f *fanout) applyCluster(u view.Update[*clusterv1.Cluster]) []target {
 }
 
 func (f *fanout) applyNamespace(u nsUpdate) []target {
+	if u.key == "" {
+		return nil // a position mark, no change
+	}
 	return f.m.setNamespaceBinding(u.key, u.grant, f.writtenAt)
 }
 

@@ -18,12 +18,18 @@ import (
 type nsUpdate struct {
 	key   string
 	grant *grantBinding
+	// rev is the KV revision of the change in namespace-binding's view (view.Update.Revision).
+	// An update with no key only marks that the subscription has reached rev.
+	rev uint64
 }
 
 // namespaceSource is what the fan-out needs of namespace-binding's view.
 type namespaceSource interface {
 	Ready() <-chan struct{}
-	Subscribe(ctx context.Context, buf int) ([]nsUpdate, <-chan nsUpdate)
+	// Subscribe is view.Cache.SubscribeAt: the snapshot, its position and the later changes.
+	Subscribe(ctx context.Context, buf int) ([]nsUpdate, uint64, <-chan nsUpdate)
+	// Current is view.Cache.Current.
+	Current(ctx context.Context) (uint64, error)
 }
 
 // reasonOwnedByOther is the failure that means the namespace on the cluster belongs to
@@ -108,15 +114,15 @@ func (b *bindingSource) markReady() {
 
 func (b *bindingSource) Ready() <-chan struct{} { return b.ready }
 
-func (b *bindingSource) Subscribe(ctx context.Context, buf int) ([]nsUpdate, <-chan nsUpdate) {
+func (b *bindingSource) Subscribe(ctx context.Context, buf int) ([]nsUpdate, uint64, <-chan nsUpdate) {
 	select {
 	case <-b.attached:
-		snap, in := b.cache.Subscribe(ctx, buf)
+		snap, at, in := b.cache.SubscribeAt(ctx, buf)
 		out := make([]nsUpdate, len(snap))
 		for i, u := range snap {
 			out[i] = toNSUpdate(u)
 		}
-		return out, forward(ctx, nil, in, buf)
+		return out, at, forward(ctx, in, buf)
 	default:
 	}
 	// Not there yet: an empty snapshot, and everything in the bucket as changes once it is.
@@ -128,26 +134,48 @@ func (b *bindingSource) Subscribe(ctx context.Context, buf int) ([]nsUpdate, <-c
 			close(ch)
 			return
 		}
-		snap, in := b.cache.Subscribe(ctx, buf)
-		forwardInto(ctx, ch, snap, in)
+		snap, at, in := b.cache.SubscribeAt(ctx, buf)
+		updates := make([]nsUpdate, 0, len(snap)+1)
+		for _, u := range snap {
+			updates = append(updates, toNSUpdate(u))
+		}
+		// The snapshot's position, which a delete before it leaves no update to carry.
+		updates = append(updates, nsUpdate{rev: at})
+		forwardInto(ctx, ch, updates, in)
 	}()
-	return nil, ch
+	return nil, 0, ch
+}
+
+// Current is view.Cache.Current of namespace-binding's view; without the bucket there is
+// nothing to take.
+func (b *bindingSource) Current(ctx context.Context) (uint64, error) {
+	if _, err := b.js.KeyValue(ctx, b.bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("bucket %s: %w", b.bucket, err)
+	}
+	select {
+	case <-b.attached:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return b.cache.Current(ctx)
 }
 
 // forward converts a cache subscription into namespace updates on a new channel.
-func forward(ctx context.Context, snap []view.Update[*projectv1.NamespaceBinding], in <-chan view.Update[*projectv1.NamespaceBinding], buf int) <-chan nsUpdate {
+func forward(ctx context.Context, in <-chan view.Update[*projectv1.NamespaceBinding], buf int) <-chan nsUpdate {
 	ch := make(chan nsUpdate, buf)
-	go forwardInto(ctx, ch, snap, in)
+	go forwardInto(ctx, ch, nil, in)
 	return ch
 }
 
-// forwardInto sends snap, then everything from in, converted, and closes ch when in closes:
+// forwardInto sends first, then everything from in, converted, and closes ch when in closes:
 // that passes on both the end of ctx and a cut-off subscription.
-func forwardInto(ctx context.Context, ch chan<- nsUpdate, snap []view.Update[*projectv1.NamespaceBinding], in <-chan view.Update[*projectv1.NamespaceBinding]) {
+func forwardInto(ctx context.Context, ch chan<- nsUpdate, first []nsUpdate, in <-chan view.Update[*projectv1.NamespaceBinding]) {
 	defer close(ch)
-	for _, u := range snap {
+	for _, u := range first {
 		select {
-		case ch <- toNSUpdate(u):
+		case ch <- u:
 		case <-ctx.Done():
 			return
 		}
@@ -163,8 +191,8 @@ func forwardInto(ctx context.Context, ch chan<- nsUpdate, snap []view.Update[*pr
 
 func toNSUpdate(u view.Update[*projectv1.NamespaceBinding]) nsUpdate {
 	if u.Op == view.Delete || !grantsPlace(u.Value) {
-		return nsUpdate{key: u.Key}
+		return nsUpdate{key: u.Key, rev: u.Revision}
 	}
 	b := u.Value
-	return nsUpdate{key: u.Key, grant: &grantBinding{project: b.Project, place: place{b.Cluster, b.Namespace}}}
+	return nsUpdate{key: u.Key, rev: u.Revision, grant: &grantBinding{project: b.Project, place: place{b.Cluster, b.Namespace}}}
 }

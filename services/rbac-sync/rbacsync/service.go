@@ -145,6 +145,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 // Ready is closed when the views have caught up and the desired state has been reconciled once.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
+// SyncFanout blocks until the fan-out has taken every change its inputs (templates, project
+// role bindings, clusters, namespace bindings) held in their buckets when it was called and, in
+// the replica that writes desired-rbac, written what they imply. A key missing from desired-rbac
+// afterwards is one rbac-sync does not want, not one it has yet to write: tests use it before
+// asserting absence. Call it once the service is ready.
+func (s *Service) SyncFanout(ctx context.Context) error { return s.fan.Sync(ctx) }
+
 // Mount registers the API, readiness and metrics on srv.
 func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(rbacv1connect.NewRBACServiceHandler(s, srv.HandlerOptions()...))
