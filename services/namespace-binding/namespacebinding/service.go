@@ -9,7 +9,6 @@ package namespacebinding
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -134,8 +133,8 @@ type Service struct {
 	ready chan struct{}
 	now   func() time.Time
 
-	projectLocksMu sync.Mutex
-	projectLocks   map[string]*projectLock
+	// locks serializes each project's commands in this replica (appendProject).
+	locks *projectLocks
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -148,8 +147,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor),
-		ready: make(chan struct{}), now: time.Now, projectLocks: make(map[string]*projectLock),
+		ready: make(chan struct{}), now: time.Now,
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
+	s.locks = newProjectLocks(s.projectSettled)
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
