@@ -27,7 +27,7 @@ func (s *Service) waitReady(ctx context.Context) error {
 	return apiwait.Ready(ctx, s.ready, "namespace-binding")
 }
 
-func (s *Service) CreateProject(ctx context.Context, req *connect.Request[projectv1.CreateProjectRequest]) (*connect.Response[projectv1.CreateProjectResponse], error) {
+func (s *ProjectAPI) CreateProject(ctx context.Context, req *connect.Request[projectv1.CreateProjectRequest]) (*connect.Response[projectv1.CreateProjectResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -79,7 +79,7 @@ func (s *Service) CreateProject(ctx context.Context, req *connect.Request[projec
 	return connect.NewResponse(&projectv1.CreateProjectResponse{Project: s.presentProject(p)}), nil
 }
 
-func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[projectv1.DeleteProjectRequest]) (*connect.Response[projectv1.DeleteProjectResponse], error) {
+func (s *ProjectAPI) DeleteProject(ctx context.Context, req *connect.Request[projectv1.DeleteProjectRequest]) (*connect.Response[projectv1.DeleteProjectResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -157,7 +157,7 @@ func (s *Service) activeBindings(project string) []*projectv1.NamespaceBinding {
 	return out
 }
 
-func (s *Service) GetProject(ctx context.Context, req *connect.Request[projectv1.GetProjectRequest]) (*connect.Response[projectv1.GetProjectResponse], error) {
+func (s *ProjectAPI) GetProject(ctx context.Context, req *connect.Request[projectv1.GetProjectRequest]) (*connect.Response[projectv1.GetProjectResponse], error) {
 	var v apierr.Violations
 	v.DNSLabel("name", req.Msg.Name)
 	if err := v.Err(); err != nil {
@@ -173,7 +173,7 @@ func (s *Service) GetProject(ctx context.Context, req *connect.Request[projectv1
 	return connect.NewResponse(&projectv1.GetProjectResponse{Project: s.presentProject(p)}), nil
 }
 
-func (s *Service) ListProjects(ctx context.Context, req *connect.Request[projectv1.ListProjectsRequest]) (*connect.Response[projectv1.ListProjectsResponse], error) {
+func (s *ProjectAPI) ListProjects(ctx context.Context, req *connect.Request[projectv1.ListProjectsRequest]) (*connect.Response[projectv1.ListProjectsResponse], error) {
 	sel, err := parseSelector(req.Msg.LabelSelector)
 	if err != nil {
 		return nil, err
@@ -191,7 +191,7 @@ func (s *Service) ListProjects(ctx context.Context, req *connect.Request[project
 	return connect.NewResponse(res), nil
 }
 
-func (s *Service) BindNamespace(ctx context.Context, req *connect.Request[projectv1.BindNamespaceRequest]) (*connect.Response[projectv1.BindNamespaceResponse], error) {
+func (s *ProjectAPI) BindNamespace(ctx context.Context, req *connect.Request[projectv1.BindNamespaceRequest]) (*connect.Response[projectv1.BindNamespaceResponse], error) {
 	m := req.Msg
 	if m.Placement != "" || m.Cluster == "" && m.UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
 		return s.bindToPlacement(ctx, m)
@@ -230,7 +230,7 @@ func (s *Service) clusterRegistered(ctx context.Context, cluster string) error {
 	return nil
 }
 
-func (s *Service) UpdateQuota(ctx context.Context, req *connect.Request[projectv1.UpdateQuotaRequest]) (*connect.Response[projectv1.UpdateQuotaResponse], error) {
+func (s *ProjectAPI) UpdateQuota(ctx context.Context, req *connect.Request[projectv1.UpdateQuotaRequest]) (*connect.Response[projectv1.UpdateQuotaResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
@@ -258,7 +258,7 @@ func errPlaced(b *projectv1.NamespaceBinding) error {
 		b.Namespace, b.Cluster, b.Placement)
 }
 
-func (s *Service) UnbindNamespace(ctx context.Context, req *connect.Request[projectv1.UnbindNamespaceRequest]) (*connect.Response[projectv1.UnbindNamespaceResponse], error) {
+func (s *ProjectAPI) UnbindNamespace(ctx context.Context, req *connect.Request[projectv1.UnbindNamespaceRequest]) (*connect.Response[projectv1.UnbindNamespaceResponse], error) {
 	m := req.Msg
 	if m.Placement != "" {
 		return s.unbindFromPlacement(ctx, m)
@@ -285,7 +285,7 @@ func (s *Service) UnbindNamespace(ctx context.Context, req *connect.Request[proj
 	return connect.NewResponse(&projectv1.UnbindNamespaceResponse{Binding: b}), nil
 }
 
-func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Request[projectv1.ListNamespaceBindingsRequest]) (*connect.Response[projectv1.ListNamespaceBindingsResponse], error) {
+func (s *ProjectAPI) ListNamespaceBindings(ctx context.Context, req *connect.Request[projectv1.ListNamespaceBindingsRequest]) (*connect.Response[projectv1.ListNamespaceBindingsResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	if m.Project != "" {
@@ -334,7 +334,7 @@ func (s *Service) ListNamespaceBindings(ctx context.Context, req *connect.Reques
 	return connect.NewResponse(res), nil
 }
 
-func (s *Service) ListIdleNamespaces(ctx context.Context, req *connect.Request[projectv1.ListIdleNamespacesRequest]) (*connect.Response[projectv1.ListIdleNamespacesResponse], error) {
+func (s *ProjectAPI) ListIdleNamespaces(ctx context.Context, req *connect.Request[projectv1.ListIdleNamespacesRequest]) (*connect.Response[projectv1.ListIdleNamespacesResponse], error) {
 	var v apierr.Violations
 	v.DNSLabel("cluster", req.Msg.Cluster)
 	if err := v.Err(); err != nil {
