@@ -12,16 +12,17 @@ package namespacebinding
 //     claim is ours, then NamespaceBound carrying that id, all within bindTimeout.
 //   - Unbind appends first, then releases (unbind): NamespaceUnbinding, and once the bindings
 //     view shows it, a compare-and-delete of the claim if it is still the binding's.
-//   - Who releases: the bind itself when its append was certainly refused (NotFound, Aborted,
-//     FailedPrecondition) — compare-and-delete on the claim's revision, detached from the
-//     caller's context (dropClaim); the unbind after its event; the repair loop (runRepair)
-//     for everything else.
+//   - Who releases: the bind itself when the namespace turned out not bindable once claimed, or
+//     its append was certainly refused (NotFound, Aborted, FailedPrecondition) — a
+//     compare-and-delete on the claim's revision, detached from the caller's context
+//     (dropClaim); the unbind after its event; the repair loop (runRepair) for everything else,
+//     including a bind whose append timed out (the event may have landed).
 //   - Crash windows: a bind that dies (or times out) between claim and event leaves a claim
 //     without a binding; the repair loop releases it once it is older than Config.ClaimGrace,
 //     which exceeds bindTimeout, so a bind still in flight keeps its claim. An unbind that dies
 //     between event and release leaves the claim of a Terminating binding, which the repair
-//     loop releases at once (orphan). A lost bucket leaves live bindings without claims, which
-//     the repair loop restores. The repair loop decides only from a bindings view that has
+//     loop releases on its next pass (orphan). A lost bucket leaves live bindings without
+//     claims, which the repair loop restores. The repair loop decides only from a bindings view that has
 //     applied the stream's last sequence, so an event in the stream always wins over a claim.
 //
 // docs/namespaces.md (Claims) tells the same with the API's errors.
