@@ -28,11 +28,11 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
-func (s *Service) waitReady(ctx context.Context) error {
+func (s *Registry) waitReady(ctx context.Context) error {
 	return apiwait.Ready(ctx, s.ready, "cluster registry")
 }
 
-func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clusterv1.RegisterClusterRequest]) (*connect.Response[clusterv1.RegisterClusterResponse], error) {
+func (s *Registry) RegisterCluster(ctx context.Context, req *connect.Request[clusterv1.RegisterClusterRequest]) (*connect.Response[clusterv1.RegisterClusterResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -54,12 +54,12 @@ func (s *Service) RegisterCluster(ctx context.Context, req *connect.Request[clus
 
 // register registers a validated cluster for an import lifecycle: the same events as
 // RegisterCluster, with the origin in ClusterRegistered and a ClusterImported after it.
-func (s *Service) register(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, error) {
+func (s *Registry) register(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, error) {
 	c, _, err := s.registerWithToken(ctx, m, origin)
 	return c, err
 }
 
-func (s *Service) registerWithToken(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, string, error) {
+func (s *Registry) registerWithToken(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, string, error) {
 	if _, ok := s.clusters.Get(clusterKey(m.Name)); ok {
 		return nil, "", apierr.AlreadyExists("cluster", m.Name)
 	}
@@ -113,7 +113,7 @@ func (s *Service) registerWithToken(ctx context.Context, m *clusterv1.RegisterCl
 	return c, token, nil
 }
 
-func (s *Service) UpdateCluster(ctx context.Context, req *connect.Request[clusterv1.UpdateClusterRequest]) (*connect.Response[clusterv1.UpdateClusterResponse], error) {
+func (s *Registry) UpdateCluster(ctx context.Context, req *connect.Request[clusterv1.UpdateClusterRequest]) (*connect.Response[clusterv1.UpdateClusterResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -162,7 +162,7 @@ func (s *Service) UpdateCluster(ctx context.Context, req *connect.Request[cluste
 	}
 }
 
-func (s *Service) update(ctx context.Context, cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string) (uint64, error) {
+func (s *Registry) update(ctx context.Context, cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string) (uint64, error) {
 	subject := subjects.Cluster(cur.Name)
 	seq := cur.Revision
 	var metaFields []string
@@ -200,7 +200,7 @@ func (s *Service) update(ctx context.Context, cur *clusterv1.Cluster, m *cluster
 	return seq, nil
 }
 
-func (s *Service) DeregisterCluster(ctx context.Context, req *connect.Request[clusterv1.DeregisterClusterRequest]) (*connect.Response[clusterv1.DeregisterClusterResponse], error) {
+func (s *Registry) DeregisterCluster(ctx context.Context, req *connect.Request[clusterv1.DeregisterClusterRequest]) (*connect.Response[clusterv1.DeregisterClusterResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -234,7 +234,7 @@ func (s *Service) DeregisterCluster(ctx context.Context, req *connect.Request[cl
 	return connect.NewResponse(&clusterv1.DeregisterClusterResponse{}), nil
 }
 
-func (s *Service) GetCluster(ctx context.Context, req *connect.Request[clusterv1.GetClusterRequest]) (*connect.Response[clusterv1.GetClusterResponse], error) {
+func (s *Registry) GetCluster(ctx context.Context, req *connect.Request[clusterv1.GetClusterRequest]) (*connect.Response[clusterv1.GetClusterResponse], error) {
 	var v apierr.Violations
 	v.DNSLabel("name", req.Msg.Name)
 	if err := v.Err(); err != nil {
@@ -258,7 +258,7 @@ func (s *Service) GetCluster(ctx context.Context, req *connect.Request[clusterv1
 	return connect.NewResponse(res), nil
 }
 
-func (s *Service) ListClusters(ctx context.Context, req *connect.Request[clusterv1.ListClustersRequest]) (*connect.Response[clusterv1.ListClustersResponse], error) {
+func (s *Registry) ListClusters(ctx context.Context, req *connect.Request[clusterv1.ListClustersRequest]) (*connect.Response[clusterv1.ListClustersResponse], error) {
 	sel, err := parseSelector(req.Msg.LabelSelector)
 	if err != nil {
 		return nil, err
@@ -274,7 +274,7 @@ func (s *Service) ListClusters(ctx context.Context, req *connect.Request[cluster
 	return connect.NewResponse(res), nil
 }
 
-func (s *Service) WatchClusters(ctx context.Context, req *connect.Request[clusterv1.WatchClustersRequest], stream *connect.ServerStream[clusterv1.WatchClustersResponse]) error {
+func (s *Registry) WatchClusters(ctx context.Context, req *connect.Request[clusterv1.WatchClustersRequest], stream *connect.ServerStream[clusterv1.WatchClustersResponse]) error {
 	sel, err := parseSelector(req.Msg.LabelSelector)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (s *Service) WatchClusters(ctx context.Context, req *connect.Request[cluste
 }
 
 // present returns c with what the agent reported continuously merged in.
-func (s *Service) present(c *clusterv1.Cluster) *clusterv1.Cluster {
+func (s *Registry) present(c *clusterv1.Cluster) *clusterv1.Cluster {
 	out := proto.CloneOf(c)
 	if out.Status == nil {
 		out.Status = &clusterv1.ClusterStatus{}
@@ -349,7 +349,7 @@ func (s *Service) present(c *clusterv1.Cluster) *clusterv1.Cluster {
 }
 
 // awaitCluster waits until the view holds cluster name at seq or later and returns it.
-func (s *Service) awaitCluster(ctx context.Context, name string, seq uint64) (*clusterv1.Cluster, error) {
+func (s *Registry) awaitCluster(ctx context.Context, name string, seq uint64) (*clusterv1.Cluster, error) {
 	if err := s.waitView(ctx, func(ctx context.Context) error { return s.clusters.WaitRevision(ctx, clusterKey(name), seq, false) }); err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ func (s *Service) awaitCluster(ctx context.Context, name string, seq uint64) (*c
 	return s.present(c), nil
 }
 
-func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
+func (s *Registry) waitView(ctx context.Context, wait func(context.Context) error) error {
 	return apiwait.Visible(ctx, "change", wait)
 }
 
@@ -371,7 +371,7 @@ func parseSelector(s string) (labels.Selector, error) {
 	return sel, nil
 }
 
-func (s *Service) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets) error {
+func (s *Registry) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets) error {
 	data, err := encodeSecrets(s.cfg.Keyring, sec)
 	if err != nil {
 		return err
@@ -388,7 +388,7 @@ func (s *Service) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets)
 	return nil
 }
 
-func (s *Service) getSecrets(ctx context.Context, id string) (*clusterv1.ClusterSecrets, error) {
+func (s *Registry) getSecrets(ctx context.Context, id string) (*clusterv1.ClusterSecrets, error) {
 	e, err := s.secrets.Get(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("load credentials of cluster %s: %w", id, err)
@@ -398,7 +398,7 @@ func (s *Service) getSecrets(ctx context.Context, id string) (*clusterv1.Cluster
 
 // dropSecrets removes a cluster's credentials and agent token, best effort and detached from
 // the caller's context (a cancelled request must not leave them behind).
-func (s *Service) dropSecrets(sec *clusterv1.ClusterSecrets) {
+func (s *Registry) dropSecrets(sec *clusterv1.ClusterSecrets) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if sec.AgentTokenSha256 != "" {
@@ -413,7 +413,7 @@ func (s *Service) dropSecrets(sec *clusterv1.ClusterSecrets) {
 
 // AgentIdentity returns which registered cluster an agent token belongs to. It is what NATS
 // authentication asks; a token of a deregistered cluster is refused.
-func (s *Service) AgentIdentity(ctx context.Context, token string) (*clusterv1.AgentIdentity, bool) {
+func (s *Registry) AgentIdentity(ctx context.Context, token string) (*clusterv1.AgentIdentity, bool) {
 	sum := sha256.Sum256([]byte(token))
 	e, err := s.tokens.Get(ctx, hex.EncodeToString(sum[:]))
 	if err != nil {

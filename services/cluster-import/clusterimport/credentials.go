@@ -75,7 +75,7 @@ func decodeSecrets(ring *sealed.Keyring, id string, data []byte) (*clusterv1.Clu
 
 // getSecretsSealed loads a cluster's secrets without opening the credentials: enough to drop
 // them, even when the key that sealed them is gone.
-func (s *Service) getSecretsSealed(ctx context.Context, id string) (*clusterv1.ClusterSecrets, error) {
+func (s *Registry) getSecretsSealed(ctx context.Context, id string) (*clusterv1.ClusterSecrets, error) {
 	e, err := s.secrets.Get(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("load credentials of cluster %s: %w", id, err)
@@ -90,7 +90,7 @@ func (s *Service) getSecretsSealed(ctx context.Context, id string) (*clusterv1.C
 // Credentials returns the connection credentials of a registered cluster, opened; nil if it
 // was registered without any. For hub-side code that reaches member clusters; never for API
 // responses or logs.
-func (s *Service) Credentials(ctx context.Context, cluster string) (*clusterv1.ConnectionCredentials, error) {
+func (s *Registry) Credentials(ctx context.Context, cluster string) (*clusterv1.ConnectionCredentials, error) {
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ const hostedQueue = "cluster-import-hosted-credentials"
 // credentials travel like the Secrets agents report for import policies and are never stored
 // or logged on the way. It subscribes once the registry is read, so no replica answers "not
 // registered" while catching up.
-func (s *Service) runHostedCredentials(ctx context.Context, nc *nats.Conn) error {
+func (s *Registry) runHostedCredentials(ctx context.Context, nc *nats.Conn) error {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -45,7 +45,7 @@ func (s *Service) runHostedCredentials(ctx context.Context, nc *nats.Conn) error
 	return nil
 }
 
-func (s *Service) hostedCredentials(ctx context.Context, data []byte) *clusterv1.HostedAgentCredentialsResponse {
+func (s *Registry) hostedCredentials(ctx context.Context, data []byte) *clusterv1.HostedAgentCredentialsResponse {
 	req := &clusterv1.HostedAgentCredentialsRequest{}
 	if err := proto.Unmarshal(data, req); err != nil || req.ClusterName == "" {
 		return &clusterv1.HostedAgentCredentialsResponse{Error: "malformed request"}

@@ -62,7 +62,7 @@ const (
 // replicas race on the registry's per-subject sequence expectations: one wins, the other
 // retries on fresh state.
 type lifecycles struct {
-	s       *Service
+	s       *Registry
 	engine  *importpolicy.Engine
 	sources *importSources
 	kickCh  chan struct{}
@@ -101,7 +101,7 @@ type compiledPolicy struct {
 	err      error
 }
 
-func newLifecycles(s *Service) *lifecycles {
+func newLifecycles(s *Registry) *lifecycles {
 	l := &lifecycles{s: s, engine: importpolicy.NewEngine(importpolicy.Limits{}), kickCh: make(chan struct{}, 1),
 		status: map[string][]*clusterv1.ImportLifecycle{}, compiled: map[string]compiledPolicy{}, watchWritten: map[string][]byte{},
 		memo: map[string]*renderMemo{}}

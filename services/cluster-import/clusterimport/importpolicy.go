@@ -13,12 +13,12 @@ import (
 // ImportPolicyAPI serves fleetstream.cluster.v1.ImportPolicyService. Rendering is
 // pkg/importpolicy's: the preview here is exactly what an import would render.
 type ImportPolicyAPI struct {
-	s      *Service
+	s      *Registry
 	engine *importpolicy.Engine
 }
 
 // ImportPolicies returns the ImportPolicyService handler.
-func (s *Service) ImportPolicies() *ImportPolicyAPI {
+func (s *Registry) ImportPolicies() *ImportPolicyAPI {
 	return &ImportPolicyAPI{s: s, engine: importpolicy.NewEngine(importpolicy.Limits{})}
 }
 

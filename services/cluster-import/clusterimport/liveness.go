@@ -26,7 +26,7 @@ import (
 // runHeartbeats records each agent heartbeat in bucket cluster-status, marks a cluster
 // connected when heartbeats (re)appear and records the resources they carry when these change. Only the latest heartbeat per cluster matters, so after
 // a restart the consumer starts from the last one of each.
-func (s *Service) runHeartbeats(ctx context.Context) error {
+func (s *Registry) runHeartbeats(ctx context.Context) error {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -42,7 +42,7 @@ func (s *Service) runHeartbeats(ctx context.Context) error {
 	}, s.log, s.handleHeartbeat)
 }
 
-func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
+func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	ev, err := events.DecodeMsg(m)
 	if err != nil {
 		return consumer.Permanent(err)
@@ -96,7 +96,7 @@ func (s *Service) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 
 // markConnected appends ClusterAgentConnected unless c is connected with hb's Kubernetes
 // version already, and returns the cluster's revision after it.
-func (s *Service) markConnected(ctx context.Context, c *clusterv1.Cluster, hb *agentv1.Heartbeat, seen time.Time) (uint64, error) {
+func (s *Registry) markConnected(ctx context.Context, c *clusterv1.Cluster, hb *agentv1.Heartbeat, seen time.Time) (uint64, error) {
 	if cond := Condition(c, ConditionAgentConnected); cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE &&
 		c.Status.KubernetesVersion == hb.KubernetesVersion && c.Status.AgentHosted == hb.Hosted {
 		return c.Revision, nil
@@ -117,7 +117,7 @@ func (s *Service) markConnected(ctx context.Context, c *clusterv1.Cluster, hb *a
 // recordResources appends ClusterResourcesReported when reported differs from what the view
 // holds for c (at revision rev). A repeat of the same values appends nothing: the event log
 // grows with changes, not with heartbeats.
-func (s *Service) recordResources(ctx context.Context, c *clusterv1.Cluster, rev uint64, reported *agentv1.ClusterResources, seen time.Time) error {
+func (s *Registry) recordResources(ctx context.Context, c *clusterv1.Cluster, rev uint64, reported *agentv1.ClusterResources, seen time.Time) error {
 	res, err := normalizeResources(reported)
 	if err != nil {
 		// The heartbeat still counted for liveness; only its resources are ignored.
@@ -193,7 +193,7 @@ func normalizeQuantities(field string, in map[string]string) (map[string]string,
 // (a fixed attempt count failed under 40 concurrent writers), with jitter to spread retries.
 //
 // in_cluster_last_seen survives hosted heartbeats: it is the newest of the stored and the new.
-func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1.AgentStatus) (newest bool, err error) {
+func (s *Registry) recordHeartbeat(ctx context.Context, key string, st *clusterv1.AgentStatus) (newest bool, err error) {
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			select {
@@ -238,7 +238,7 @@ func (s *Service) recordHeartbeat(ctx context.Context, key string, st *clusterv1
 }
 
 // runLiveness taints clusters whose agent went silent.
-func (s *Service) runLiveness(ctx context.Context) error {
+func (s *Registry) runLiveness(ctx context.Context) error {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -256,7 +256,7 @@ func (s *Service) runLiveness(ctx context.Context) error {
 	}
 }
 
-func (s *Service) checkLiveness(ctx context.Context) {
+func (s *Registry) checkLiveness(ctx context.Context) {
 	now := s.now()
 	for _, c := range s.clusters.List(nil) {
 		cond := Condition(c, ConditionAgentConnected)

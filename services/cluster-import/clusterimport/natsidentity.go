@@ -11,7 +11,7 @@ import (
 // (serviceTokens, nil for none: fleetd's services share its in-process connection), agent tokens
 // of registered clusters and subscriber tokens. It answers fleetd's embedded server and the
 // auth callout alike, so both grant from the one table in pkg/natsauth.
-func (s *Service) NATSResolver(serviceTokens *natsauth.ServiceTokens) natsauth.Resolver {
+func (s *Registry) NATSResolver(serviceTokens *natsauth.ServiceTokens) natsauth.Resolver {
 	return func(ctx context.Context, user, token string) (natsauth.Identity, bool) {
 		if svc, ok := serviceTokens.Lookup(token); ok {
 			return natsauth.ResolveHostedAgent(natsauth.Identity{Kind: natsauth.KindService, Name: svc}, user, func(cluster string) bool {

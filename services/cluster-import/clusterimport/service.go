@@ -76,8 +76,9 @@ func bucketConfig(name, desc string) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage}
 }
 
-// Service implements clusterv1connect.ClusterServiceHandler.
-type Service struct {
+// Registry is the cluster registry. It serves clusterv1connect.ClusterServiceHandler itself, and
+// the subscriber and import-policy APIs through Subscribers and ImportPolicies.
+type Registry struct {
 	clusterv1connect.UnimplementedClusterServiceHandler
 
 	cfg    Config
@@ -107,7 +108,7 @@ type Service struct {
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
-func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Service, error) {
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*Registry, error) {
 	cfg.defaults()
 	if cfg.Keyring == nil && !cfg.PlaintextCredentials {
 		return nil, errors.New("cluster-import: no key to seal cluster credentials with: give --credentials-key-file (or --insecure-dev to store them unencrypted)")
@@ -115,7 +116,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err := topology.Ensure(ctx, js, cfg.Replicas, cfg.Retention.Apply(Topology())); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
+	s := &Registry{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
 		ready: make(chan struct{}), now: time.Now}
 	if cfg.Keyring != nil {
 		s.log.Info("cluster credentials are sealed", zap.String("active_key_id", cfg.Keyring.ActiveID()), zap.Strings("key_ids", cfg.Keyring.IDs()))
@@ -154,10 +155,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 }
 
 // Ready is closed when the views have caught up and the API answers from current state.
-func (s *Service) Ready() <-chan struct{} { return s.ready }
+func (s *Registry) Ready() <-chan struct{} { return s.ready }
 
 // Mount registers the API and readiness on srv.
-func (s *Service) Mount(srv *server.Server) {
+func (s *Registry) Mount(srv *server.Server) {
 	srv.Handle(clusterv1connect.NewClusterServiceHandler(s, srv.HandlerOptions()...))
 	srv.Handle(clusterv1connect.NewSubscriberServiceHandler(s.Subscribers(), srv.HandlerOptions()...))
 	srv.Handle(clusterv1connect.NewImportPolicyServiceHandler(s.ImportPolicies(), srv.HandlerOptions()...))
@@ -165,7 +166,7 @@ func (s *Service) Mount(srv *server.Server) {
 }
 
 // Run runs the projections, caches and liveness tracking until ctx is done.
-func (s *Service) Run(ctx context.Context) error {
+func (s *Registry) Run(ctx context.Context) error {
 	err := s.run(ctx)
 	if ctx.Err() != nil {
 		return nil // stopped, possibly while starting: not a failure
@@ -173,7 +174,7 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
-func (s *Service) run(ctx context.Context) error {
+func (s *Registry) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.clustersView.Run(ctx) })
 	g.Go(func() error { return s.inventoryView.Run(ctx) })

@@ -37,7 +37,7 @@ const testToken = "s3cret-test-token"
 
 type env struct {
 	js     *testkit.JetStream
-	svc    *clusterimport.Service
+	svc    *clusterimport.Registry
 	url    string
 	client clusterv1connect.ClusterServiceClient
 	stop   func()

@@ -69,11 +69,11 @@ func openSubscribers(ctx context.Context, js jetstream.JetStream) (subscriberSto
 // SubscriberAPI implements clusterv1connect.SubscriberServiceHandler.
 type SubscriberAPI struct {
 	clusterv1connect.UnimplementedSubscriberServiceHandler
-	s *Service
+	s *Registry
 }
 
 // Subscribers returns the SubscriberService handler (mounted by Mount).
-func (s *Service) Subscribers() *SubscriberAPI { return &SubscriberAPI{s: s} }
+func (s *Registry) Subscribers() *SubscriberAPI { return &SubscriberAPI{s: s} }
 
 func (a *SubscriberAPI) CreateSubscriber(ctx context.Context, req *connect.Request[clusterv1.CreateSubscriberRequest]) (*connect.Response[clusterv1.CreateSubscriberResponse], error) {
 	m := req.Msg
@@ -185,7 +185,7 @@ func (a *SubscriberAPI) ListSubscribers(ctx context.Context, _ *connect.Request[
 	return connect.NewResponse(res), nil
 }
 
-func (s *Service) subscriberRecord(ctx context.Context, name string) (*clusterv1.SubscriberRecord, uint64, error) {
+func (s *Registry) subscriberRecord(ctx context.Context, name string) (*clusterv1.SubscriberRecord, uint64, error) {
 	e, err := s.subs.records.Get(ctx, keys.Encode(name))
 	if err != nil {
 		return nil, 0, fmt.Errorf("load subscriber %s: %w", name, err)
@@ -199,7 +199,7 @@ func (s *Service) subscriberRecord(ctx context.Context, name string) (*clusterv1
 
 // SubscriberIdentity returns which subscriber a NATS token belongs to; a deleted subscriber's
 // token is refused.
-func (s *Service) SubscriberIdentity(ctx context.Context, token string) (natsauth.Identity, bool) {
+func (s *Registry) SubscriberIdentity(ctx context.Context, token string) (natsauth.Identity, bool) {
 	sum := sha256.Sum256([]byte(token))
 	digest := hex.EncodeToString(sum[:])
 	e, err := s.subs.tokens.Get(ctx, digest)
@@ -215,7 +215,7 @@ func (s *Service) SubscriberIdentity(ctx context.Context, token string) (natsaut
 
 // purgeSubscriberToken and dropSubscriber clean up best effort, detached from the caller's
 // context (a cancelled request must not leave a half-made subscriber behind).
-func (s *Service) purgeSubscriberToken(digest string) {
+func (s *Registry) purgeSubscriberToken(digest string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.subs.tokens.Purge(ctx, digest); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -223,7 +223,7 @@ func (s *Service) purgeSubscriberToken(digest string) {
 	}
 }
 
-func (s *Service) dropSubscriber(name, digest string) {
+func (s *Registry) dropSubscriber(name, digest string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.subs.records.Purge(ctx, keys.Encode(name)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {

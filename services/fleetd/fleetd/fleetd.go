@@ -71,7 +71,7 @@ type Instance struct {
 	NATS          *natsembed.Server
 	Conn          *nats.Conn
 	JS            jetstream.JetStream
-	ClusterImport *clusterimport.Service
+	ClusterImport *clusterimport.Registry
 	// NamespaceBinding is the project service (projects, namespace bindings, quotas).
 	NamespaceBinding *namespacebinding.Service
 	RBAC             *rbacsync.Service
@@ -88,7 +88,7 @@ type Instance struct {
 	lock          *os.File
 	group         *errgroup.Group
 	ready         <-chan struct{}
-	clusterImport atomic.Pointer[clusterimport.Service]
+	clusterImport atomic.Pointer[clusterimport.Registry]
 }
 
 // Start starts the embedded server and every service and returns once the HTTP listener is

@@ -24,7 +24,7 @@ import (
 // expects that revision, and JetStream refuses it if anything (another bind, another replica's
 // budget change) was appended to the project since. See docs/namespaces.md.
 
-func (s *Service) SetProjectBudget(ctx context.Context, req *connect.Request[projectv1.SetProjectBudgetRequest]) (*connect.Response[projectv1.SetProjectBudgetResponse], error) {
+func (s *ProjectAPI) SetProjectBudget(ctx context.Context, req *connect.Request[projectv1.SetProjectBudgetRequest]) (*connect.Response[projectv1.SetProjectBudgetResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)

@@ -13,7 +13,6 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/placement"
@@ -31,8 +30,6 @@ const (
 	ClusterSetsBucket        = subjects.ClusterSetsBucket
 	ClusterSetBindingsBucket = subjects.ClusterSetBindingsBucket
 )
-
-var _ placementv1connect.ClusterSetServiceHandler = (*Service)(nil)
 
 func clusterSetKey(name string) string { return keys.Encode(name) }
 
@@ -335,7 +332,7 @@ func errSetRevision(name string, cur, want uint64) error {
 	return apierr.RevisionMismatch("cluster set", name, cur, want)
 }
 
-func (s *Service) CreateClusterSet(ctx context.Context, req *connect.Request[placementv1.CreateClusterSetRequest]) (*connect.Response[placementv1.CreateClusterSetResponse], error) {
+func (s *ClusterSetAPI) CreateClusterSet(ctx context.Context, req *connect.Request[placementv1.CreateClusterSetRequest]) (*connect.Response[placementv1.CreateClusterSetResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -375,7 +372,7 @@ func (s *Service) CreateClusterSet(ctx context.Context, req *connect.Request[pla
 	return connect.NewResponse(&placementv1.CreateClusterSetResponse{ClusterSet: out}), nil
 }
 
-func (s *Service) UpdateClusterSet(ctx context.Context, req *connect.Request[placementv1.UpdateClusterSetRequest]) (*connect.Response[placementv1.UpdateClusterSetResponse], error) {
+func (s *ClusterSetAPI) UpdateClusterSet(ctx context.Context, req *connect.Request[placementv1.UpdateClusterSetRequest]) (*connect.Response[placementv1.UpdateClusterSetResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -435,7 +432,7 @@ func (s *Service) UpdateClusterSet(ctx context.Context, req *connect.Request[pla
 	}
 }
 
-func (s *Service) DeleteClusterSet(ctx context.Context, req *connect.Request[placementv1.DeleteClusterSetRequest]) (*connect.Response[placementv1.DeleteClusterSetResponse], error) {
+func (s *ClusterSetAPI) DeleteClusterSet(ctx context.Context, req *connect.Request[placementv1.DeleteClusterSetRequest]) (*connect.Response[placementv1.DeleteClusterSetResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
@@ -474,7 +471,7 @@ func (s *Service) DeleteClusterSet(ctx context.Context, req *connect.Request[pla
 	return connect.NewResponse(&placementv1.DeleteClusterSetResponse{}), nil
 }
 
-func (s *Service) GetClusterSet(ctx context.Context, req *connect.Request[placementv1.GetClusterSetRequest]) (*connect.Response[placementv1.GetClusterSetResponse], error) {
+func (s *ClusterSetAPI) GetClusterSet(ctx context.Context, req *connect.Request[placementv1.GetClusterSetRequest]) (*connect.Response[placementv1.GetClusterSetResponse], error) {
 	var v apierr.Violations
 	v.DNSLabel("name", req.Msg.Name)
 	if err := v.Err(); err != nil {
@@ -494,7 +491,7 @@ func (s *Service) GetClusterSet(ctx context.Context, req *connect.Request[placem
 	return connect.NewResponse(&placementv1.GetClusterSetResponse{ClusterSet: out}), nil
 }
 
-func (s *Service) ListClusterSets(ctx context.Context, _ *connect.Request[placementv1.ListClusterSetsRequest]) (*connect.Response[placementv1.ListClusterSetsResponse], error) {
+func (s *ClusterSetAPI) ListClusterSets(ctx context.Context, _ *connect.Request[placementv1.ListClusterSetsRequest]) (*connect.Response[placementv1.ListClusterSetsResponse], error) {
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -506,7 +503,7 @@ func (s *Service) ListClusterSets(ctx context.Context, _ *connect.Request[placem
 	return connect.NewResponse(&placementv1.ListClusterSetsResponse{ClusterSets: out}), nil
 }
 
-func (s *Service) BindClusterSet(ctx context.Context, req *connect.Request[placementv1.BindClusterSetRequest]) (*connect.Response[placementv1.BindClusterSetResponse], error) {
+func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request[placementv1.BindClusterSetRequest]) (*connect.Response[placementv1.BindClusterSetResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)
@@ -553,7 +550,7 @@ func (s *Service) BindClusterSet(ctx context.Context, req *connect.Request[place
 	return connect.NewResponse(&placementv1.BindClusterSetResponse{Binding: s.presentSetBinding(b)}), nil
 }
 
-func (s *Service) UnbindClusterSet(ctx context.Context, req *connect.Request[placementv1.UnbindClusterSetRequest]) (*connect.Response[placementv1.UnbindClusterSetResponse], error) {
+func (s *ClusterSetAPI) UnbindClusterSet(ctx context.Context, req *connect.Request[placementv1.UnbindClusterSetRequest]) (*connect.Response[placementv1.UnbindClusterSetResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)
@@ -587,8 +584,8 @@ func (s *Service) UnbindClusterSet(ctx context.Context, req *connect.Request[pla
 	return connect.NewResponse(&placementv1.UnbindClusterSetResponse{}), nil
 }
 
-func (s *Service) ListClusterSetBindings(ctx context.Context, req *connect.Request[placementv1.ListClusterSetBindingsRequest]) (*connect.Response[placementv1.ListClusterSetBindingsResponse], error) {
-	list, err := listInProjects(ctx, s, s.setBindings, req.Msg.Project, roles.ResClusterSets, func(b *placementv1.ClusterSetBinding) string { return b.Project })
+func (s *ClusterSetAPI) ListClusterSetBindings(ctx context.Context, req *connect.Request[placementv1.ListClusterSetBindingsRequest]) (*connect.Response[placementv1.ListClusterSetBindingsResponse], error) {
+	list, err := listInProjects(ctx, s.Service, s.setBindings, req.Msg.Project, roles.ResClusterSets, func(b *placementv1.ClusterSetBinding) string { return b.Project })
 	if err != nil {
 		return nil, err
 	}

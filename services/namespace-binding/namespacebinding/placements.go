@@ -13,7 +13,6 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/placement"
@@ -25,8 +24,6 @@ import (
 // Placements (docs/placement.md): specs on fleet.placement.placement.<project>.<name>, the
 // scheduler's decisions on fleet.placement.decision.<project>.<name>, add-on scores on
 // fleet.placement.addonscore.<cluster>.<resource>.<score>, each folded into its own view.
-
-var _ placementv1connect.PlacementServiceHandler = (*Service)(nil)
 
 func placementKey(project, name string) string { return keys.Join(project, name) }
 
@@ -196,7 +193,7 @@ func (s *Service) presentPlacement(p *placementv1.Placement) *placementv1.Placem
 	return out
 }
 
-func (s *Service) CreatePlacement(ctx context.Context, req *connect.Request[placementv1.CreatePlacementRequest]) (*connect.Response[placementv1.CreatePlacementResponse], error) {
+func (s *PlacementAPI) CreatePlacement(ctx context.Context, req *connect.Request[placementv1.CreatePlacementRequest]) (*connect.Response[placementv1.CreatePlacementResponse], error) {
 	var v apierr.Violations
 	validatePlacementSpec(&v, "placement", req.Msg.Placement)
 	if err := v.Err(); err != nil {
@@ -237,7 +234,7 @@ func (s *Service) CreatePlacement(ctx context.Context, req *connect.Request[plac
 	return connect.NewResponse(&placementv1.CreatePlacementResponse{Placement: out}), nil
 }
 
-func (s *Service) UpdatePlacement(ctx context.Context, req *connect.Request[placementv1.UpdatePlacementRequest]) (*connect.Response[placementv1.UpdatePlacementResponse], error) {
+func (s *PlacementAPI) UpdatePlacement(ctx context.Context, req *connect.Request[placementv1.UpdatePlacementRequest]) (*connect.Response[placementv1.UpdatePlacementResponse], error) {
 	var v apierr.Violations
 	validatePlacementSpec(&v, "placement", req.Msg.Placement)
 	if err := v.Err(); err != nil {
@@ -274,7 +271,7 @@ func (s *Service) UpdatePlacement(ctx context.Context, req *connect.Request[plac
 	return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: out}), nil
 }
 
-func (s *Service) DeletePlacement(ctx context.Context, req *connect.Request[placementv1.DeletePlacementRequest]) (*connect.Response[placementv1.DeletePlacementResponse], error) {
+func (s *PlacementAPI) DeletePlacement(ctx context.Context, req *connect.Request[placementv1.DeletePlacementRequest]) (*connect.Response[placementv1.DeletePlacementResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)
@@ -316,7 +313,7 @@ func (s *Service) DeletePlacement(ctx context.Context, req *connect.Request[plac
 	return connect.NewResponse(&placementv1.DeletePlacementResponse{}), nil
 }
 
-func (s *Service) GetPlacement(ctx context.Context, req *connect.Request[placementv1.GetPlacementRequest]) (*connect.Response[placementv1.GetPlacementResponse], error) {
+func (s *PlacementAPI) GetPlacement(ctx context.Context, req *connect.Request[placementv1.GetPlacementRequest]) (*connect.Response[placementv1.GetPlacementResponse], error) {
 	p, err := s.getPlacement(ctx, req.Msg.Project, req.Msg.Name)
 	if err != nil {
 		return nil, err
@@ -341,8 +338,8 @@ func (s *Service) getPlacement(ctx context.Context, project, name string) (*plac
 	return p, nil
 }
 
-func (s *Service) ListPlacements(ctx context.Context, req *connect.Request[placementv1.ListPlacementsRequest]) (*connect.Response[placementv1.ListPlacementsResponse], error) {
-	list, err := listInProjects(ctx, s, s.placements, req.Msg.Project, roles.ResPlacements, func(p *placementv1.Placement) string { return p.Project })
+func (s *PlacementAPI) ListPlacements(ctx context.Context, req *connect.Request[placementv1.ListPlacementsRequest]) (*connect.Response[placementv1.ListPlacementsResponse], error) {
+	list, err := listInProjects(ctx, s.Service, s.placements, req.Msg.Project, roles.ResPlacements, func(p *placementv1.Placement) string { return p.Project })
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +388,7 @@ func emptyDecisions(project, name string) *placementv1.PlacementDecisions {
 	return &placementv1.PlacementDecisions{Project: project, Name: name, Status: &placementv1.PlacementStatus{}}
 }
 
-func (s *Service) GetPlacementDecisions(ctx context.Context, req *connect.Request[placementv1.GetPlacementDecisionsRequest]) (*connect.Response[placementv1.GetPlacementDecisionsResponse], error) {
+func (s *PlacementAPI) GetPlacementDecisions(ctx context.Context, req *connect.Request[placementv1.GetPlacementDecisionsRequest]) (*connect.Response[placementv1.GetPlacementDecisionsResponse], error) {
 	m := req.Msg
 	if _, err := s.getPlacement(ctx, m.Project, m.Name); err != nil {
 		return nil, err
@@ -403,7 +400,7 @@ func (s *Service) GetPlacementDecisions(ctx context.Context, req *connect.Reques
 	return connect.NewResponse(&placementv1.GetPlacementDecisionsResponse{Decisions: d}), nil
 }
 
-func (s *Service) WatchPlacementDecisions(ctx context.Context, req *connect.Request[placementv1.WatchPlacementDecisionsRequest], stream *connect.ServerStream[placementv1.WatchPlacementDecisionsResponse]) error {
+func (s *PlacementAPI) WatchPlacementDecisions(ctx context.Context, req *connect.Request[placementv1.WatchPlacementDecisionsRequest], stream *connect.ServerStream[placementv1.WatchPlacementDecisionsResponse]) error {
 	m := req.Msg
 	if _, err := s.getPlacement(ctx, m.Project, m.Name); err != nil {
 		return err
@@ -452,7 +449,7 @@ func (s *Service) WatchPlacementDecisions(ctx context.Context, req *connect.Requ
 	}
 }
 
-func (s *Service) SetAddOnScore(ctx context.Context, req *connect.Request[placementv1.SetAddOnScoreRequest]) (*connect.Response[placementv1.SetAddOnScoreResponse], error) {
+func (s *PlacementAPI) SetAddOnScore(ctx context.Context, req *connect.Request[placementv1.SetAddOnScoreRequest]) (*connect.Response[placementv1.SetAddOnScoreResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("cluster", m.Cluster)

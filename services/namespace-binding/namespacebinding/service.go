@@ -9,7 +9,6 @@ package namespacebinding
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,11 +83,10 @@ func Topology() topology.Topology {
 	})
 }
 
-// Service implements projectv1connect.ProjectServiceHandler and
-// placementv1connect.ClusterSetServiceHandler.
+// Service is namespace-binding: the state its APIs share (streams, views and caches, the claims
+// bucket, the project locks) and the loops that run on it. Each Connect API it serves is a type
+// of its own over that state, named for the API: ProjectAPI, ClusterSetAPI and PlacementAPI.
 type Service struct {
-	projectv1connect.UnimplementedProjectServiceHandler
-
 	cfg    Config
 	js     jetstream.JetStream
 	log    *zap.Logger
@@ -136,8 +134,8 @@ type Service struct {
 	// passes counts the release loop's passes (WaitReleasePass).
 	passes *passes
 
-	projectLocksMu sync.Mutex
-	projectLocks   map[string]*projectLock
+	// locks serializes each project's commands in this replica (appendProject).
+	locks *projectLocks
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -150,8 +148,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), passes: newPasses(),
-		ready: make(chan struct{}), now: time.Now, projectLocks: make(map[string]*projectLock),
+		ready: make(chan struct{}), now: time.Now,
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
+	s.locks = newProjectLocks(s.projectSettled)
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -215,14 +214,39 @@ func claimIndex(key string, c *projectv1.Claim) []string {
 	return []string{byCluster(clusterOfKey(key)), byProject(c.Project)}
 }
 
+// ProjectAPI serves fleetstream.project.v1.ProjectService: projects, their budgets and the
+// bindings of their namespaces (api.go, budget.go, watch.go).
+type ProjectAPI struct{ *Service }
+
+// ClusterSetAPI serves fleetstream.placement.v1.ClusterSetService (clustersets.go).
+type ClusterSetAPI struct{ *Service }
+
+// PlacementAPI serves fleetstream.placement.v1.PlacementService (placements.go).
+type PlacementAPI struct{ *Service }
+
+var (
+	_ projectv1connect.ProjectServiceHandler      = (*ProjectAPI)(nil)
+	_ placementv1connect.ClusterSetServiceHandler = (*ClusterSetAPI)(nil)
+	_ placementv1connect.PlacementServiceHandler  = (*PlacementAPI)(nil)
+)
+
+// Projects returns the ProjectService API.
+func (s *Service) Projects() *ProjectAPI { return &ProjectAPI{s} }
+
+// ClusterSets returns the ClusterSetService API.
+func (s *Service) ClusterSets() *ClusterSetAPI { return &ClusterSetAPI{s} }
+
+// Placements returns the PlacementService API.
+func (s *Service) Placements() *PlacementAPI { return &PlacementAPI{s} }
+
 // Ready is closed when the views have caught up and the API answers from current state.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Mount registers the API and readiness on srv.
+// Mount registers the APIs and readiness on srv.
 func (s *Service) Mount(srv *server.Server) {
-	srv.Handle(projectv1connect.NewProjectServiceHandler(s, srv.HandlerOptions()...))
-	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s, srv.HandlerOptions()...))
-	srv.Handle(placementv1connect.NewPlacementServiceHandler(s, srv.HandlerOptions()...))
+	srv.Handle(projectv1connect.NewProjectServiceHandler(s.Projects(), srv.HandlerOptions()...))
+	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
+	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
 	srv.ReadyWhen("namespace-binding", s.ready)
 }
 

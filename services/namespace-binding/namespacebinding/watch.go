@@ -22,7 +22,7 @@ import (
 // touch: a burst of agent reports becomes one update per project.
 const watchCoalesce = 50 * time.Millisecond
 
-func (s *Service) WatchProjects(ctx context.Context, req *connect.Request[projectv1.WatchProjectsRequest], stream *connect.ServerStream[projectv1.WatchProjectsResponse]) error {
+func (s *ProjectAPI) WatchProjects(ctx context.Context, req *connect.Request[projectv1.WatchProjectsRequest], stream *connect.ServerStream[projectv1.WatchProjectsResponse]) error {
 	sel, err := parseSelector(req.Msg.LabelSelector)
 	if err != nil {
 		return err

@@ -204,10 +204,10 @@ func TestStartsBeforeNamespaceBinding(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("namespace-binding not ready")
 	}
-	if _, err := nb.CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: "team-a"})); err != nil {
+	if _, err := nb.Projects().CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: "team-a"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nb.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "web"})); err != nil {
+	if _, err := nb.Projects().BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "web"})); err != nil {
 		t.Fatal(err)
 	}
 	e.waitState(t, rbKey("c1", "web", "viewer"), "subjects:alice")

@@ -37,7 +37,7 @@ func (o *calloutOptions) register(fs *flag.FlagSet) {
 
 // start runs the responder on env's connection, which must be one of the callout's auth_users
 // (--nats-user): the responder is what lets every other client in.
-func (o *calloutOptions) start(ctx context.Context, env *daemon.Env, svc *clusterimport.Service) error {
+func (o *calloutOptions) start(ctx context.Context, env *daemon.Env, svc *clusterimport.Registry) error {
 	if o.issuerSeedFile == "" {
 		return nil
 	}

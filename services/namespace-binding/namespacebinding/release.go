@@ -2,93 +2,19 @@ package namespacebinding
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
-
-// runRepair reconciles the claims bucket with the bindings view, which the stream defines:
-// claims whose bind never completed, or whose binding was unbound, are released; bindings
-// without a claim (a lost bucket) get theirs back.
-func (s *Service) runRepair(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.RepairInterval)
-	defer t.Stop()
-	for {
-		if err := s.repairClaims(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("claim repair", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func (s *Service) repairClaims(ctx context.Context) error {
-	// Decide from a bindings view that has caught up with the stream as it is now: a claim is
-	// orphan only if its binding event is not in the stream.
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("stream info: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, apiwait.Patience)
-	err = s.bindings.WaitCheckpoint(wctx, info.State.LastSeq)
-	cancel()
-	if err != nil {
-		return err
-	}
-	released := 0
-	for _, c := range s.claims.Entries(nil) {
-		if !s.orphan(c.Key, c.Value) {
-			continue
-		}
-		if err := s.claimsKV.Delete(ctx, c.Key, jetstream.LastRevision(c.KVRevision)); err != nil {
-			s.log.Warn("release orphan claim", zap.String("key", c.Key), zap.Error(err))
-			continue
-		}
-		released++
-		s.log.Info("released orphan claim", zap.String("key", c.Key), zap.String("project", c.Value.Project), zap.String("binding", c.Value.BindingId))
-	}
-	restored := 0
-	for _, b := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool {
-		return b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
-	}) {
-		key := bindingKey(b.Cluster, b.Namespace)
-		if _, ok := s.claims.Get(key); ok {
-			continue
-		}
-		data, err := proto.Marshal(&projectv1.Claim{Project: b.Project, BindingId: b.Id, CreateTime: timestamppb.New(s.now())})
-		if err != nil {
-			return fmt.Errorf("marshal claim: %w", err)
-		}
-		if _, err := s.claimsKV.Create(ctx, key, data); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue // claimed meanwhile; the next round judges that claim
-			}
-			s.log.Warn("restore claim", zap.String("key", key), zap.Error(err))
-			continue
-		}
-		restored++
-	}
-	if released+restored > 0 {
-		s.log.Info("claims repaired", zap.Int("released", released), zap.Int("restored", restored))
-	}
-	return nil
-}
 
 // runRelease appends NamespaceReleased for each Terminating binding once the cluster's agent has
 // applied all its tombstones; the binding then leaves the view. It looks on every change of
