@@ -190,9 +190,11 @@ func (x *ClusterResources) GetNodeCount() int32 {
 //
 // A list too large for one NATS message is split into `chunks` messages: namespace n goes to
 // chunk fnv32a(n) % chunks (chunks a power of two), chunk 0 on fleet.agent.<cluster>.inventory
-// and chunk i > 0 on fleet.agent.<cluster>.inventory.<i>. A reader merges the latest message of
-// every index below the `chunks` of the newest generation (pkg/nsinventory); a list that fits
-// is one message with chunks 0 or 1, as before chunking existed.
+// and chunk i > 0 on fleet.agent.<cluster>.inventory.<i>. A reader keeps the latest message of
+// every index, and for each namespace the newest message (by stream sequence) whose index it
+// maps to under that message's `chunks` decides whether it exists (pkg/nsinventory); the agent
+// publishes the highest index first. A list that fits is one message with chunks 0 or 1, as
+// before chunking existed.
 type NamespaceInventory struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ClusterName string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
