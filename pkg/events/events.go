@@ -30,6 +30,7 @@ var ErrConflict = errors.New("concurrent modification")
 const (
 	errCodeWrongLastSequence    = 10071
 	errCodeWrongLastSeqNotReady = 10164
+	errCodeMessageTTLDisabled   = 10166
 )
 
 // Expect states what the caller believes the subject's last sequence is, and how long the
@@ -251,6 +252,13 @@ func IsConflict(err error) bool {
 		return apiErr.ErrorCode == errCodeWrongLastSequence || apiErr.ErrorCode == errCodeWrongLastSeqNotReady
 	}
 	return false
+}
+
+// IsTTLDisabled reports whether an append with ExpiresAfter was refused because its stream does
+// not allow per-message TTLs (a stream created by an older hub, not yet updated).
+func IsTTLDisabled(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMessageTTLDisabled
 }
 
 // retryable reports errors after which the publish may or may not have been stored, where

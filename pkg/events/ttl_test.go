@@ -50,3 +50,29 @@ func TestExpiringAppendLeavesTheAgentStream(t *testing.T) {
 		t.Fatalf("the report without a TTL is gone: %v", err)
 	}
 }
+
+// A stream that does not allow per-message TTLs (FLEET_AGENT as a hub older than the agent
+// created it) refuses an expiring append with an error IsTTLDisabled recognises, so the agent can
+// fall back to a plain one; other refusals are not mistaken for it.
+func TestIsTTLDisabled(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	old := subjects.AgentStream()
+	old.AllowMsgTTL = false
+	if _, err := j.JS.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	store := events.NewStore(j.JS, "system:cluster-agent:c1")
+	subject := subjects.AgentEndpointSlice("c1", "shop", "cart-1")
+	_, err := store.Append(ctx, subject, "c1", events.Any.ExpiresAfter(time.Hour), &endpointv1.EndpointSliceReport{Namespace: "shop", Slice: "cart-1", Deleted: true})
+	if !events.IsTTLDisabled(err) {
+		t.Fatalf("expiring append to a stream without TTLs: %v, want IsTTLDisabled", err)
+	}
+	if _, err := store.Append(ctx, subject, "c1", events.Any, &endpointv1.EndpointSliceReport{Namespace: "shop", Slice: "cart-1", Deleted: true}); err != nil {
+		t.Fatalf("the same append without a TTL: %v", err)
+	}
+	_, err = store.Append(ctx, subject, "c1", events.Empty, &endpointv1.EndpointSliceReport{Namespace: "shop", Slice: "cart-1"})
+	if err == nil || events.IsTTLDisabled(err) {
+		t.Fatalf("a conflicting append: %v, want a refusal that is not IsTTLDisabled", err)
+	}
+}

@@ -131,6 +131,8 @@ type Reporter struct {
 	failing  bool
 
 	mu sync.Mutex // guards gen for readers outside the worker (tests)
+	// ttlWarn logs once that the stream refuses per-message TTLs.
+	ttlWarn sync.Once
 }
 
 // New registers the informers the reporter needs with factory.
@@ -427,7 +429,17 @@ func (r *Reporter) publish(ctx context.Context, m *endpointv1.EndpointSliceRepor
 func (r *Reporter) publishAs(ctx context.Context, expect events.Expect, m *endpointv1.EndpointSliceReport) error {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	_, err := r.app.Append(ctx, subjects.AgentEndpointSlice(r.cfg.ClusterName, m.Namespace, m.Slice), r.cfg.ClusterName, expect, m)
+	subject := subjects.AgentEndpointSlice(r.cfg.ClusterName, m.Namespace, m.Slice)
+	_, err := r.app.Append(ctx, subject, r.cfg.ClusterName, expect, m)
+	if err != nil && expect.TTL() > 0 && events.IsTTLDisabled(err) {
+		// The hub that created FLEET_AGENT predates per-message TTLs: report the deletion
+		// without one (it then stays until a later report of the slice replaces it) rather than
+		// retry a refusal that will not change until the hub is upgraded.
+		r.ttlWarn.Do(func() {
+			r.log.Warn("FLEET_AGENT does not allow per-message TTLs (upgrade the hub); deleted slices' reports are kept", zap.Error(err))
+		})
+		_, err = r.app.Append(ctx, subject, r.cfg.ClusterName, expect.ExpiresAfter(0), m)
+	}
 	if err != nil {
 		return fmt.Errorf("report endpointslice %s/%s: %w", m.Namespace, m.Slice, err)
 	}

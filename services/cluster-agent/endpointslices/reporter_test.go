@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -57,6 +58,8 @@ type recorder struct {
 	syncs  int
 	// refused holds the subjects of the appends refused while failing.
 	refused map[string]bool
+	// noTTL refuses expiring appends as a FLEET_AGENT without per-message TTLs does.
+	noTTL bool
 }
 
 func (r *recorder) Append(_ context.Context, subject, _ string, expect events.Expect, m proto.Message) (uint64, error) {
@@ -68,6 +71,9 @@ func (r *recorder) Append(_ context.Context, subject, _ string, expect events.Ex
 		}
 		r.refused[subject] = true
 		return 0, errors.New("hub unreachable")
+	}
+	if r.noTTL && expect.TTL() > 0 {
+		return 0, fmt.Errorf("nats: %w", &jetstream.APIError{Code: 400, ErrorCode: 10166, Description: "per-message TTL is disabled"})
 	}
 	r.latest[subject] = proto.Clone(m)
 	if r.ttls == nil {
@@ -305,6 +311,26 @@ func TestReporterAgainstKubeAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			testkit.Eventually(t, 15*time.Second, func() error { return rec.ttlsOK(DefaultTombstoneTTL) })
+
+			// A hub whose FLEET_AGENT predates per-message TTLs refuses an expiring append: the
+			// deletion is reported without a TTL instead of being retried for ever.
+			rec.mu.Lock()
+			rec.noTTL = true
+			rec.mu.Unlock()
+			apply(t, kube.Client, slice("shop", "cart-3", "cart", endpoint("10.0.0.5", true, false)))
+			wait("shop/cart-3=cart:10.0.0.5")
+			if err := kube.Client.DiscoveryV1().EndpointSlices("shop").Delete(ctx, "cart-3", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			cart3 := subjects.AgentEndpointSlice("east", "shop", "cart-3")
+			testkit.Eventually(t, 15*time.Second, func() error {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				if m, ok := rec.latest[cart3].(*endpointv1.EndpointSliceReport); !ok || !m.Deleted || rec.ttls[cart3] != 0 {
+					return fmt.Errorf("cart-3: latest report %v with TTL %s, want its deletion without a TTL", rec.latest[cart3], rec.ttls[cart3])
+				}
+				return nil
+			})
 		})
 	}
 }
