@@ -194,8 +194,13 @@ func (s *Stack) Weights(ctx context.Context) (map[uint32]bool, error) {
 			if !ok {
 				return nil, fmt.Errorf("read %s: watch closed", subjects.EndpointWeightsBucket)
 			}
-			if e == nil {
-				return out, nil // initial values done
+			if e == nil { // initial values done
+				if len(out) == 0 {
+					// No entry: the service has no override anywhere (a weight set back to the
+					// default deletes the entry), so it is served with the default.
+					out[100] = true
+				}
+				return out, nil
 			}
 			sw := &endpointv1.ServiceWeights{}
 			if proto.Unmarshal(e.Value(), sw) != nil || sw.GetNamespace() != WeightNamespace || sw.GetName() != WeightService {
