@@ -196,12 +196,13 @@ func TestEnginesInSeveralReplicasOneWriterEqualsRebuild(t *testing.T) {
 	if err := <-lead.done; err != nil {
 		t.Fatalf("stopped leader: %v", err)
 	}
-	// Timed from the stopped leader's return, when it has released the lease: a takeover
-	// before the TTL could have run out is the release at work. (From the cancel, the time
-	// also held the leader's own shutdown, which under -race on a loaded machine took 1 s.)
+	// Timed from the stopped leader's return, when it has released the lease (from the cancel,
+	// the time also held the leader's own shutdown, 1 s under -race on a loaded machine). The
+	// leader renews every ttl/3 until it releases, so a takeover by expiry comes at least 2/3
+	// ttl after the release: within ttl/2 only the release does it.
 	released := time.Now()
-	if got := leaderOf(t, 5*time.Second, follower); time.Since(released) >= ttl {
-		t.Fatalf("%s took over %s after the leader released the lease, not before the TTL (%s) could have run out", got.name, time.Since(released), ttl)
+	if got := leaderOf(t, 5*time.Second, follower); time.Since(released) > ttl/2 {
+		t.Fatalf("%s took over %s after the leader released the lease, want within %s", got.name, time.Since(released), ttl/2)
 	}
 	r3 := startReplica(t, j, "r3", ttl)
 	add(r3)

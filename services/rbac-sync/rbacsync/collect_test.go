@@ -21,7 +21,7 @@ import (
 // collects nothing, and a key granted again is never collected. The delete marker the collection
 // leaves is purged once it is older than MarkerPurgeAfter, so no message is left for the key.
 func TestConfirmedTombstonesAreCollected(t *testing.T) {
-	e := start(t, nil, rbacsync.Config{CollectInterval: 100 * time.Millisecond, MarkerPurgeAfter: 2 * time.Second})
+	e := start(t, nil, rbacsync.Config{CollectInterval: 100 * time.Millisecond, MarkerPurgeAfter: 4 * time.Second})
 	ctx := context.Background()
 	applied, err := e.js.JS.KeyValue(ctx, subjects.AppliedBucket)
 	if err != nil {
@@ -72,14 +72,14 @@ func TestConfirmedTombstonesAreCollected(t *testing.T) {
 	if m, err := lastOf(rbWeb); err != nil || m.Header.Get("KV-Operation") != "DEL" {
 		t.Fatalf("right after the collection, %s should end in a delete marker: %v, %v", rbWeb, m, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, err := lastOf(rbWeb)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the delete marker of collected %s was not purged within 10 s (last error %v)", rbWeb, err)
+			t.Fatalf("the delete marker of collected %s was not purged within 20 s (last error %v)", rbWeb, err)
 		}
 		time.Sleep(50 * time.Millisecond) // polling the stream: nothing to wait on
 	}

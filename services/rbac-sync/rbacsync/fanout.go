@@ -430,27 +430,68 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 			if err := f.collect(ctx); err != nil {
 				return err
 			}
-			if err := f.purgeMarkers(ctx); err != nil {
-				return err
-			}
+			f.purgeMarkers(ctx)
 		}
 	}
 }
 
 // purgeMarkers removes, at most once per markerAge, the delete markers older than markerAge
 // that collected tombstones and deregistered clusters' keys left, so the bucket holds nothing
-// per object ever removed. It must run in the writer's loop: a full purge of a key's subject
-// would also remove a put of that key made between listing the markers and purging them, and
-// only this loop puts.
-func (f *fanout) purgeMarkers(ctx context.Context) error {
+// per object ever removed. Each purge is bounded by the marker's own sequence, so it removes the
+// marker and what came before it on that key, never a put that landed after the listing (by this
+// loop or by a previous leader still running past its lease). Failures are logged, not fatal:
+// it is housekeeping, retried at the next collection.
+func (f *fanout) purgeMarkers(ctx context.Context) {
 	if f.markerAge <= 0 || time.Since(f.lastPurge) < f.markerAge {
-		return nil
+		return
 	}
-	if err := f.kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(f.markerAge)); err != nil {
-		return fmt.Errorf("purge delete markers of %s: %w", f.kv.Bucket(), err)
+	n, err := f.purgeOldMarkers(ctx)
+	if err != nil {
+		f.log.Warn("purge delete markers", zap.String("bucket", f.kv.Bucket()), zap.Int("purged", n), zap.Error(err))
+		return
 	}
 	f.lastPurge = time.Now()
-	return nil
+	if n > 0 {
+		f.log.Debug("purged delete markers", zap.Int("markers", n))
+	}
+}
+
+func (f *fanout) purgeOldMarkers(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	w, err := f.kv.WatchAll(ctx, jetstream.MetaOnly())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = w.Stop() }()
+	limit := time.Now().Add(-f.markerAge)
+	var old []jetstream.KeyValueEntry
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return 0, errors.New("watch closed")
+			case e == nil:
+				done = true
+			case e.Operation() != jetstream.KeyValuePut && e.Created().Before(limit):
+				old = append(old, e)
+			}
+		}
+	}
+	_ = w.Stop()
+	stream, err := f.js.Stream(ctx, "KV_"+f.kv.Bucket())
+	if err != nil {
+		return 0, err
+	}
+	for i, e := range old {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(f.kvPrefix+e.Key()), jetstream.WithPurgeSequence(e.Revision()+1)); err != nil {
+			return i, fmt.Errorf("purge marker of %s: %w", e.Key(), err)
+		}
+	}
+	return len(old), nil
 }
 
 // markFolded records that every change taken so far is in the model and, when leading, written.

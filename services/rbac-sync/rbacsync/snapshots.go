@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -382,9 +383,9 @@ func (s *Service) historyAt(ctx context.Context, until time.Time) (*history, uin
 }
 
 // TakeSnapshots takes a snapshot of each stream AccessAt folds that has enough new events (or
-// old enough ones; see SnapshotConfig) and prunes the snapshots no longer wanted. Replicas may
-// run it at once: a snapshot of a sequence is the same whoever takes it, and the index is
-// updated with compare-and-set.
+// old enough ones; see SnapshotConfig) and prunes the snapshots no longer wanted. The service
+// runs it only while it holds SnapshotLease; should two run at once anyway, the index is updated
+// with compare-and-set and the sweep spares chunks above the newest indexed sequence.
 func (s *Service) TakeSnapshots(ctx context.Context) error {
 	kv, err := s.snapshotsKV(ctx)
 	if err != nil {
@@ -487,13 +488,16 @@ func (s *Service) snapshotStream(ctx context.Context, kv jetstream.KeyValue, f s
 	return sweepChunks(ctx, kv, f.stream, kept)
 }
 
-// sweepChunks purges the chunks of stream that no snapshot in kept names: those a snapshotter
+// sweepChunks purges the chunks of stream up to the newest indexed sequence that no snapshot in
+// kept names: those a snapshotter
 // wrote and then could not index (it crashed, or lost the index's compare-and-set to a replica
 // before the lease made snapshots single-writer). Only the snapshot lease's holder calls it, so
 // no chunk being written for an index update still to come is swept.
 func sweepChunks(ctx context.Context, kv jetstream.KeyValue, stream string, kept []snapshotHead) error {
 	want := map[string]bool{}
+	var newest uint64
 	for _, hd := range kept {
+		newest = max(newest, hd.Seq)
 		for i := range hd.Chunks {
 			want[chunkKey(stream, hd.Seq, i)] = true
 		}
@@ -505,6 +509,13 @@ func sweepChunks(ctx context.Context, kv jetstream.KeyValue, stream string, kept
 	// The lister stops its watcher once it has listed every key, or when ctx ends.
 	var orphans []string
 	for k := range lister.Keys() {
+		// Only chunks at or below the newest indexed sequence: a snapshotter that could still
+		// index its chunks (one that read this index, outside the lease: an older version in a
+		// rolling upgrade, or a paused former holder) writes above it.
+		var seq uint64
+		if _, err := fmt.Sscanf(strings.TrimPrefix(k, stream+"."), "%d.c", &seq); err != nil || seq > newest {
+			continue
+		}
 		if !want[k] {
 			orphans = append(orphans, k)
 		}
