@@ -159,7 +159,8 @@ func TestResponseCacheKeepsHotServicesWithinBudget(t *testing.T) {
 // With caching off every query builds its response and nothing is kept.
 func TestResponseCacheOff(t *testing.T) {
 	c := memCollector(t, Config{ResponseCacheBytes: -1}, 3, 10)
-	if query(t, c, 0) == query(t, c, 0) {
+	first, second := query(t, c, 0), query(t, c, 0)
+	if first == second {
 		t.Error("a response was cached with the cache off")
 	}
 	if entries, bytes := checkAccounts(t, c.codec); entries != 0 || bytes != 0 {
