@@ -30,7 +30,7 @@ func WaitProjected(t testing.TB, js jetstream.JetStream, ps ...view.Projection) 
 		if err != nil {
 			t.Fatalf("view %s: %v", p.Name, err)
 		}
-		last, err := lastRead(ctx, js, p)
+		last, err := view.LastRead(ctx, js, p)
 		if err != nil {
 			t.Fatalf("view %s: %v", p.Name, err)
 		}
@@ -45,33 +45,6 @@ func WaitProjected(t testing.TB, js jetstream.JetStream, ps ...view.Projection) 
 			return nil
 		})
 	}
-}
-
-// lastRead is the sequence of the last message of p's stream that p reads (0 if none).
-func lastRead(ctx context.Context, js jetstream.JetStream, p view.Projection) (uint64, error) {
-	s, err := js.Stream(ctx, p.Stream)
-	if err != nil {
-		return 0, err
-	}
-	if len(p.Subjects) == 0 {
-		info, err := s.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		return info.State.LastSeq, nil
-	}
-	var last uint64
-	for _, subj := range p.Subjects {
-		m, err := s.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		last = max(last, m.Sequence)
-	}
-	return last, nil
 }
 
 // checkpoint reads the checkpoint a view recorded in its bucket (0 before the first).

@@ -324,11 +324,17 @@ func (e *Engine) observe(data []byte) {
 // streamLast returns the sequence of the stream's last message the projection reads (0 if
 // none).
 func (e *Engine) streamLast(ctx context.Context) (uint64, error) {
-	s, err := e.js.Stream(ctx, e.p.Stream)
+	return LastRead(ctx, e.js, e.p)
+}
+
+// LastRead returns the sequence of the last message of p's stream that p reads (0 if none): a
+// view whose checkpoint reaches it has applied everything appended so far.
+func LastRead(ctx context.Context, js jetstream.JetStream, p Projection) (uint64, error) {
+	s, err := js.Stream(ctx, p.Stream)
 	if err != nil {
 		return 0, err
 	}
-	if len(e.p.Subjects) == 0 {
+	if len(p.Subjects) == 0 {
 		info, err := s.Info(ctx)
 		if err != nil {
 			return 0, err
@@ -336,7 +342,7 @@ func (e *Engine) streamLast(ctx context.Context) (uint64, error) {
 		return info.State.LastSeq, nil
 	}
 	var last uint64
-	for _, subj := range e.p.Subjects {
+	for _, subj := range p.Subjects {
 		m, err := s.GetLastMsgForSubject(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
