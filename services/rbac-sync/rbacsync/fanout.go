@@ -440,17 +440,19 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 // per object ever removed. Each purge is bounded by the marker's own sequence, so it removes the
 // marker and what came before it on that key, never a put that landed after the listing (by this
 // loop or by a previous leader still running past its lease). Failures are logged, not fatal:
-// it is housekeeping, retried at the next collection.
+// it is housekeeping, tried again markerAge later.
 func (f *fanout) purgeMarkers(ctx context.Context) {
 	if f.markerAge <= 0 || time.Since(f.lastPurge) < f.markerAge {
 		return
 	}
+	// Once per markerAge even when it fails: it runs in the writer's loop, and a bus outage must
+	// not hold the writes for its timeout on every collection.
+	f.lastPurge = time.Now()
 	n, err := f.purgeOldMarkers(ctx)
 	if err != nil {
-		f.log.Warn("purge delete markers", zap.String("bucket", f.kv.Bucket()), zap.Int("purged", n), zap.Error(err))
+		f.log.Warn("purge delete markers; retried in markerAge", zap.String("bucket", f.kv.Bucket()), zap.Int("purged", n), zap.Error(err))
 		return
 	}
-	f.lastPurge = time.Now()
 	if n > 0 {
 		f.log.Debug("purged delete markers", zap.Int("markers", n))
 	}
