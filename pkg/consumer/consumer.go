@@ -40,6 +40,16 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// Heartbeat is the idle heartbeat every long-running pull of Fleetstream asks the server for.
+// A pull whose consumer lived on a NATS node that crashed hears nothing more: nats.go notices
+// only after two missed heartbeats and then re-creates the pull (an ordered consumer re-creates
+// its consumer on a live node). With nats.go's defaults (5 s for ordered consumers, 15 s for
+// durable ones) that took 10-30 s, longer than the 4-9 s nats-server needs to elect new leaders
+// for the crashed node's streams, and a view waiting for it stalled every read-your-writes API
+// write behind it (docs/reliability.md). At 1 s the pull is back within 2 s, before the
+// election; an idle pull costs one small message a second.
+const Heartbeat = time.Second
+
 // Config describes a durable consumer.
 type Config struct {
 	Stream         string
@@ -108,7 +118,7 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		}
 		return err
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(cfg.MaxAckPending))
+	it, err := c.Messages(jetstream.PullMaxMessages(cfg.MaxAckPending), jetstream.PullHeartbeat(Heartbeat))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -378,7 +378,9 @@ func (e *Engine) run(ctx context.Context) error {
 	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 {
 		e.markReady()
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * e.batch))
+	// A short heartbeat: a view on a crashed NATS node must move to a live one before the API
+	// writes waiting for it time out (consumer.Heartbeat).
+	it, err := cons.Messages(jetstream.PullMaxMessages(2*e.batch), jetstream.PullHeartbeat(consumer.Heartbeat))
 	if err != nil {
 		return fmt.Errorf("view %s: consume: %w", e.p.Name, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
@@ -321,7 +322,7 @@ func (c *Collector) consume(ctx context.Context) error {
 		if md.NumPending == 0 {
 			c.markCaughtUp()
 		}
-	}, jetstream.PullMaxMessages(2048), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(2048), jetstream.PullHeartbeat(consumer.Heartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if ctx.Err() == nil {
 			c.log.Warn("agent stream", zap.Error(err))
 		}

@@ -1,0 +1,170 @@
+package view_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/natsembed"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// A view whose ordered consumer lived on a NATS node that crashed must move to a live node
+// within a few seconds (consumer.Heartbeat), not after nats.go's default ten seconds of missed
+// heartbeats: API writes wait for their view (read-your-writes) and time out meanwhile. The
+// crashed node leads nothing of the view's (the stream's and the bucket's leaders and the meta
+// leader are on the node the engine is connected to), so no Raft election is involved and what
+// is timed is the engine's own recovery.
+func TestViewLeavesACrashedConsumerNode(t *testing.T) {
+	c := testkit.StartCluster(t, nil)
+	var home *natsembed.Server
+	for _, n := range c.Nodes {
+		if n.JetStreamIsLeader() {
+			home = n
+		}
+	}
+	if home == nil {
+		t.Fatal("no meta leader")
+	}
+	nc, err := nats.Connect(home.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 3*time.Minute)
+	if err := topology.Ensure(ctx, js, 3, topology.Merge(topology.DeadLetter(), topology.Topology{
+		Streams: []jetstream.StreamConfig{topology.EventStream("TEST", "test", "test.>")},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	store := events.NewStore(js, "test")
+	if _, err := store.Append(ctx, "test.a", "a", events.Any, &clusterv1.ClusterRegistered{Id: "a", Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	p := testProjection(1)
+	p.Bucket.Replicas = 3
+
+	// The ordered consumer lands on a random replica of the stream: start the engine until it
+	// is on another node than home (two in three each time).
+	var (
+		e    *view.Engine
+		host string
+	)
+	for attempt := 0; ; attempt++ {
+		var cancel context.CancelFunc
+		var done chan error
+		e, cancel, done = runEngine(t, js, p, view.WithReplicas(3))
+		select {
+		case <-e.Ready():
+		case <-ctx.Done():
+			t.Fatal("engine not ready")
+		}
+		moveLeader(t, ctx, nc, js, "TEST", home.Name())
+		moveLeader(t, ctx, nc, js, "KV_"+p.Bucket.Bucket, home.Name())
+		moveLeader(t, ctx, nc, js, "KV_"+lease.Bucket, home.Name())
+		host = onlyConsumerHost(t, ctx, js, "TEST")
+		if host != home.Name() {
+			break
+		}
+		cancel()
+		<-done
+		deleteConsumers(t, ctx, js, "TEST")
+		if attempt == 30 {
+			t.Fatalf("the view's consumer was on %s in 30 starts", home.Name())
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.Name() == host {
+			n.Stop()
+		}
+	}
+	crashed := time.Now()
+	seq, err := store.Append(ctx, "test.b", "b", events.Any, &clusterv1.ClusterRegistered{Id: "b", Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := e.WaitApplied(wctx, seq); err != nil {
+		t.Fatalf("the view did not apply an event appended after its consumer's node %s stopped: %v", host, err)
+	}
+	// nats.go's default ordered-consumer heartbeat (5 s) notices a silent consumer after 5-10 s.
+	if d := time.Since(crashed); d > 5*time.Second {
+		t.Fatalf("the view applied the event %s after its consumer's node stopped; want within 5 s", d.Round(time.Millisecond))
+	} else {
+		t.Logf("the view applied the event %s after its consumer's node %s stopped", d.Round(time.Millisecond), host)
+	}
+}
+
+// moveLeader makes server the leader of stream (a preferred-leader step-down, nats-server 2.11+).
+func moveLeader(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream, server string) {
+	t.Helper()
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
+	testkit.Eventually(t, 30*time.Second, func() error {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Cluster != nil && info.Cluster.Leader == server {
+			return nil
+		}
+		resp, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, req, 2*time.Second)
+		if err != nil {
+			return fmt.Errorf("step down %s: %w", stream, err)
+		}
+		if !strings.Contains(string(resp.Data), `"success":true`) {
+			return fmt.Errorf("step down %s: %s", stream, resp.Data)
+		}
+		return fmt.Errorf("stream %s led by %v, not %s", stream, info.Cluster, server)
+	})
+}
+
+func onlyConsumerHost(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) string {
+	t.Helper()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for ci := range s.ListConsumers(ctx).Info() {
+		if ci.Cluster != nil {
+			hosts = append(hosts, ci.Cluster.Leader)
+		}
+	}
+	if len(hosts) != 1 || hosts[0] == "" {
+		t.Fatalf("consumers of %s are on %q, want one", stream, hosts)
+	}
+	return hosts[0]
+}
+
+func deleteConsumers(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) {
+	t.Helper()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range s.ConsumerNames(ctx).Name() {
+		if err := s.DeleteConsumer(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
