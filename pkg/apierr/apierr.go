@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
@@ -125,6 +126,17 @@ func (v *Violations) Labels(field string, labels map[string]string) {
 			v.Add(fmt.Sprintf("%s[%s]", field, Short(k)), "value %s: %s", Short(val), msg)
 		}
 	}
+}
+
+// Selector parses a Kubernetes label selector ("" selects everything). A bad one is a violation
+// of field, and the result is nil then.
+func (v *Violations) Selector(field, s string) labels.Selector {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		v.Add(field, "%v", err)
+		return nil
+	}
+	return sel
 }
 
 // NotFound says that kind name does not exist.

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 )
@@ -54,5 +55,39 @@ func TestErrorsStayShort(t *testing.T) {
 	}
 	if got := Short("héllo"); got != `"héllo"` {
 		t.Fatalf("Short of a short value: %s", got)
+	}
+}
+
+func TestSelector(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		matches map[string]string
+		want    bool
+		bad     bool
+	}{
+		{in: "", matches: map[string]string{"env": "prod"}, want: true},
+		{in: "env=prod", matches: map[string]string{"env": "prod"}, want: true},
+		{in: "env in (dev,test)", matches: map[string]string{"env": "prod"}, want: false},
+		{in: "!team", matches: map[string]string{"env": "prod"}, want: true},
+		{in: "env in (a", bad: true},
+		{in: "env in prod", bad: true},
+		{in: "not a key=x", bad: true},
+	} {
+		var v Violations
+		sel := v.Selector("label_selector", tc.in)
+		err := v.Err()
+		if tc.bad {
+			if err == nil || sel != nil || connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "label_selector") {
+				t.Errorf("Selector(%q) = %v, %v; want nil and an InvalidArgument naming label_selector", tc.in, sel, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Selector(%q): %v", tc.in, err)
+			continue
+		}
+		if got := sel.Matches(labels.Set(tc.matches)); got != tc.want {
+			t.Errorf("Selector(%q).Matches(%v) = %v, want %v", tc.in, tc.matches, got, tc.want)
+		}
 	}
 }

@@ -259,8 +259,9 @@ func (s *Registry) GetCluster(ctx context.Context, req *connect.Request[clusterv
 }
 
 func (s *Registry) ListClusters(ctx context.Context, req *connect.Request[clusterv1.ListClustersRequest]) (*connect.Response[clusterv1.ListClustersResponse], error) {
-	sel, err := parseSelector(req.Msg.LabelSelector)
-	if err != nil {
+	var v apierr.Violations
+	sel := v.Selector("label_selector", req.Msg.LabelSelector)
+	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	if err := s.waitReady(ctx); err != nil {
@@ -275,8 +276,9 @@ func (s *Registry) ListClusters(ctx context.Context, req *connect.Request[cluste
 }
 
 func (s *Registry) WatchClusters(ctx context.Context, req *connect.Request[clusterv1.WatchClustersRequest], stream *connect.ServerStream[clusterv1.WatchClustersResponse]) error {
-	sel, err := parseSelector(req.Msg.LabelSelector)
-	if err != nil {
+	var v apierr.Violations
+	sel := v.Selector("label_selector", req.Msg.LabelSelector)
+	if err := v.Err(); err != nil {
 		return err
 	}
 	if err := s.waitReady(ctx); err != nil {
@@ -361,15 +363,6 @@ func (s *Registry) waitView(ctx context.Context, wait func(context.Context) erro
 	return apiwait.Visible(ctx, "change", wait)
 }
 
-func parseSelector(s string) (labels.Selector, error) {
-	sel, err := labels.Parse(s)
-	if err != nil {
-		var v apierr.Violations
-		v.Add("label_selector", "%v", err)
-		return nil, v.Err()
-	}
-	return sel, nil
-}
 
 func (s *Registry) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets) error {
 	data, err := encodeSecrets(s.cfg.Keyring, sec)

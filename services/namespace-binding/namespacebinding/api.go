@@ -174,8 +174,9 @@ func (s *ProjectAPI) GetProject(ctx context.Context, req *connect.Request[projec
 }
 
 func (s *ProjectAPI) ListProjects(ctx context.Context, req *connect.Request[projectv1.ListProjectsRequest]) (*connect.Response[projectv1.ListProjectsResponse], error) {
-	sel, err := parseSelector(req.Msg.LabelSelector)
-	if err != nil {
+	var v apierr.Violations
+	sel := v.Selector("label_selector", req.Msg.LabelSelector)
+	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	if err := s.waitReady(ctx); err != nil {
@@ -372,12 +373,3 @@ func (s *Service) waitView(ctx context.Context, wait func(context.Context) error
 	return apiwait.Visible(ctx, "change", wait)
 }
 
-func parseSelector(s string) (labels.Selector, error) {
-	sel, err := labels.Parse(s)
-	if err != nil {
-		var v apierr.Violations
-		v.Add("label_selector", "%v", err)
-		return nil, v.Err()
-	}
-	return sel, nil
-}

@@ -23,8 +23,9 @@ import (
 const watchCoalesce = 50 * time.Millisecond
 
 func (s *ProjectAPI) WatchProjects(ctx context.Context, req *connect.Request[projectv1.WatchProjectsRequest], stream *connect.ServerStream[projectv1.WatchProjectsResponse]) error {
-	sel, err := parseSelector(req.Msg.LabelSelector)
-	if err != nil {
+	var v apierr.Violations
+	sel := v.Selector("label_selector", req.Msg.LabelSelector)
+	if err := v.Err(); err != nil {
 		return err
 	}
 	if err := s.waitReady(ctx); err != nil {
