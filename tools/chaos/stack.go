@@ -232,6 +232,39 @@ func (s *Stack) StreamLeaders(ctx context.Context) (map[string]StreamState, erro
 	return nil, fmt.Errorf("stream leaders: %w", lastErr)
 }
 
+// WatchElections polls the surviving nodes' /jsz every 100 ms, for at most d, and returns how
+// long after t0 each of streams (led by the dead node) first showed another leader. The
+// monitoring endpoint's view lags the election by at most one poll and one request.
+func (s *Stack) WatchElections(ctx context.Context, dead string, streams []string, t0 time.Time, d time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	deadline := t0.Add(d)
+	for len(out) < len(streams) && time.Now().Before(deadline) {
+		if leaders, err := s.StreamLeaders(ctx); err == nil {
+			at := time.Since(t0)
+			for _, name := range streams {
+				if _, done := out[name]; done {
+					continue
+				}
+				if l := leaders[name].Leader; l != "" && l != dead {
+					out[name] = at
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if rest := time.Until(deadline); rest > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(rest):
+		}
+	}
+	return out
+}
+
 // StreamState is one stream as its leader reports it.
 type StreamState struct {
 	Leader  string
