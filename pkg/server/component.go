@@ -16,6 +16,15 @@ type Component interface {
 	Ready() <-chan struct{}
 }
 
+// Stopped is what a Component's Run returns for err, the outcome of its work: nil once ctx is
+// done (stopped, possibly while starting, is not a failure), err otherwise.
+func Stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
 // Start mounts every component on srv and runs each in g until ctx ends (the first error
 // stops g's context, and with it the others). It returns their Ready channels, in order.
 func Start(ctx context.Context, g *errgroup.Group, srv *Server, cs ...Component) []<-chan struct{} {

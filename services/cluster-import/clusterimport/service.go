@@ -166,13 +166,7 @@ func (s *Registry) Mount(srv *server.Server) {
 }
 
 // Run runs the projections, caches and liveness tracking until ctx is done.
-func (s *Registry) Run(ctx context.Context) error {
-	err := s.run(ctx)
-	if ctx.Err() != nil {
-		return nil // stopped, possibly while starting: not a failure
-	}
-	return err
-}
+func (s *Registry) Run(ctx context.Context) error { return server.Stopped(ctx, s.run(ctx)) }
 
 func (s *Registry) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)

@@ -252,13 +252,7 @@ func (s *Service) Mount(srv *server.Server) {
 
 // Run runs the projections, caches, the claim repair, the release of unbound namespaces and
 // the recording of binding phases until ctx is done.
-func (s *Service) Run(ctx context.Context) error {
-	err := s.run(ctx)
-	if ctx.Err() != nil {
-		return nil // stopped, possibly while starting: not a failure
-	}
-	return err
-}
+func (s *Service) Run(ctx context.Context) error { return server.Stopped(ctx, s.run(ctx)) }
 
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)

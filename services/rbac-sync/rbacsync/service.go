@@ -162,13 +162,7 @@ func (s *Service) Mount(srv *server.Server) {
 }
 
 // Run runs the projections, the caches of every input and the fan-out until ctx is done.
-func (s *Service) Run(ctx context.Context) error {
-	err := s.run(ctx)
-	if ctx.Err() != nil {
-		return nil // stopped, possibly while starting: not a failure
-	}
-	return err
-}
+func (s *Service) Run(ctx context.Context) error { return server.Stopped(ctx, s.run(ctx)) }
 
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
