@@ -363,7 +363,6 @@ func (s *Registry) waitView(ctx context.Context, wait func(context.Context) erro
 	return apiwait.Visible(ctx, "change", wait)
 }
 
-
 func (s *Registry) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets) error {
 	data, err := encodeSecrets(s.cfg.Keyring, sec)
 	if err != nil {

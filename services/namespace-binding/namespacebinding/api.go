@@ -372,4 +372,3 @@ func (s *ProjectAPI) ListIdleNamespaces(ctx context.Context, req *connect.Reques
 func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
 	return apiwait.Visible(ctx, "change", wait)
 }
-
