@@ -20,6 +20,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
 )
 
 const calloutUser, calloutPassword = "callout", "callout-password"
@@ -441,18 +442,14 @@ func TestCalloutRevocationAndReconnect(t *testing.T) {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("restarted server not ready")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, func() error {
 		c, err := connect(t, addr, "agent-c1", natsauth.AgentInboxPrefix("c1"))
-		if err == nil {
-			c.nc.Close()
-			break
+		if err != nil {
+			return fmt.Errorf("agent cannot connect after the server restarted: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent cannot connect after the server restarted: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		c.nc.Close()
+		return nil
+	})
 }
 
 func TestLoadServiceTokens(t *testing.T) {

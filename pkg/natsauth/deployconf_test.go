@@ -20,6 +20,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/nats/auth.conf from the permission table")
@@ -154,15 +155,13 @@ func TestDeployAuthConf(t *testing.T) {
 	// The responder subscribes in its own goroutine: until the server has that subscription an
 	// admission waits for nobody and times out, so the first agent retries.
 	var c *client
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.Eventually(t, 15*time.Second, func() error {
 		c, err = connect(t, url, "agent-c1", natsauth.AgentInboxPrefix("c1"))
-		if err == nil || time.Now().After(deadline) {
-			break
+		if err != nil {
+			return fmt.Errorf("agent through the deployed callout: %w", err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	allowed(t, "agent through the deployed callout", err)
+		return nil
+	})
 	c.denied(t, "fleet.>", func(context.Context) error {
 		sub, err := c.nc.SubscribeSync("fleet.>")
 		if err != nil {

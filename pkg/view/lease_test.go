@@ -92,6 +92,19 @@ func startAppender(t *testing.T, js jetstream.JetStream, seed uint64, nkeys int)
 	return a
 }
 
+// flowing waits until the appender has appended n events: the stream is being written.
+func (a *appender) flowing(t *testing.T, n int) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.count < n {
+			return fmt.Errorf("%d events appended, want %d", a.count, n)
+		}
+		return nil
+	})
+}
+
 func (a *appender) finish() uint64 {
 	close(a.stop)
 	<-a.done
@@ -119,7 +132,7 @@ func watchLeaders(t *testing.T, rs *[]*replica, mu *sync.Mutex) (stop func()) {
 				t.Errorf("several engines lead at once: %v", leaders)
 				return
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // paces the poll: Leading has no change signal
 		}
 	}()
 	return func() { cancel(); <-done }
@@ -191,7 +204,7 @@ func TestEnginesInSeveralReplicasOneWriterEqualsRebuild(t *testing.T) {
 
 	// Clean stop: the follower takes over at once (the lease is released).
 	a = startAppender(t, j.JS, 12, 120)
-	time.Sleep(100 * time.Millisecond)
+	a.flowing(t, 100) // the leader stops while events are being appended
 	lead.cancel()
 	if err := <-lead.done; err != nil {
 		t.Fatalf("stopped leader: %v", err)
@@ -216,7 +229,7 @@ func TestEnginesInSeveralReplicasOneWriterEqualsRebuild(t *testing.T) {
 
 	// Dead leader: its connection is cut, so the lease runs out and r3 takes over.
 	a = startAppender(t, j.JS, 13, 120)
-	time.Sleep(100 * time.Millisecond)
+	a.flowing(t, 100) // the leader dies while events are being appended
 	dead := follower
 	begin := time.Now()
 	dead.nc.Close()

@@ -83,7 +83,7 @@ func BenchmarkImport1000(b *testing.B) {
 			if created == n {
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // paces the poll (the figure may be this much late)
 		}
 		imported := time.Since(start)
 
@@ -103,7 +103,7 @@ func BenchmarkImport1000(b *testing.B) {
 			if fresh == n {
 				break
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // paces the poll (the figure may be this much late)
 		}
 		rerender := time.Since(changed)
 		b.StopTimer()

@@ -31,6 +31,8 @@ type fakeInventory struct {
 	j       *testkit.JetStream
 	store   *events.Store
 	cluster string
+	// seq is the stream sequence of the last report appended.
+	seq uint64
 }
 
 const capiGroup = "cluster.x-k8s.io"
@@ -59,9 +61,11 @@ func (f *fakeInventory) source(name string, ready bool, labels map[string]string
 func (f *fakeInventory) report(o *agentv1.ImportObject) {
 	f.t.Helper()
 	o.ClusterName, o.Group, o.Version, o.Resource, o.Namespace, o.SessionId = f.cluster, capiGroup, "v1beta1", "clusters", "capi", "s1"
-	if _, err := f.store.Append(context.Background(), subjects.AgentImportObject(f.cluster, capiGroup, "clusters", "capi", o.Name), f.cluster, events.Any, o); err != nil {
+	seq, err := f.store.Append(context.Background(), subjects.AgentImportObject(f.cluster, capiGroup, "clusters", "capi", o.Name), f.cluster, events.Any, o)
+	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.seq = seq
 }
 
 func (f *fakeInventory) secret(name, kubeconfig string) {
@@ -273,9 +277,13 @@ func TestImportLifecycles(t *testing.T) {
 		return out
 	}
 	rendered := renderTimes()
+	// Every Secret sent so far is taken (the lifecycles above show them): one more is to come.
+	secrets := e.svc.SecretReports() + 1
 	inv.secret("alpha-kubeconfig", kubeconfigFor("https://alpha.example:6443", "token-of-alpha-0123456789"))
 	register(t, e, "unrelated", nil)
-	time.Sleep(500 * time.Millisecond)
+	if err := e.svc.WaitImportPass(ctx, inv.seq, secrets); err != nil {
+		t.Fatal(err)
+	}
 	if again := renderTimes(); fmt.Sprint(again) != fmt.Sprint(rendered) {
 		t.Errorf("re-rendered without a change:\n%v\n%v", again, rendered)
 	}
@@ -350,7 +358,9 @@ func TestImportLifecycles(t *testing.T) {
 	imported["beta"] = lifecycleWant{mode: clusterv1.ImportMode_IMPORT_MODE_CREATED, cluster: "beta", reasons: map[string]string{"Created": "Created"}}
 	testkit.Eventually(t, 20*time.Second, func() error { return checkLifecycles(ctx, pc, imported) })
 	inv.source("beta", false, nil, nil)
-	time.Sleep(500 * time.Millisecond)
+	if err := e.svc.WaitImportPass(ctx, inv.seq, 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := checkLifecycles(ctx, pc, imported); err != nil {
 		t.Fatalf("after beta's condition turned false: %v", err)
 	}

@@ -33,6 +33,9 @@ type importSources struct {
 	caughtUp     chan struct{}
 	caughtUpOnce sync.Once
 	kick         func()
+	// handledSeq is the stream sequence of the last report handled and secretReports the
+	// Secret reports received (Registry.WaitImportPass).
+	handledSeq, secretReports uint64
 }
 
 type objectRef struct{ group, resource, namespace, name string }
@@ -58,6 +61,14 @@ func newImportSources(kick func()) *importSources {
 func (r *importSources) markCaughtUp() {
 	r.caughtUpOnce.Do(func() { close(r.caughtUp) })
 	r.kick()
+}
+
+// handled returns the stream sequence of the last report handled and the number of Secret
+// reports received.
+func (r *importSources) handled() (seq, secrets uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handledSeq, r.secretReports
 }
 
 // sourceObjects returns the live objects of one source type on cluster, in namespace (all
@@ -134,6 +145,9 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 			// A report that does not decode is the agent's bug; it must not stop the others.
 			log.Warn("import source report ignored", zap.String("subject", m.Subject()), zap.Error(err))
 		}
+		r.mu.Lock()
+		r.handledSeq = max(r.handledSeq, md.Sequence.Stream)
+		r.mu.Unlock()
 		if md.NumPending == 0 {
 			r.markCaughtUp()
 		}
@@ -202,6 +216,11 @@ func (r *importSources) handle(subject string, data []byte, seq uint64) error {
 
 // handleSecret keeps a Secret an agent sent, in memory only. Its content is never logged.
 func (r *importSources) handleSecret(m *nats.Msg, log *zap.Logger) {
+	defer func() {
+		r.mu.Lock()
+		r.secretReports++
+		r.mu.Unlock()
+	}()
 	parts := strings.Split(m.Subject, ".")
 	if len(parts) != 5 {
 		return

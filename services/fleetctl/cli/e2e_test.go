@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -329,15 +330,14 @@ func TestEndToEndWatch(t *testing.T) {
 	}
 	waitFor := func(n int) []event {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			if evs := events(); len(evs) >= n {
-				return evs
+		var evs []event
+		testkit.Eventually(t, 20*time.Second, func() error {
+			if evs = events(); len(evs) < n {
+				return fmt.Errorf("watch printed %d events, want %d; stdout:\n%s\nstderr:\n%s", len(evs), n, out.String(), errOut.String())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("watch printed %d events, want %d; stdout:\n%s\nstderr:\n%s", len(events()), n, out.String(), errOut.String())
-		return nil
+			return nil
+		})
+		return evs
 	}
 
 	// The snapshot holds only the selected cluster.

@@ -232,9 +232,14 @@ func startTenants(t *testing.T) *rawClient {
 			fmt.Sprintf(`{"project":%q,"subject":{"kind":"SUBJECT_KIND_USER","name":%q},"roleTemplate":%q}`, project, user, role))
 	}
 	// The grants are read through the authorizer's mirrors: wait until they show.
-	waitFor(t, 10*time.Second, func() bool {
-		return api.call(t, roleViewer, "/fleetstream.project.v1.ProjectService/GetProject", `{"name":"team-a"}`) == "" &&
-			api.call(t, roleOther, "/fleetstream.project.v1.ProjectService/GetProject", `{"name":"team-b"}`) == ""
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if code := api.call(t, roleViewer, "/fleetstream.project.v1.ProjectService/GetProject", `{"name":"team-a"}`); code != "" {
+			return fmt.Errorf("viewer gets team-a: %q", code)
+		}
+		if code := api.call(t, roleOther, "/fleetstream.project.v1.ProjectService/GetProject", `{"name":"team-b"}`); code != "" {
+			return fmt.Errorf("team-b's owner gets team-b: %q", code)
+		}
+		return nil
 	})
 	return api
 }
@@ -274,17 +279,6 @@ func TestAuthorizationMatrix(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

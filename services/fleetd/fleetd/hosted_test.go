@@ -32,10 +32,14 @@ import (
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 )
 
+// hostedGrace is how long the hosted agents leave a cluster to its own agent after its last
+// heartbeat.
+const hostedGrace = 3 * time.Second
+
 // withHostedAgents runs fleetd's hosted agents, quick to notice an in-cluster agent's silence.
 func withHostedAgents(cfg *fleetd.Config) {
 	cfg.HostedAgents = true
-	cfg.Hosted = hosted.Config{InClusterGrace: 3 * time.Second, Retry: time.Second}
+	cfg.Hosted = hosted.Config{InClusterGrace: hostedGrace, Retry: time.Second}
 	cfg.Hosted.Member.HeartbeatInterval = 500 * time.Millisecond
 }
 
@@ -153,8 +157,11 @@ func TestHostedAgentYieldsToTheClustersOwnAgent(t *testing.T) {
 		}
 		return hostedConnected(ctx, client, "solo", false)
 	})
-	// ...and stays stopped while the cluster's own agent runs (four heartbeats).
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	// ...and stays stopped while the cluster's own agent runs. Time is what is tested: were the
+	// own agent's heartbeats (one every 500 ms) lost on the way, the hosted agent would come
+	// back once the grace since the last one seen ran out and its once-a-second check came
+	// round, so the window spans both, with a second to spare. The sleep paces the polls.
+	for end := time.Now().Add(hostedGrace + 2*time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if got := inst.Hosted.Hosting(); len(got) != 0 {
 			t.Fatalf("hosted agent came back beside the cluster's own: %v", got)
 		}

@@ -182,6 +182,8 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// waitFor polls cond for up to 10 s. It is not testkit.Eventually because testkit would bring
+// Kubernetes' client libraries (its kube-apiserver helpers) into this module's dependencies.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -189,7 +191,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // paces the poll
 	}
 }
 

@@ -263,6 +263,7 @@ func TestConcurrentBindsNeverOverspendTheBudget(t *testing.T) {
 					<-startGate
 					// Some binds are appended before the budget, the rest are in flight on
 					// both replicas when it lands (or it is refused: they hold too much).
+					// The sleep only staggers the race; the test holds for every interleaving.
 					time.Sleep(time.Millisecond)
 					_, budgetErr = e2.setBudget(tc.project, tc.cluster, hard("cpu", tc.budget))
 				})

@@ -37,7 +37,9 @@ func TestIntegrationNamespaceFollowsPlacementAcrossAnOutage(t *testing.T) {
 	if _, err := e.bindSet("team-a", "global"); err != nil {
 		t.Fatal(err)
 	}
-	// Ties break by name once every agent reported: c1 and c2.
+	// Ties break by name once every agent reported: c1 and c2. Until an agent reports, its
+	// cluster is tainted unreachable; a placement decided then would keep its choice (Steady).
+	e.waitUntainted(t, converge, "c1", "c2", "c3")
 	e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "two", NumberOfClusters: ptr[int32](2)})
 	testkit.Eventually(t, converge, func() error {
 		if got := decided(e.decisions(t, "team-a", "two")); !slices.Equal(got, []string{"c1", "c2"}) {
@@ -99,7 +101,9 @@ func TestIntegrationNamespaceFollowsPlacementAcrossAnOutage(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * time.Second) // rounds of the scheduler with c1 back
+	// The scheduler has seen c1 untainted (its agent reports again) and decided on it.
+	e.waitUntainted(t, converge, "c1")
+	e.scheduled(t)
 	if got := decided(e.decisions(t, "team-a", "two")); !slices.Equal(got, []string{"c2", "c3"}) {
 		t.Fatalf("decided %v after c1 returned, want Steady to keep c2 and c3", got)
 	}

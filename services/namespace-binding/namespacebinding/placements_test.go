@@ -22,6 +22,7 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 )
 
@@ -96,6 +97,17 @@ func (e *env) eventuallyDecided(t testing.TB, project, name string, want ...stri
 	return d
 }
 
+// scheduled waits until every view holds the events appended so far and the scheduler has made
+// a whole round on them: a decision those inputs change has then been appended, so a decision
+// (or a count of decision events) unchanged afterwards did not change, rather than not yet.
+func (e *env) scheduled(t testing.TB) {
+	t.Helper()
+	testkit.WaitProjected(t, e.js.JS, append(clusterimport.Projections(), namespacebinding.Projections()...)...)
+	if err := e.svc.WaitSchedulingRound(testkit.Context(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // connectAgents sends one heartbeat per cluster, as its agent would: until then cluster-import
 // taints a cluster unreachable and placements skip it.
 func (e *env) connectAgents(t testing.TB, clusters ...string) {
@@ -107,7 +119,14 @@ func (e *env) connectAgents(t testing.TB, clusters ...string) {
 			t.Fatal(err)
 		}
 	}
-	testkit.Eventually(t, 10*time.Second, func() error {
+	e.waitUntainted(t, 10*time.Second, clusters...)
+}
+
+// waitUntainted waits until cluster-import shows none of clusters tainted: their agents were
+// heard from, so placements may select them.
+func (e *env) waitUntainted(t testing.TB, d time.Duration, clusters ...string) {
+	t.Helper()
+	testkit.Eventually(t, d, func() error {
 		for _, c := range clusters {
 			res, err := e.clusters.GetCluster(context.Background(), connect.NewRequest(&clusterv1.GetClusterRequest{Name: c}))
 			if err != nil {
@@ -241,15 +260,20 @@ func TestPlacementDecidesAndFollowsItsInputs(t *testing.T) {
 	// Nothing the scheduler reads changes: no new event, however often it wakes.
 	n := len(evs)
 	e.labelCluster(t, "c4", "region", "us", "tier", "gold") // c4 does not pass the predicate either way
-	time.Sleep(500 * time.Millisecond)
+	e.scheduled(t)
 	if got := len(e.decisionEvents(t, "team-a", "eu-2")); got != n {
 		t.Fatalf("%d decision events after an irrelevant change, want still %d", got, n)
 	}
 
 	// Steady: c1 coming back to eu does not displace c2 or c3.
 	e.labelCluster(t, "c1", "region", "eu")
-	time.Sleep(500 * time.Millisecond)
-	e.eventuallyDecided(t, "team-a", "eu-2", "c2", "c3")
+	e.scheduled(t)
+	if got := decided(e.decisions(t, "team-a", "eu-2")); !slices.Equal(got, []string{"c2", "c3"}) {
+		t.Fatalf("decided %v once c1 is back in eu, want Steady to keep c2 and c3", got)
+	}
+	if got := len(e.decisionEvents(t, "team-a", "eu-2")); got != n {
+		t.Fatalf("%d decision events once c1 is back in eu, want still %d", got, n)
+	}
 
 	// A NoSelect taint drops a decided cluster; the placement picks the next one.
 	e.taintCluster(t, "c2", &clusterv1.Taint{Key: "maintenance", Effect: clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT})
@@ -555,7 +579,7 @@ func TestDecisionsSurviveARestartUnchanged(t *testing.T) {
 	e.stop()
 
 	e = start(t, j, namespacebinding.Config{})
-	time.Sleep(time.Second) // the new process's first scheduling rounds
+	e.scheduled(t) // the new process's first scheduling round
 	after := e.decisions(t, "team-a", "one")
 	if !proto.Equal(before, after) {
 		t.Fatalf("decision after restart %v, want unchanged %v", after, before)

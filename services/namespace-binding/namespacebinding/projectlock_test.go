@@ -51,7 +51,7 @@ func waitRefs(t *testing.T, ls *projectLocks, project string, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %d holders and waiters, want %d", project, ls.refsOf(project), n)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // paces the poll: refs has no change signal
 	}
 }
 

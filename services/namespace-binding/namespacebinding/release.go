@@ -136,8 +136,8 @@ func (s *Service) clusterEvents(ctx context.Context) (jetstream.Stream, error) {
 	return st, nil
 }
 
-// passes counts the release loop's passes, so a caller can wait for one that began after it
-// asked (WaitReleasePass).
+// passes counts the passes of a loop (the release loop, the placement scheduler), so a caller
+// can wait for a whole pass that began after it asked (WaitReleasePass, WaitSchedulingRound).
 type passes struct {
 	mu            sync.Mutex
 	started, done uint64
@@ -160,6 +160,30 @@ func (p *passes) finish() {
 	p.mu.Unlock()
 }
 
+// next is the pass a caller asking now waits for: the first to begin after the call.
+func (p *passes) next() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started + 1
+}
+
+// wait blocks until pass want has finished.
+func (p *passes) wait(ctx context.Context, want uint64) error {
+	for {
+		p.mu.Lock()
+		done, ch := p.done, p.changed
+		p.mu.Unlock()
+		if done >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
 // WaitReleasePass blocks until the release loop has made a whole pass that began after the
 // call, with the desired state as it is in its bucket now and the agents' reports up to
 // revision appliedRev of bucket applied: whatever that state releases has then been appended.
@@ -171,21 +195,8 @@ func (s *Service) WaitReleasePass(ctx context.Context, appliedRev uint64) error 
 	if err := s.applied.WaitSeen(ctx, appliedRev); err != nil {
 		return err
 	}
-	p := s.passes
-	p.mu.Lock()
-	want := p.started + 1
-	p.mu.Unlock()
-	for {
-		p.mu.Lock()
-		done, ch := p.done, p.changed
-		p.mu.Unlock()
-		if done >= want {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for a release pass: %w", ctx.Err())
-		case <-ch:
-		}
+	if err := s.passes.wait(ctx, s.passes.next()); err != nil {
+		return fmt.Errorf("wait for a release pass: %w", err)
 	}
+	return nil
 }

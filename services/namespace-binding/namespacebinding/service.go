@@ -133,6 +133,8 @@ type Service struct {
 	now   func() time.Time
 	// passes counts the release loop's passes (WaitReleasePass).
 	passes *passes
+	// rounds counts the placement scheduler's rounds (WaitSchedulingRound).
+	rounds *passes
 
 	// locks serializes each project's commands in this replica (appendProject).
 	locks *projectLocks
@@ -147,7 +149,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), passes: newPasses(),
+	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), passes: newPasses(), rounds: newPasses(),
 		ready: make(chan struct{}), now: time.Now,
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
 	s.locks = newProjectLocks(s.projectSettled)
