@@ -209,6 +209,23 @@ func (l *Ledger) Resume(t time.Time) (d time.Duration, failed, skipped int, ok b
 	return first.Sub(t), failed, skipped, true
 }
 
+// ResumeByKind is, per kind of write, how long after t the earliest acknowledgement of a write
+// of that kind sent at or after t came; a kind with none is missing. Writes of one kind go to
+// their own streams and buckets, so a fault that stops one kind (its stream lost its leader)
+// may leave the others going: Resume is the first kind back, this says when each was.
+func (l *Ledger) ResumeByKind(t time.Time) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, w := range l.Writes() {
+		if w.Outcome != Acked || w.Start.Before(t) {
+			continue
+		}
+		if d, ok := out[w.Kind]; !ok || w.End.Sub(t) < d {
+			out[w.Kind] = w.End.Sub(t)
+		}
+	}
+	return out
+}
+
 // Counts returns how many writes had each outcome.
 func (l *Ledger) Counts() (acked, refused, unknown int) {
 	for _, w := range l.Writes() {

@@ -82,3 +82,22 @@ func TestLedgerResumeCountsWritesSentAfterTheFault(t *testing.T) {
 		t.Error("resumed although nothing was sent after the fault")
 	}
 }
+
+// ResumeByKind says when each kind of write came back: a fault that stops binds may leave
+// grants going.
+func TestLedgerResumeByKind(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	l := &Ledger{}
+	l.add(Write{Kind: "bind", Key: "east/a", Start: at(-time.Second), End: at(time.Second), Outcome: Acked})
+	l.add(Write{Kind: "grant", Key: "u1", Start: at(100 * time.Millisecond), End: at(300 * time.Millisecond), Outcome: Acked})
+	l.add(Write{Kind: "bind", Key: "east/b", Start: at(time.Second), End: at(4 * time.Second), Outcome: Unknown})
+	l.add(Write{Kind: "bind", Key: "east/c", Start: at(5 * time.Second), End: at(6 * time.Second), Outcome: Acked})
+	l.add(Write{Kind: "bind", Key: "east/d", Start: at(5500 * time.Millisecond), End: at(7 * time.Second), Outcome: Acked})
+	l.add(Write{Kind: "weight", Key: "7", Start: at(time.Second), End: at(2 * time.Second), Outcome: Refused})
+	got := l.ResumeByKind(t0)
+	want := map[string]time.Duration{"grant": 300 * time.Millisecond, "bind": 6 * time.Second}
+	if len(got) != len(want) || got["grant"] != want["grant"] || got["bind"] != want["bind"] {
+		t.Fatalf("ResumeByKind = %v, want %v", got, want)
+	}
+}
