@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -79,7 +80,17 @@ type Cache[T proto.Message] struct {
 	sent    uint64
 	changed chan struct{}
 	subs    map[chan Update[T]]struct{}
+	// stuck asks Run to restart the watch: a WaitSeen for a revision the bucket has did not
+	// see it in time (see stuckAfter).
+	stuck chan struct{}
 }
+
+// stuckAfter is how long WaitSeen waits for a revision the bucket already has before it asks
+// Run to restart the watch from the last revision seen. nats.go's KV watch is an ordered
+// consumer with a fixed 5 s idle heartbeat, noticed missing only after 10 s: a watch whose
+// consumer was on a crashed NATS node stays silent that long, and every read-your-writes or
+// authorization check waiting on the cache with it.
+const stuckAfter = time.Second
 
 // NewCache returns a cache of kv whose entries decode into newT().
 func NewCache[T proto.Message](kv jetstream.KeyValue, newT func() T, log *zap.Logger, opts ...CacheOption) *Cache[T] {
@@ -89,7 +100,7 @@ func NewCache[T proto.Message](kv jetstream.KeyValue, newT func() T, log *zap.Lo
 	}
 	c := &Cache[T]{kv: kv, newT: newT, log: log, filter: cfg.filter, ready: make(chan struct{}),
 		items: make(map[string]Entry[T]), terms: make(map[string]map[string]struct{}),
-		changed: make(chan struct{}), subs: make(map[chan Update[T]]struct{})}
+		changed: make(chan struct{}), subs: make(map[chan Update[T]]struct{}), stuck: make(chan struct{}, 1)}
 	if cfg.index != nil {
 		index, ok := cfg.index.(func(string, T) []string)
 		if !ok {
@@ -111,10 +122,28 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 	}
 	defer func() { _ = w.Stop() }()
 	initial := true
+	var restarted time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-c.stuck:
+			if initial || time.Since(restarted) < stuckAfter {
+				continue
+			}
+			restarted = time.Now()
+			// Resume right after the last change applied: nothing is skipped or applied twice.
+			c.mu.RLock()
+			from := c.seen + 1
+			c.mu.RUnlock()
+			nw, err := c.kv.Watch(ctx, c.filter, jetstream.ResumeFromRevision(from))
+			if err != nil {
+				c.log.Warn("restarting a silent watch failed; keeping it", zap.String("bucket", c.kv.Bucket()), zap.Error(err))
+				continue
+			}
+			_ = w.Stop()
+			w = nw
+			c.log.Info("watch restarted: a revision the bucket has did not arrive", zap.String("bucket", c.kv.Bucket()), zap.Uint64("from", from))
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -467,10 +496,19 @@ func (c *Cache[T]) WaitSeen(ctx context.Context, rev uint64) error {
 		if seen >= rev {
 			return nil
 		}
+		t := time.NewTimer(stuckAfter)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return fmt.Errorf("wait for bucket %s to reach revision %d (at %d): %w", c.kv.Bucket(), rev, seen, ctx.Err())
 		case <-ch:
+			t.Stop()
+		case <-t.C:
+			// The bucket has rev (the caller read it), the watch has not delivered it.
+			select {
+			case c.stuck <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package view_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -116,6 +119,9 @@ func moveLeader(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.J
 	t.Helper()
 	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
 	testkit.Eventually(t, 30*time.Second, func() error {
+		// A stream between two leaders does not answer: each try gets its own deadline.
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		s, err := js.Stream(ctx, stream)
 		if err != nil {
 			return err
@@ -163,8 +169,102 @@ func deleteConsumers(t *testing.T, ctx context.Context, js jetstream.JetStream, 
 		t.Fatal(err)
 	}
 	for name := range s.ConsumerNames(ctx).Name() {
-		if err := s.DeleteConsumer(ctx, name); err != nil {
+		// A stopped watch may delete its own consumer meanwhile.
+		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A cache whose watch's consumer lived on a NATS node that crashed must see a change the bucket
+// has within a few seconds of being asked for it (WaitSeen restarts a silent watch), not after
+// the 10 s nats.go's KV watch needs to notice its missing heartbeats: authorization and
+// read-your-writes wait on caches. The crashed node leads nothing of the bucket's.
+func TestCacheLeavesACrashedWatchNode(t *testing.T) {
+	c := testkit.StartCluster(t, nil)
+	var home *natsembed.Server
+	for _, n := range c.Nodes {
+		if n.JetStreamIsLeader() {
+			home = n
+		}
+	}
+	if home == nil {
+		t.Fatal("no meta leader")
+	}
+	nc, err := nats.Connect(home.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 3*time.Minute)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "CACHETEST", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moveLeader(t, ctx, nc, js, "KV_CACHETEST", home.Name())
+	put := func(key string) uint64 {
+		t.Helper()
+		b, _ := proto.Marshal(&clusterv1.Cluster{Name: key})
+		rev, err := kv.Put(ctx, key, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	put("a")
+
+	// The watch's consumer lands on a random replica: start caches until one's is not on home.
+	var (
+		cache *view.Cache[*clusterv1.Cluster]
+		host  string
+	)
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithCancel(ctx)
+		cache = view.NewCache(kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
+		done := make(chan error, 1)
+		go func() { done <- cache.Run(cctx) }()
+		t.Cleanup(cancel)
+		select {
+		case <-cache.Ready():
+		case <-ctx.Done():
+			t.Fatal("cache not ready")
+		}
+		host = onlyConsumerHost(t, ctx, js, "KV_CACHETEST")
+		if host != home.Name() {
+			break
+		}
+		cancel()
+		<-done
+		deleteConsumers(t, ctx, js, "KV_CACHETEST")
+		if attempt == 30 {
+			t.Fatalf("the cache's watch was on %s in 30 starts", home.Name())
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.Name() == host {
+			n.Stop()
+		}
+	}
+	crashed := time.Now()
+	rev := put("b")
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cache.WaitSeen(wctx, rev); err != nil {
+		t.Fatalf("the cache did not see a put made after its watch's node %s stopped: %v", host, err)
+	}
+	if d := time.Since(crashed); d > 5*time.Second {
+		t.Fatalf("the cache saw the put %s after its watch's node stopped; want within 5 s", d.Round(time.Millisecond))
+	} else {
+		t.Logf("the cache saw the put %s after its watch's node %s stopped", d.Round(time.Millisecond), host)
+	}
+	if v, ok := cache.Get("b"); !ok || v.Name != "b" {
+		t.Fatalf("cache entry b = %v, %v", v, ok)
+	}
+	if v, ok := cache.Get("a"); !ok || v.Name != "a" {
+		t.Fatalf("cache entry a = %v, %v after the restart", v, ok)
 	}
 }
