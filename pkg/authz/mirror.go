@@ -176,7 +176,16 @@ func (m *mirror[T]) follow(ctx context.Context, kv jetstream.KeyValue, log *zap.
 			}
 			return
 		case <-tick.C:
-			if now, err := created(ctx, kv); err != nil || !now.Equal(born) {
+			// Only a bucket that is gone or was created again is a reason to attach again. A
+			// check that fails otherwise (the stream's leader died and its election is under
+			// way: 4-9 s) keeps the watch, which picks up where it was once a leader is back;
+			// attaching again would load the whole bucket into a new cache and leave every
+			// authorization waiting on the old one meanwhile.
+			cctx, ccancel := context.WithTimeout(ctx, replacedCheck)
+			now, err := created(cctx, kv)
+			ccancel()
+			gone := errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+			if gone || (err == nil && !now.Equal(born)) {
 				log.Info("authorization view was rebuilt or is gone; attaching again", zap.String("bucket", m.bucket))
 				cancel()
 				<-errc

@@ -857,6 +857,8 @@ func (e *Engine) retry(ctx context.Context, f func() error) error {
 			return ctx.Err()
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
+		// At most a second: the usual cause is a stream or bucket electing a new leader, and
+		// API writes wait for this view once the leader is back.
+		delay = min(2*delay, time.Second)
 	}
 }

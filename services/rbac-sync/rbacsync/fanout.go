@@ -692,7 +692,9 @@ func (f *fanout) writeAll(ctx context.Context, ops []*op) error {
 			return ctx.Err()
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
+		// At most a second: a revocation must reach the clusters as soon as the bucket's
+		// leader is back (the usual cause of a failed write is its election).
+		delay = min(2*delay, time.Second)
 		ops = failed
 	}
 	return nil
