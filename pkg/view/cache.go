@@ -80,13 +80,12 @@ type Cache[T proto.Message] struct {
 	sent    uint64
 	changed chan struct{}
 	subs    map[chan Update[T]]struct{}
-	// stuck asks Run to restart the watch: a WaitSeen for a revision the bucket has did not
-	// see it in time (see stuckAfter).
+	// stuck asks Run to restart the watch: a wait took longer than stuckAfter.
 	stuck chan struct{}
 }
 
-// stuckAfter is how long WaitSeen waits for a revision the bucket already has before it asks
-// Run to restart the watch from the last revision seen. nats.go's KV watch is an ordered
+// stuckAfter is how long a wait of the cache (WaitSeen, WaitFor, WaitCheckpoint) goes without
+// the change it waits for before it asks Run to restart the watch from the last revision seen. nats.go's KV watch is an ordered
 // consumer with a fixed 5 s idle heartbeat, noticed missing only after 10 s: a watch whose
 // consumer was on a crashed NATS node stays silent that long, and every read-your-writes or
 // authorization check waiting on the cache with it.
@@ -466,10 +465,8 @@ func (c *Cache[T]) WaitFor(ctx context.Context, key string, cond func(v T, ok bo
 		if cond(e.Value, ok) {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s in bucket %s: %w", key, c.kv.Bucket(), ctx.Err())
-		case <-ch:
+		if err := c.waitChange(ctx, ch); err != nil {
+			return fmt.Errorf("wait for %s in bucket %s: %w", key, c.kv.Bucket(), err)
 		}
 	}
 }
@@ -496,19 +493,8 @@ func (c *Cache[T]) WaitSeen(ctx context.Context, rev uint64) error {
 		if seen >= rev {
 			return nil
 		}
-		t := time.NewTimer(stuckAfter)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("wait for bucket %s to reach revision %d (at %d): %w", c.kv.Bucket(), rev, seen, ctx.Err())
-		case <-ch:
-			t.Stop()
-		case <-t.C:
-			// The bucket has rev (the caller read it), the watch has not delivered it.
-			select {
-			case c.stuck <- struct{}{}:
-			default:
-			}
+		if err := c.waitChange(ctx, ch); err != nil {
+			return fmt.Errorf("wait for bucket %s to reach revision %d (at %d): %w", c.kv.Bucket(), rev, seen, err)
 		}
 	}
 }
@@ -523,10 +509,31 @@ func (c *Cache[T]) WaitCheckpoint(ctx context.Context, seq uint64) error {
 		if cp >= seq {
 			return nil
 		}
+		if err := c.waitChange(ctx, ch); err != nil {
+			return fmt.Errorf("wait for bucket %s to reach %d (at %d): %w", c.kv.Bucket(), seq, cp, err)
+		}
+	}
+}
+
+// waitChange waits for ch (the cache's change signal) or ctx. Every wait of the cache is for a
+// change a writer makes within milliseconds; one that takes longer than stuckAfter asks Run to
+// restart the watch, in case its consumer went silent with a crashed NATS node (a restart of a
+// healthy watch costs a consumer and loses nothing).
+func (c *Cache[T]) waitChange(ctx context.Context, ch <-chan struct{}) error {
+	t := time.NewTimer(stuckAfter)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for bucket %s to reach %d (at %d): %w", c.kv.Bucket(), seq, cp, ctx.Err())
+			return ctx.Err()
 		case <-ch:
+			return nil
+		case <-t.C:
+			select {
+			case c.stuck <- struct{}{}:
+			default:
+			}
+			t.Reset(stuckAfter)
 		}
 	}
 }
