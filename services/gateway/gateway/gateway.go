@@ -3,8 +3,10 @@
 // refuses unauthenticated calls before they reach a service, refuses calls to services whose
 // upstream is not ready, and gives every request an id and one access-log line.
 //
-// It proxies with net/http/httputil.ReverseProxy over cleartext HTTP/2 (h2c) to the upstreams,
-// so gRPC trailers and server streams pass through unchanged; it never parses a message. The
+// It proxies with net/http/httputil.ReverseProxy: gRPC, gRPC-Web and streams over cleartext
+// HTTP/2 (h2c) to the upstreams, so trailers and server streams pass through unchanged, and
+// Connect unary calls over HTTP/1.1 keep-alive connections, their small bodies read whole
+// first so that each goes upstream in one write. It never parses a message. The
 // services still authenticate and authorize every call themselves: the gateway only rejects
 // early what they would reject anyway.
 package gateway
