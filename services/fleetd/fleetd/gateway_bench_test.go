@@ -26,8 +26,9 @@ import (
 // BenchmarkGatewayLatency: GetServiceEndpoints latency of one client with a keep-alive
 // connection, straight to the serving process (fleetd), through haproxy in front of it (the
 // baseline: what an out-of-process expert proxy costs on the same loopback, when haproxy is in
-// PATH) and through the gateway in front of it (authentication at both, as in the compose
-// stack), in interleaved blocks of the same run. The bar: the gateway adds ≤ 10% at p50.
+// PATH), through the gateway in this test process ("gateway") and through the gateway as its
+// own process, as compose runs it ("gatewayproc"; authentication at the gateway and at fleetd),
+// in interleaved blocks of the same run. The bar: the gateway adds ≤ 10% at p50.
 func BenchmarkGatewayLatency(b *testing.B) {
 	const (
 		samples = 600 // per side, so p99 is a real p99
@@ -69,6 +70,11 @@ func BenchmarkGatewayLatency(b *testing.B) {
 		sides = append(sides, &side{name: "haproxy", url: "http://" + addr + proc})
 	}
 	sides = append(sides, &side{name: "gateway", url: "http://" + ln.Addr().String() + proc})
+	if addr, err := startGatewayProcess(b, inst.Addr, tokens); err != nil {
+		b.Logf("gateway-process side skipped: %v", err)
+	} else {
+		sides = append(sides, &side{name: "gatewayproc", url: "http://" + addr + proc})
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	call := func(url string) (time.Duration, error) {
@@ -124,6 +130,9 @@ func BenchmarkGatewayLatency(b *testing.B) {
 		if h, ok := added["haproxy"]; ok && h > 0 {
 			// How many haproxies' worth of latency the gateway adds.
 			b.ReportMetric(added["gateway"]/h, "added-gateway/haproxy")
+			if g, ok := added["gatewayproc"]; ok {
+				b.ReportMetric(g/h, "added-gatewayproc/haproxy")
+			}
 		}
 	}
 }
@@ -180,6 +189,47 @@ backend fleetd
 		_ = cmd.Wait()
 	})
 	return addr, nil
+}
+
+// startGatewayProcess builds cmd/gateway and runs it as its own process in front of upstream
+// (host:port) on a free loopback port, as compose deploys it: the same token file, production
+// logging (to /dev/null). It returns its address once it is ready, or why there is none.
+func startGatewayProcess(b *testing.B, upstream, tokens string) (string, error) {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "gateway")
+	build := exec.Command("go", "build", "-o", bin, "github.com/fleetstream/fleetstream/services/gateway/cmd/gateway")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build cmd/gateway: %v: %s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "--listen", addr, "--token-file", tokens,
+		"--route", "fleetstream.endpoint.v1.EndpointService=http://"+upstream, "--upstream-check-interval", "1s")
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start gateway: %w", err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return addr, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("gateway process at %s not ready after 10 s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func prodLogger() *zap.Logger {
