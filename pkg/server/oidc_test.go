@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -21,6 +22,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/go-jose/go-jose/v4"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -45,7 +47,7 @@ type testIssuer struct {
 	jwksHits      atomic.Int32
 }
 
-func newTestIssuer(t *testing.T) *testIssuer {
+func newTestIssuer(t testing.TB) *testIssuer {
 	t.Helper()
 	is := &testIssuer{}
 	mux := http.NewServeMux()
@@ -104,7 +106,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func newRSAKey(t *testing.T) *rsa.PrivateKey {
+func newRSAKey(t testing.TB) *rsa.PrivateKey {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -114,7 +116,7 @@ func newRSAKey(t *testing.T) *rsa.PrivateKey {
 }
 
 // sign returns a compact JWS of claims signed with key (any key go-jose takes) under kid.
-func sign(t *testing.T, alg jose.SignatureAlgorithm, key any, kid string, claims map[string]any) string {
+func sign(t testing.TB, alg jose.SignatureAlgorithm, key any, kid string, claims map[string]any) string {
 	t.Helper()
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: key, KeyID: kid}},
 		(&jose.SignerOptions{}).WithType("JWT"))
@@ -201,7 +203,7 @@ func callWithToken(ctx context.Context, c clusterv1connect.ClusterServiceClient,
 	return c.GetCluster(ctx, req)
 }
 
-func writeTokenFile(t *testing.T, content string) string {
+func writeTokenFile(t testing.TB, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -450,5 +452,68 @@ func TestAuthConfig(t *testing.T) {
 				t.Fatalf("got %v, want an error naming %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// A verified ID token is remembered for verifiedTTL, never past its expiry, and the memory is
+// bounded.
+func TestOIDCVerifiedTokenCache(t *testing.T) {
+	is := newTestIssuer(t)
+	key, otherKey := newRSAKey(t), newRSAKey(t)
+	is.publish(key, "k1")
+	a, err := newAuthenticator(Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.caFile}}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	a.oidc.now = func() time.Time { return clock }
+	token := func(k *rsa.PrivateKey, sub string, exp time.Duration) string {
+		return sign(t, jose.RS256, k, "k1", map[string]any{"iss": is.url(), "aud": testClientID, "sub": sub, "exp": clock.Add(exp).Unix()})
+	}
+	auth := func(tok string) error {
+		_, err := a.Authenticate(t.Context(), http.Header{"Authorization": {"Bearer " + tok}})
+		return err
+	}
+
+	long := token(key, "long", time.Hour)
+	if err := auth(long); err != nil || a.oidc.verified.len() != 1 {
+		t.Fatalf("valid token: %v, %d remembered", err, a.oidc.verified.len())
+	}
+	// Failures are never remembered, whatever the token.
+	forged := token(otherKey, "long", time.Hour)
+	if err := auth(forged); connect.CodeOf(err) != connect.CodeUnauthenticated || a.oidc.verified.len() != 1 {
+		t.Fatalf("forged token: %v, %d remembered", err, a.oidc.verified.len())
+	}
+	if err := auth(long); err != nil {
+		t.Fatalf("remembered token: %v", err)
+	}
+
+	// A token expiring before verifiedTTL is remembered only until it expires: then the
+	// verifier sees it again and refuses it as expired.
+	short := token(key, "short", 3*time.Second)
+	if err := auth(short); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(4 * time.Second)
+	if err := auth(short); connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("token expired while remembered: %v, want unauthenticated expired", err)
+	}
+	// After verifiedTTL a still-valid token is verified again (and passes).
+	clock = clock.Add(verifiedTTL)
+	if _, ok := a.oidc.verified.get(sha256.Sum256([]byte(long)), clock); ok {
+		t.Fatal("a token remembered past verifiedTTL")
+	}
+	if err := auth(long); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bounded.
+	for i := range maxVerified + 10 {
+		var k [sha256.Size]byte
+		k[0], k[1] = byte(i), byte(i>>8)
+		a.oidc.verified.put(k, Identity{User: "u"}, clock.Add(time.Minute), clock)
+	}
+	if n := a.oidc.verified.len(); n > maxVerified {
+		t.Errorf("%d tokens remembered, bound %d", n, maxVerified)
 	}
 }

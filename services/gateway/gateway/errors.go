@@ -12,6 +12,7 @@ import (
 
 // The codes the gateway itself answers with.
 const (
+	codeCanceled          = connect.CodeCanceled
 	codeInvalidArgument   = connect.CodeInvalidArgument
 	codeUnimplemented     = connect.CodeUnimplemented
 	codeUnavailable       = connect.CodeUnavailable

@@ -3,22 +3,27 @@
 // refuses unauthenticated calls before they reach a service, refuses calls to services whose
 // upstream is not ready, and gives every request an id and one access-log line.
 //
-// It proxies with net/http/httputil.ReverseProxy over cleartext HTTP/2 (h2c) to the upstreams,
-// so gRPC trailers and server streams pass through unchanged; it never parses a message. The
+// It proxies with net/http/httputil.ReverseProxy: gRPC, gRPC-Web and streams over cleartext
+// HTTP/2 (h2c) to the upstreams, so trailers and server streams pass through unchanged, and
+// Connect unary calls over HTTP/1.1 keep-alive connections, their small bodies read whole
+// first so that each goes upstream in one write. It never parses a message. The
 // services still authenticate and authorize every call themselves: the gateway only rejects
 // early what they would reject anyway.
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +42,27 @@ const RequestIDHeader = "X-Request-Id"
 
 // DefaultPollInterval is how often each upstream's /readyz is polled.
 const DefaultPollInterval = 2 * time.Second
+
+// maxBufferedBody is the largest Connect unary request body the gateway reads whole before
+// forwarding it (see ServeHTTP); larger ones, and bodies of unknown length, are streamed.
+const maxBufferedBody = 64 << 10
+
+// copyBuffers are the ReverseProxy's response copy buffers (32 KiB, its default size):
+// without a pool it allocates and zeroes one per call.
+var copyBuffers = &bufferPool{sync.Pool{New: func() any { return new([copyBufferSize]byte) }}}
+
+const copyBufferSize = 32 << 10
+
+// bufferPool holds array pointers, so that neither Get nor Put allocates.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBufferSize]byte)[:] }
+
+func (b *bufferPool) Put(x []byte) {
+	if cap(x) >= copyBufferSize {
+		b.p.Put((*[copyBufferSize]byte)(x[:copyBufferSize]))
+	}
+}
 
 // Config is what the gateway's flags set.
 type Config struct {
@@ -211,8 +237,20 @@ func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport *http.Trans
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(base)
 			pr.SetXForwarded()
+			c := callOf(pr.In.Context())
+			pr.Out.Header.Set(RequestIDHeader, c.id)
+			if c.body != nil {
+				// An in-memory body (the type matters: net/http recognizes it), so the
+				// transport writes the headers and the body in one write instead of flushing
+				// the headers first; and, as it can be replayed, a POST that finds its
+				// keep-alive connection closed before anything was written is retried.
+				body := c.body
+				pr.Out.Body = io.NopCloser(bytes.NewReader(body))
+				pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			}
 		},
-		Transport: transport,
+		Transport:  transport,
+		BufferPool: copyBuffers,
 		// Flush every write at once: server streams (Watch*) must reach the client as they are
 		// produced, not when a buffer fills.
 		FlushInterval: -1,
@@ -228,7 +266,7 @@ func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport *http.Trans
 				return
 			}
 			g.log.Warn("upstream call failed", zap.String("upstream", u.name), zap.String("procedure", r.URL.Path),
-				zap.String("request_id", r.Header.Get(RequestIDHeader)), zap.Error(err))
+				zap.String("request_id", callOf(r.Context()).id), zap.Error(err))
 			writeError(w, r, codeUnavailable, fmt.Sprintf("upstream %s is unreachable", u.name))
 		},
 	}
@@ -294,6 +332,22 @@ func (g *Gateway) check(ctx context.Context, u *upstream) error {
 	return nil
 }
 
+// call is what ServeHTTP hands the proxy's Rewrite through the request context.
+type call struct {
+	id   string // request id
+	body []byte // the whole request body, when ServeHTTP read it; nil when it streams
+}
+
+type callKey struct{}
+
+func callOf(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil {
+		return &call{}
+	}
+	return c
+}
+
 // validRequestID is what a client-sent request id must look like: short and safe to log and to
 // put in a header.
 var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -313,7 +367,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		service            = serviceOf(r.URL.Path)
 	)
 	defer func() {
-		g.requests.WithLabelValues(upstreamName, fmt.Sprint(rw.status())).Inc()
+		g.requests.WithLabelValues(upstreamName, strconv.Itoa(rw.status())).Inc()
 		g.duration.WithLabelValues(upstreamName).Observe(time.Since(start).Seconds())
 		// Never the Authorization header, nor any other header: they may carry secrets.
 		g.log.Info("request",
@@ -347,20 +401,40 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, r, codeUnavailable, fmt.Sprintf("%s: upstream %s is not ready, retry later", service, u.name))
 		return
 	}
-	out := r.Clone(ctx)
-	out.Header.Set(RequestIDHeader, id)
 	if r.ContentLength > g.maxBytes {
 		writeError(rw, r, codeResourceExhausted, fmt.Sprintf("request body larger than %d bytes", g.maxBytes))
 		return
 	}
-	// Chunked bodies have no length up front: the reader fails at the bound, and the proxy's
-	// ErrorHandler answers resource_exhausted.
-	out.Body = http.MaxBytesReader(rw, r.Body, g.maxBytes)
-	if connectUnary(out) {
-		u.unaryProxy.ServeHTTP(rw, out)
-	} else {
+	// The proxy copies the request (and its headers) itself; Rewrite sets the request id on
+	// that copy.
+	c := &call{id: id}
+	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
+	if !connectUnary(r) {
+		// Chunked bodies have no length up front: the reader fails at the bound, and the
+		// proxy's ErrorHandler answers resource_exhausted.
+		out.Body = http.MaxBytesReader(rw, r.Body, g.maxBytes)
 		u.proxy.ServeHTTP(rw, out)
+		return
 	}
+	if r.ContentLength > 0 && r.ContentLength <= maxBufferedBody {
+		// A small unary body of known length (within maxBytes, checked above) is read whole
+		// first, so that it goes upstream in the same write as the headers: streamed, it
+		// would cost a second write here and a second read (often a wait) upstream.
+		c.body = make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, c.body); err != nil {
+			// Most likely the client went away (then its context is done too); the answer is
+			// for the access log more than for it.
+			code := codeInvalidArgument
+			if r.Context().Err() != nil {
+				code = codeCanceled
+			}
+			writeError(rw, r, code, "request body shorter than its Content-Length")
+			return
+		}
+	} else {
+		out.Body = http.MaxBytesReader(rw, r.Body, g.maxBytes)
+	}
+	u.unaryProxy.ServeHTTP(rw, out)
 }
 
 // serviceOf returns the service of a procedure path /<package>.<Service>/<Method>, or "" when

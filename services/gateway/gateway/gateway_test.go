@@ -484,11 +484,26 @@ func TestBodyLimit(t *testing.T) {
 	if res.StatusCode != http.StatusTooManyRequests || connectCode(t, body) != "resource_exhausted" {
 		t.Errorf("oversized chunked body: HTTP %d %s, want resource_exhausted", res.StatusCode, body)
 	}
+	// A body shorter than its Content-Length (the client stopped sending): small unary bodies
+	// are read whole before they are forwarded, so it is refused at the gateway.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.gw, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{\"name\":", clusterv1connect.ClusterServiceRegisterClusterProcedure, adminToken)
+	_ = conn.(*net.TCPConn).CloseWrite()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, _ := io.ReadAll(conn)
+	// 499 (canceled) as net/http cancels the call when its client stops sending; 400 if not.
+	if !bytes.HasPrefix(raw, []byte("HTTP/1.1 499")) && !bytes.HasPrefix(raw, []byte("HTTP/1.1 400")) {
+		t.Errorf("truncated body: %q, want HTTP 499 or 400", raw)
+	}
 	if n := f.clusters.calls.Load(); n != 0 {
-		t.Errorf("an oversized call reached the upstream handler %d times", n)
+		t.Errorf("an oversized or truncated call reached the upstream handler %d times", n)
 	}
 	res, body = postJSON(t, url, adminToken, nil, bytes.NewReader([]byte(`{"name":"c1"}`)))
-	if res.StatusCode != http.StatusOK {
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `"c1"`) {
 		t.Errorf("small body: HTTP %d %s", res.StatusCode, body)
 	}
 }
