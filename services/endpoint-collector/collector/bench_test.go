@@ -13,7 +13,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -623,6 +626,7 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps int) {
 		}
 		time.Sleep(2 * c.cfg.ViewFlushInterval) // the last flush's acks are collected
 		written := heap()
+		writeHeapProfile(b, fmt.Sprintf("written-eps-%d", eps))
 
 		// Every service queried once, as a Connect JSON client would.
 		close(c.ready)
@@ -637,6 +641,7 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps int) {
 			}
 		}
 		queried := heap()
+		writeHeapProfile(b, fmt.Sprintf("queried-eps-%d", eps))
 		cachedEntries, cachedBytes := c.codec.stats()
 		ours := float64(written-before) / float64(total)
 		oursQueried := float64(queried-before) / float64(total)
@@ -672,6 +677,24 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps int) {
 		b.ReportMetric(float64(cachedEntries), "cached-responses")
 		b.Logf("%d endpoints per slice, %d endpoints: written %.0f B/endpoint, queried %.0f B/endpoint, naive %.0f B/endpoint; %d bucket writes; %d responses cached, %.1f MiB estimated",
 			eps, total, ours, oursQueried, base, acker.published.Load(), cachedEntries, float64(cachedBytes)/(1<<20))
+	}
+}
+
+// writeHeapProfile writes the live heap to $BENCH_HEAPPROFILE_DIR/<name>.pprof when that is
+// set: -memprofile is written after the benchmark, when the collector is garbage, so it cannot
+// say where the measured bytes are (go tool pprof -sample_index=inuse_space).
+func writeHeapProfile(b *testing.B, name string) {
+	dir := os.Getenv("BENCH_HEAPPROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
 	}
 }
 
