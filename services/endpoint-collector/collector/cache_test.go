@@ -135,7 +135,7 @@ func TestResponseCacheKeepsHotServicesWithinBudget(t *testing.T) {
 	if again := query(t, c, 1); again != once {
 		t.Error("a response just cached was built again")
 	}
-	if c.store.snapshot("bench/svc-2").resp[endpointv1.EndpointFilter_ENDPOINT_FILTER_READY].Load() != nil {
+	if c.store.snapshot("bench/svc-2").cached(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY) != nil {
 		t.Error("svc-2, queried once long ago, is still cached")
 	}
 

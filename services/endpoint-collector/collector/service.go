@@ -157,6 +157,7 @@ type Collector struct {
 	ingest  *ingester
 	kv      *kvWriter
 	codec   *responseCodec
+	env     *snapEnv // shared by every snapshot: the store's strings, the response cache
 	metrics metrics
 
 	weightsView *view.Engine
@@ -204,6 +205,7 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 		metrics:  newMetrics(),
 		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL}
 	c.store.strs = newStrtab()
+	c.env = &snapEnv{strs: c.store.strs, codec: c.codec}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
@@ -350,7 +352,7 @@ func (c *Collector) runLiveness(ctx context.Context) error {
 		case <-t.C:
 			c.ingest.mu.Lock()
 			for _, ci := range c.ingest.clusters {
-				c.evaluate(ci.info, ci.services)
+				c.evaluate(ci.info)
 			}
 			c.ingest.mu.Unlock()
 		}
@@ -455,7 +457,7 @@ func (c *Collector) reevaluate(name string) {
 	c.ingest.mu.Lock()
 	defer c.ingest.mu.Unlock()
 	if ic := c.ingest.clusters[name]; ic != nil {
-		c.evaluate(ic.info, ic.services)
+		c.evaluate(ic.info)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -83,7 +84,9 @@ type mref struct {
 	p uint8  // port index in the slice (a slice holds at most 100)
 }
 
-// part is the state of one service in one cluster: its slices by name, and their merge.
+// part is the state of one service in one cluster: its slices by name, and their merge. A part
+// is a value inside its service's snapshot (clusterSnap) and never changes once published: the
+// reconciler copies it, replaces its arrays and publishes a new snapshot.
 type part struct {
 	cluster *clusterInfo
 	slices  []*slice // sorted by name
@@ -154,25 +157,12 @@ func compareAddr(a, b *[16]byte) int {
 	return 0
 }
 
-// service is one namespace/name. Its parts are touched only by the reconciler working on its
-// key (the work queue hands a key to one worker at a time); readers use snap.
+// service is one namespace/name: only the pointer to its current snapshot, which holds its parts
+// as well (clusterSnap), so that the state the reconciler works from and the state queries read
+// are one and the same, not two copies. The snapshot is replaced by the reconciler working on the
+// service's key (the work queue hands a key to one worker at a time); readers load it.
 type service struct {
-	key, ns, name string
-	parts         []*part // sorted by cluster name
-	snap          atomic.Pointer[snapshot]
-}
-
-func (s *service) part(c *clusterInfo, create bool) (int, *part) {
-	i, ok := sort.Find(len(s.parts), func(i int) int { return cmp.Compare(c.name, s.parts[i].cluster.name) })
-	if ok {
-		return i, s.parts[i]
-	}
-	if !create {
-		return i, nil
-	}
-	p := &part{cluster: c}
-	s.parts = slices.Insert(s.parts, i, p)
-	return i, p
+	snap atomic.Pointer[snapshot]
 }
 
 // strtab interns the strings endpoints repeat (zones, nodes, port names): an endpoint stores a
@@ -277,7 +267,7 @@ func (st *Store) snapshot(key string) *snapshot {
 	return s.snap.Load()
 }
 
-func (st *Store) service(key, ns, name string) *service {
+func (st *Store) service(key string) *service {
 	st.mu.RLock()
 	s := st.services[key]
 	st.mu.RUnlock()
@@ -287,27 +277,49 @@ func (st *Store) service(key, ns, name string) *service {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if s = st.services[key]; s == nil {
-		s = &service{key: key, ns: ns, name: name}
+		s = &service{}
 		st.services[key] = s
 	}
 	return s
 }
 
-func (st *Store) dropService(s *service) {
+func (st *Store) dropService(key string, s *service) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.services[s.key] == s {
-		delete(st.services, s.key)
+	if st.services[key] == s {
+		delete(st.services, key)
 	}
+}
+
+// servicesIn returns the keys of the services with slices in cluster c, served or evicted.
+func (st *Store) servicesIn(c *clusterInfo) []string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	var out []string
+	for key, s := range st.services {
+		sn := s.snap.Load()
+		if sn == nil {
+			continue
+		}
+		for _, cs := range sn.parts() {
+			if cs.cluster == c {
+				out = append(out, key)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Services returns the snapshots of every service accepted by keep, ordered by key.
 func (st *Store) Services(keep func(ns, name string) bool) []*snapshot {
 	st.mu.RLock()
 	out := make([]*snapshot, 0, len(st.services))
-	for _, s := range st.services {
-		if keep != nil && !keep(s.ns, s.name) {
-			continue
+	for key, s := range st.services {
+		if keep != nil {
+			if ns, name, _ := strings.Cut(key, "/"); !keep(ns, name) {
+				continue
+			}
 		}
 		if sn := s.snap.Load(); sn != nil {
 			out = append(out, sn)
@@ -315,10 +327,12 @@ func (st *Store) Services(keep func(ns, name string) bool) []*snapshot {
 	}
 	st.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *snapshot) int {
-		if c := cmp.Compare(a.ns, b.ns); c != 0 {
+		ans, an := a.names()
+		bns, bn := b.names()
+		if c := cmp.Compare(ans, bns); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.name, b.name)
+		return cmp.Compare(an, bn)
 	})
 	return out
 }
