@@ -308,7 +308,7 @@ func (c *Collector) ListServices(ctx context.Context, req *connect.Request[endpo
 	out := &endpointv1.ListServicesResponse{Services: make([]*endpointv1.ServiceSummary, 0, len(snaps))}
 	for _, sn := range snaps {
 		sns, name := sn.names()
-		s := &endpointv1.ServiceSummary{Namespace: sns, Name: name, ReadyEndpoints: sn.ready, TotalEndpoints: sn.total}
+		s := &endpointv1.ServiceSummary{Namespace: sns, Name: name, ReadyEndpoints: sn.ready, TotalEndpoints: sn.total()}
 		for i := range sn.clusters {
 			s.Clusters = append(s.Clusters, sn.clusters[i].name())
 		}

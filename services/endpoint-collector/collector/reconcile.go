@@ -168,9 +168,8 @@ func (c *Collector) reconcile(key string) {
 			}
 			p := &parts[i]
 			if !slices.Contains(dirty, i) {
-				// Copy on write: the previous snapshot still reads the old array. The
-				// copy is exact when nothing is added.
-				p.slices = append(make([]*slice, 0, len(p.slices)+1), p.slices...)
+				// Copy on write: the previous snapshot still reads the old array.
+				p.slices = slices.Clone(p.slices)
 				dirty = append(dirty, i)
 			}
 			j, ok := p.find(ref.slice)
@@ -184,7 +183,9 @@ func (c *Collector) reconcile(key string) {
 			}
 		}
 		for _, i := range dirty {
-			parts[i].slices = slices.Clip(parts[i].slices)
+			if p := &parts[i]; cap(p.slices) > len(p.slices) {
+				p.slices = append(make([]*slice, 0, len(p.slices)), p.slices...) // exact: kept until it changes
+			}
 			parts[i].merge()
 		}
 		parts = slices.DeleteFunc(parts, func(p part) bool { return len(p.slices) == 0 })
@@ -253,7 +254,6 @@ func (c *Collector) publish(key string, s *service, parts []part) {
 				sn.ready++
 			}
 		}
-		sn.total += uint32(len(cs.merged))
 		all[served] = cs
 		served++
 	}

@@ -120,8 +120,8 @@ type snapWeights struct {
 
 // snapshot is the immutable state of one service that queries read, and the state its next
 // snapshot is made from. Responses built from it are cached in it, so a popular service is
-// encoded once per change, not once per request. A service costs this struct (96 bytes with the
-// allocator's rounding), its clusters (80 bytes each) and its slices.
+// encoded once per change, not once per request. A service costs this struct (80 bytes), its
+// clusters (80 bytes each) and its slices.
 type snapshot struct {
 	key     string // namespace/name
 	version uint64
@@ -129,11 +129,9 @@ type snapshot struct {
 	// evicted clusters (by name): kept, not served, back at once when their agent returns.
 	clusters []clusterSnap
 	weights  *snapWeights
-	ready    uint32 // (endpoint, port) pairs that are ready, over served clusters
-	total    uint32
-
 	env      *snapEnv
 	resp     atomic.Pointer[respSlots] // made on the first response cached
+	ready    uint32                    // (endpoint, port) pairs that are ready, over served clusters
 	released atomic.Bool
 }
 
@@ -153,6 +151,15 @@ func (sn *snapshot) names() (ns, name string) {
 
 // parts returns every cluster of the snapshot, the evicted ones included.
 func (sn *snapshot) parts() []clusterSnap { return sn.clusters[:cap(sn.clusters)] }
+
+// total returns the (endpoint, port) pairs over served clusters.
+func (sn *snapshot) total() uint32 {
+	var n int
+	for i := range sn.clusters {
+		n += len(sn.clusters[i].merged)
+	}
+	return uint32(n)
+}
 
 func (sn *snapshot) weightsRev() uint64 {
 	if sn.weights == nil {

@@ -76,6 +76,39 @@ type slice struct {
 
 func (s *slice) target(e *endpoint) string { return s.targets[e.tOff : e.tOff+uint32(e.tLen)] }
 
+// noPorts is the ports of a slice without any (a headless Service): its endpoints are still
+// addresses, on port 0.
+var noPorts = []port{{}}
+
+// portLists shares the port arrays of slices: most slices of a fleet have one of a few port
+// lists (http 8080/TCP), so a slice points at the array of an earlier slice with the same ports
+// instead of holding its own. The table is small and direct-mapped, so it stays bounded, and an
+// array it no longer holds goes with the last slice using it.
+type portLists struct {
+	mu     sync.Mutex
+	recent [256][]port
+}
+
+// share returns ports, or an equal array already in use; ports may be a caller's buffer.
+func (t *portLists) share(ports []port) []port {
+	if len(ports) == 0 {
+		return noPorts
+	}
+	h := uint32(2166136261)
+	for _, p := range ports {
+		h = (h ^ (uint32(p.num) | uint32(p.proto)<<16)) * 16777619
+		h = (h ^ p.name) * 16777619
+	}
+	e := &t.recent[(h^h>>8^h>>16^h>>24)%uint32(len(t.recent))]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if slices.Equal(*e, ports) {
+		return *e
+	}
+	*e = append([]port(nil), ports...)
+	return *e
+}
+
 // mref points at one (endpoint, port) of a part's slices: the merged, de-duplicated list of a
 // service in one cluster is an array of these, sorted by (ip, port, protocol).
 type mref struct {
@@ -145,8 +178,24 @@ func (p *part) merge() {
 		}
 		out = append(out, r)
 	}
+	if n := len(out); len(p.slices) == 1 && len(p.slices[0].ports) == 1 && n == len(p.slices[0].eps) && n <= len(identity1) &&
+		slices.Equal(out, identity1[:n]) {
+		p.merged = identity1[:n:n] // shared: no array of its own
+		return
+	}
 	p.merged = slices.Clip(out)
 }
+
+// identity1 is the merge of one slice with one port whose endpoints are distinct and in address
+// order (every slice of one endpoint and one port, the usual small service): such parts share
+// it rather than each holding the same array.
+var identity1 = func() []mref {
+	out := make([]mref, 1024)
+	for i := range out {
+		out[i].e = uint16(i)
+	}
+	return out
+}()
 
 func compareAddr(a, b *[16]byte) int {
 	for i := range a {
@@ -208,7 +257,8 @@ func stringsClone(s string) string { return string([]byte(s)) }
 
 // Store is the in-memory endpoint store.
 type Store struct {
-	strs *strtab
+	strs  *strtab
+	ports portLists
 
 	mu       sync.RWMutex
 	services map[string]*service

@@ -183,7 +183,8 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 	}
 	var (
 		fqdn     bool
-		ports    []port
+		pbuf     [4]port
+		ports    = pbuf[:0]
 		epsBytes [][]byte
 	)
 	err = fields(value, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error {
@@ -228,10 +229,7 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 	}
 	// Every endpoint is decoded, also those of a report that is dropped or has no addresses:
 	// the generated code rejects the whole report if one of them is malformed.
-	s := &slice{ports: ports}
-	if len(s.ports) == 0 {
-		s.ports = []port{{}}
-	}
+	s := &slice{ports: st.ports.share(ports)}
 	eps := make([]endpoint, 0, len(epsBytes))
 	targets := make([]byte, 0, 32*len(epsBytes))
 	for _, b := range epsBytes {
