@@ -79,7 +79,11 @@ func (r *responseCodec) evictLocked() {
 			r.hand++
 			continue
 		}
-		r.removeLocked(c) // moves the last entry to the hand: it is looked at next
+		// Removing moves the last entry, the newest, to the hand: step past it, so that a new
+		// entry is looked at after a whole turn, as in a clock, and not first (which kept
+		// the entries that filled the cache and evicted every newer one at once).
+		r.removeLocked(c)
+		r.hand++
 		c.home.CompareAndSwap(c, nil)
 	}
 }

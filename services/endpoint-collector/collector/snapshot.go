@@ -224,8 +224,8 @@ func (sn *snapshot) release() {
 // response returns the service's endpoints as the API serves them, cached while the response
 // cache keeps it.
 func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
-	if filter < 0 || int(filter) >= len(respSlots{}) {
-		filter = endpointv1.EndpointFilter_ENDPOINT_FILTER_READY
+	if filter <= 0 || int(filter) >= len(respSlots{}) {
+		filter = endpointv1.EndpointFilter_ENDPOINT_FILTER_READY // unspecified: one entry with READY
 	}
 	if portName != "" || !sn.env.codec.caching() {
 		return sn.build(filter, portName)
