@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -726,3 +728,70 @@ type ackedFuture struct{ msg *nats.Msg }
 func (f ackedFuture) Ok() <-chan *jetstream.PubAck { return closedAck }
 func (ackedFuture) Err() <-chan error              { return nil }
 func (f ackedFuture) Msg() *nats.Msg               { return nil }
+
+// BenchmarkResponseCacheHitRate: what a response cache budget buys. 50,000 services x 2
+// clusters x eps endpoints (as BenchmarkMemoryPerEndpoint); 200,000 GetServiceEndpoints
+// (encoded as a Connect JSON client asks) warm the cache, then 200,000 more are counted: the
+// share answered from the cache (hit-rate), their mean time (a miss builds and encodes the
+// response), and the heap the cache then holds per endpoint of the store. Services are drawn
+// Zipf-distributed (a few are polled by many proxies, most rarely; s is the exponent) or
+// uniformly. Budget 0 is the default, which scales with the store.
+//
+//	go test -run '^$' -bench 'ResponseCacheHitRate/eps-1/' -benchtime 1x ./collector/
+func BenchmarkResponseCacheHitRate(b *testing.B) {
+	const (
+		services = 50000
+		queries  = 200000
+	)
+	for _, eps := range []int{1, 3, 10} {
+		for _, mib := range []int64{0, 2, 4, 8, 16, 32} {
+			for _, dist := range []string{"zipf-1.1", "zipf-1.5", "uniform"} {
+				b.Run(fmt.Sprintf("eps-%d/%dMiB/%s", eps, mib, dist), func(b *testing.B) {
+					for range b.N {
+						heap := func() uint64 {
+							runtime.GC()
+							runtime.GC()
+							var ms runtime.MemStats
+							runtime.ReadMemStats(&ms)
+							return ms.HeapAlloc
+						}
+						c := memCollector(b, Config{ResponseCacheBytes: mib << 20}, services, eps)
+						before := heap()
+						rng := rand.New(rand.NewPCG(1, 2))
+						next := func() int { return rng.IntN(services) }
+						if s, ok := strings.CutPrefix(dist, "zipf-"); ok {
+							exp, _ := strconv.ParseFloat(s, 64)
+							z := rand.NewZipf(rng, exp, 1, services-1)
+							perm := rng.Perm(services) // the popular services are not the first ones
+							next = func() int { return perm[z.Uint64()] }
+						}
+						for range queries {
+							query(b, c, next())
+						}
+						picks := make([]int, queries)
+						for i := range picks {
+							picks[i] = next()
+						}
+						hits := 0
+						start := time.Now()
+						for _, s := range picks {
+							if c.store.snapshot(fmt.Sprintf("bench/svc-%d", s)).cached(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY) != nil {
+								hits++
+							}
+							query(b, c, s)
+						}
+						elapsed := time.Since(start)
+						after := heap()
+						entries, _ := c.codec.stats()
+						b.ReportMetric(float64(hits)/queries, "hit-rate")
+						b.ReportMetric(float64(elapsed.Nanoseconds())/queries, "ns/query")
+						b.ReportMetric(float64(entries), "cached-responses")
+						b.ReportMetric(float64(c.codec.limit())/(1<<20), "budget-MiB")
+						b.ReportMetric((float64(after)-float64(before))/float64(services*2*eps), "cache-bytes/endpoint")
+						runtime.KeepAlive(c)
+					}
+				})
+			}
+		}
+	}
+}

@@ -87,7 +87,7 @@ func TestResponseBytesEstimate(t *testing.T) {
 		var held []*cachedResponse
 		for range 3 {
 			held = make([]*cachedResponse, n)
-			codec := newResponseCodec(1 << 40)
+			codec := newResponseCodec(1<<40, nil)
 			before := heap()
 			for i := range held {
 				held[i] = &cachedResponse{msg: sn.build(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, ""), slot: -1}
@@ -165,5 +165,37 @@ func TestResponseCacheOff(t *testing.T) {
 	}
 	if entries, bytes := checkAccounts(t, c.codec); entries != 0 || bytes != 0 {
 		t.Errorf("%d entries, %d bytes cached with the cache off", entries, bytes)
+	}
+}
+
+// By default the budget follows the store: a share per address held, within its floor and cap,
+// and it shrinks again as services go.
+func TestResponseCacheDefaultBudgetScales(t *testing.T) {
+	c := memCollector(t, Config{}, 5000, 10) // 100,000 addresses
+	if got, want := c.codec.limit(), int64(100000*ResponseCacheBytesPerAddress); got != want {
+		t.Errorf("budget %d with 100,000 addresses, want %d", got, want)
+	}
+	for s := range 4000 {
+		for _, cl := range []string{"east", "west"} {
+			rep := benchSlice(cl, s, 0, 10, 0)
+			rep.Deleted = true
+			if err := c.ingest.handle(subjects.AgentEndpointSlice(cl, "bench", rep.Slice), encodeReport(t, rep), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		c.reconcile(key)
+		c.queue.Done(key)
+	}
+	if got := c.store.addresses.Load(); got != 20000 {
+		t.Errorf("%d addresses held after 4,000 of 5,000 services went, want 20,000", got)
+	}
+	if got := c.codec.limit(); got != MinResponseCacheBytes {
+		t.Errorf("budget %d with 20,000 addresses, want the floor %d", got, MinResponseCacheBytes)
+	}
+	if got := scaledBudget(10_000_000); got != DefaultResponseCacheBytes {
+		t.Errorf("budget %d with 10,000,000 addresses, want the cap %d", got, DefaultResponseCacheBytes)
 	}
 }

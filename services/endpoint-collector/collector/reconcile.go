@@ -202,6 +202,16 @@ func findPart(parts []part, cluster *clusterInfo) (int, bool) {
 // not shared with anything), the clusters' liveness and the service's weights, then tells
 // watchers and the KV writer.
 func (c *Collector) publish(key string, s *service, parts []part) {
+	var delta int64
+	for i := range parts {
+		delta += int64(len(parts[i].merged))
+	}
+	if old := s.snap.Load(); old != nil {
+		for _, cs := range old.parts() {
+			delta -= int64(len(cs.merged))
+		}
+	}
+	c.store.addresses.Add(delta)
 	if len(parts) == 0 {
 		c.store.dropService(key, s)
 		if old := s.snap.Swap(nil); old != nil {

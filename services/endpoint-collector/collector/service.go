@@ -65,7 +65,8 @@ type Config struct {
 	Replicas int
 	// ResponseCacheBytes bounds the memory of cached GetServiceEndpoints responses (messages and
 	// their encodings) over all services; past it the least recently used go (a clock sweep).
-	// Default DefaultResponseCacheBytes; negative: nothing is cached.
+	// Default (0): ResponseCacheBytesPerAddress per address the store holds, at least
+	// MinResponseCacheBytes and at most DefaultResponseCacheBytes; negative: nothing is cached.
 	ResponseCacheBytes int64
 	// Retention overrides the limits of the streams the service ensures (default: kept forever).
 	Retention topology.Retentions
@@ -99,15 +100,21 @@ func (c *Config) defaults() {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
-	if c.ResponseCacheBytes == 0 {
-		c.ResponseCacheBytes = DefaultResponseCacheBytes
-	}
 }
 
-// DefaultResponseCacheBytes holds the responses of a few thousand services of 20 endpoints:
-// what proxies poll is served from it, while a query of every service (an audit, a dashboard)
-// does not pin a copy of the whole fleet (about 500 bytes per endpoint, three times the store).
-const DefaultResponseCacheBytes = 32 << 20
+// The default response cache budget scales with the store, so that the cache costs the same
+// share of the collector's memory in a small fleet as in a large one and holds the same share of
+// its services (which is what the hit rate depends on when a few services are polled far more
+// than the rest): ResponseCacheBytesPerAddress per address held (an endpoint on one port), about
+// a quarter of what the store itself spends per address for small services, at least
+// MinResponseCacheBytes (a small fleet: every response fits) and at most
+// DefaultResponseCacheBytes (past 500,000 addresses the share falls). BenchmarkResponseCacheHitRate
+// measures hit rate against budget; docs/benchmarks.md has the figures.
+const (
+	ResponseCacheBytesPerAddress = 64
+	MinResponseCacheBytes        = 4 << 20
+	DefaultResponseCacheBytes    = 32 << 20
+)
 
 const actor = "system:endpoint-collector"
 
@@ -201,10 +208,11 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 	cfg.defaults()
 	c := &Collector{cfg: cfg, log: log.Named("endpoint-collector"), store: NewStore(),
 		pending:  &pendingSet{m: map[string]*pendingService{}},
-		codec:    newResponseCodec(cfg.ResponseCacheBytes),
+		codec:    newResponseCodec(cfg.ResponseCacheBytes, nil),
 		metrics:  newMetrics(),
 		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL}
 	c.store.strs = newStrtab()
+	c.codec.addresses = &c.store.addresses
 	c.env = &snapEnv{strs: c.store.strs, codec: c.codec}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedMaxOfRateLimiter(

@@ -267,7 +267,10 @@ type Store struct {
 	clusters map[string]*clusterInfo
 
 	version atomic.Uint64
-	hub     hub
+	// addresses is the (endpoint, port) pairs of every service and cluster, evicted included:
+	// what the response cache's default budget scales with.
+	addresses atomic.Int64
+	hub       hub
 }
 
 // NewStore returns an empty store.
