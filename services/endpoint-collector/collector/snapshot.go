@@ -333,7 +333,7 @@ func (sn *snapshot) build(filter endpointv1.EndpointFilter, portName string) *en
 		for _, r := range c.merged {
 			s := c.slices[r.s]
 			e := &s.eps[r.e]
-			p := &s.ports[r.p]
+			p := &(*s.ports)[r.p]
 			if !keep(e.flags) || (portName != "" && p.name != portID) {
 				continue
 			}

@@ -69,7 +69,7 @@ type port struct {
 // one, so snapshots can share it.
 type slice struct {
 	name    string
-	ports   []port
+	ports   *[]port // shared with every slice of the same ports (portLists)
 	eps     []endpoint
 	targets string // arena of endpoint target names
 }
@@ -78,19 +78,20 @@ func (s *slice) target(e *endpoint) string { return s.targets[e.tOff : e.tOff+ui
 
 // noPorts is the ports of a slice without any (a headless Service): its endpoints are still
 // addresses, on port 0.
-var noPorts = []port{{}}
+var noPorts = &[]port{{}}
 
-// portLists shares the port arrays of slices: most slices of a fleet have one of a few port
-// lists (http 8080/TCP), so a slice points at the array of an earlier slice with the same ports
-// instead of holding its own. The table is small and direct-mapped, so it stays bounded, and an
-// array it no longer holds goes with the last slice using it.
+// portLists shares the port lists of slices: most slices of a fleet have one of a few (http
+// 8080/TCP), so a slice points at the list of an earlier slice with the same ports instead of
+// holding its own array, and a pointer rather than a slice header (the slice struct is then 64
+// bytes instead of 80). The table is small and direct-mapped, so it stays bounded, and a list it
+// no longer holds goes with the last slice using it.
 type portLists struct {
 	mu     sync.Mutex
-	recent [256][]port
+	recent [256]*[]port
 }
 
-// share returns ports, or an equal array already in use; ports may be a caller's buffer.
-func (t *portLists) share(ports []port) []port {
+// share returns ports as a shared list; ports may be a caller's buffer.
+func (t *portLists) share(ports []port) *[]port {
 	if len(ports) == 0 {
 		return noPorts
 	}
@@ -102,10 +103,11 @@ func (t *portLists) share(ports []port) []port {
 	e := &t.recent[(h^h>>8^h>>16^h>>24)%uint32(len(t.recent))]
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if slices.Equal(*e, ports) {
+	if *e != nil && slices.Equal(**e, ports) {
 		return *e
 	}
-	*e = append([]port(nil), ports...)
+	list := append([]port(nil), ports...)
+	*e = &list
 	return *e
 }
 
@@ -134,19 +136,19 @@ func (p *part) find(name string) (int, bool) {
 func (p *part) merge() {
 	n := 0
 	for _, s := range p.slices {
-		n += len(s.eps) * len(s.ports)
+		n += len(s.eps) * len(*s.ports)
 	}
 	refs := make([]mref, 0, n)
 	for si, s := range p.slices {
 		for ei := range s.eps {
-			for pi := range s.ports {
+			for pi := range *s.ports {
 				refs = append(refs, mref{s: uint16(si), e: uint16(ei), p: uint8(pi)})
 			}
 		}
 	}
 	at := func(r mref) (*endpoint, *port) {
 		s := p.slices[r.s]
-		return &s.eps[r.e], &s.ports[r.p]
+		return &s.eps[r.e], &(*s.ports)[r.p]
 	}
 	slices.SortFunc(refs, func(a, b mref) int {
 		ea, pa := at(a)
@@ -178,7 +180,7 @@ func (p *part) merge() {
 		}
 		out = append(out, r)
 	}
-	if n := len(out); len(p.slices) == 1 && len(p.slices[0].ports) == 1 && n == len(p.slices[0].eps) && n <= len(identity1) &&
+	if n := len(out); len(p.slices) == 1 && len(*p.slices[0].ports) == 1 && n == len(p.slices[0].eps) && n <= len(identity1) &&
 		slices.Equal(out, identity1[:n]) {
 		p.merged = identity1[:n:n] // shared: no array of its own
 		return

@@ -409,7 +409,7 @@ func (t *strtab) idBytes(b []byte) uint32 {
 // String renders a slice for tests and debugging.
 func (s *slice) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ports=%v", s.name, s.ports)
+	fmt.Fprintf(&b, "%s ports=%v", s.name, *s.ports)
 	for i := range s.eps {
 		e := &s.eps[i]
 		fmt.Fprintf(&b, " [%s f=%02x uid=%x z=%d n=%d t=%q]", addrString(e), e.flags, e.uid, e.zone, e.node, s.target(e))
