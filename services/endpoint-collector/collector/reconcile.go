@@ -32,9 +32,10 @@ type pendingService struct {
 }
 
 type pendingSet struct {
-	mu sync.Mutex
-	m  map[string]*pendingService
-	n  int // changes not yet applied, for readiness
+	mu   sync.Mutex
+	m    map[string]*pendingService
+	n    int // changes not yet applied, for readiness
+	peak int // most services pending at once since m was made
 }
 
 func (p *pendingSet) put(key string, ref pendRef, s *slice) {
@@ -45,6 +46,7 @@ func (p *pendingSet) put(key string, ref pendRef, s *slice) {
 		ns, name, _ := strings.Cut(key, "/")
 		ps = &pendingService{key: key, ns: ns, name: name, changes: map[pendRef]*slice{}}
 		p.m[key] = ps
+		p.peak = max(p.peak, len(p.m))
 	}
 	if _, ok := ps.changes[ref]; !ok {
 		p.n++
@@ -69,6 +71,10 @@ func (p *pendingSet) take(key string) *pendingService {
 	if ps != nil {
 		delete(p.m, key)
 		p.n -= len(ps.changes)
+		if len(p.m) == 0 && p.peak > 1024 {
+			// A map never shrinks: the one a replay grew to every service would stay.
+			p.m, p.peak = map[string]*pendingService{}, 0
+		}
 	}
 	return ps
 }
