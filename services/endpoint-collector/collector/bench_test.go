@@ -76,13 +76,23 @@ func encodeReport(b testing.TB, r *endpointv1.EndpointSliceReport) []byte {
 func seqOf(sn *snapshot) (uint32, bool) {
 	for ci := range sn.clusters {
 		for _, s := range sn.clusters[ci].slices {
-			if len(s.eps) > 0 && s.eps[0].addr[12] == 11 {
-				a := s.eps[0].addr
+			if e := marker(s); e != nil {
+				a := e.addr
 				return uint32(a[13])<<16 | uint32(a[14])<<8 | uint32(a[15]), true
 			}
 		}
 	}
 	return 0, false
+}
+
+// marker returns the endpoint of a benchSlice that carries its seq (11.x.x.x), nil if none.
+func marker(s *slice) *endpoint {
+	for i := range s.eps {
+		if s.eps[i].addr[12] == 11 {
+			return &s.eps[i]
+		}
+	}
+	return nil
 }
 
 func quietLogger() *zap.Logger { return zap.NewNop() }
@@ -188,7 +198,7 @@ func BenchmarkSliceUpdates(b *testing.B) {
 			// A service is done when all its slices carry seq 3.
 			for ci := range sn.clusters {
 				for _, sl := range sn.clusters[ci].slices {
-					if sl.eps[0].addr[15] != 3 {
+					if e := marker(sl); e == nil || e.addr[15] != 3 {
 						return
 					}
 				}

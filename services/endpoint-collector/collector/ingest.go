@@ -202,6 +202,7 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 	// One copy of namespace/slice (key is ours, not the subject's): the map's key, and the
 	// slice's name within it.
 	sl.name = key[len(ns)+1:]
+	sortEndpoints(sl)
 	ci.slices[key] = sliceStamp{svc: svc, rl: ci.cur}
 	in.c.put(svc, ci.info, sl.name, sl)
 	return nil

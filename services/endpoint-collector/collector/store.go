@@ -188,9 +188,19 @@ func (p *part) merge() {
 	p.merged = slices.Clip(out)
 }
 
-// identity1 is the merge of one slice with one port whose endpoints are distinct and in address
-// order (every slice of one endpoint and one port, the usual small service): such parts share
-// it rather than each holding the same array.
+// sortEndpoints puts a slice's endpoints in address order (stable: copies of one address keep
+// the report's order), which is the order its merge lists them in: a slice with one port then
+// merges to the shared identity1 instead of an array of its own, and merging costs a check.
+func sortEndpoints(s *slice) {
+	less := func(a, b endpoint) int { return compareAddr(&a.addr, &b.addr) }
+	if !slices.IsSortedFunc(s.eps, less) {
+		slices.SortStableFunc(s.eps, less)
+	}
+}
+
+// identity1 is the merge of one slice with one port whose endpoints are distinct (they are in
+// address order, sortEndpoints), the usual small service in a cluster: such parts share it
+// rather than each holding the same array.
 var identity1 = func() []mref {
 	out := make([]mref, 1024)
 	for i := range out {
