@@ -60,7 +60,7 @@ func checkAccounts(t testing.TB, r *responseCodec) (entries int, bytes int64) {
 		if c.slot != i {
 			t.Fatalf("entry %d says it is at %d", i, c.slot)
 		}
-		if c.home.Load() != c {
+		if c.slots[c.filter].Load() != c || c.owner.resp.Load() != c.slots {
 			t.Fatalf("entry %d is not in its snapshot", i)
 		}
 		sum += c.size
@@ -135,8 +135,10 @@ func TestResponseCacheKeepsHotServicesWithinBudget(t *testing.T) {
 	if again := query(t, c, 1); again != once {
 		t.Error("a response just cached was built again")
 	}
-	if c.store.snapshot("bench/svc-2").cached(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY) != nil {
+	if sn := c.store.snapshot("bench/svc-2"); sn.cached(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY) != nil {
 		t.Error("svc-2, queried once long ago, is still cached")
+	} else if sn.resp.Load() != nil {
+		t.Error("svc-2's response was evicted, but its snapshot still holds the slots")
 	}
 
 	// A new snapshot of svc-0: the old response leaves the cache, the new one is cached.

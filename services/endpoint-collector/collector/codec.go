@@ -104,7 +104,7 @@ func (r *responseCodec) evictLocked() {
 		// the entries that filled the cache and evicted every newer one at once).
 		r.removeLocked(c)
 		r.hand++
-		c.home.CompareAndSwap(c, nil)
+		c.evicted()
 	}
 }
 

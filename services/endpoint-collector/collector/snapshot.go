@@ -196,8 +196,10 @@ type cachedResponse struct {
 	jsonOnce, binOnce sync.Once
 	json, bin         []byte
 
-	home *atomic.Pointer[cachedResponse] // the snapshot's slot holding it
-	used atomic.Bool                     // served since the clock hand last passed
+	owner  *snapshot
+	slots  *respSlots // the owner's slots, holding it at filter
+	filter uint8
+	used   atomic.Bool // served since the clock hand last passed
 	// Guarded by responseCodec.mu: the position in the clock (-1 when out of it) and the
 	// estimated bytes held.
 	slot int
@@ -231,7 +233,7 @@ func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) 
 		return sn.build(filter, portName)
 	}
 	slots := sn.resp.Load()
-	if slots == nil {
+	for slots == nil {
 		sn.resp.CompareAndSwap(nil, new(respSlots))
 		slots = sn.resp.Load()
 	}
@@ -242,7 +244,7 @@ func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) 
 		}
 		return c.msg
 	}
-	c := &cachedResponse{msg: sn.build(filter, ""), home: home, slot: -1}
+	c := &cachedResponse{msg: sn.build(filter, ""), owner: sn, slots: slots, filter: uint8(filter), slot: -1}
 	c.size = responseBytes(c.msg)
 	if !home.CompareAndSwap(nil, c) {
 		if other := home.Load(); other != nil {
@@ -251,10 +253,25 @@ func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) 
 		return c.msg // cached by another request and already evicted: serve ours
 	}
 	sn.env.codec.admit(c)
-	if sn.released.Load() {
-		sn.env.codec.forget(c) // superseded meanwhile: do not keep the entry
+	if sn.released.Load() || sn.resp.Load() != slots {
+		sn.env.codec.forget(c) // superseded, or the slots let go, meanwhile: do not keep the entry
 	}
 	return c.msg
+}
+
+// evicted takes c out of its snapshot, and the snapshot's slots too once they hold nothing: a
+// snapshot queried once and evicted since costs nothing more than one never queried. A response
+// cached into the slots while they are let go sees it (response) and forgets its entry.
+func (c *cachedResponse) evicted() {
+	if !c.slots[c.filter].CompareAndSwap(c, nil) {
+		return
+	}
+	for i := range c.slots {
+		if c.slots[i].Load() != nil {
+			return
+		}
+	}
+	c.owner.resp.CompareAndSwap(c.slots, nil)
 }
 
 // peek returns a cached response, or builds one without caching it: for readers that want
