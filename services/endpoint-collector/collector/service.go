@@ -102,14 +102,14 @@ func (c *Config) defaults() {
 	}
 }
 
-// The default response cache budget scales with the store, so that the cache costs the same
-// share of the collector's memory in a small fleet as in a large one and holds the same share of
-// its services (which is what the hit rate depends on when a few services are polled far more
-// than the rest): ResponseCacheBytesPerAddress per address held (an endpoint on one port), about
-// a quarter of what the store itself spends per address for small services, at least
-// MinResponseCacheBytes (a small fleet: every response fits) and at most
-// DefaultResponseCacheBytes (past 500,000 addresses the share falls). BenchmarkResponseCacheHitRate
-// measures hit rate against budget; docs/benchmarks.md has the figures.
+// The default response cache budget scales with the store, so that the cache holds about the same
+// share of the services' responses in a small fleet as in a large one (the hit rate depends on
+// that share when a few services are polled far more than the rest) for the same bytes per
+// endpoint: ResponseCacheBytesPerAddress per address held (an endpoint on one port), a quarter of
+// the 250-byte per-endpoint goal, at least MinResponseCacheBytes (a small fleet: every response
+// fits) and at most DefaultResponseCacheBytes (from 500,000 addresses on the share falls).
+// BenchmarkResponseCacheHitRate measures hit rate against budget; docs/benchmarks.md has the
+// figures.
 const (
 	ResponseCacheBytesPerAddress = 64
 	MinResponseCacheBytes        = 4 << 20
