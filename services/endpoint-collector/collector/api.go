@@ -175,7 +175,7 @@ func (c *Collector) bindings(key string, ip netip.Addr, cluster string) []*endpo
 	var out []*endpointv1.WeightBinding
 	for ci := range sn.clusters {
 		cs := &sn.clusters[ci]
-		if cluster != "" && cs.name != cluster {
+		if cluster != "" && cs.name() != cluster {
 			continue
 		}
 		var best *endpoint
@@ -189,7 +189,7 @@ func (c *Collector) bindings(key string, ip netip.Addr, cluster string) []*endpo
 		if best == nil {
 			continue
 		}
-		b := &endpointv1.WeightBinding{ClusterName: cs.name, ClusterId: cs.id}
+		b := &endpointv1.WeightBinding{ClusterName: cs.name(), ClusterId: cs.clusterID()}
 		if best.flags&fHasUID != 0 {
 			b.TargetUid = uuid.UUID(best.uid).String()
 		}
@@ -254,7 +254,11 @@ func (c *Collector) awaitWeights(ctx context.Context, ns, name string, seq uint6
 	}
 	key := serviceKey(ns, name)
 	if err := c.waitSnapshot(ctx, key, func(sn *snapshot) bool {
-		return sn == nil || sn.weightsRev >= want && (want > 0 || sn.weightsRev == 0 || sn.weightsRev > seq)
+		if sn == nil {
+			return true
+		}
+		rev := sn.weightsRev()
+		return rev >= want && (want > 0 || rev == 0 || rev > seq)
 	}); err != nil {
 		return nil, unavailable(err)
 	}
@@ -303,9 +307,10 @@ func (c *Collector) ListServices(ctx context.Context, req *connect.Request[endpo
 	})
 	out := &endpointv1.ListServicesResponse{Services: make([]*endpointv1.ServiceSummary, 0, len(snaps))}
 	for _, sn := range snaps {
-		s := &endpointv1.ServiceSummary{Namespace: sn.ns, Name: sn.name, ReadyEndpoints: sn.ready, TotalEndpoints: sn.total}
+		sns, name := sn.names()
+		s := &endpointv1.ServiceSummary{Namespace: sns, Name: name, ReadyEndpoints: sn.ready, TotalEndpoints: sn.total()}
 		for i := range sn.clusters {
-			s.Clusters = append(s.Clusters, sn.clusters[i].name)
+			s.Clusters = append(s.Clusters, sn.clusters[i].name())
 		}
 		out.Services = append(out.Services, s)
 	}

@@ -60,7 +60,7 @@ func checkAccounts(t testing.TB, r *responseCodec) (entries int, bytes int64) {
 		if c.slot != i {
 			t.Fatalf("entry %d says it is at %d", i, c.slot)
 		}
-		if c.home.Load() != c {
+		if c.slots[c.filter].Load() != c || c.owner.resp.Load() != c.slots {
 			t.Fatalf("entry %d is not in its snapshot", i)
 		}
 		sum += c.size
@@ -87,7 +87,7 @@ func TestResponseBytesEstimate(t *testing.T) {
 		var held []*cachedResponse
 		for range 3 {
 			held = make([]*cachedResponse, n)
-			codec := newResponseCodec(1 << 40)
+			codec := newResponseCodec(1<<40, nil)
 			before := heap()
 			for i := range held {
 				held[i] = &cachedResponse{msg: sn.build(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, ""), slot: -1}
@@ -135,8 +135,10 @@ func TestResponseCacheKeepsHotServicesWithinBudget(t *testing.T) {
 	if again := query(t, c, 1); again != once {
 		t.Error("a response just cached was built again")
 	}
-	if c.store.snapshot("bench/svc-2").resp[endpointv1.EndpointFilter_ENDPOINT_FILTER_READY].Load() != nil {
+	if sn := c.store.snapshot("bench/svc-2"); sn.cached(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY) != nil {
 		t.Error("svc-2, queried once long ago, is still cached")
+	} else if sn.resp.Load() != nil {
+		t.Error("svc-2's response was evicted, but its snapshot still holds the slots")
 	}
 
 	// A new snapshot of svc-0: the old response leaves the cache, the new one is cached.
@@ -165,5 +167,37 @@ func TestResponseCacheOff(t *testing.T) {
 	}
 	if entries, bytes := checkAccounts(t, c.codec); entries != 0 || bytes != 0 {
 		t.Errorf("%d entries, %d bytes cached with the cache off", entries, bytes)
+	}
+}
+
+// By default the budget follows the store: a share per address held, within its floor and cap,
+// and it shrinks again as services go.
+func TestResponseCacheDefaultBudgetScales(t *testing.T) {
+	c := memCollector(t, Config{}, 5000, 10) // 100,000 addresses
+	if got, want := c.codec.limit(), int64(100000*ResponseCacheBytesPerAddress); got != want {
+		t.Errorf("budget %d with 100,000 addresses, want %d", got, want)
+	}
+	for s := range 4000 {
+		for _, cl := range []string{"east", "west"} {
+			rep := benchSlice(cl, s, 0, 10, 0)
+			rep.Deleted = true
+			if err := c.ingest.handle(subjects.AgentEndpointSlice(cl, "bench", rep.Slice), encodeReport(t, rep), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		c.reconcile(key)
+		c.queue.Done(key)
+	}
+	if got := c.store.addresses.Load(); got != 20000 {
+		t.Errorf("%d addresses held after 4,000 of 5,000 services went, want 20,000", got)
+	}
+	if got := c.codec.limit(); got != MinResponseCacheBytes {
+		t.Errorf("budget %d with 20,000 addresses, want the floor %d", got, MinResponseCacheBytes)
+	}
+	if got := scaledBudget(10_000_000); got != DefaultResponseCacheBytes {
+		t.Errorf("budget %d with 10,000,000 addresses, want the cap %d", got, DefaultResponseCacheBytes)
 	}
 }

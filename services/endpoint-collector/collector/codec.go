@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -21,22 +22,40 @@ import (
 //
 // A cached response (message and encodings) costs about three times what the compact store
 // spends on the same endpoints, so the cache is bounded by a byte budget over all services
-// (Config.ResponseCacheBytes). Past it, a clock sweep evicts: every hit sets an entry's used bit,
+// (Config.ResponseCacheBytes; by default a share of the store, see ResponseCacheBytesPerAddress). Past it, a clock sweep evicts: every hit sets an entry's used bit,
 // the hand clears set bits and evicts the first entry found clear, so what is polled stays and
 // what was asked once goes. An evicted response is built again on its next query.
 type responseCodec struct {
 	cache sync.Map // *GetServiceEndpointsResponse -> *cachedResponse
 
-	budget int64 // bytes; <= 0 caches nothing
-	mu     sync.Mutex
-	ring   []*cachedResponse // the clock, in no particular order
-	hand   int
-	bytes  int64
+	// budget in bytes: < 0 caches nothing; 0 scales with the store, ResponseCacheBytesPerAddress
+	// per address it holds (addresses), within [MinResponseCacheBytes, DefaultResponseCacheBytes].
+	budget    int64
+	addresses *atomic.Int64
+	mu        sync.Mutex
+	ring      []*cachedResponse // the clock, in no particular order
+	hand      int
+	bytes     int64
 }
 
-func newResponseCodec(budget int64) *responseCodec { return &responseCodec{budget: budget} }
+func newResponseCodec(budget int64, addresses *atomic.Int64) *responseCodec {
+	return &responseCodec{budget: budget, addresses: addresses}
+}
 
-func (r *responseCodec) caching() bool { return r != nil && r.budget > 0 }
+func (r *responseCodec) caching() bool { return r != nil && r.budget >= 0 }
+
+// limit is the budget now.
+func (r *responseCodec) limit() int64 {
+	if r.budget != 0 {
+		return r.budget
+	}
+	return scaledBudget(r.addresses.Load())
+}
+
+// scaledBudget is the default budget of a store holding addresses addresses.
+func scaledBudget(addresses int64) int64 {
+	return min(DefaultResponseCacheBytes, max(MinResponseCacheBytes, ResponseCacheBytesPerAddress*addresses))
+}
 
 // admit adds c, already stored in its snapshot slot, to the clock and evicts past the budget.
 func (r *responseCodec) admit(c *cachedResponse) {
@@ -69,7 +88,8 @@ func (r *responseCodec) forget(c *cachedResponse) {
 }
 
 func (r *responseCodec) evictLocked() {
-	for r.bytes > r.budget && len(r.ring) > 0 {
+	limit := r.limit()
+	for r.bytes > limit && len(r.ring) > 0 {
 		if r.hand >= len(r.ring) {
 			r.hand = 0
 		}
@@ -79,8 +99,12 @@ func (r *responseCodec) evictLocked() {
 			r.hand++
 			continue
 		}
-		r.removeLocked(c) // moves the last entry to the hand: it is looked at next
-		c.home.CompareAndSwap(c, nil)
+		// Removing moves the last entry, the newest, to the hand: step past it, so that a new
+		// entry is looked at after a whole turn, as in a clock, and not first (which kept
+		// the entries that filled the cache and evicted every newer one at once).
+		r.removeLocked(c)
+		r.hand++
+		c.evicted()
 	}
 }
 

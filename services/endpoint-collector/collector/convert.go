@@ -25,18 +25,14 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 			r.Namespace, r.Slice, len(r.Endpoints), len(r.Ports))
 	}
 	s := &slice{name: stringsClone(r.Slice)}
-	if len(r.Ports) == 0 {
-		// A Service without ports (headless): its endpoints are still addresses, on port 0.
-		s.ports = []port{{}}
-	} else {
-		s.ports = make([]port, 0, len(r.Ports))
-		for _, p := range r.Ports {
-			if p.Port > 0xFFFF {
-				return nil, fmt.Errorf("slice %s/%s: port %d out of range", r.Namespace, r.Slice, p.Port)
-			}
-			s.ports = append(s.ports, port{num: uint16(p.Port), proto: protocolOf(p.Protocol), name: st.strs.id(p.Name)})
+	ports := make([]port, 0, len(r.Ports))
+	for _, p := range r.Ports {
+		if p.Port > 0xFFFF {
+			return nil, fmt.Errorf("slice %s/%s: port %d out of range", r.Namespace, r.Slice, p.Port)
 		}
+		ports = append(ports, port{num: uint16(p.Port), proto: protocolOf(p.Protocol), name: st.strs.id(p.Name)})
 	}
+	s.ports = st.ports.share(ports)
 	if strings.EqualFold(r.AddressType, "FQDN") {
 		return s, nil
 	}

@@ -28,7 +28,7 @@ func (c *Collector) Feed() *Feed {
 	c.feeds = append(c.feeds, f)
 	c.feedsMu.Unlock()
 	for _, sn := range c.store.Services(nil) {
-		f.mark(serviceKey(sn.ns, sn.name))
+		f.mark(sn.key)
 	}
 	return f
 }

@@ -27,17 +27,24 @@ const (
 	kindSync      = "endpointsync"
 )
 
+// sliceStamp is what the ingester keeps of a slice: its service and the relist that reported it
+// last. 24 bytes: the service key is shared with the store's (Store.internKey) and the relist
+// with every slice it reported.
 type sliceStamp struct {
-	svc     string // service key namespace/name
+	svc string // service key namespace/name
+	rl  *relist
+}
+
+// relist is an agent session and relist generation, as a relist marker names them.
+type relist struct {
 	session string
 	gen     uint64
 }
 
 type clusterIngest struct {
-	info     *clusterInfo
-	slices   map[string]sliceStamp // namespace/slice -> stamp
-	services map[string]int        // service key -> number of slices
-	session  string                // interned: the session of the latest report or marker
+	info   *clusterInfo
+	slices map[string]sliceStamp // namespace/slice -> stamp
+	cur    *relist               // of the latest report or marker
 }
 
 type ingester struct {
@@ -58,25 +65,16 @@ func newIngester(c *Collector) *ingester {
 func (in *ingester) cluster(name string) *clusterIngest {
 	ci := in.clusters[name]
 	if ci == nil {
-		ci = &clusterIngest{info: in.c.store.cluster(name), slices: map[string]sliceStamp{}, services: map[string]int{}}
+		ci = &clusterIngest{info: in.c.store.cluster(name), slices: map[string]sliceStamp{}, cur: &relist{}}
 		in.clusters[name] = ci
 	}
 	return ci
 }
 
-// servicesOf returns the keys of the services cluster has slices of.
+// servicesOf returns the keys of the services cluster has slices of (applied: those pending are
+// in the work queue already).
 func (in *ingester) servicesOf(cluster string) []string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ci := in.clusters[cluster]
-	if ci == nil {
-		return nil
-	}
-	out := make([]string, 0, len(ci.services))
-	for k := range ci.services {
-		out = append(out, k)
-	}
-	return out
+	return in.c.store.servicesIn(in.c.store.cluster(cluster))
 }
 
 // errMalformed marks a message that can never be applied: it is dead-lettered.
@@ -146,7 +144,7 @@ func (in *ingester) touch(ci *clusterIngest, ts time.Time) {
 		in.c.log.Info("cluster agent back after eviction; stale until its relist completes",
 			zap.String("cluster", ci.info.name), zap.Duration("silentFor", time.Duration(n-prev).Round(time.Millisecond)))
 	}
-	in.c.evaluate(ci.info, ci.services)
+	in.c.evaluate(ci.info)
 }
 
 // decodeSlow decodes a slice report with the generated code: what the fast path declined, and
@@ -188,31 +186,30 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 		}
 		return nil
 	}
-	sl.name = stringsClone(name)
 	svc := ns + "/" + r.service
 	if had && prev.svc != svc {
 		in.drop(ci, key, prev, name)
 		had = false
 	}
-	if r.session != ci.session {
-		ci.session = stringsClone(r.session)
+	if r.session != ci.cur.session || r.generation != ci.cur.gen {
+		ci.cur = &relist{session: stringsClone(r.session), gen: r.generation}
 	}
 	if !had {
-		ci.services[svc]++
-		svc = stringsClone(svc)
+		svc = in.c.internKey(svc)
 	} else {
 		svc = prev.svc
 	}
-	ci.slices[stringsClone(key)] = sliceStamp{svc: svc, session: ci.session, gen: r.generation}
+	// One copy of namespace/slice (key is ours, not the subject's): the map's key, and the
+	// slice's name within it.
+	sl.name = key[len(ns)+1:]
+	sortEndpoints(sl)
+	ci.slices[key] = sliceStamp{svc: svc, rl: ci.cur}
 	in.c.put(svc, ci.info, sl.name, sl)
 	return nil
 }
 
 func (in *ingester) drop(ci *clusterIngest, key string, st sliceStamp, sliceName string) {
 	delete(ci.slices, key)
-	if ci.services[st.svc]--; ci.services[st.svc] <= 0 {
-		delete(ci.services, st.svc)
-	}
 	in.c.put(st.svc, ci.info, sliceName, nil)
 }
 
@@ -221,7 +218,7 @@ func (in *ingester) drop(ci *clusterIngest, key string, st sliceStamp, sliceName
 func (in *ingester) synced(ci *clusterIngest, m *endpointv1.EndpointSliceSync) {
 	pruned := 0
 	for key, st := range ci.slices {
-		if st.session == m.SessionId && st.gen == m.Generation {
+		if st.rl.session == m.SessionId && st.rl.gen == m.Generation {
 			continue
 		}
 		_, sliceName, _ := strings.Cut(key, "/")
@@ -229,7 +226,7 @@ func (in *ingester) synced(ci *clusterIngest, m *endpointv1.EndpointSliceSync) {
 		pruned++
 	}
 	if ci.info.resyncing.Swap(false) {
-		in.c.evaluate(ci.info, ci.services)
+		in.c.evaluate(ci.info)
 	}
 	if pruned > 0 {
 		in.c.log.Info("relist complete; pruned slices it no longer has", zap.String("cluster", ci.info.name),

@@ -1,9 +1,11 @@
 package collector
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -25,14 +27,15 @@ type pendRef struct {
 }
 
 type pendingService struct {
-	ns, name string
-	changes  map[pendRef]*slice // nil: the slice is gone
+	key, ns, name string
+	changes       map[pendRef]*slice // nil: the slice is gone
 }
 
 type pendingSet struct {
-	mu sync.Mutex
-	m  map[string]*pendingService
-	n  int // changes not yet applied, for readiness
+	mu   sync.Mutex
+	m    map[string]*pendingService
+	n    int // changes not yet applied, for readiness
+	peak int // most services pending at once since m was made
 }
 
 func (p *pendingSet) put(key string, ref pendRef, s *slice) {
@@ -41,13 +44,24 @@ func (p *pendingSet) put(key string, ref pendRef, s *slice) {
 	ps := p.m[key]
 	if ps == nil {
 		ns, name, _ := strings.Cut(key, "/")
-		ps = &pendingService{ns: ns, name: name, changes: map[pendRef]*slice{}}
+		ps = &pendingService{key: key, ns: ns, name: name, changes: map[pendRef]*slice{}}
 		p.m[key] = ps
+		p.peak = max(p.peak, len(p.m))
 	}
 	if _, ok := ps.changes[ref]; !ok {
 		p.n++
 	}
 	ps.changes[ref] = s
+}
+
+// key returns the key string of service key if it has pending changes.
+func (p *pendingSet) key(key string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ps := p.m[key]; ps != nil {
+		return ps.key, true
+	}
+	return "", false
 }
 
 func (p *pendingSet) take(key string) *pendingService {
@@ -57,6 +71,10 @@ func (p *pendingSet) take(key string) *pendingService {
 	if ps != nil {
 		delete(p.m, key)
 		p.n -= len(ps.changes)
+		if len(p.m) == 0 && p.peak > 1024 {
+			// A map never shrinks: the one a replay grew to every service would stay.
+			p.m, p.peak = map[string]*pendingService{}, 0
+		}
 	}
 	return ps
 }
@@ -65,6 +83,18 @@ func (p *pendingSet) len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.n
+}
+
+// internKey returns service key as a string the collector holds already (the store's, or the
+// pending set's), or a copy of it: the slices of a service in every cluster then share one.
+func (c *Collector) internKey(key string) string {
+	if sn := c.store.snapshot(key); sn != nil {
+		return sn.key
+	}
+	if k, ok := c.pending.key(key); ok {
+		return k
+	}
+	return stringsClone(key)
 }
 
 // put records the latest state of one slice (nil = gone) and queues its service.
@@ -105,7 +135,7 @@ func (c *Collector) reconcile(key string) {
 	ps := c.pending.take(key)
 	var s *service
 	if ps != nil {
-		s = c.store.service(key, ps.ns, ps.name)
+		s = c.store.service(key)
 	} else {
 		c.store.mu.RLock()
 		s = c.store.services[key]
@@ -116,78 +146,153 @@ func (c *Collector) reconcile(key string) {
 			return
 		}
 	}
+	var parts []part
+	if old := s.snap.Load(); old != nil {
+		all := old.parts()
+		parts = make([]part, len(all), len(all)+1)
+		for i := range all {
+			parts[i] = all[i].part
+		}
+		if len(all) > len(old.clusters) { // served, then evicted: back to one order
+			slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.cluster.name, b.cluster.name) })
+		}
+	}
 	if ps != nil {
-		dirty := make(map[*part]bool, 1)
+		var dirty []int // parts changed, by cluster (few: usually one)
 		for ref, sl := range ps.changes {
-			_, p := s.part(ref.cluster, sl != nil)
-			if p == nil {
-				continue
+			i, ok := findPart(parts, ref.cluster)
+			if !ok {
+				if sl == nil {
+					continue
+				}
+				parts = slices.Insert(parts, i, part{cluster: ref.cluster})
+				for k := range dirty {
+					if dirty[k] >= i {
+						dirty[k]++
+					}
+				}
 			}
-			if !dirty[p] {
+			p := &parts[i]
+			if !slices.Contains(dirty, i) {
 				// Copy on write: the previous snapshot still reads the old array.
 				p.slices = slices.Clone(p.slices)
-				dirty[p] = true
+				dirty = append(dirty, i)
 			}
-			i, ok := p.find(ref.slice)
+			j, ok := p.find(ref.slice)
 			switch {
 			case sl == nil && ok:
-				p.slices = slices.Delete(p.slices, i, i+1)
+				p.slices = slices.Delete(p.slices, j, j+1)
 			case sl != nil && ok:
-				p.slices[i] = sl
+				p.slices[j] = sl
 			case sl != nil:
-				p.slices = slices.Insert(p.slices, i, sl)
+				p.slices = slices.Insert(p.slices, j, sl)
 			}
 		}
-		for p := range dirty {
-			p.merge()
+		for _, i := range dirty {
+			if p := &parts[i]; cap(p.slices) > len(p.slices) {
+				p.slices = append(make([]*slice, 0, len(p.slices)), p.slices...) // exact: kept until it changes
+			}
+			parts[i].merge()
 		}
-		s.parts = slices.DeleteFunc(slices.Clone(s.parts), func(p *part) bool { return len(p.slices) == 0 })
+		parts = slices.DeleteFunc(parts, func(p part) bool { return len(p.slices) == 0 })
 	}
-	c.publish(s)
+	c.publish(key, s, parts)
 }
 
-// publish builds and swaps in the snapshot of s from its parts, the clusters' liveness and the
-// service's weights, then tells watchers and the KV writer.
-func (c *Collector) publish(s *service) {
-	if len(s.parts) == 0 {
-		c.store.dropService(s)
+// findPart finds cluster among parts, sorted by cluster name.
+func findPart(parts []part, cluster *clusterInfo) (int, bool) {
+	return sort.Find(len(parts), func(i int) int { return cmp.Compare(cluster.name, parts[i].cluster.name) })
+}
+
+// publish builds and swaps in the snapshot of service key from its parts (sorted by cluster,
+// not shared with anything), the clusters' liveness and the service's weights, then tells
+// watchers and the KV writer.
+func (c *Collector) publish(key string, s *service, parts []part) {
+	var delta int64
+	for i := range parts {
+		delta += int64(len(parts[i].merged))
+	}
+	if old := s.snap.Load(); old != nil {
+		for _, cs := range old.parts() {
+			delta -= int64(len(cs.merged))
+		}
+	}
+	c.store.addresses.Add(delta)
+	if len(parts) == 0 {
+		c.store.dropService(key, s)
 		if old := s.snap.Swap(nil); old != nil {
 			old.release()
 		}
-		c.notify(s.key)
+		c.notify(key)
 		return
 	}
-	sn := &snapshot{ns: s.ns, name: s.name, version: c.store.version.Add(1), strs: c.store.strs, codec: c.codec,
-		clusters: make([]clusterSnap, 0, len(s.parts))}
-	w := c.weightsOf(s.ns, s.name)
-	if w != nil {
-		sn.weightsRev = w.Revision
+	ns, name, _ := strings.Cut(key, "/")
+	sn := &snapshot{key: key, version: c.store.version.Add(1), env: c.env}
+	if old := s.snap.Load(); old != nil {
+		sn.key = old.key // one copy of the key per service, whatever string the caller has
 	}
-	for _, p := range s.parts {
-		state := p.cluster.State()
+	// Served clusters first, then evicted ones, each by name: clusters is the served ones and
+	// the array's capacity holds them all (snapshot.parts).
+	all := make([]clusterSnap, len(parts))
+	var buf [8]clusterState
+	states := buf[:0]
+	evicted := 0 // where the evicted go: after the served ones
+	for i := range parts {
+		states = append(states, parts[i].cluster.State())
+		if states[i] != stateEvicted {
+			evicted++
+		}
+	}
+	served := 0
+	w := c.weightsOf(ns, name)
+	var sw *snapWeights
+	if w != nil {
+		sw = &snapWeights{rev: w.Revision}
+	}
+	for i, p := range parts {
+		state := states[i]
 		if state == stateEvicted {
+			all[evicted] = clusterSnap{part: p}
+			evicted++
 			continue
 		}
-		cs := clusterSnap{name: p.cluster.name, id: p.cluster.ID(), stale: state == stateStale,
-			lastSeen: p.cluster.lastSeen.Load(), weight: DefaultWeight, slices: p.slices, merged: p.merged}
+		cs := clusterSnap{part: p, id: p.cluster.id.Load(), stale: state == stateStale,
+			lastSeen: p.cluster.lastSeen.Load(), weight: DefaultWeight}
 		if w != nil {
-			if cw, ok := w.ClusterWeights[cs.name]; ok {
+			if cw, ok := w.ClusterWeights[p.cluster.name]; ok {
 				cs.weight = cw
 			}
-			cs.overrides = overridesFor(w, cs.name)
+			sw.overrides = appendOverrides(sw.overrides, w, p.cluster.name)
+			sw.ends = append(sw.ends, int32(len(sw.overrides)))
 		}
 		for _, r := range cs.merged {
 			if cs.slices[r.s].eps[r.e].flags&fReady != 0 {
 				sn.ready++
 			}
 		}
-		sn.total += uint32(len(cs.merged))
-		sn.clusters = append(sn.clusters, cs)
+		all[served] = cs
+		served++
 	}
+	if sw != nil && len(sw.overrides) == 0 {
+		sw.ends = nil
+	}
+	sn.weights = sw
+	sn.clusters = all[:served]
 	if old := s.snap.Swap(sn); old != nil {
 		old.release()
 	}
-	c.notify(s.key)
+	// A liveness or cluster id change that came while this snapshot was being built may have
+	// looked for the service's clusters in the snapshot before (Store.servicesIn): publish
+	// again.
+	for i := range all {
+		cs := &all[i]
+		st := cs.cluster.State()
+		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale != (st == stateStale) || cs.id != cs.cluster.id.Load())) {
+			c.queue.Add(key)
+			break
+		}
+	}
+	c.notify(key)
 	if c.onPublish != nil {
 		c.onPublish(sn)
 	}
@@ -202,9 +307,8 @@ func (c *Collector) notify(key string) {
 	c.metrics.reconciles.Inc()
 }
 
-// overridesFor returns the endpoint weights of w that apply in cluster.
-func overridesFor(w *endpointv1.ServiceWeights, cluster string) []override {
-	var out []override
+// appendOverrides appends the endpoint weights of w that apply in cluster.
+func appendOverrides(out []override, w *endpointv1.ServiceWeights, cluster string) []override {
 	for _, ew := range w.EndpointWeights {
 		if ew.ClusterName != cluster {
 			continue
@@ -224,8 +328,8 @@ func overridesFor(w *endpointv1.ServiceWeights, cluster string) []override {
 }
 
 // evaluate sets cluster's liveness from how long its agent has been silent and re-reconciles its
-// services when it changes. Called with the ingester's lock held (services is its map).
-func (c *Collector) evaluate(ci *clusterInfo, services map[string]int) {
+// services when it changes.
+func (c *Collector) evaluate(ci *clusterInfo) {
 	silent := c.now().Sub(time.Unix(0, ci.lastSeen.Load()))
 	next := stateLive
 	switch {
@@ -240,7 +344,8 @@ func (c *Collector) evaluate(ci *clusterInfo, services map[string]int) {
 	}
 	c.log.Info("cluster liveness changed", zap.String("cluster", ci.name), zap.Stringer("from", prev),
 		zap.Stringer("to", next), zap.Duration("silentFor", silent.Round(time.Millisecond)))
-	for key := range services {
+	// Services whose slices are pending are in the queue already.
+	for _, key := range c.store.servicesIn(ci) {
 		c.queue.Add(key)
 	}
 }

@@ -66,7 +66,8 @@ type Config struct {
 	Replicas int
 	// ResponseCacheBytes bounds the memory of cached GetServiceEndpoints responses (messages and
 	// their encodings) over all services; past it the least recently used go (a clock sweep).
-	// Default DefaultResponseCacheBytes; negative: nothing is cached.
+	// Default (0): ResponseCacheBytesPerAddress per address the store holds, at least
+	// MinResponseCacheBytes and at most DefaultResponseCacheBytes; negative: nothing is cached.
 	ResponseCacheBytes int64
 	// Retention overrides the limits of the streams the service ensures (default: kept forever).
 	Retention topology.Retentions
@@ -100,15 +101,21 @@ func (c *Config) defaults() {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
-	if c.ResponseCacheBytes == 0 {
-		c.ResponseCacheBytes = DefaultResponseCacheBytes
-	}
 }
 
-// DefaultResponseCacheBytes holds the responses of a few thousand services of 20 endpoints:
-// what proxies poll is served from it, while a query of every service (an audit, a dashboard)
-// does not pin a copy of the whole fleet (about 500 bytes per endpoint, three times the store).
-const DefaultResponseCacheBytes = 32 << 20
+// The default response cache budget scales with the store, so that the cache holds about the same
+// share of the services' responses in a small fleet as in a large one (the hit rate depends on
+// that share when a few services are polled far more than the rest) for the same bytes per
+// endpoint: ResponseCacheBytesPerAddress per address held (an endpoint on one port), a quarter of
+// the 250-byte per-endpoint goal, at least MinResponseCacheBytes (a small fleet: every response
+// fits) and at most DefaultResponseCacheBytes (from 500,000 addresses on the share falls).
+// BenchmarkResponseCacheHitRate measures hit rate against budget; docs/benchmarks.md has the
+// figures.
+const (
+	ResponseCacheBytesPerAddress = 64
+	MinResponseCacheBytes        = 4 << 20
+	DefaultResponseCacheBytes    = 32 << 20
+)
 
 const actor = "system:endpoint-collector"
 
@@ -158,6 +165,7 @@ type Collector struct {
 	ingest  *ingester
 	kv      *kvWriter
 	codec   *responseCodec
+	env     *snapEnv // shared by every snapshot: the store's strings, the response cache
 	metrics metrics
 
 	weightsView *view.Engine
@@ -201,10 +209,12 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 	cfg.defaults()
 	c := &Collector{cfg: cfg, log: log.Named("endpoint-collector"), store: NewStore(),
 		pending:  &pendingSet{m: map[string]*pendingService{}},
-		codec:    newResponseCodec(cfg.ResponseCacheBytes),
+		codec:    newResponseCodec(cfg.ResponseCacheBytes, nil),
 		metrics:  newMetrics(),
 		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL}
 	c.store.strs = newStrtab()
+	c.codec.addresses = &c.store.addresses
+	c.env = &snapEnv{strs: c.store.strs, codec: c.codec}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
@@ -351,7 +361,7 @@ func (c *Collector) runLiveness(ctx context.Context) error {
 		case <-t.C:
 			c.ingest.mu.Lock()
 			for _, ci := range c.ingest.clusters {
-				c.evaluate(ci.info, ci.services)
+				c.evaluate(ci.info)
 			}
 			c.ingest.mu.Unlock()
 		}
@@ -456,7 +466,7 @@ func (c *Collector) reevaluate(name string) {
 	c.ingest.mu.Lock()
 	defer c.ingest.mu.Unlock()
 	if ic := c.ingest.clusters[name]; ic != nil {
-		c.evaluate(ic.info, ic.services)
+		c.evaluate(ic.info)
 	}
 }
 

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,20 +72,30 @@ type override struct {
 	weight uint32
 }
 
-// clusterSnap is one served cluster of a snapshot.
+// clusterSnap is one cluster of a snapshot: the part (the service's slices in that cluster,
+// shared with the snapshots before and after as long as they do not change) and what the
+// snapshot serves it with. 80 bytes.
 type clusterSnap struct {
-	name, id  string
-	stale     bool
-	lastSeen  int64
-	weight    uint32
-	slices    []*slice
-	merged    []mref
-	overrides []override
+	part
+	id       *string // the cluster's id when published (clusterInfo.id); nil: none
+	lastSeen int64
+	weight   uint32
+	stale    bool
 }
 
-func (c *clusterSnap) endpointWeight(e *endpoint) (uint32, bool) {
-	for i := range c.overrides {
-		o := &c.overrides[i]
+func (c *clusterSnap) name() string { return c.cluster.name }
+
+func (c *clusterSnap) clusterID() string {
+	if c.id != nil {
+		return *c.id
+	}
+	return ""
+}
+
+// endpointWeight is e's weight among overrides, the cluster's (snapshot.overridesOf).
+func endpointWeight(overrides []override, e *endpoint) (uint32, bool) {
+	for i := range overrides {
+		o := &overrides[i]
 		if o.addr != e.addr {
 			continue
 		}
@@ -97,20 +108,86 @@ func (c *clusterSnap) endpointWeight(e *endpoint) (uint32, bool) {
 	return DefaultWeight, false
 }
 
-// snapshot is the immutable state of one service that queries read. Responses built from it are
-// cached in it, so a popular service is encoded once per change, not once per request.
-type snapshot struct {
-	ns, name   string
-	version    uint64
-	weightsRev uint64
-	clusters   []clusterSnap // served clusters, by name
-	ready      uint32        // (endpoint, port) pairs that are ready, over served clusters
-	total      uint32
+// snapWeights is what a snapshot keeps of its service's weights, when it has any (most services
+// have none: a nil pointer then costs 8 bytes instead of a revision and a list per cluster).
+type snapWeights struct {
+	rev uint64
+	// overrides is grouped by cluster in the order of the snapshot's clusters; cluster[i] is
+	// where the overrides of clusters[i] end.
+	overrides []override
+	ends      []int32
+}
 
-	strs     *strtab
-	resp     [4]atomic.Pointer[cachedResponse] // by filter, every port
-	codec    *responseCodec
+// snapshot is the immutable state of one service that queries read, and the state its next
+// snapshot is made from. Responses built from it are cached in it, so a popular service is
+// encoded once per change, not once per request. A service costs this struct (80 bytes), its
+// clusters (80 bytes each) and its slices.
+type snapshot struct {
+	key     string // namespace/name
+	version uint64
+	// clusters are the served ones, by name. Past their length, within their capacity, are the
+	// evicted clusters (by name): kept, not served, back at once when their agent returns.
+	clusters []clusterSnap
+	weights  *snapWeights
+	env      *snapEnv
+	resp     atomic.Pointer[respSlots] // made on the first response cached
+	ready    uint32                    // (endpoint, port) pairs that are ready, over served clusters
 	released atomic.Bool
+}
+
+// snapEnv is what every snapshot of a collector shares.
+type snapEnv struct {
+	strs  *strtab
+	codec *responseCodec
+}
+
+// respSlots holds a snapshot's cached responses, by filter, every port.
+type respSlots [4]atomic.Pointer[cachedResponse]
+
+func (sn *snapshot) names() (ns, name string) {
+	ns, name, _ = strings.Cut(sn.key, "/")
+	return ns, name
+}
+
+// parts returns every cluster of the snapshot, the evicted ones included.
+func (sn *snapshot) parts() []clusterSnap { return sn.clusters[:cap(sn.clusters)] }
+
+// total returns the (endpoint, port) pairs over served clusters.
+func (sn *snapshot) total() uint32 {
+	var n int
+	for i := range sn.clusters {
+		n += len(sn.clusters[i].merged)
+	}
+	return uint32(n)
+}
+
+func (sn *snapshot) weightsRev() uint64 {
+	if sn.weights == nil {
+		return 0
+	}
+	return sn.weights.rev
+}
+
+// overridesOf returns the endpoint weights of served cluster i.
+func (sn *snapshot) overridesOf(i int) []override {
+	w := sn.weights
+	if w == nil || len(w.ends) == 0 {
+		return nil
+	}
+	start := int32(0)
+	if i > 0 {
+		start = w.ends[i-1]
+	}
+	return w.overrides[start:w.ends[i]]
+}
+
+// cached returns the cached response for filter, nil when there is none.
+func (sn *snapshot) cached(filter endpointv1.EndpointFilter) *cachedResponse {
+	slots := sn.resp.Load()
+	if slots == nil {
+		return nil
+	}
+	return slots[filter].Load()
 }
 
 type cachedResponse struct {
@@ -119,8 +196,10 @@ type cachedResponse struct {
 	jsonOnce, binOnce sync.Once
 	json, bin         []byte
 
-	home *atomic.Pointer[cachedResponse] // the snapshot's slot holding it
-	used atomic.Bool                     // served since the clock hand last passed
+	owner  *snapshot
+	slots  *respSlots // the owner's slots, holding it at filter
+	filter uint8
+	used   atomic.Bool // served since the clock hand last passed
 	// Guarded by responseCodec.mu: the position in the clock (-1 when out of it) and the
 	// estimated bytes held.
 	slot int
@@ -129,13 +208,17 @@ type cachedResponse struct {
 
 // release forgets the encodings of a superseded snapshot.
 func (sn *snapshot) release() {
-	if sn == nil || sn.codec == nil {
+	if sn == nil || sn.env.codec == nil {
 		return
 	}
 	sn.released.Store(true)
-	for i := range sn.resp {
-		if c := sn.resp[i].Load(); c != nil {
-			sn.codec.forget(c)
+	slots := sn.resp.Load()
+	if slots == nil {
+		return
+	}
+	for i := range slots {
+		if c := slots[i].Load(); c != nil {
+			sn.env.codec.forget(c)
 		}
 	}
 }
@@ -143,20 +226,25 @@ func (sn *snapshot) release() {
 // response returns the service's endpoints as the API serves them, cached while the response
 // cache keeps it.
 func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
-	if filter < 0 || int(filter) >= len(sn.resp) {
-		filter = endpointv1.EndpointFilter_ENDPOINT_FILTER_READY
+	if filter <= 0 || int(filter) >= len(respSlots{}) {
+		filter = endpointv1.EndpointFilter_ENDPOINT_FILTER_READY // unspecified: one entry with READY
 	}
-	if portName != "" || !sn.codec.caching() {
+	if portName != "" || !sn.env.codec.caching() {
 		return sn.build(filter, portName)
 	}
-	home := &sn.resp[filter]
+	slots := sn.resp.Load()
+	for slots == nil {
+		sn.resp.CompareAndSwap(nil, new(respSlots))
+		slots = sn.resp.Load()
+	}
+	home := &slots[filter]
 	if c := home.Load(); c != nil {
 		if !c.used.Load() {
 			c.used.Store(true)
 		}
 		return c.msg
 	}
-	c := &cachedResponse{msg: sn.build(filter, ""), home: home, slot: -1}
+	c := &cachedResponse{msg: sn.build(filter, ""), owner: sn, slots: slots, filter: uint8(filter), slot: -1}
 	c.size = responseBytes(c.msg)
 	if !home.CompareAndSwap(nil, c) {
 		if other := home.Load(); other != nil {
@@ -164,18 +252,33 @@ func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) 
 		}
 		return c.msg // cached by another request and already evicted: serve ours
 	}
-	sn.codec.admit(c)
-	if sn.released.Load() {
-		sn.codec.forget(c) // superseded meanwhile: do not keep the entry
+	sn.env.codec.admit(c)
+	if sn.released.Load() || sn.resp.Load() != slots {
+		sn.env.codec.forget(c) // superseded, or the slots let go, meanwhile: do not keep the entry
 	}
 	return c.msg
+}
+
+// evicted takes c out of its snapshot, and the snapshot's slots too once they hold nothing: a
+// snapshot queried once and evicted since costs nothing more than one never queried. A response
+// cached into the slots while they are let go sees it (response) and forgets its entry.
+func (c *cachedResponse) evicted() {
+	if !c.slots[c.filter].CompareAndSwap(c, nil) {
+		return
+	}
+	for i := range c.slots {
+		if c.slots[i].Load() != nil {
+			return
+		}
+	}
+	c.owner.resp.CompareAndSwap(c.slots, nil)
 }
 
 // peek returns a cached response, or builds one without caching it: for readers that want
 // every service once (the bucket writer, the xDS feed), which would otherwise fill the response
 // cache with what no proxy asked for.
 func (sn *snapshot) peek(filter endpointv1.EndpointFilter) *endpointv1.GetServiceEndpointsResponse {
-	if c := sn.resp[filter].Load(); c != nil {
+	if c := sn.cached(filter); c != nil {
 		return c.msg
 	}
 	return sn.build(filter, "")
@@ -218,11 +321,13 @@ func roundAlloc(n int) int64 {
 }
 
 func (sn *snapshot) build(filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
-	out := &endpointv1.GetServiceEndpointsResponse{Namespace: sn.ns, Name: sn.name, Version: sn.version,
+	ns, name := sn.names()
+	out := &endpointv1.GetServiceEndpointsResponse{Namespace: ns, Name: name, Version: sn.version,
 		Clusters: make([]*endpointv1.ClusterEndpoints, 0, len(sn.clusters))}
+	strs := sn.env.strs
 	var portID uint32
 	if portName != "" {
-		portID = sn.strs.id(portName)
+		portID = strs.id(portName)
 	}
 	// Serving-terminating endpoints are a fallback when nothing anywhere is ready.
 	keep := func(f uint8) bool { return f&fReady != 0 }
@@ -236,19 +341,20 @@ func (sn *snapshot) build(filter endpointv1.EndpointFilter, portName string) *en
 	}
 	for ci := range sn.clusters {
 		c := &sn.clusters[ci]
-		ce := &endpointv1.ClusterEndpoints{ClusterId: c.id, ClusterName: c.name, Weight: c.weight, Stale: c.stale,
+		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(), ClusterName: c.name(), Weight: c.weight, Stale: c.stale,
 			Addresses: make([]*endpointv1.Address, 0, len(c.merged))}
+		overrides := sn.overridesOf(ci)
 		if c.lastSeen != 0 {
 			ce.LastSeen = timestamppb.New(time.Unix(0, c.lastSeen))
 		}
 		for _, r := range c.merged {
 			s := c.slices[r.s]
 			e := &s.eps[r.e]
-			p := &s.ports[r.p]
+			p := &(*s.ports)[r.p]
 			if !keep(e.flags) || (portName != "" && p.name != portID) {
 				continue
 			}
-			ew, _ := c.endpointWeight(e)
+			ew, _ := endpointWeight(overrides, e)
 			ce.Addresses = append(ce.Addresses, &endpointv1.Address{
 				Ip:             addrString(e),
 				Port:           uint32(p.num),
@@ -256,9 +362,9 @@ func (sn *snapshot) build(filter endpointv1.EndpointFilter, portName string) *en
 				Ready:          e.flags&fReady != 0,
 				Serving:        e.flags&fServing != 0,
 				Terminating:    e.flags&fTerminating != 0,
-				Zone:           sn.strs.str(e.zone),
-				Node:           sn.strs.str(e.node),
-				PortName:       sn.strs.str(p.name),
+				Zone:           strs.str(e.zone),
+				Node:           strs.str(e.node),
+				PortName:       strs.str(p.name),
 				Protocol:       protoNames[p.proto],
 				EndpointWeight: ew,
 				Target:         s.target(e),
@@ -302,6 +408,6 @@ func addrBytes(a netip.Addr) ([16]byte, bool) {
 // bytes per endpoint with 10 per slice, BenchmarkMemoryPerEndpoint) for a filter few queries use.
 func (sn *snapshot) serviceEndpoints() *endpointv1.ServiceEndpoints {
 	r := sn.peek(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL)
-	return &endpointv1.ServiceEndpoints{Namespace: sn.ns, Name: sn.name, Clusters: r.Clusters, Version: sn.version,
+	return &endpointv1.ServiceEndpoints{Namespace: r.Namespace, Name: r.Name, Clusters: r.Clusters, Version: sn.version,
 		UpdateTime: timestamppb.Now()}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -68,12 +69,47 @@ type port struct {
 // one, so snapshots can share it.
 type slice struct {
 	name    string
-	ports   []port
+	ports   *[]port // shared with every slice of the same ports (portLists)
 	eps     []endpoint
 	targets string // arena of endpoint target names
 }
 
 func (s *slice) target(e *endpoint) string { return s.targets[e.tOff : e.tOff+uint32(e.tLen)] }
+
+// noPorts is the ports of a slice without any (a headless Service): its endpoints are still
+// addresses, on port 0.
+var noPorts = &[]port{{}}
+
+// portLists shares the port lists of slices: most slices of a fleet have one of a few (http
+// 8080/TCP), so a slice points at the list of an earlier slice with the same ports instead of
+// holding its own array, and a pointer rather than a slice header (the slice struct is then 64
+// bytes instead of 80). The table is small and direct-mapped, so it stays bounded, and a list it
+// no longer holds goes with the last slice using it.
+type portLists struct {
+	mu     sync.Mutex
+	recent [256]*[]port
+}
+
+// share returns ports as a shared list; ports may be a caller's buffer.
+func (t *portLists) share(ports []port) *[]port {
+	if len(ports) == 0 {
+		return noPorts
+	}
+	h := uint32(2166136261)
+	for _, p := range ports {
+		h = (h ^ (uint32(p.num) | uint32(p.proto)<<16)) * 16777619
+		h = (h ^ p.name) * 16777619
+	}
+	e := &t.recent[(h^h>>8^h>>16^h>>24)%uint32(len(t.recent))]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if *e != nil && slices.Equal(**e, ports) {
+		return *e
+	}
+	list := append([]port(nil), ports...)
+	*e = &list
+	return *e
+}
 
 // mref points at one (endpoint, port) of a part's slices: the merged, de-duplicated list of a
 // service in one cluster is an array of these, sorted by (ip, port, protocol).
@@ -83,7 +119,9 @@ type mref struct {
 	p uint8  // port index in the slice (a slice holds at most 100)
 }
 
-// part is the state of one service in one cluster: its slices by name, and their merge.
+// part is the state of one service in one cluster: its slices by name, and their merge. A part
+// is a value inside its service's snapshot (clusterSnap) and never changes once published: the
+// reconciler copies it, replaces its arrays and publishes a new snapshot.
 type part struct {
 	cluster *clusterInfo
 	slices  []*slice // sorted by name
@@ -98,19 +136,19 @@ func (p *part) find(name string) (int, bool) {
 func (p *part) merge() {
 	n := 0
 	for _, s := range p.slices {
-		n += len(s.eps) * len(s.ports)
+		n += len(s.eps) * len(*s.ports)
 	}
 	refs := make([]mref, 0, n)
 	for si, s := range p.slices {
 		for ei := range s.eps {
-			for pi := range s.ports {
+			for pi := range *s.ports {
 				refs = append(refs, mref{s: uint16(si), e: uint16(ei), p: uint8(pi)})
 			}
 		}
 	}
 	at := func(r mref) (*endpoint, *port) {
 		s := p.slices[r.s]
-		return &s.eps[r.e], &s.ports[r.p]
+		return &s.eps[r.e], &(*s.ports)[r.p]
 	}
 	slices.SortFunc(refs, func(a, b mref) int {
 		ea, pa := at(a)
@@ -142,8 +180,34 @@ func (p *part) merge() {
 		}
 		out = append(out, r)
 	}
+	if n := len(out); len(p.slices) == 1 && len(*p.slices[0].ports) == 1 && n == len(p.slices[0].eps) && n <= len(identity1) &&
+		slices.Equal(out, identity1[:n]) {
+		p.merged = identity1[:n:n] // shared: no array of its own
+		return
+	}
 	p.merged = slices.Clip(out)
 }
+
+// sortEndpoints puts a slice's endpoints in address order (stable: copies of one address keep
+// the report's order), which is the order its merge lists them in: a slice with one port then
+// merges to the shared identity1 instead of an array of its own, and merging costs a check.
+func sortEndpoints(s *slice) {
+	less := func(a, b endpoint) int { return compareAddr(&a.addr, &b.addr) }
+	if !slices.IsSortedFunc(s.eps, less) {
+		slices.SortStableFunc(s.eps, less)
+	}
+}
+
+// identity1 is the merge of one slice with one port whose endpoints are distinct (they are in
+// address order, sortEndpoints), the usual small service in a cluster: such parts share it
+// rather than each holding the same array.
+var identity1 = func() []mref {
+	out := make([]mref, 1024)
+	for i := range out {
+		out[i].e = uint16(i)
+	}
+	return out
+}()
 
 func compareAddr(a, b *[16]byte) int {
 	for i := range a {
@@ -154,25 +218,12 @@ func compareAddr(a, b *[16]byte) int {
 	return 0
 }
 
-// service is one namespace/name. Its parts are touched only by the reconciler working on its
-// key (the work queue hands a key to one worker at a time); readers use snap.
+// service is one namespace/name: only the pointer to its current snapshot, which holds its parts
+// as well (clusterSnap), so that the state the reconciler works from and the state queries read
+// are one and the same, not two copies. The snapshot is replaced by the reconciler working on the
+// service's key (the work queue hands a key to one worker at a time); readers load it.
 type service struct {
-	key, ns, name string
-	parts         []*part // sorted by cluster name
-	snap          atomic.Pointer[snapshot]
-}
-
-func (s *service) part(c *clusterInfo, create bool) (int, *part) {
-	i, ok := sort.Find(len(s.parts), func(i int) int { return cmp.Compare(c.name, s.parts[i].cluster.name) })
-	if ok {
-		return i, s.parts[i]
-	}
-	if !create {
-		return i, nil
-	}
-	p := &part{cluster: c}
-	s.parts = slices.Insert(s.parts, i, p)
-	return i, p
+	snap atomic.Pointer[snapshot]
 }
 
 // strtab interns the strings endpoints repeat (zones, nodes, port names): an endpoint stores a
@@ -218,7 +269,8 @@ func stringsClone(s string) string { return string([]byte(s)) }
 
 // Store is the in-memory endpoint store.
 type Store struct {
-	strs *strtab
+	strs  *strtab
+	ports portLists
 
 	mu       sync.RWMutex
 	services map[string]*service
@@ -227,7 +279,10 @@ type Store struct {
 	clusters map[string]*clusterInfo
 
 	version atomic.Uint64
-	hub     hub
+	// addresses is the (endpoint, port) pairs of every service and cluster, evicted included:
+	// what the response cache's default budget scales with.
+	addresses atomic.Int64
+	hub       hub
 }
 
 // NewStore returns an empty store.
@@ -277,7 +332,7 @@ func (st *Store) snapshot(key string) *snapshot {
 	return s.snap.Load()
 }
 
-func (st *Store) service(key, ns, name string) *service {
+func (st *Store) service(key string) *service {
 	st.mu.RLock()
 	s := st.services[key]
 	st.mu.RUnlock()
@@ -287,27 +342,49 @@ func (st *Store) service(key, ns, name string) *service {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if s = st.services[key]; s == nil {
-		s = &service{key: key, ns: ns, name: name}
+		s = &service{}
 		st.services[key] = s
 	}
 	return s
 }
 
-func (st *Store) dropService(s *service) {
+func (st *Store) dropService(key string, s *service) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.services[s.key] == s {
-		delete(st.services, s.key)
+	if st.services[key] == s {
+		delete(st.services, key)
 	}
+}
+
+// servicesIn returns the keys of the services with slices in cluster c, served or evicted.
+func (st *Store) servicesIn(c *clusterInfo) []string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	var out []string
+	for key, s := range st.services {
+		sn := s.snap.Load()
+		if sn == nil {
+			continue
+		}
+		for _, cs := range sn.parts() {
+			if cs.cluster == c {
+				out = append(out, key)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Services returns the snapshots of every service accepted by keep, ordered by key.
 func (st *Store) Services(keep func(ns, name string) bool) []*snapshot {
 	st.mu.RLock()
 	out := make([]*snapshot, 0, len(st.services))
-	for _, s := range st.services {
-		if keep != nil && !keep(s.ns, s.name) {
-			continue
+	for key, s := range st.services {
+		if keep != nil {
+			if ns, name, _ := strings.Cut(key, "/"); !keep(ns, name) {
+				continue
+			}
 		}
 		if sn := s.snap.Load(); sn != nil {
 			out = append(out, sn)
@@ -315,10 +392,12 @@ func (st *Store) Services(keep func(ns, name string) bool) []*snapshot {
 	}
 	st.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *snapshot) int {
-		if c := cmp.Compare(a.ns, b.ns); c != 0 {
+		ans, an := a.names()
+		bns, bn := b.names()
+		if c := cmp.Compare(ans, bns); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.name, b.name)
+		return cmp.Compare(an, bn)
 	})
 	return out
 }

@@ -208,7 +208,7 @@ func present(sn *snapshot, ew *endpointv1.EndpointWeight) bool {
 	}
 	for ci := range sn.clusters {
 		cs := &sn.clusters[ci]
-		if cs.name != ew.ClusterName {
+		if cs.name() != ew.ClusterName {
 			continue
 		}
 		for _, s := range cs.slices {
