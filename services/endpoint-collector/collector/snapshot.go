@@ -119,6 +119,8 @@ type cachedResponse struct {
 	jsonOnce, binOnce sync.Once
 	json, bin         []byte
 
+	gz [2]*gzipped // the gzip of each encoding (by encJSON, encBinary); under responseCodec.mu
+
 	home *atomic.Pointer[cachedResponse] // the snapshot's slot holding it
 	used atomic.Bool                     // served since the clock hand last passed
 	// Guarded by responseCodec.mu: the position in the clock (-1 when out of it) and the
