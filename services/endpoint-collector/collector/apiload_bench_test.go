@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +60,10 @@ func buildLoadgen(b *testing.B) string {
 
 // loadReport is the part of tools/loadgen's output read here.
 type loadReport struct {
+	// Measured here: CPU time of this process (the server, and anything else it runs) and of
+	// the load generator during the window, per request.
+	serverCPU, clientCPU float64 // µs per request
+
 	Throughput float64 `json:"throughput"`
 	Requests   uint64  `json:"requests"`
 	Success    float64 `json:"success"`
@@ -142,7 +147,9 @@ func benchmarkGetServiceEndpoints(b *testing.B, bin string, gz bool) {
 			cmd := exec.Command(bin, args...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
+			cpu0 := processCPU()
 			out, err := cmd.Output()
+			serverCPU := processCPU() - cpu0
 			if err != nil {
 				b.Fatalf("loadgen: %v\n%s", err, stderr.Bytes())
 			}
@@ -157,6 +164,9 @@ func benchmarkGetServiceEndpoints(b *testing.B, bin string, gz bool) {
 			if r.Success != 1 || len(r.Errors) > 0 || r.ContentEncodings[want] != int(r.Requests) {
 				b.Fatalf("loadgen against %s: success %.3f, encodings %v, errors %v", url, r.Success, r.ContentEncodings, r.Errors)
 			}
+			perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(r.Requests) }
+			r.serverCPU = perReq(serverCPU)
+			r.clientCPU = perReq(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 			return r
 		}
 		var ours, base []loadReport
@@ -193,9 +203,12 @@ func benchmarkGetServiceEndpoints(b *testing.B, bin string, gz bool) {
 		for i := range rounds {
 			ratios[i] = fmt.Sprintf("%.2f", ours[i].Throughput/base[i].Throughput)
 		}
-		b.Logf("per-window ratios %s; our p50/p99 %.2f/%.2f ms, bare %.2f/%.2f ms (medians); %.0f vs %.0f response bytes",
+		srvCPU := func(r loadReport) float64 { return r.serverCPU }
+		cliCPU := func(r loadReport) float64 { return r.clientCPU }
+		b.Logf("per-window ratios %s; our p50/p99 %.2f/%.2f ms, bare %.2f/%.2f ms (medians); %.0f vs %.0f response bytes; "+
+			"CPU per request (medians): server %.1f µs vs bare %.1f µs, load generator %.1f µs vs %.1f µs",
 			strings.Join(ratios, " "), median(ours, p50), median(ours, p99), median(base, p50), median(base, p99),
-			ours[0].BytesInMean, base[0].BytesInMean)
+			ours[0].BytesInMean, base[0].BytesInMean, median(ours, srvCPU), median(base, srvCPU), median(ours, cliCPU), median(base, cliCPU))
 		b.ReportMetric(sum(ours, tput)/rounds, "req/s")
 		b.ReportMetric(sum(base, tput)/rounds, "bare-req/s")
 		b.ReportMetric(sum(ours, tput)/sum(base, tput), "ratio")
@@ -204,7 +217,18 @@ func benchmarkGetServiceEndpoints(b *testing.B, bin string, gz bool) {
 		b.ReportMetric(median(ours, p50)/median(base, p50), "p50-ratio")
 		b.ReportMetric(median(ours, p99)/median(base, p99), "p99-ratio")
 		b.ReportMetric(ours[0].BytesInMean, "resp-bytes")
+		b.ReportMetric(median(ours, srvCPU), "server-cpu-µs/req")
+		b.ReportMetric(median(base, srvCPU), "bare-server-cpu-µs/req")
 	}
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // probe makes one request as the load generator does and returns the response body, decoded:
