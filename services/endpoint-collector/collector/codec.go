@@ -201,6 +201,9 @@ func (j *jsonCodec) Unmarshal(data []byte, m any) error {
 	if len(data) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object")
 	}
+	if req, ok := m.(*endpointv1.GetServiceEndpointsRequest); ok && decodeGetRequest(data, req) {
+		return nil
+	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, pm); err != nil {
 		return fmt.Errorf("unmarshal into %T: %w", m, err)
 	}
