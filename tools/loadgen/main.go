@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -68,28 +69,31 @@ type Report struct {
 }
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	hdr := headers{}
 	var (
-		url      = flag.String("url", "", "target URL (required)")
-		method   = flag.String("method", http.MethodPost, "HTTP method")
-		body     = flag.String("body", "", "request body")
-		workers  = flag.Int("workers", 16, "concurrent clients, one keep-alive connection each")
-		rate     = flag.Int("rate", 0, "requests per second; 0 sends as fast as the workers go")
-		duration = flag.Duration("duration", time.Second, "measured attack")
-		warmup   = flag.Duration("warmup", 50*time.Millisecond, "unmeasured load first, on the same connections")
-		timeout  = flag.Duration("timeout", 10*time.Second, "per request")
+		url      = fs.String("url", "", "target URL (required)")
+		method   = fs.String("method", http.MethodPost, "HTTP method")
+		body     = fs.String("body", "", "request body")
+		workers  = fs.Int("workers", 16, "concurrent clients, one keep-alive connection each")
+		rate     = fs.Int("rate", 0, "requests per second; 0 sends as fast as the workers go")
+		duration = fs.Duration("duration", time.Second, "measured attack")
+		warmup   = fs.Duration("warmup", 50*time.Millisecond, "unmeasured load first, on the same connections")
+		timeout  = fs.Duration("timeout", 10*time.Second, "per request")
 	)
-	flag.Var(hdr, "H", "request header 'Name: value' (repeatable)")
-	flag.Parse()
+	fs.Var(hdr, "H", "request header 'Name: value' (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	if *url == "" || *workers < 1 || *duration <= 0 || *rate < 0 {
-		flag.Usage()
+		fs.Usage()
 		return errors.New("-url, -workers ≥ 1 and -duration > 0 are required")
 	}
 
@@ -142,7 +146,7 @@ func run() error {
 		StatusCodes: m.StatusCodes, ContentEncodings: enc, Errors: m.Errors}
 	r.Latency.Mean, r.Latency.P50, r.Latency.P90 = ms(m.Latencies.Mean), ms(m.Latencies.P50), ms(m.Latencies.P90)
 	r.Latency.P99, r.Latency.Max = ms(m.Latencies.P99), ms(m.Latencies.Max)
-	out := json.NewEncoder(os.Stdout)
+	out := json.NewEncoder(stdout)
 	out.SetIndent("", "  ")
 	return out.Encode(r)
 }
