@@ -6,13 +6,9 @@ package collector
 //
 //	go test -run '^$' -bench . -benchtime 1x ./collector/
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -460,103 +456,6 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2], s[len(s)*99/100]
-}
-
-// BenchmarkGetServiceEndpoints: requests/s of GetServiceEndpoints (Connect JSON over HTTP/1.1,
-// through the server scaffold's interceptors) against a bare net/http handler writing the same
-// response bytes from memory, same client, same concurrency, in the same run.
-func BenchmarkGetServiceEndpoints(b *testing.B) {
-	const (
-		conc   = 16
-		dur    = 400 * time.Millisecond
-		rounds = 10
-	)
-	for range b.N {
-		js := testkit.StartJetStream(b)
-		h := startCollector(b, js.JS, Config{})
-		ctx := context.Background()
-		for _, cl := range []string{"east", "west"} {
-			rep := benchSlice(cl, 1, 0, 10, 0)
-			rep.Service = "cart"
-			if _, err := events.NewStore(js.JS, "bench").Append(ctx, subjects.AgentEndpointSlice(cl, "bench", rep.Slice), cl, events.Any, rep); err != nil {
-				b.Fatal(err)
-			}
-		}
-		url := h.http.URL + "/fleetstream.endpoint.v1.EndpointService/GetServiceEndpoints"
-		body := []byte(`{"namespace":"bench","name":"cart"}`)
-		var resp []byte
-		testkit.Eventually(b, 10*time.Second, func() error {
-			r, err := http.Post(url, "application/json", bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			defer r.Body.Close()
-			resp, _ = io.ReadAll(r.Body)
-			if r.StatusCode != 200 || !strings.Contains(string(resp), `"west"`) {
-				return fmt.Errorf("%d %s", r.StatusCode, resp)
-			}
-			return nil
-		})
-		// The baseline server: same bytes, no work.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		bare := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(resp)
-		})}
-		go func() { _ = bare.Serve(ln) }()
-		bareURL := "http://" + ln.Addr().String() + "/"
-
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, DisableCompression: true}}
-		run := func(url string) float64 {
-			var n atomic.Int64
-			stop := time.Now().Add(dur)
-			var wg sync.WaitGroup
-			for range conc {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for time.Now().Before(stop) {
-						r, err := client.Post(url, "application/json", bytes.NewReader(body))
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						_, _ = io.Copy(io.Discard, r.Body)
-						r.Body.Close()
-						if r.StatusCode != 200 {
-							b.Errorf("status %d", r.StatusCode)
-							return
-						}
-						n.Add(1)
-					}
-				}()
-			}
-			wg.Wait()
-			return float64(n.Load()) / dur.Seconds()
-		}
-		// Short windows, interleaved, alternating which goes first: a noisy neighbour hurts
-		// both alike.
-		var ours, base float64
-		for i := range rounds {
-			if i%2 == 0 {
-				base += run(bareURL)
-				ours += run(url)
-			} else {
-				ours += run(url)
-				base += run(bareURL)
-			}
-		}
-		b.ReportMetric(ours/rounds, "req/s")
-		b.ReportMetric(base/rounds, "bare-req/s")
-		b.ReportMetric(ours/base, "ratio")
-		b.ReportMetric(float64(len(resp)), "resp-bytes")
-		_ = bare.Close()
-		h.stop()
-	}
 }
 
 // BenchmarkMemoryPerEndpoint: heap held by the collector for 50,000 services x 2 clusters x

@@ -50,9 +50,10 @@ func query(t testing.TB, c *Collector, svc int) *endpointv1.GetServiceEndpointsR
 	return resp.Msg
 }
 
-// checkAccounts checks the cache's byte count against its entries.
+// checkAccounts checks the cache's byte count against its entries, and its gzip index.
 func checkAccounts(t testing.TB, r *responseCodec) (entries int, bytes int64) {
 	t.Helper()
+	defer checkGzipIndex(t, r) // after the unlock below
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var sum int64

@@ -1,8 +1,10 @@
 package collector
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 
@@ -25,8 +27,16 @@ import (
 // (Config.ResponseCacheBytes; by default a share of the store, see ResponseCacheBytesPerAddress). Past it, a clock sweep evicts: every hit sets an entry's used bit,
 // the hand clears set bits and evicts the first entry found clear, so what is polled stays and
 // what was asked once goes. An evicted response is built again on its next query.
+//
+// Clients ask for gzip (a Connect client sends Accept-Encoding: gzip on every unary call), so
+// the gzip of a cached encoding is cached too (gzip.go): Connect hands its compressor the
+// encoded bytes, not the message, so those are indexed by a hash of the bytes.
 type responseCodec struct {
 	cache sync.Map // *GetServiceEndpointsResponse -> *cachedResponse
+	gz    sync.Map // uint64, maphash of an encoding -> *gzipped
+	seed  maphash.Seed
+	// Messages gzipped: cached encodings (once each) and others (per request); for tests.
+	gzipsCached, gzipsPerRequest atomic.Int64
 
 	// budget in bytes: < 0 caches nothing; 0 scales with the store, ResponseCacheBytesPerAddress
 	// per address it holds (addresses), within [MinResponseCacheBytes, DefaultResponseCacheBytes].
@@ -39,7 +49,7 @@ type responseCodec struct {
 }
 
 func newResponseCodec(budget int64, addresses *atomic.Int64) *responseCodec {
-	return &responseCodec{budget: budget, addresses: addresses}
+	return &responseCodec{budget: budget, addresses: addresses, seed: maphash.MakeSeed()}
 }
 
 func (r *responseCodec) caching() bool { return r != nil && r.budget >= 0 }
@@ -68,16 +78,30 @@ func (r *responseCodec) admit(c *cachedResponse) {
 	r.evictLocked()
 }
 
-// grow accounts for an encoding made after c was admitted.
-func (r *responseCodec) grow(c *cachedResponse, n int) {
+// encoded accounts for encoding enc (kind encJSON or encBinary) of c, made after c was
+// admitted, and indexes it for the gzip compressor. It returns the bytes c is to keep: enc, or
+// the same bytes of another entry already indexed (READY and READY_OR_TERMINATING of a service
+// with a ready endpoint are the same response), which c then shares with its gzip encoding.
+func (r *responseCodec) encoded(c *cachedResponse, kind int, enc []byte) []byte {
+	h := maphash.Bytes(r.seed, enc)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c.slot < 0 {
-		return // evicted or forgotten meanwhile
+		return enc // evicted or forgotten meanwhile: neither kept nor indexed
 	}
-	c.size += int64(n)
-	r.bytes += int64(n)
+	g := r.refGzippedLocked(c, h, enc)
+	if g != nil {
+		c.gz[kind] = g
+		enc = g.raw
+	}
+	r.chargeLocked(c, int64(cap(enc)))
 	r.evictLocked()
+	return enc
+}
+
+func (r *responseCodec) chargeLocked(c *cachedResponse, n int64) {
+	c.size += n
+	r.bytes += n
 }
 
 // forget drops c (its snapshot was superseded). It may be called more than once.
@@ -120,6 +144,12 @@ func (r *responseCodec) removeLocked(c *cachedResponse) {
 	c.slot = -1
 	r.bytes -= c.size
 	r.cache.Delete(c.msg)
+	for k, g := range c.gz {
+		if g != nil {
+			r.unrefGzippedLocked(c, g)
+			c.gz[k] = nil
+		}
+	}
 }
 
 // stats returns the entries and bytes held (tests and benchmarks).
@@ -141,10 +171,19 @@ func (r *responseCodec) lookup(m any) *cachedResponse {
 	return c.(*cachedResponse)
 }
 
-// HandlerOptions are srv's options plus the caching codecs.
+// HandlerOptions are srv's options plus the caching codecs and gzip compressor.
 func (c *Collector) HandlerOptions(srv *server.Server) []connect.HandlerOption {
-	return append(append([]connect.HandlerOption{}, srv.HandlerOptions()...),
-		connect.WithCodec(&jsonCodec{r: c.codec}), connect.WithCodec(&binaryCodec{r: c.codec}))
+	return append(append([]connect.HandlerOption{}, srv.HandlerOptions()...), c.codecOptions()...)
+}
+
+// codecOptions replace Connect's JSON and binary codecs and its gzip compressor with those that
+// serve cached responses.
+func (c *Collector) codecOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithCodec(&jsonCodec{r: c.codec}), connect.WithCodec(&binaryCodec{r: c.codec}),
+		connect.WithCompression("gzip", func() connect.Decompressor { return &gzip.Reader{} },
+			func() connect.Compressor { return &gzipCompressor{r: c.codec} }),
+	}
 }
 
 var errNotProto = errors.New("not a protobuf message")
@@ -160,8 +199,9 @@ func (j *jsonCodec) Marshal(m any) ([]byte, error) { return j.MarshalAppend(nil,
 func (j *jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	if c := j.r.lookup(m); c != nil {
 		c.jsonOnce.Do(func() {
-			c.json, _ = protojson.Marshal(c.msg)
-			j.r.grow(c, cap(c.json))
+			if b, err := protojson.Marshal(c.msg); err == nil {
+				c.json = j.r.encoded(c, encJSON, b)
+			}
 		})
 		if c.json != nil {
 			return append(dst, c.json...), nil
@@ -182,6 +222,9 @@ func (j *jsonCodec) Unmarshal(data []byte, m any) error {
 	if len(data) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object")
 	}
+	if req, ok := m.(*endpointv1.GetServiceEndpointsRequest); ok && decodeGetRequest(data, req) {
+		return nil
+	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, pm); err != nil {
 		return fmt.Errorf("unmarshal into %T: %w", m, err)
 	}
@@ -197,8 +240,9 @@ func (b *binaryCodec) Marshal(m any) ([]byte, error) { return b.MarshalAppend(ni
 func (b *binaryCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	if c := b.r.lookup(m); c != nil {
 		c.binOnce.Do(func() {
-			c.bin, _ = proto.Marshal(c.msg)
-			b.r.grow(c, cap(c.bin))
+			if bin, err := proto.Marshal(c.msg); err == nil {
+				c.bin = b.r.encoded(c, encBinary, bin)
+			}
 		})
 		if c.bin != nil {
 			return append(dst, c.bin...), nil

@@ -196,6 +196,8 @@ type cachedResponse struct {
 	jsonOnce, binOnce sync.Once
 	json, bin         []byte
 
+	gz [2]*gzipped // the gzip of each encoding (by encJSON, encBinary); under responseCodec.mu
+
 	owner  *snapshot
 	slots  *respSlots // the owner's slots, holding it at filter
 	filter uint8
