@@ -11,8 +11,6 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -179,15 +177,4 @@ func Internal(err error) error {
 }
 
 // transient reports the bus errors after which the same call may succeed.
-func transient(err error) bool {
-	for _, t := range []error{nats.ErrTimeout, nats.ErrNoResponders, nats.ErrConnectionClosed, nats.ErrConnectionDraining,
-		nats.ErrConnectionReconnecting, nats.ErrDisconnected, jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled,
-		jetstream.ErrJetStreamNotEnabledForAccount, jetstream.ErrStreamNotFound, jetstream.ErrBucketNotFound} {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	var apiErr *jetstream.APIError
-	// 503 is JetStream's "no leader / cluster not available" family.
-	return errors.As(err, &apiErr) && apiErr.Code == 503
-}
+func transient(err error) bool { return events.Transient(err) }

@@ -204,18 +204,25 @@ func (e *Engine) lead(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil // stopped, or the lease is lost
 		}
-		if !errors.Is(err, errSuperseded) {
+		switch {
+		case errors.Is(err, errSuperseded):
+			// Another engine wrote the checkpoint although this one holds the lease (an old
+			// leader's last write, or our own write whose answer was lost): read the view again.
+			e.log.Warn("view checkpoint moved under this engine; reopening", zap.Duration("in", delay))
+		case !errors.Is(err, ErrHistoryGone) && (events.Transient(err) || errors.Is(err, context.DeadlineExceeded)):
+			// Opening the bucket or the consumer while a NATS node is lost and its streams
+			// elect new leaders (a JetStream request times out; ctx itself is alive): the
+			// service must ride it out, not exit.
+			e.log.Warn("view unavailable; reopening", zap.Error(err), zap.Duration("in", delay))
+		default:
 			return err
 		}
-		// Another engine wrote the checkpoint although this one holds the lease (an old leader's
-		// last write, or our own write whose answer was lost): read the view again.
-		e.log.Warn("view checkpoint moved under this engine; reopening", zap.Duration("in", delay))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
+		delay = min(2*delay, time.Second)
 	}
 }
 
