@@ -238,11 +238,12 @@ func (e *env) resumed(t *testing.T, t0 time.Time) (time.Duration, string, bool) 
 }
 
 // Issue 14 asks API writes to resume within 5 s of a NATS node's death. They cannot while a
-// stream or bucket on the write path has no leader: a crashed leader's R3 asset takes writes
-// again only once a follower's Raft election timer fires, 4-9 s at random in nats-server
-// (minElectionTimeout/maxElectionTimeout in raft.go, not configurable), whoever writes. So the
-// goal is: within 5 s, or within electionSlack of the last new leader of what the dead node
-// led, whichever is later. What is ours after the elections: a round of the load (every 500
+// stream or bucket on the write path has no leader, nor while the JetStream meta group has none
+// (no consumer can be created then, a restarted watch's included): a crashed leader's Raft
+// group works again only once a follower's election timer fires, 4-9 s at random in
+// nats-server (minElectionTimeout/maxElectionTimeout in raft.go, not configurable), whoever
+// writes. So the goal is: within 5 s, or within electionSlack of the last new leader of what
+// the dead node led, whichever is later. What is ours after the elections: a round of the load (every 500
 // ms), the write itself, and a view whose pull was on the dead node (moved within 2 s of the
 // death, during the election: consumer.Heartbeat).
 const electionSlack = 3 * time.Second
@@ -339,7 +340,7 @@ func (e *env) killAndReturn(t *testing.T, node string) string {
 // new leader: a write to one of them cannot succeed before, whoever sends it.
 func describeElections(node string, led []string, elected map[string]time.Duration) string {
 	if len(led) == 0 {
-		return node + " led no stream or bucket"
+		return node + " led no stream, bucket or the meta group"
 	}
 	first, last := time.Duration(-1), time.Duration(0)
 	var late []string
@@ -355,9 +356,9 @@ func describeElections(node string, led []string, elected map[string]time.Durati
 		last = max(last, d)
 	}
 	if len(late) == len(led) {
-		return fmt.Sprintf("%s led %d streams and buckets (%s); none had a new leader within 15 s", node, len(led), strings.Join(led, ", "))
+		return fmt.Sprintf("%s led %d Raft groups (%s); none had a new leader within 15 s", node, len(led), strings.Join(led, ", "))
 	}
-	out := fmt.Sprintf("%s led %d streams and buckets (%s); nats-server elected their new leaders %s-%s after the kill",
+	out := fmt.Sprintf("%s led %d Raft groups (%s); nats-server elected their new leaders %s-%s after the kill",
 		node, len(led), strings.Join(led, ", "), first.Round(10*time.Millisecond), last.Round(10*time.Millisecond))
 	if len(late) > 0 {
 		out += fmt.Sprintf(" (%s: none within 15 s)", strings.Join(late, ", "))

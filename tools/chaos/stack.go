@@ -200,6 +200,9 @@ func (s *Stack) StreamLeaders(ctx context.Context) (map[string]StreamState, erro
 			continue
 		}
 		var jsz struct {
+			Meta struct {
+				Leader string `json:"leader"`
+			} `json:"meta_cluster"`
 			AccountDetails []struct {
 				StreamDetail []struct {
 					Name    string `json:"name"`
@@ -225,6 +228,9 @@ func (s *Stack) StreamLeaders(ctx context.Context) (map[string]StreamState, erro
 			}
 		}
 		if len(out) > 0 {
+			// The JetStream meta group (stream and consumer assignments: every new consumer,
+			// a restarted watch's included, waits for its leader) under a name no stream has.
+			out[MetaGroup] = StreamState{Leader: jsz.Meta.Leader}
 			return out, nil
 		}
 		lastErr = fmt.Errorf("%s: no streams in /jsz", node)
@@ -264,6 +270,9 @@ func (s *Stack) WatchElections(ctx context.Context, dead string, streams []strin
 	}
 	return out
 }
+
+// MetaGroup is the JetStream meta group's entry in StreamLeaders.
+const MetaGroup = "$META"
 
 // StreamState is one stream as its leader reports it.
 type StreamState struct {
