@@ -398,6 +398,7 @@ func (r *registry) run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+	go r.sweepUnregistered(ctx, cache)
 	for {
 		snap, ch := cache.Subscribe(ctx, 1024)
 		for _, u := range snap {
@@ -439,6 +440,41 @@ func (r *registry) apply(ctx context.Context, u view.Update[*clusterv1.Cluster])
 	}
 	if back {
 		r.c.reevaluate(name)
+	}
+}
+
+// sweepUnregistered catches the deregistrations apply cannot see. A cluster registered and
+// deregistered within one batch of the registry view's engine never appears in the bucket (the
+// engine writes only the batch's outcome, a delete of a key the cache never had, which is no
+// update), yet its agent may have reported endpoints meanwhile. At start and on every change of
+// the bucket, each cluster with endpoints that the registry has never shown is checked against
+// its stream;
+// in a fleet whose clusters are all registered there are none to check.
+func (r *registry) sweepUnregistered(ctx context.Context, cache *view.Cache[*clusterv1.Cluster]) {
+	// Once at start too: the registry may attach after such a pair (it waits for the bucket),
+	// and the loaded bucket then just lacks the cluster.
+	start := make(chan struct{})
+	close(start)
+	var changed <-chan struct{} = start
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		changed = cache.Changed() // before the sweep: a change during it wakes the next one
+		for _, ci := range r.c.store.Clusters() {
+			if ci.fromRegistry.Load() || ci.deregistered.Load() {
+				continue
+			}
+			if _, ok := cache.Get(keys.Encode(ci.name)); ok || !r.deregistered(ctx, ci.name) {
+				continue
+			}
+			if !ci.deregistered.Swap(true) {
+				r.c.log.Info("cluster deregistered: its endpoints are no longer served", zap.String("cluster", ci.name))
+				r.c.reevaluate(ci.name)
+			}
+		}
 	}
 }
 
