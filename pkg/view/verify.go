@@ -85,10 +85,24 @@ func Verify(ctx context.Context, js jetstream.JetStream, p Projection, opts ...V
 	// (pkg/view's checkHistory exempts it for that reason).
 	latestOnly := stream.CachedInfo().Config.MaxMsgsPerSubject > 0
 	var why string
+	// Entries newer than the checkpoint are a batch being written while the engine moves, but a
+	// write by something else (corruption, the very thing to catch) while it does not: once the
+	// checkpoint has stayed at the same KV revision for aheadPatience attempts, compare anyway.
+	const aheadPatience = 5
+	var aheadRev uint64
+	aheadSeen := 0
 	for attempt := 1; ; attempt++ {
-		v, unfit, err := verifyOnce(ctx, js, p, fd, latestOnly)
+		v, unfit, rev, err := verifyOnce(ctx, js, p, fd, latestOnly, aheadSeen >= aheadPatience)
 		if err != nil || unfit == "" {
 			return v, err
+		}
+		switch {
+		case rev == 0:
+			aheadRev, aheadSeen = 0, 0
+		case rev == aheadRev:
+			aheadSeen++
+		default:
+			aheadRev, aheadSeen = rev, 1
 		}
 		why = unfit
 		if attempt >= o.attempts {
@@ -104,37 +118,45 @@ func Verify(ctx context.Context, js jetstream.JetStream, p Projection, opts ...V
 
 // verifyOnce compares the bucket with a rebuild once. unfit is empty when it did; otherwise it
 // says why this attempt could not compare (nothing in v is meaningful then).
-func verifyOnce(ctx context.Context, js jetstream.JetStream, p Projection, fd protoreflect.FieldDescriptor, latestOnly bool) (v Verification, unfit string, err error) {
+//
+// aheadRev is the checkpoint's KV revision when the attempt was unfit only because entries
+// newer than it were in the bucket (0 otherwise); tolerateAhead compares then anyway.
+func verifyOnce(ctx context.Context, js jetstream.JetStream, p Projection, fd protoreflect.FieldDescriptor, latestOnly, tolerateAhead bool) (v Verification, unfit string, aheadRev uint64, err error) {
 	v = Verification{View: p.Name}
 	kv, err := js.KeyValue(ctx, p.Bucket.Bucket)
 	if err != nil {
-		return v, "", fmt.Errorf("verify view %s: bucket: %w", p.Name, err)
+		return v, "", 0, fmt.Errorf("verify view %s: bucket: %w", p.Name, err)
 	}
 	before, err := readMeta(ctx, kv)
 	if err != nil {
-		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", 0, fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
 	if before.Version != p.Version {
-		return v, "", fmt.Errorf("verify view %s: the bucket holds version %d, the projection is version %d", p.Name, before.Version, p.Version)
+		return v, "", 0, fmt.Errorf("verify view %s: the bucket holds version %d, the projection is version %d", p.Name, before.Version, p.Version)
 	}
 	v.Checkpoint = before.Checkpoint
 	want, beyond, err := fold(ctx, js, p, fd, before.Checkpoint)
 	if err != nil {
-		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", 0, fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
-	got, err := readEntries(ctx, kv, p)
+	got, metaRev, ahead, err := readEntries(ctx, kv, p)
 	if err != nil {
-		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", 0, fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
 	after, err := readMeta(ctx, kv)
 	if err != nil {
-		return v, "", fmt.Errorf("verify view %s: %w", p.Name, err)
+		return v, "", 0, fmt.Errorf("verify view %s: %w", p.Name, err)
 	}
 	if after.Checkpoint != before.Checkpoint {
-		return v, fmt.Sprintf("the checkpoint moved from %d to %d during the comparison", before.Checkpoint, after.Checkpoint), nil
+		return v, fmt.Sprintf("the checkpoint moved from %d to %d during the comparison", before.Checkpoint, after.Checkpoint), 0, nil
+	}
+	if ahead && !tolerateAhead {
+		// The engine writes a batch's entries, then its checkpoint: entries newer than the
+		// checkpoint the bucket holds are the next batch's, caught half-written.
+		return v, fmt.Sprintf("entries past checkpoint %d were being written", before.Checkpoint), metaRev, nil
 	}
 	if latestOnly && beyond {
-		return v, fmt.Sprintf("stream %s keeps the latest message per subject and holds messages of the view past its checkpoint %d (the engine lags)", p.Stream, before.Checkpoint), nil
+		return v, fmt.Sprintf("stream %s keeps the latest message per subject and holds messages of the view past its checkpoint %d (the engine lags)", p.Stream, before.Checkpoint), 0, nil
 	}
 	v.Entries = len(want)
 	keys := make(map[string]struct{}, len(want)+len(got))
@@ -152,7 +174,7 @@ func verifyOnce(ctx context.Context, js jetstream.JetStream, p Projection, fd pr
 		v.Mismatches = append(v.Mismatches, Mismatch{Key: k, Want: text(w), Got: text(g)})
 	}
 	sort.Slice(v.Mismatches, func(i, j int) bool { return v.Mismatches[i].Key < v.Mismatches[j].Key })
-	return v, "", nil
+	return v, "", 0, nil
 }
 
 func readMeta(ctx context.Context, kv jetstream.KeyValue) (meta, error) {
@@ -236,30 +258,39 @@ func fold(ctx context.Context, js jetstream.JetStream, p Projection, fd protoref
 	}
 }
 
-func readEntries(ctx context.Context, kv jetstream.KeyValue, p Projection) (map[string]proto.Message, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+// readEntries returns the bucket's entries (without MetaKey), MetaKey's KV revision, and whether
+// any entry, a deletion included, was written after MetaKey was last: the engine was writing the
+// next batch.
+func readEntries(ctx context.Context, kv jetstream.KeyValue, p Projection) (map[string]proto.Message, uint64, bool, error) {
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read bucket: %w", err)
+		return nil, 0, false, fmt.Errorf("read bucket: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	entries := map[string]proto.Message{}
+	var metaRev, newest uint64
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, 0, false, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("read bucket: watch closed")
+				return nil, 0, false, errors.New("read bucket: watch closed")
 			}
 			if e == nil {
-				return entries, nil // initial values done
+				return entries, metaRev, newest > metaRev, nil // initial values done
 			}
 			if e.Key() == MetaKey {
+				metaRev = e.Revision()
+				continue
+			}
+			newest = max(newest, e.Revision())
+			if e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
 			m := p.New()
 			if err := proto.Unmarshal(e.Value(), m); err != nil {
-				return nil, fmt.Errorf("read bucket: decode %s: %w", e.Key(), err)
+				return nil, 0, false, fmt.Errorf("read bucket: decode %s: %w", e.Key(), err)
 			}
 			entries[e.Key()] = m
 		}
