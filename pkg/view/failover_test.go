@@ -30,25 +30,7 @@ import (
 // leader are on the node the engine is connected to), so no Raft election is involved and what
 // is timed is the engine's own recovery.
 func TestViewLeavesACrashedConsumerNode(t *testing.T) {
-	c := testkit.StartCluster(t, nil)
-	var home *natsembed.Server
-	for _, n := range c.Nodes {
-		if n.JetStreamIsLeader() {
-			home = n
-		}
-	}
-	if home == nil {
-		t.Fatal("no meta leader")
-	}
-	nc, err := nats.Connect(home.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, home, nc, js := clusterAtMetaLeader(t)
 	ctx := testkit.Context(t, 3*time.Minute)
 	if err := topology.Ensure(ctx, js, 3, topology.Merge(topology.DeadLetter(), topology.Topology{
 		Streams: []jetstream.StreamConfig{topology.EventStream("TEST", "test", "test.>")},
@@ -91,11 +73,7 @@ func TestViewLeavesACrashedConsumerNode(t *testing.T) {
 			t.Fatalf("the view's consumer was on %s in 30 starts", home.Name())
 		}
 	}
-	for _, n := range c.Nodes {
-		if n.Name() == host {
-			n.Stop()
-		}
-	}
+	stopNode(c, host)
 	crashed := time.Now()
 	seq, err := store.Append(ctx, "test.b", "b", events.Any, &clusterv1.ClusterRegistered{Id: "b", Name: "b"})
 	if err != nil {
@@ -111,6 +89,40 @@ func TestViewLeavesACrashedConsumerNode(t *testing.T) {
 		t.Fatalf("the view applied the event %s after its consumer's node stopped; want within 5 s", d.Round(time.Millisecond))
 	} else {
 		t.Logf("the view applied the event %s after its consumer's node %s stopped", d.Round(time.Millisecond), host)
+	}
+}
+
+// clusterAtMetaLeader starts a three-node cluster and connects to its meta leader, home: the
+// node the tests keep every leader on, so that stopping another one involves no election.
+func clusterAtMetaLeader(t *testing.T) (*natsembed.Cluster, *natsembed.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	c := testkit.StartCluster(t, nil)
+	var home *natsembed.Server
+	for _, n := range c.Nodes {
+		if n.JetStreamIsLeader() {
+			home = n
+		}
+	}
+	if home == nil {
+		t.Fatal("no meta leader")
+	}
+	nc, err := nats.Connect(home.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, home, nc, js
+}
+
+func stopNode(c *natsembed.Cluster, name string) {
+	for _, n := range c.Nodes {
+		if n.Name() == name {
+			n.Stop()
+		}
 	}
 }
 
@@ -181,25 +193,7 @@ func deleteConsumers(t *testing.T, ctx context.Context, js jetstream.JetStream, 
 // the 10 s nats.go's KV watch needs to notice its missing heartbeats: authorization and
 // read-your-writes wait on caches. The crashed node leads nothing of the bucket's.
 func TestCacheLeavesACrashedWatchNode(t *testing.T) {
-	c := testkit.StartCluster(t, nil)
-	var home *natsembed.Server
-	for _, n := range c.Nodes {
-		if n.JetStreamIsLeader() {
-			home = n
-		}
-	}
-	if home == nil {
-		t.Fatal("no meta leader")
-	}
-	nc, err := nats.Connect(home.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, home, nc, js := clusterAtMetaLeader(t)
 	ctx := testkit.Context(t, 3*time.Minute)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "CACHETEST", Replicas: 3})
 	if err != nil {
@@ -244,11 +238,7 @@ func TestCacheLeavesACrashedWatchNode(t *testing.T) {
 			t.Fatalf("the cache's watch was on %s in 30 starts", home.Name())
 		}
 	}
-	for _, n := range c.Nodes {
-		if n.Name() == host {
-			n.Stop()
-		}
-	}
+	stopNode(c, host)
 	crashed := time.Now()
 	rev := put("b")
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
