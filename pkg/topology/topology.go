@@ -4,7 +4,9 @@ package topology
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,11 +42,72 @@ func Ensure(ctx context.Context, js jetstream.JetStream, replicas int, t Topolog
 	}
 	for _, kc := range t.Buckets {
 		kc.Replicas = replicas
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+		if _, _, err := OpenBucket(ctx, js, kc); err != nil {
 			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// OpenBucket returns bucket cfg.Bucket, creating it, or updating its configuration where it
+// differs from cfg; created reports that it did not exist. A bucket that already has cfg is only
+// looked up: CreateOrUpdateKeyValue costs two requests to the JetStream meta leader (account
+// info, stream update) even when nothing changes, and every view engine opens its bucket each
+// time it takes its lease. After a NATS node is lost, every lease may move at once, just when a
+// newly elected meta leader is busy; those requests are what delayed the views' return.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (kv jetstream.KeyValue, created bool, err error) {
+	kv, err = js.KeyValue(ctx, cfg.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		created = true
+	case err != nil:
+		return nil, false, err
+	default:
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		if bucketHas(st.Config(), cfg) {
+			return kv, false, nil
+		}
+	}
+	if kv, err = js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		return nil, false, err
+	}
+	return kv, created, nil
+}
+
+// bucketHas reports whether a bucket configured as have already is what want asks for, with
+// JetStream's spellings of the defaults (history 1, one replica, -1 for no size limit). Fields
+// the server fills in on its own (metadata keys it adds) do not count; anything not understood
+// counts as a difference, and the bucket is updated. Placement counts only when want sets it.
+func bucketHas(have, want jetstream.KeyValueConfig) bool {
+	orMinus1 := func(n int64) int64 {
+		if n == 0 {
+			return -1
+		}
+		return n
+	}
+	history := max(want.History, 1)
+	replicas := max(want.Replicas, 1)
+	for k, v := range want.Metadata {
+		if got, ok := have.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	return have.Description == want.Description &&
+		orMinus1(int64(have.MaxValueSize)) == orMinus1(int64(want.MaxValueSize)) &&
+		have.History == history &&
+		have.TTL == want.TTL &&
+		orMinus1(have.MaxBytes) == orMinus1(want.MaxBytes) &&
+		have.Storage == want.Storage &&
+		have.Replicas == replicas &&
+		have.Compression == want.Compression &&
+		have.LimitMarkerTTL == want.LimitMarkerTTL &&
+		(want.Placement == nil || reflect.DeepEqual(have.Placement, want.Placement)) &&
+		reflect.DeepEqual(have.RePublish, want.RePublish) &&
+		reflect.DeepEqual(have.Mirror, want.Mirror) &&
+		reflect.DeepEqual(have.Sources, want.Sources)
 }
 
 // EventStream is the configuration every domain event stream shares: file storage, kept

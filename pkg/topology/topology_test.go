@@ -2,9 +2,12 @@ package topology_test
 
 import (
 	"flag"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -105,4 +108,82 @@ func TestRetentionsFlagAndEnsure(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("EV", topology.Forever)
+}
+
+// TestOpenBucketUpdatesOnlyWhatDiffers: opening a bucket that already has the configuration asks
+// the meta leader nothing (no stream create or update request), while a changed field is applied.
+func TestOpenBucketUpdatesOnlyWhatDiffers(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 10*time.Second)
+	var mu sync.Mutex
+	var writes []string
+	sub, err := j.Conn.Subscribe("$JS.API.STREAM.*.KV_views", func(m *nats.Msg) {
+		mu.Lock()
+		writes = append(writes, m.Subject)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	writesSince := func(n int) []string {
+		t.Helper()
+		if err := j.Conn.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, s := range writes[n:] {
+			if strings.Contains(s, ".CREATE.") || strings.Contains(s, ".UPDATE.") {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(writes) }
+
+	cfg := jetstream.KeyValueConfig{Bucket: "views", Description: "a view", Storage: jetstream.FileStorage,
+		TTL: time.Hour, Metadata: map[string]string{"owner": "test"}}
+	cases := []struct {
+		name        string
+		change      func(c *jetstream.KeyValueConfig)
+		wantCreated bool
+		wantWrite   bool
+	}{
+		{"absent: created", func(*jetstream.KeyValueConfig) {}, true, true},
+		{"same: looked up only", func(*jetstream.KeyValueConfig) {}, false, false},
+		{"defaults spelled out: looked up only", func(c *jetstream.KeyValueConfig) { c.History, c.Replicas, c.MaxBytes = 1, 1, -1 }, false, false},
+		{"description changed: updated", func(c *jetstream.KeyValueConfig) { c.Description = "the view" }, false, true},
+		{"history changed: updated", func(c *jetstream.KeyValueConfig) { c.Description, c.History = "the view", 5 }, false, true},
+		{"metadata changed: updated", func(c *jetstream.KeyValueConfig) {
+			c.Description, c.History, c.Metadata = "the view", 5, map[string]string{"owner": "other"}
+		}, false, true},
+		{"after the update: looked up only", func(c *jetstream.KeyValueConfig) {
+			c.Description, c.History, c.Metadata = "the view", 5, map[string]string{"owner": "other"}
+		}, false, false},
+	}
+	for _, tc := range cases {
+		c := cfg
+		tc.change(&c)
+		before := count()
+		kv, created, err := topology.OpenBucket(ctx, j.JS, c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if created != tc.wantCreated {
+			t.Errorf("%s: created %v, want %v", tc.name, created, tc.wantCreated)
+		}
+		if got := writesSince(before); (len(got) > 0) != tc.wantWrite {
+			t.Errorf("%s: stream writes %v, want any: %v", tc.name, got, tc.wantWrite)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have := st.Config(); have.Description != c.Description || have.History != max(c.History, 1) || have.Metadata["owner"] != c.Metadata["owner"] {
+			t.Errorf("%s: bucket has %q, history %d, owner %q; want %q, %d, %q", tc.name, have.Description, have.History,
+				have.Metadata["owner"], c.Description, max(c.History, 1), c.Metadata["owner"])
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/topology"
 )
 
 // Change is what an event does to one view entry.
@@ -488,9 +489,7 @@ func (e *Engine) open(ctx context.Context) (uint64, error) {
 	e.metaRev = 0
 	bucket := e.p.Bucket
 	bucket.Replicas = e.replicas
-	_, err := e.js.KeyValue(ctx, bucket.Bucket)
-	fresh := errors.Is(err, jetstream.ErrBucketNotFound)
-	kv, err := e.js.CreateOrUpdateKeyValue(ctx, bucket)
+	kv, fresh, err := topology.OpenBucket(ctx, e.js, bucket)
 	if err != nil {
 		return 0, fmt.Errorf("view %s: bucket: %w", e.p.Name, err)
 	}
