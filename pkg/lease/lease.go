@@ -166,6 +166,24 @@ type runner struct {
 	wake chan struct{}
 }
 
+// opTimeout bounds one read or write of the lease. nats.go waits 5 s for a JetStream answer by
+// default, and a write sent while the lease bucket has no leader (a NATS node was lost and its
+// Raft groups are electing) is never answered: unbounded, the first write after the election
+// could start up to 5 s + ttl/3 late, and every view of a service with it.
+func (r *runner) opTimeout() time.Duration {
+	return max(min(r.ttl/5, time.Second), 50*time.Millisecond)
+}
+
+// retryWait is how soon a failed read or write of the lease is tried again.
+func (r *runner) retryWait() time.Duration { return min(r.ttl/3, 250*time.Millisecond) }
+
+// withTimeout runs op with a context bounded by opTimeout.
+func withTimeout[T any](ctx context.Context, d time.Duration, op func(ctx context.Context) (T, error)) (T, error) {
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return op(octx)
+}
+
 func (r *runner) run(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -257,11 +275,15 @@ func (r *runner) contend(ctx context.Context) (uint64, time.Time, error) {
 			}
 		}
 		wait := r.ttl / 3
-		e, err := r.kv.Get(ctx, r.key)
+		e, err := withTimeout(ctx, r.opTimeout(), func(ctx context.Context) (jetstream.KeyValueEntry, error) {
+			return r.kv.Get(ctx, r.key)
+		})
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			sent := time.Now()
-			rev, err := r.kv.Create(ctx, r.key, r.value)
+			rev, err := withTimeout(ctx, r.opTimeout(), func(ctx context.Context) (uint64, error) {
+				return r.kv.Create(ctx, r.key, r.value)
+			})
 			if err == nil {
 				if err := stopStandby(); err != nil && ctx.Err() == nil {
 					r.release(rev)
@@ -274,9 +296,11 @@ func (r *runner) contend(ctx context.Context) (uint64, time.Time, error) {
 				continue // someone was quicker: read who
 			}
 			failures++
+			wait = r.retryWait()
 			r.logFailure(ctx, failures, "create lease", err)
 		case err != nil:
 			failures++
+			wait = r.retryWait()
 			r.logFailure(ctx, failures, "read lease", err)
 		default:
 			failures = 0
@@ -293,7 +317,9 @@ func (r *runner) contend(ctx context.Context) (uint64, time.Time, error) {
 			if held := now.Sub(seenAt); held >= r.ttl || mine {
 				// Not renewed for a whole TTL: its holder has given up long ago.
 				sent := time.Now()
-				rev, err := r.kv.Update(ctx, r.key, r.value, seenRev)
+				rev, err := withTimeout(ctx, r.opTimeout(), func(ctx context.Context) (uint64, error) {
+					return r.kv.Update(ctx, r.key, r.value, seenRev)
+				})
 				if err == nil {
 					if err := stopStandby(); err != nil && ctx.Err() == nil {
 						r.release(rev)
@@ -307,6 +333,7 @@ func (r *runner) contend(ctx context.Context) (uint64, time.Time, error) {
 					continue // renewed, taken, deleted or expired meanwhile: read again
 				}
 				failures++
+				wait = r.retryWait()
 				r.logFailure(ctx, failures, "take over lease", err)
 			} else {
 				wait = min(wait, r.ttl-held)
@@ -383,10 +410,13 @@ func (r *runner) hold(ctx context.Context, rev uint64, sent time.Time) (lost boo
 		case <-r.wake:
 		case <-renew.C:
 		}
-		// Renew, bounded by the deadline: past it the work stops anyway.
+		// Renew, bounded by the deadline (past it the work stops anyway) and by opTimeout, so
+		// a bucket that elects a new leader before the deadline is renewed on.
 		start := time.Now()
 		rctx, rcancel := context.WithDeadline(ctx, deadline)
-		next, err := r.kv.Update(rctx, r.key, r.value, rev)
+		next, err := withTimeout(rctx, r.opTimeout(), func(ctx context.Context) (uint64, error) {
+			return r.kv.Update(ctx, r.key, r.value, rev)
+		})
 		rcancel()
 		switch {
 		case err == nil:
@@ -395,6 +425,17 @@ func (r *runner) hold(ctx context.Context, rev uint64, sent time.Time) (lost boo
 			expire.Reset(time.Until(deadline))
 			renew.Reset(time.Until(start.Add(renewEvery)))
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists):
+			// A renewal that timed out may have been stored anyway: the key then holds this Run's
+			// own value at a newer revision, and nobody else has written it. Hold on at that
+			// revision; the deadline stays, as when that write was sent is not known. (Newer:
+			// a replica answering a read may lag and show an older write of ours.)
+			if e, gerr := withTimeout(ctx, r.opTimeout(), func(ctx context.Context) (jetstream.KeyValueEntry, error) {
+				return r.kv.Get(ctx, r.key)
+			}); gerr == nil && e.Operation() == jetstream.KeyValuePut && e.Revision() > rev && string(e.Value()) == string(r.value) {
+				rev = e.Revision()
+				renew.Reset(0)
+				continue
+			}
 			return loseWith("lease lost: the key was changed by someone else; stopping work", zap.Error(err))
 		case ctx.Err() != nil:
 			renew.Reset(0) // ctx.Done is taken on the next turn
