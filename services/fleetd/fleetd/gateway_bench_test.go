@@ -70,10 +70,27 @@ func BenchmarkGatewayLatency(b *testing.B) {
 		sides = append(sides, &side{name: "haproxy", url: "http://" + addr + proc})
 	}
 	sides = append(sides, &side{name: "gateway", url: "http://" + ln.Addr().String() + proc})
-	if addr, err := startGatewayProcess(b, inst.Addr, tokens); err != nil {
+	bin, err := buildGateway(b)
+	if err != nil {
+		b.Logf("gateway-process side skipped: %v", err)
+	} else if addr, err := startGatewayProcess(b, bin, inst.Addr, tokens); err != nil {
 		b.Logf("gateway-process side skipped: %v", err)
 	} else {
 		sides = append(sides, &side{name: "gatewayproc", url: "http://" + addr + proc})
+	}
+	// Other gateway binaries (an older commit's, say) as further sides of the same run: a
+	// change to the gateway process is only measurable against its predecessor interleaved
+	// with it, as runs on this machine differ more than most changes do.
+	for _, nb := range strings.Fields(strings.ReplaceAll(os.Getenv("FLEETSTREAM_BENCH_GATEWAYS"), ",", " ")) {
+		name, bin, ok := strings.Cut(nb, "=")
+		if !ok {
+			b.Fatalf("FLEETSTREAM_BENCH_GATEWAYS: %q: want name=/path/to/gateway", nb)
+		}
+		addr, err := startGatewayProcess(b, bin, inst.Addr, tokens)
+		if err != nil {
+			b.Fatalf("gateway %s: %v", name, err)
+		}
+		sides = append(sides, &side{name: "gatewayproc-" + name, url: "http://" + addr + proc})
 	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
@@ -130,8 +147,10 @@ func BenchmarkGatewayLatency(b *testing.B) {
 		if h, ok := added["haproxy"]; ok && h > 0 {
 			// How many haproxies' worth of latency the gateway adds.
 			b.ReportMetric(added["gateway"]/h, "added-gateway/haproxy")
-			if g, ok := added["gatewayproc"]; ok {
-				b.ReportMetric(g/h, "added-gatewayproc/haproxy")
+			for _, s := range sides {
+				if strings.HasPrefix(s.name, "gatewayproc") {
+					b.ReportMetric(added[s.name]/h, "added-"+s.name+"/haproxy")
+				}
 			}
 		}
 	}
@@ -191,16 +210,22 @@ backend fleetd
 	return addr, nil
 }
 
-// startGatewayProcess builds cmd/gateway and runs it as its own process in front of upstream
-// (host:port) on a free loopback port, as compose deploys it: the same token file, production
-// logging (to /dev/null). It returns its address once it is ready, or why there is none.
-func startGatewayProcess(b *testing.B, upstream, tokens string) (string, error) {
+// buildGateway builds cmd/gateway of this tree and returns the binary's path.
+func buildGateway(b *testing.B) (string, error) {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "gateway")
 	build := exec.Command("go", "build", "-o", bin, "github.com/fleetstream/fleetstream/services/gateway/cmd/gateway")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build cmd/gateway: %v: %s", err, out)
+		return "", fmt.Errorf("go build cmd/gateway: %w: %s", err, out)
 	}
+	return bin, nil
+}
+
+// startGatewayProcess runs the gateway binary bin as its own process in front of upstream
+// (host:port) on a free loopback port, as compose deploys it: the same token file, production
+// logging (to /dev/null). It returns its address once it is ready, or why there is none.
+func startGatewayProcess(b *testing.B, bin, upstream, tokens string) (string, error) {
+	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
