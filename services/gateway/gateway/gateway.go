@@ -251,9 +251,12 @@ func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport *http.Trans
 		},
 		Transport:  transport,
 		BufferPool: copyBuffers,
-		// Flush every write at once: server streams (Watch*) must reach the client as they are
-		// produced, not when a buffer fills.
-		FlushInterval: -1,
+		// No periodic flushing: ReverseProxy flushes every write of an answer without a
+		// Content-Length by itself, and every stream (Connect, gRPC, gRPC-Web) is one, so
+		// Watch* events still reach the client as they are produced. A unary answer has a
+		// length: ServeHTTP flushes it whole at the end. (-1 here, "flush at once", made
+		// ReverseProxy start a timer goroutine per call to flush the headers on their own.)
+		FlushInterval: 0,
 		ErrorLog:      zap.NewStdLog(g.log.Named("proxy")),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var tooBig *http.MaxBytesError
@@ -435,6 +438,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Body = http.MaxBytesReader(rw, r.Body, g.maxBytes)
 	}
 	u.unaryProxy.ServeHTTP(rw, out)
+	// The answer (headers and body, in one write when it is small) leaves before the access
+	// log line is written, not after.
+	rw.Flush()
 }
 
 // serviceOf returns the service of a procedure path /<package>.<Service>/<Method>, or "" when
