@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -248,21 +249,50 @@ func (e *env) resumed(t *testing.T, t0 time.Time) (time.Duration, string, bool) 
 // group works again only once a follower's election timer fires, 4-9 s at random in
 // nats-server (minElectionTimeout/maxElectionTimeout in raft.go, not configurable), whoever
 // writes. So the goal is: within 5 s, or within electionSlack of the last new leader of what
-// the dead node led, whichever is later. What is ours after the elections: a round of the load (every 500
+// the dead node led, whichever is later; for a KV bucket, of when it first took a bare nats.go
+// writer's write (WatchWritable) if that is later than /jsz showed its leader. What is ours after the elections: a round of the load (every 500
 // ms), the write itself, and a view whose pull was on the dead node (moved within 2 s of the
 // death, during the election: consumer.Heartbeat).
 const electionSlack = 3 * time.Second
 
-func electionGoal(led []string, elected map[string]time.Duration) time.Duration {
+func electionGoal(led []string, elected, writable map[string]time.Duration) time.Duration {
 	goal := 5 * time.Second
 	for _, name := range led {
 		d, ok := elected[name]
 		if !ok {
 			d = 15 * time.Second // not elected while watched: the whole fault
 		}
+		// A bucket that took a bare writer's write only later than /jsz showed its leader:
+		// no write to it could be acknowledged before.
+		if w, ok := writable[name]; ok {
+			d = max(d, w)
+		}
 		goal = max(goal, d+electionSlack)
 	}
 	return goal
+}
+
+// describeWritable says when the buckets the node led took a bare nats.go writer's write again.
+func describeWritable(led []string, writable map[string]time.Duration) string {
+	var parts, never []string
+	for _, name := range led {
+		if !strings.HasPrefix(name, "KV_") {
+			continue
+		}
+		if d, ok := writable[name]; ok {
+			parts = append(parts, fmt.Sprintf("%s %s", name, d.Round(10*time.Millisecond)))
+		} else {
+			never = append(never, name)
+		}
+	}
+	if len(parts) == 0 && len(never) == 0 {
+		return "it led no KV bucket"
+	}
+	out := "a bare nats.go writer's first write taken after the kill: " + strings.Join(parts, ", ")
+	if len(never) > 0 {
+		out += fmt.Sprintf(" (none within 15 s: %s)", strings.Join(never, ", "))
+	}
+	return out
 }
 
 func (e *env) killAndReturn(t *testing.T, node string) string {
@@ -283,17 +313,31 @@ func (e *env) killAndReturn(t *testing.T, node string) string {
 			}
 		}
 		sort.Strings(led)
+		// Bare nats.go writers, one per hub service identity, probe the buckets the node led.
+		var probes []*nats.Conn
+		for _, sv := range AllViews() {
+			nc, _, err := e.st.Connect(sv)
+			if err != nil {
+				t.Logf("no write probe as %s: %v", sv.Service, err)
+				continue
+			}
+			defer nc.Close()
+			probes = append(probes, nc)
+		}
 		// Timed from the node's death: a write sent before it may have been accepted by then.
 		t0, err := e.st.Kill(ctx, node)
 		if err != nil {
 			t.Fatal(err)
 		}
+		writableC := make(chan map[string]time.Duration, 1)
+		go func() { writableC <- e.st.WatchWritable(ctx, probes, led, t0, 15*time.Second) }()
 		elected := e.st.WatchElections(ctx, node, led, t0, 15*time.Second)
+		writable := <-writableC
 		_, what, ok := e.resumed(t, t0)
 		// Every kind of write must come back, not only the first: binds, grants and weights
 		// go to different streams and buckets, which the dead node may or may not have led.
 		byKind := e.ledger.ResumeByKind(t0)
-		goal := electionGoal(led, elected)
+		goal := electionGoal(led, elected, writable)
 		var all time.Duration
 		var kinds []string
 		met := ok
@@ -320,7 +364,8 @@ func (e *env) killAndReturn(t *testing.T, node string) string {
 				met = false
 			}
 		}
-		desc = fmt.Sprintf("%s; every kind after %s (%s); %s", what, all.Round(10*time.Millisecond), strings.Join(kinds, ", "), describeElections(node, led, elected))
+		desc = fmt.Sprintf("%s; every kind after %s (%s); %s; %s", what, all.Round(10*time.Millisecond), strings.Join(kinds, ", "),
+			describeElections(node, led, elected), describeWritable(led, writable))
 		if met {
 			desc += fmt.Sprintf("; goal (≤ %s) met", goal.Round(10*time.Millisecond))
 		} else {

@@ -120,7 +120,11 @@ func (s *Stack) Connect(sv ServiceViews) (*nats.Conn, jetstream.JetStream, error
 	if sv.User != "" {
 		opt = nats.UserInfo(sv.User, secret)
 	}
-	nc, err := nats.Connect(s.NATSURL, opt, nats.Name("chaos-check-"+sv.Service),
+	urls := s.NATSURL
+	if s.NATSURLs != "" {
+		urls = s.NATSURLs
+	}
+	nc, err := nats.Connect(urls, opt, nats.Name("chaos-check-"+sv.Service),
 		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(sv.Service)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS as %s: %w", sv.Service, err)

@@ -18,8 +18,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Stack is the running compose stack.
@@ -33,6 +37,9 @@ type Stack struct {
 	Gateway string
 	// NATSURL is the NATS client port published for the host (nats-1).
 	NATSURL string
+	// NATSURLs are every node's client port published for the host (the chaos profile publishes
+	// nats-2's and nats-3's too), for connections that must outlive a killed nats-1.
+	NATSURLs string
 	// Monitor maps a NATS node's service name to its published monitoring URL.
 	Monitor map[string]string
 }
@@ -40,10 +47,11 @@ type Stack struct {
 // DefaultStack is the stack docker-compose.yml publishes, with the chaos profile on top.
 func DefaultStack(root string) *Stack {
 	return &Stack{
-		Root:    root,
-		Compose: []string{"docker-compose", "-f", "docker-compose.yml", "-f", "deploy/chaos/docker-compose.yml"},
-		Gateway: "http://127.0.0.1:18080",
-		NATSURL: "nats://127.0.0.1:14222",
+		Root:     root,
+		Compose:  []string{"docker-compose", "-f", "docker-compose.yml", "-f", "deploy/chaos/docker-compose.yml"},
+		Gateway:  "http://127.0.0.1:18080",
+		NATSURL:  "nats://127.0.0.1:14222",
+		NATSURLs: "nats://127.0.0.1:14222,nats://127.0.0.1:14223,nats://127.0.0.1:14224",
 		Monitor: map[string]string{
 			"nats-1": "http://127.0.0.1:18222",
 			"nats-2": "http://127.0.0.1:18223",
@@ -268,6 +276,60 @@ func (s *Stack) WatchElections(ctx context.Context, dead string, streams []strin
 		case <-time.After(rest):
 		}
 	}
+	return out
+}
+
+// WatchWritable times when each of buckets (KV buckets' stream names, KV_<bucket>, that the
+// dead node led) takes writes again, as a bare nats.go writer sees it: every 100 ms it sends a
+// write the bucket's leader must process but that stores nothing (a put to key chaos-probe
+// expecting an impossible last sequence), over each conn (the hub services' own identities: a
+// bucket answers only the ones allowed to write it), until the leader answers "wrong last
+// sequence". A new leader shown in /jsz may still refuse writes for seconds (catching up);
+// this is the moment the API's writes can resume at the earliest. Returns how long after t0
+// each bucket first answered, within d.
+func (s *Stack) WatchWritable(ctx context.Context, conns []*nats.Conn, buckets []string, t0 time.Time, d time.Duration) map[string]time.Duration {
+	ctx, cancel := context.WithDeadline(ctx, t0.Add(d))
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		out = map[string]time.Duration{}
+		wg  sync.WaitGroup
+	)
+	for _, stream := range buckets {
+		bucket, ok := strings.CutPrefix(stream, "KV_")
+		if !ok {
+			continue
+		}
+		bctx, done := context.WithCancel(ctx)
+		for _, nc := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				msg := nats.NewMsg("$KV." + bucket + ".chaos-probe")
+				msg.Header.Set(jetstream.ExpectedLastSeqHeader, "4611686018427387904")
+				for bctx.Err() == nil {
+					rctx, rcancel := context.WithTimeout(bctx, 500*time.Millisecond)
+					resp, err := nc.RequestMsgWithContext(rctx, msg)
+					rcancel()
+					if err == nil && strings.Contains(string(resp.Data), `"err_code":10071`) {
+						mu.Lock()
+						if _, seen := out[stream]; !seen {
+							out[stream] = time.Since(t0)
+						}
+						mu.Unlock()
+						done()
+						return
+					}
+					select {
+					case <-bctx.Done():
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}()
+		}
+		defer done()
+	}
+	wg.Wait()
 	return out
 }
 
