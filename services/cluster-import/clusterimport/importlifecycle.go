@@ -687,10 +687,7 @@ func (l *lifecycles) list(policy string) []*clusterv1.ImportLifecycle {
 func (a *ImportPolicyAPI) ListImportLifecycles(ctx context.Context, req *connect.Request[clusterv1.ListImportLifecyclesRequest]) (*connect.Response[clusterv1.ListImportLifecyclesResponse], error) {
 	var v apierr.Violations
 	v.DNSLabel("policy", req.Msg.Policy)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := a.s.waitReady(ctx); err != nil {
+	if err := a.s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if _, ok := a.s.importPolicies.Get(importPolicyKey(req.Msg.Policy)); !ok {
