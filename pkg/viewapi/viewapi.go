@@ -114,11 +114,11 @@ func AwaitPast[T Object](ctx context.Context, c *view.Cache[T], key string, rev 
 	})
 }
 
-// Stop ends a watch without an error when send returns it (what is watched is gone).
-var Stop = errors.New("watch ended")
+// ErrStop ends a watch without an error when send returns it (what is watched is gone).
+var ErrStop = errors.New("watch ended")
 
-// Watch hands every update to send until ctx ends, send fails or returns Stop (nil then), or the
-// view closes updates because the watcher fell behind: then the watch ends with
+// Watch hands every update to send until ctx ends, send fails or returns ErrStop (nil then),
+// or the view closes updates because the watcher fell behind: then the watch ends with
 // apierr.WatchFellBehind(what), and the client watches again.
 func Watch[T proto.Message](ctx context.Context, updates <-chan view.Update[T], what string, send func(view.Update[T]) error) error {
 	for {
@@ -133,7 +133,7 @@ func Watch[T proto.Message](ctx context.Context, updates <-chan view.Update[T], 
 				return apierr.WatchFellBehind(what)
 			}
 			if err := send(u); err != nil {
-				if errors.Is(err, Stop) {
+				if errors.Is(err, ErrStop) {
 					return nil
 				}
 				return err

@@ -162,10 +162,10 @@ func TestWatch(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || err.Error() != "resource_exhausted: watch of clusters fell behind; watch again" || len(got) != 2 {
 		t.Fatalf("fell behind: %v after %v", err, got)
 	}
-	// Stop ends the watch without an error; another error of send ends it with that error.
+	// ErrStop ends the watch without an error; another error of send ends it with that error.
 	updates = make(chan view.Update[*clusterv1.Cluster], 1)
 	updates <- view.Update[*clusterv1.Cluster]{Key: "c.a", Op: view.Delete}
-	if err := viewapi.Watch(ctx, updates, "clusters", func(view.Update[*clusterv1.Cluster]) error { return viewapi.Stop }); err != nil {
+	if err := viewapi.Watch(ctx, updates, "clusters", func(view.Update[*clusterv1.Cluster]) error { return viewapi.ErrStop }); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	updates <- view.Update[*clusterv1.Cluster]{Key: "c.a", Op: view.Delete}

@@ -413,7 +413,7 @@ func (s *PlacementAPI) WatchPlacementDecisions(ctx context.Context, req *connect
 			return nil
 		case u.Op == view.Delete:
 			_ = send(nil)
-			return viewapi.Stop // the placement is gone
+			return viewapi.ErrStop // the placement is gone
 		}
 		return send(u.Value)
 	})
