@@ -47,3 +47,31 @@ func Visible(ctx context.Context, what string, wait func(context.Context) error)
 	}
 	return nil
 }
+
+// Gate is a service's readiness as its handlers check it: the Ready channel it closes once it
+// answers from current state, and the name its "is starting" answer gives.
+type Gate struct {
+	ready     <-chan struct{}
+	component string
+}
+
+// NewGate returns the gate of component, open once ready is closed.
+func NewGate(ready <-chan struct{}, component string) Gate {
+	return Gate{ready: ready, component: component}
+}
+
+// Ready is Ready for the gate's service.
+func (g Gate) Ready(ctx context.Context) error {
+	return Ready(ctx, g.ready, g.component)
+}
+
+// Admit is how a handler starts: the request's violations, if v holds any (v may be nil), and
+// otherwise Ready. A bad request is refused at once, even while the service starts.
+func (g Gate) Admit(ctx context.Context, v *apierr.Violations) error {
+	if v != nil {
+		if err := v.Err(); err != nil {
+			return err
+		}
+	}
+	return g.Ready(ctx)
+}

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
 )
 
@@ -37,5 +38,32 @@ func TestVisible(t *testing.T) {
 	}
 	if err := apiwait.Visible(context.Background(), "weight", func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestGateAdmit(t *testing.T) {
+	ready := make(chan struct{})
+	g := apiwait.NewGate(ready, "cluster registry")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var bad apierr.Violations
+	bad.Add("name", "required")
+	// A bad request is refused as such even before the service is ready.
+	if err := g.Admit(ctx, &bad); connect.CodeOf(err) != connect.CodeInvalidArgument || err.Error() != "invalid_argument: name: required" {
+		t.Fatalf("bad request while starting: %v", err)
+	}
+	var good apierr.Violations
+	if err := g.Admit(ctx, &good); connect.CodeOf(err) != connect.CodeUnavailable || err.Error() != "unavailable: cluster registry is starting" {
+		t.Fatalf("good request while starting: %v", err)
+	}
+	close(ready)
+	if err := g.Admit(ctx, &good); err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+	if err := g.Admit(ctx, nil); err != nil {
+		t.Fatalf("ready, nothing to validate: %v", err)
+	}
+	if err := g.Admit(ctx, &bad); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("bad request once ready: %v", err)
 	}
 }

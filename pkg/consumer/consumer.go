@@ -142,6 +142,26 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 			<-done
 		}
 	}()
+	return Each(ctx, it, func(err error) error {
+		log.Warn("consumer next", zap.String("consumer", cfg.Durable), zap.Error(err))
+		return nil
+	}, func(m jetstream.Msg) error {
+		select {
+		case msgs <- m:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+}
+
+// Each calls handle with every message of it until ctx ends or it is stopped, and then returns
+// nil: how every long-running consumer of Fleetstream reads its messages. Next blocks with no
+// context of its own, so Each stops it when ctx ends. Another error of Next goes to failed,
+// which returns nil to go on (nats.go recovers from missed heartbeats and leader changes by
+// itself) or an error to end Each with; so does an error of handle, unless ctx has ended (a
+// handler interrupted by the stop has not failed).
+func Each(ctx context.Context, it jetstream.MessagesContext, failed func(error) error, handle func(jetstream.Msg) error) error {
 	go func() {
 		<-ctx.Done()
 		it.Stop()
@@ -152,13 +172,16 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil
 			}
-			log.Warn("consumer next", zap.String("consumer", cfg.Durable), zap.Error(err))
+			if err := failed(err); err != nil {
+				return err
+			}
 			continue
 		}
-		select {
-		case msgs <- m:
-		case <-ctx.Done():
-			return nil
+		if err := handle(m); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	// The event types every stream carries, so that any envelope decodes into its payload.
 	_ "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -86,7 +87,7 @@ func Run(ctx context.Context, cfg Config, h Handler, log *zap.Logger) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, stream := range cfg.Streams {
-		cons, err := consumer(ctx, js, cfg, stream)
+		cons, err := ensureConsumer(ctx, js, cfg, stream)
 		if err != nil {
 			return err
 		}
@@ -95,8 +96,8 @@ func Run(ctx context.Context, cfg Config, h Handler, log *zap.Logger) error {
 	return g.Wait()
 }
 
-// consumer resumes the subscriber's durable consumer on stream, or creates it.
-func consumer(ctx context.Context, js jetstream.JetStream, cfg Config, stream string) (jetstream.Consumer, error) {
+// ensureConsumer resumes the subscriber's durable consumer on stream, or creates it.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, stream string) (jetstream.Consumer, error) {
 	// A stream the subscriber was not granted answers nothing (a permission violation): bound
 	// the wait instead of hanging until ctx ends.
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
@@ -132,21 +133,13 @@ func consume(ctx context.Context, cons jetstream.Consumer, cfg Config, h Handler
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			log.Warn("subscription", zap.Error(err))
-			continue
-		}
+	return consumer.Each(ctx, it, func(err error) error {
+		log.Warn("subscription", zap.Error(err))
+		return nil
+	}, func(m jetstream.Msg) error {
 		handle(ctx, m, cfg, h, log)
-	}
+		return nil
+	})
 }
 
 func handle(ctx context.Context, m jetstream.Msg, cfg Config, h Handler, log *zap.Logger) {

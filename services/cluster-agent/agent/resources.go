@@ -48,6 +48,13 @@ type nodeResources struct {
 
 	mu      sync.Mutex
 	current *agentv1.ClusterResources // nil until the informer has synced
+	// Node events by number, in the order the informer delivered them: seen counts them,
+	// asked is the number of the last one that asked for a recount, and counted the last one
+	// a finished recount covered (every event up to it). Nothing in the agent needs them; they
+	// are how a test knows that an event changed nothing rather than not having arrived yet.
+	seen, asked, counted uint64
+	// changes counts the recounts whose sums differed, each of which wakes the heartbeater.
+	changes uint64
 }
 
 func newNodeResources(a *Agent) *nodeResources {
@@ -78,15 +85,21 @@ func (r *nodeResources) Changed() <-chan struct{} { return r.changed }
 func (r *nodeResources) Run(ctx context.Context) error {
 	q := workqueue.NewTypedDelayingQueue[string]()
 	defer q.ShutDown()
-	changed := func() { q.AddAfter(resourcesKey, r.debounce) }
+	event := func(recount bool) {
+		r.mu.Lock()
+		r.seen++
+		if recount {
+			r.asked = r.seen
+		}
+		r.mu.Unlock()
+		if recount {
+			q.AddAfter(resourcesKey, r.debounce)
+		}
+	}
 	reg, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { changed() },
-		UpdateFunc: func(oldObj, newObj any) {
-			if nodeResourcesChanged(oldObj, newObj) {
-				changed()
-			}
-		},
-		DeleteFunc: func(any) { changed() },
+		AddFunc:    func(any) { event(true) },
+		UpdateFunc: func(oldObj, newObj any) { event(nodeResourcesChanged(oldObj, newObj)) },
+		DeleteFunc: func(any) { event(true) },
 	})
 	if err != nil {
 		return fmt.Errorf("watch nodes for resources: %w", err)
@@ -122,8 +135,24 @@ func (r *nodeResources) Run(ctx context.Context) error {
 	}
 }
 
+// settled returns how many node events the sums are final for: all seen when none waits for a
+// recount, else those the last finished recount covered. A change the events made has been
+// signalled to the heartbeater by then.
+func (r *nodeResources) settled() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.asked <= r.counted {
+		return r.seen
+	}
+	return r.counted
+}
+
 // recount sums the informer's nodes and signals a change.
 func (r *nodeResources) recount() {
+	// The lister already holds every event delivered so far: this recount covers them.
+	r.mu.Lock()
+	upTo := r.seen
+	r.mu.Unlock()
 	nodes, err := r.lister.List(labels.Everything())
 	if err != nil {
 		// A lister over a synced cache does not fail; keep the last sums if it ever does.
@@ -135,17 +164,21 @@ func (r *nodeResources) recount() {
 	same := proto.Equal(r.current, next)
 	if !same {
 		r.current = next
+		r.changes++
 	}
 	r.mu.Unlock()
-	if same {
-		return
+	if !same {
+		r.log.Debug("node resources changed", zap.Int32("readyNodes", next.NodeCount),
+			zap.Any("allocatable", next.Allocatable), zap.Any("capacity", next.Capacity))
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
 	}
-	r.log.Debug("node resources changed", zap.Int32("readyNodes", next.NodeCount),
-		zap.Any("allocatable", next.Allocatable), zap.Any("capacity", next.Capacity))
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
+	// Counted only once the heartbeater has been signalled, so that settled implies the signal.
+	r.mu.Lock()
+	r.counted = max(r.counted, upTo)
+	r.mu.Unlock()
 }
 
 // sumNodes adds up the Ready nodes: capacity over all of them and allocatable over those that

@@ -100,7 +100,7 @@ func TestResourcesFollowReadyNodes(t *testing.T) {
 	ctx := testkit.Context(t, 2*time.Minute)
 	ensureStream(t, ctx, j.JS)
 
-	startAgent(t, agent.Config{HeartbeatInterval: time.Hour, ResourcesDebounce: 50 * time.Millisecond}, j.JS, k)
+	ag := startAgent(t, agent.Config{HeartbeatInterval: time.Hour, ResourcesDebounce: 50 * time.Millisecond}, j.JS, k)
 
 	a := nodeSpec{ready: true, cpuCap: "4", cpuAlloc: "3800m", memoryCap: "16Gi", memoryAlloc: "15Gi"}
 	b := nodeSpec{ready: true, cpuCap: "2", cpuAlloc: "1500m", memoryCap: "8Gi", memoryAlloc: "7340032Ki"}
@@ -156,7 +156,18 @@ func TestResourcesFollowReadyNodes(t *testing.T) {
 	}
 
 	// A kubelet's routine status write (a new heartbeat time, the same resources) changes no
-	// sum, so it sends no heartbeat.
+	// sum, so it sends no heartbeat. The agent counts the node events it has finished with and
+	// the sum changes that wake its heartbeater: once the write's event is finished with, no
+	// change may have come of it, and no heartbeat.
+	var base, changes uint64
+	testkit.Eventually(t, 15*time.Second, func() error {
+		seen, settled, ch := ag.NodeEvents()
+		if settled != seen {
+			return fmt.Errorf("%d node events seen, %d finished with", seen, settled)
+		}
+		base, changes = seen, ch
+		return nil
+	})
 	before, err := latestHeartbeat(ctx, j.JS)
 	if err != nil {
 		t.Fatal(err)
@@ -166,9 +177,15 @@ func TestResourcesFollowReadyNodes(t *testing.T) {
 	if err := putNode(ctx, k.Client, "node-a", na); err != nil {
 		t.Fatal(err)
 	}
-	// Not yet a wait on a condition: nothing observable says the informer delivered the write
-	// (it triggers no recount), so this watches 20 debounce windows for a heartbeat.
-	time.Sleep(time.Second)
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if _, settled, _ := ag.NodeEvents(); settled <= base {
+			return fmt.Errorf("node events finished with: %d, want more than %d", settled, base)
+		}
+		return nil
+	})
+	if _, _, ch := ag.NodeEvents(); ch != changes {
+		t.Fatalf("a status write that changed no sum changed the sums %d time(s)", ch-changes)
+	}
 	after, err := latestHeartbeat(ctx, j.JS)
 	if err != nil {
 		t.Fatal(err)

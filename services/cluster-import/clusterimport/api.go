@@ -19,18 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
-	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
-
-func (s *Registry) waitReady(ctx context.Context) error {
-	return apiwait.Ready(ctx, s.ready, "cluster registry")
-}
 
 func (s *Registry) RegisterCluster(ctx context.Context, req *connect.Request[clusterv1.RegisterClusterRequest]) (*connect.Response[clusterv1.RegisterClusterResponse], error) {
 	m := req.Msg
@@ -38,10 +34,7 @@ func (s *Registry) RegisterCluster(ctx context.Context, req *connect.Request[clu
 	v.DNSLabel("name", m.Name)
 	validateMeta(&v, m.Labels, m.Claims, m.Taints)
 	validateCredentials(&v, "credentials", m.Credentials)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	c, token, err := s.registerWithToken(ctx, m, nil)
@@ -130,21 +123,15 @@ func (s *Registry) UpdateCluster(ctx context.Context, req *connect.Request[clust
 	if slices.Contains(fields, "credentials") {
 		validateCredentials(&v, "credentials", m.Credentials)
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	// Without an expected revision the caller wants "last writer wins": retry a lost race on
 	// fresh state. With one, a lost race is the caller's to resolve.
 	for attempt := 0; ; attempt++ {
-		cur, ok := s.clusters.Get(clusterKey(m.Name))
-		if !ok {
-			return nil, apierr.NotFound("cluster", m.Name)
-		}
-		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-			return nil, apierr.RevisionMismatch("cluster", m.Name, cur.Revision, m.ExpectedRevision)
+		cur, err := s.clusterKind().Current(m.Name, m.ExpectedRevision)
+		if err != nil {
+			return nil, err
 		}
 		seq, err := s.update(ctx, cur, m, fields)
 		if events.IsConflict(err) && m.ExpectedRevision == 0 && attempt < 5 {
@@ -204,18 +191,13 @@ func (s *Registry) DeregisterCluster(ctx context.Context, req *connect.Request[c
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
-	if err := v.Err(); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
-	if err := s.waitReady(ctx); err != nil {
+	clusters := s.clusterKind()
+	cur, err := clusters.Current(m.Name, m.ExpectedRevision)
+	if err != nil {
 		return nil, err
-	}
-	cur, ok := s.clusters.Get(clusterKey(m.Name))
-	if !ok {
-		return nil, apierr.NotFound("cluster", m.Name)
-	}
-	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-		return nil, apierr.RevisionMismatch("cluster", m.Name, cur.Revision, m.ExpectedRevision)
 	}
 	if _, err := s.store.Append(ctx, subjects.Cluster(m.Name), cur.Id, events.At(cur.Revision), &clusterv1.ClusterDeregistered{Id: cur.Id}); err != nil {
 		return nil, apierr.Internal(err)
@@ -225,9 +207,9 @@ func (s *Registry) DeregisterCluster(ctx context.Context, req *connect.Request[c
 	if secrets, err := s.getSecretsSealed(ctx, cur.Id); err == nil {
 		s.dropSecrets(secrets)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.clusters.WaitFor(ctx, clusterKey(m.Name), func(c *clusterv1.Cluster, ok bool) bool { return !ok || c.Id != cur.Id })
-	}); err != nil {
+	// The deregistration is the next event on the subject (it expected cur's revision): past
+	// that revision the cluster is gone, or registered again under a new id.
+	if err := clusters.AwaitPast(ctx, m.Name, cur.Revision); err != nil {
 		return nil, err
 	}
 	s.log.Info("cluster deregistered", zap.String("cluster", m.Name), zap.String("id", cur.Id), zap.String("actor", identity.ActorFrom(ctx)))
@@ -235,17 +217,9 @@ func (s *Registry) DeregisterCluster(ctx context.Context, req *connect.Request[c
 }
 
 func (s *Registry) GetCluster(ctx context.Context, req *connect.Request[clusterv1.GetClusterRequest]) (*connect.Response[clusterv1.GetClusterResponse], error) {
-	var v apierr.Violations
-	v.DNSLabel("name", req.Msg.Name)
-	if err := v.Err(); err != nil {
+	c, err := s.clusterKind().Get(ctx, req.Msg.Name)
+	if err != nil {
 		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	c, ok := s.clusters.Get(clusterKey(req.Msg.Name))
-	if !ok {
-		return nil, apierr.NotFound("cluster", req.Msg.Name)
 	}
 	res := &clusterv1.GetClusterResponse{Cluster: s.present(c)}
 	if req.Msg.IncludeInventory {
@@ -259,12 +233,8 @@ func (s *Registry) GetCluster(ctx context.Context, req *connect.Request[clusterv
 }
 
 func (s *Registry) ListClusters(ctx context.Context, req *connect.Request[clusterv1.ListClustersRequest]) (*connect.Response[clusterv1.ListClustersResponse], error) {
-	var v apierr.Violations
-	sel := v.Selector("label_selector", req.Msg.LabelSelector)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	sel, err := viewapi.Selected(ctx, s.gate, req.Msg.LabelSelector)
+	if err != nil {
 		return nil, err
 	}
 	list := s.clusters.List(func(_ string, c *clusterv1.Cluster) bool { return sel.Matches(labels.Set(c.Labels)) })
@@ -276,12 +246,8 @@ func (s *Registry) ListClusters(ctx context.Context, req *connect.Request[cluste
 }
 
 func (s *Registry) WatchClusters(ctx context.Context, req *connect.Request[clusterv1.WatchClustersRequest], stream *connect.ServerStream[clusterv1.WatchClustersResponse]) error {
-	var v apierr.Violations
-	sel := v.Selector("label_selector", req.Msg.LabelSelector)
-	if err := v.Err(); err != nil {
-		return err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	sel, err := viewapi.Selected(ctx, s.gate, req.Msg.LabelSelector)
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -311,22 +277,7 @@ func (s *Registry) WatchClusters(ctx context.Context, req *connect.Request[clust
 			return err
 		}
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case u, ok := <-updates:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return apierr.WatchFellBehind("clusters")
-			}
-			if err := send(u); err != nil {
-				return err
-			}
-		}
-	}
+	return viewapi.Watch(ctx, updates, "clusters", send)
 }
 
 // present returns c with what the agent reported continuously merged in.
@@ -352,15 +303,16 @@ func (s *Registry) present(c *clusterv1.Cluster) *clusterv1.Cluster {
 
 // awaitCluster waits until the view holds cluster name at seq or later and returns it.
 func (s *Registry) awaitCluster(ctx context.Context, name string, seq uint64) (*clusterv1.Cluster, error) {
-	if err := s.waitView(ctx, func(ctx context.Context) error { return s.clusters.WaitRevision(ctx, clusterKey(name), seq, false) }); err != nil {
+	c, _, err := s.clusterKind().Await(ctx, name, seq)
+	if err != nil {
 		return nil, err
 	}
-	c, _ := s.clusters.Get(clusterKey(name))
 	return s.present(c), nil
 }
 
-func (s *Registry) waitView(ctx context.Context, wait func(context.Context) error) error {
-	return apiwait.Visible(ctx, "change", wait)
+// clusterKind is how the handlers read registered clusters.
+func (s *Registry) clusterKind() viewapi.Kind[*clusterv1.Cluster] {
+	return viewapi.Kind[*clusterv1.Cluster]{Name: "cluster", Cache: s.clusters, Key: clusterKey, Gate: s.gate}
 }
 
 func (s *Registry) putSecrets(ctx context.Context, sec *clusterv1.ClusterSecrets) error {

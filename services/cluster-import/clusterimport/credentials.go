@@ -91,7 +91,7 @@ func (s *Registry) getSecretsSealed(ctx context.Context, id string) (*clusterv1.
 // was registered without any. For hub-side code that reaches member clusters; never for API
 // responses or logs.
 func (s *Registry) Credentials(ctx context.Context, cluster string) (*clusterv1.ConnectionCredentials, error) {
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Ready(ctx); err != nil {
 		return nil, err
 	}
 	c, ok := s.clusters.Get(clusterKey(cluster))

@@ -217,7 +217,7 @@ func TestCredentialsNeverAppearInKVEventsAPIOrLogs(t *testing.T) {
 	e := startLogged(t, nil, clusterimport.Config{}, zap.New(core))
 	ctx := testkit.Context(t, 60*time.Second)
 	var rec recorder
-	client := clusterv1connect.NewClusterServiceClient(rec.client(bearerClient(http.DefaultClient, testToken)), e.url, connect.WithProtoJSON())
+	client := clusterv1connect.NewClusterServiceClient(rec.client(testkit.BearerClient(http.DefaultClient, testToken)), e.url, connect.WithProtoJSON())
 
 	reg, err := client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c1", Credentials: tokenCreds(secretToken)}))
 	if err != nil {

@@ -30,7 +30,7 @@ func BenchmarkImport1000(b *testing.B) {
 		j := testkit.StartJetStream(b)
 		e := startLogged(b, j, clusterimport.Config{}, zap.NewNop())
 		ctx := testkit.Context(b, 10*time.Minute)
-		pc := clusterv1connect.NewImportPolicyServiceClient(bearerClient(http.DefaultClient, testToken), e.url)
+		pc := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
 		register(b, e, "mgmt", nil)
 		kubeconfig := func(name string) string {
 			return kubeconfigFor("https://"+name+".example:6443", "token-of-"+name+"-0123456789abcdef")

@@ -192,7 +192,7 @@ func TestImportLifecycles(t *testing.T) {
 	ring := newRing(t, "k1")
 	e := start(t, j, clusterimport.Config{Keyring: ring})
 	ctx := testkit.Context(t, 3*time.Minute)
-	pc := clusterv1connect.NewImportPolicyServiceClient(bearerClient(http.DefaultClient, testToken), e.url)
+	pc := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
 	register(t, e, "mgmt", nil)
 	register(t, e, "handmade", map[string]string{"owner": "ops"})
 	if _, err := pc.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: lifecyclePolicy()})); err != nil {
@@ -335,7 +335,7 @@ func TestImportLifecycles(t *testing.T) {
 	// nothing is removed meanwhile, and then everything is as before, with no new event.
 	e.stop()
 	e = start(t, j, clusterimport.Config{Keyring: ring})
-	pc = clusterv1connect.NewImportPolicyServiceClient(bearerClient(http.DefaultClient, testToken), e.url)
+	pc = clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
 	testkit.Eventually(t, 10*time.Second, func() error {
 		return checkLifecycles(ctx, pc, map[string]lifecycleWant{
 			"alpha":    {mode: clusterv1.ImportMode_IMPORT_MODE_CREATED, cluster: "alpha", reasons: map[string]string{"ReferencesResolved": "ReferenceNotFound", "Created": "Created"}},

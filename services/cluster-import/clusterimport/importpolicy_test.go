@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +58,7 @@ const capiSource = `{"apiVersion":"cluster.x-k8s.io/v1beta1","kind":"Cluster","m
 
 func TestPreviewImportPolicyRendersWithoutCredentials(t *testing.T) {
 	e := start(t, nil, clusterimport.Config{})
-	c := clusterv1connect.NewImportPolicyServiceClient(bearerClient(http.DefaultClient, testToken), e.url)
+	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
 	ctx := context.Background()
 	secret := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"prod-eu-kubeconfig","namespace":"fleet"},"data":{"value":"` + previewKubeconfig + `"}}`
 	res, err := c.PreviewImportPolicy(ctx, connect.NewRequest(&clusterv1.PreviewImportPolicyRequest{
@@ -107,7 +106,7 @@ func TestPreviewImportPolicyRendersWithoutCredentials(t *testing.T) {
 func TestImportPolicyLifecycleOfTheSpec(t *testing.T) {
 	j := testkit.StartJetStream(t)
 	e := start(t, j, clusterimport.Config{})
-	c := clusterv1connect.NewImportPolicyServiceClient(bearerClient(http.DefaultClient, testToken), e.url)
+	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
 	ctx := testkit.Context(t, 60*time.Second)
 	create := func(p *clusterv1.ImportPolicy) (*clusterv1.ImportPolicy, error) {
 		res, err := c.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: p}))
@@ -173,7 +172,7 @@ func TestImportPolicyLifecycleOfTheSpec(t *testing.T) {
 	// A restarted service (same stream) shows the same policies.
 	e.stop()
 	e2 := start(t, j, clusterimport.Config{})
-	c2 := clusterv1connect.NewImportPolicyServiceClient(bearerClient(http.DefaultClient, testToken), e2.url)
+	c2 := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e2.url)
 	g, err := c2.GetImportPolicy(ctx, connect.NewRequest(&clusterv1.GetImportPolicyRequest{Name: "capi-2"}))
 	if err != nil || !proto.Equal(g.Msg.Policy, list.Msg.Policies[0]) {
 		t.Fatalf("after restart: %v %v", g, err)
@@ -185,28 +184,12 @@ func TestImportPolicyLifecycleOfTheSpec(t *testing.T) {
 
 func TestConcurrentPoliciesOfOneSourceExactlyOneWins(t *testing.T) {
 	e := start(t, nil, clusterimport.Config{})
-	c := clusterv1connect.NewImportPolicyServiceClient(bearerClient(http.DefaultClient, testToken), e.url)
+	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
 	register(t, e, "mgmt", nil)
-	var wg sync.WaitGroup
-	errs := make([]error, 6)
-	for i := range errs {
-		wg.Go(func() {
-			p := capiPreviewPolicy()
-			p.Name = fmt.Sprintf("capi-%d", i)
-			_, errs[i] = c.CreateImportPolicy(context.Background(), connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: p}))
-		})
-	}
-	wg.Wait()
-	wins := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			wins++
-		case connect.CodeOf(err) != connect.CodeAlreadyExists:
-			t.Fatalf("unexpected %v", err)
-		}
-	}
-	if wins != 1 {
-		t.Fatalf("%d policies of one source were created", wins)
-	}
+	testkit.OneWins(t, 6, connect.CodeAlreadyExists, func(i int) error {
+		p := capiPreviewPolicy()
+		p.Name = fmt.Sprintf("capi-%d", i)
+		_, err := c.CreateImportPolicy(context.Background(), connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: p}))
+		return err
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
 // Import policies are event-sourced on FLEET_CLUSTER (fleet.cluster.importpolicy.<name>) and
@@ -169,18 +170,18 @@ func payloadOf(e *events.Event) any {
 	return e.Payload
 }
 
-func (a *ImportPolicyAPI) await(ctx context.Context, name string, seq uint64, deleted bool) (*clusterv1.ImportPolicy, error) {
-	if err := a.s.waitView(ctx, func(ctx context.Context) error {
-		return a.s.importPolicies.WaitRevision(ctx, importPolicyKey(name), seq, deleted)
-	}); err != nil {
-		return nil, err
-	}
-	p, _ := a.s.importPolicies.Get(importPolicyKey(name))
-	return p, nil
+// policies is how the handlers read import policies.
+func (a *ImportPolicyAPI) policies() viewapi.Kind[*clusterv1.ImportPolicy] {
+	return viewapi.Kind[*clusterv1.ImportPolicy]{Name: "import policy", Cache: a.s.importPolicies, Key: importPolicyKey, Gate: a.s.gate}
+}
+
+func (a *ImportPolicyAPI) await(ctx context.Context, name string, seq uint64) (*clusterv1.ImportPolicy, error) {
+	p, _, err := a.policies().Await(ctx, name, seq)
+	return p, err
 }
 
 func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.Request[clusterv1.CreateImportPolicyRequest]) (*connect.Response[clusterv1.CreateImportPolicyResponse], error) {
-	if err := a.s.waitReady(ctx); err != nil {
+	if err := a.s.gate.Ready(ctx); err != nil {
 		return nil, err
 	}
 	p := specOf(req.Msg.Policy)
@@ -210,7 +211,7 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 		}
 		return nil, apierr.Internal(err)
 	}
-	out, err := a.await(ctx, p.Name, seq, false)
+	out, err := a.await(ctx, p.Name, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -219,19 +220,16 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 }
 
 func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.Request[clusterv1.UpdateImportPolicyRequest]) (*connect.Response[clusterv1.UpdateImportPolicyResponse], error) {
-	if err := a.s.waitReady(ctx); err != nil {
+	if err := a.s.gate.Ready(ctx); err != nil {
 		return nil, err
 	}
 	if err := a.validatePolicy(req.Msg.Policy); err != nil {
 		return nil, err
 	}
 	p := specOf(req.Msg.Policy)
-	cur, ok := a.s.importPolicies.Get(importPolicyKey(p.Name))
-	if !ok {
-		return nil, apierr.NotFound("import policy", p.Name)
-	}
-	if exp := req.Msg.ExpectedRevision; exp != 0 && exp != cur.Revision {
-		return nil, apierr.RevisionMismatch("import policy", p.Name, cur.Revision, exp)
+	cur, err := a.policies().Current(p.Name, req.Msg.ExpectedRevision)
+	if err != nil {
+		return nil, err
 	}
 	if proto.Equal(p, specOf(cur)) {
 		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: cur}), nil
@@ -255,7 +253,7 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 	if moved {
 		a.releaseSource(sourceKey(cur), p.Name)
 	}
-	out, err := a.await(ctx, p.Name, seq, false)
+	out, err := a.await(ctx, p.Name, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -266,20 +264,15 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.Request[clusterv1.DeleteImportPolicyRequest]) (*connect.Response[clusterv1.DeleteImportPolicyResponse], error) {
 	var v apierr.Violations
 	v.DNSLabel("name", req.Msg.Name)
-	if err := v.Err(); err != nil {
+	if err := a.s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
-	if err := a.s.waitReady(ctx); err != nil {
+	policies := a.policies()
+	cur, err := policies.Current(req.Msg.Name, req.Msg.ExpectedRevision)
+	if err != nil {
 		return nil, err
 	}
-	cur, ok := a.s.importPolicies.Get(importPolicyKey(req.Msg.Name))
-	if !ok {
-		return nil, apierr.NotFound("import policy", req.Msg.Name)
-	}
-	if exp := req.Msg.ExpectedRevision; exp != 0 && exp != cur.Revision {
-		return nil, apierr.RevisionMismatch("import policy", cur.Name, cur.Revision, exp)
-	}
-	seq, err := a.s.store.Append(ctx, subjects.ImportPolicy(cur.Name), cur.Name, events.At(cur.Revision), &clusterv1.ImportPolicyDeleted{Name: cur.Name})
+	_, err = a.s.store.Append(ctx, subjects.ImportPolicy(cur.Name), cur.Name, events.At(cur.Revision), &clusterv1.ImportPolicyDeleted{Name: cur.Name})
 	if events.IsConflict(err) {
 		return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", cur.Name, err)
 	}
@@ -287,7 +280,7 @@ func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.R
 		return nil, apierr.Internal(err)
 	}
 	a.releaseSource(sourceKey(cur), cur.Name)
-	if _, err := a.await(ctx, cur.Name, seq, true); err != nil {
+	if err := policies.AwaitPast(ctx, cur.Name, cur.Revision); err != nil {
 		return nil, err
 	}
 	a.s.log.Info("import policy deleted", zap.String("policy", cur.Name), zap.String("actor", identity.ActorFrom(ctx)))
@@ -295,24 +288,17 @@ func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.R
 }
 
 func (a *ImportPolicyAPI) GetImportPolicy(ctx context.Context, req *connect.Request[clusterv1.GetImportPolicyRequest]) (*connect.Response[clusterv1.GetImportPolicyResponse], error) {
-	var v apierr.Violations
-	v.DNSLabel("name", req.Msg.Name)
-	if err := v.Err(); err != nil {
+	p, err := a.policies().Get(ctx, req.Msg.Name)
+	if err != nil {
 		return nil, err
-	}
-	if err := a.s.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	p, ok := a.s.importPolicies.Get(importPolicyKey(req.Msg.Name))
-	if !ok {
-		return nil, apierr.NotFound("import policy", req.Msg.Name)
 	}
 	return connect.NewResponse(&clusterv1.GetImportPolicyResponse{Policy: p}), nil
 }
 
 func (a *ImportPolicyAPI) ListImportPolicies(ctx context.Context, _ *connect.Request[clusterv1.ListImportPoliciesRequest]) (*connect.Response[clusterv1.ListImportPoliciesResponse], error) {
-	if err := a.s.waitReady(ctx); err != nil {
+	list, err := a.policies().List(ctx, nil)
+	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&clusterv1.ListImportPoliciesResponse{Policies: a.s.importPolicies.List(nil)}), nil
+	return connect.NewResponse(&clusterv1.ListImportPoliciesResponse{Policies: list}), nil
 }

@@ -3,7 +3,6 @@ package clusterimport
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
@@ -125,21 +125,12 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 	if err != nil {
 		return fmt.Errorf("import sources consumer: %w", err)
 	}
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			return fmt.Errorf("import sources: %w", err)
-		}
+	return consumer.Each(ctx, it, func(err error) error {
+		return fmt.Errorf("import sources: %w", err)
+	}, func(m jetstream.Msg) error {
 		md, err := m.Metadata()
 		if err != nil {
-			continue
+			return nil
 		}
 		if err := r.handle(m.Subject(), m.Data(), md.Sequence.Stream); err != nil {
 			// A report that does not decode is the agent's bug; it must not stop the others.
@@ -151,7 +142,8 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 		if md.NumPending == 0 {
 			r.markCaughtUp()
 		}
-	}
+		return nil
+	})
 }
 
 func (r *importSources) handle(subject string, data []byte, seq uint64) error {

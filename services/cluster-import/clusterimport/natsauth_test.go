@@ -107,7 +107,7 @@ func startCallout(t *testing.T) *calloutEnv {
 	case <-time.After(20 * time.Second):
 		t.Fatal("service not ready")
 	}
-	hc := bearerClient(hs.Client(), testToken)
+	hc := testkit.BearerClient(hs.Client(), testToken)
 	return &calloutEnv{url: ns.ClientURL(), admin: js,
 		clusters:    clusterv1connect.NewClusterServiceClient(hc, hs.URL),
 		subscribers: clusterv1connect.NewSubscriberServiceClient(hc, hs.URL)}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
@@ -104,6 +105,7 @@ type Registry struct {
 	lifecycles *lifecycles
 
 	ready chan struct{}
+	gate  apiwait.Gate
 	now   func() time.Time
 }
 
@@ -118,6 +120,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	}
 	s := &Registry{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
 		ready: make(chan struct{}), now: time.Now}
+	s.gate = apiwait.NewGate(s.ready, "cluster registry")
 	if cfg.Keyring != nil {
 		s.log.Info("cluster credentials are sealed", zap.String("active_key_id", cfg.Keyring.ActiveID()), zap.Strings("key_ids", cfg.Keyring.IDs()))
 	} else {

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +22,6 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	"github.com/fleetstream/fleetstream/pkg/nsinventory"
-	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -41,23 +36,6 @@ type env struct {
 	url    string
 	client clusterv1connect.ClusterServiceClient
 	stop   func()
-}
-
-// bearerClient sends token on every request, unary or streaming.
-func bearerClient(base *http.Client, token string) *http.Client {
-	c := *base
-	next := c.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	c.Transport = roundTripper(func(r *http.Request) (*http.Response, error) {
-		if token != "" {
-			r = r.Clone(r.Context())
-			r.Header.Set("Authorization", "Bearer "+token)
-		}
-		return next.RoundTrip(r)
-	})
-	return &c
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -78,35 +56,15 @@ func startLogged(t testing.TB, j *testkit.JetStream, cfg clusterimport.Config, l
 	if cfg.Keyring == nil && !cfg.PlaintextCredentials {
 		cfg.Keyring = newRing(t, "test-key")
 	}
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("# test\n"+testToken+",alice\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{TokenFile: tokens}, log)
+	srv, _ := testkit.TokenServer(t, j.JS, []string{"# test", testToken + ",alice"}, authz.Config{PlatformAdmins: []string{"alice"}}, log)
+	svc, err := clusterimport.New(context.Background(), j.JS, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Authorize(t, j.JS, srv, authz.Config{PlatformAdmins: []string{"alice"}})
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := clusterimport.New(ctx, j.JS, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.Mount(srv)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = svc.Run(ctx) }()
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.EnableHTTP2 = true
-	hs.Start()
-	select {
-	case <-svc.Ready():
-	case <-time.After(20 * time.Second):
-		t.Fatal("service not ready")
-	}
-	e := &env{js: j, svc: svc, url: hs.URL, client: clusterv1connect.NewClusterServiceClient(bearerClient(hs.Client(), testToken), hs.URL)}
-	var once sync.Once
-	e.stop = func() { once.Do(func() { hs.Close(); cancel(); <-done }) }
-	t.Cleanup(e.stop)
+	stopSvc := testkit.RunComponents(t, srv, svc)
+	hs := testkit.Serve(t, srv)
+	e := &env{js: j, svc: svc, url: hs.URL, client: clusterv1connect.NewClusterServiceClient(testkit.BearerClient(hs.Client(), testToken), hs.URL)}
+	e.stop = func() { hs.Close(); stopSvc() }
 	return e
 }
 
@@ -159,29 +117,10 @@ func TestRegisterGetListDeregister(t *testing.T) {
 
 func TestConcurrentRegistrationsOfOneNameExactlyOneWins(t *testing.T) {
 	e := start(t, nil, clusterimport.Config{})
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = e.client.RegisterCluster(context.Background(), connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "race"}))
-		}()
-	}
-	wg.Wait()
-	wins := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			wins++
-		case code(err) == connect.CodeAlreadyExists:
-		default:
-			t.Fatalf("unexpected %v", err)
-		}
-	}
-	if wins != 1 {
-		t.Fatalf("%d registrations won", wins)
-	}
+	testkit.OneWins(t, 8, connect.CodeAlreadyExists, func(int) error {
+		_, err := e.client.RegisterCluster(context.Background(), connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "race"}))
+		return err
+	})
 }
 
 func TestInvalidInputNamesTheField(t *testing.T) {
@@ -232,7 +171,7 @@ func TestCallsWithoutValidTokenAreUnauthenticated(t *testing.T) {
 	e := start(t, nil, clusterimport.Config{})
 	ctx := testkit.Context(t, 30*time.Second)
 	for name, tok := range map[string]string{"no token": "", "wrong token": "guess", "user name as token": "alice"} {
-		c := clusterv1connect.NewClusterServiceClient(bearerClient(http.DefaultClient, tok), e.url)
+		c := clusterv1connect.NewClusterServiceClient(testkit.BearerClient(http.DefaultClient, tok), e.url)
 		if _, err := c.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{})); code(err) != connect.CodeUnauthenticated {
 			t.Errorf("%s: list got %v", name, err)
 		}

@@ -21,10 +21,6 @@ import (
 // MaxWeight is the largest weight; 100 is the default and 0 drains.
 const MaxWeight = 0xFFFF
 
-func (c *Collector) waitReady(ctx context.Context) error {
-	return apiwait.Ready(ctx, c.ready, "endpoint collector")
-}
-
 func validateService(v *apierr.Violations, ns, name string) {
 	v.DNSLabel("namespace", ns)
 	v.DNSLabel("name", name)
@@ -50,10 +46,7 @@ func (c *Collector) GetServiceEndpoints(ctx context.Context, req *connect.Reques
 	var v apierr.Violations
 	validateService(&v, m.Namespace, m.Name)
 	validateQuery(&v, m.Filter, m.PortName)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	sn := c.store.snapshot(serviceKey(m.Namespace, m.Name))
@@ -68,10 +61,7 @@ func (c *Collector) WatchServiceEndpoints(ctx context.Context, req *connect.Requ
 	var v apierr.Violations
 	validateService(&v, m.Namespace, m.Name)
 	validateQuery(&v, m.Filter, m.PortName)
-	if err := v.Err(); err != nil {
-		return err
-	}
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.gate.Admit(ctx, &v); err != nil {
 		return err
 	}
 	key := serviceKey(m.Namespace, m.Name)
@@ -126,10 +116,7 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 	if m.Cluster != "" {
 		v.DNSLabel("cluster", m.Cluster)
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	ipText := ip.Unmap().String() // one spelling per address, whatever the caller typed
@@ -204,10 +191,7 @@ func (c *Collector) SetClusterWeight(ctx context.Context, req *connect.Request[e
 	validateService(&v, m.Namespace, m.Name)
 	v.DNSLabel("cluster", m.Cluster)
 	validateWeight(&v, m.Weight)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	// Neither the service nor the cluster has to serve endpoints yet: draining or weighting a
@@ -294,10 +278,7 @@ func (c *Collector) ListServices(ctx context.Context, req *connect.Request[endpo
 	if req.Msg.Namespace != "" {
 		v.DNSLabel("namespace", req.Msg.Namespace)
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	ns := req.Msg.Namespace

@@ -2,7 +2,6 @@ package collector
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,12 +12,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
-	"github.com/fleetstream/fleetstream/pkg/events"
-	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -160,8 +156,8 @@ func summarize(cs []*endpointv1.ClusterEndpoints) string {
 
 // fakeAgent publishes agent-format reports as the cluster agent does.
 type fakeAgent struct {
+	*testkit.AgentReporter
 	t       testing.TB
-	store   *events.Store
 	cluster string
 	id      string
 	session string
@@ -172,7 +168,7 @@ type fakeAgent struct {
 }
 
 func newFakeAgent(t testing.TB, js jetstream.JetStream, cluster, id string) *fakeAgent {
-	return &fakeAgent{t: t, store: events.NewStore(js, "system:cluster-agent:"+cluster), cluster: cluster, id: id,
+	return &fakeAgent{AgentReporter: testkit.NewAgentReporter(t, js, cluster), t: t, cluster: cluster, id: id,
 		session: uuid.NewString(), gen: 1, slices: map[string]bool{}}
 }
 
@@ -213,7 +209,7 @@ func (a *fakeAgent) report(ns, svc, slice string, ports []uint32, eps ...ep) {
 		}
 		r.Endpoints = append(r.Endpoints, x)
 	}
-	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), r)
+	a.Publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), r)
 	a.mu.Lock()
 	a.slices[ns+"/"+slice] = true
 	a.mu.Unlock()
@@ -230,51 +226,20 @@ func containsColon(s string) bool {
 
 func (a *fakeAgent) remove(ns, svc, slice string) {
 	a.t.Helper()
-	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), &endpointv1.EndpointSliceReport{ClusterName: a.cluster,
+	a.Publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), &endpointv1.EndpointSliceReport{ClusterName: a.cluster,
 		Namespace: ns, Service: svc, Slice: slice, Deleted: true, SessionId: a.session, Generation: a.gen})
 }
 
 func (a *fakeAgent) sync() {
 	a.t.Helper()
-	a.publish(subjects.AgentEndpointSync(a.cluster), &endpointv1.EndpointSliceSync{ClusterName: a.cluster,
+	a.Publish(subjects.AgentEndpointSync(a.cluster), &endpointv1.EndpointSliceSync{ClusterName: a.cluster,
 		SessionId: a.session, Generation: a.gen})
 }
 
 // restart starts a new agent session, as a restarted agent process does.
 func (a *fakeAgent) restart() { a.session, a.gen = uuid.NewString(), 1 }
 
-func (a *fakeAgent) publish(subject string, m proto.Message) {
-	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := a.store.Append(ctx, subject, a.cluster, events.Any, m); err != nil {
-		a.t.Fatalf("publish %s: %v", subject, err)
-	}
-}
-
 // heartbeats publishes a heartbeat every d until the returned stop is called.
 func (a *fakeAgent) heartbeats(d time.Duration) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			r := &agentv1.Heartbeat{ClusterName: a.cluster, SessionId: a.session, Time: timestamppb.Now()}
-			_, err := a.store.Append(ctx, subjects.AgentHeartbeat(a.cluster), a.cluster, events.Any, r)
-			if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				a.t.Errorf("heartbeat: %v", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	a.t.Cleanup(stop)
-	return stop
+	return a.Heartbeats(d, func() string { return a.session })
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -176,6 +177,7 @@ type Collector struct {
 	caughtUp     chan struct{}
 	caughtUpOnce sync.Once
 	ready        chan struct{}
+	gate         apiwait.Gate
 	now          func() time.Time
 	// onPublish, when set (benchmarks), is called with every snapshot once it is served.
 	onPublish func(*snapshot)
@@ -212,6 +214,7 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 		codec:    newResponseCodec(cfg.ResponseCacheBytes, nil),
 		metrics:  newMetrics(),
 		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL}
+	c.gate = apiwait.NewGate(c.ready, "endpoint collector")
 	c.store.strs = newStrtab()
 	c.codec.addresses = &c.store.addresses
 	c.env = &snapEnv{strs: c.store.strs, codec: c.codec}

@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,8 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
-	"github.com/fleetstream/fleetstream/pkg/events"
-	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -136,20 +133,19 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // agent publishes what a cluster agent's EndpointSlice reporter publishes (the same messages
 // on the same subjects of FLEET_AGENT: whole-slice reports, heartbeats).
 type agent struct {
+	*testkit.AgentReporter
 	t       testing.TB
-	store   *events.Store
 	cluster string
 	session string
 	gen     uint64
 	slices  map[string]*endpointv1.EndpointSliceReport // by subject: what a relist republishes
 
 	mu   sync.Mutex
-	beat context.CancelFunc
-	done chan struct{}
+	beat func() // stops the heartbeats
 }
 
 func newAgent(t testing.TB, js jetstream.JetStream, cluster string) *agent {
-	return &agent{t: t, store: events.NewStore(js, "system:cluster-agent:"+cluster), cluster: cluster, session: uuid.NewString(),
+	return &agent{AgentReporter: testkit.NewAgentReporter(t, js, cluster), t: t, cluster: cluster, session: uuid.NewString(),
 		gen: 1, slices: map[string]*endpointv1.EndpointSliceReport{}}
 }
 
@@ -171,7 +167,7 @@ func (a *agent) report(ns, svc, slice string, port uint32, pods ...pod) {
 	r.Generation = a.gen
 	a.slices[subjects.AgentEndpointSlice(a.cluster, ns, slice)] = r
 	a.mu.Unlock()
-	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), r)
+	a.Publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), r)
 }
 
 // relist republishes every slice under a new generation and then the relist marker, as the
@@ -189,9 +185,9 @@ func (a *agent) relist() {
 	}
 	a.mu.Unlock()
 	for subj, r := range reps {
-		a.publish(subj, r)
+		a.Publish(subj, r)
 	}
-	a.publish(subjects.AgentEndpointSync(a.cluster), &endpointv1.EndpointSliceSync{ClusterName: a.cluster, SessionId: a.session, Generation: gen})
+	a.Publish(subjects.AgentEndpointSync(a.cluster), &endpointv1.EndpointSliceSync{ClusterName: a.cluster, SessionId: a.session, Generation: gen})
 }
 
 func (a *agent) remove(ns, svc, slice string) {
@@ -200,57 +196,26 @@ func (a *agent) remove(ns, svc, slice string) {
 	delete(a.slices, subjects.AgentEndpointSlice(a.cluster, ns, slice))
 	gen := a.gen
 	a.mu.Unlock()
-	a.publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), &endpointv1.EndpointSliceReport{ClusterName: a.cluster,
+	a.Publish(subjects.AgentEndpointSlice(a.cluster, ns, slice), &endpointv1.EndpointSliceReport{ClusterName: a.cluster,
 		Namespace: ns, Service: svc, Slice: slice, Deleted: true, SessionId: a.session, Generation: gen})
-}
-
-func (a *agent) publish(subject string, m proto.Message) {
-	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := a.store.Append(ctx, subject, a.cluster, events.Any, m); err != nil {
-		a.t.Fatalf("publish %s: %v", subject, err)
-	}
 }
 
 // startHeartbeats publishes a heartbeat every d until stopHeartbeats, as a live agent does.
 func (a *agent) startHeartbeats(d time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.beat != nil {
-		return
+	if a.beat == nil {
+		a.beat = a.Heartbeats(d, func() string { return a.session })
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	a.beat, a.done = cancel, done
-	go func() {
-		defer close(done)
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			r := &agentv1.Heartbeat{ClusterName: a.cluster, SessionId: a.session, Time: timestamppb.Now()}
-			if _, err := a.store.Append(ctx, subjects.AgentHeartbeat(a.cluster), a.cluster, events.Any, r); err != nil &&
-				!errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				a.t.Errorf("heartbeat: %v", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	a.t.Cleanup(a.stopHeartbeats)
 }
 
 func (a *agent) stopHeartbeats() {
 	a.mu.Lock()
-	cancel, done := a.beat, a.done
+	stop := a.beat
 	a.beat = nil
 	a.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	if stop != nil {
+		stop()
 	}
 }
 

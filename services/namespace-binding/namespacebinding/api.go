@@ -21,21 +21,15 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
-
-func (s *Service) waitReady(ctx context.Context) error {
-	return apiwait.Ready(ctx, s.ready, "namespace-binding")
-}
 
 func (s *ProjectAPI) CreateProject(ctx context.Context, req *connect.Request[projectv1.CreateProjectRequest]) (*connect.Response[projectv1.CreateProjectResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
 	validateProjectMeta(&v, m.DisplayName, m.Labels)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if _, ok := s.projects.Get(projectKey(m.Name)); ok {
@@ -84,10 +78,7 @@ func (s *ProjectAPI) DeleteProject(ctx context.Context, req *connect.Request[pro
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
 	validatePolicy(&v, "unbind_policy", m.UnbindPolicy)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	// Placements and the namespaces following them are the project's too; deleting the project
@@ -158,28 +149,16 @@ func (s *Service) activeBindings(project string) []*projectv1.NamespaceBinding {
 }
 
 func (s *ProjectAPI) GetProject(ctx context.Context, req *connect.Request[projectv1.GetProjectRequest]) (*connect.Response[projectv1.GetProjectResponse], error) {
-	var v apierr.Violations
-	v.DNSLabel("name", req.Msg.Name)
-	if err := v.Err(); err != nil {
+	p, err := viewapi.Kind[*projectv1.Project]{Name: "project", Cache: s.projects, Key: projectKey, Gate: s.gate}.Get(ctx, req.Msg.Name)
+	if err != nil {
 		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	p, ok := s.projects.Get(projectKey(req.Msg.Name))
-	if !ok {
-		return nil, apierr.NotFound("project", req.Msg.Name)
 	}
 	return connect.NewResponse(&projectv1.GetProjectResponse{Project: s.presentProject(p)}), nil
 }
 
 func (s *ProjectAPI) ListProjects(ctx context.Context, req *connect.Request[projectv1.ListProjectsRequest]) (*connect.Response[projectv1.ListProjectsResponse], error) {
-	var v apierr.Violations
-	sel := v.Selector("label_selector", req.Msg.LabelSelector)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	sel, err := viewapi.Selected(ctx, s.gate, req.Msg.LabelSelector)
+	if err != nil {
 		return nil, err
 	}
 	res := &projectv1.ListProjectsResponse{}
@@ -203,10 +182,7 @@ func (s *ProjectAPI) BindNamespace(ctx context.Context, req *connect.Request[pro
 	if m.UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
 		v.Add("unbind_policy", "only with placement: a binding to one cluster takes its policy when unbound")
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	b, err := s.bind(ctx, m.Project, m.Cluster, m.Namespace, m.Hard, "")
@@ -236,10 +212,7 @@ func (s *ProjectAPI) UpdateQuota(ctx context.Context, req *connect.Request[proje
 	var v apierr.Violations
 	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
 	validateHard(&v, "hard", m.Hard)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if b, ok := s.bindings.Get(bindingKey(m.Cluster, m.Namespace)); ok && b.Project == m.Project && b.Placement != "" {
@@ -267,10 +240,7 @@ func (s *ProjectAPI) UnbindNamespace(ctx context.Context, req *connect.Request[p
 	var v apierr.Violations
 	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
 	validatePolicy(&v, "policy", m.Policy)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if b, ok := s.bindings.Get(bindingKey(m.Cluster, m.Namespace)); ok && b.Project == m.Project && b.Placement != "" &&
@@ -295,10 +265,7 @@ func (s *ProjectAPI) ListNamespaceBindings(ctx context.Context, req *connect.Req
 	if m.Cluster != "" {
 		v.DNSLabel("cluster", m.Cluster)
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	caller := authz.CallerFrom(ctx)
@@ -338,10 +305,7 @@ func (s *ProjectAPI) ListNamespaceBindings(ctx context.Context, req *connect.Req
 func (s *ProjectAPI) ListIdleNamespaces(ctx context.Context, req *connect.Request[projectv1.ListIdleNamespacesRequest]) (*connect.Response[projectv1.ListIdleNamespacesResponse], error) {
 	var v apierr.Violations
 	v.DNSLabel("cluster", req.Msg.Cluster)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	cluster := req.Msg.Cluster

@@ -30,10 +30,7 @@ func (s *ProjectAPI) SetProjectBudget(ctx context.Context, req *connect.Request[
 	v.DNSLabel("project", m.Project)
 	v.DNSLabel("cluster", m.Cluster)
 	validateHard(&v, "hard", m.Hard)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {

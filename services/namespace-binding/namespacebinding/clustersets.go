@@ -19,6 +19,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
 // Cluster sets and set bindings (docs/placement.md): their own stream, FLEET_PLACEMENT, one
@@ -156,56 +157,34 @@ func applySetBinding(ev *events.Event) ([]view.Change, error) {
 // last sequence; the loser sees the winner's set and has nothing left to do.
 func (s *Service) ensureClusterSets(ctx context.Context) error {
 	for _, want := range builtinClusterSets() {
-		for attempt := 0; ; attempt++ {
-			err := s.ensureClusterSet(ctx, want)
-			if err == nil {
-				break
-			}
-			if !events.IsConflict(err) || attempt >= 5 {
-				return fmt.Errorf("built-in cluster set %s: %w", want.Name, err)
-			}
+		if err := viewapi.Ensure(ctx, s.clusterSets, clusterSetKey(want.Name), "cluster set "+want.Name, s.log, func(cur *placementv1.ClusterSet, ok bool) (uint64, error) {
+			return s.ensureClusterSet(ctx, want, cur, ok)
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-func (s *Service) ensureClusterSet(ctx context.Context, want *placementv1.ClusterSet) error {
+// ensureClusterSet appends what brings set cur (ok false when absent) to want, if anything.
+func (s *Service) ensureClusterSet(ctx context.Context, want, cur *placementv1.ClusterSet, ok bool) (uint64, error) {
 	key, subject := clusterSetKey(want.Name), subjects.ClusterSet(want.Name)
-	cur, ok := s.clusterSets.Get(key)
-	var seq uint64
-	var err error
 	switch {
 	case !ok:
-		last, prev, lerr := events.Last(ctx, s.placementStream, subject)
-		if lerr != nil {
-			return lerr
+		last, prev, err := events.Last(ctx, s.placementStream, subject)
+		if err != nil {
+			return 0, err
 		}
 		if _, gone := payloadOf(prev).(*placementv1.ClusterSetDeleted); prev != nil && !gone {
 			// Another replica created it a moment ago: the view will show it.
-			return s.clusterSets.WaitRevision(ctx, key, last, false)
+			return 0, s.clusterSets.WaitRevision(ctx, key, last, false)
 		}
-		seq, err = s.store.Append(ctx, subject, want.Name, events.At(last), &placementv1.ClusterSetCreated{ClusterSet: want})
+		return s.store.Append(ctx, subject, want.Name, events.At(last), &placementv1.ClusterSetCreated{ClusterSet: want})
 	case !proto.Equal(cur.Selector, want.Selector):
-		seq, err = s.store.Append(ctx, subject, want.Name, events.At(cur.Revision),
+		return s.store.Append(ctx, subject, want.Name, events.At(cur.Revision),
 			&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: want.Name, Selector: want.Selector}})
-	default:
-		return nil
 	}
-	if err != nil {
-		if events.IsConflict(err) {
-			var rev uint64
-			if ok {
-				rev = cur.Revision
-			}
-			_ = s.clusterSets.WaitFor(ctx, key, func(c *placementv1.ClusterSet, ok bool) bool { return ok && c.Revision > rev })
-		}
-		return err
-	}
-	if err := s.clusterSets.WaitRevision(ctx, key, seq, false); err != nil {
-		return err
-	}
-	s.log.Info("built-in cluster set written", zap.String("cluster_set", want.Name))
-	return nil
+	return 0, nil
 }
 
 // payloadOf is the payload of an event that may be nil.
@@ -316,20 +295,19 @@ func (s *Service) presentSetBinding(b *placementv1.ClusterSetBinding) *placement
 }
 
 func (s *Service) awaitClusterSet(ctx context.Context, name string, seq uint64) (*placementv1.ClusterSet, error) {
-	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.clusterSets.WaitRevision(ctx, clusterSetKey(name), seq, false)
-	}); err != nil {
+	c, ok, err := s.clusterSetKind().Await(ctx, name, seq)
+	if err != nil {
 		return nil, err
 	}
-	c, ok := s.clusterSets.Get(clusterSetKey(name))
 	if !ok {
 		return nil, apierr.Concurrent("cluster set %q", name)
 	}
 	return s.presentSet(c)
 }
 
-func errSetRevision(name string, cur, want uint64) error {
-	return apierr.RevisionMismatch("cluster set", name, cur, want)
+// clusterSetKind is how the handlers read cluster sets.
+func (s *Service) clusterSetKind() viewapi.Kind[*placementv1.ClusterSet] {
+	return viewapi.Kind[*placementv1.ClusterSet]{Name: "cluster set", Cache: s.clusterSets, Key: clusterSetKey, Gate: s.gate}
 }
 
 func (s *ClusterSetAPI) CreateClusterSet(ctx context.Context, req *connect.Request[placementv1.CreateClusterSetRequest]) (*connect.Response[placementv1.CreateClusterSetResponse], error) {
@@ -337,10 +315,7 @@ func (s *ClusterSetAPI) CreateClusterSet(ctx context.Context, req *connect.Reque
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
 	sel := validateSetSelector(&v, "selector", m.Selector)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if _, ok := s.clusterSets.Get(clusterSetKey(m.Name)); ok {
@@ -382,10 +357,7 @@ func (s *ClusterSetAPI) UpdateClusterSet(ctx context.Context, req *connect.Reque
 		v.Add("selector", "required")
 	}
 	sel := validateSetSelector(&v, "selector", m.Selector)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if isBuiltinClusterSet(m.Name) {
@@ -393,12 +365,9 @@ func (s *ClusterSetAPI) UpdateClusterSet(ctx context.Context, req *connect.Reque
 	}
 	key := clusterSetKey(m.Name)
 	for attempt := 0; ; attempt++ {
-		cur, ok := s.clusterSets.Get(key)
-		if !ok {
-			return nil, apierr.NotFound("cluster set", m.Name)
-		}
-		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-			return nil, errSetRevision(m.Name, cur.Revision, m.ExpectedRevision)
+		cur, err := s.clusterSetKind().Current(m.Name, m.ExpectedRevision)
+		if err != nil {
+			return nil, err
 		}
 		if proto.Equal(cur.Selector, sel) {
 			out, err := s.presentSet(cur)
@@ -436,35 +405,27 @@ func (s *ClusterSetAPI) DeleteClusterSet(ctx context.Context, req *connect.Reque
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if isBuiltinClusterSet(m.Name) {
 		return nil, apierr.FailedPrecondition("cluster set %q is built in and cannot be deleted", m.Name)
 	}
-	key := clusterSetKey(m.Name)
-	cur, ok := s.clusterSets.Get(key)
-	if !ok {
-		return nil, apierr.NotFound("cluster set", m.Name)
-	}
-	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-		return nil, errSetRevision(m.Name, cur.Revision, m.ExpectedRevision)
+	sets := s.clusterSetKind()
+	cur, err := sets.Current(m.Name, m.ExpectedRevision)
+	if err != nil {
+		return nil, err
 	}
 	// Bindings of the set stay, as OCM's ManagedClusterSetBindings do: they report the set
 	// missing, and come back to life if it is created again.
-	_, err := s.store.Append(ctx, subjects.ClusterSet(m.Name), m.Name, events.At(cur.Revision), &placementv1.ClusterSetDeleted{Name: m.Name})
+	_, err = s.store.Append(ctx, subjects.ClusterSet(m.Name), m.Name, events.At(cur.Revision), &placementv1.ClusterSetDeleted{Name: m.Name})
 	if events.IsConflict(err) {
 		return nil, apierr.Concurrent("cluster set %q", m.Name)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.clusterSets.WaitFor(ctx, key, func(c *placementv1.ClusterSet, ok bool) bool { return !ok || c.Revision > cur.Revision })
-	}); err != nil {
+	if err := sets.AwaitPast(ctx, m.Name, cur.Revision); err != nil {
 		return nil, err
 	}
 	s.log.Info("cluster set deleted", zap.String("cluster_set", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
@@ -472,17 +433,9 @@ func (s *ClusterSetAPI) DeleteClusterSet(ctx context.Context, req *connect.Reque
 }
 
 func (s *ClusterSetAPI) GetClusterSet(ctx context.Context, req *connect.Request[placementv1.GetClusterSetRequest]) (*connect.Response[placementv1.GetClusterSetResponse], error) {
-	var v apierr.Violations
-	v.DNSLabel("name", req.Msg.Name)
-	if err := v.Err(); err != nil {
+	c, err := s.clusterSetKind().Get(ctx, req.Msg.Name)
+	if err != nil {
 		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	c, ok := s.clusterSets.Get(clusterSetKey(req.Msg.Name))
-	if !ok {
-		return nil, apierr.NotFound("cluster set", req.Msg.Name)
 	}
 	out, err := s.presentSet(c)
 	if err != nil {
@@ -492,11 +445,12 @@ func (s *ClusterSetAPI) GetClusterSet(ctx context.Context, req *connect.Request[
 }
 
 func (s *ClusterSetAPI) ListClusterSets(ctx context.Context, _ *connect.Request[placementv1.ListClusterSetsRequest]) (*connect.Response[placementv1.ListClusterSetsResponse], error) {
-	if err := s.waitReady(ctx); err != nil {
+	// Keys are encoded names, which sort as the names do for DNS labels.
+	list, err := s.clusterSetKind().List(ctx, nil)
+	if err != nil {
 		return nil, err
 	}
-	// Keys are encoded names, which sort as the names do for DNS labels.
-	out, err := s.presentSets(s.clusterSets.List(nil), false)
+	out, err := s.presentSets(list, false)
 	if err != nil {
 		return nil, err
 	}
@@ -508,10 +462,7 @@ func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)
 	v.DNSLabel("cluster_set", m.ClusterSet)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	// The set need not exist (OCM binds a set by name; the binding's status tells), the project
@@ -539,10 +490,10 @@ func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error { return s.setBindings.WaitRevision(ctx, key, seq, false) }); err != nil {
+	b, ok, err := viewapi.Await(ctx, s.setBindings, key, seq)
+	if err != nil {
 		return nil, err
 	}
-	b, ok := s.setBindings.Get(key)
 	if !ok {
 		return nil, apierr.Concurrent("cluster set binding %s", what)
 	}
@@ -555,10 +506,7 @@ func (s *ClusterSetAPI) UnbindClusterSet(ctx context.Context, req *connect.Reque
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)
 	v.DNSLabel("cluster_set", m.ClusterSet)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	key := setBindingKey(m.Project, m.ClusterSet)
@@ -575,9 +523,7 @@ func (s *ClusterSetAPI) UnbindClusterSet(ctx context.Context, req *connect.Reque
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.setBindings.WaitFor(ctx, key, func(b *placementv1.ClusterSetBinding, ok bool) bool { return !ok || b.Revision > cur.Revision })
-	}); err != nil {
+	if err := viewapi.AwaitPast(ctx, s.setBindings, key, cur.Revision); err != nil {
 		return nil, err
 	}
 	s.log.Info("cluster set unbound", zap.String("project", m.Project), zap.String("cluster_set", m.ClusterSet), zap.String("actor", identity.ActorFrom(ctx)))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -249,32 +248,14 @@ func TestConcurrentClusterSetCreationsExactlyOneWins(t *testing.T) {
 	// Two replicas of the service on one JetStream, as in production.
 	e1 := start(t, j, namespacebinding.Config{})
 	e2 := start(t, j, namespacebinding.Config{})
-	const n = 8
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			e := e1
-			if i%2 == 1 {
-				e = e2
-			}
-			_, errs[i] = e.createSet("race", matchLabels("writer", fmt.Sprint(i)))
-		})
-	}
-	wg.Wait()
-	won := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case code(err) == connect.CodeAlreadyExists:
-		default:
-			t.Errorf("create %d: %v", i, err)
+	testkit.OneWins(t, 8, connect.CodeAlreadyExists, func(i int) error {
+		e := e1
+		if i%2 == 1 {
+			e = e2
 		}
-	}
-	if won != 1 {
-		t.Fatalf("%d creations won, want exactly 1 (%v)", won, errs)
-	}
+		_, err := e.createSet("race", matchLabels("writer", fmt.Sprint(i)))
+		return err
+	})
 	// Both replicas agree on the winner, and the built-ins were written once.
 	testkit.Eventually(t, 5*time.Second, func() error {
 		a, b := e1.getSet(t, "race"), e2.getSet(t, "race")
@@ -387,7 +368,7 @@ func TestClusterSetBindings(t *testing.T) {
 
 	// A project viewer sees its project's bindings only, and may change nothing.
 	grantViewer(t, e.js.JS, "team-a")
-	bob := placementv1connect.NewClusterSetServiceClient(bearerClient(e.http, viewerToken), e.url)
+	bob := placementv1connect.NewClusterSetServiceClient(testkit.BearerClient(e.http, viewerToken), e.url)
 	testkit.Eventually(t, 10*time.Second, func() error {
 		got, err := listSetBindings(bob, "")
 		if err != nil {

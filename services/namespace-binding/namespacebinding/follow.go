@@ -112,10 +112,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	}
 	validateHard(&v, "hard", m.Hard)
 	validatePolicy(&v, "unbind_policy", m.UnbindPolicy)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {
@@ -242,10 +239,7 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 		v.Add("cluster", "give cluster or placement, not both")
 	}
 	validatePolicy(&v, "policy", m.Policy)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	key := keys.Join(m.Project, m.Namespace)

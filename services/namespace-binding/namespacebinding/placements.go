@@ -19,6 +19,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
 // Placements (docs/placement.md): specs on fleet.placement.placement.<project>.<name>, the
@@ -173,11 +174,10 @@ func applyAddOnScore(ev *events.Event) ([]view.Change, error) {
 // --- API --------------------------------------------------------------------------------------
 
 func (s *Service) awaitPlacement(ctx context.Context, project, name string, seq uint64) (*placementv1.Placement, error) {
-	key := placementKey(project, name)
-	if err := s.waitView(ctx, func(ctx context.Context) error { return s.placements.WaitRevision(ctx, key, seq, false) }); err != nil {
+	p, ok, err := viewapi.Await(ctx, s.placements, placementKey(project, name), seq)
+	if err != nil {
 		return nil, err
 	}
-	p, ok := s.placements.Get(key)
 	if !ok {
 		return nil, apierr.Concurrent("placement %s/%s", project, name)
 	}
@@ -196,10 +196,7 @@ func (s *Service) presentPlacement(p *placementv1.Placement) *placementv1.Placem
 func (s *PlacementAPI) CreatePlacement(ctx context.Context, req *connect.Request[placementv1.CreatePlacementRequest]) (*connect.Response[placementv1.CreatePlacementResponse], error) {
 	var v apierr.Violations
 	validatePlacementSpec(&v, "placement", req.Msg.Placement)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	spec := placementSpec(req.Msg.Placement)
@@ -237,10 +234,7 @@ func (s *PlacementAPI) CreatePlacement(ctx context.Context, req *connect.Request
 func (s *PlacementAPI) UpdatePlacement(ctx context.Context, req *connect.Request[placementv1.UpdatePlacementRequest]) (*connect.Response[placementv1.UpdatePlacementResponse], error) {
 	var v apierr.Violations
 	validatePlacementSpec(&v, "placement", req.Msg.Placement)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	spec := placementSpec(req.Msg.Placement)
@@ -276,10 +270,7 @@ func (s *PlacementAPI) DeletePlacement(ctx context.Context, req *connect.Request
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)
 	v.DNSLabel("name", m.Name)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	key := placementKey(m.Project, m.Name)
@@ -303,9 +294,7 @@ func (s *PlacementAPI) DeletePlacement(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.placements.WaitFor(ctx, key, func(p *placementv1.Placement, ok bool) bool { return !ok || p.Revision > cur.Revision })
-	}); err != nil {
+	if err := viewapi.AwaitPast(ctx, s.placements, key, cur.Revision); err != nil {
 		return nil, err
 	}
 	s.kickScheduler()
@@ -325,10 +314,7 @@ func (s *Service) getPlacement(ctx context.Context, project, name string) (*plac
 	var v apierr.Violations
 	v.DNSLabel("project", project)
 	v.DNSLabel("name", name)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	p, ok := s.placements.Get(placementKey(project, name))
@@ -358,10 +344,7 @@ func listInProjects[T proto.Message](ctx context.Context, s *Service, c *view.Ca
 	if project != "" {
 		v.DNSLabel("project", project)
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	caller := authz.CallerFrom(ctx)
@@ -424,29 +407,16 @@ func (s *PlacementAPI) WatchPlacementDecisions(ctx context.Context, req *connect
 	if err := send(cur); err != nil {
 		return err
 	}
-	for {
-		select {
-		case <-ctx.Done():
+	return viewapi.Watch(ctx, updates, fmt.Sprintf("placement %s/%s", m.Project, m.Name), func(u view.Update[*placementv1.PlacementDecisions]) error {
+		switch {
+		case u.Key != key:
 			return nil
-		case u, open := <-updates:
-			if !open {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return apierr.WatchFellBehind(fmt.Sprintf("placement %s/%s", m.Project, m.Name))
-			}
-			if u.Key != key {
-				continue
-			}
-			if u.Op == view.Delete {
-				_ = send(nil)
-				return nil // the placement is gone
-			}
-			if err := send(u.Value); err != nil {
-				return err
-			}
+		case u.Op == view.Delete:
+			_ = send(nil)
+			return viewapi.ErrStop // the placement is gone
 		}
-	}
+		return send(u.Value)
+	})
 }
 
 func (s *PlacementAPI) SetAddOnScore(ctx context.Context, req *connect.Request[placementv1.SetAddOnScoreRequest]) (*connect.Response[placementv1.SetAddOnScoreResponse], error) {
@@ -468,10 +438,7 @@ func (s *PlacementAPI) SetAddOnScore(ctx context.Context, req *connect.Request[p
 			v.Add("valid_until", "%v", err)
 		}
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if err := s.clusterRegistered(ctx, m.Cluster); err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
@@ -130,6 +131,7 @@ type Service struct {
 	followBackoff       backoff
 
 	ready chan struct{}
+	gate  apiwait.Gate
 	now   func() time.Time
 	// passes counts the release loop's passes (WaitReleasePass).
 	passes *passes
@@ -152,6 +154,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), passes: newPasses(), rounds: newPasses(),
 		ready: make(chan struct{}), now: time.Now,
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
+	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = newProjectLocks(s.projectSettled)
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {

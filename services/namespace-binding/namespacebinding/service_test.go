@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +26,6 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/keys"
-	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
@@ -56,21 +52,6 @@ type env struct {
 	stop func()
 }
 
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-func bearerClient(base *http.Client, token string) *http.Client {
-	c := *base
-	next := c.Transport
-	c.Transport = roundTripper(func(r *http.Request) (*http.Response, error) {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+token)
-		return next.RoundTrip(r)
-	})
-	return &c
-}
-
 func start(t testing.TB, j *testkit.JetStream, cfg namespacebinding.Config) *env {
 	t.Helper()
 	return startHub(t, j, cfg, clusterimport.Config{})
@@ -82,50 +63,25 @@ func startHub(t testing.TB, j *testkit.JetStream, cfg namespacebinding.Config, c
 		j = testkit.StartJetStream(t)
 	}
 	log := testkit.Logger(t)
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte(testToken+",alice\n"+viewerToken+",bob\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{TokenFile: tokens}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.Authorize(t, j.JS, srv, authz.Config{PlatformAdmins: []string{"alice"}})
-	ctx, cancel := context.WithCancel(context.Background())
+	srv, _ := testkit.TokenServer(t, j.JS, []string{testToken + ",alice", viewerToken + ",bob"}, authz.Config{PlatformAdmins: []string{"alice"}}, log)
 	if ciCfg.Keyring == nil {
 		ciCfg.PlaintextCredentials = true // these tests never read credentials back
 	}
-	ci, err := clusterimport.New(ctx, j.JS, ciCfg, log)
+	ci, err := clusterimport.New(context.Background(), j.JS, ciCfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := namespacebinding.New(ctx, j.JS, cfg, log)
+	svc, err := namespacebinding.New(context.Background(), j.JS, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci.Mount(srv)
-	svc.Mount(srv)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = ci.Run(ctx) }()
-	go func() { defer wg.Done(); _ = svc.Run(ctx) }()
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.EnableHTTP2 = true
-	hs.Start()
-	for _, ch := range []<-chan struct{}{ci.Ready(), svc.Ready()} {
-		select {
-		case <-ch:
-		case <-time.After(20 * time.Second):
-			t.Fatal("services not ready")
-		}
-	}
-	hc := bearerClient(hs.Client(), testToken)
+	stopHub := testkit.RunComponents(t, srv, ci, svc)
+	hs := testkit.Serve(t, srv)
+	hc := testkit.BearerClient(hs.Client(), testToken)
 	e := &env{js: j, svc: svc, client: projectv1connect.NewProjectServiceClient(hc, hs.URL), clusters: clusterv1connect.NewClusterServiceClient(hc, hs.URL),
 		sets: placementv1connect.NewClusterSetServiceClient(hc, hs.URL), pl: placementv1connect.NewPlacementServiceClient(hc, hs.URL),
 		url: hs.URL, http: hs.Client()}
-	var once sync.Once
-	e.stop = func() { once.Do(func() { hs.Close(); cancel(); wg.Wait() }) }
-	t.Cleanup(e.stop)
+	e.stop = func() { hs.Close(); stopHub() }
 	return e
 }
 
@@ -305,28 +261,10 @@ func TestProjectLifecycle(t *testing.T) {
 
 func TestConcurrentProjectCreationsExactlyOneWins(t *testing.T) {
 	e := start(t, nil, namespacebinding.Config{})
-	errs := make([]error, 8)
-	var wg sync.WaitGroup
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = e.client.CreateProject(context.Background(), connect.NewRequest(&projectv1.CreateProjectRequest{Name: "race"}))
-		}()
-	}
-	wg.Wait()
-	wins := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			wins++
-		case code(err) != connect.CodeAlreadyExists:
-			t.Fatalf("unexpected %v", err)
-		}
-	}
-	if wins != 1 {
-		t.Fatalf("%d creations won", wins)
-	}
+	testkit.OneWins(t, 8, connect.CodeAlreadyExists, func(int) error {
+		_, err := e.client.CreateProject(context.Background(), connect.NewRequest(&projectv1.CreateProjectRequest{Name: "race"}))
+		return err
+	})
 }
 
 func TestInvalidInputNamesTheFieldAndWritesNothing(t *testing.T) {

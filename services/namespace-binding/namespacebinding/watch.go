@@ -16,6 +16,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
 // watchCoalesce is how long a watch gathers changes before recomputing the projects they
@@ -23,12 +24,8 @@ import (
 const watchCoalesce = 50 * time.Millisecond
 
 func (s *ProjectAPI) WatchProjects(ctx context.Context, req *connect.Request[projectv1.WatchProjectsRequest], stream *connect.ServerStream[projectv1.WatchProjectsResponse]) error {
-	var v apierr.Violations
-	sel := v.Selector("label_selector", req.Msg.LabelSelector)
-	if err := v.Err(); err != nil {
-		return err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	sel, err := viewapi.Selected(ctx, s.gate, req.Msg.LabelSelector)
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -13,21 +13,17 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
-	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
 // Fields of a template UpdateRoleTemplate may replace.
 var updatableTemplateFields = []string{"display_name", "rules", "inherits", "locked"}
-
-func (s *Service) waitReady(ctx context.Context) error {
-	return apiwait.Ready(ctx, s.ready, "rbac-sync")
-}
 
 func permissionDenied(format string, args ...any) error {
 	return apierr.PermissionDenied(format, args...)
@@ -35,6 +31,11 @@ func permissionDenied(format string, args ...any) error {
 
 func (s *Service) lookup(name string) (*rbacv1.RoleTemplate, bool) {
 	return s.templates.Get(templateKey(name))
+}
+
+// templateKind is how the handlers read role templates.
+func (s *Service) templateKind() viewapi.Kind[*rbacv1.RoleTemplate] {
+	return viewapi.Kind[*rbacv1.RoleTemplate]{Name: "role template", Cache: s.templates, Key: templateKey, Gate: s.gate}
 }
 
 // present returns a template with its effective rules.
@@ -48,10 +49,7 @@ func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[r
 	t := req.Msg.Template
 	var v apierr.Violations
 	validateTemplate(&v, "template", t)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if _, ok := s.lookup(t.Name); ok {
@@ -122,10 +120,7 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%q cannot be updated (%s)", f, strings.Join(updatableTemplateFields, ", "))
 		}
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	name := m.Template.Name
@@ -133,12 +128,9 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		cur, ok := s.lookup(name)
-		if !ok {
-			return nil, apierr.NotFound("role template", name)
-		}
-		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-			return nil, apierr.RevisionMismatch("role template", name, cur.Revision, m.ExpectedRevision)
+		cur, err := s.templateKind().Current(name, m.ExpectedRevision)
+		if err != nil {
+			return nil, err
 		}
 		next := stored(cur)
 		for _, f := range fields {
@@ -185,21 +177,16 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 	m := req.Msg
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	if err := refuseBuiltin(m.Name, "deleted"); err != nil {
 		return nil, err
 	}
-	cur, ok := s.lookup(m.Name)
-	if !ok {
-		return nil, apierr.NotFound("role template", m.Name)
-	}
-	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-		return nil, apierr.RevisionMismatch("role template", m.Name, cur.Revision, m.ExpectedRevision)
+	templates := s.templateKind()
+	cur, err := templates.Current(m.Name, m.ExpectedRevision)
+	if err != nil {
+		return nil, err
 	}
 	// Deleting an inherited template would silently shrink what its heirs grant.
 	var heirs []string
@@ -214,9 +201,7 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 	if _, err := s.store.Append(ctx, TemplateSubject(m.Name), m.Name, events.At(cur.Revision), &rbacv1.RoleTemplateDeleted{Name: m.Name}); err != nil {
 		return nil, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.templates.WaitFor(ctx, templateKey(m.Name), func(t *rbacv1.RoleTemplate, ok bool) bool { return !ok || t.Revision > cur.Revision })
-	}); err != nil {
+	if err := templates.AwaitPast(ctx, m.Name, cur.Revision); err != nil {
 		return nil, err
 	}
 	s.log.Info("role template deleted", zap.String("template", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
@@ -224,26 +209,18 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 }
 
 func (s *Service) GetRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.GetRoleTemplateRequest]) (*connect.Response[rbacv1.GetRoleTemplateResponse], error) {
-	var v apierr.Violations
-	v.DNSLabel("name", req.Msg.Name)
-	if err := v.Err(); err != nil {
+	t, err := s.templateKind().Get(ctx, req.Msg.Name)
+	if err != nil {
 		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	t, ok := s.lookup(req.Msg.Name)
-	if !ok {
-		return nil, apierr.NotFound("role template", req.Msg.Name)
 	}
 	return connect.NewResponse(&rbacv1.GetRoleTemplateResponse{Template: s.present(t)}), nil
 }
 
 func (s *Service) ListRoleTemplates(ctx context.Context, _ *connect.Request[rbacv1.ListRoleTemplatesRequest]) (*connect.Response[rbacv1.ListRoleTemplatesResponse], error) {
-	if err := s.waitReady(ctx); err != nil {
+	list, err := s.templateKind().List(ctx, nil)
+	if err != nil {
 		return nil, err
 	}
-	list := s.templates.List(nil)
 	res := &rbacv1.ListRoleTemplatesResponse{Templates: make([]*rbacv1.RoleTemplate, len(list))}
 	for i, t := range list {
 		res.Templates[i] = s.present(t)
@@ -252,15 +229,11 @@ func (s *Service) ListRoleTemplates(ctx context.Context, _ *connect.Request[rbac
 }
 
 func (s *Service) awaitTemplate(ctx context.Context, name string, seq uint64) (*rbacv1.RoleTemplate, error) {
-	if err := s.waitView(ctx, func(ctx context.Context) error { return s.templates.WaitRevision(ctx, templateKey(name), seq, false) }); err != nil {
+	t, _, err := s.templateKind().Await(ctx, name, seq)
+	if err != nil {
 		return nil, err
 	}
-	t, _ := s.lookup(name)
 	return s.present(t), nil
-}
-
-func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
-	return apiwait.Visible(ctx, "change", wait)
 }
 
 func validateBindingRef(v *apierr.Violations, prefix, project string, subject *rbacv1.Subject, role string) {
@@ -320,10 +293,7 @@ func (s *Service) BindProjectRole(ctx context.Context, req *connect.Request[rbac
 	m := req.Msg
 	var v apierr.Violations
 	validateBindingRef(&v, "", m.Project, m.Subject, m.RoleTemplate)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	t, ok := s.lookup(m.RoleTemplate)
@@ -361,10 +331,10 @@ func (s *Service) BindProjectRole(ctx context.Context, req *connect.Request[rbac
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitRevision(ctx, key, seq, false) }); err != nil {
+	out, _, err := viewapi.Await(ctx, s.bindings, key, seq)
+	if err != nil {
 		return nil, err
 	}
-	out, _ := s.bindings.Get(key)
 	s.log.Info("project role bound", zap.String("project", m.Project), zap.String("subject", subjectID(m.Subject)),
 		zap.String("template", m.RoleTemplate), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&rbacv1.BindProjectRoleResponse{Binding: out, Plan: plan}), nil
@@ -374,10 +344,7 @@ func (s *Service) UnbindProjectRole(ctx context.Context, req *connect.Request[rb
 	m := req.Msg
 	var v apierr.Violations
 	validateBindingRef(&v, "", m.Project, m.Subject, m.RoleTemplate)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	key := bindingKey(m.Project, m.Subject, m.RoleTemplate)
@@ -393,9 +360,7 @@ func (s *Service) UnbindProjectRole(ctx context.Context, req *connect.Request[rb
 		&rbacv1.ProjectRoleUnbound{Project: m.Project, Subject: m.Subject, RoleTemplate: m.RoleTemplate}); err != nil {
 		return nil, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.bindings.WaitFor(ctx, key, func(b *rbacv1.ProjectRoleBinding, ok bool) bool { return !ok || b.Revision > cur.Revision })
-	}); err != nil {
+	if err := viewapi.AwaitPast(ctx, s.bindings, key, cur.Revision); err != nil {
 		return nil, err
 	}
 	s.log.Info("project role unbound", zap.String("project", m.Project), zap.String("subject", subjectID(m.Subject)),
@@ -416,7 +381,7 @@ func formatSubject(s *rbacv1.Subject) string {
 
 func (s *Service) ListProjectRoleBindings(ctx context.Context, req *connect.Request[rbacv1.ListProjectRoleBindingsRequest]) (*connect.Response[rbacv1.ListProjectRoleBindingsResponse], error) {
 	m := req.Msg
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Ready(ctx); err != nil {
 		return nil, err
 	}
 	caller := authz.CallerFrom(ctx)
@@ -444,20 +409,14 @@ func (s *Service) GetPropagationStatus(ctx context.Context, req *connect.Request
 	switch t := req.Msg.Target.(type) {
 	case *rbacv1.GetPropagationStatusRequest_RoleTemplate:
 		v.DNSLabel("role_template", t.RoleTemplate)
-		if err := v.Err(); err != nil {
-			return nil, err
-		}
-		if err := s.waitReady(ctx); err != nil {
+		if err := s.gate.Admit(ctx, &v); err != nil {
 			return nil, err
 		}
 		entries = s.fan.templateEntries(t.RoleTemplate)
 	case *rbacv1.GetPropagationStatusRequest_Binding:
 		b := t.Binding
 		validateBindingRef(&v, "binding.", b.GetProject(), b.GetSubject(), b.GetRoleTemplate())
-		if err := v.Err(); err != nil {
-			return nil, err
-		}
-		if err := s.waitReady(ctx); err != nil {
+		if err := s.gate.Admit(ctx, &v); err != nil {
 			return nil, err
 		}
 		if _, ok := s.bindings.Get(bindingKey(b.Project, b.Subject, b.RoleTemplate)); !ok {
@@ -497,10 +456,7 @@ func (s *Service) WhoCan(ctx context.Context, req *connect.Request[rbacv1.WhoCan
 	if (m.Verb == "") != (m.Resource == "") {
 		v.Add("verb", "give verb and resource together, or neither")
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	project, grants := s.fan.grantsAt(place{m.Cluster, m.Namespace})

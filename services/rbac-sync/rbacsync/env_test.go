@@ -4,12 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,24 +48,6 @@ type env struct {
 	stop     func()
 }
 
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-func bearerClient(base *http.Client, token string) *http.Client {
-	c := *base
-	next := c.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	c.Transport = roundTripper(func(r *http.Request) (*http.Response, error) {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+token)
-		return next.RoundTrip(r)
-	})
-	return &c
-}
-
 // withoutNamespaceBinding starts the hub without namespace-binding, as when rbac-sync starts
 // first.
 type startOption int
@@ -85,24 +62,16 @@ func start(t testing.TB, j *testkit.JetStream, cfg rbacsync.Config, opts ...star
 	}
 	admins := []string{"admin"}
 	log := testkit.Logger(t)
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	var lines []byte
+	var lines []string
 	for _, u := range testUsers {
 		line := tokenOf(u) + "," + u
 		if u == "dave" {
 			line += `,uid-dave,"binders,others"`
 		}
-		lines = append(lines, line+"\n"...)
+		lines = append(lines, line)
 	}
-	if err := os.WriteFile(tokens, lines, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{TokenFile: tokens}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.Authorize(t, j.JS, srv, authz.Config{PlatformAdmins: admins})
-	ctx, cancel := context.WithCancel(context.Background())
+	srv, _ := testkit.TokenServer(t, j.JS, lines, authz.Config{PlatformAdmins: admins}, log)
+	ctx := context.Background()
 	ci, err := clusterimport.New(ctx, j.JS, clusterimport.Config{PlaintextCredentials: true}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -111,51 +80,28 @@ func start(t testing.TB, j *testkit.JetStream, cfg rbacsync.Config, opts ...star
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci.Mount(srv)
-	svc.Mount(srv)
-	runs := []func(context.Context) error{ci.Run, svc.Run}
-	readies := []<-chan struct{}{ci.Ready(), svc.Ready()}
+	components := []server.Component{ci, svc}
 	if withNB {
 		nb, err := namespacebinding.New(ctx, j.JS, namespacebinding.Config{}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		nb.Mount(srv)
-		runs = append(runs, nb.Run)
-		readies = append(readies, nb.Ready())
+		components = append(components, nb)
 	}
-	var wg sync.WaitGroup
-	for _, run := range runs {
-		wg.Go(func() {
-			if err := run(ctx); err != nil {
-				t.Errorf("service stopped: %v", err)
-			}
-		})
-	}
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.EnableHTTP2 = true
-	hs.Start()
-	for _, ch := range readies {
-		select {
-		case <-ch:
-		case <-time.After(30 * time.Second):
-			t.Fatal("services not ready")
-		}
-	}
+	stopHub := testkit.RunComponents(t, srv, components...)
+	hs := testkit.Serve(t, srv)
 	e := &env{js: j, svc: svc, url: hs.URL, as: map[string]rbacv1connect.RBACServiceClient{}}
 	for _, u := range testUsers {
-		e.as[u] = rbacv1connect.NewRBACServiceClient(bearerClient(hs.Client(), tokenOf(u)), hs.URL)
+		e.as[u] = rbacv1connect.NewRBACServiceClient(testkit.BearerClient(hs.Client(), tokenOf(u)), hs.URL)
 	}
-	admin := bearerClient(hs.Client(), tokenOf("admin"))
+	admin := testkit.BearerClient(hs.Client(), tokenOf("admin"))
 	e.rbac = e.as["admin"]
 	e.clusters = clusterv1connect.NewClusterServiceClient(admin, hs.URL)
 	e.projects = projectv1connect.NewProjectServiceClient(admin, hs.URL)
 	if e.desired, err = j.JS.KeyValue(ctx, subjects.DesiredRBACBucket); err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	e.stop = func() { once.Do(func() { hs.Close(); cancel(); wg.Wait() }) }
-	t.Cleanup(e.stop)
+	e.stop = func() { hs.Close(); stopHub() }
 	return e
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
@@ -106,6 +107,7 @@ type Service struct {
 	fan    *fanout
 
 	ready chan struct{}
+	gate  apiwait.Gate
 	now   func() time.Time
 }
 
@@ -116,6 +118,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("rbac-sync"), store: events.NewStore(js, actor), ready: make(chan struct{}), now: time.Now}
+	s.gate = apiwait.NewGate(s.ready, "rbac-sync")
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("rbac stream: %w", err)

@@ -1,0 +1,177 @@
+// Package viewapi is what the API handlers of the hub services do alike with the objects they
+// serve from a view.Cache: read one or all of them once the service is ready, check a
+// conditional write's expected revision, wait until a write shows in the view
+// (read-your-writes), and stream a watch, with the same codes and words in every service
+// (pkg/apierr, pkg/apiwait). A service keeps its projection, its validation and what its
+// handlers make of the objects.
+package viewapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Object is what a view serves: an object whose revision is the sequence of the last event on
+// its subject, which a conditional write expects.
+type Object interface {
+	proto.Message
+	GetRevision() uint64
+}
+
+// Kind is one kind of object a service serves from a view.
+type Kind[T Object] struct {
+	// Name is how answers name the kind ("cluster set").
+	Name string
+	// Cache is the view the objects are read from.
+	Cache *view.Cache[T]
+	// Key returns the cache key of the object called name.
+	Key func(name string) string
+	// Gate is the service's readiness: nothing is read before it opens.
+	Gate apiwait.Gate
+}
+
+// Get answers a request for the object called name (the request's field "name"): a DNS label,
+// read once the service is ready, NotFound when there is none.
+func (k Kind[T]) Get(ctx context.Context, name string) (T, error) {
+	var v apierr.Violations
+	v.DNSLabel("name", name)
+	if err := k.Gate.Admit(ctx, &v); err != nil {
+		var zero T
+		return zero, err
+	}
+	return k.Current(name, 0)
+}
+
+// Selected admits a request that selects objects by their labels with the request's field
+// "label_selector" ("" selects all) and returns the parsed selector.
+func Selected(ctx context.Context, g apiwait.Gate, selector string) (labels.Selector, error) {
+	var v apierr.Violations
+	sel := v.Selector("label_selector", selector)
+	if err := g.Admit(ctx, &v); err != nil {
+		return nil, err
+	}
+	return sel, nil
+}
+
+// List returns the objects keep keeps (all with nil), in key order, once the service is ready.
+func (k Kind[T]) List(ctx context.Context, keep func(key string, v T) bool) ([]T, error) {
+	if err := k.Gate.Ready(ctx); err != nil {
+		return nil, err
+	}
+	return k.Cache.List(keep), nil
+}
+
+// Current returns the object called name for a write that expects it at revision expected (0:
+// at whatever revision): NotFound when there is none, RevisionMismatch when it is at another.
+// The caller has been admitted (Gate.Admit).
+func (k Kind[T]) Current(name string, expected uint64) (T, error) {
+	var zero T
+	cur, ok := k.Cache.Get(k.Key(name))
+	if !ok {
+		return zero, apierr.NotFound(k.Name, name)
+	}
+	if expected != 0 && expected != cur.GetRevision() {
+		return zero, apierr.RevisionMismatch(k.Name, name, cur.GetRevision(), expected)
+	}
+	return cur, nil
+}
+
+// Await waits until the view holds the object called name at event seq or later
+// (read-your-writes) and returns it; ok is false when a later event removed it meanwhile.
+func (k Kind[T]) Await(ctx context.Context, name string, seq uint64) (cur T, ok bool, err error) {
+	return Await(ctx, k.Cache, k.Key(name), seq)
+}
+
+// AwaitPast waits until the view has moved the object called name past revision rev, changed
+// or removed: how a write that deletes it waits until the deletion shows.
+func (k Kind[T]) AwaitPast(ctx context.Context, name string, rev uint64) error {
+	return AwaitPast(ctx, k.Cache, k.Key(name), rev)
+}
+
+// Await is Kind.Await for the entry at key of c.
+func Await[T Object](ctx context.Context, c *view.Cache[T], key string, seq uint64) (cur T, ok bool, err error) {
+	if err := apiwait.Visible(ctx, "change", func(ctx context.Context) error { return c.WaitRevision(ctx, key, seq, false) }); err != nil {
+		return cur, false, err
+	}
+	cur, ok = c.Get(key)
+	return cur, ok, nil
+}
+
+// AwaitPast is Kind.AwaitPast for the entry at key of c.
+func AwaitPast[T Object](ctx context.Context, c *view.Cache[T], key string, rev uint64) error {
+	return apiwait.Visible(ctx, "change", func(ctx context.Context) error {
+		return c.WaitFor(ctx, key, func(v T, ok bool) bool { return !ok || v.GetRevision() > rev })
+	})
+}
+
+// ErrStop ends a watch without an error when send returns it (what is watched is gone).
+var ErrStop = errors.New("watch ended")
+
+// Watch hands every update to send until ctx ends, send fails or returns ErrStop (nil then),
+// or the view closes updates because the watcher fell behind: then the watch ends with
+// apierr.WatchFellBehind(what), and the client watches again.
+func Watch[T proto.Message](ctx context.Context, updates <-chan view.Update[T], what string, send func(view.Update[T]) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-updates:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return apierr.WatchFellBehind(what)
+			}
+			if err := send(u); err != nil {
+				if errors.Is(err, ErrStop) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+}
+
+// ensureRetries bounds how often Ensure decides again after losing a race: replicas starting
+// together race once or twice, not five times.
+const ensureRetries = 5
+
+// Ensure brings a built-in object, what (a kind and a name) at key of c, to what a service's
+// binary wants, through the events an admin's change would append. write decides from the entry
+// as c holds it (ok false when absent) and appends what is needed at the revision it expects,
+// returning the event's sequence, or 0 with nothing to do. Replicas starting together race on
+// the subject: the loser's write conflicts, and it waits until c shows the winner's write and
+// decides again. Ensure returns once c shows this replica's write, if it made one.
+func Ensure[T Object](ctx context.Context, c *view.Cache[T], key, what string, log *zap.Logger, write func(cur T, ok bool) (uint64, error)) error {
+	for attempt := 0; ; attempt++ {
+		cur, ok := c.Get(key)
+		seq, err := write(cur, ok)
+		switch {
+		case err == nil && seq == 0:
+			return nil
+		case err == nil:
+			if err := c.WaitRevision(ctx, key, seq, false); err != nil {
+				return fmt.Errorf("built-in %s: %w", what, err)
+			}
+			log.Info("built-in " + what + " written")
+			return nil
+		case !events.IsConflict(err) || attempt >= ensureRetries:
+			return fmt.Errorf("built-in %s: %w", what, err)
+		}
+		var rev uint64
+		if ok {
+			rev = cur.GetRevision()
+		}
+		_ = c.WaitFor(ctx, key, func(v T, ok bool) bool { return ok && v.GetRevision() > rev })
+	}
+}
