@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -77,6 +79,8 @@ type Store struct {
 	source string
 	// types holds a *payloadType per payload type appended so far (by protoreflect.FullName).
 	types sync.Map
+	// pubs holds *publication values for appends to reuse.
+	pubs sync.Pool
 }
 
 // payloadType is what an event's envelope and headers say about its payload's type, derived
@@ -133,45 +137,37 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 	if actor == "" {
 		actor = s.defaultActor
 	}
+	id := uuid.NewString()
 	now := time.Now()
-	env := &eventv1.Envelope{
-		Id:          uuid.NewString(),
-		Type:        t.name,
-		AggregateId: aggregateID,
-		Time:        timestamppb.New(now),
-		Actor:       actor,
-	}
-	data, err := encodeEnvelope(env, t.url, payload)
+	pub := s.publication()
+	defer s.release(pub)
+	data, err := appendEnvelope(pub.msg.Data[:0], envelopeFields{id: id, typ: t.name, aggregateID: aggregateID, time: now, actor: actor}, t.url, payload)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("append %s to %s: %w", t.name, subject, err)
 	}
-	opts := []jetstream.PublishOpt{jetstream.WithMsgID(env.Id)}
-	if expect.check {
-		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expect.seq))
-	}
-	if expect.ttl > 0 {
-		opts = append(opts, jetstream.WithMsgTTL(expect.ttl))
-	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: s.cloudEventHeaders(env, t, now)}
+	pub.msg.Subject, pub.msg.Data = subject, data
+	pub.set(id, t, aggregateID, now, expect)
 	var ack *jetstream.PubAck
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		ack, err = s.js.PublishMsg(ctx, msg, opts...)
+		// No publish options: the message already carries the headers they would add (see
+		// publication), and without options nats.go neither allocates them nor sets a header.
+		ack, err = s.js.PublishMsg(ctx, &pub.msg)
 		if err == nil || !retryable(err) || attempt == 4 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("append %s to %s: %w", env.Type, subject, ctx.Err())
+			return 0, fmt.Errorf("append %s to %s: %w", t.name, subject, ctx.Err())
 		case <-time.After(backoff):
 			backoff *= 2
 		}
 	}
 	if err != nil {
 		if IsConflict(err) {
-			return 0, fmt.Errorf("append %s to %s: %w", env.Type, subject, ErrConflict)
+			return 0, fmt.Errorf("append %s to %s: %w", t.name, subject, ErrConflict)
 		}
-		return 0, fmt.Errorf("append %s to %s: %w", env.Type, subject, err)
+		return 0, fmt.Errorf("append %s to %s: %w", t.name, subject, err)
 	}
 	return ack.Sequence, nil
 }
@@ -179,24 +175,55 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 // SchemaBase is where the protos of the events are published; ce-dataschema points into it.
 const SchemaBase = "https://github.com/fleetstream/fleetstream/blob/main/proto/"
 
-// encodeEnvelope returns what proto.Marshal returns for env with payload wrapped in its Any
-// (typeURL, as anypb.New names it), the payload marshalled once, straight into the envelope's
-// bytes, rather than into an Any first and then copied into the envelope. env.Payload must be
-// nil.
-func encodeEnvelope(env *eventv1.Envelope, typeURL string, payload proto.Message) ([]byte, error) {
+// envelopeFields are an envelope's fields other than its payload.
+type envelopeFields struct {
+	id, typ, aggregateID string
+	time                 time.Time
+	actor                string
+}
+
+// appendEnvelope appends to buf what proto.Marshal writes for the envelope of f with payload
+// wrapped in its Any (typeURL, as anypb.New names it): written field by field rather than
+// through an Envelope, a Timestamp and an Any built for the purpose, and with the payload
+// marshalled once, straight into the envelope's bytes. Like proto.Marshal it refuses strings
+// that are not UTF-8.
+func appendEnvelope(buf []byte, f envelopeFields, typeURL string, payload proto.Message) ([]byte, error) {
+	for _, s := range [...]string{f.id, f.typ, f.aggregateID, f.actor} {
+		if !utf8.ValidString(s) {
+			return nil, fmt.Errorf("marshal envelope: string field contains invalid UTF-8: %q", s)
+		}
+	}
+	// Fields in number order, as proto.Marshal writes them; proto3 leaves out empty strings
+	// and zero numbers, but writes a set message (the time, the payload) even when empty.
+	buf = appendStringField(buf, 1, f.id)
+	buf = appendStringField(buf, 2, f.typ)
+	buf = appendStringField(buf, 3, f.aggregateID)
+	// google.protobuf.Timestamp as timestamppb.New makes it: seconds (1), nanos (2).
+	secs, nanos := f.time.Unix(), int64(f.time.Nanosecond())
+	tsSize := 0
+	if secs != 0 {
+		tsSize += protowire.SizeTag(1) + protowire.SizeVarint(uint64(secs))
+	}
+	if nanos != 0 {
+		tsSize += protowire.SizeTag(2) + protowire.SizeVarint(uint64(nanos))
+	}
+	buf = protowire.AppendTag(buf, 4, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(tsSize))
+	if secs != 0 {
+		buf = protowire.AppendTag(buf, 1, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, uint64(secs))
+	}
+	if nanos != 0 {
+		buf = protowire.AppendTag(buf, 2, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, uint64(nanos))
+	}
+	buf = appendStringField(buf, 5, f.actor)
+	// The payload (6): an Any of type_url (1) and value (2).
 	cached := proto.MarshalOptions{UseCachedSize: true}
 	payloadSize := proto.Size(payload)
 	anySize := protowire.SizeTag(1) + protowire.SizeBytes(len(typeURL))
 	if payloadSize > 0 {
 		anySize += protowire.SizeTag(2) + protowire.SizeBytes(payloadSize)
-	}
-	envSize := proto.Size(env)
-	buf := make([]byte, 0, envSize+protowire.SizeTag(6)+protowire.SizeBytes(anySize))
-	// Fields in number order, as proto.Marshal writes them: the envelope's 1-5, then its
-	// payload (6), an Any of type_url (1) and value (2).
-	buf, err := cached.MarshalAppend(buf, env)
-	if err != nil {
-		return nil, fmt.Errorf("marshal envelope: %w", err)
 	}
 	buf = protowire.AppendTag(buf, 6, protowire.BytesType)
 	buf = protowire.AppendVarint(buf, uint64(anySize))
@@ -206,6 +233,7 @@ func encodeEnvelope(env *eventv1.Envelope, typeURL string, payload proto.Message
 		buf = protowire.AppendTag(buf, 2, protowire.BytesType)
 		buf = protowire.AppendVarint(buf, uint64(payloadSize))
 		start := len(buf)
+		var err error
 		if buf, err = cached.MarshalAppend(buf, payload); err != nil {
 			return nil, fmt.Errorf("marshal %T: %w", payload, err)
 		}
@@ -216,6 +244,14 @@ func encodeEnvelope(env *eventv1.Envelope, typeURL string, payload proto.Message
 	return buf, nil
 }
 
+func appendStringField(buf []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return buf
+	}
+	buf = protowire.AppendTag(buf, num, protowire.BytesType)
+	return protowire.AppendString(buf, s)
+}
+
 // cloudEventSource is the ce-source of the events of a store whose default actor is
 // defaultActor: system:cluster-agent:<cluster> is the agent.
 func cloudEventSource(defaultActor string) string {
@@ -224,22 +260,84 @@ func cloudEventSource(defaultActor string) string {
 	return "/fleetstream/" + service
 }
 
-// cloudEventHeaders are the CloudEvents NATS protocol binding's headers (binary mode) of env,
-// stamped at now: a subscriber can route on type, source and subject without decoding the
-// envelope. The data is the whole envelope (protobuf), whose payload the type names.
-func (s *Store) cloudEventHeaders(env *eventv1.Envelope, t *payloadType, now time.Time) nats.Header {
-	// One backing array for the values and room for the message id the publish adds.
-	vals := [...]string{
-		"1.0", env.Id, s.source, t.name, env.AggregateId, now.UTC().Format(time.RFC3339Nano), t.schema, "application/protobuf",
+// The headers of an appended message, in the order of publication.vals: the CloudEvents NATS
+// protocol binding's (binary mode), so a subscriber can route on type, source and subject
+// without decoding the envelope (the data is the whole envelope, whose payload the type names),
+// and then those nats.go's publish options would set: the message id (the event id, so a
+// retried publish is not stored twice), the expected last sequence of the subject and the
+// message's TTL. The last two are present only when the append asks for them.
+var headerKeys = [...]string{
+	"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-subject", "ce-time", "ce-dataschema", "content-type",
+	jetstream.MsgIDHeader, jetstream.ExpectedLastSubjSeqHeader, jetstream.MsgTTLHeader,
+}
+
+const (
+	hdrSpecVersion = iota
+	hdrID
+	hdrSource
+	hdrType
+	hdrSubject
+	hdrTime
+	hdrSchema
+	hdrContentType
+	hdrMsgID
+	hdrExpectSeq
+	hdrTTL
+	numHeaders
+)
+
+// publication is an append's message, kept in Store.pubs for the next append once the
+// publish returned: nats.go copies the subject, the headers and the data into the connection's
+// buffer while publishing and keeps no reference to the message. Its header map holds every
+// key from the start, each value a slice of vals, so an append only writes vals: building a
+// header map of eleven keys per message cost about a tenth of Append's CPU.
+type publication struct {
+	msg  nats.Msg
+	vals [numHeaders]string
+}
+
+// maxKeptData bounds the data buffer a publication keeps for the next append, so that one
+// large event does not pin its buffer in the pool.
+const maxKeptData = 64 << 10
+
+func (s *Store) publication() *publication {
+	if p, ok := s.pubs.Get().(*publication); ok {
+		return p
 	}
-	keys := [...]string{
-		"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-subject", "ce-time", "ce-dataschema", "content-type",
+	p := &publication{msg: nats.Msg{Header: make(nats.Header, numHeaders)}}
+	p.vals[hdrSpecVersion], p.vals[hdrSource], p.vals[hdrContentType] = "1.0", s.source, "application/protobuf"
+	for i := range hdrExpectSeq {
+		p.msg.Header[headerKeys[i]] = p.vals[i : i+1 : i+1]
 	}
-	h := make(nats.Header, len(keys)+1)
-	for i, k := range keys {
-		h[k] = vals[i : i+1 : i+1]
+	return p
+}
+
+func (s *Store) release(p *publication) {
+	if cap(p.msg.Data) > maxKeptData {
+		p.msg.Data = nil
 	}
-	return h
+	s.pubs.Put(p)
+}
+
+// set writes the headers of the event id of type t, stamped at now, appended with expect.
+func (p *publication) set(id string, t *payloadType, aggregateID string, now time.Time, expect Expect) {
+	p.vals[hdrID], p.vals[hdrType], p.vals[hdrSubject], p.vals[hdrSchema], p.vals[hdrMsgID] = id, t.name, aggregateID, t.schema, id
+	p.vals[hdrTime] = now.UTC().Format(time.RFC3339Nano)
+	// As jetstream.WithExpectLastSequencePerSubject and WithMsgTTL write them.
+	p.vals[hdrExpectSeq], p.vals[hdrTTL] = "", ""
+	if expect.check {
+		p.vals[hdrExpectSeq] = strconv.FormatUint(expect.seq, 10)
+	}
+	if expect.ttl > 0 {
+		p.vals[hdrTTL] = expect.ttl.String()
+	}
+	for _, i := range [...]int{hdrExpectSeq, hdrTTL} {
+		if p.vals[i] == "" {
+			delete(p.msg.Header, headerKeys[i])
+		} else {
+			p.msg.Header[headerKeys[i]] = p.vals[i : i+1 : i+1]
+		}
+	}
 }
 
 // IsConflict reports whether err is a failed last-sequence expectation.

@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -217,5 +221,75 @@ func TestEventsCarryCloudEventsHeaders(t *testing.T) {
 	}
 	if _, err := time.Parse(time.RFC3339Nano, raw.Header.Get("ce-time")); err != nil {
 		t.Errorf("ce-time: %v", err)
+	}
+}
+
+// Append sends the headers it sent when it built them per message: the CloudEvents headers, and
+// what nats.go's publish options add (jetstream.WithMsgID, WithExpectLastSequencePerSubject,
+// WithMsgTTL), written here by nats.go itself. A core subscription sees every message as
+// published, also those JetStream refuses (a stale expectation, a TTL the stream may not allow),
+// and one store's appends in a row reuse their messages.
+func TestAppendSendsTheHeadersOfBefore(t *testing.T) {
+	j, _ := setup(t)
+	ctx := testkit.Context(t, 20*time.Second)
+	nc, js := j.Connect(t)
+	sub, err := nc.SubscribeSync("test.wire.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	store := events.NewStore(j.JS, "system:rbac-sync")
+	// Each expectation and the options Append passed for it before.
+	cases := []struct {
+		expect events.Expect
+		check  bool
+		seq    uint64
+	}{
+		{events.Empty, true, 0}, {events.Any, false, 0}, {events.At(1), true, 1}, {events.At(99), true, 99},
+		{events.Any.ExpiresAfter(time.Hour), false, 0}, {events.At(2).ExpiresAfter(90 * time.Second), true, 2},
+		{events.Any, false, 0}, {events.Empty, true, 0}, {events.Any, false, 0},
+	}
+	for i, c := range cases {
+		expect := c.expect
+		payload := proto.Message(&clusterv1.ClusterUpdated{Id: "a", Fields: []string{"labels"}})
+		if i%2 == 1 {
+			payload = &rbacv1.ProjectRoleBound{Binding: &rbacv1.ProjectRoleBinding{Project: "p", RoleTemplate: "viewer"}}
+		}
+		if _, err := store.Append(ctx, "test.wire.a", "a", expect, payload); err != nil && !events.IsConflict(err) && !events.IsTTLDisabled(err) {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		ev, err := events.Decode(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := ev.Payload.ProtoReflect().Descriptor()
+		want := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{
+			"ce-specversion": {"1.0"}, "ce-id": {ev.Id}, "ce-source": {"/fleetstream/rbac-sync"}, "ce-type": {ev.Type},
+			"ce-subject": {"a"}, "ce-time": {ev.Time.AsTime().UTC().Format(time.RFC3339Nano)},
+			"ce-dataschema": {events.SchemaBase + d.ParentFile().Path() + "#" + string(d.FullName())},
+			"content-type":  {"application/protobuf"},
+		}}
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(ev.Id)}
+		if c.check {
+			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(c.seq))
+		}
+		if ttl := expect.TTL(); ttl > 0 {
+			opts = append(opts, jetstream.WithMsgTTL(ttl))
+		}
+		// With its context done, PublishMsg applies the options to want's headers and sends nothing.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := js.PublishMsg(done, want, opts...); !errors.Is(err, context.Canceled) {
+			t.Fatalf("publish with a done context: %v", err)
+		}
+		if !maps.EqualFunc(m.Header, want.Header, slices.Equal) {
+			t.Errorf("append %d (%v): sent headers\n%v\nbefore\n%v", i, expect, m.Header, want.Header)
+		}
 	}
 }
