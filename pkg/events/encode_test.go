@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -64,10 +65,14 @@ func TestAppendEnvelopeWritesWhatProtoMarshalWrites(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				value, err := proto.Marshal(payload)
+				if err != nil {
+					t.Fatal(err)
+				}
 				d := payload.ProtoReflect().Descriptor()
 				// A buffer with bytes in it: appendEnvelope appends, it does not overwrite.
 				prefix := []byte("prefix")
-				got, err := appendEnvelope(append(make([]byte, 0, 8), prefix...), f, anyURLPrefix+string(d.FullName()), payload)
+				got, err := appendEnvelope(append(make([]byte, 0, 8), prefix...), f, anyURLPrefix+string(d.FullName()), value)
 				if err != nil {
 					t.Fatalf("%s, %s, %s: %v", tn, fn, pn, err)
 				}
@@ -88,7 +93,7 @@ func TestAppendEnvelopeRefusesInvalidUTF8(t *testing.T) {
 		if _, err := proto.Marshal(&eventv1.Envelope{Id: f.id, Type: f.typ, AggregateId: f.aggregateID, Actor: f.actor}); err == nil {
 			t.Fatalf("%s: proto.Marshal accepts it, so appendEnvelope need not refuse it", name)
 		}
-		if _, err := appendEnvelope(nil, f, "type.googleapis.com/x", &clusterv1.ClusterDeregistered{}); err == nil {
+		if _, err := appendEnvelope(nil, f, "type.googleapis.com/x", nil); err == nil {
 			t.Errorf("%s: invalid UTF-8 accepted", name)
 		}
 	}
@@ -125,4 +130,22 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// Event ids are random (version 4, RFC 4122 variant) UUIDs as uuid.NewString makes them, and
+// distinct, also across the blocks of randomness they are cut from.
+func TestEventIDsAreRandomUUIDs(t *testing.T) {
+	var ids idSource
+	seen := map[string]bool{}
+	for i := range 10 * len(ids.rand) / 16 {
+		id := ids.newID()
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || u.String() != id {
+			t.Fatalf("id %d: %q: version %v, variant %v, %v", i, id, u.Version(), u.Variant(), err)
+		}
+		if seen[id] {
+			t.Fatalf("id %d: %s again", i, id)
+		}
+		seen[id] = true
+	}
 }
