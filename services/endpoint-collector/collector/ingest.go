@@ -273,6 +273,11 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 		}
 		return nil
 	}
+	// One copy of namespace/slice: in the slice's buf, where the index's key and the slice's
+	// name are too.
+	if !sl.setKey(ns, name) {
+		return fmt.Errorf("%w: slice namespace and name of %d and %d bytes", errMalformed, len(ns), len(name))
+	}
 	svc := ns + "/" + r.service
 	if had && prev != svc {
 		in.drop(ci, key, prev, name)
@@ -286,13 +291,16 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 	} else {
 		svc = prev
 	}
-	// One copy of namespace/slice (key is ours, not the subject's): the map's key, and the
-	// slice's name within it.
-	sl.name = key[len(ns)+1:]
 	sortEndpoints(sl)
+	if had {
+		// Keyed anew by this slice's buf, which the key must not outlive: the language does not
+		// say whether an assignment replaces an entry's key (the runtime does, for strings).
+		delete(ci.slices, key)
+	}
+	key = sl.key()
 	ci.slices[key] = svc
 	ci.stamp(key, ci.cur)
-	in.c.put(svc, ci.info, sl.name, sl)
+	in.c.put(svc, ci.info, sl.name(), sl)
 	return nil
 }
 
