@@ -261,15 +261,17 @@ func (in *ingester) decodeSlow(data []byte, subject string) (reportHeader, *slic
 
 // slice applies one report: sl is the slice's new state, nil when it is gone.
 func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl *slice) error {
-	key := ns + "/" + name
-	prev, had := ci.slices[key]
+	// The lookup's own key, which nothing keeps (it can stay off the heap): the index keys an
+	// entry with the slice's buf (sl.key).
+	lookup := ns + "/" + name
+	prev, had := ci.slices[lookup]
 	if r.clusterID != "" && !in.c.idFromRegistry(ci.info.name) {
 		ci.info.setID(r.clusterID)
 	}
 	if sl == nil {
 		// Deleted, or without a service label (it then serves no Service): as good as gone.
 		if had {
-			in.drop(ci, key, prev, name)
+			in.drop(ci, lookup, prev, name)
 		}
 		return nil
 	}
@@ -280,7 +282,7 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 	}
 	svc := ns + "/" + r.service
 	if had && prev != svc {
-		in.drop(ci, key, prev, name)
+		in.drop(ci, lookup, prev, name)
 		had = false
 	}
 	if !ci.cur.is(r.session, r.generation) {
@@ -292,12 +294,10 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 		svc = prev
 	}
 	sortEndpoints(sl)
-	if had {
-		// Keyed anew by this slice's buf, which the key must not outlive: the language does not
-		// say whether an assignment replaces an entry's key (the runtime does, for strings).
-		delete(ci.slices, key)
-	}
-	key = sl.key()
+	// Assigning to an entry replaces its key with the one given (the runtime does so for string
+	// keys, which may hold a larger backing array than needed), so the entry does not keep the
+	// buf of the report before; TestIndexKeysTheCurrentSlice checks it.
+	key := sl.key()
 	ci.slices[key] = svc
 	ci.stamp(key, ci.cur)
 	in.c.put(svc, ci.info, sl.name(), sl)

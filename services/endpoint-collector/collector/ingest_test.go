@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
 // The relist bookkeeping (a base and exceptions) answers, for every slice, the relist that
@@ -89,5 +93,28 @@ func TestRelistBookkeepingSettlesOnTheReportingRelist(t *testing.T) {
 	}
 	if !ci.base.is("s", 2) || len(ci.others) != 100 {
 		t.Fatalf("base %v, %d exceptions; want s/2 and the 100 not re-reported", *ci.base, len(ci.others))
+	}
+}
+
+// The index's key of a slice is in the buf of its latest report, not of the first: an entry
+// that kept the key it was made with would keep that report's buf (targets and all) alive.
+func TestIndexKeysTheCurrentSlice(t *testing.T) {
+	c := newCollector(Config{}, quietLogger())
+	var last *slice
+	c.ingest.fast = func(data []byte) (reportHeader, *slice, error) {
+		h, sl, err := c.store.decodeReport(data)
+		last = sl
+		return h, sl, err
+	}
+	for seq := range uint32(3) {
+		rep := benchSlice("east", 1, 0, 2, seq)
+		if err := c.ingest.handle(subjects.AgentEndpointSlice("east", "bench", rep.Slice), encodeReport(t, rep), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for key := range c.ingest.clusters["east"].slices {
+			if unsafe.StringData(key) != unsafe.StringData(last.key()) {
+				t.Fatalf("report %d: the index's key %q is not in the slice's buf", seq, key)
+			}
+		}
 	}
 }

@@ -286,8 +286,10 @@ func (p *part) merge() {
 		p.merged = identityMerge // shared: no array of its own
 		return
 	}
-	out = slices.Clip(out)
-	p.merged = &out
+	// A variable of this branch's own: taking the address of out would move it to the heap on
+	// every merge, the identity ones too.
+	list := slices.Clip(out)
+	p.merged = &list
 }
 
 // sortEndpoints puts a slice's endpoints in address order (stable: copies of one address keep
