@@ -53,7 +53,7 @@ func (c *Collector) GetServiceEndpoints(ctx context.Context, req *connect.Reques
 	if sn == nil {
 		return nil, apierr.NotFound("service", m.Namespace+"/"+m.Name)
 	}
-	return connect.NewResponse(sn.response(m.Filter, m.PortName)), nil
+	return connect.NewResponse(sn.response(c.env, m.Filter, m.PortName)), nil
 }
 
 func (c *Collector) WatchServiceEndpoints(ctx context.Context, req *connect.Request[endpointv1.WatchServiceEndpointsRequest], stream *connect.ServerStream[endpointv1.WatchServiceEndpointsResponse]) error {
@@ -81,7 +81,7 @@ func (c *Collector) WatchServiceEndpoints(ctx context.Context, req *connect.Requ
 		case sn != nil && (!sent || sn.version != version):
 			version = sn.version
 			sent = true
-			r := sn.response(m.Filter, m.PortName)
+			r := sn.response(c.env, m.Filter, m.PortName)
 			return stream.Send(&endpointv1.WatchServiceEndpointsResponse{Namespace: m.Namespace, Name: m.Name, Exists: true,
 				Clusters: r.Clusters, Version: r.Version})
 		}
@@ -166,7 +166,8 @@ func (c *Collector) bindings(key string, ip netip.Addr, cluster string) []*endpo
 			continue
 		}
 		var best *endpoint
-		for _, s := range cs.slices {
+		for si := range cs.slices {
+			s := &cs.slices[si]
 			for i := range s.eps {
 				if e := &s.eps[i]; e.addr == addr && (best == nil || e.rank() > best.rank()) {
 					best = e
@@ -289,7 +290,7 @@ func (c *Collector) ListServices(ctx context.Context, req *connect.Request[endpo
 	out := &endpointv1.ListServicesResponse{Services: make([]*endpointv1.ServiceSummary, 0, len(snaps))}
 	for _, sn := range snaps {
 		sns, name := sn.names()
-		s := &endpointv1.ServiceSummary{Namespace: sns, Name: name, ReadyEndpoints: sn.ready, TotalEndpoints: sn.total()}
+		s := &endpointv1.ServiceSummary{Namespace: sns, Name: name, ReadyEndpoints: sn.ready(), TotalEndpoints: sn.total()}
 		for i := range sn.clusters {
 			s.Clusters = append(s.Clusters, sn.clusters[i].name())
 		}

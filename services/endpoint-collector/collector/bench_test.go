@@ -71,8 +71,8 @@ func encodeReport(b testing.TB, r *endpointv1.EndpointSliceReport) []byte {
 
 func seqOf(sn *snapshot) (uint32, bool) {
 	for ci := range sn.clusters {
-		for _, s := range sn.clusters[ci].slices {
-			if e := marker(s); e != nil {
+		for si := range sn.clusters[ci].slices {
+			if e := marker(&sn.clusters[ci].slices[si]); e != nil {
 				a := e.addr
 				return uint32(a[13])<<16 | uint32(a[14])<<8 | uint32(a[15]), true
 			}
@@ -193,8 +193,8 @@ func BenchmarkSliceUpdates(b *testing.B) {
 		h.c.onPublish = func(sn *snapshot) {
 			// A service is done when all its slices carry seq 3.
 			for ci := range sn.clusters {
-				for _, sl := range sn.clusters[ci].slices {
-					if e := marker(sl); e == nil || e.addr[15] != 3 {
+				for si := range sn.clusters[ci].slices {
+					if e := marker(&sn.clusters[ci].slices[si]); e == nil || e.addr[15] != 3 {
 						return
 					}
 				}
@@ -717,14 +717,14 @@ func BenchmarkResponseMiss(b *testing.B) {
 		codec := &jsonCodec{r: c.codec}
 		b.Run(fmt.Sprintf("eps-%d/miss", eps), func(b *testing.B) {
 			for range b.N {
-				if _, err := codec.MarshalAppend(nil, sn.build(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, "")); err != nil {
+				if _, err := codec.MarshalAppend(nil, sn.build(c.store.strs, endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, "")); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("eps-%d/hit", eps), func(b *testing.B) {
 			for range b.N {
-				if _, err := codec.MarshalAppend(nil, sn.response(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, "")); err != nil {
+				if _, err := codec.MarshalAppend(nil, sn.response(c.env, endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, "")); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -91,7 +91,7 @@ func TestResponseBytesEstimate(t *testing.T) {
 			codec := newResponseCodec(1<<40, nil)
 			before := heap()
 			for i := range held {
-				held[i] = &cachedResponse{msg: sn.build(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, ""), slot: -1}
+				held[i] = &cachedResponse{msg: sn.build(c.store.strs, endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, ""), slot: -1}
 				codec.cache.Store(held[i].msg, held[i])
 			}
 			m := (float64(heap()) - float64(before)) / n

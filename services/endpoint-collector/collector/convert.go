@@ -24,7 +24,7 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 		return nil, fmt.Errorf("slice %s/%s: %d endpoints, %d ports is more than a slice can hold",
 			r.Namespace, r.Slice, len(r.Endpoints), len(r.Ports))
 	}
-	s := &slice{name: stringsClone(r.Slice)}
+	s := &slice{buf: keylessBuf} // keyed by the ingester, from the subject
 	ports := make([]port, 0, len(r.Ports))
 	for _, p := range r.Ports {
 		if p.Port > 0xFFFF {
@@ -36,7 +36,7 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 	if strings.EqualFold(r.AddressType, "FQDN") {
 		return s, nil
 	}
-	var targets strings.Builder
+	var targets []byte
 	s.eps = make([]endpoint, 0, len(r.Endpoints))
 	for _, e := range r.Endpoints {
 		if len(e.Addresses) == 0 {
@@ -72,13 +72,13 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 				name = t.Kind + "/" + t.Name
 			}
 			if name != "" && len(name) <= 0xFFFF {
-				ep.tOff, ep.tLen = uint32(targets.Len()), uint16(len(name))
-				targets.WriteString(name)
+				ep.tOff, ep.tLen = uint32(len(targets)), uint16(len(name))
+				targets = append(targets, name...)
 			}
 		}
 		s.eps = append(s.eps, ep)
 	}
-	s.targets = targets.String()
+	s.buf = keylessBufOf(targets)
 	return s, nil
 }
 

@@ -90,5 +90,5 @@ func (c *Collector) Endpoints(ns, name string) (*endpointv1.GetServiceEndpointsR
 	if sn == nil {
 		return nil, false
 	}
-	return sn.peek(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL), true
+	return sn.peek(c.env.strs, endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL), true
 }

@@ -229,7 +229,7 @@ func TestGzipSharedBySameEncodings(t *testing.T) {
 // as gzip.Writer does.
 func TestGzipCompressorFallback(t *testing.T) {
 	c := memCollector(t, Config{}, 1, 10)
-	msg := c.store.snapshot("bench/svc-0").response(endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, "")
+	msg := c.store.snapshot("bench/svc-0").response(c.env, endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, "")
 	enc, err := (&jsonCodec{r: c.codec}).Marshal(msg)
 	if err != nil {
 		t.Fatal(err)

@@ -106,7 +106,7 @@ func (w *kvWriter) flush(ctx context.Context) {
 		ns, name, _ := strings.Cut(key, "/")
 		msg := nats.NewMsg("$KV." + subjects.EndpointsBucket + "." + viewKey(ns, name))
 		if sn := w.c.store.snapshot(key); sn != nil {
-			data, err := proto.Marshal(sn.serviceEndpoints())
+			data, err := proto.Marshal(sn.serviceEndpoints(w.c.store.strs))
 			if err != nil {
 				w.c.log.Error("encode endpoints view", zap.String("service", key), zap.Error(err))
 				continue

@@ -133,21 +133,14 @@ func (c *Collector) safeReconcile(key string) (err error) {
 // reconcile applies the pending changes of service key and publishes its new snapshot.
 func (c *Collector) reconcile(key string) {
 	ps := c.pending.take(key)
-	var s *service
-	if ps != nil {
-		s = c.store.service(key)
-	} else {
-		c.store.mu.RLock()
-		s = c.store.services[key]
-		c.store.mu.RUnlock()
-		if s == nil {
-			// Only a weight or liveness change, for a service without endpoints.
-			c.notify(key)
-			return
-		}
+	old := c.store.snapshot(key)
+	if ps == nil && old == nil {
+		// Only a weight or liveness change, for a service without endpoints.
+		c.notify(key)
+		return
 	}
 	var parts []part
-	if old := s.snap.Load(); old != nil {
+	if old != nil {
 		all := old.parts()
 		parts = make([]part, len(all), len(all)+1)
 		for i := range all {
@@ -183,20 +176,20 @@ func (c *Collector) reconcile(key string) {
 			case sl == nil && ok:
 				p.slices = slices.Delete(p.slices, j, j+1)
 			case sl != nil && ok:
-				p.slices[j] = sl
+				p.slices[j] = *sl
 			case sl != nil:
-				p.slices = slices.Insert(p.slices, j, sl)
+				p.slices = slices.Insert(p.slices, j, *sl)
 			}
 		}
 		for _, i := range dirty {
 			if p := &parts[i]; cap(p.slices) > len(p.slices) {
-				p.slices = append(make([]*slice, 0, len(p.slices)), p.slices...) // exact: kept until it changes
+				p.slices = append(make([]slice, 0, len(p.slices)), p.slices...) // exact: kept until it changes
 			}
 			parts[i].merge()
 		}
 		parts = slices.DeleteFunc(parts, func(p part) bool { return len(p.slices) == 0 })
 	}
-	c.publish(key, s, parts)
+	c.publish(key, old, parts)
 }
 
 // findPart finds cluster among parts, sorted by cluster name.
@@ -206,29 +199,26 @@ func findPart(parts []part, cluster *clusterInfo) (int, bool) {
 
 // publish builds and swaps in the snapshot of service key from its parts (sorted by cluster,
 // not shared with anything), the clusters' liveness and the service's weights, then tells
-// watchers and the KV writer.
-func (c *Collector) publish(key string, s *service, parts []part) {
+// watchers and the KV writer. old is the service's current snapshot, nil if none.
+func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	var delta int64
 	for i := range parts {
-		delta += int64(len(parts[i].merged))
+		delta += int64(len(parts[i].refs()))
 	}
-	if old := s.snap.Load(); old != nil {
+	if old != nil {
 		for _, cs := range old.parts() {
-			delta -= int64(len(cs.merged))
+			delta -= int64(len(cs.refs()))
 		}
 	}
 	c.store.addresses.Add(delta)
 	if len(parts) == 0 {
-		c.store.dropService(key, s)
-		if old := s.snap.Swap(nil); old != nil {
-			old.release()
-		}
+		c.store.swap(key, nil).release(c.codec)
 		c.notify(key)
 		return
 	}
 	ns, name, _ := strings.Cut(key, "/")
-	sn := &snapshot{key: key, version: c.store.version.Add(1), env: c.env}
-	if old := s.snap.Load(); old != nil {
+	sn := &snapshot{key: key, version: c.store.version.Add(1)}
+	if old != nil {
 		sn.key = old.key // one copy of the key per service, whatever string the caller has
 	}
 	// Served clusters first, then evicted ones, each by name: clusters is the served ones and
@@ -265,11 +255,6 @@ func (c *Collector) publish(key string, s *service, parts []part) {
 			sw.overrides = appendOverrides(sw.overrides, w, p.cluster.name)
 			sw.ends = append(sw.ends, int32(len(sw.overrides)))
 		}
-		for _, r := range cs.merged {
-			if cs.slices[r.s].eps[r.e].flags&fReady != 0 {
-				sn.ready++
-			}
-		}
 		all[served] = cs
 		served++
 	}
@@ -278,9 +263,7 @@ func (c *Collector) publish(key string, s *service, parts []part) {
 	}
 	sn.weights = sw
 	sn.clusters = all[:served]
-	if old := s.snap.Swap(sn); old != nil {
-		old.release()
-	}
+	c.store.swap(key, sn).release(c.codec)
 	// A liveness or cluster id change that came while this snapshot was being built may have
 	// looked for the service's clusters in the snapshot before (Store.servicesIn): publish
 	// again.

@@ -74,7 +74,7 @@ type override struct {
 
 // clusterSnap is one cluster of a snapshot: the part (the service's slices in that cluster,
 // shared with the snapshots before and after as long as they do not change) and what the
-// snapshot serves it with. 80 bytes.
+// snapshot serves it with. 64 bytes (a size class; see part.merged).
 type clusterSnap struct {
 	part
 	id       *string // the cluster's id when published (clusterInfo.id); nil: none
@@ -120,8 +120,10 @@ type snapWeights struct {
 
 // snapshot is the immutable state of one service that queries read, and the state its next
 // snapshot is made from. Responses built from it are cached in it, so a popular service is
-// encoded once per change, not once per request. A service costs this struct (80 bytes), its
-// clusters (80 bytes each) and its slices.
+// encoded once per change, not once per request. A service costs this struct (64 bytes, a size
+// class: what every snapshot shares, snapEnv, is passed in by the caller rather than pointed
+// at, and its count of ready endpoints is counted when asked), its clusters (64 bytes each)
+// and its slices.
 type snapshot struct {
 	key     string // namespace/name
 	version uint64
@@ -129,13 +131,13 @@ type snapshot struct {
 	// evicted clusters (by name): kept, not served, back at once when their agent returns.
 	clusters []clusterSnap
 	weights  *snapWeights
-	env      *snapEnv
-	resp     atomic.Pointer[respSlots] // made on the first response cached
-	ready    uint32                    // (endpoint, port) pairs that are ready, over served clusters
-	released atomic.Bool
+	// resp is made on the first response cached, and is releasedSlots once the snapshot is
+	// superseded (release): nothing is cached in it from then on.
+	resp atomic.Pointer[respSlots]
 }
 
-// snapEnv is what every snapshot of a collector shares.
+// snapEnv is what every snapshot of a collector shares: the store's strings and the response
+// cache. Callers pass it (Collector.env).
 type snapEnv struct {
 	strs  *strtab
 	codec *responseCodec
@@ -143,6 +145,10 @@ type snapEnv struct {
 
 // respSlots holds a snapshot's cached responses, by filter, every port.
 type respSlots [4]atomic.Pointer[cachedResponse]
+
+// releasedSlots marks a superseded snapshot's resp (release): one sentinel instead of a flag in
+// every snapshot. It never holds an entry.
+var releasedSlots = new(respSlots)
 
 func (sn *snapshot) names() (ns, name string) {
 	ns, name, _ = strings.Cut(sn.key, "/")
@@ -156,9 +162,25 @@ func (sn *snapshot) parts() []clusterSnap { return sn.clusters[:cap(sn.clusters)
 func (sn *snapshot) total() uint32 {
 	var n int
 	for i := range sn.clusters {
-		n += len(sn.clusters[i].merged)
+		n += len(sn.clusters[i].refs())
 	}
 	return uint32(n)
+}
+
+// ready returns the (endpoint, port) pairs that are ready, over served clusters. Counted when
+// asked (ListServices, and a READY_OR_TERMINATING response being built, which walks them all
+// anyway) rather than kept: 4 bytes in every snapshot took it past a 64-byte size class.
+func (sn *snapshot) ready() uint32 {
+	var n uint32
+	for i := range sn.clusters {
+		cs := &sn.clusters[i]
+		for _, r := range cs.refs() {
+			if cs.slices[r.s].eps[r.e].flags&fReady != 0 {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (sn *snapshot) weightsRev() uint64 {
@@ -184,7 +206,7 @@ func (sn *snapshot) overridesOf(i int) []override {
 // cached returns the cached response for filter, nil when there is none.
 func (sn *snapshot) cached(filter endpointv1.EndpointFilter) *cachedResponse {
 	slots := sn.resp.Load()
-	if slots == nil {
+	if slots == nil || slots == releasedSlots {
 		return nil
 	}
 	return slots[filter].Load()
@@ -208,36 +230,39 @@ type cachedResponse struct {
 	size int64
 }
 
-// release forgets the encodings of a superseded snapshot.
-func (sn *snapshot) release() {
-	if sn == nil || sn.env.codec == nil {
+// release forgets the encodings of a superseded snapshot: its slots become releasedSlots, so
+// nothing is cached in it any more, and the entries they held leave the cache.
+func (sn *snapshot) release(codec *responseCodec) {
+	if sn == nil {
 		return
 	}
-	sn.released.Store(true)
-	slots := sn.resp.Load()
-	if slots == nil {
+	slots := sn.resp.Swap(releasedSlots)
+	if slots == nil || slots == releasedSlots || codec == nil {
 		return
 	}
 	for i := range slots {
 		if c := slots[i].Load(); c != nil {
-			sn.env.codec.forget(c)
+			codec.forget(c)
 		}
 	}
 }
 
 // response returns the service's endpoints as the API serves them, cached while the response
 // cache keeps it.
-func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
+func (sn *snapshot) response(env *snapEnv, filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
 	if filter <= 0 || int(filter) >= len(respSlots{}) {
 		filter = endpointv1.EndpointFilter_ENDPOINT_FILTER_READY // unspecified: one entry with READY
 	}
-	if portName != "" || !sn.env.codec.caching() {
-		return sn.build(filter, portName)
+	if portName != "" || !env.codec.caching() {
+		return sn.build(env.strs, filter, portName)
 	}
 	slots := sn.resp.Load()
 	for slots == nil {
 		sn.resp.CompareAndSwap(nil, new(respSlots))
 		slots = sn.resp.Load()
+	}
+	if slots == releasedSlots {
+		return sn.build(env.strs, filter, "") // superseded: served once, not cached
 	}
 	home := &slots[filter]
 	if c := home.Load(); c != nil {
@@ -246,7 +271,7 @@ func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) 
 		}
 		return c.msg
 	}
-	c := &cachedResponse{msg: sn.build(filter, ""), owner: sn, slots: slots, filter: uint8(filter), slot: -1}
+	c := &cachedResponse{msg: sn.build(env.strs, filter, ""), owner: sn, slots: slots, filter: uint8(filter), slot: -1}
 	c.size = responseBytes(c.msg)
 	if !home.CompareAndSwap(nil, c) {
 		if other := home.Load(); other != nil {
@@ -254,9 +279,9 @@ func (sn *snapshot) response(filter endpointv1.EndpointFilter, portName string) 
 		}
 		return c.msg // cached by another request and already evicted: serve ours
 	}
-	sn.env.codec.admit(c)
-	if sn.released.Load() || sn.resp.Load() != slots {
-		sn.env.codec.forget(c) // superseded, or the slots let go, meanwhile: do not keep the entry
+	env.codec.admit(c)
+	if sn.resp.Load() != slots {
+		env.codec.forget(c) // superseded (releasedSlots), or the slots let go, meanwhile: do not keep the entry
 	}
 	return c.msg
 }
@@ -279,11 +304,11 @@ func (c *cachedResponse) evicted() {
 // peek returns a cached response, or builds one without caching it: for readers that want
 // every service once (the bucket writer, the xDS feed), which would otherwise fill the response
 // cache with what no proxy asked for.
-func (sn *snapshot) peek(filter endpointv1.EndpointFilter) *endpointv1.GetServiceEndpointsResponse {
+func (sn *snapshot) peek(strs *strtab, filter endpointv1.EndpointFilter) *endpointv1.GetServiceEndpointsResponse {
 	if c := sn.cached(filter); c != nil {
 		return c.msg
 	}
-	return sn.build(filter, "")
+	return sn.build(strs, filter, "")
 }
 
 // responseBytes estimates the heap a cached response holds, its encodings aside (those are
@@ -322,11 +347,10 @@ func roundAlloc(n int) int64 {
 	return int64(n+15) &^ 15
 }
 
-func (sn *snapshot) build(filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
+func (sn *snapshot) build(strs *strtab, filter endpointv1.EndpointFilter, portName string) *endpointv1.GetServiceEndpointsResponse {
 	ns, name := sn.names()
 	out := &endpointv1.GetServiceEndpointsResponse{Namespace: ns, Name: name, Version: sn.version,
 		Clusters: make([]*endpointv1.ClusterEndpoints, 0, len(sn.clusters))}
-	strs := sn.env.strs
 	var portID uint32
 	if portName != "" {
 		portID = strs.id(portName)
@@ -337,20 +361,20 @@ func (sn *snapshot) build(filter endpointv1.EndpointFilter, portName string) *en
 	case endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL:
 		keep = func(uint8) bool { return true }
 	case endpointv1.EndpointFilter_ENDPOINT_FILTER_READY_OR_TERMINATING:
-		if sn.ready == 0 {
+		if sn.ready() == 0 {
 			keep = func(f uint8) bool { return f&fServing != 0 && f&fTerminating != 0 }
 		}
 	}
 	for ci := range sn.clusters {
 		c := &sn.clusters[ci]
 		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(), ClusterName: c.name(), Weight: c.weight, Stale: c.stale,
-			Addresses: make([]*endpointv1.Address, 0, len(c.merged))}
+			Addresses: make([]*endpointv1.Address, 0, len(c.refs()))}
 		overrides := sn.overridesOf(ci)
 		if c.lastSeen != 0 {
 			ce.LastSeen = timestamppb.New(time.Unix(0, c.lastSeen))
 		}
-		for _, r := range c.merged {
-			s := c.slices[r.s]
+		for _, r := range c.refs() {
+			s := &c.slices[r.s]
 			e := &s.eps[r.e]
 			p := &(*s.ports)[r.p]
 			if !keep(e.flags) || (portName != "" && p.name != portID) {
@@ -408,8 +432,8 @@ func addrBytes(a netip.Addr) ([16]byte, bool) {
 // cached ALL response but does not cache one: the bucket writer encodes every snapshot once, and
 // caching that response kept a second copy of every service's endpoints in memory (about 220
 // bytes per endpoint with 10 per slice, BenchmarkMemoryPerEndpoint) for a filter few queries use.
-func (sn *snapshot) serviceEndpoints() *endpointv1.ServiceEndpoints {
-	r := sn.peek(endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL)
+func (sn *snapshot) serviceEndpoints(strs *strtab) *endpointv1.ServiceEndpoints {
+	r := sn.peek(strs, endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL)
 	return &endpointv1.ServiceEndpoints{Namespace: r.Namespace, Name: r.Name, Clusters: r.Clusters, Version: sn.version,
 		UpdateTime: timestamppb.Now()}
 }

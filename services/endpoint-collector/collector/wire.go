@@ -229,7 +229,7 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 	}
 	// Every endpoint is decoded, also those of a report that is dropped or has no addresses:
 	// the generated code rejects the whole report if one of them is malformed.
-	s := &slice{ports: st.ports.share(ports)}
+	s := &slice{buf: keylessBuf, ports: st.ports.share(ports)}
 	eps := make([]endpoint, 0, len(epsBytes))
 	targets := make([]byte, 0, 32*len(epsBytes))
 	for _, b := range epsBytes {
@@ -248,7 +248,7 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 		return h, s, nil
 	}
 	s.eps = eps
-	s.targets = string(targets)
+	s.buf = keylessBufOf(targets)
 	return h, s, nil
 }
 
@@ -409,7 +409,7 @@ func (t *strtab) idBytes(b []byte) uint32 {
 // String renders a slice for tests and debugging.
 func (s *slice) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ports=%v", s.name, *s.ports)
+	fmt.Fprintf(&b, "%s ports=%v", s.name(), *s.ports)
 	for i := range s.eps {
 		e := &s.eps[i]
 		fmt.Fprintf(&b, " [%s f=%02x uid=%x z=%d n=%d t=%q]", addrString(e), e.flags, e.uid, e.zone, e.node, s.target(e))
