@@ -246,8 +246,9 @@ func (o *Ordered) create(ctx context.Context) error {
 		cons, err := o.js.CreateOrUpdateConsumer(actx, o.stream, cfg)
 		cancel()
 		if err == nil {
-			if attempt > 1 {
-				o.log.Info("ordered consumer recreated", zap.Int("attempts", attempt), zap.Duration("after", time.Since(start)))
+			if o.serial > 1 {
+				o.log.Info("ordered consumer recreated", zap.Uint64("from", o.next), zap.Int("attempts", attempt),
+					zap.Duration("after", time.Since(start)))
 			}
 			return o.consume(ctx, cons)
 		}
