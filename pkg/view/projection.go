@@ -176,10 +176,10 @@ func (e *Engine) WaitApplied(ctx context.Context, seq uint64) error {
 // holds it, Run follows that replica's checkpoint and takes over when it stops or dies. The
 // lease bucket is created if missing (lease.Open), so a service need not declare it.
 //
-// Events are read with an ordered consumer from the view's checkpoint: projections need strict
-// stream order, which a durable consumer cannot give across a restart or reconnect (messages
-// pending on a dead client come back only after AckWait, behind newer ones), while an ordered
-// consumer resumes exactly after the last message it delivered.
+// Events are read with an ordered reader (consumer.Ordered) from the view's checkpoint:
+// projections need strict stream order, which a durable consumer cannot give across a restart
+// or reconnect (messages pending on a dead client come back only after AckWait, behind newer
+// ones), while an ordered reader resumes exactly after the last message it delivered.
 func (e *Engine) Run(ctx context.Context) error {
 	err := lease.Run(ctx, e.js, "view."+e.p.Name, e.holder, e.leaseTTL, e.lead,
 		lease.WithStandby(e.follow), lease.WithLogger(e.log), lease.WithReplicas(e.replicas))
@@ -374,44 +374,32 @@ func (e *Engine) run(ctx context.Context) error {
 	e.mu.Lock()
 	e.applied = checkpoint
 	e.mu.Unlock()
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: e.p.Subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if checkpoint > 0 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = checkpoint + 1
-	}
-	cons, err := e.js.OrderedConsumer(ctx, e.p.Stream, cfg)
+	// Not nats.go's ordered consumer: it gives each attempt to replace a lost consumer 10 s,
+	// and one made while the meta group has no leader is never answered, so the view (and every
+	// API write waiting for it) stalled ~10 s after a meta leader's node died (issue 14).
+	r, err := consumer.NewOrdered(ctx, e.js, e.p.Stream, e.p.Subjects, checkpoint+1, 2*e.batch, e.log)
 	if err != nil {
 		return fmt.Errorf("view %s: consumer: %w", e.p.Name, err)
 	}
-	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 {
+	defer r.Stop()
+	if n, err := r.Pending(ctx); err == nil && n == 0 {
 		e.markReady()
 	}
-	// A short heartbeat: a view on a crashed NATS node must move to a live one before the API
-	// writes waiting for it time out (consumer.Heartbeat).
-	it, err := cons.Messages(jetstream.PullMaxMessages(2*e.batch), jetstream.PullHeartbeat(consumer.Heartbeat))
-	if err != nil {
-		return fmt.Errorf("view %s: consume: %w", e.p.Name, err)
-	}
-	defer it.Stop()
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
 	batch := make([]jetstream.Msg, 0, e.batch)
 	for {
-		m, err := it.Next()
+		m, err := r.Next(ctx)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if ctx.Err() != nil {
 				return nil
 			}
-			e.log.Warn("view consumer", zap.Error(err))
-			continue
+			// The stream is gone or refuses the consumer: lead decides whether to reopen.
+			return fmt.Errorf("view %s: consume: %w", e.p.Name, err)
 		}
 		batch = append(batch[:0], m)
 		// Take whatever else is already buffered, without waiting for more.
 		for len(batch) < e.batch {
-			m, err := it.Next(jetstream.NextMaxWait(100 * time.Microsecond))
-			if err != nil {
+			m, ok := r.TryNext()
+			if !ok {
 				break
 			}
 			batch = append(batch, m)

@@ -1,0 +1,303 @@
+package consumer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// Bounds of an Ordered reader's recovery. nats.go's ordered consumer gives each attempt to
+// create its replacement consumer 10 s, hard-coded: a request sent while the JetStream meta
+// group has no leader is never answered, so a view resumed ~10 s after a meta leader's node was
+// killed although a new leader was elected within 4-6 s (issue 14). An attempt of 1 s retried
+// every 250 ms resumes within about a second of the election.
+const (
+	orderedCreateTimeout = time.Second
+	orderedRetryDelay    = 250 * time.Millisecond
+	orderedDeleteTimeout = 5 * time.Second
+	// orderedInactive lets the server drop a consumer whose reader died without deleting it.
+	orderedInactive = 5 * time.Minute
+	// orderedLogEvery: a create failing every 1.25 s for a minute would log 48 lines.
+	orderedLogEvery = 20
+)
+
+// ErrOrderedStopped is returned by Ordered.Next once Stop was called.
+var ErrOrderedStopped = errors.New("ordered reader stopped")
+
+// Ordered reads a stream (or some of its subjects) in stream order, each message exactly once,
+// from a start sequence on, through an ephemeral consumer it recreates from the last sequence
+// it delivered whenever that consumer is lost (its node died, it was deleted, a delivery was
+// skipped). It is what nats.go's ordered consumer does, with recovery bounded by
+// orderedCreateTimeout and orderedRetryDelay rather than nats.go's fixed 10 s per attempt.
+//
+// An Ordered is used by one goroutine; only Stop may be called from another.
+type Ordered struct {
+	js       jetstream.JetStream
+	stream   string
+	subjects []string
+	log      *zap.Logger
+	pull     int
+
+	prefix string
+	serial int
+	// mu guards cons and it, which Stop discards from another goroutine.
+	mu   sync.Mutex
+	cons jetstream.Consumer
+	it   jetstream.MessagesContext
+	// next is the stream sequence the next message must have at least; dseq the consumer
+	// delivery sequence of the last message delivered by the current consumer.
+	next uint64
+	dseq uint64
+	// broken is why the current consumer must be replaced before reading on (an error TryNext
+	// met and could not return).
+	broken error
+
+	stopped  chan struct{} // closed by Stop
+	stopOnce sync.Once
+}
+
+// NewOrdered creates the reader's first consumer, delivering from stream sequence startSeq on
+// (0 or 1: from the beginning) the messages of subjects (all of the stream's if empty); pull is
+// how many messages it keeps buffered. It fails if the consumer cannot be created before ctx
+// ends, or at once if the server refuses it (no such stream, a bad filter).
+func NewOrdered(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, startSeq uint64, pull int, log *zap.Logger) (*Ordered, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("ordered reader of %s: name: %w", stream, err)
+	}
+	o := &Ordered{js: js, stream: stream, subjects: subjects, log: log.With(zap.String("stream", stream)),
+		pull: max(pull, 1), prefix: "ord_" + hex.EncodeToString(b[:]), next: max(startSeq, 1),
+		stopped: make(chan struct{})}
+	if err := o.create(ctx); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Pending returns how many messages the stream holds for the reader beyond what it delivered
+// (as the server counts them for its current consumer).
+func (o *Ordered) Pending(ctx context.Context) (uint64, error) {
+	o.mu.Lock()
+	cons := o.cons
+	o.mu.Unlock()
+	if cons == nil {
+		return 0, fmt.Errorf("ordered reader of %s: %w", o.stream, ErrOrderedStopped)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ordered reader of %s: consumer info: %w", o.stream, err)
+	}
+	return info.NumPending, nil
+}
+
+// Next returns the next message, waiting for it until ctx ends (then ctx's error) or Stop is
+// called (then ErrOrderedStopped). A lost consumer is replaced meanwhile, and Next fails with
+// another error only if the server refuses the replacement (the stream was deleted).
+func (o *Ordered) Next(ctx context.Context) (jetstream.Msg, error) {
+	for {
+		if err := o.state(ctx); err != nil {
+			return nil, err
+		}
+		it := o.iterator()
+		if o.broken != nil || it == nil {
+			if err := o.reset(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err == nil {
+			if m, ok := o.accept(m); ok {
+				return m, nil
+			}
+			continue
+		}
+		if serr := o.state(ctx); serr != nil {
+			return nil, serr
+		}
+		o.broken = err
+	}
+}
+
+// TryNext returns a message already buffered, or false at once. It does not replace a lost
+// consumer (the next Next does), so it never blocks for long.
+func (o *Ordered) TryNext() (jetstream.Msg, bool) {
+	it := o.iterator()
+	if o.broken != nil || it == nil {
+		return nil, false
+	}
+	// The smallest wait nats.go allows: it returns a buffered message at once.
+	m, err := it.Next(jetstream.NextMaxWait(100 * time.Microsecond))
+	if err != nil {
+		if !errors.Is(err, nats.ErrTimeout) {
+			o.broken = err
+		}
+		return nil, false
+	}
+	return o.accept(m)
+}
+
+// Stop ends the reader: a Next waiting returns ErrOrderedStopped, and its consumer is deleted
+// in the background.
+func (o *Ordered) Stop() {
+	o.stopOnce.Do(func() {
+		close(o.stopped)
+		o.discard()
+	})
+}
+
+func (o *Ordered) iterator() jetstream.MessagesContext {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.it
+}
+
+// state returns why Next must not go on: Stop was called, or ctx ended.
+func (o *Ordered) state(ctx context.Context) error {
+	select {
+	case <-o.stopped:
+		return ErrOrderedStopped
+	default:
+	}
+	return ctx.Err()
+}
+
+// accept checks m follows the last message delivered; a gap means the consumer skipped some
+// (a lost delivery): it is replaced, and m comes again from the new one.
+func (o *Ordered) accept(m jetstream.Msg) (jetstream.Msg, bool) {
+	md, err := m.Metadata()
+	if err != nil {
+		o.broken = fmt.Errorf("message metadata: %w", err)
+		return nil, false
+	}
+	if md.Sequence.Consumer != o.dseq+1 || md.Sequence.Stream < o.next {
+		o.broken = fmt.Errorf("delivery %d (stream %d) after %d (want stream >= %d)", md.Sequence.Consumer, md.Sequence.Stream, o.dseq, o.next)
+		return nil, false
+	}
+	o.dseq = md.Sequence.Consumer
+	o.next = md.Sequence.Stream + 1
+	return m, true
+}
+
+// reset replaces the consumer, from the stream sequence after the last one delivered.
+func (o *Ordered) reset(ctx context.Context) error {
+	if o.broken != nil {
+		o.log.Info("recreating ordered consumer", zap.Uint64("from", o.next), zap.Error(o.broken))
+	}
+	o.discard()
+	o.broken = nil
+	return o.create(ctx)
+}
+
+// discard stops the current iterator and deletes its consumer in the background: a consumer
+// on a dead node cannot be deleted until the node is back or the server drops it
+// (orderedInactive), and the reader must not wait for either.
+func (o *Ordered) discard() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.it != nil {
+		o.it.Stop()
+	}
+	if o.cons != nil {
+		name := o.cons.CachedInfo().Name
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), orderedDeleteTimeout)
+			defer cancel()
+			_ = o.js.DeleteConsumer(ctx, o.stream, name)
+		}()
+	}
+	o.it, o.cons = nil, nil
+}
+
+// create makes a consumer from o.next and starts pulling from it, each attempt bounded to
+// orderedCreateTimeout and retried every orderedRetryDelay until ctx ends or Stop is called.
+func (o *Ordered) create(ctx context.Context) error {
+	o.serial++
+	cfg := jetstream.ConsumerConfig{
+		// One name for every attempt of this reset: an attempt that timed out but was done
+		// makes the next one an idempotent update rather than a second consumer.
+		Name:              o.prefix + "_" + strconv.Itoa(o.serial),
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       o.next,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MaxDeliver:        1,
+		Replicas:          1,
+		MemoryStorage:     true,
+		InactiveThreshold: orderedInactive,
+	}
+	if len(o.subjects) == 1 {
+		cfg.FilterSubject = o.subjects[0]
+	} else {
+		cfg.FilterSubjects = o.subjects
+	}
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, orderedCreateTimeout)
+		cons, err := o.js.CreateOrUpdateConsumer(actx, o.stream, cfg)
+		cancel()
+		if err == nil {
+			if o.serial > 1 {
+				o.log.Info("ordered consumer recreated", zap.Uint64("from", o.next), zap.Int("attempts", attempt),
+					zap.Duration("after", time.Since(start)))
+			}
+			return o.consume(ctx, cons)
+		}
+		if serr := o.state(ctx); serr != nil {
+			return serr
+		}
+		if refused(err) {
+			return fmt.Errorf("ordered reader of %s: create consumer from %d: %w", o.stream, o.next, err)
+		}
+		if attempt == 1 || attempt%orderedLogEvery == 0 {
+			o.log.Warn("ordered consumer not created; retrying", zap.Int("attempt", attempt), zap.Uint64("from", o.next), zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-o.stopped:
+			return ErrOrderedStopped
+		case <-time.After(orderedRetryDelay):
+		}
+	}
+}
+
+func (o *Ordered) consume(ctx context.Context, cons jetstream.Consumer) error {
+	o.dseq = 0
+	it, err := cons.Messages(jetstream.PullMaxMessages(o.pull), jetstream.PullHeartbeat(Heartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true))
+	o.mu.Lock()
+	o.cons, o.it = cons, it
+	o.mu.Unlock()
+	if err != nil {
+		// Only a bad option fails here: the pull requests are sent asynchronously.
+		o.discard()
+		return fmt.Errorf("ordered reader of %s: consume: %w", o.stream, err)
+	}
+	// A Stop that ran meanwhile had nothing to discard yet.
+	if serr := o.state(ctx); serr != nil {
+		o.discard()
+		return serr
+	}
+	return nil
+}
+
+// refused reports whether the server answered a consumer create with an error that retrying
+// cannot fix (not found, bad request); a leaderless or unreachable JetStream times out or
+// answers 503.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.Code == http.StatusBadRequest || apiErr.Code == http.StatusNotFound
+}
