@@ -177,7 +177,7 @@ func (r *runner) opTimeout() time.Duration {
 // retryWait is how soon a failed read or write of the lease is tried again.
 func (r *runner) retryWait() time.Duration { return min(r.ttl/3, 250*time.Millisecond) }
 
-// withTimeout runs op with a context bounded by opTimeout.
+// withTimeout runs op with a context that ends after d at the latest.
 func withTimeout[T any](ctx context.Context, d time.Duration, op func(ctx context.Context) (T, error)) (T, error) {
 	octx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
