@@ -199,6 +199,15 @@ func (o *Ordered) reset(ctx context.Context) error {
 	return o.create(ctx)
 }
 
+// deleteLater deletes consumer name in the background, bounded by orderedDeleteTimeout.
+func (o *Ordered) deleteLater(name string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), orderedDeleteTimeout)
+		defer cancel()
+		_ = o.js.DeleteConsumer(ctx, o.stream, name)
+	}()
+}
+
 // discard stops the current iterator and deletes its consumer in the background: a consumer
 // on a dead node cannot be deleted until the node is back or the server drops it
 // (orderedInactive), and the reader must not wait for either.
@@ -209,12 +218,7 @@ func (o *Ordered) discard() {
 		o.it.Stop()
 	}
 	if o.cons != nil {
-		name := o.cons.CachedInfo().Name
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), orderedDeleteTimeout)
-			defer cancel()
-			_ = o.js.DeleteConsumer(ctx, o.stream, name)
-		}()
+		o.deleteLater(o.cons.CachedInfo().Name)
 	}
 	o.it, o.cons = nil, nil
 }
@@ -222,11 +226,7 @@ func (o *Ordered) discard() {
 // create makes a consumer from o.next and starts pulling from it, each attempt bounded to
 // orderedCreateTimeout and retried every orderedRetryDelay until ctx ends or Stop is called.
 func (o *Ordered) create(ctx context.Context) error {
-	o.serial++
 	cfg := jetstream.ConsumerConfig{
-		// One name for every attempt of this reset: an attempt that timed out but was done
-		// makes the next one an idempotent update rather than a second consumer.
-		Name:              o.prefix + "_" + strconv.Itoa(o.serial),
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       o.next,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -242,9 +242,19 @@ func (o *Ordered) create(ctx context.Context) error {
 	}
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
+		// A new name for every attempt. An attempt that timed out may still have created its
+		// consumer, possibly assigned to the very node that just died: retrying under that name
+		// would be an update of a consumer nobody answers for, and in the chaos suite a view
+		// waited for it until the node came back. The abandoned one is deleted in the
+		// background (and the server drops it after orderedInactive anyway).
+		o.serial++
+		cfg.Name = o.prefix + "_" + strconv.Itoa(o.serial)
 		actx, cancel := context.WithTimeout(ctx, orderedCreateTimeout)
 		cons, err := o.js.CreateOrUpdateConsumer(actx, o.stream, cfg)
 		cancel()
+		if err != nil && !refused(err) {
+			o.deleteLater(cfg.Name)
+		}
 		if err == nil {
 			if o.serial > 1 {
 				o.log.Info("ordered consumer recreated", zap.Uint64("from", o.next), zap.Int("attempts", attempt),
