@@ -203,15 +203,7 @@ func TestOrderedResumesSoonAfterTheMetaGroupHasALeaderAgain(t *testing.T) {
 	c := testkit.StartCluster(t, nil)
 	ctx := testkit.Context(t, 3*time.Minute)
 	const keep = 0 // the node the client is on, which stays up
-	nc, err := nats.Connect(c.Nodes[keep].ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := testkit.ConnectURL(t, c.Nodes[keep].ClientURL())
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORD", Subjects: []string{"ord.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +214,7 @@ func TestOrderedResumesSoonAfterTheMetaGroupHasALeaderAgain(t *testing.T) {
 		o   *consumer.Ordered
 		oc  jetstream.Consumer
 		old jetstream.MessagesContext
+		err error
 	)
 	keepName := c.Nodes[keep].Name()
 	for attempt := 0; ; attempt++ {

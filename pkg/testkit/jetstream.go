@@ -60,7 +60,14 @@ func (j *JetStream) connect(t testing.TB) {
 // Connect opens another client connection, closed when the test ends.
 func (j *JetStream) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(j.Server.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return ConnectURL(t, j.Server.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+}
+
+// ConnectURL opens a client connection to url (one node of a cluster, say) with opts, closed
+// when the test ends.
+func ConnectURL(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -106,15 +106,7 @@ func clusterAtMetaLeader(t *testing.T) (*natsembed.Cluster, *natsembed.Server, *
 	if home == nil {
 		t.Fatal("no meta leader")
 	}
-	nc, err := nats.Connect(home.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := testkit.ConnectURL(t, home.ClientURL())
 	return c, home, nc, js
 }
 
