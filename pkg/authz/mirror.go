@@ -128,7 +128,7 @@ func (m *mirror[T]) run(ctx context.Context, js jetstream.JetStream, log *zap.Lo
 		kv, err := js.KeyValue(ctx, m.bucket)
 		switch {
 		case err == nil:
-			m.follow(ctx, kv, log)
+			m.follow(ctx, js, kv, log)
 			continue
 		case errors.Is(err, jetstream.ErrBucketNotFound):
 			// Not created yet (or being rebuilt: the old cache, if any, keeps answering).
@@ -151,14 +151,14 @@ func (m *mirror[T]) run(ctx context.Context, js jetstream.JetStream, log *zap.Lo
 // follow mirrors kv with a new cache, installed once loaded, until its watch ends or the
 // bucket is replaced: a KV watch on a deleted bucket does not end, it goes quiet, so the
 // bucket's identity (its stream's creation time) is checked every few seconds.
-func (m *mirror[T]) follow(ctx context.Context, kv jetstream.KeyValue, log *zap.Logger) {
+func (m *mirror[T]) follow(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *zap.Logger) {
 	born, err := created(ctx, kv)
 	if err != nil {
 		return
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := view.NewCache(kv, m.newT, log, m.opts...)
+	c := view.NewCache(js, kv, m.newT, log, m.opts...)
 	errc := make(chan error, 1)
 	go func() { errc <- c.Run(wctx) }()
 	tick := time.NewTicker(replacedCheck)

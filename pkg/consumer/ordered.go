@@ -61,6 +61,8 @@ type Ordered struct {
 	// broken is why the current consumer must be replaced before reading on (an error TryNext
 	// met and could not return).
 	broken error
+	// initial is what the first consumer had pending when it was created.
+	initial uint64
 
 	stopped  chan struct{} // closed by Stop
 	stopOnce sync.Once
@@ -81,8 +83,15 @@ func NewOrdered(ctx context.Context, js jetstream.JetStream, stream string, subj
 	if err := o.create(ctx); err != nil {
 		return nil, err
 	}
+	o.initial = o.cons.CachedInfo().NumPending
 	return o, nil
 }
+
+// InitialPending returns how many messages the stream held for the reader when it was created:
+// none means the reader is caught up from the start; otherwise it is once a message's metadata
+// reports nothing pending after it. Unlike Pending, it cannot count messages already buffered
+// but not yet read as delivered.
+func (o *Ordered) InitialPending() uint64 { return o.initial }
 
 // Pending returns how many messages the stream holds for the reader beyond what it delivered
 // (as the server counts them for its current consumer).

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/consumer"
 )
 
 // Op says what happened to an entry.
@@ -59,9 +61,10 @@ func WithIndex[T proto.Message](index func(key string, v T) []string) CacheOptio
 	return func(c *cacheConfig) { c.index = index }
 }
 
-// Cache mirrors a view bucket in memory by watching it, so reads (get, list, index lookups,
+// Cache mirrors a view bucket in memory by reading it, so reads (get, list, index lookups,
 // selectors, watch streams) cost no round trip. Every replica of a service has its own.
 type Cache[T proto.Message] struct {
+	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	newT   func() T
 	log    *zap.Logger
@@ -74,32 +77,26 @@ type Cache[T proto.Message] struct {
 	terms map[string]map[string]struct{} // index term → keys
 	// checkpoint is the highest view checkpoint seen in the bucket's MetaKey.
 	checkpoint uint64
-	// seen is the KV revision of the last change the watch delivered, whatever its key.
+	// seen is the KV revision of the last change read, whatever its key.
 	seen uint64
 	// sent is the KV revision of the last change passed to subscribers.
 	sent    uint64
 	changed chan struct{}
 	subs    map[chan Update[T]]struct{}
-	// stuck asks Run to restart the watch: a wait took longer than stuckAfter.
-	stuck chan struct{}
 }
 
-// stuckAfter is how long a wait of the cache (WaitSeen, WaitFor, WaitCheckpoint) goes without
-// the change it waits for before it asks Run to restart the watch from the last revision seen. nats.go's KV watch is an ordered
-// consumer with a fixed 5 s idle heartbeat, noticed missing only after 10 s: a watch whose
-// consumer was on a crashed NATS node stays silent that long, and every read-your-writes or
-// authorization check waiting on the cache with it.
-const stuckAfter = time.Second
+// cachePull is how many of the bucket's changes a cache keeps buffered.
+const cachePull = 256
 
-// NewCache returns a cache of kv whose entries decode into newT().
-func NewCache[T proto.Message](kv jetstream.KeyValue, newT func() T, log *zap.Logger, opts ...CacheOption) *Cache[T] {
+// NewCache returns a cache of kv, read through js, whose entries decode into newT().
+func NewCache[T proto.Message](js jetstream.JetStream, kv jetstream.KeyValue, newT func() T, log *zap.Logger, opts ...CacheOption) *Cache[T] {
 	cfg := cacheConfig{filter: jetstream.AllKeys}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	c := &Cache[T]{kv: kv, newT: newT, log: log, filter: cfg.filter, ready: make(chan struct{}),
+	c := &Cache[T]{js: js, kv: kv, newT: newT, log: log, filter: cfg.filter, ready: make(chan struct{}),
 		items: make(map[string]Entry[T]), terms: make(map[string]map[string]struct{}),
-		changed: make(chan struct{}), subs: make(map[chan Update[T]]struct{}), stuck: make(chan struct{}, 1)}
+		changed: make(chan struct{}), subs: make(map[chan Update[T]]struct{})}
 	if cfg.index != nil {
 		index, ok := cfg.index.(func(string, T) []string)
 		if !ok {
@@ -113,87 +110,97 @@ func NewCache[T proto.Message](kv jetstream.KeyValue, newT func() T, log *zap.Lo
 // Ready is closed once the bucket's initial content is loaded.
 func (c *Cache[T]) Ready() <-chan struct{} { return c.ready }
 
-// Run watches the bucket until ctx is done.
+// The headers and subject layout of a KV bucket's stream (nats.go's, not exported by it).
+const (
+	kvOperationHeader = "KV-Operation"
+	kvSubjectPrefix   = "$KV."
+)
+
+// Run reads the bucket until ctx is done. It returns an error only if the bucket's stream
+// refuses it a consumer (the bucket was deleted).
+//
+// A KV bucket is a stream holding, with history 1, each key's last change: the cache reads it
+// with consumer.Ordered from the beginning and then follows it, which is what nats.go's KV
+// watch does, but nats.go's watch has a fixed 5 s idle heartbeat (a watch whose consumer was on
+// a crashed NATS node stays silent 10 s) and replaces its consumer without a bounded wait, and
+// every authorization check and read-your-writes wait hangs on the caches (issue 14). The
+// ordered reader notices silence after two 1 s heartbeats and replaces its consumer with 1 s
+// attempts; it resumes after the last revision read, so nothing is skipped or applied twice.
 func (c *Cache[T]) Run(ctx context.Context) error {
-	w, err := c.kv.Watch(ctx, c.filter)
+	bucket := c.kv.Bucket()
+	prefix := kvSubjectPrefix + bucket + "."
+	r, err := consumer.NewOrdered(ctx, c.js, "KV_"+bucket, []string{prefix + c.filter}, 1, cachePull, c.log)
 	if err != nil {
-		return fmt.Errorf("watch bucket %s: %w", c.kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	initial := true
-	var restarted time.Time
-	for {
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return nil
-		case <-c.stuck:
-			if initial || time.Since(restarted) < stuckAfter {
-				continue
+		}
+		return fmt.Errorf("read bucket %s: %w", bucket, err)
+	}
+	defer r.Stop()
+	initial := r.InitialPending() > 0
+	if !initial {
+		close(c.ready)
+	}
+	for {
+		m, err := r.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
-			restarted = time.Now()
-			// Resume right after the last change applied: nothing is skipped or applied twice.
-			c.mu.RLock()
-			from := c.seen + 1
-			c.mu.RUnlock()
-			nw, err := c.kv.Watch(ctx, c.filter, jetstream.ResumeFromRevision(from))
-			if err != nil {
-				c.log.Warn("restarting a silent watch failed; keeping it", zap.String("bucket", c.kv.Bucket()), zap.Error(err))
-				continue
-			}
-			_ = w.Stop()
-			w = nw
-			c.log.Info("watch restarted: a revision the bucket has did not arrive", zap.String("bucket", c.kv.Bucket()), zap.Uint64("from", from))
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("watch of bucket " + c.kv.Bucket() + " ended")
-			}
-			if e == nil {
-				if initial {
-					initial = false
-					close(c.ready)
-				}
-				continue
-			}
-			c.apply(e)
+			return fmt.Errorf("read bucket %s: %w", bucket, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			// consumer.Ordered delivers only messages whose metadata it read.
+			return fmt.Errorf("read bucket %s: %w", bucket, err)
+		}
+		op := jetstream.KeyValuePut
+		switch m.Headers().Get(kvOperationHeader) {
+		case "DEL":
+			op = jetstream.KeyValueDelete
+		case "PURGE":
+			op = jetstream.KeyValuePurge
+		}
+		c.apply(strings.TrimPrefix(m.Subject(), prefix), op, m.Data(), md.Sequence.Stream)
+		if initial && md.NumPending == 0 {
+			initial = false
+			close(c.ready)
 		}
 	}
 }
 
-func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
+// apply applies the change at KV revision rev of key.
+func (c *Cache[T]) apply(key string, op jetstream.KeyValueOp, value []byte, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := e.Revision(); r > c.seen {
-		c.seen = r
+	if rev > c.seen {
+		c.seen = rev
 		// Waiters of WaitSeen must wake even when the change is one the cache ignores.
 		defer c.broadcast()
 	}
-	key := e.Key()
 	if key == MetaKey {
 		// The engine moves the checkpoint only after every entry write of a batch, so once the
 		// cache has seen checkpoint n it has seen every change of the events up to n.
 		var m meta
-		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &m) == nil && m.Checkpoint > c.checkpoint {
+		if op == jetstream.KeyValuePut && json.Unmarshal(value, &m) == nil && m.Checkpoint > c.checkpoint {
 			c.checkpoint = m.Checkpoint
 			c.broadcast()
 		}
 		return
 	}
 	old, had := c.items[key]
-	u := Update[T]{Key: key, Prev: old.Value, Revision: e.Revision()}
-	switch e.Operation() {
+	u := Update[T]{Key: key, Prev: old.Value, Revision: rev}
+	switch op {
 	case jetstream.KeyValuePut:
 		v := c.newT()
-		if err := proto.Unmarshal(e.Value(), v); err != nil {
+		if err := proto.Unmarshal(value, v); err != nil {
 			c.log.Error("undecodable view entry", zap.String("bucket", c.kv.Bucket()), zap.String("key", key), zap.Error(err))
 			return
 		}
 		if had {
 			c.unindex(key, old.Value)
 		}
-		c.items[key] = Entry[T]{Key: key, KVRevision: e.Revision(), Value: v}
+		c.items[key] = Entry[T]{Key: key, KVRevision: rev, Value: v}
 		c.reindex(key, v)
 		u.Op, u.Value = Put, v
 	default:
@@ -205,7 +212,7 @@ func (c *Cache[T]) apply(e jetstream.KeyValueEntry) {
 		u.Op, u.Value = Delete, old.Value
 	}
 	c.broadcast()
-	c.sent = e.Revision()
+	c.sent = rev
 	for ch := range c.subs {
 		select {
 		case ch <- u:
@@ -515,25 +522,12 @@ func (c *Cache[T]) WaitCheckpoint(ctx context.Context, seq uint64) error {
 	}
 }
 
-// waitChange waits for ch (the cache's change signal) or ctx. Every wait of the cache is for a
-// change a writer makes within milliseconds; one that takes longer than stuckAfter asks Run to
-// restart the watch, in case its consumer went silent with a crashed NATS node (a restart of a
-// healthy watch costs a consumer and loses nothing).
+// waitChange waits for ch (the cache's change signal) or ctx.
 func (c *Cache[T]) waitChange(ctx context.Context, ch <-chan struct{}) error {
-	t := time.NewTimer(stuckAfter)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch:
-			return nil
-		case <-t.C:
-			select {
-			case c.stuck <- struct{}{}:
-			default:
-			}
-			t.Reset(stuckAfter)
-		}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+		return nil
 	}
 }

@@ -111,7 +111,7 @@ func TestCacheEntries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := view.NewCache(kv, newCluster, zap.NewNop(), tc.opts...)
+			c := view.NewCache(j.JS, kv, newCluster, zap.NewNop(), tc.opts...)
 			go func() { _ = c.Run(ctx) }()
 			<-c.Ready()
 			var last uint64 // KV revision of the last write
@@ -210,7 +210,7 @@ func TestCacheUpdatesAndChanged(t *testing.T) {
 		}
 	}
 	putName("before", "before")
-	c := view.NewCache(kv, newCluster, zap.NewNop())
+	c := view.NewCache(j.JS, kv, newCluster, zap.NewNop())
 	go func() { _ = c.Run(ctx) }()
 	<-c.Ready()
 	updates := c.Updates(ctx, 16)
@@ -263,7 +263,7 @@ func TestCacheWaitCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := view.NewCache(kv, newCluster, zap.NewNop())
+	c := view.NewCache(j.JS, kv, newCluster, zap.NewNop())
 	go func() { _ = c.Run(ctx) }()
 	<-c.Ready()
 	store := events.NewStore(j.JS, "test")
@@ -332,7 +332,7 @@ func TestCacheIndexOfAnotherTypePanics(t *testing.T) {
 			t.Fatal("no panic")
 		}
 	}()
-	view.NewCache[*clusterv1.Cluster](nil, newCluster, zap.NewNop(),
+	view.NewCache[*clusterv1.Cluster](nil, nil, newCluster, zap.NewNop(),
 		view.WithIndex(func(string, *clusterv1.Taint) []string { return nil }))
 }
 
@@ -346,7 +346,7 @@ func TestCacheGetFreshReadsItsWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := view.NewCache(kv, newCluster, zap.NewNop())
+	c := view.NewCache(j.JS, kv, newCluster, zap.NewNop())
 	go func() { _ = c.Run(ctx) }()
 	<-c.Ready()
 

@@ -180,10 +180,10 @@ func deleteConsumers(t *testing.T, ctx context.Context, js jetstream.JetStream, 
 	}
 }
 
-// A cache whose watch's consumer lived on a NATS node that crashed must see a change the bucket
-// has within a few seconds of being asked for it (WaitSeen restarts a silent watch), not after
-// the 10 s nats.go's KV watch needs to notice its missing heartbeats: authorization and
-// read-your-writes wait on caches. The crashed node leads nothing of the bucket's.
+// A cache whose consumer lived on a NATS node that crashed must see a change the bucket has
+// within a few seconds (its reader misses two 1 s heartbeats and moves), not after the 10 s
+// nats.go's KV watch needs to notice its missing heartbeats: authorization and read-your-writes
+// wait on caches. The crashed node leads nothing of the bucket's.
 func TestCacheLeavesACrashedWatchNode(t *testing.T) {
 	c, home, nc, js := clusterAtMetaLeader(t)
 	ctx := testkit.Context(t, 3*time.Minute)
@@ -210,7 +210,7 @@ func TestCacheLeavesACrashedWatchNode(t *testing.T) {
 	)
 	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithCancel(ctx)
-		cache = view.NewCache(kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
+		cache = view.NewCache(js, kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
 		done := make(chan error, 1)
 		go func() { done <- cache.Run(cctx) }()
 		t.Cleanup(cancel)

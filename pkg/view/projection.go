@@ -382,7 +382,7 @@ func (e *Engine) run(ctx context.Context) error {
 		return fmt.Errorf("view %s: consumer: %w", e.p.Name, err)
 	}
 	defer r.Stop()
-	if n, err := r.Pending(ctx); err == nil && n == 0 {
+	if r.InitialPending() == 0 {
 		e.markReady()
 	}
 	batch := make([]jetstream.Msg, 0, e.batch)

@@ -252,7 +252,7 @@ func TestCacheFollowsBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := view.NewCache(kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
+	cache := view.NewCache(j.JS, kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
 	go func() { _ = cache.Run(ctx) }()
 	<-cache.Ready()
 	sctx, cancel := context.WithCancel(ctx)

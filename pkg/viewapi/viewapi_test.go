@@ -36,7 +36,7 @@ func newFixture(t *testing.T, bucket string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := view.NewCache(kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
+	c := view.NewCache(j.JS, kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
 	go func() { _ = c.Run(ctx) }()
 	<-c.Ready()
 	f := &fixture{t: t, kv: kv, ready: make(chan struct{})}

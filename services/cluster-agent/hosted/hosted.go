@@ -135,8 +135,8 @@ func (s *Supervisor) supervise(ctx context.Context) error {
 	if err != nil {
 		return nilIfDone(ctx, err)
 	}
-	clusters := view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
-	status := view.NewCache(statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
+	clusters := view.NewCache(s.js, clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	status := view.NewCache(s.js, statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, 2)

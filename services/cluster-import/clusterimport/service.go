@@ -153,7 +153,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s.lifecycles = newLifecycles(s)
-	s.status = view.NewCache(s.statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
+	s.status = view.NewCache(s.js, s.statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
 	return s, nil
 }
 
@@ -197,14 +197,14 @@ func (s *Registry) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inventory bucket: %w", err)
 	}
-	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
-	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log,
+	s.clusters = view.NewCache(s.js, clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	s.inventory = view.NewCache(s.js, inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log,
 		view.WithIndex(inventoryIndex))
 	policiesKV, err := s.js.KeyValue(ctx, subjects.ImportPoliciesBucket)
 	if err != nil {
 		return fmt.Errorf("import policies bucket: %w", err)
 	}
-	s.importPolicies = view.NewCache(policiesKV, func() *clusterv1.ImportPolicy { return &clusterv1.ImportPolicy{} }, s.log)
+	s.importPolicies = view.NewCache(s.js, policiesKV, func() *clusterv1.ImportPolicy { return &clusterv1.ImportPolicy{} }, s.log)
 	g.Go(func() error { return s.clusters.Run(ctx) })
 	g.Go(func() error { return s.inventory.Run(ctx) })
 	g.Go(func() error { return s.importPolicies.Run(ctx) })

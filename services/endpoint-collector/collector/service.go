@@ -266,7 +266,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("weights bucket: %w", err)
 	}
-	c.weights = view.NewCache(kv, func() *endpointv1.ServiceWeights { return &endpointv1.ServiceWeights{} }, c.log)
+	c.weights = view.NewCache(c.js, kv, func() *endpointv1.ServiceWeights { return &endpointv1.ServiceWeights{} }, c.log)
 	g.Go(func() error { return c.weights.Run(ctx) })
 	g.Go(func() error { return c.followWeights(ctx) })
 	g.Go(func() error { return c.registry.run(ctx) })
@@ -394,7 +394,7 @@ func (r *registry) run(ctx context.Context) error {
 		case <-time.After(2 * time.Second):
 		}
 	}
-	cache := view.NewCache(kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, r.c.log)
+	cache := view.NewCache(r.c.js, kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, r.c.log)
 	go func() { _ = cache.Run(ctx) }()
 	select {
 	case <-cache.Ready():

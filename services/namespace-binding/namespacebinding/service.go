@@ -177,7 +177,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.claimsKV, err = js.KeyValue(ctx, ClaimsBucket); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", ClaimsBucket, err)
 	}
-	s.claims = view.NewCache(s.claimsKV, func() *projectv1.Claim { return &projectv1.Claim{} }, s.log, view.WithIndex(claimIndex))
+	s.claims = view.NewCache(s.js, s.claimsKV, func() *projectv1.Claim { return &projectv1.Claim{} }, s.log, view.WithIndex(claimIndex))
 	return s, nil
 }
 
@@ -347,16 +347,16 @@ func (s *Service) openCaches(ctx context.Context) error {
 		open   func(kv jetstream.KeyValue)
 	}{
 		{subjects.PlacementsBucket, func(kv jetstream.KeyValue) {
-			s.placements = view.NewCache(kv, func() *placementv1.Placement { return &placementv1.Placement{} }, s.log, view.WithIndex(placementIndex))
+			s.placements = view.NewCache(s.js, kv, func() *placementv1.Placement { return &placementv1.Placement{} }, s.log, view.WithIndex(placementIndex))
 		}},
 		{subjects.PlacementDecisionsBucket, func(kv jetstream.KeyValue) {
-			s.decisions = view.NewCache(kv, func() *placementv1.PlacementDecisions { return &placementv1.PlacementDecisions{} }, s.log)
+			s.decisions = view.NewCache(s.js, kv, func() *placementv1.PlacementDecisions { return &placementv1.PlacementDecisions{} }, s.log)
 		}},
 		{subjects.AddOnScoresBucket, func(kv jetstream.KeyValue) {
-			s.addOnScores = view.NewCache(kv, func() *placementv1.AddOnScore { return &placementv1.AddOnScore{} }, s.log)
+			s.addOnScores = view.NewCache(s.js, kv, func() *placementv1.AddOnScore { return &placementv1.AddOnScore{} }, s.log)
 		}},
 		{subjects.PlacementNamespacesBucket, func(kv jetstream.KeyValue) {
-			s.placementNamespaces = view.NewCache(kv, func() *placementv1.PlacementNamespace { return &placementv1.PlacementNamespace{} }, s.log,
+			s.placementNamespaces = view.NewCache(s.js, kv, func() *placementv1.PlacementNamespace { return &placementv1.PlacementNamespace{} }, s.log,
 				view.WithIndex(placementNamespaceIndex))
 		}},
 	} {
@@ -366,14 +366,14 @@ func (s *Service) openCaches(ctx context.Context) error {
 		}
 		c.open(kv)
 	}
-	s.clusterSets = view.NewCache(setsKV, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }, s.log)
-	s.setBindings = view.NewCache(setBindsKV, func() *placementv1.ClusterSetBinding { return &placementv1.ClusterSetBinding{} }, s.log,
+	s.clusterSets = view.NewCache(s.js, setsKV, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }, s.log)
+	s.setBindings = view.NewCache(s.js, setBindsKV, func() *placementv1.ClusterSetBinding { return &placementv1.ClusterSetBinding{} }, s.log,
 		view.WithIndex(setBindingIndex))
-	s.projects = view.NewCache(projectsKV, func() *projectv1.Project { return &projectv1.Project{} }, s.log)
-	s.bindings = view.NewCache(bindingsKV, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, s.log, view.WithIndex(bindingIndex))
-	s.desired = view.NewCache(desiredKV, func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, s.log)
+	s.projects = view.NewCache(s.js, projectsKV, func() *projectv1.Project { return &projectv1.Project{} }, s.log)
+	s.bindings = view.NewCache(s.js, bindingsKV, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, s.log, view.WithIndex(bindingIndex))
+	s.desired = view.NewCache(s.js, desiredKV, func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, s.log)
 	// Only this service's statuses: the bucket also holds every other desired bucket's.
-	s.applied = view.NewCache(appliedKV, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
+	s.applied = view.NewCache(s.js, appliedKV, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
 		view.WithFilter(subjects.DesiredNamespacesBucket+".>"))
 	// The registry and inventory are cluster-import's; a standalone deployment may start first.
 	clustersKV, err := view.WaitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
@@ -384,9 +384,9 @@ func (s *Service) openCaches(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.clusters = view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	s.clusters = view.NewCache(s.js, clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
 	// Indexed by cluster: an inventory is one entry per chunk (nsinventory.Assemble).
-	s.inventory = view.NewCache(inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log,
+	s.inventory = view.NewCache(s.js, inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log,
 		view.WithIndex(func(key string, _ *clusterv1.NamespaceInventory) []string {
 			return []string{subjects.ClusterInventoryKeyCluster(key)}
 		}))

@@ -76,7 +76,7 @@ func (b *bindingSource) Run(ctx context.Context) error {
 	for {
 		kv, err := b.js.KeyValue(ctx, b.bucket)
 		if err == nil {
-			b.cache = view.NewCache(kv, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, b.log)
+			b.cache = view.NewCache(b.js, kv, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, b.log)
 			close(b.attached)
 			go func() {
 				select {

@@ -139,7 +139,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err != nil {
 		return nil, fmt.Errorf("applied bucket: %w", err)
 	}
-	s.status = view.NewCache(applied, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
+	s.status = view.NewCache(s.js, applied, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
 		view.WithFilter(appliedPrefix+">"))
 	s.fan.status, s.fan.collectEvery, s.fan.markerAge = s.status.Get, cfg.CollectInterval, cfg.MarkerPurgeAfter
 	return s, nil
@@ -209,9 +209,9 @@ func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
 	if err != nil {
 		return err
 	}
-	s.templates = view.NewCache(templatesKV, func() *rbacv1.RoleTemplate { return &rbacv1.RoleTemplate{} }, s.log)
-	s.bindings = view.NewCache(bindingsKV, func() *rbacv1.ProjectRoleBinding { return &rbacv1.ProjectRoleBinding{} }, s.log)
-	clusters := view.NewCache(clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
+	s.templates = view.NewCache(s.js, templatesKV, func() *rbacv1.RoleTemplate { return &rbacv1.RoleTemplate{} }, s.log)
+	s.bindings = view.NewCache(s.js, bindingsKV, func() *rbacv1.ProjectRoleBinding { return &rbacv1.ProjectRoleBinding{} }, s.log)
+	clusters := view.NewCache(s.js, clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
 	nsBindings := newBindingSource(s.js, s.cfg.NamespaceBindingsBucket, s.log)
 	s.fan.templates, s.fan.bindings, s.fan.clusters, s.fan.namespaces = s.templates, s.bindings, clusters, nsBindings
 	g.Go(func() error { return s.templates.Run(ctx) })
