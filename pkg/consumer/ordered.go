@@ -63,16 +63,28 @@ type Ordered struct {
 	broken error
 	// initial is what the first consumer had pending when it was created.
 	initial uint64
+	// lastPerSubject: until a message is delivered, consumers start at each subject's last
+	// message (WithLastPerSubject).
+	lastPerSubject bool
 
 	stopped  chan struct{} // closed by Stop
 	stopOnce sync.Once
 }
 
+// OrderedOption configures an Ordered reader.
+type OrderedOption func(*Ordered)
+
+// WithLastPerSubject starts the reader at the last message of each subject (startSeq is
+// ignored), for a stream whose messages each replace the one before on their subject: reading
+// those is reading the current state. Once a message is delivered the reader goes on from it
+// in stream order, through every replacement consumer, as nats.go's ordered consumer does.
+func WithLastPerSubject() OrderedOption { return func(o *Ordered) { o.lastPerSubject = true } }
+
 // NewOrdered creates the reader's first consumer, delivering from stream sequence startSeq on
 // (0 or 1: from the beginning) the messages of subjects (all of the stream's if empty); pull is
 // how many messages it keeps buffered. It fails if the consumer cannot be created before ctx
 // ends, or at once if the server refuses it (no such stream, a bad filter).
-func NewOrdered(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, startSeq uint64, pull int, log *zap.Logger) (*Ordered, error) {
+func NewOrdered(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, startSeq uint64, pull int, log *zap.Logger, opts ...OrderedOption) (*Ordered, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("ordered reader of %s: name: %w", stream, err)
@@ -80,6 +92,9 @@ func NewOrdered(ctx context.Context, js jetstream.JetStream, stream string, subj
 	o := &Ordered{js: js, stream: stream, subjects: subjects, log: log.With(zap.String("stream", stream)),
 		pull: max(pull, 1), prefix: "ord_" + hex.EncodeToString(b[:]), next: max(startSeq, 1),
 		stopped: make(chan struct{})}
+	for _, opt := range opts {
+		opt(o)
+	}
 	if err := o.create(ctx); err != nil {
 		return nil, err
 	}
@@ -195,6 +210,7 @@ func (o *Ordered) accept(m jetstream.Msg) (jetstream.Msg, bool) {
 	}
 	o.dseq = md.Sequence.Consumer
 	o.next = md.Sequence.Stream + 1
+	o.lastPerSubject = false
 	return m, true
 }
 
@@ -243,6 +259,9 @@ func (o *Ordered) create(ctx context.Context) error {
 		Replicas:          1,
 		MemoryStorage:     true,
 		InactiveThreshold: orderedInactive,
+	}
+	if o.lastPerSubject {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverLastPerSubjectPolicy, 0
 	}
 	if len(o.subjects) == 1 {
 		cfg.FilterSubject = o.subjects[0]

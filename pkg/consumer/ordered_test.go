@@ -154,6 +154,49 @@ func TestOrderedDeliversEachMessageOnceAcrossAResetOfItsConsumer(t *testing.T) {
 	})
 }
 
+// WithLastPerSubject reads the current state of a stream of replacements (each subject's last
+// message, in stream order), then every later message in order, also across a lost consumer;
+// a consumer lost before anything was delivered is replaced by one that again starts at each
+// subject's last message, not at the stream's beginning.
+func TestOrderedLastPerSubject(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, time.Minute)
+	if _, err := j.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "ORD", Subjects: []string{"ord.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	seqs := publish(t, ctx, j.JS, "ord.a", "ord.b", "ord.a", "ord.c", "ord.b", "ord.x")
+	o, err := consumer.NewOrdered(ctx, j.JS, "ORD", []string{"ord.a", "ord.b", "ord.c"}, 0, 8, testkit.Logger(t),
+		consumer.WithLastPerSubject())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Stop()
+	if n := o.InitialPending(); n != 3 {
+		t.Fatalf("initial pending %d, want 3 (one per subject)", n)
+	}
+	lose := func() {
+		t.Helper()
+		names := consumerNames(t, ctx, j.JS, "ORD")
+		if len(names) != 1 {
+			t.Fatalf("consumers %v, want one", names)
+		}
+		if err := j.JS.DeleteConsumer(ctx, "ORD", names[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Lost before the first delivery: the replacement starts at the last per subject again.
+	lose()
+	if got, want := read(t, ctx, o, 3), []uint64{seqs[2], seqs[3], seqs[4]}; !equal(got, want) {
+		t.Fatalf("delivered %v, want the last of each subject %v", got, want)
+	}
+	// Lost after: every later message, superseded ones included, in stream order.
+	lose()
+	later := publish(t, ctx, j.JS, "ord.a", "ord.x", "ord.a", "ord.c")
+	if got, want := read(t, ctx, o, 3), []uint64{later[0], later[2], later[3]}; !equal(got, want) {
+		t.Fatalf("delivered %v after the consumer was lost, want %v", got, want)
+	}
+}
+
 // Stop ends a Next waiting for a message; a stream that does not exist fails NewOrdered at
 // once rather than being retried.
 func TestOrderedStopAndRefusal(t *testing.T) {

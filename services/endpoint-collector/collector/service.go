@@ -302,32 +302,45 @@ func (c *Collector) awaitReady(ctx context.Context) error {
 	return nil
 }
 
-// consume reads the agent stream with an ordered consumer starting from the latest message of
-// every subject: each report is a snapshot, so that replay is exactly the current state. Every
-// replica needs all of it in memory, which is why this is not a shared durable work queue.
+// consume reads the agent stream starting from the latest message of every subject: each
+// report is a snapshot, so that replay is exactly the current state. Every replica needs all of
+// it in memory, which is why this is not a shared durable work queue. consumer.Ordered, not
+// nats.go's ordered consumer, whose replacement of a consumer lost with a NATS node takes 10 s
+// per attempt (issue 14): reports would stall that long after the node died.
 func (c *Collector) consume(ctx context.Context) error {
-	cons, err := c.js.OrderedConsumer(ctx, subjects.AgentStreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{
-			subjects.AgentPrefix + ".*." + kindHeartbeat,
-			subjects.AgentPrefix + ".*." + kindSlice + ".>",
-			subjects.AgentPrefix + ".*." + kindSync,
-		},
-		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-	})
+	r, err := consumer.NewOrdered(ctx, c.js, subjects.AgentStreamName, []string{
+		subjects.AgentPrefix + ".*." + kindHeartbeat,
+		subjects.AgentPrefix + ".*." + kindSlice + ".>",
+		subjects.AgentPrefix + ".*." + kindSync,
+	}, 0, 2048, c.log, consumer.WithLastPerSubject())
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("agent stream consumer: %w", err)
 	}
-	// The callback runs on one goroutine, in stream order.
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	defer r.Stop()
+	if r.InitialPending() == 0 {
+		c.markCaughtUp()
+	}
+	for {
+		m, err := r.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("consume agent stream: %w", err)
+		}
 		md, err := m.Metadata()
 		if err != nil {
-			return
+			// consumer.Ordered delivers only messages whose metadata it read.
+			continue
 		}
 		if err := c.ingest.handle(m.Subject(), m.Data(), md.Timestamp); err != nil {
 			c.metrics.malformed.Inc()
 			c.log.Error("dead-lettering agent report", zap.String("subject", m.Subject()), zap.Error(err))
 			if dlErr := deadLetter(ctx, c.js, m, err); dlErr != nil {
-				c.log.Error("dead-letter failed", zap.Error(dlErr))
+				c.log.Error("dead-letter failed", zap.String("subject", m.Subject()), zap.Error(dlErr))
 			}
 		} else {
 			c.metrics.reports.Inc()
@@ -335,20 +348,7 @@ func (c *Collector) consume(ctx context.Context) error {
 		if md.NumPending == 0 {
 			c.markCaughtUp()
 		}
-	}, jetstream.PullMaxMessages(2048), jetstream.PullHeartbeat(consumer.Heartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if ctx.Err() == nil {
-			c.log.Warn("agent stream", zap.Error(err))
-		}
-	}))
-	if err != nil {
-		return fmt.Errorf("consume agent stream: %w", err)
 	}
-	defer cc.Stop()
-	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.Delivered.Consumer == 0 {
-		c.markCaughtUp()
-	}
-	<-ctx.Done()
-	return nil
 }
 
 func (c *Collector) markCaughtUp() { c.caughtUpOnce.Do(func() { close(c.caughtUp) }) }
