@@ -103,34 +103,32 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 
-	stream, err := js.Stream(ctx, subjects.AgentStreamName)
+	// consumer.Ordered, not nats.go's ordered consumer: that one gives each attempt to replace
+	// a consumer lost with a NATS node 10 s (issue 14).
+	o, err := consumer.NewOrdered(ctx, js, subjects.AgentStreamName,
+		[]string{subjects.AgentPrefix + ".*.importobject.>", subjects.AgentPrefix + ".*.importsync.>"},
+		0, 256, log, consumer.WithLastPerSubject())
 	if err != nil {
-		return fmt.Errorf("agent stream: %w", err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subjects.AgentPrefix + ".*.importobject.>", subjects.AgentPrefix + ".*.importsync.>"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
-	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("import sources consumer: %w", err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("import sources consumer: %w", err)
-	}
-	if info.NumPending == 0 {
+	defer o.Stop()
+	if o.InitialPending() == 0 {
 		r.markCaughtUp()
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("import sources consumer: %w", err)
-	}
-	return consumer.Each(ctx, it, func(err error) error {
-		return fmt.Errorf("import sources: %w", err)
-	}, func(m jetstream.Msg) error {
+	for {
+		m, err := o.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("import sources: %w", err)
+		}
 		md, err := m.Metadata()
 		if err != nil {
-			return nil
+			continue
 		}
 		if err := r.handle(m.Subject(), m.Data(), md.Sequence.Stream); err != nil {
 			// A report that does not decode is the agent's bug; it must not stop the others.
@@ -142,8 +140,7 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 		if md.NumPending == 0 {
 			r.markCaughtUp()
 		}
-		return nil
-	})
+	}
 }
 
 func (r *importSources) handle(subject string, data []byte, seq uint64) error {
