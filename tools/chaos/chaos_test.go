@@ -238,10 +238,12 @@ func (e *env) resumed(t *testing.T, t0 time.Time) (time.Duration, string, bool) 
 	return d, fmt.Sprintf("writes resumed after %s (%d failed first, %d skipped with every slot busy)", d.Round(10*time.Millisecond), failed, skipped), true
 }
 
-// The per-kind goal is reported, not asserted, until every kind meets it reliably: in the
-// runs of 2026-11-26 binds and grants came back within 0.3 s of the last election, but weights
-// once took 23 s (docs/reliability.md). What fails the suite is no write at all resuming while
-// the node is down (resumed), or acknowledged writes lost.
+// The per-kind goal is reported, not asserted: how long an election takes depends on the
+// machine's load, and a CI run must not fail on a slow one. What fails the suite is a kind of
+// write (bind, grant or weight) not acknowledged again at all while the node is down (15 s,
+// 6 s more than nats-server's longest election timeout), as weights were not in a CI run
+// before the caches read with consumer.Ordered (docs/reliability.md), or acknowledged writes
+// lost.
 //
 // Issue 14 asks API writes to resume within 5 s of a NATS node's death. They cannot while a
 // stream or bucket on the write path has no leader, nor while the JetStream meta group has none
@@ -344,7 +346,7 @@ func (e *env) killAndReturn(t *testing.T, node string) string {
 		for _, k := range []string{"bind", "grant", "weight"} {
 			d, resumed := byKind[k]
 			if !resumed {
-				t.Logf("no %s sent after %s died was acknowledged while it was down", k, node)
+				t.Errorf("no %s sent after %s died was acknowledged while it was down", k, node)
 				kinds = append(kinds, k+" never")
 				met = false
 				continue
@@ -394,6 +396,7 @@ func describeElections(node string, led []string, elected map[string]time.Durati
 	}
 	first, last := time.Duration(-1), time.Duration(0)
 	var late []string
+	lastName := ""
 	for _, name := range led {
 		d, ok := elected[name]
 		if !ok {
@@ -403,13 +406,15 @@ func describeElections(node string, led []string, elected map[string]time.Durati
 		if first < 0 || d < first {
 			first = d
 		}
-		last = max(last, d)
+		if d >= last {
+			last, lastName = d, name
+		}
 	}
 	if len(late) == len(led) {
 		return fmt.Sprintf("%s led %d Raft groups (%s); none had a new leader within 15 s", node, len(led), strings.Join(led, ", "))
 	}
-	out := fmt.Sprintf("%s led %d Raft groups (%s); nats-server elected their new leaders %s-%s after the kill",
-		node, len(led), strings.Join(led, ", "), first.Round(10*time.Millisecond), last.Round(10*time.Millisecond))
+	out := fmt.Sprintf("%s led %d Raft groups (%s); nats-server elected their new leaders %s-%s after the kill (the last: %s)",
+		node, len(led), strings.Join(led, ", "), first.Round(10*time.Millisecond), last.Round(10*time.Millisecond), lastName)
 	if len(late) > 0 {
 		out += fmt.Sprintf(" (%s: none within 15 s)", strings.Join(late, ", "))
 	}
