@@ -239,11 +239,11 @@ func (e *env) resumed(t *testing.T, t0 time.Time) (time.Duration, string, bool) 
 }
 
 // The per-kind goal is reported, not asserted: how long an election takes depends on the
-// machine's load, and a CI run must not fail on a slow one. What fails the suite is a kind of
-// write (bind, grant or weight) not acknowledged again at all while the node is down (15 s,
-// 6 s more than nats-server's longest election timeout), as weights were not in a CI run
-// before the caches read with consumer.Ordered (docs/reliability.md), or acknowledged writes
-// lost.
+// machine's load (11.3 s once at load 5, when a first vote failed), and a CI run must not fail
+// on a slow one. What fails the suite is a kind of write (bind, grant or weight) not
+// acknowledged again at all while the node is down although its goal ended within the outage,
+// as weights were not in a CI run before the caches read with consumer.Ordered
+// (docs/reliability.md), or acknowledged writes lost.
 //
 // Issue 14 asks API writes to resume within 5 s of a NATS node's death. They cannot while a
 // stream or bucket on the write path has no leader, nor while the JetStream meta group has none
@@ -257,12 +257,15 @@ func (e *env) resumed(t *testing.T, t0 time.Time) (time.Duration, string, bool) 
 // death, during the election: consumer.Heartbeat).
 const electionSlack = 3 * time.Second
 
+// outage is how long killAndReturn keeps a NATS node down (it watches the elections that long).
+const outage = 15 * time.Second
+
 func electionGoal(led []string, elected, writable map[string]time.Duration) time.Duration {
 	goal := 5 * time.Second
 	for _, name := range led {
 		d, ok := elected[name]
 		if !ok {
-			d = 15 * time.Second // not elected while watched: the whole fault
+			d = outage // not elected while watched: the whole fault
 		}
 		// A bucket that took a bare writer's write only later than /jsz showed its leader:
 		// no write to it could be acknowledged before.
@@ -332,8 +335,8 @@ func (e *env) killAndReturn(t *testing.T, node string) string {
 			t.Fatal(err)
 		}
 		writableC := make(chan map[string]time.Duration, 1)
-		go func() { writableC <- e.st.WatchWritable(ctx, probes, led, t0, 15*time.Second) }()
-		elected := e.st.WatchElections(ctx, node, led, t0, 15*time.Second)
+		go func() { writableC <- e.st.WatchWritable(ctx, probes, led, t0, outage) }()
+		elected := e.st.WatchElections(ctx, node, led, t0, outage)
 		writable := <-writableC
 		_, what, ok := e.resumed(t, t0)
 		// Every kind of write must come back, not only the first: binds, grants and weights
@@ -344,15 +347,6 @@ func (e *env) killAndReturn(t *testing.T, node string) string {
 		var kinds []string
 		met := ok
 		for _, k := range []string{"bind", "grant", "weight"} {
-			d, resumed := byKind[k]
-			if !resumed {
-				t.Errorf("no %s sent after %s died was acknowledged while it was down", k, node)
-				kinds = append(kinds, k+" never")
-				met = false
-				continue
-			}
-			all = max(all, d)
-			kinds = append(kinds, fmt.Sprintf("%s %s", k, d.Round(10*time.Millisecond)))
 			// Every weight write sets the same key, and the load never has two writes of one
 			// key in flight: one sent just before the election can hold the next for up to
 			// the load's timeout.
@@ -360,6 +354,20 @@ func (e *env) killAndReturn(t *testing.T, node string) string {
 			if k == "weight" {
 				g += e.load.Timeout
 			}
+			d, resumed := byKind[k]
+			if !resumed {
+				kinds = append(kinds, k+" never")
+				met = false
+				if g < outage {
+					t.Errorf("no %s sent after %s died was acknowledged in the %s it was down, though its goal was %s",
+						k, node, outage, g.Round(10*time.Millisecond))
+				} else {
+					t.Logf("no %s sent after %s died was acknowledged while it was down (goal %s, past the outage)", k, node, g.Round(10*time.Millisecond))
+				}
+				continue
+			}
+			all = max(all, d)
+			kinds = append(kinds, fmt.Sprintf("%s %s", k, d.Round(10*time.Millisecond)))
 			if d > g {
 				t.Logf("%s writes resumed %s after %s died, later than %s (5 s, or %s after the last new leader of what it led)",
 					k, d.Round(time.Millisecond), node, g.Round(time.Millisecond), electionSlack)
