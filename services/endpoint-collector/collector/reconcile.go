@@ -151,7 +151,13 @@ func (c *Collector) reconcile(key string) {
 		}
 	}
 	if ps != nil {
-		var dirty []int // parts changed, by cluster (few: usually one)
+		// The slices of the parts changed (few: usually one), as new arrays: the previous
+		// snapshot still reads the old ones (copy on write).
+		type change struct {
+			cluster *clusterInfo
+			slices  []slice
+		}
+		var changed []change
 		for ref, sl := range ps.changes {
 			i, ok := findPart(parts, ref.cluster)
 			if !ok {
@@ -159,37 +165,39 @@ func (c *Collector) reconcile(key string) {
 					continue
 				}
 				parts = slices.Insert(parts, i, part{cluster: ref.cluster})
-				for k := range dirty {
-					if dirty[k] >= i {
-						dirty[k]++
-					}
-				}
 			}
-			p := &parts[i]
-			if !slices.Contains(dirty, i) {
-				// Copy on write: the previous snapshot still reads the old array.
-				p.slices = slices.Clone(p.slices)
-				dirty = append(dirty, i)
+			k := slices.IndexFunc(changed, func(ch change) bool { return ch.cluster == ref.cluster })
+			if k < 0 {
+				k = len(changed)
+				changed = append(changed, change{cluster: ref.cluster, slices: parts[i].slices()})
 			}
-			j, ok := p.find(ref.slice)
+			ch := &changed[k]
+			j, ok := sort.Find(len(ch.slices), func(j int) int { return cmp.Compare(ref.slice, ch.slices[j].name()) })
 			switch {
 			case sl == nil && ok:
-				p.slices = slices.Delete(p.slices, j, j+1)
+				ch.slices = slices.Delete(ch.slices, j, j+1)
 			case sl != nil && ok:
-				p.slices[j] = *sl
+				ch.slices[j] = *sl
 			case sl != nil:
-				p.slices = slices.Insert(p.slices, j, *sl)
+				ch.slices = slices.Insert(ch.slices, j, *sl)
 			}
 		}
-		for _, i := range dirty {
-			if p := &parts[i]; cap(p.slices) > len(p.slices) {
-				p.slices = append(make([]slice, 0, len(p.slices)), p.slices...) // exact: kept until it changes
-			}
-			parts[i].merge()
+		for _, ch := range changed {
+			i, _ := findPart(parts, ch.cluster)
+			parts[i].setSlices(ch.slices)
 		}
-		parts = slices.DeleteFunc(parts, func(p part) bool { return len(p.slices) == 0 })
+		parts = slices.DeleteFunc(parts, func(p part) bool { return p.nslices() == 0 })
 	}
 	c.publish(key, old, parts)
+}
+
+// clusterIDOf returns cluster's id, interned (0: none).
+func (c *Collector) clusterIDOf(cluster *clusterInfo) uint32 {
+	id := cluster.ID()
+	if id == "" {
+		return 0
+	}
+	return c.store.strs.id(id)
 }
 
 // findPart finds cluster among parts, sorted by cluster name.
@@ -246,8 +254,10 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 			evicted++
 			continue
 		}
-		cs := clusterSnap{part: p, id: p.cluster.id.Load(), stale: state == stateStale,
-			lastSeen: p.cluster.lastSeen.Load(), weight: DefaultWeight}
+		cs := clusterSnap{part: p, idStale: c.clusterIDOf(p.cluster), lastSeen: p.cluster.lastSeen.Load(), weight: DefaultWeight}
+		if state == stateStale {
+			cs.idStale |= staleBit
+		}
 		if w != nil {
 			if cw, ok := w.ClusterWeights[p.cluster.name]; ok {
 				cs.weight = cw
@@ -270,7 +280,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	for i := range all {
 		cs := &all[i]
 		st := cs.cluster.State()
-		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale != (st == stateStale) || cs.id != cs.cluster.id.Load())) {
+		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale() != (st == stateStale) || cs.idStale&^staleBit != c.clusterIDOf(cs.cluster))) {
 			c.queue.Add(key)
 			break
 		}

@@ -74,23 +74,26 @@ type override struct {
 
 // clusterSnap is one cluster of a snapshot: the part (the service's slices in that cluster,
 // shared with the snapshots before and after as long as they do not change) and what the
-// snapshot serves it with. 64 bytes (a size class; see part.merged).
+// snapshot serves it with. 80 bytes (a size class): the part is 64 (its first slice held by
+// value; see part), and the cluster's id is interned rather than a pointer, with the stale
+// flag in its top bit, so that these fit in 16.
 type clusterSnap struct {
 	part
-	id       *string // the cluster's id when published (clusterInfo.id); nil: none
 	lastSeen int64
-	weight   uint32
-	stale    bool
+	// idStale is the cluster's id when published, interned in the store's strtab (0: none),
+	// and in bit 31 (staleBit) whether the cluster was served as stale.
+	idStale uint32
+	weight  uint32
 }
+
+// staleBit is the stale flag in clusterSnap.idStale; interned ids stay far below it.
+const staleBit = 1 << 31
 
 func (c *clusterSnap) name() string { return c.cluster.name }
 
-func (c *clusterSnap) clusterID() string {
-	if c.id != nil {
-		return *c.id
-	}
-	return ""
-}
+func (c *clusterSnap) stale() bool { return c.idStale&staleBit != 0 }
+
+func (c *clusterSnap) clusterID(strs *strtab) string { return strs.str(c.idStale &^ staleBit) }
 
 // endpointWeight is e's weight among overrides, the cluster's (snapshot.overridesOf).
 func endpointWeight(overrides []override, e *endpoint) (uint32, bool) {
@@ -122,8 +125,8 @@ type snapWeights struct {
 // snapshot is made from. Responses built from it are cached in it, so a popular service is
 // encoded once per change, not once per request. A service costs this struct (64 bytes, a size
 // class: what every snapshot shares, snapEnv, is passed in by the caller rather than pointed
-// at, and its count of ready endpoints is counted when asked), its clusters (64 bytes each)
-// and its slices.
+// at, and its count of ready endpoints is counted when asked), its clusters (80 bytes each,
+// the first slice of each included) and its slices' endpoints and names.
 type snapshot struct {
 	key     string // namespace/name
 	version uint64
@@ -175,7 +178,7 @@ func (sn *snapshot) ready() uint32 {
 	for i := range sn.clusters {
 		cs := &sn.clusters[i]
 		for _, r := range cs.refs() {
-			if cs.slices[r.s].eps[r.e].flags&fReady != 0 {
+			if cs.slice(int(r.s)).eps[r.e].flags&fReady != 0 {
 				n++
 			}
 		}
@@ -367,14 +370,14 @@ func (sn *snapshot) build(strs *strtab, filter endpointv1.EndpointFilter, portNa
 	}
 	for ci := range sn.clusters {
 		c := &sn.clusters[ci]
-		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(), ClusterName: c.name(), Weight: c.weight, Stale: c.stale,
+		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(strs), ClusterName: c.name(), Weight: c.weight, Stale: c.stale(),
 			Addresses: make([]*endpointv1.Address, 0, len(c.refs()))}
 		overrides := sn.overridesOf(ci)
 		if c.lastSeen != 0 {
 			ce.LastSeen = timestamppb.New(time.Unix(0, c.lastSeen))
 		}
 		for _, r := range c.refs() {
-			s := &c.slices[r.s]
+			s := c.slice(int(r.s))
 			e := &s.eps[r.e]
 			p := &(*s.ports)[r.p]
 			if !keep(e.flags) || (portName != "" && p.name != portID) {
