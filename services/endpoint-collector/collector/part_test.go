@@ -15,7 +15,7 @@ func TestPartShapes(t *testing.T) {
 	one := st.ports.share([]port{{num: 8080}})
 	two := st.ports.share([]port{{num: 80}, {num: 9090}})
 	mk := func(name string, ports *[]port, last ...byte) slice {
-		buf, _ := sliceBuf("ns", name, "")
+		buf, _ := sliceBuf(name, "")
 		s := slice{buf: buf, ports: ports}
 		for _, b := range last {
 			e := endpoint{flags: fV4 | fReady}
