@@ -157,7 +157,8 @@ func (c *Collector) reconcile(key string) {
 			cluster *clusterInfo
 			slices  []slice
 		}
-		var changed []change
+		// On the stack while few clusters change (an append from nil would grow it on the heap).
+		changed := make([]change, 0, 4)
 		for ref, sl := range ps.changes {
 			i, ok := findPart(parts, ref.cluster)
 			if !ok {
