@@ -177,7 +177,7 @@ func (c *Collector) bindings(key string, ip netip.Addr, cluster string) []*endpo
 		if best == nil {
 			continue
 		}
-		b := &endpointv1.WeightBinding{ClusterName: cs.name(), ClusterId: cs.clusterID(c.store.strs)}
+		b := &endpointv1.WeightBinding{ClusterName: cs.name(), ClusterId: cs.clusterID()}
 		if best.flags&fHasUID != 0 {
 			b.TargetUid = uuid.UUID(best.uid).String()
 		}

@@ -64,3 +64,15 @@ func TestPartShapes(t *testing.T) {
 		before, wantBefore = p, step.want
 	}
 }
+
+// A cluster's refs are interned: one per (id, stale), so a snapshot's cluster is one pointer.
+func TestClusterRefsInterned(t *testing.T) {
+	c := &clusterInfo{name: "east"}
+	a, b := c.ref("id-1", false), c.ref("id-1", true)
+	if a == b || c.ref("id-1", false) != a || c.ref("id-1", true) != b || c.bare() != c.ref("", false) {
+		t.Fatal("refs not interned by (id, stale)")
+	}
+	if a.info != c || a.id != "id-1" || a.stale || !b.stale || len(c.refs) != 3 {
+		t.Fatalf("refs %+v %+v, %d held", *a, *b, len(c.refs))
+	}
+}

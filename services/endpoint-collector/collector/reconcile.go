@@ -147,7 +147,7 @@ func (c *Collector) reconcile(key string) {
 			parts[i] = all[i].part
 		}
 		if len(all) > len(old.clusters) { // served, then evicted: back to one order
-			slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.cluster.name, b.cluster.name) })
+			slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.cluster.info.name, b.cluster.info.name) })
 		}
 	}
 	if ps != nil {
@@ -165,7 +165,7 @@ func (c *Collector) reconcile(key string) {
 				if sl == nil {
 					continue
 				}
-				parts = slices.Insert(parts, i, part{cluster: ref.cluster})
+				parts = slices.Insert(parts, i, part{cluster: ref.cluster.bare()})
 			}
 			k := slices.IndexFunc(changed, func(ch change) bool { return ch.cluster == ref.cluster })
 			if k < 0 {
@@ -192,18 +192,9 @@ func (c *Collector) reconcile(key string) {
 	c.publish(key, old, parts)
 }
 
-// clusterIDOf returns cluster's id, interned (0: none).
-func (c *Collector) clusterIDOf(cluster *clusterInfo) uint32 {
-	id := cluster.ID()
-	if id == "" {
-		return 0
-	}
-	return c.store.strs.id(id)
-}
-
 // findPart finds cluster among parts, sorted by cluster name.
 func findPart(parts []part, cluster *clusterInfo) (int, bool) {
-	return sort.Find(len(parts), func(i int) int { return cmp.Compare(cluster.name, parts[i].cluster.name) })
+	return sort.Find(len(parts), func(i int) int { return cmp.Compare(cluster.name, parts[i].cluster.info.name) })
 }
 
 // publish builds and swaps in the snapshot of service key from its parts (sorted by cluster,
@@ -237,7 +228,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	states := buf[:0]
 	evicted := 0 // where the evicted go: after the served ones
 	for i := range parts {
-		states = append(states, parts[i].cluster.State())
+		states = append(states, parts[i].cluster.info.State())
 		if states[i] != stateEvicted {
 			evicted++
 		}
@@ -248,29 +239,35 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	if w != nil {
 		sw = &snapWeights{rev: w.Revision}
 	}
+	weighted := false // a served cluster's weight is not DefaultWeight
 	for i, p := range parts {
+		info := p.cluster.info
 		state := states[i]
 		if state == stateEvicted {
+			p.cluster = info.bare()
 			all[evicted] = clusterSnap{part: p}
 			evicted++
 			continue
 		}
-		cs := clusterSnap{part: p, idStale: c.clusterIDOf(p.cluster), lastSeen: p.cluster.lastSeen.Load(), weight: DefaultWeight}
-		if state == stateStale {
-			cs.idStale |= staleBit
-		}
+		p.cluster = info.ref(info.ID(), state == stateStale)
 		if w != nil {
-			if cw, ok := w.ClusterWeights[p.cluster.name]; ok {
-				cs.weight = cw
+			cw, ok := w.ClusterWeights[info.name]
+			if !ok {
+				cw = DefaultWeight
 			}
-			sw.overrides = appendOverrides(sw.overrides, w, p.cluster.name)
+			weighted = weighted || cw != DefaultWeight
+			sw.clusters = append(sw.clusters, cw)
+			sw.overrides = appendOverrides(sw.overrides, w, info.name)
 			sw.ends = append(sw.ends, int32(len(sw.overrides)))
 		}
-		all[served] = cs
+		all[served] = clusterSnap{part: p, lastSeen: info.lastSeen.Load()}
 		served++
 	}
 	if sw != nil && len(sw.overrides) == 0 {
 		sw.ends = nil
+	}
+	if sw != nil && !weighted {
+		sw.clusters = nil
 	}
 	sn.weights = sw
 	sn.clusters = all[:served]
@@ -280,8 +277,8 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	// again.
 	for i := range all {
 		cs := &all[i]
-		st := cs.cluster.State()
-		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale() != (st == stateStale) || cs.idStale&^staleBit != c.clusterIDOf(cs.cluster))) {
+		st := cs.cluster.info.State()
+		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.cluster.info.ID())) {
 			c.queue.Add(key)
 			break
 		}

@@ -188,9 +188,9 @@ type mref struct {
 // array of slices and no merge list of its own. Other parts put their other slices and their
 // merge behind more. Holding the first slice here instead of an array of them, and the merge
 // behind the same pointer, takes a served cluster (clusterSnap) from 64 bytes plus a 48-byte
-// array of one slice to 80 bytes (BenchmarkMemoryPerEndpoint).
+// array of one slice to 72 bytes (BenchmarkMemoryPerEndpoint).
 type part struct {
-	cluster *clusterInfo
+	cluster *clusterRef // the cluster, and in a served clusterSnap its id and staleness
 	// first is the first slice by name; its buf is "" when the part has no slices (a part
 	// being built: a keyed slice's buf is never empty). A slice never changes, so copies share
 	// its endpoints, targets and ports.
@@ -480,7 +480,7 @@ func (st *Store) servicesIn(c *clusterInfo) []string {
 	var out []string
 	for key, sn := range st.services {
 		for _, cs := range sn.parts() {
-			if cs.cluster == c {
+			if cs.cluster.info == c {
 				out = append(out, key)
 				break
 			}
