@@ -166,8 +166,8 @@ func (c *Collector) bindings(key string, ip netip.Addr, cluster string) []*endpo
 			continue
 		}
 		var best *endpoint
-		for si := range cs.slices {
-			s := &cs.slices[si]
+		for si := range cs.nslices() {
+			s := cs.slice(si)
 			for i := range s.eps {
 				if e := &s.eps[i]; e.addr == addr && (best == nil || e.rank() > best.rank()) {
 					best = e

@@ -71,8 +71,8 @@ func encodeReport(b testing.TB, r *endpointv1.EndpointSliceReport) []byte {
 
 func seqOf(sn *snapshot) (uint32, bool) {
 	for ci := range sn.clusters {
-		for si := range sn.clusters[ci].slices {
-			if e := marker(&sn.clusters[ci].slices[si]); e != nil {
+		for si := range sn.clusters[ci].nslices() {
+			if e := marker(sn.clusters[ci].slice(si)); e != nil {
 				a := e.addr
 				return uint32(a[13])<<16 | uint32(a[14])<<8 | uint32(a[15]), true
 			}
@@ -193,8 +193,8 @@ func BenchmarkSliceUpdates(b *testing.B) {
 		h.c.onPublish = func(sn *snapshot) {
 			// A service is done when all its slices carry seq 3.
 			for ci := range sn.clusters {
-				for si := range sn.clusters[ci].slices {
-					if e := marker(&sn.clusters[ci].slices[si]); e == nil || e.addr[15] != 3 {
+				for si := range sn.clusters[ci].nslices() {
+					if e := marker(sn.clusters[ci].slice(si)); e == nil || e.addr[15] != 3 {
 						return
 					}
 				}

@@ -24,7 +24,7 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 		return nil, fmt.Errorf("slice %s/%s: %d endpoints, %d ports is more than a slice can hold",
 			r.Namespace, r.Slice, len(r.Endpoints), len(r.Ports))
 	}
-	s := &slice{buf: keylessBuf} // keyed by the ingester, from the subject
+	s := &slice{buf: namelessBuf} // named by the ingester, from the subject
 	ports := make([]port, 0, len(r.Ports))
 	for _, p := range r.Ports {
 		if p.Port > 0xFFFF {
@@ -78,7 +78,7 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 		}
 		s.eps = append(s.eps, ep)
 	}
-	s.buf = keylessBufOf(targets)
+	s.buf = namelessBufOf(targets)
 	return s, nil
 }
 

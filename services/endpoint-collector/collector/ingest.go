@@ -43,53 +43,106 @@ func (r *relist) is(session string, gen uint64) bool { return r.session == sessi
 // slices reported by the new relist (or, once most are, the base moves to it and others holds
 // those not reported yet); the marker prunes what the relist did not report and empties others.
 type clusterIngest struct {
-	info   *clusterInfo
-	slices map[string]string  // namespace/slice -> service key namespace/name (shared with the store's)
-	base   *relist            // the relist of every slice not in others
-	others map[string]*relist // slices last reported by a relist other than base; nil when none
-	counts map[relist]int     // entries of others by relist; nil with others
-	cur    *relist            // of the latest report
+	info *clusterInfo
+	// slices is each slice's service key (shared with the store's), by namespace then slice
+	// name: the name is the one in the slice's buf, which holds no namespace (slice.buf).
+	slices map[string]map[string]string
+	n      int                 // slices in slices
+	base   *relist             // the relist of every slice not in others
+	others map[sliceID]*relist // slices last reported by a relist other than base; nil when none
+	counts map[relist]int      // entries of others by relist; nil with others
+	cur    *relist             // of the latest report
 }
 
-// relistOf returns the relist that last reported slice key.
-func (ci *clusterIngest) relistOf(key string) *relist {
-	if rl, ok := ci.others[key]; ok {
+// sliceID names a slice of a cluster.
+type sliceID struct{ ns, name string }
+
+// serviceOf returns the service key of slice ns/name, if the cluster has it.
+func (ci *clusterIngest) serviceOf(ns, name string) (string, bool) {
+	svc, ok := ci.slices[ns][name]
+	return svc, ok
+}
+
+// set records that slice ns/name, name being the one in its buf, is of service svc, and
+// returns the namespace as the index holds it. Assigning to an entry replaces its key with the
+// one given (the runtime does so for string keys), so the entry does not keep the buf of the
+// report before; TestIndexKeysTheCurrentSlice checks it.
+func (ci *clusterIngest) set(ns, name, svc string) string {
+	m, ok := ci.slices[ns]
+	if !ok {
+		ns = stringsClone(ns) // not the subject's, which the map would keep
+		m = map[string]string{}
+		ci.slices[ns] = m
+	}
+	if _, ok := m[name]; !ok {
+		ci.n++
+	}
+	m[name] = svc
+	return ns
+}
+
+// del forgets slice ns/name, and its namespace with the last slice of it.
+func (ci *clusterIngest) del(ns, name string) {
+	m := ci.slices[ns]
+	if _, ok := m[name]; !ok {
+		return
+	}
+	delete(m, name)
+	ci.n--
+	if len(m) == 0 {
+		delete(ci.slices, ns)
+	}
+	ci.forget(sliceID{ns, name})
+}
+
+// each calls f for every slice of the cluster; f may delete the slice it is given.
+func (ci *clusterIngest) each(f func(id sliceID, svc string)) {
+	for ns, m := range ci.slices {
+		for name, svc := range m {
+			f(sliceID{ns, name}, svc)
+		}
+	}
+}
+
+// relistOf returns the relist that last reported slice id.
+func (ci *clusterIngest) relistOf(id sliceID) *relist {
+	if rl, ok := ci.others[id]; ok {
 		return rl
 	}
 	return ci.base
 }
 
-// stamp records that relist rl last reported slice key (in ci.slices). Once rl has reported
+// stamp records that relist rl last reported slice id (in ci.slices). Once rl has reported
 // more than three quarters of the slices, it becomes the base: others then holds less than a
 // quarter, and going back takes as many reports again, so reports of two sessions interleaved
 // (an agent's old and new pod, briefly) cost O(1) each, amortized.
-func (ci *clusterIngest) stamp(key string, rl *relist) {
-	ci.forget(key)
+func (ci *clusterIngest) stamp(id sliceID, rl *relist) {
+	ci.forget(id)
 	if rl.is(ci.base.session, ci.base.gen) {
 		return
 	}
-	ci.except(key, rl)
-	if ci.counts[*rl]*4 > len(ci.slices)*3 {
+	ci.except(id, rl)
+	if ci.counts[*rl]*4 > ci.n*3 {
 		ci.rebase(rl)
 	}
 }
 
-func (ci *clusterIngest) except(key string, rl *relist) {
+func (ci *clusterIngest) except(id sliceID, rl *relist) {
 	if ci.others == nil {
-		ci.others, ci.counts = map[string]*relist{}, map[relist]int{}
+		ci.others, ci.counts = map[sliceID]*relist{}, map[relist]int{}
 	}
-	ci.others[key] = rl
+	ci.others[id] = rl
 	ci.counts[*rl]++
 }
 
-// forget drops slice key's exception, and the maps with the last of them (a map never shrinks:
+// forget drops slice id's exception, and the maps with the last of them (a map never shrinks:
 // the one a relist grew would stay).
-func (ci *clusterIngest) forget(key string) {
-	rl, ok := ci.others[key]
+func (ci *clusterIngest) forget(id sliceID) {
+	rl, ok := ci.others[id]
 	if !ok {
 		return
 	}
-	delete(ci.others, key)
+	delete(ci.others, id)
 	if ci.counts[*rl]--; ci.counts[*rl] == 0 {
 		delete(ci.counts, *rl)
 	}
@@ -100,17 +153,17 @@ func (ci *clusterIngest) forget(key string) {
 
 // prune calls drop (which deletes the slice) for every slice not last reported by relist
 // (session, gen), and returns how many; the relist is then every slice's.
-func (ci *clusterIngest) prune(session string, gen uint64, drop func(key, svc string)) int {
+func (ci *clusterIngest) prune(session string, gen uint64, drop func(id sliceID, svc string)) int {
 	pruned := 0
 	var kept *relist
-	for key, svc := range ci.slices {
-		if rl := ci.relistOf(key); rl.is(session, gen) {
+	ci.each(func(id sliceID, svc string) {
+		if rl := ci.relistOf(id); rl.is(session, gen) {
 			kept = rl
-			continue
+			return
 		}
-		drop(key, svc)
+		drop(id, svc)
 		pruned++
-	}
+	})
 	if kept != nil {
 		ci.base, ci.others, ci.counts = kept, nil, nil
 	}
@@ -120,15 +173,15 @@ func (ci *clusterIngest) prune(session string, gen uint64, drop func(key, svc st
 // rebase makes rl the base; every slice keeps the relist it has.
 func (ci *clusterIngest) rebase(rl *relist) {
 	old := ci.base
-	for key := range ci.slices {
-		if _, ok := ci.others[key]; !ok {
-			ci.except(key, old)
+	ci.each(func(id sliceID, _ string) {
+		if _, ok := ci.others[id]; !ok {
+			ci.except(id, old)
 		}
-	}
+	})
 	ci.base = rl
-	for key, o := range ci.others {
+	for id, o := range ci.others {
 		if o.is(rl.session, rl.gen) {
-			ci.forget(key)
+			ci.forget(id)
 		}
 	}
 }
@@ -152,7 +205,7 @@ func (in *ingester) cluster(name string) *clusterIngest {
 	ci := in.clusters[name]
 	if ci == nil {
 		rl := &relist{}
-		ci = &clusterIngest{info: in.c.store.cluster(name), slices: map[string]string{}, base: rl, cur: rl}
+		ci = &clusterIngest{info: in.c.store.cluster(name), slices: map[string]map[string]string{}, base: rl, cur: rl}
 		in.clusters[name] = ci
 	}
 	return ci
@@ -261,28 +314,24 @@ func (in *ingester) decodeSlow(data []byte, subject string) (reportHeader, *slic
 
 // slice applies one report: sl is the slice's new state, nil when it is gone.
 func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl *slice) error {
-	// The lookup's own key, which nothing keeps (it can stay off the heap): the index keys an
-	// entry with the slice's buf (sl.key).
-	lookup := ns + "/" + name
-	prev, had := ci.slices[lookup]
+	prev, had := ci.serviceOf(ns, name)
 	if r.clusterID != "" && !in.c.idFromRegistry(ci.info.name) {
 		ci.info.setID(r.clusterID)
 	}
 	if sl == nil {
 		// Deleted, or without a service label (it then serves no Service): as good as gone.
 		if had {
-			in.drop(ci, lookup, prev, name)
+			in.drop(ci, ns, name, prev)
 		}
 		return nil
 	}
-	// One copy of namespace/slice: in the slice's buf, where the index's key and the slice's
-	// name are too.
-	if !sl.setKey(ns, name) {
-		return fmt.Errorf("%w: slice namespace and name of %d and %d bytes", errMalformed, len(ns), len(name))
+	// One copy of the slice's name: in its buf, where the index's key is too.
+	if !sl.setName(name) {
+		return fmt.Errorf("%w: slice name of %d bytes", errMalformed, len(name))
 	}
 	svc := ns + "/" + r.service
 	if had && prev != svc {
-		in.drop(ci, lookup, prev, name)
+		in.drop(ci, ns, name, prev)
 		had = false
 	}
 	if !ci.cur.is(r.session, r.generation) {
@@ -294,28 +343,22 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 		svc = prev
 	}
 	sortEndpoints(sl)
-	// Assigning to an entry replaces its key with the one given (the runtime does so for string
-	// keys, which may hold a larger backing array than needed), so the entry does not keep the
-	// buf of the report before; TestIndexKeysTheCurrentSlice checks it.
-	key := sl.key()
-	ci.slices[key] = svc
-	ci.stamp(key, ci.cur)
-	in.c.put(svc, ci.info, sl.name(), sl)
+	name = sl.name()
+	ci.stamp(sliceID{ci.set(ns, name, svc), name}, ci.cur)
+	in.c.put(svc, ci.info, name, sl)
 	return nil
 }
 
-func (in *ingester) drop(ci *clusterIngest, key, svc, sliceName string) {
-	delete(ci.slices, key)
-	ci.forget(key)
-	in.c.put(svc, ci.info, sliceName, nil)
+func (in *ingester) drop(ci *clusterIngest, ns, name, svc string) {
+	ci.del(ns, name)
+	in.c.put(svc, ci.info, name, nil)
 }
 
 // synced applies a relist marker: every slice of the cluster the relist did not report is gone.
 // Nothing is pruned before the marker, so a reconnecting agent never blanks its cluster.
 func (in *ingester) synced(ci *clusterIngest, m *endpointv1.EndpointSliceSync) {
-	pruned := ci.prune(m.SessionId, m.Generation, func(key, svc string) {
-		_, sliceName, _ := strings.Cut(key, "/")
-		in.drop(ci, key, svc, sliceName)
+	pruned := ci.prune(m.SessionId, m.Generation, func(id sliceID, svc string) {
+		in.drop(ci, id.ns, id.name, svc)
 	})
 	if ci.info.resyncing.Swap(false) {
 		in.c.evaluate(ci.info)

@@ -16,31 +16,26 @@ import (
 func TestRelistBookkeepingMatchesPerSliceStamps(t *testing.T) {
 	for seed := range uint64(50) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		ci := &clusterIngest{slices: map[string]string{}, base: &relist{}, cur: &relist{}}
-		want := map[string]relist{} // the model: each slice's last relist
+		ci := &clusterIngest{slices: map[string]map[string]string{}, base: &relist{}, cur: &relist{}}
+		want := map[sliceID]relist{} // the model: each slice's last relist
 		relists := []relist{{"a", 1}, {"a", 2}, {"b", 1}}
 		for step := range 3000 {
 			rl := relists[rng.IntN(len(relists))]
-			key := fmt.Sprintf("ns/s-%d", rng.IntN(200))
+			key := sliceID{fmt.Sprintf("ns-%d", rng.IntN(3)), fmt.Sprintf("s-%d", rng.IntN(70))}
 			switch op := rng.IntN(100); {
 			case op < 85: // a report
 				if !ci.cur.is(rl.session, rl.gen) {
 					ci.cur = &relist{session: rl.session, gen: rl.gen}
 				}
-				ci.slices[key] = "ns/svc"
-				ci.stamp(key, ci.cur)
+				ci.stamp(sliceID{ci.set(key.ns, key.name, key.ns+"/svc"), key.name}, ci.cur)
 				want[key] = rl
 			case op < 95: // a deletion
-				if _, ok := ci.slices[key]; ok {
-					delete(ci.slices, key)
-					ci.forget(key)
+				if _, ok := ci.serviceOf(key.ns, key.name); ok {
+					ci.del(key.ns, key.name)
 					delete(want, key)
 				}
 			default: // a marker
-				n := ci.prune(rl.session, rl.gen, func(key, _ string) {
-					delete(ci.slices, key)
-					ci.forget(key)
-				})
+				n := ci.prune(rl.session, rl.gen, func(id sliceID, _ string) { ci.del(id.ns, id.name) })
 				pruned := 0
 				for k, r := range want {
 					if r != rl {
@@ -55,8 +50,10 @@ func TestRelistBookkeepingMatchesPerSliceStamps(t *testing.T) {
 					t.Fatalf("seed %d step %d: %d exceptions left after a marker", seed, step, len(ci.others))
 				}
 			}
-			if len(ci.slices) != len(want) {
-				t.Fatalf("seed %d step %d: %d slices, want %d", seed, step, len(ci.slices), len(want))
+			indexed := 0
+			ci.each(func(sliceID, string) { indexed++ })
+			if indexed != len(want) || ci.n != len(want) || len(ci.slices) > 3 {
+				t.Fatalf("seed %d step %d: %d slices (counted %d) in %d namespaces, want %d", seed, step, indexed, ci.n, len(ci.slices), len(want))
 			}
 			counted := 0
 			for _, n := range ci.counts {
@@ -77,11 +74,10 @@ func TestRelistBookkeepingMatchesPerSliceStamps(t *testing.T) {
 // Reports of one relist make it the base: no exception is kept for them, so between relists the
 // ingester holds nothing per slice but its service.
 func TestRelistBookkeepingSettlesOnTheReportingRelist(t *testing.T) {
-	ci := &clusterIngest{slices: map[string]string{}, base: &relist{}, cur: &relist{session: "s", gen: 1}}
+	ci := &clusterIngest{slices: map[string]map[string]string{}, base: &relist{}, cur: &relist{session: "s", gen: 1}}
 	for i := range 1000 {
-		key := fmt.Sprintf("ns/s-%d", i)
-		ci.slices[key] = "ns/svc"
-		ci.stamp(key, ci.cur)
+		name := fmt.Sprintf("s-%d", i)
+		ci.stamp(sliceID{ci.set("ns", name, "ns/svc"), name}, ci.cur)
 	}
 	if ci.others != nil || !ci.base.is("s", 1) {
 		t.Fatalf("base %v, %d exceptions; want the reporting relist and none", *ci.base, len(ci.others))
@@ -89,7 +85,7 @@ func TestRelistBookkeepingSettlesOnTheReportingRelist(t *testing.T) {
 	// A new relist re-reports most slices: the base moves to it once it has three quarters.
 	next := &relist{session: "s", gen: 2}
 	for i := range 900 {
-		ci.stamp(fmt.Sprintf("ns/s-%d", i), next)
+		ci.stamp(sliceID{"ns", fmt.Sprintf("s-%d", i)}, next)
 	}
 	if !ci.base.is("s", 2) || len(ci.others) != 100 {
 		t.Fatalf("base %v, %d exceptions; want s/2 and the 100 not re-reported", *ci.base, len(ci.others))
@@ -111,9 +107,9 @@ func TestIndexKeysTheCurrentSlice(t *testing.T) {
 		if err := c.ingest.handle(subjects.AgentEndpointSlice("east", "bench", rep.Slice), encodeReport(t, rep), time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		for key := range c.ingest.clusters["east"].slices {
-			if unsafe.StringData(key) != unsafe.StringData(last.key()) {
-				t.Fatalf("report %d: the index's key %q is not in the slice's buf", seq, key)
+		for name := range c.ingest.clusters["east"].slices["bench"] {
+			if unsafe.StringData(name) != unsafe.StringData(last.name()) {
+				t.Fatalf("report %d: the index's key %q is not in the slice's buf", seq, name)
 			}
 		}
 	}

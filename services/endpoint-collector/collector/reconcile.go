@@ -147,54 +147,54 @@ func (c *Collector) reconcile(key string) {
 			parts[i] = all[i].part
 		}
 		if len(all) > len(old.clusters) { // served, then evicted: back to one order
-			slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.cluster.name, b.cluster.name) })
+			slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.cluster.info.name, b.cluster.info.name) })
 		}
 	}
 	if ps != nil {
-		var dirty []int // parts changed, by cluster (few: usually one)
+		// The slices of the parts changed (few: usually one), as new arrays: the previous
+		// snapshot still reads the old ones (copy on write).
+		type change struct {
+			cluster *clusterInfo
+			slices  []slice
+		}
+		// On the stack while few clusters change (an append from nil would grow it on the heap).
+		changed := make([]change, 0, 4)
 		for ref, sl := range ps.changes {
 			i, ok := findPart(parts, ref.cluster)
 			if !ok {
 				if sl == nil {
 					continue
 				}
-				parts = slices.Insert(parts, i, part{cluster: ref.cluster})
-				for k := range dirty {
-					if dirty[k] >= i {
-						dirty[k]++
-					}
-				}
+				parts = slices.Insert(parts, i, part{cluster: ref.cluster.bare()})
 			}
-			p := &parts[i]
-			if !slices.Contains(dirty, i) {
-				// Copy on write: the previous snapshot still reads the old array.
-				p.slices = slices.Clone(p.slices)
-				dirty = append(dirty, i)
+			k := slices.IndexFunc(changed, func(ch change) bool { return ch.cluster == ref.cluster })
+			if k < 0 {
+				k = len(changed)
+				changed = append(changed, change{cluster: ref.cluster, slices: parts[i].slices()})
 			}
-			j, ok := p.find(ref.slice)
+			ch := &changed[k]
+			j, ok := sort.Find(len(ch.slices), func(j int) int { return cmp.Compare(ref.slice, ch.slices[j].name()) })
 			switch {
 			case sl == nil && ok:
-				p.slices = slices.Delete(p.slices, j, j+1)
+				ch.slices = slices.Delete(ch.slices, j, j+1)
 			case sl != nil && ok:
-				p.slices[j] = *sl
+				ch.slices[j] = *sl
 			case sl != nil:
-				p.slices = slices.Insert(p.slices, j, *sl)
+				ch.slices = slices.Insert(ch.slices, j, *sl)
 			}
 		}
-		for _, i := range dirty {
-			if p := &parts[i]; cap(p.slices) > len(p.slices) {
-				p.slices = append(make([]slice, 0, len(p.slices)), p.slices...) // exact: kept until it changes
-			}
-			parts[i].merge()
+		for _, ch := range changed {
+			i, _ := findPart(parts, ch.cluster)
+			parts[i].setSlices(ch.slices)
 		}
-		parts = slices.DeleteFunc(parts, func(p part) bool { return len(p.slices) == 0 })
+		parts = slices.DeleteFunc(parts, func(p part) bool { return p.nslices() == 0 })
 	}
 	c.publish(key, old, parts)
 }
 
 // findPart finds cluster among parts, sorted by cluster name.
 func findPart(parts []part, cluster *clusterInfo) (int, bool) {
-	return sort.Find(len(parts), func(i int) int { return cmp.Compare(cluster.name, parts[i].cluster.name) })
+	return sort.Find(len(parts), func(i int) int { return cmp.Compare(cluster.name, parts[i].cluster.info.name) })
 }
 
 // publish builds and swaps in the snapshot of service key from its parts (sorted by cluster,
@@ -228,7 +228,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	states := buf[:0]
 	evicted := 0 // where the evicted go: after the served ones
 	for i := range parts {
-		states = append(states, parts[i].cluster.State())
+		states = append(states, parts[i].cluster.info.State())
 		if states[i] != stateEvicted {
 			evicted++
 		}
@@ -239,27 +239,35 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	if w != nil {
 		sw = &snapWeights{rev: w.Revision}
 	}
+	weighted := false // a served cluster's weight is not DefaultWeight
 	for i, p := range parts {
+		info := p.cluster.info
 		state := states[i]
 		if state == stateEvicted {
+			p.cluster = info.bare()
 			all[evicted] = clusterSnap{part: p}
 			evicted++
 			continue
 		}
-		cs := clusterSnap{part: p, id: p.cluster.id.Load(), stale: state == stateStale,
-			lastSeen: p.cluster.lastSeen.Load(), weight: DefaultWeight}
+		p.cluster = info.ref(info.ID(), state == stateStale)
 		if w != nil {
-			if cw, ok := w.ClusterWeights[p.cluster.name]; ok {
-				cs.weight = cw
+			cw, ok := w.ClusterWeights[info.name]
+			if !ok {
+				cw = DefaultWeight
 			}
-			sw.overrides = appendOverrides(sw.overrides, w, p.cluster.name)
+			weighted = weighted || cw != DefaultWeight
+			sw.clusters = append(sw.clusters, cw)
+			sw.overrides = appendOverrides(sw.overrides, w, info.name)
 			sw.ends = append(sw.ends, int32(len(sw.overrides)))
 		}
-		all[served] = cs
+		all[served] = clusterSnap{part: p, lastSeen: info.lastSeen.Load()}
 		served++
 	}
 	if sw != nil && len(sw.overrides) == 0 {
 		sw.ends = nil
+	}
+	if sw != nil && !weighted {
+		sw.clusters = nil
 	}
 	sn.weights = sw
 	sn.clusters = all[:served]
@@ -269,8 +277,8 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	// again.
 	for i := range all {
 		cs := &all[i]
-		st := cs.cluster.State()
-		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale != (st == stateStale) || cs.id != cs.cluster.id.Load())) {
+		st := cs.cluster.info.State()
+		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.cluster.info.ID())) {
 			c.queue.Add(key)
 			break
 		}

@@ -42,7 +42,36 @@ type clusterInfo struct {
 	// deregistered: the registry confirmed the cluster's deregistration; its endpoints are no
 	// longer served, whatever its agent last said, until it is registered again.
 	deregistered atomic.Bool
+
+	refMu sync.Mutex
+	refs  []*clusterRef // interned (ref): a few, as the cluster's id rarely changes
 }
+
+// clusterRef is a cluster as a snapshot serves it: the cluster, its id and whether it was stale
+// when the snapshot was published. Interned per cluster, so that a snapshot's cluster holds
+// the three as one pointer (clusterSnap is then 72 bytes instead of 80).
+type clusterRef struct {
+	info  *clusterInfo
+	id    string
+	stale bool
+}
+
+// ref returns the interned clusterRef of c with id and stale.
+func (c *clusterInfo) ref(id string, stale bool) *clusterRef {
+	c.refMu.Lock()
+	defer c.refMu.Unlock()
+	for _, r := range c.refs {
+		if r.id == id && r.stale == stale {
+			return r
+		}
+	}
+	r := &clusterRef{info: c, id: id, stale: stale}
+	c.refs = append(c.refs, r)
+	return r
+}
+
+// bare returns c's clusterRef without id, not stale: a part's before it is served, or evicted.
+func (c *clusterInfo) bare() *clusterRef { return c.ref("", false) }
 
 func (c *clusterInfo) ID() string {
 	if p := c.id.Load(); p != nil {
@@ -74,23 +103,19 @@ type override struct {
 
 // clusterSnap is one cluster of a snapshot: the part (the service's slices in that cluster,
 // shared with the snapshots before and after as long as they do not change) and what the
-// snapshot serves it with. 64 bytes (a size class; see part.merged).
+// snapshot serves it with: the cluster's id and staleness (part.cluster, a clusterRef), when
+// its agent was last heard, and its weight (snapshot.clusterWeight). 72 bytes: the part is 64
+// (its first slice held by value; see part).
 type clusterSnap struct {
 	part
-	id       *string // the cluster's id when published (clusterInfo.id); nil: none
 	lastSeen int64
-	weight   uint32
-	stale    bool
 }
 
-func (c *clusterSnap) name() string { return c.cluster.name }
+func (c *clusterSnap) name() string { return c.cluster.info.name }
 
-func (c *clusterSnap) clusterID() string {
-	if c.id != nil {
-		return *c.id
-	}
-	return ""
-}
+func (c *clusterSnap) stale() bool { return c.cluster.stale }
+
+func (c *clusterSnap) clusterID() string { return c.cluster.id }
 
 // endpointWeight is e's weight among overrides, the cluster's (snapshot.overridesOf).
 func endpointWeight(overrides []override, e *endpoint) (uint32, bool) {
@@ -116,14 +141,17 @@ type snapWeights struct {
 	// where the overrides of clusters[i] end.
 	overrides []override
 	ends      []int32
+	// clusters is the weight of each served cluster, in the order of the snapshot's clusters;
+	// nil when all are DefaultWeight.
+	clusters []uint32
 }
 
 // snapshot is the immutable state of one service that queries read, and the state its next
 // snapshot is made from. Responses built from it are cached in it, so a popular service is
 // encoded once per change, not once per request. A service costs this struct (64 bytes, a size
 // class: what every snapshot shares, snapEnv, is passed in by the caller rather than pointed
-// at, and its count of ready endpoints is counted when asked), its clusters (64 bytes each)
-// and its slices.
+// at, and its count of ready endpoints is counted when asked), its clusters (72 bytes each,
+// the first slice of each included) and its slices' endpoints and names.
 type snapshot struct {
 	key     string // namespace/name
 	version uint64
@@ -175,12 +203,20 @@ func (sn *snapshot) ready() uint32 {
 	for i := range sn.clusters {
 		cs := &sn.clusters[i]
 		for _, r := range cs.refs() {
-			if cs.slices[r.s].eps[r.e].flags&fReady != 0 {
+			if cs.slice(int(r.s)).eps[r.e].flags&fReady != 0 {
 				n++
 			}
 		}
 	}
 	return n
+}
+
+// clusterWeight returns the weight of served cluster i.
+func (sn *snapshot) clusterWeight(i int) uint32 {
+	if w := sn.weights; w != nil && w.clusters != nil {
+		return w.clusters[i]
+	}
+	return DefaultWeight
 }
 
 func (sn *snapshot) weightsRev() uint64 {
@@ -367,14 +403,15 @@ func (sn *snapshot) build(strs *strtab, filter endpointv1.EndpointFilter, portNa
 	}
 	for ci := range sn.clusters {
 		c := &sn.clusters[ci]
-		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(), ClusterName: c.name(), Weight: c.weight, Stale: c.stale,
+		cw := sn.clusterWeight(ci)
+		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(), ClusterName: c.name(), Weight: cw, Stale: c.stale(),
 			Addresses: make([]*endpointv1.Address, 0, len(c.refs()))}
 		overrides := sn.overridesOf(ci)
 		if c.lastSeen != 0 {
 			ce.LastSeen = timestamppb.New(time.Unix(0, c.lastSeen))
 		}
 		for _, r := range c.refs() {
-			s := &c.slices[r.s]
+			s := c.slice(int(r.s))
 			e := &s.eps[r.e]
 			p := &(*s.ports)[r.p]
 			if !keep(e.flags) || (portName != "" && p.name != portID) {
@@ -384,7 +421,7 @@ func (sn *snapshot) build(strs *strtab, filter endpointv1.EndpointFilter, portNa
 			ce.Addresses = append(ce.Addresses, &endpointv1.Address{
 				Ip:             addrString(e),
 				Port:           uint32(p.num),
-				Weight:         effectiveWeight(ew, c.weight),
+				Weight:         effectiveWeight(ew, cw),
 				Ready:          e.flags&fReady != 0,
 				Serving:        e.flags&fServing != 0,
 				Terminating:    e.flags&fTerminating != 0,

@@ -3,7 +3,6 @@ package collector
 import (
 	"cmp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,86 +67,69 @@ type port struct {
 // slice is one EndpointSlice as last reported. Immutable once built: a new report builds a new
 // one, so the parts of successive snapshots can hold copies of it that share its arrays.
 type slice struct {
-	// buf is the slice's key, namespace/name, then the arena of its endpoints' target names,
-	// after a header of sliceHdr bytes: the key's length and the namespace's, 2 bytes each, big
-	// endian. One string rather than a name and an arena: the slice is then 48 bytes instead of
-	// 64, and the ingester's index shares the key (BenchmarkMemoryPerEndpoint).
+	// buf is the slice's name, then the arena of its endpoints' target names, after a header
+	// of sliceHdr bytes: the name's length, big endian. One string rather than a name and an
+	// arena: the slice is then 48 bytes instead of 64, and the ingester's index shares the
+	// name. The namespace is not in it: the ingester's index is by namespace, and the snapshot
+	// holding the slice is of a service of that namespace; leaving it out saves its length
+	// and a separator in every slice (BenchmarkMemoryPerEndpoint: 55 bytes to 46 there, a
+	// 48-byte allocation instead of 64).
 	buf   string
 	ports *[]port // shared with every slice of the same ports (portLists)
 	eps   []endpoint
 }
 
-const sliceHdr = 4
+const sliceHdr = 2
 
-// keylessBuf is the buf of a decoded slice without targets, before the ingester sets its key.
-const keylessBuf = "\x00\x00\x00\x00"
+// namelessBuf is the buf of a decoded slice without targets, before the ingester names it.
+const namelessBuf = "\x00\x00"
 
-// sliceBuf returns a slice's buf: key namespace/name (both empty for a slice not yet keyed) and
-// targets, false when the key is longer than its header can say (a Kubernetes namespace is at
-// most 63 bytes and a name 253).
-func sliceBuf(ns, name, targets string) (string, bool) {
-	keyLen := 0
-	if ns != "" || name != "" {
-		keyLen = len(ns) + 1 + len(name)
-	}
-	if keyLen > 0xFFFF || len(ns) > 0xFFFF {
+// sliceBuf returns a slice's buf: its name (empty for a slice not yet named) and targets, false
+// when the name is longer than its header can say (a Kubernetes name is at most 253 bytes).
+func sliceBuf(name, targets string) (string, bool) {
+	if len(name) > 0xFFFF {
 		return "", false
 	}
-	if keyLen == 0 && targets == "" {
-		return keylessBuf, true
+	if name == "" && targets == "" {
+		return namelessBuf, true
 	}
 	var b strings.Builder
-	b.Grow(sliceHdr + keyLen + len(targets))
-	b.WriteByte(byte(keyLen >> 8))
-	b.WriteByte(byte(keyLen))
-	b.WriteByte(byte(len(ns) >> 8))
-	b.WriteByte(byte(len(ns)))
-	if keyLen > 0 {
-		b.WriteString(ns)
-		b.WriteByte('/')
-		b.WriteString(name)
-	}
+	b.Grow(sliceHdr + len(name) + len(targets))
+	b.WriteByte(byte(len(name) >> 8))
+	b.WriteByte(byte(len(name)))
+	b.WriteString(name)
 	b.WriteString(targets)
 	return b.String(), true
 }
 
-// keylessBufOf returns the buf of a decoded slice with targets, before the ingester keys it.
-func keylessBufOf(targets []byte) string {
+// namelessBufOf returns the buf of a decoded slice with targets, before the ingester names it.
+func namelessBufOf(targets []byte) string {
 	if len(targets) == 0 {
-		return keylessBuf
+		return namelessBuf
 	}
 	var b strings.Builder
 	b.Grow(sliceHdr + len(targets))
-	b.WriteString(keylessBuf)
+	b.WriteString(namelessBuf)
 	b.Write(targets)
 	return b.String()
 }
 
-func (s *slice) keyEnd() int { return sliceHdr + (int(s.buf[0])<<8 | int(s.buf[1])) }
-
-// key returns namespace/name.
-func (s *slice) key() string { return s.buf[sliceHdr:s.keyEnd()] }
+func (s *slice) nameEnd() int { return sliceHdr + (int(s.buf[0])<<8 | int(s.buf[1])) }
 
 // name returns the slice's name.
-func (s *slice) name() string {
-	end := s.keyEnd()
-	if end == sliceHdr {
-		return ""
-	}
-	return s.buf[sliceHdr+(int(s.buf[2])<<8|int(s.buf[3]))+1 : end]
-}
+func (s *slice) name() string { return s.buf[sliceHdr:s.nameEnd()] }
 
 // targets returns the arena of target names.
-func (s *slice) targets() string { return s.buf[s.keyEnd():] }
+func (s *slice) targets() string { return s.buf[s.nameEnd():] }
 
 func (s *slice) target(e *endpoint) string {
-	at := uint32(s.keyEnd()) + e.tOff
+	at := uint32(s.nameEnd()) + e.tOff
 	return s.buf[at : at+uint32(e.tLen)]
 }
 
-// setKey gives a decoded slice its key (from the report's subject), false when too long.
-func (s *slice) setKey(ns, name string) bool {
-	buf, ok := sliceBuf(ns, name, s.targets())
+// setName gives a decoded slice its name (from the report's subject), false when too long.
+func (s *slice) setName(name string) bool {
+	buf, ok := sliceBuf(name, s.targets())
 	if ok {
 		s.buf = buf
 	}
@@ -199,48 +181,91 @@ type mref struct {
 
 // part is the state of one service in one cluster: its slices by name, and their merge. A part
 // is a value inside its service's snapshot (clusterSnap) and never changes once published: the
-// reconciler copies it, replaces its arrays and publishes a new snapshot.
+// reconciler copies it, gives it new slices (setSlices) and publishes a new snapshot.
+//
+// The usual part is one slice on one port whose merge is the identity (identity1): that part is
+// the slice itself, held here by value, and nothing else (more is nil), so a part costs no
+// array of slices and no merge list of its own. Other parts put their other slices and their
+// merge behind more. Holding the first slice here instead of an array of them, and the merge
+// behind the same pointer, takes a served cluster (clusterSnap) from 64 bytes plus a 48-byte
+// array of one slice to 72 bytes (BenchmarkMemoryPerEndpoint).
 type part struct {
-	cluster *clusterInfo
-	// slices sorted by name, held by value: a part of one slice, the usual one, is then one
-	// 64-byte array instead of that and an 8-byte array of one pointer. A slice never changes,
-	// so copies share its endpoints, targets and ports.
-	slices []slice
-	// merged is the merge (refs): identityMerge when it is identity1 over the one slice's
-	// endpoints, the usual case, else a list of its own. A pointer rather than a slice header:
-	// 16 bytes less in every cluster of every snapshot, which takes clusterSnap from 80 bytes
-	// to 64 (size classes), for 24 more in the parts that have a list of their own.
-	merged *[]mref
+	cluster *clusterRef // the cluster, and in a served clusterSnap its id and staleness
+	// first is the first slice by name; its buf is "" when the part has no slices (a part
+	// being built: a keyed slice's buf is never empty). A slice never changes, so copies share
+	// its endpoints, targets and ports.
+	first slice
+	more  *partMore
 }
 
-// identityMerge marks a part whose merge is identity1[:len(slices[0].eps)].
-var identityMerge = new([]mref)
+// partMore is what a part other than the usual one holds: its slices after the first (by name,
+// by value), and its merge (refs), a list of its own.
+type partMore struct {
+	rest   []slice
+	merged []mref
+}
+
+// nslices returns how many slices the part has.
+func (p *part) nslices() int {
+	switch {
+	case p.first.buf == "":
+		return 0
+	case p.more == nil:
+		return 1
+	}
+	return 1 + len(p.more.rest)
+}
+
+// slice returns the part's slice i, by name.
+func (p *part) slice(i int) *slice {
+	if i == 0 {
+		return &p.first
+	}
+	return &p.more.rest[i-1]
+}
+
+// slices returns a new array of the part's slices, for the reconciler to change.
+func (p *part) slices() []slice {
+	n := p.nslices()
+	if n == 0 {
+		return nil
+	}
+	out := make([]slice, 1, n)
+	out[0] = p.first
+	if p.more != nil {
+		out = append(out, p.more.rest...)
+	}
+	return out
+}
 
 // refs returns the part's merge.
 func (p *part) refs() []mref {
-	switch p.merged {
-	case nil:
+	switch {
+	case p.first.buf == "":
 		return nil
-	case identityMerge:
-		n := len(p.slices[0].eps)
+	case p.more == nil:
+		n := len(p.first.eps)
 		return identity1[:n:n]
 	}
-	return *p.merged
+	return p.more.merged
 }
 
-func (p *part) find(name string) (int, bool) {
-	return sort.Find(len(p.slices), func(i int) int { return cmp.Compare(name, p.slices[i].name()) })
-}
-
-// merge recomputes the de-duplicated list of (endpoint, port) of the part.
-func (p *part) merge() {
+// setSlices makes ss (sorted by name, not shared with anything) the part's slices and merges
+// them: the de-duplicated list of (endpoint, port) of the part.
+func (p *part) setSlices(ss []slice) {
+	p.more = nil
+	if len(ss) == 0 {
+		p.first = slice{}
+		return
+	}
+	p.first = ss[0]
 	n := 0
-	for si := range p.slices {
-		n += len(p.slices[si].eps) * len(*p.slices[si].ports)
+	for si := range ss {
+		n += len(ss[si].eps) * len(*ss[si].ports)
 	}
 	refs := make([]mref, 0, n)
-	for si := range p.slices {
-		s := &p.slices[si]
+	for si := range ss {
+		s := &ss[si]
 		for ei := range s.eps {
 			for pi := range *s.ports {
 				refs = append(refs, mref{s: uint16(si), e: uint16(ei), p: uint8(pi)})
@@ -248,7 +273,7 @@ func (p *part) merge() {
 		}
 	}
 	at := func(r mref) (*endpoint, *port) {
-		s := &p.slices[r.s]
+		s := &ss[r.s]
 		return &s.eps[r.e], &(*s.ports)[r.p]
 	}
 	slices.SortFunc(refs, func(a, b mref) int {
@@ -281,15 +306,16 @@ func (p *part) merge() {
 		}
 		out = append(out, r)
 	}
-	if n := len(out); len(p.slices) == 1 && len(*p.slices[0].ports) == 1 && n == len(p.slices[0].eps) && n <= len(identity1) &&
+	if n := len(out); len(ss) == 1 && len(*ss[0].ports) == 1 && n == len(ss[0].eps) && n <= len(identity1) &&
 		slices.Equal(out, identity1[:n]) {
-		p.merged = identityMerge // shared: no array of its own
-		return
+		return // the usual part: identity1 over its one slice, nothing of its own (more nil)
 	}
-	// A variable of this branch's own: taking the address of out would move it to the heap on
-	// every merge, the identity ones too.
-	list := slices.Clip(out)
-	p.merged = &list
+	m := &partMore{merged: slices.Clip(out)}
+	if len(ss) > 1 {
+		// An exact array: kept until the part changes, and ss[0] is held in first already.
+		m.rest = append(make([]slice, 0, len(ss)-1), ss[1:]...)
+	}
+	p.more = m
 }
 
 // sortEndpoints puts a slice's endpoints in address order (stable: copies of one address keep
@@ -454,7 +480,7 @@ func (st *Store) servicesIn(c *clusterInfo) []string {
 	var out []string
 	for key, sn := range st.services {
 		for _, cs := range sn.parts() {
-			if cs.cluster == c {
+			if cs.cluster.info == c {
 				out = append(out, key)
 				break
 			}

@@ -211,8 +211,8 @@ func present(sn *snapshot, ew *endpointv1.EndpointWeight) bool {
 		if cs.name() != ew.ClusterName {
 			continue
 		}
-		for si := range cs.slices {
-			s := &cs.slices[si]
+		for si := range cs.nslices() {
+			s := cs.slice(si)
 			for i := range s.eps {
 				e := &s.eps[i]
 				if e.addr == o.addr && (!o.hasUID || (e.flags&fHasUID != 0 && e.uid == o.uid)) {

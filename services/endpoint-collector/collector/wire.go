@@ -229,7 +229,7 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 	}
 	// Every endpoint is decoded, also those of a report that is dropped or has no addresses:
 	// the generated code rejects the whole report if one of them is malformed.
-	s := &slice{buf: keylessBuf, ports: st.ports.share(ports)}
+	s := &slice{buf: namelessBuf, ports: st.ports.share(ports)}
 	eps := make([]endpoint, 0, len(epsBytes))
 	targets := make([]byte, 0, 32*len(epsBytes))
 	for _, b := range epsBytes {
@@ -248,7 +248,7 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 		return h, s, nil
 	}
 	s.eps = eps
-	s.buf = keylessBufOf(targets)
+	s.buf = namelessBufOf(targets)
 	return h, s, nil
 }
 
