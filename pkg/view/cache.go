@@ -71,6 +71,9 @@ type Cache[T proto.Message] struct {
 	filter string
 	index  func(key string, v T) []string
 	ready  chan struct{}
+	// readyOnce: Run may be called again after it returned (a caller restarting it after an
+	// error); it then goes on from the last change read.
+	readyOnce sync.Once
 
 	mu    sync.RWMutex
 	items map[string]Entry[T]
@@ -129,7 +132,11 @@ const (
 func (c *Cache[T]) Run(ctx context.Context) error {
 	bucket := c.kv.Bucket()
 	prefix := kvSubjectPrefix + bucket + "."
-	r, err := consumer.NewOrdered(ctx, c.js, "KV_"+bucket, []string{prefix + c.filter}, 1, cachePull, c.log)
+	// A Run after an earlier one returned goes on after the last change that one read.
+	c.mu.RLock()
+	from := c.seen + 1
+	c.mu.RUnlock()
+	r, err := consumer.NewOrdered(ctx, c.js, "KV_"+bucket, []string{prefix + c.filter}, from, cachePull, c.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -139,7 +146,7 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 	defer r.Stop()
 	initial := r.InitialPending() > 0
 	if !initial {
-		close(c.ready)
+		c.markReady()
 	}
 	for {
 		m, err := r.Next(ctx)
@@ -164,10 +171,12 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 		c.apply(strings.TrimPrefix(m.Subject(), prefix), op, m.Data(), md.Sequence.Stream)
 		if initial && md.NumPending == 0 {
 			initial = false
-			close(c.ready)
+			c.markReady()
 		}
 	}
 }
+
+func (c *Cache[T]) markReady() { c.readyOnce.Do(func() { close(c.ready) }) }
 
 // apply applies the change at KV revision rev of key.
 func (c *Cache[T]) apply(key string, op jetstream.KeyValueOp, value []byte, rev uint64) {

@@ -253,6 +253,65 @@ func TestCacheUpdatesAndChanged(t *testing.T) {
 	}
 }
 
+// A cache whose Run returned (its caller restarts it after an error) goes on from the last
+// change it read when run again: later changes arrive, earlier ones are not sent twice, and a
+// purge (KV-Operation: PURGE) removes the entry as a delete does.
+func TestCacheRunAgainGoesOn(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	kv, err := j.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "CACHERERUN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putName := func(key string) uint64 {
+		t.Helper()
+		data, _ := proto.Marshal(&clusterv1.Cluster{Name: key})
+		rev, err := kv.Put(ctx, key, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	putName("a")
+	c := view.NewCache(j.JS, kv, newCluster, zap.NewNop())
+	first, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(first) }()
+	<-c.Ready()
+	updates := c.Updates(ctx, 16)
+	if err := c.WaitSeen(ctx, putName("b")); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	putName("c")
+	if err := kv.Purge(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Run(ctx) }()
+	if err := c.WaitFor(ctx, "a", func(_ *clusterv1.Cluster, ok bool) bool { return !ok }); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 3 {
+		u := <-updates
+		got = append(got, fmt.Sprintf("%d %s", u.Op, u.Key))
+	}
+	if want := []string{fmt.Sprintf("%d b", view.Put), fmt.Sprintf("%d c", view.Put), fmt.Sprintf("%d a", view.Delete)}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("updates %v, want %v", got, want)
+	}
+	select {
+	case u := <-updates:
+		t.Fatalf("an update more: %+v", u)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if c.Len() != 2 {
+		t.Fatalf("%d entries, want b and c", c.Len())
+	}
+}
+
 func TestCacheWaitCheckpoint(t *testing.T) {
 	j := testkit.StartJetStream(t)
 	ensureStream(t, j.JS)
