@@ -21,9 +21,6 @@ PKGS        = $(addsuffix /...,$(MODULE_DIRS))
 # Pinned code generators (see `generate`).
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_CONNECT_VERSION := v1.21.1
-# Fast marshal/unmarshal/size methods (MarshalVT, UnmarshalVT, SizeVT) for the event-store and
-# view hot paths; see docs/benchmarks.md.
-PROTOC_GEN_VTPROTO_VERSION := v0.6.0
 BUF_VERSION                := v1.75.0
 # staticcheck 2026.2.2
 STATICCHECK_VERSION        := v0.8.2
@@ -153,11 +150,10 @@ fi
 endef
 
 .PHONY: tools
-tools: ## install the pinned tools (buf, protoc-gen-go, protoc-gen-connect-go, protoc-gen-go-vtproto, staticcheck) into ./bin
+tools: ## install the pinned tools (buf, protoc-gen-go, protoc-gen-connect-go, staticcheck) into ./bin
 	@mkdir -p $(BIN)
 	$(call go-install-tool,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION))
 	$(call go-install-tool,protoc-gen-connect-go,connectrpc.com/connect/cmd/protoc-gen-connect-go,$(PROTOC_GEN_CONNECT_VERSION))
-	$(call go-install-tool,protoc-gen-go-vtproto,github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto,$(PROTOC_GEN_VTPROTO_VERSION))
 	$(call go-install-tool,buf,github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION))
 	$(call go-install-tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION))
 

@@ -18,13 +18,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
-	"github.com/fleetstream/fleetstream/pkg/protofast"
 )
 
 // ErrConflict means the subject moved on since the caller read it: another writer won.
@@ -170,7 +168,7 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 	defer s.release(pub)
 	// The payload first, into a buffer of its own, so that its size is known before the
 	// envelope's bytes that carry it are written (proto.Size would cost as much as marshalling).
-	value, err := protofast.MarshalAppend(pub.value[:0], payload)
+	value, err := proto.MarshalOptions{}.MarshalAppend(pub.value[:0], payload)
 	if err != nil {
 		return 0, fmt.Errorf("append %s to %s: marshal %T: %w", t.name, subject, payload, err)
 	}
@@ -413,31 +411,17 @@ func retryable(err error) bool {
 // errors: the caller dead-letters them.
 func Decode(data []byte) (*Event, error) {
 	env := &eventv1.Envelope{}
-	if err := protofast.Unmarshal(data, env); err != nil {
+	if err := proto.Unmarshal(data, env); err != nil {
 		return nil, fmt.Errorf("decode envelope: %w", err)
 	}
 	if env.Payload == nil {
 		return nil, errors.New("decode envelope: no payload")
 	}
-	payload, err := unmarshalAny(env.Payload)
+	payload, err := env.Payload.UnmarshalNew()
 	if err != nil {
 		return nil, fmt.Errorf("decode payload %s: %w", env.Payload.GetTypeUrl(), err)
 	}
 	return &Event{Envelope: env, Payload: payload}, nil
-}
-
-// unmarshalAny is anypb.UnmarshalNew with the payload parsed by protofast; whatever it cannot
-// resolve is left to anypb, for its error.
-func unmarshalAny(a *anypb.Any) (proto.Message, error) {
-	if a.GetTypeUrl() == "" {
-		return a.UnmarshalNew()
-	}
-	mt, err := protoregistry.GlobalTypes.FindMessageByURL(a.GetTypeUrl())
-	if err != nil {
-		return a.UnmarshalNew()
-	}
-	m := mt.New().Interface()
-	return m, protofast.Unmarshal(a.GetValue(), m)
 }
 
 // DecodeMsg decodes a JetStream message and records where it sits.

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/consumer"
-	"github.com/fleetstream/fleetstream/pkg/protofast"
 )
 
 // Op says what happened to an entry.
@@ -194,7 +193,7 @@ func (c *Cache[T]) apply(key string, op jetstream.KeyValueOp, value []byte, rev 
 	switch op {
 	case jetstream.KeyValuePut:
 		v := c.newT()
-		if err := protofast.Unmarshal(value, v); err != nil {
+		if err := proto.Unmarshal(value, v); err != nil {
 			c.log.Error("undecodable view entry", zap.String("bucket", c.kv.Bucket()), zap.String("key", key), zap.Error(err))
 			return
 		}

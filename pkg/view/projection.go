@@ -20,7 +20,6 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	"github.com/fleetstream/fleetstream/pkg/lease"
-	"github.com/fleetstream/fleetstream/pkg/protofast"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 )
 
@@ -692,7 +691,7 @@ func (e *Engine) prefetch(ctx context.Context, batch []preparedEvent) error {
 				errs[i] = fmt.Errorf("view %s: get %s: %w", e.p.Name, key, err)
 			default:
 				m := e.p.New()
-				if err := protofast.Unmarshal(kve.Value(), m); err != nil {
+				if err := proto.Unmarshal(kve.Value(), m); err != nil {
 					errs[i] = fmt.Errorf("view %s: decode %s: %w", e.p.Name, key, err)
 					return
 				}
@@ -751,7 +750,7 @@ func (e *Engine) current(ctx context.Context, key string) (proto.Message, error)
 		return nil, fmt.Errorf("view %s: get %s: %w", e.p.Name, key, err)
 	}
 	m := e.p.New()
-	if err := protofast.Unmarshal(kve.Value(), m); err != nil {
+	if err := proto.Unmarshal(kve.Value(), m); err != nil {
 		return nil, fmt.Errorf("view %s: decode %s: %w", e.p.Name, key, err)
 	}
 	return m, nil
@@ -776,7 +775,7 @@ func (e *Engine) write(ctx context.Context, dirty map[string]proto.Message, orde
 		if v := dirty[key]; v != nil {
 			start := len(buf)
 			var err error
-			if buf, err = protofast.MarshalAppend(buf, v); err != nil {
+			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, v); err != nil {
 				return fmt.Errorf("view %s: marshal %s: %w", e.p.Name, key, err)
 			}
 			// A full slice expression: a later append must not write into this one's bytes (it
