@@ -148,9 +148,10 @@ func (m *mirror[T]) run(ctx context.Context, js jetstream.JetStream, log *zap.Lo
 	return nil
 }
 
-// follow mirrors kv with a new cache, installed once loaded, until its watch ends or the
-// bucket is replaced: a KV watch on a deleted bucket does not end, it goes quiet, so the
-// bucket's identity (its stream's creation time) is checked every few seconds.
+// follow mirrors kv with a new cache, installed once loaded, until the cache's Run ends (its
+// bucket was deleted) or the bucket is replaced: a bucket deleted and created again at once
+// would give the cache's reader a new stream to resume on at an old sequence, so the bucket's
+// identity (its stream's creation time) is checked every few seconds.
 func (m *mirror[T]) follow(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *zap.Logger) {
 	born, err := created(ctx, kv)
 	if err != nil {
