@@ -149,9 +149,10 @@ func (m *mirror[T]) run(ctx context.Context, js jetstream.JetStream, log *zap.Lo
 }
 
 // follow mirrors kv with a new cache, installed once loaded, until the cache's Run ends (its
-// bucket was deleted) or the bucket is replaced: a bucket deleted and created again at once
-// would give the cache's reader a new stream to resume on at an old sequence, so the bucket's
-// identity (its stream's creation time) is checked every few seconds.
+// bucket was deleted) or the bucket is replaced: in a bucket deleted and created again at once,
+// the cache's reader would resume at the old stream's next sequence and skip the new stream's
+// first entries, so the bucket's identity (its stream's creation time) is checked every few
+// seconds.
 func (m *mirror[T]) follow(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *zap.Logger) {
 	born, err := created(ctx, kv)
 	if err != nil {
