@@ -104,50 +104,55 @@ func NewOrdered(ctx context.Context, js jetstream.JetStream, stream string, subj
 
 // InitialPending returns how many messages the stream held for the reader when it was created:
 // none means the reader is caught up from the start; otherwise it is once a message's metadata
-// reports nothing pending after it. Unlike Pending, it cannot count messages already buffered
-// but not yet read as delivered.
+// reports nothing pending after it. Unlike a consumer-info request made after creation, it
+// cannot count messages already buffered but not yet read as delivered.
 func (o *Ordered) InitialPending() uint64 { return o.initial }
-
-// Pending returns how many messages the stream holds for the reader beyond what it delivered
-// (as the server counts them for its current consumer).
-func (o *Ordered) Pending(ctx context.Context) (uint64, error) {
-	o.mu.Lock()
-	cons := o.cons
-	o.mu.Unlock()
-	if cons == nil {
-		return 0, fmt.Errorf("ordered reader of %s: %w", o.stream, ErrOrderedStopped)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("ordered reader of %s: consumer info: %w", o.stream, err)
-	}
-	return info.NumPending, nil
-}
 
 // Next returns the next message, waiting for it until ctx ends (then ctx's error) or Stop is
 // called (then ErrOrderedStopped). A lost consumer is replaced meanwhile, and Next fails with
 // another error only if the server refuses the replacement (the stream was deleted).
 func (o *Ordered) Next(ctx context.Context) (jetstream.Msg, error) {
+	m, _, err := o.read(ctx)
+	return m, err
+}
+
+// Each passes every message, with its metadata, to fn in stream order until ctx ends (then it
+// returns nil) or Stop is called or the server refuses a replacement consumer (then the error).
+func (o *Ordered) Each(ctx context.Context, fn func(m jetstream.Msg, md *jetstream.MsgMetadata)) error {
+	for {
+		m, md, err := o.read(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("ordered reader of %s: %w", o.stream, err)
+		}
+		fn(m, md)
+	}
+}
+
+// read is Next with the metadata accept read.
+func (o *Ordered) read(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetadata, error) {
 	for {
 		if err := o.state(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		it := o.iterator()
 		if o.broken != nil || it == nil {
 			if err := o.reset(ctx); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err == nil {
-			if m, ok := o.accept(m); ok {
-				return m, nil
+			if md, ok := o.accept(m); ok {
+				return m, md, nil
 			}
 			continue
 		}
 		if serr := o.state(ctx); serr != nil {
-			return nil, serr
+			return nil, nil, serr
 		}
 		o.broken = err
 	}
@@ -168,7 +173,10 @@ func (o *Ordered) TryNext() (jetstream.Msg, bool) {
 		}
 		return nil, false
 	}
-	return o.accept(m)
+	if _, ok := o.accept(m); !ok {
+		return nil, false
+	}
+	return m, true
 }
 
 // Stop ends the reader: a Next waiting returns ErrOrderedStopped, and its consumer is deleted
@@ -198,7 +206,7 @@ func (o *Ordered) state(ctx context.Context) error {
 
 // accept checks m follows the last message delivered; a gap means the consumer skipped some
 // (a lost delivery): it is replaced, and m comes again from the new one.
-func (o *Ordered) accept(m jetstream.Msg) (jetstream.Msg, bool) {
+func (o *Ordered) accept(m jetstream.Msg) (*jetstream.MsgMetadata, bool) {
 	md, err := m.Metadata()
 	if err != nil {
 		o.broken = fmt.Errorf("message metadata: %w", err)
@@ -211,7 +219,7 @@ func (o *Ordered) accept(m jetstream.Msg) (jetstream.Msg, bool) {
 	o.dseq = md.Sequence.Consumer
 	o.next = md.Sequence.Stream + 1
 	o.lastPerSubject = false
-	return m, true
+	return md, true
 }
 
 // reset replaces the consumer, from the stream sequence after the last one delivered.

@@ -144,23 +144,10 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 		return fmt.Errorf("read bucket %s: %w", bucket, err)
 	}
 	defer r.Stop()
-	initial := r.InitialPending() > 0
-	if !initial {
+	if r.InitialPending() == 0 {
 		c.markReady()
 	}
-	for {
-		m, err := r.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("read bucket %s: %w", bucket, err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			// consumer.Ordered delivers only messages whose metadata it read.
-			return fmt.Errorf("read bucket %s: %w", bucket, err)
-		}
+	err = r.Each(ctx, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
 		op := jetstream.KeyValuePut
 		switch m.Headers().Get(kvOperationHeader) {
 		case "DEL":
@@ -169,11 +156,14 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 			op = jetstream.KeyValuePurge
 		}
 		c.apply(strings.TrimPrefix(m.Subject(), prefix), op, m.Data(), md.Sequence.Stream)
-		if initial && md.NumPending == 0 {
-			initial = false
+		if md.NumPending == 0 {
 			c.markReady()
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("read bucket %s: %w", bucket, err)
 	}
+	return nil
 }
 
 func (c *Cache[T]) markReady() { c.readyOnce.Do(func() { close(c.ready) }) }

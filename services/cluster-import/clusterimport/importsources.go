@@ -118,18 +118,7 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 	if o.InitialPending() == 0 {
 		r.markCaughtUp()
 	}
-	for {
-		m, err := o.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("import sources: %w", err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			continue
-		}
+	err = o.Each(ctx, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
 		if err := r.handle(m.Subject(), m.Data(), md.Sequence.Stream); err != nil {
 			// A report that does not decode is the agent's bug; it must not stop the others.
 			log.Warn("import source report ignored", zap.String("subject", m.Subject()), zap.Error(err))
@@ -140,7 +129,11 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 		if md.NumPending == 0 {
 			r.markCaughtUp()
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("import sources: %w", err)
 	}
+	return nil
 }
 
 func (r *importSources) handle(subject string, data []byte, seq uint64) error {

@@ -323,19 +323,7 @@ func (c *Collector) consume(ctx context.Context) error {
 	if r.InitialPending() == 0 {
 		c.markCaughtUp()
 	}
-	for {
-		m, err := r.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("consume agent stream: %w", err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			// consumer.Ordered delivers only messages whose metadata it read.
-			continue
-		}
+	err = r.Each(ctx, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
 		if err := c.ingest.handle(m.Subject(), m.Data(), md.Timestamp); err != nil {
 			c.metrics.malformed.Inc()
 			c.log.Error("dead-lettering agent report", zap.String("subject", m.Subject()), zap.Error(err))
@@ -348,7 +336,11 @@ func (c *Collector) consume(ctx context.Context) error {
 		if md.NumPending == 0 {
 			c.markCaughtUp()
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("consume agent stream: %w", err)
 	}
+	return nil
 }
 
 func (c *Collector) markCaughtUp() { c.caughtUpOnce.Do(func() { close(c.caughtUp) }) }
