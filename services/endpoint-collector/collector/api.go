@@ -168,9 +168,9 @@ func (c *Collector) bindings(key string, ip netip.Addr, cluster string) []*endpo
 		var best *endpoint
 		for si := range cs.nslices() {
 			s := cs.slice(si)
-			for i := range s.eps {
-				if e := &s.eps[i]; e.addr == addr && (best == nil || e.rank() > best.rank()) {
-					best = e
+			for i := range s.n() {
+				if e := s.ep(i); e.addr == addr && (best == nil || e.rank() > best.rank()) {
+					best = &e
 				}
 			}
 		}

@@ -13,7 +13,7 @@ import (
 // Bounds of one slice. The EndpointSlice API allows 1000 endpoints and 100 ports; these are
 // what the compact encoding can hold, so a report past them is malformed, not truncated.
 const (
-	maxSliceEndpoints = 1 << 16
+	maxSliceEndpoints = 1<<16 - 1
 	maxSlicePorts     = 1 << 8
 )
 
@@ -24,7 +24,6 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 		return nil, fmt.Errorf("slice %s/%s: %d endpoints, %d ports is more than a slice can hold",
 			r.Namespace, r.Slice, len(r.Endpoints), len(r.Ports))
 	}
-	s := &slice{buf: namelessBuf} // named by the ingester, from the subject
 	ports := make([]port, 0, len(r.Ports))
 	for _, p := range r.Ports {
 		if p.Port > 0xFFFF {
@@ -32,12 +31,12 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 		}
 		ports = append(ports, port{num: uint16(p.Port), proto: protocolOf(p.Protocol), name: st.strs.id(p.Name)})
 	}
-	s.ports = st.ports.share(ports)
+	shared := st.ports.share(ports)
 	if strings.EqualFold(r.AddressType, "FQDN") {
-		return s, nil
+		return newSlice(nil, nil, shared), nil
 	}
 	var targets []byte
-	s.eps = make([]endpoint, 0, len(r.Endpoints))
+	eps := make([]endpoint, 0, len(r.Endpoints))
 	for _, e := range r.Endpoints {
 		if len(e.Addresses) == 0 {
 			continue
@@ -76,10 +75,18 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 				targets = append(targets, name...)
 			}
 		}
-		s.eps = append(s.eps, ep)
+		eps = append(eps, ep)
 	}
-	s.buf = namelessBufOf(targets)
-	return s, nil
+	return newSlice(eps, targets, shared), nil
+}
+
+// newSlice returns a decoded slice, to be named by the ingester (from the report's subject):
+// eps, within maxSliceEndpoints, go in address order (sortEndpoints) and are encoded with
+// their targets, from arena targets.
+func newSlice(eps []endpoint, targets []byte, ports *[]port) *slice {
+	sortEndpoints(eps)
+	buf, _ := encodeSlice("", eps, targets)
+	return &slice{buf: buf, ports: ports}
 }
 
 func protocolOf(p string) uint8 {

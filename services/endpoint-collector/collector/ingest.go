@@ -342,7 +342,6 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 	} else {
 		svc = prev
 	}
-	sortEndpoints(sl)
 	name = sl.name()
 	ci.stamp(sliceID{ci.set(ns, name, svc), name}, ci.cur)
 	in.c.put(svc, ci.info, name, sl)

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,20 +16,20 @@ func TestPartShapes(t *testing.T) {
 	one := st.ports.share([]port{{num: 8080}})
 	two := st.ports.share([]port{{num: 80}, {num: 9090}})
 	mk := func(name string, ports *[]port, last ...byte) slice {
-		buf, _ := sliceBuf(name, "")
-		s := slice{buf: buf, ports: ports}
+		var eps []endpoint
 		for _, b := range last {
 			e := endpoint{flags: fV4 | fReady}
-			e.addr[15] = b
-			s.eps = append(s.eps, e)
+			e.addr[10], e.addr[11], e.addr[15] = 0xff, 0xff, b
+			eps = append(eps, e)
 		}
-		return s
+		buf, _ := encodeSlice(name, eps, nil)
+		return slice{buf: buf, ports: ports}
 	}
 	show := func(p *part) string {
 		var out []string
 		for _, r := range p.refs() {
 			s := p.slice(int(r.s))
-			out = append(out, fmt.Sprintf("%s:%d:%d", s.name(), s.eps[r.e].addr[15], (*s.ports)[r.p].num))
+			out = append(out, fmt.Sprintf("%s:%d:%d", s.name(), s.ep(int(r.e)).addr[15], (*s.ports)[r.p].num))
 		}
 		return fmt.Sprintf("%d %s", p.nslices(), strings.Join(out, " "))
 	}
@@ -74,5 +75,90 @@ func TestClusterRefsInterned(t *testing.T) {
 	}
 	if a.info != c || a.id != "id-1" || a.stale || !b.stale || len(c.refs) != 3 {
 		t.Fatalf("refs %+v %+v, %d held", *a, *b, len(c.refs))
+	}
+}
+
+// A slice's string holds its endpoints, name and targets; what is read back must be what went
+// in, for IPv4 slices (4-byte addresses), IPv6 and mixed ones (16), with and without targets,
+// and the bounds must refuse what the header cannot say.
+func TestSliceEncoding(t *testing.T) {
+	v4 := func(last byte, target string) endpoint {
+		e := endpoint{flags: fV4 | fReady | fHasUID, zone: 7, node: 1 << 20, tLen: uint16(len(target))}
+		e.addr[10], e.addr[11], e.addr[12], e.addr[15] = 0xff, 0xff, 10, last
+		e.uid[0], e.uid[15] = last, 0xAB
+		return e
+	}
+	v6 := func(last byte, target string) endpoint {
+		e := endpoint{flags: fServing | fTerminating, zone: 3, node: 4, tLen: uint16(len(target))}
+		e.addr[0], e.addr[1], e.addr[15] = 0xfd, 0x00, last
+		return e
+	}
+	cases := []struct {
+		name    string
+		mk      []func(byte, string) endpoint
+		targets []string
+		width   int
+	}{
+		{"none", nil, nil, recV4},
+		{"svc-abcde", []func(byte, string) endpoint{v4}, []string{"Pod/p-1"}, recV4},
+		{"v4-many", []func(byte, string) endpoint{v4, v4, v4}, []string{"Pod/a", "", "Pod/ccc"}, recV4},
+		{"v6", []func(byte, string) endpoint{v6, v6}, []string{"", "Pod/x"}, recV6},
+		{"mixed", []func(byte, string) endpoint{v4, v6}, []string{"Pod/four", "Pod/six"}, recV6},
+		{strings.Repeat("n", 253), []func(byte, string) endpoint{v4}, []string{strings.Repeat("t", 300)}, recV4},
+	}
+	for _, tc := range cases {
+		var eps []endpoint
+		var arena []byte
+		for i, mk := range tc.mk {
+			e := mk(byte(i+1), tc.targets[i])
+			e.tOff = uint32(len(arena))
+			arena = append(arena, tc.targets[i]...)
+			eps = append(eps, e)
+		}
+		// The arena in another order than the endpoints: encoding follows the endpoints.
+		slices.Reverse(eps)
+		buf, ok := encodeSlice(tc.name, eps, arena)
+		if !ok {
+			t.Fatalf("%.10s: refused", tc.name)
+		}
+		s := &slice{buf: buf, ports: noPorts}
+		if s.name() != tc.name || s.n() != len(eps) || s.width() != tc.width {
+			t.Fatalf("%.10s: name %.10q, %d endpoints of %d bytes", tc.name, s.name(), s.n(), s.width())
+		}
+		starts := s.targetStarts(nil)
+		var all string
+		for i := range eps {
+			want := eps[i]
+			want.tOff = 0
+			if got := s.ep(i); got != want {
+				t.Fatalf("%.10s: endpoint %d: %+v, want %+v", tc.name, i, got, want)
+			}
+			if a, f := s.addr(i); a != want.addr || f != want.flags || s.flags(i) != want.flags {
+				t.Fatalf("%.10s: endpoint %d: address %v flags %x", tc.name, i, a, f)
+			}
+			target := string(arena[eps[i].tOff : eps[i].tOff+uint32(eps[i].tLen)])
+			if got := s.target(i, starts[i]); got != target {
+				t.Fatalf("%.10s: endpoint %d: target %q, want %q", tc.name, i, got, target)
+			}
+			all += target
+		}
+		if s.targets() != all {
+			t.Fatalf("%.10s: targets %q, want %q", tc.name, s.targets(), all)
+		}
+		// Naming keeps everything else.
+		before := s.String()
+		if !s.setName("renamed") || s.name() != "renamed" || s.n() != len(eps) ||
+			strings.Replace(before, tc.name, "renamed", 1) != s.String() {
+			t.Fatalf("%.10s: renamed: %s, was %s", tc.name, s.String(), before)
+		}
+	}
+	if _, ok := encodeSlice(strings.Repeat("n", maxName+1), nil, nil); ok {
+		t.Fatal("a name longer than the header can say was encoded")
+	}
+	if _, ok := encodeSlice("s", make([]endpoint, maxSliceEndpoints+1), nil); ok {
+		t.Fatal("more endpoints than the header can say were encoded")
+	}
+	if s := (&slice{buf: "\x01\x80\x00\x00a"}); s.setName(strings.Repeat("n", maxName+1)) {
+		t.Fatal("setName took a name longer than the header can say")
 	}
 }

@@ -260,7 +260,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 			sw.overrides = appendOverrides(sw.overrides, w, info.name)
 			sw.ends = append(sw.ends, int32(len(sw.overrides)))
 		}
-		all[served] = clusterSnap{part: p, lastSeen: info.lastSeen.Load()}
+		all[served] = clusterSnap{part: p}
 		served++
 	}
 	if sw != nil && len(sw.overrides) == 0 {

@@ -103,12 +103,36 @@ type override struct {
 
 // clusterSnap is one cluster of a snapshot: the part (the service's slices in that cluster,
 // shared with the snapshots before and after as long as they do not change) and what the
-// snapshot serves it with: the cluster's id and staleness (part.cluster, a clusterRef), when
-// its agent was last heard, and its weight (snapshot.clusterWeight). 72 bytes: the part is 64
-// (its first slice held by value; see part).
+// snapshot serves it with: the cluster's id and staleness (part.cluster, a clusterRef) and its
+// weight (snapshot.clusterWeight). 40 bytes. When the cluster's agent was last heard is read
+// from the cluster when a response is built, not kept here: 8 bytes per cluster of every
+// service (BenchmarkMemoryPerEndpoint), and a response then says when the agent was last
+// heard as of the response, not as of the service's last change.
 type clusterSnap struct {
 	part
-	lastSeen int64
+}
+
+// targetIndex says where each endpoint's target starts in its slice's targets(), for a reader
+// of a part's endpoints in merge order: the places of a slice's targets are taken once, when
+// an endpoint past its first is read.
+type targetIndex struct {
+	p      *part
+	starts [][]uint32 // by slice, made on first use
+}
+
+func targetStarts(p *part) targetIndex { return targetIndex{p: p} }
+
+func (t *targetIndex) of(si, ei int) uint32 {
+	if ei == 0 {
+		return 0
+	}
+	if t.starts == nil {
+		t.starts = make([][]uint32, t.p.nslices())
+	}
+	if t.starts[si] == nil {
+		t.starts[si] = t.p.slice(si).targetStarts(nil)
+	}
+	return t.starts[si][ei]
 }
 
 func (c *clusterSnap) name() string { return c.cluster.info.name }
@@ -203,7 +227,7 @@ func (sn *snapshot) ready() uint32 {
 	for i := range sn.clusters {
 		cs := &sn.clusters[i]
 		for _, r := range cs.refs() {
-			if cs.slice(int(r.s)).eps[r.e].flags&fReady != 0 {
+			if cs.slice(int(r.s)).flags(int(r.e))&fReady != 0 {
 				n++
 			}
 		}
@@ -407,12 +431,14 @@ func (sn *snapshot) build(strs *strtab, filter endpointv1.EndpointFilter, portNa
 		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(), ClusterName: c.name(), Weight: cw, Stale: c.stale(),
 			Addresses: make([]*endpointv1.Address, 0, len(c.refs()))}
 		overrides := sn.overridesOf(ci)
-		if c.lastSeen != 0 {
-			ce.LastSeen = timestamppb.New(time.Unix(0, c.lastSeen))
+		if seen := c.cluster.info.lastSeen.Load(); seen != 0 {
+			ce.LastSeen = timestamppb.New(time.Unix(0, seen))
 		}
+		starts := targetStarts(&c.part)
 		for _, r := range c.refs() {
 			s := c.slice(int(r.s))
-			e := &s.eps[r.e]
+			ev := s.ep(int(r.e))
+			e := &ev
 			p := &(*s.ports)[r.p]
 			if !keep(e.flags) || (portName != "" && p.name != portID) {
 				continue
@@ -430,7 +456,7 @@ func (sn *snapshot) build(strs *strtab, filter endpointv1.EndpointFilter, portNa
 				PortName:       strs.str(p.name),
 				Protocol:       protoNames[p.proto],
 				EndpointWeight: ew,
-				Target:         s.target(e),
+				Target:         s.target(int(r.e), starts.of(int(r.s), int(r.e))),
 			})
 		}
 		out.Clusters = append(out.Clusters, ce)

@@ -213,9 +213,8 @@ func present(sn *snapshot, ew *endpointv1.EndpointWeight) bool {
 		}
 		for si := range cs.nslices() {
 			s := cs.slice(si)
-			for i := range s.eps {
-				e := &s.eps[i]
-				if e.addr == o.addr && (!o.hasUID || (e.flags&fHasUID != 0 && e.uid == o.uid)) {
+			for i := range s.n() {
+				if e := s.ep(i); e.addr == o.addr && (!o.hasUID || (e.flags&fHasUID != 0 && e.uid == o.uid)) {
 					return true
 				}
 			}

@@ -229,8 +229,9 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 	}
 	// Every endpoint is decoded, also those of a report that is dropped or has no addresses:
 	// the generated code rejects the whole report if one of them is malformed.
-	s := &slice{buf: namelessBuf, ports: st.ports.share(ports)}
-	eps := make([]endpoint, 0, len(epsBytes))
+	shared := st.ports.share(ports)
+	var ebuf [4]endpoint
+	eps := ebuf[:0]
 	targets := make([]byte, 0, 32*len(epsBytes))
 	for _, b := range epsBytes {
 		ep, ok, err := st.decodeEndpoint(b, &targets)
@@ -245,11 +246,9 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 		return h, nil, nil
 	}
 	if fqdn {
-		return h, s, nil
+		eps = nil
 	}
-	s.eps = eps
-	s.buf = namelessBufOf(targets)
-	return h, s, nil
+	return h, newSlice(eps, targets, shared), nil
 }
 
 func (st *Store) decodePort(data []byte) (port, error) {
@@ -410,9 +409,8 @@ func (t *strtab) idBytes(b []byte) uint32 {
 func (s *slice) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s ports=%v", s.name(), *s.ports)
-	for i := range s.eps {
-		e := &s.eps[i]
-		fmt.Fprintf(&b, " [%s f=%02x uid=%x z=%d n=%d t=%q]", addrString(e), e.flags, e.uid, e.zone, e.node, s.target(e))
-	}
+	s.eachEndpoint(func(_ int, e *endpoint, target string) {
+		fmt.Fprintf(&b, " [%s f=%02x uid=%x z=%d n=%d t=%q]", addrString(e), e.flags, e.uid, e.zone, e.node, target)
+	})
 	return b.String()
 }
