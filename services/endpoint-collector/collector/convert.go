@@ -13,7 +13,7 @@ import (
 // Bounds of one slice. The EndpointSlice API allows 1000 endpoints and 100 ports; these are
 // what the compact encoding can hold, so a report past them is malformed, not truncated.
 const (
-	maxSliceEndpoints = 1<<16 - 1
+	maxSliceEndpoints = 1<<15 - 1
 	maxSlicePorts     = 1 << 8
 )
 
@@ -85,7 +85,7 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 // their targets, from arena targets.
 func newSlice(eps []endpoint, targets []byte, ports *[]port) *slice {
 	sortEndpoints(eps)
-	buf, _ := encodeSlice("", eps, targets)
+	buf, _ := encodeSlice("", "", eps, targets)
 	return &slice{buf: buf, ports: ports}
 }
 

@@ -35,18 +35,17 @@ type relist struct {
 
 func (r *relist) is(session string, gen uint64) bool { return r.session == session && r.gen == gen }
 
-// clusterIngest is what the ingester keeps of one cluster: each slice's service, and which
-// relist reported each slice last. The relist is kept as exceptions to a base rather than per
-// slice: between relists every slice was last reported by the same one, so the index holds only
-// the service key (a 32-byte map slot instead of 40 with a relist pointer; see
-// BenchmarkMemoryPerEndpoint) and others is empty. While an agent relists, others holds the
-// slices reported by the new relist (or, once most are, the base moves to it and others holds
-// those not reported yet); the marker prunes what the relist did not report and empties others.
+// clusterIngest is what the ingester keeps of one cluster: each slice's latest buf (which says
+// its service), and which relist reported each slice last. The relist is kept as exceptions to
+// a base rather than per slice: between relists every slice was last reported by the same one,
+// so the index holds only the buf (see sliceIndex) and others is empty. While an agent
+// relists, others holds the slices reported by the new relist (or, once most are, the base
+// moves to it and others holds those not reported yet); the marker prunes what the relist did
+// not report and empties others.
 type clusterIngest struct {
 	info *clusterInfo
-	// slices is each slice's service key (shared with the store's), by namespace then slice
-	// name: the name is the one in the slice's buf, which holds no namespace (slice.buf).
-	slices map[string]map[string]string
+	// slices is each slice's latest buf, by namespace then slice name.
+	slices map[string]*sliceIndex
 	n      int                 // slices in slices
 	base   *relist             // the relist of every slice not in others
 	others map[sliceID]*relist // slices last reported by a relist other than base; nil when none
@@ -54,53 +53,63 @@ type clusterIngest struct {
 	cur    *relist             // of the latest report
 }
 
+func newClusterIngest(info *clusterInfo, rl *relist) *clusterIngest {
+	return &clusterIngest{info: info, slices: map[string]*sliceIndex{}, base: rl, cur: rl}
+}
+
 // sliceID names a slice of a cluster.
 type sliceID struct{ ns, name string }
 
-// serviceOf returns the service key of slice ns/name, if the cluster has it.
+// serviceOf returns the name of the service of slice ns/name, if the cluster has it.
 func (ci *clusterIngest) serviceOf(ns, name string) (string, bool) {
-	svc, ok := ci.slices[ns][name]
-	return svc, ok
+	x := ci.slices[ns]
+	if x == nil {
+		return "", false
+	}
+	buf, ok := x.get(name)
+	if !ok {
+		return "", false
+	}
+	return (&slice{buf: buf}).service(), true
 }
 
-// set records that slice ns/name, name being the one in its buf, is of service svc, and
-// returns the namespace as the index holds it. Assigning to an entry replaces its key with the
-// one given (the runtime does so for string keys), so the entry does not keep the buf of the
-// report before; TestIndexKeysTheCurrentSlice checks it.
-func (ci *clusterIngest) set(ns, name, svc string) string {
-	m, ok := ci.slices[ns]
+// set records buf as the latest of its slice, in namespace ns, and returns the namespace as the
+// index holds it. The index keeps the buf of the latest report only, which the store's part
+// shares; TestIndexKeysTheCurrentSlice checks it.
+func (ci *clusterIngest) set(ns, buf string) string {
+	x, ok := ci.slices[ns]
 	if !ok {
 		ns = stringsClone(ns) // not the subject's, which the map would keep
-		m = map[string]string{}
-		ci.slices[ns] = m
+		x = newSliceIndex()
+		ci.slices[ns] = x
 	}
-	if _, ok := m[name]; !ok {
+	if x.put(buf) {
 		ci.n++
 	}
-	m[name] = svc
 	return ns
 }
 
 // del forgets slice ns/name, and its namespace with the last slice of it.
 func (ci *clusterIngest) del(ns, name string) {
-	m := ci.slices[ns]
-	if _, ok := m[name]; !ok {
+	x := ci.slices[ns]
+	if x == nil || !x.del(name) {
 		return
 	}
-	delete(m, name)
 	ci.n--
-	if len(m) == 0 {
+	if x.len() == 0 {
 		delete(ci.slices, ns)
 	}
 	ci.forget(sliceID{ns, name})
 }
 
-// each calls f for every slice of the cluster; f may delete the slice it is given.
+// each calls f for every slice of the cluster with the name of its service; f may delete the
+// slice it is given.
 func (ci *clusterIngest) each(f func(id sliceID, svc string)) {
-	for ns, m := range ci.slices {
-		for name, svc := range m {
-			f(sliceID{ns, name}, svc)
-		}
+	for ns, x := range ci.slices {
+		x.each(func(buf string) {
+			s := slice{buf: buf}
+			f(sliceID{ns, s.name()}, s.service())
+		})
 	}
 }
 
@@ -204,8 +213,7 @@ func newIngester(c *Collector) *ingester {
 func (in *ingester) cluster(name string) *clusterIngest {
 	ci := in.clusters[name]
 	if ci == nil {
-		rl := &relist{}
-		ci = &clusterIngest{info: in.c.store.cluster(name), slices: map[string]map[string]string{}, base: rl, cur: rl}
+		ci = newClusterIngest(in.c.store.cluster(name), &relist{})
 		in.clusters[name] = ci
 	}
 	return ci
@@ -325,32 +333,26 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 		}
 		return nil
 	}
-	// One copy of the slice's name: in its buf, where the index's key is too.
-	if !sl.setName(name) {
-		return fmt.Errorf("%w: slice name of %d bytes", errMalformed, len(name))
+	// One copy of the slice's name: in its buf, where the index's is too.
+	if !sl.setName(name, r.service) {
+		return fmt.Errorf("%w: slice name of %d bytes or service name of %d", errMalformed, len(name), len(r.service))
 	}
-	svc := ns + "/" + r.service
-	if had && prev != svc {
+	if had && prev != r.service {
 		in.drop(ci, ns, name, prev)
-		had = false
 	}
 	if !ci.cur.is(r.session, r.generation) {
 		ci.cur = &relist{session: stringsClone(r.session), gen: r.generation}
 	}
-	if !had {
-		svc = in.c.internKey(svc)
-	} else {
-		svc = prev
-	}
 	name = sl.name()
-	ci.stamp(sliceID{ci.set(ns, name, svc), name}, ci.cur)
-	in.c.put(svc, ci.info, name, sl)
+	ci.stamp(sliceID{ci.set(ns, sl.buf), name}, ci.cur)
+	in.c.put(in.c.internKey(ns+"/"+r.service), ci.info, name, sl)
 	return nil
 }
 
+// drop forgets slice ns/name of service svc (its name).
 func (in *ingester) drop(ci *clusterIngest, ns, name, svc string) {
 	ci.del(ns, name)
-	in.c.put(svc, ci.info, name, nil)
+	in.c.put(in.c.internKey(ns+"/"+svc), ci.info, name, nil)
 }
 
 // synced applies a relist marker: every slice of the cluster the relist did not report is gone.

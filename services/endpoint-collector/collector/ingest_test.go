@@ -16,7 +16,7 @@ import (
 func TestRelistBookkeepingMatchesPerSliceStamps(t *testing.T) {
 	for seed := range uint64(50) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		ci := &clusterIngest{slices: map[string]map[string]string{}, base: &relist{}, cur: &relist{}}
+		ci := newClusterIngest(nil, &relist{})
 		want := map[sliceID]relist{} // the model: each slice's last relist
 		relists := []relist{{"a", 1}, {"a", 2}, {"b", 1}}
 		for step := range 3000 {
@@ -27,7 +27,7 @@ func TestRelistBookkeepingMatchesPerSliceStamps(t *testing.T) {
 				if !ci.cur.is(rl.session, rl.gen) {
 					ci.cur = &relist{session: rl.session, gen: rl.gen}
 				}
-				ci.stamp(sliceID{ci.set(key.ns, key.name, key.ns+"/svc"), key.name}, ci.cur)
+				ci.stamp(sliceID{ci.set(key.ns, namedBuf(key.name, "svc")), key.name}, ci.cur)
 				want[key] = rl
 			case op < 95: // a deletion
 				if _, ok := ci.serviceOf(key.ns, key.name); ok {
@@ -74,10 +74,10 @@ func TestRelistBookkeepingMatchesPerSliceStamps(t *testing.T) {
 // Reports of one relist make it the base: no exception is kept for them, so between relists the
 // ingester holds nothing per slice but its service.
 func TestRelistBookkeepingSettlesOnTheReportingRelist(t *testing.T) {
-	ci := &clusterIngest{slices: map[string]map[string]string{}, base: &relist{}, cur: &relist{session: "s", gen: 1}}
+	ci := newClusterIngest(nil, &relist{session: "s", gen: 1})
 	for i := range 1000 {
 		name := fmt.Sprintf("s-%d", i)
-		ci.stamp(sliceID{ci.set("ns", name, "ns/svc"), name}, ci.cur)
+		ci.stamp(sliceID{ci.set("ns", namedBuf(name, "svc")), name}, ci.cur)
 	}
 	if ci.others != nil || !ci.base.is("s", 1) {
 		t.Fatalf("base %v, %d exceptions; want the reporting relist and none", *ci.base, len(ci.others))
@@ -92,8 +92,14 @@ func TestRelistBookkeepingSettlesOnTheReportingRelist(t *testing.T) {
 	}
 }
 
-// The index's key of a slice is in the buf of its latest report, not of the first: an entry
-// that kept the key it was made with would keep that report's buf (targets and all) alive.
+// namedBuf returns the buf of a slice without endpoints named name, of service svc.
+func namedBuf(name, svc string) string {
+	buf, _ := encodeSlice(name, svc, nil, nil)
+	return buf
+}
+
+// The index holds the buf of a slice's latest report, not of the first: an entry that kept the
+// one it was made with would keep that report's buf (endpoints, targets and all) alive.
 func TestIndexKeysTheCurrentSlice(t *testing.T) {
 	c := newCollector(Config{}, quietLogger())
 	var last *slice
@@ -107,10 +113,14 @@ func TestIndexKeysTheCurrentSlice(t *testing.T) {
 		if err := c.ingest.handle(subjects.AgentEndpointSlice("east", "bench", rep.Slice), encodeReport(t, rep), time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		for name := range c.ingest.clusters["east"].slices["bench"] {
-			if unsafe.StringData(name) != unsafe.StringData(last.name()) {
-				t.Fatalf("report %d: the index's key %q is not in the slice's buf", seq, name)
-			}
+		x := c.ingest.clusters["east"].slices["bench"]
+		if x.len() != 1 {
+			t.Fatalf("report %d: %d slices indexed", seq, x.len())
 		}
+		x.each(func(buf string) {
+			if unsafe.StringData(buf) != unsafe.StringData(last.buf) || (&slice{buf: buf}).service() != rep.Service {
+				t.Fatalf("report %d: the index does not hold the slice's latest buf", seq)
+			}
+		})
 	}
 }

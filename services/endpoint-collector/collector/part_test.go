@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// A part holds its first slice by value and the rest, with a merge of its own, behind more only
+// A part holds its first slice by value and the rest, with a merge of its own, behind x only
 // when it is not the usual one-slice identity merge (part). Its slices and merge must read the
 // same whatever the shape it goes through, and a part's copy must not change when the copy it
 // was made from is given new slices (the snapshot before still reads it).
@@ -22,7 +22,7 @@ func TestPartShapes(t *testing.T) {
 			e.addr[10], e.addr[11], e.addr[15] = 0xff, 0xff, b
 			eps = append(eps, e)
 		}
-		buf, _ := encodeSlice(name, eps, nil)
+		buf, _ := encodeSlice(name, "svc", eps, nil)
 		return slice{buf: buf, ports: ports}
 	}
 	show := func(p *part) string {
@@ -33,7 +33,7 @@ func TestPartShapes(t *testing.T) {
 		}
 		return fmt.Sprintf("%d %s", p.nslices(), strings.Join(out, " "))
 	}
-	var p part
+	p := newPart((&clusterInfo{name: "east"}).bare())
 	steps := []struct {
 		slices   []slice
 		want     string
@@ -53,8 +53,8 @@ func TestPartShapes(t *testing.T) {
 		if got := show(&p); got != step.want {
 			t.Fatalf("step %d: %s, want %s", i, got, step.want)
 		}
-		if (p.more != nil) != step.withMore {
-			t.Fatalf("step %d: more %v", i, p.more)
+		if p.usual() == step.withMore || p.ref().info.name != "east" {
+			t.Fatalf("step %d: usual %v, x %+v", i, p.usual(), *p.x)
 		}
 		if got := fmt.Sprint(p.slices()); p.nslices() != len(p.slices()) || (p.nslices() > 0 && !strings.Contains(got, p.first.buf)) {
 			t.Fatalf("step %d: slices() %s", i, got)
@@ -95,16 +95,19 @@ func TestSliceEncoding(t *testing.T) {
 	}
 	cases := []struct {
 		name    string
+		svc     string
 		mk      []func(byte, string) endpoint
 		targets []string
 		width   int
 	}{
-		{"none", nil, nil, recV4},
-		{"svc-abcde", []func(byte, string) endpoint{v4}, []string{"Pod/p-1"}, recV4},
-		{"v4-many", []func(byte, string) endpoint{v4, v4, v4}, []string{"Pod/a", "", "Pod/ccc"}, recV4},
-		{"v6", []func(byte, string) endpoint{v6, v6}, []string{"", "Pod/x"}, recV6},
-		{"mixed", []func(byte, string) endpoint{v4, v6}, []string{"Pod/four", "Pod/six"}, recV6},
-		{strings.Repeat("n", 253), []func(byte, string) endpoint{v4}, []string{strings.Repeat("t", 300)}, recV4},
+		{"none", "", nil, nil, recV4},
+		{"svc-abcde", "svc", []func(byte, string) endpoint{v4}, []string{"Pod/p-1"}, recV4}, // the service begins the name
+		{"svc", "svc", []func(byte, string) endpoint{v4}, []string{"Pod/p-1"}, recV4},       // the name is the service's
+		{"svcx-1", "svc", []func(byte, string) endpoint{v4}, []string{"Pod/p-1"}, recV4},    // a prefix, not followed by a dash
+		{"v4-many", "cart", []func(byte, string) endpoint{v4, v4, v4}, []string{"Pod/a", "", "Pod/ccc"}, recV4},
+		{"v6", "web", []func(byte, string) endpoint{v6, v6}, []string{"", "Pod/x"}, recV6},
+		{"mixed", "m", []func(byte, string) endpoint{v4, v6}, []string{"Pod/four", "Pod/six"}, recV6},
+		{strings.Repeat("n", 253), strings.Repeat("s", 63), []func(byte, string) endpoint{v4}, []string{strings.Repeat("t", 300)}, recV4},
 	}
 	for _, tc := range cases {
 		var eps []endpoint
@@ -117,13 +120,13 @@ func TestSliceEncoding(t *testing.T) {
 		}
 		// The arena in another order than the endpoints: encoding follows the endpoints.
 		slices.Reverse(eps)
-		buf, ok := encodeSlice(tc.name, eps, arena)
+		buf, ok := encodeSlice(tc.name, tc.svc, eps, arena)
 		if !ok {
 			t.Fatalf("%.10s: refused", tc.name)
 		}
 		s := &slice{buf: buf, ports: noPorts}
-		if s.name() != tc.name || s.n() != len(eps) || s.width() != tc.width {
-			t.Fatalf("%.10s: name %.10q, %d endpoints of %d bytes", tc.name, s.name(), s.n(), s.width())
+		if s.name() != tc.name || s.service() != tc.svc || s.n() != len(eps) || s.width() != tc.width {
+			t.Fatalf("%.10s: name %.10q service %.10q, %d endpoints of %d bytes", tc.name, s.name(), s.service(), s.n(), s.width())
 		}
 		starts := s.targetStarts(nil)
 		var all string
@@ -145,20 +148,52 @@ func TestSliceEncoding(t *testing.T) {
 		if s.targets() != all {
 			t.Fatalf("%.10s: targets %q, want %q", tc.name, s.targets(), all)
 		}
-		// Naming keeps everything else.
+		// Naming keeps everything else, whichever way the service's name is held.
 		before := s.String()
-		if !s.setName("renamed") || s.name() != "renamed" || s.n() != len(eps) ||
-			strings.Replace(before, tc.name, "renamed", 1) != s.String() {
-			t.Fatalf("%.10s: renamed: %s, was %s", tc.name, s.String(), before)
+		for _, svc := range []string{"renamed", "other", "re"} {
+			if !s.setName("renamed", svc) || s.name() != "renamed" || s.service() != svc || s.n() != len(eps) ||
+				strings.Replace(before, tc.name, "renamed", 1) != s.String() || s.targets() != all {
+				t.Fatalf("%.10s: renamed: %s (service %q), was %s", tc.name, s.String(), s.service(), before)
+			}
 		}
 	}
-	if _, ok := encodeSlice(strings.Repeat("n", maxName+1), nil, nil); ok {
+	if _, ok := encodeSlice(strings.Repeat("n", maxName+1), "s", nil, nil); ok {
 		t.Fatal("a name longer than the header can say was encoded")
 	}
-	if _, ok := encodeSlice("s", make([]endpoint, maxSliceEndpoints+1), nil); ok {
+	if _, ok := encodeSlice("s", strings.Repeat("s", maxSvc+1), nil, nil); ok {
+		t.Fatal("a service name longer than the header can say was encoded")
+	}
+	if _, ok := encodeSlice("s", "s", make([]endpoint, maxSliceEndpoints+1), nil); ok {
 		t.Fatal("more endpoints than the header can say were encoded")
 	}
-	if s := (&slice{buf: "\x01\x80\x00\x00a"}); s.setName(strings.Repeat("n", maxName+1)) {
+	s := &slice{buf: namedBuf("a", "a")}
+	if s.setName(strings.Repeat("n", maxName+1), "a") || s.setName("a", strings.Repeat("s", maxSvc+1)) {
 		t.Fatal("setName took a name longer than the header can say")
+	}
+}
+
+// A part's cluster changes (a new id, stale, evicted) by pointing at another clusterRef: a usual
+// part at that ref's shared record, another part at a copy of its own, and never in place, since
+// the snapshot before still reads the part it was copied from.
+func TestPartSetRef(t *testing.T) {
+	c := &clusterInfo{name: "east"}
+	live, stale := c.ref("id", false), c.ref("id", true)
+	one := slice{buf: namedBuf("a", "svc"), ports: noPorts}
+	two := []slice{one, {buf: namedBuf("b", "svc"), ports: noPorts}}
+	for _, ss := range [][]slice{{one}, two} {
+		before := newPart(live)
+		before.setSlices(ss)
+		after := before
+		after.setRef(stale)
+		if before.ref() != live || after.ref() != stale || after.nslices() != len(ss) || before.usual() != after.usual() {
+			t.Fatalf("%d slices: before %p usual %v, after %p usual %v", len(ss), before.ref(), before.usual(), after.ref(), after.usual())
+		}
+		if before.usual() && (after.x != &stale.usual || before.x != &live.usual) {
+			t.Fatalf("a usual part does not share its cluster's record")
+		}
+		x := after.x
+		if after.setRef(stale); after.x != x {
+			t.Fatalf("setting the same cluster again made a new record")
+		}
 	}
 }

@@ -147,7 +147,7 @@ func (c *Collector) reconcile(key string) {
 			parts[i] = all[i].part
 		}
 		if len(all) > len(old.clusters) { // served, then evicted: back to one order
-			slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.cluster.info.name, b.cluster.info.name) })
+			slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.ref().info.name, b.ref().info.name) })
 		}
 	}
 	if ps != nil {
@@ -165,7 +165,7 @@ func (c *Collector) reconcile(key string) {
 				if sl == nil {
 					continue
 				}
-				parts = slices.Insert(parts, i, part{cluster: ref.cluster.bare()})
+				parts = slices.Insert(parts, i, newPart(ref.cluster.bare()))
 			}
 			k := slices.IndexFunc(changed, func(ch change) bool { return ch.cluster == ref.cluster })
 			if k < 0 {
@@ -194,7 +194,7 @@ func (c *Collector) reconcile(key string) {
 
 // findPart finds cluster among parts, sorted by cluster name.
 func findPart(parts []part, cluster *clusterInfo) (int, bool) {
-	return sort.Find(len(parts), func(i int) int { return cmp.Compare(cluster.name, parts[i].cluster.info.name) })
+	return sort.Find(len(parts), func(i int) int { return cmp.Compare(cluster.name, parts[i].ref().info.name) })
 }
 
 // publish builds and swaps in the snapshot of service key from its parts (sorted by cluster,
@@ -228,7 +228,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	states := buf[:0]
 	evicted := 0 // where the evicted go: after the served ones
 	for i := range parts {
-		states = append(states, parts[i].cluster.info.State())
+		states = append(states, parts[i].ref().info.State())
 		if states[i] != stateEvicted {
 			evicted++
 		}
@@ -241,15 +241,15 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	}
 	weighted := false // a served cluster's weight is not DefaultWeight
 	for i, p := range parts {
-		info := p.cluster.info
+		info := p.ref().info
 		state := states[i]
 		if state == stateEvicted {
-			p.cluster = info.bare()
+			p.setRef(info.bare())
 			all[evicted] = clusterSnap{part: p}
 			evicted++
 			continue
 		}
-		p.cluster = info.ref(info.ID(), state == stateStale)
+		p.setRef(info.ref(info.ID(), state == stateStale))
 		if w != nil {
 			cw, ok := w.ClusterWeights[info.name]
 			if !ok {
@@ -277,8 +277,8 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	// again.
 	for i := range all {
 		cs := &all[i]
-		st := cs.cluster.info.State()
-		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.cluster.info.ID())) {
+		st := cs.ref().info.State()
+		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.ref().info.ID())) {
 			c.queue.Add(key)
 			break
 		}

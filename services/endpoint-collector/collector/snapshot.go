@@ -49,11 +49,12 @@ type clusterInfo struct {
 
 // clusterRef is a cluster as a snapshot serves it: the cluster, its id and whether it was stale
 // when the snapshot was published. Interned per cluster, so that a snapshot's cluster holds
-// the three as one pointer (clusterSnap is then 72 bytes instead of 80).
+// the three as one pointer, which is also that of what is not the usual in a part (part.x).
 type clusterRef struct {
 	info  *clusterInfo
 	id    string
 	stale bool
+	usual partX // the partX of every usual part of this cluster (part)
 }
 
 // ref returns the interned clusterRef of c with id and stale.
@@ -66,6 +67,7 @@ func (c *clusterInfo) ref(id string, stale bool) *clusterRef {
 		}
 	}
 	r := &clusterRef{info: c, id: id, stale: stale}
+	r.usual.cluster = r
 	c.refs = append(c.refs, r)
 	return r
 }
@@ -103,8 +105,8 @@ type override struct {
 
 // clusterSnap is one cluster of a snapshot: the part (the service's slices in that cluster,
 // shared with the snapshots before and after as long as they do not change) and what the
-// snapshot serves it with: the cluster's id and staleness (part.cluster, a clusterRef) and its
-// weight (snapshot.clusterWeight). 40 bytes. When the cluster's agent was last heard is read
+// snapshot serves it with: the cluster's id and staleness (part.ref, a clusterRef) and its
+// weight (snapshot.clusterWeight). 32 bytes. When the cluster's agent was last heard is read
 // from the cluster when a response is built, not kept here: 8 bytes per cluster of every
 // service (BenchmarkMemoryPerEndpoint), and a response then says when the agent was last
 // heard as of the response, not as of the service's last change.
@@ -135,11 +137,11 @@ func (t *targetIndex) of(si, ei int) uint32 {
 	return t.starts[si][ei]
 }
 
-func (c *clusterSnap) name() string { return c.cluster.info.name }
+func (c *clusterSnap) name() string { return c.ref().info.name }
 
-func (c *clusterSnap) stale() bool { return c.cluster.stale }
+func (c *clusterSnap) stale() bool { return c.ref().stale }
 
-func (c *clusterSnap) clusterID() string { return c.cluster.id }
+func (c *clusterSnap) clusterID() string { return c.ref().id }
 
 // endpointWeight is e's weight among overrides, the cluster's (snapshot.overridesOf).
 func endpointWeight(overrides []override, e *endpoint) (uint32, bool) {
@@ -431,7 +433,7 @@ func (sn *snapshot) build(strs *strtab, filter endpointv1.EndpointFilter, portNa
 		ce := &endpointv1.ClusterEndpoints{ClusterId: c.clusterID(), ClusterName: c.name(), Weight: cw, Stale: c.stale(),
 			Addresses: make([]*endpointv1.Address, 0, len(c.refs()))}
 		overrides := sn.overridesOf(ci)
-		if seen := c.cluster.info.lastSeen.Load(); seen != 0 {
+		if seen := c.ref().info.lastSeen.Load(); seen != 0 {
 			ce.LastSeen = timestamppb.New(time.Unix(0, seen))
 		}
 		starts := targetStarts(&c.part)

@@ -73,14 +73,16 @@ type port struct {
 // once built: a new report builds a new one, so the parts of successive snapshots can hold
 // copies of it that share its string.
 //
-// buf is, in order: a 4-byte header (the name's length, with v4Slice set when every address
-// is IPv4, then the number of endpoints, each little endian), the endpoints as fixed-size
-// records (recV4 or recV6 bytes: address, uid, zone, node, target length, flags), the name,
-// then the endpoints' targets one after the other. One string rather than an array of
-// endpoint structs and a string of names: the slice is then 24 bytes instead of 48, an
-// IPv4 endpoint 31 bytes instead of 48, and a slice of one endpoint one allocation of 80
-// bytes instead of two of 48 (BenchmarkMemoryPerEndpoint). A target's place is the sum of the
-// lengths before it, so readers that go through many endpoints take the places once
+// buf is, in order: a 4-byte header (the name's length; how the service's name is held; the
+// number of endpoints, with v4Slice set when every address is IPv4, little endian), the
+// endpoints as fixed-size records (recV4 or recV6 bytes: address, uid, zone, node, target
+// length, flags), the name, the service's name unless it begins the slice's (as Kubernetes
+// names slices: "<service>-<suffix>"), then the endpoints' targets one after the other. One
+// string rather than an array of endpoint structs and a string of names: the slice is then 24
+// bytes instead of 48, an IPv4 endpoint 31 bytes instead of 48, and a slice of one endpoint
+// one allocation instead of two (BenchmarkMemoryPerEndpoint). The service's name is in it so
+// that the ingester's index can hold a slice's buf alone (sliceIndex). A target's place is the
+// sum of the lengths before it, so readers that go through many endpoints take the places once
 // (targetStarts). The namespace is not in it: the ingester's index is by namespace, and the
 // snapshot holding the slice is of a service of that namespace.
 type slice struct {
@@ -90,17 +92,22 @@ type slice struct {
 
 const (
 	sliceHdr = 4
-	v4Slice  = 0x8000 // in the header's name length
-	maxName  = v4Slice - 1
-	recV4    = 4 + 16 + 4 + 4 + 2 + 1
-	recV6    = 16 + 16 + 4 + 4 + 2 + 1
+	v4Slice  = 0x8000 // in the header's count
+	// The header's second byte: svcPrefix and the length of the service's name when the slice's
+	// name begins with it and a dash, else the length of the service's name that follows the
+	// slice's (0 in a slice not yet named).
+	svcPrefix = 0x80
+	maxName   = 0xFF // a Kubernetes name is at most 253 bytes
+	maxSvc    = 0x7F // a Service's name is a DNS label: at most 63 bytes
+	recV4     = 4 + 16 + 4 + 4 + 2 + 1
+	recV6     = 16 + 16 + 4 + 4 + 2 + 1
 )
 
-// encodeSlice returns the buf of a slice named name holding eps (in the order given), whose
-// targets are in arena targets; false when the name or the endpoints are more than a buf can
-// say (a Kubernetes name is at most 253 bytes, a slice at most 1,000 endpoints).
-func encodeSlice(name string, eps []endpoint, targets []byte) (string, bool) {
-	if len(name) > maxName || len(eps) > maxSliceEndpoints {
+// encodeSlice returns the buf of a slice named name, of service svc, holding eps (in the order
+// given), whose targets are in arena targets; false when a name or the endpoints are more than
+// a buf can say.
+func encodeSlice(name, svc string, eps []endpoint, targets []byte) (string, bool) {
+	if len(name) > maxName || len(svc) > maxSvc || len(eps) > maxSliceEndpoints {
 		return "", false
 	}
 	v4 := true
@@ -109,52 +116,80 @@ func encodeSlice(name string, eps []endpoint, targets []byte) (string, bool) {
 		v4 = v4 && eps[i].flags&fV4 != 0
 		size += int(eps[i].tLen)
 	}
-	width := recV6
-	hdr := uint16(len(name))
+	width, count := recV6, len(eps)
 	if v4 {
-		width, hdr = recV4, hdr|v4Slice
+		width, count = recV4, count|v4Slice
 	}
-	size += width * len(eps)
-	b := make([]byte, sliceHdr, size)
-	b[0], b[1], b[2], b[3] = byte(hdr), byte(hdr>>8), byte(len(eps)), byte(len(eps)>>8)
+	svcInfo, own := svcBytes(name, svc)
+	size += width*len(eps) + len(own)
+	// A builder: one allocation, the string's.
+	var b strings.Builder
+	b.Grow(size)
+	b.Write([]byte{byte(len(name)), svcInfo, byte(count), byte(count >> 8)})
+	var rec [recV6]byte
 	for i := range eps {
 		e := &eps[i]
+		r := rec[:0]
 		if v4 {
-			b = append(b, e.addr[12:]...)
+			r = append(r, e.addr[12:]...)
 		} else {
-			b = append(b, e.addr[:]...)
+			r = append(r, e.addr[:]...)
 		}
-		b = append(b, e.uid[:]...)
-		b = binary.LittleEndian.AppendUint32(b, e.zone)
-		b = binary.LittleEndian.AppendUint32(b, e.node)
-		b = binary.LittleEndian.AppendUint16(b, e.tLen)
-		b = append(b, e.flags)
+		r = append(r, e.uid[:]...)
+		r = binary.LittleEndian.AppendUint32(r, e.zone)
+		r = binary.LittleEndian.AppendUint32(r, e.node)
+		r = binary.LittleEndian.AppendUint16(r, e.tLen)
+		r = append(r, e.flags)
+		b.Write(r)
 	}
-	b = append(b, name...)
+	b.WriteString(name)
+	b.WriteString(own)
 	for i := range eps {
-		b = append(b, targets[eps[i].tOff:eps[i].tOff+uint32(eps[i].tLen)]...)
+		b.Write(targets[eps[i].tOff : eps[i].tOff+uint32(eps[i].tLen)])
 	}
-	return string(b), true
+	return b.String(), true
 }
 
-func (s *slice) hdr() int { return int(s.buf[0]) | int(s.buf[1])<<8 }
+// svcBytes returns the header byte that says how a slice named name holds the name of its
+// service svc, and what it holds of it after its own.
+func svcBytes(name, svc string) (byte, string) {
+	if svc != "" && len(name) > len(svc) && name[len(svc)] == '-' && name[:len(svc)] == svc {
+		return svcPrefix | byte(len(svc)), ""
+	}
+	return byte(len(svc)), svc
+}
 
 func (s *slice) width() int {
-	if s.hdr()&v4Slice != 0 {
+	if s.buf[3]&(v4Slice>>8) != 0 {
 		return recV4
 	}
 	return recV6
 }
 
 // n returns how many endpoints the slice has.
-func (s *slice) n() int { return int(s.buf[2]) | int(s.buf[3])<<8 }
+func (s *slice) n() int { return int(s.buf[2]) | int(s.buf[3]&^(v4Slice>>8))<<8 }
 
 func (s *slice) nameStart() int { return sliceHdr + s.n()*s.width() }
 
-func (s *slice) targetsStart() int { return s.nameStart() + s.hdr()&maxName }
+func (s *slice) nameEnd() int { return s.nameStart() + int(s.buf[0]) }
+
+func (s *slice) targetsStart() int {
+	if s.buf[1]&svcPrefix != 0 {
+		return s.nameEnd()
+	}
+	return s.nameEnd() + int(s.buf[1])
+}
 
 // name returns the slice's name.
-func (s *slice) name() string { return s.buf[s.nameStart():s.targetsStart()] }
+func (s *slice) name() string { return s.buf[s.nameStart():s.nameEnd()] }
+
+// service returns the name of the slice's service.
+func (s *slice) service() string {
+	if n := int(s.buf[1] &^ svcPrefix); s.buf[1]&svcPrefix != 0 {
+		return s.name()[:n]
+	}
+	return s.buf[s.nameEnd():s.targetsStart()]
+}
 
 // targets returns the targets of the slice's endpoints, one after the other.
 func (s *slice) targets() string { return s.buf[s.targetsStart():] }
@@ -229,18 +264,20 @@ func (s *slice) target(i int, start uint32) string {
 	return t[start : start+n]
 }
 
-// setName gives a decoded slice its name (from the report's subject), false when too long.
-func (s *slice) setName(name string) bool {
-	if len(name) > maxName {
+// setName gives a decoded slice its name (from the report's subject) and its service's, false
+// when one is longer than the buf can say.
+func (s *slice) setName(name, svc string) bool {
+	if len(name) > maxName || len(svc) > maxSvc {
 		return false
 	}
+	svcInfo, own := svcBytes(name, svc)
 	var b strings.Builder
-	b.Grow(len(s.buf) - len(s.name()) + len(name))
-	hdr := s.hdr()&v4Slice | len(name)
-	b.WriteByte(byte(hdr))
-	b.WriteByte(byte(hdr >> 8))
+	b.Grow(s.nameStart() + len(name) + len(own) + len(s.targets()))
+	b.WriteByte(byte(len(name)))
+	b.WriteByte(svcInfo)
 	b.WriteString(s.buf[2:s.nameStart()])
 	b.WriteString(name)
+	b.WriteString(own)
 	b.WriteString(s.targets())
 	s.buf = b.String()
 	return true
@@ -305,25 +342,48 @@ type mref struct {
 // reconciler copies it, gives it new slices (setSlices) and publishes a new snapshot.
 //
 // The usual part is one slice on one port whose merge is the identity (identity1): that part is
-// the slice itself, held here by value, and nothing else (more is nil), so a part costs no
-// array of slices and no merge list of its own. Other parts put their other slices and their
-// merge behind more. Holding the first slice here instead of an array of them, and the merge
-// behind the same pointer, takes a served cluster (clusterSnap) from 64 bytes plus a 48-byte
-// array of one slice to 72 bytes (BenchmarkMemoryPerEndpoint).
+// the slice itself, held here by value, and its cluster, through x pointing at the cluster's
+// partX for such parts (clusterRef.usual), so a part costs no array of slices, no merge list
+// and no record of its own. Other parts put their cluster, other slices and merge in a partX of
+// their own. A part is then 32 bytes: one pointer for the cluster and what is not the usual
+// (BenchmarkMemoryPerEndpoint: 16 bytes less per service with two clusters than a pointer for
+// each).
 type part struct {
-	cluster *clusterRef // the cluster, and in a served clusterSnap its id and staleness
 	// first is the first slice by name; its buf is "" when the part has no slices (a part
 	// being built: a keyed slice's buf is never empty). A slice never changes, so copies share
-	// its endpoints, targets and ports.
+	// its string and ports.
 	first slice
-	more  *partMore
+	x     *partX
 }
 
-// partMore is what a part other than the usual one holds: its slices after the first (by name,
-// by value), and its merge (refs), a list of its own.
-type partMore struct {
-	rest   []slice
-	merged []mref
+// partX is a part's cluster (and in a served clusterSnap its id and staleness) and, in a part
+// other than the usual one, its slices after the first (by name, by value) and its merge
+// (refs), a list of its own.
+type partX struct {
+	cluster *clusterRef
+	rest    []slice
+	merged  []mref
+}
+
+// newPart returns a part of cluster r without slices.
+func newPart(r *clusterRef) part { return part{x: &r.usual} }
+
+// ref returns the part's cluster.
+func (p *part) ref() *clusterRef { return p.x.cluster }
+
+func (p *part) usual() bool { return p.x == &p.x.cluster.usual }
+
+// setRef makes r the part's cluster.
+func (p *part) setRef(r *clusterRef) {
+	switch {
+	case p.x.cluster == r:
+	case p.usual():
+		p.x = &r.usual
+	default:
+		x := *p.x // the part before keeps its own
+		x.cluster = r
+		p.x = &x
+	}
 }
 
 // nslices returns how many slices the part has.
@@ -331,10 +391,10 @@ func (p *part) nslices() int {
 	switch {
 	case p.first.buf == "":
 		return 0
-	case p.more == nil:
+	case p.usual():
 		return 1
 	}
-	return 1 + len(p.more.rest)
+	return 1 + len(p.x.rest)
 }
 
 // slice returns the part's slice i, by name.
@@ -342,7 +402,7 @@ func (p *part) slice(i int) *slice {
 	if i == 0 {
 		return &p.first
 	}
-	return &p.more.rest[i-1]
+	return &p.x.rest[i-1]
 }
 
 // slices returns a new array of the part's slices, for the reconciler to change.
@@ -353,10 +413,7 @@ func (p *part) slices() []slice {
 	}
 	out := make([]slice, 1, n)
 	out[0] = p.first
-	if p.more != nil {
-		out = append(out, p.more.rest...)
-	}
-	return out
+	return append(out, p.x.rest...)
 }
 
 // refs returns the part's merge.
@@ -364,22 +421,26 @@ func (p *part) refs() []mref {
 	switch {
 	case p.first.buf == "":
 		return nil
-	case p.more == nil:
+	case p.usual():
 		n := p.first.n()
 		return identity1[:n:n]
 	}
-	return p.more.merged
+	return p.x.merged
 }
 
 // setSlices makes ss (sorted by name, not shared with anything) the part's slices and merges
 // them: the de-duplicated list of (endpoint, port) of the part.
 func (p *part) setSlices(ss []slice) {
-	p.more = nil
+	r := p.ref()
+	p.x = &r.usual
 	if len(ss) == 0 {
 		p.first = slice{}
 		return
 	}
 	p.first = ss[0]
+	if len(ss) == 1 && len(*ss[0].ports) == 1 && ss[0].n() <= len(identity1) && (ss[0].n() == 0 || ascending(&ss[0])) {
+		return // the usual part: identity1 over its one slice, nothing of its own
+	}
 	n := 0
 	for si := range ss {
 		n += ss[si].n() * len(*ss[si].ports)
@@ -428,16 +489,26 @@ func (p *part) setSlices(ss []slice) {
 		}
 		out = append(out, r)
 	}
-	if n := len(out); len(ss) == 1 && len(*ss[0].ports) == 1 && n == ss[0].n() && n <= len(identity1) &&
-		slices.Equal(out, identity1[:n]) {
-		return // the usual part: identity1 over its one slice, nothing of its own (more nil)
-	}
-	m := &partMore{merged: slices.Clip(out)}
+	x := &partX{cluster: r, merged: slices.Clip(out)}
 	if len(ss) > 1 {
 		// An exact array: kept until the part changes, and ss[0] is held in first already.
-		m.rest = append(make([]slice, 0, len(ss)-1), ss[1:]...)
+		x.rest = append(make([]slice, 0, len(ss)-1), ss[1:]...)
 	}
-	p.more = m
+	p.x = x
+}
+
+// ascending says whether a slice's addresses are in strictly ascending order: distinct and as
+// sortEndpoints leaves them. With one port, its merge is then the identity, with no sorting.
+func ascending(s *slice) bool {
+	prev, _ := s.addr(0)
+	for i := 1; i < s.n(); i++ {
+		a, _ := s.addr(i)
+		if compareAddr(&prev, &a) >= 0 {
+			return false
+		}
+		prev = a
+	}
+	return true
 }
 
 // sortEndpoints puts a decoded slice's endpoints in address order (stable: copies of one address
@@ -602,7 +673,7 @@ func (st *Store) servicesIn(c *clusterInfo) []string {
 	var out []string
 	for key, sn := range st.services {
 		for _, cs := range sn.parts() {
-			if cs.cluster.info == c {
+			if cs.ref().info == c {
 				out = append(out, key)
 				break
 			}

@@ -230,8 +230,7 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 	// Every endpoint is decoded, also those of a report that is dropped or has no addresses:
 	// the generated code rejects the whole report if one of them is malformed.
 	shared := st.ports.share(ports)
-	var ebuf [4]endpoint
-	eps := ebuf[:0]
+	eps := make([]endpoint, 0, len(epsBytes))
 	targets := make([]byte, 0, 32*len(epsBytes))
 	for _, b := range epsBytes {
 		ep, ok, err := st.decodeEndpoint(b, &targets)
