@@ -92,7 +92,10 @@ func (ci *clusterIngest) set(ns, buf string) string {
 // del forgets slice ns/name, and its namespace with the last slice of it.
 func (ci *clusterIngest) del(ns, name string) {
 	x := ci.slices[ns]
-	if x == nil || !x.del(name) {
+	if x == nil {
+		return
+	}
+	if _, ok := x.del(name); !ok {
 		return
 	}
 	ci.n--

@@ -173,9 +173,7 @@ func (w *kvWriter) dropVanished(ctx context.Context) {
 func (st *Store) keys() []string {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	out := make([]string, 0, len(st.services))
-	for k := range st.services {
-		out = append(out, k)
-	}
+	out := make([]string, 0, st.services.len())
+	st.services.each(func(sn *snapshot) { out = append(out, sn.key) })
 	return out
 }

@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// The index answers as a map of name to buf would through puts, deletes (which shift entries
+// A table (here of slice bufs, by name) answers as a map of name to buf would through puts, deletes (which shift entries
 // back and move the last buf) and walks that delete, as it grows to thousands of slices and
 // shrinks back to a few.
-func TestSliceIndexMatchesAMap(t *testing.T) {
+func TestTableMatchesAMap(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 2))
 		x := newSliceIndex()
@@ -28,8 +28,8 @@ func TestSliceIndexMatchesAMap(t *testing.T) {
 				}
 				want[name] = buf
 			case op < 99:
-				_, had := want[name]
-				if x.del(name) != had {
+				prev, had := want[name]
+				if old, ok := x.del(name); ok != had || old != prev {
 					t.Fatalf("seed %d step %d: del %s said %v", seed, step, name, !had)
 				}
 				delete(want, name)
@@ -51,8 +51,8 @@ func TestSliceIndexMatchesAMap(t *testing.T) {
 					t.Fatalf("seed %d step %d: walked %d of %d", seed, step, i, before)
 				}
 			}
-			if x.len() != len(want) || (x.len() > 0 && 2*x.len() > len(x.table)) {
-				t.Fatalf("seed %d step %d: %d slices in a table of %d, want %d", seed, step, x.len(), len(x.table), len(want))
+			if x.len() != len(want) || (x.len() > 0 && 2*x.len() > len(x.slots)) {
+				t.Fatalf("seed %d step %d: %d slices in a table of %d, want %d", seed, step, x.len(), len(x.slots), len(want))
 			}
 			if step%500 == 0 || x.len() < 8 {
 				for n, buf := range want {
@@ -65,8 +65,8 @@ func TestSliceIndexMatchesAMap(t *testing.T) {
 				}
 			}
 		}
-		if x.len() < 64 && len(x.table) > 64*8 {
-			t.Fatalf("seed %d: %d slices left in a table of %d", seed, x.len(), len(x.table))
+		if x.len() < 64 && len(x.slots) > 64*8 {
+			t.Fatalf("seed %d: %d slices left in a table of %d", seed, x.len(), len(x.slots))
 		}
 	}
 }
