@@ -197,3 +197,36 @@ func TestPartSetRef(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMergeSlices: a part's merge of 5 slices x 10 endpoints on one port (as
+// BenchmarkSliceUpdates' services have in each cluster), one copy of each address moving
+// between two of them.
+//
+//	go test -run '^$' -bench MergeSlices ./collector/
+func BenchmarkMergeSlices(b *testing.B) {
+	st := NewStore()
+	ports := st.ports.share([]port{{num: 8080}})
+	var ss []slice
+	for k := range 5 {
+		var eps []endpoint
+		for i := range 10 {
+			e := endpoint{flags: fV4 | fReady | fServing}
+			e.addr[10], e.addr[11], e.addr[14], e.addr[15] = 0xff, 0xff, byte(k), byte(i)
+			if k == 1 && i == 0 {
+				e.addr[14], e.flags = 0, fV4 // a not-ready copy of 0.0 in slice 1
+			}
+			eps = append(eps, e)
+		}
+		s := newSlice(eps, nil, ports)
+		s.setName(fmt.Sprintf("svc-%d", k), "svc")
+		ss = append(ss, *s)
+	}
+	p := newPart((&clusterInfo{name: "east"}).bare())
+	b.ReportAllocs()
+	for b.Loop() {
+		p.setSlices(ss)
+	}
+	if n := len(p.refs()); n != 49 {
+		b.Fatalf("%d merged", n)
+	}
+}

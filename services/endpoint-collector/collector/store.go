@@ -441,55 +441,57 @@ func (p *part) setSlices(ss []slice) {
 	if len(ss) == 1 && len(*ss[0].ports) == 1 && ss[0].n() <= len(identity1) && (ss[0].n() == 0 || ascending(&ss[0])) {
 		return // the usual part: identity1 over its one slice, nothing of its own
 	}
+	// Every (endpoint, port) as a key that orders it, decoded from the slices' strings once:
+	// the address (big endian, so ordered as numbers as its bytes are), then in tail the
+	// port, protocol, rank (best first) and the slice, ahead of the reference itself.
+	type keyed struct{ hi, lo, tail uint64 }
 	n := 0
 	for si := range ss {
 		n += ss[si].n() * len(*ss[si].ports)
 	}
-	refs := make([]mref, 0, n)
+	var stack [64]keyed // most parts: no allocation for the keys
+	ks := stack[:0]
+	if n > len(stack) {
+		ks = make([]keyed, 0, n)
+	}
 	for si := range ss {
 		s := &ss[si]
 		for ei := range s.n() {
-			for pi := range *s.ports {
-				refs = append(refs, mref{s: uint16(si), e: uint16(ei), p: uint8(pi)})
+			a, f := s.addr(ei)
+			hi, lo := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
+			for pi, pt := range *s.ports {
+				ks = append(ks, keyed{hi, lo, uint64(pt.num)<<44 | uint64(pt.proto)<<42 | uint64(3-rankOf(f))<<40 |
+					uint64(si)<<24 | uint64(ei)<<8 | uint64(pi)})
 			}
 		}
 	}
-	at := func(r mref) ([16]byte, uint8, *port) {
-		s := &ss[r.s]
-		a, f := s.addr(int(r.e))
-		return a, f, &(*s.ports)[r.p]
-	}
-	slices.SortFunc(refs, func(a, b mref) int {
-		aa, fa, pa := at(a)
-		ab, fb, pb := at(b)
-		if c := compareAddr(&aa, &ab); c != 0 {
-			return c
+	// Best copy first, then the first slice by name: the result does not depend on the order
+	// reports arrived in.
+	slices.SortFunc(ks, func(a, b keyed) int {
+		if a.hi != b.hi {
+			return cmp.Compare(a.hi, b.hi)
 		}
-		if c := cmp.Compare(pa.num, pb.num); c != 0 {
-			return c
+		if a.lo != b.lo {
+			return cmp.Compare(a.lo, b.lo)
 		}
-		if c := cmp.Compare(pa.proto, pb.proto); c != 0 {
-			return c
-		}
-		// Best copy first, then the first slice by name: the result does not depend on the
-		// order reports arrived in.
-		if c := cmp.Compare(rankOf(fb), rankOf(fa)); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.s, b.s)
+		return cmp.Compare(a.tail, b.tail)
 	})
-	out := refs[:0]
-	for i, r := range refs {
-		if i > 0 {
-			a, _, pt := at(r)
-			la, _, lp := at(out[len(out)-1])
-			if a == la && pt.num == lp.num && pt.proto == lp.proto {
-				continue
-			}
+	// One (endpoint, port) per address and port: the first, the best copy.
+	const portOf = uint64(1<<18-1) << 42 // port and protocol in tail
+	m := 0
+	for i := range ks {
+		if i > 0 && ks[i].hi == ks[m-1].hi && ks[i].lo == ks[m-1].lo && ks[i].tail&portOf == ks[m-1].tail&portOf {
+			continue
 		}
-		out = append(out, r)
+		ks[m] = ks[i]
+		m++
 	}
-	x := &partX{cluster: r, merged: slices.Clip(out)}
+	out := make([]mref, m)
+	for i := range out {
+		t := ks[i].tail
+		out[i] = mref{s: uint16(t >> 24), e: uint16(t >> 8), p: uint8(t)}
+	}
+	x := &partX{cluster: r, merged: out}
 	if len(ss) > 1 {
 		// An exact array: kept until the part changes, and ss[0] is held in first already.
 		x.rest = append(make([]slice, 0, len(ss)-1), ss[1:]...)
