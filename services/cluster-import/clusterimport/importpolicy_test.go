@@ -15,6 +15,8 @@ import (
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 )
@@ -179,6 +181,27 @@ func TestImportPolicyLifecycleOfTheSpec(t *testing.T) {
 	}
 	if _, err := c2.GetImportPolicy(ctx, connect.NewRequest(&clusterv1.GetImportPolicyRequest{Name: "capi"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("deleted policy after restart: %v", err)
+	}
+}
+
+// A claim on a source whose policy has no event yet is a create in flight (its claim comes
+// before its event): another policy for that source is refused, not handed the source. (Before,
+// such a claim was taken over as a crashed create's, and two policies imported one source.)
+func TestInFlightClaimOfASourceIsNotTakenOver(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
+	register(t, e, "mgmt", nil)
+	ctx := testkit.Context(t, 30*time.Second)
+	kv, err := e.js.JS.KeyValue(ctx, subjects.ImportPolicySourcesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, keys.Join("mgmt", "cluster.x-k8s.io", "clusters"), []byte("in-flight")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: capiPreviewPolicy()}))
+	if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), `"in-flight"`) {
+		t.Fatalf("a policy for a source claimed by a create in flight: %v", err)
 	}
 }
 

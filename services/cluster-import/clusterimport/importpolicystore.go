@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,35 +119,72 @@ func (a *ImportPolicyAPI) validatePolicy(p *clusterv1.ImportPolicy) error {
 	return nil
 }
 
-// claimSource takes the source of p for p, or says which policy has it. A claim whose policy
-// no longer exists (a crash between the claim and the event) is taken over.
+// A create claims its source, then appends its event, within policyWriteTimeout. So a claim
+// whose policy has no event yet is a create in flight until it is older than policyClaimGrace
+// (its create died between the two; the margin covers clock skew between the NATS server that
+// dated the claim and this replica), and only then taken over.
+const (
+	policyWriteTimeout = 30 * time.Second
+	policyClaimGrace   = 2 * time.Minute
+	maxClaimAttempts   = 5
+)
+
+// claimSource takes the source of p for p, or says which policy has it. A claim whose policy is
+// gone, has moved to another source, or never got its event within policyClaimGrace is taken
+// over.
 func (a *ImportPolicyAPI) claimSource(ctx context.Context, p *clusterv1.ImportPolicy) (release func(), err error) {
 	key := sourceKey(p)
 	kv := a.s.policySources
-	if _, err := kv.Create(ctx, key, []byte(p.Name)); err == nil {
-		return func() { a.releaseSource(key, p.Name) }, nil
-	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, apierr.Internal(fmt.Errorf("claim source %s: %w", key, err))
+	for attempt := 0; ; attempt++ {
+		if _, err := kv.Create(ctx, key, []byte(p.Name)); err == nil {
+			return func() { a.releaseSource(key, p.Name) }, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, apierr.Internal(fmt.Errorf("claim source %s: %w", key, err))
+		}
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) && attempt < maxClaimAttempts {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, apierr.Internal(fmt.Errorf("read source claim %s: %w", key, err))
+		}
+		owner := string(e.Value())
+		if owner == p.Name {
+			return func() {}, nil // already ours (an update keeping its source, or a retried create)
+		}
+		held, err := a.claimHeld(ctx, key, owner, e.Created())
+		if err != nil {
+			return nil, err
+		}
+		if held {
+			return nil, apierr.AlreadyExists("import policy for "+describeSource(p), owner)
+		}
+		if _, err := kv.Update(ctx, key, []byte(p.Name), e.Revision()); err == nil {
+			a.s.log.Info("took over an import policy source claim", zap.String("source", key), zap.String("from", owner))
+			return func() { a.releaseSource(key, p.Name) }, nil
+		} else if attempt == maxClaimAttempts {
+			return nil, apierr.Aborted("source %s changed hands meanwhile, try again: %w", describeSource(p), err)
+		}
+		// Another writer changed the claim meanwhile: read it again.
 	}
-	e, err := kv.Get(ctx, key)
-	if err != nil {
-		return nil, apierr.Internal(fmt.Errorf("read source claim %s: %w", key, err))
-	}
-	owner := string(e.Value())
-	if owner == p.Name {
-		return func() {}, nil // already ours (an update keeping its source, or a retried create)
-	}
+}
+
+// claimHeld reports whether owner's claim on source key, made at created, still stands: owner's
+// policy exists with that source, or its create may still be in flight.
+func (a *ImportPolicyAPI) claimHeld(ctx context.Context, key, owner string, created time.Time) (bool, error) {
 	_, last, err := events.Last(ctx, a.s.stream, subjects.ImportPolicy(owner))
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return false, apierr.Internal(err)
 	}
-	if _, gone := payloadOf(last).(*clusterv1.ImportPolicyDeleted); last != nil && !gone {
-		return nil, apierr.AlreadyExists("import policy for "+describeSource(p), owner)
+	switch pl := payloadOf(last).(type) {
+	case *clusterv1.ImportPolicyCreated:
+		return sourceKey(pl.Policy) == key, nil
+	case *clusterv1.ImportPolicyUpdated:
+		return sourceKey(pl.Policy) == key, nil
+	case *clusterv1.ImportPolicyDeleted:
+		return false, nil
 	}
-	if _, err := kv.Update(ctx, key, []byte(p.Name), e.Revision()); err != nil {
-		return nil, apierr.Aborted("source %s changed hands meanwhile, try again: %w", describeSource(p), err)
-	}
-	return func() { a.releaseSource(key, p.Name) }, nil
+	return time.Since(created) < policyClaimGrace, nil
 }
 
 // releaseSource drops key's claim if name still holds it; best effort, detached from the
@@ -199,11 +237,15 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 	if _, gone := payloadOf(prev).(*clusterv1.ImportPolicyDeleted); prev != nil && !gone {
 		return nil, apierr.AlreadyExists("import policy", p.Name)
 	}
-	release, err := a.claimSource(ctx, p)
+	// The claim and the event within policyWriteTimeout: past it, policyClaimGrace later, another
+	// policy may take the claim over.
+	wctx, cancel := context.WithTimeout(ctx, policyWriteTimeout)
+	defer cancel()
+	release, err := a.claimSource(wctx, p)
 	if err != nil {
 		return nil, err
 	}
-	seq, err := a.s.store.Append(ctx, subject, p.Name, events.At(last), &clusterv1.ImportPolicyCreated{Policy: p})
+	seq, err := a.s.store.Append(wctx, subject, p.Name, events.At(last), &clusterv1.ImportPolicyCreated{Policy: p})
 	if err != nil {
 		release()
 		if events.IsConflict(err) {
@@ -236,13 +278,15 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 	}
 	moved := sourceKey(p) != sourceKey(cur)
 	release := func() {}
+	wctx, cancel := context.WithTimeout(ctx, policyWriteTimeout) // as in CreateImportPolicy
+	defer cancel()
 	if moved {
 		var err error
-		if release, err = a.claimSource(ctx, p); err != nil {
+		if release, err = a.claimSource(wctx, p); err != nil {
 			return nil, err
 		}
 	}
-	seq, err := a.s.store.Append(ctx, subjects.ImportPolicy(p.Name), p.Name, events.At(cur.Revision), &clusterv1.ImportPolicyUpdated{Policy: p})
+	seq, err := a.s.store.Append(wctx, subjects.ImportPolicy(p.Name), p.Name, events.At(cur.Revision), &clusterv1.ImportPolicyUpdated{Policy: p})
 	if err != nil {
 		release()
 		if events.IsConflict(err) {
