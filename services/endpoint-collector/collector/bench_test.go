@@ -82,7 +82,7 @@ func seqOf(sn *snapshot) (uint32, bool) {
 }
 
 // marker returns the endpoint of a benchSlice that carries its seq (11.x.x.x), nil if none.
-func marker(s *slice) *endpoint {
+func marker(s slice) *endpoint {
 	for i := range s.n() {
 		if e := s.ep(i); e.addr[12] == 11 {
 			return &e

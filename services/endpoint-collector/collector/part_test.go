@@ -53,10 +53,10 @@ func TestPartShapes(t *testing.T) {
 		if got := show(&p); got != step.want {
 			t.Fatalf("step %d: %s, want %s", i, got, step.want)
 		}
-		if p.usual() == step.withMore || p.ref().info.name != "east" {
+		if p.usual() == step.withMore || p.ref().info.name != "east" || (p.nslices() > 0 && p.x.ports != step.slices[0].ports) {
 			t.Fatalf("step %d: usual %v, x %+v", i, p.usual(), *p.x)
 		}
-		if got := fmt.Sprint(p.slices()); p.nslices() != len(p.slices()) || (p.nslices() > 0 && !strings.Contains(got, p.first.buf)) {
+		if got := fmt.Sprint(p.slices()); p.nslices() != len(p.slices()) || (p.nslices() > 0 && !strings.Contains(got, p.first)) {
 			t.Fatalf("step %d: slices() %s", i, got)
 		}
 		if i > 0 && show(&before) != wantBefore {
@@ -66,7 +66,8 @@ func TestPartShapes(t *testing.T) {
 	}
 }
 
-// A cluster's refs are interned: one per (id, stale), so a snapshot's cluster is one pointer.
+// A cluster's refs are interned: one per (id, stale), so a snapshot's cluster is one pointer;
+// and a ref's record for usual parts, one per port list.
 func TestClusterRefsInterned(t *testing.T) {
 	c := &clusterInfo{name: "east"}
 	a, b := c.ref("id-1", false), c.ref("id-1", true)
@@ -74,7 +75,12 @@ func TestClusterRefsInterned(t *testing.T) {
 		t.Fatal("refs not interned by (id, stale)")
 	}
 	if a.info != c || a.id != "id-1" || a.stale || !b.stale || len(c.refs) != 3 {
-		t.Fatalf("refs %+v %+v, %d held", *a, *b, len(c.refs))
+		t.Fatalf("refs %q/%v and %q/%v, %d held", a.id, a.stale, b.id, b.stale, len(c.refs))
+	}
+	one, two := &[]port{{num: 80}}, &[]port{{num: 81}}
+	if x := a.usualFor(one); x != a.usualFor(one) || x == a.usualFor(two) || x == b.usualFor(one) ||
+		x.cluster != a || x.ports != one || x.merged != nil || x.rest != nil {
+		t.Fatal("usual parts' records not interned by (ref, ports)")
 	}
 }
 
@@ -188,7 +194,7 @@ func TestPartSetRef(t *testing.T) {
 		if before.ref() != live || after.ref() != stale || after.nslices() != len(ss) || before.usual() != after.usual() {
 			t.Fatalf("%d slices: before %p usual %v, after %p usual %v", len(ss), before.ref(), before.usual(), after.ref(), after.usual())
 		}
-		if before.usual() && (after.x != &stale.usual || before.x != &live.usual) {
+		if before.usual() && (after.x != stale.usualFor(noPorts) || before.x != live.usualFor(noPorts)) {
 			t.Fatalf("a usual part does not share its cluster's record")
 		}
 		x := after.x

@@ -54,7 +54,25 @@ type clusterRef struct {
 	info  *clusterInfo
 	id    string
 	stale bool
-	usual partX // the partX of every usual part of this cluster (part)
+
+	mu    sync.Mutex
+	usual map[*[]port]*partX // the partX of every usual part of this cluster, by its ports (part)
+}
+
+// usualFor returns the record of every usual part of r whose slice has ports (shared, so the
+// same for the same ports: portLists).
+func (r *clusterRef) usualFor(ports *[]port) *partX {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if x, ok := r.usual[ports]; ok {
+		return x
+	}
+	if r.usual == nil {
+		r.usual = map[*[]port]*partX{}
+	}
+	x := &partX{cluster: r, ports: ports}
+	r.usual[ports] = x
+	return x
 }
 
 // ref returns the interned clusterRef of c with id and stale.
@@ -67,7 +85,6 @@ func (c *clusterInfo) ref(id string, stale bool) *clusterRef {
 		}
 	}
 	r := &clusterRef{info: c, id: id, stale: stale}
-	r.usual.cluster = r
 	c.refs = append(c.refs, r)
 	return r
 }
@@ -132,7 +149,8 @@ func (t *targetIndex) of(si, ei int) uint32 {
 		t.starts = make([][]uint32, t.p.nslices())
 	}
 	if t.starts[si] == nil {
-		t.starts[si] = t.p.slice(si).targetStarts(nil)
+		s := t.p.slice(si)
+		t.starts[si] = s.targetStarts(nil)
 	}
 	return t.starts[si][ei]
 }
@@ -229,7 +247,7 @@ func (sn *snapshot) ready() uint32 {
 	for i := range sn.clusters {
 		cs := &sn.clusters[i]
 		for _, r := range cs.refs() {
-			if cs.slice(int(r.s)).flags(int(r.e))&fReady != 0 {
+			if s := cs.slice(int(r.s)); s.flags(int(r.e))&fReady != 0 {
 				n++
 			}
 		}

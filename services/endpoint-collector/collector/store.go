@@ -299,13 +299,14 @@ func (s *slice) eachEndpoint(f func(i int, e *endpoint, target string)) {
 var noPorts = &[]port{{}}
 
 // portLists shares the port lists of slices: most slices of a fleet have one of a few (http
-// 8080/TCP), so a slice points at the list of an earlier slice with the same ports instead of
-// holding its own array, and a pointer rather than a slice header (the slice struct is then 64
-// bytes instead of 80). The table is small and direct-mapped, so it stays bounded, and a list it
-// no longer holds goes with the last slice using it.
+// 8080/TCP), so a slice points at the one list of its ports instead of holding its own array,
+// and a pointer rather than a slice header (a slice is then 24 bytes instead of 40). One list per
+// distinct content, kept like the interned strings (strtab): a fleet has few, and the lists'
+// pointers then stand for their contents, which the usual parts' records are keyed by
+// (clusterRef.usualFor).
 type portLists struct {
-	mu     sync.Mutex
-	recent [256]*[]port
+	mu    sync.Mutex
+	lists map[string]*[]port // by the ports' bytes (portKey)
 }
 
 // share returns ports as a shared list; ports may be a caller's buffer.
@@ -313,20 +314,23 @@ func (t *portLists) share(ports []port) *[]port {
 	if len(ports) == 0 {
 		return noPorts
 	}
-	h := uint32(2166136261)
+	var kb [7 * 8]byte
+	key := kb[:0]
 	for _, p := range ports {
-		h = (h ^ (uint32(p.num) | uint32(p.proto)<<16)) * 16777619
-		h = (h ^ p.name) * 16777619
+		key = append(key, byte(p.num), byte(p.num>>8), p.proto)
+		key = binary.LittleEndian.AppendUint32(key, p.name)
 	}
-	e := &t.recent[(h^h>>8^h>>16^h>>24)%uint32(len(t.recent))]
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if *e != nil && slices.Equal(**e, ports) {
-		return *e
+	if l, ok := t.lists[string(key)]; ok { // no allocation for the lookup
+		return l
+	}
+	if t.lists == nil {
+		t.lists = map[string]*[]port{}
 	}
 	list := append([]port(nil), ports...)
-	*e = &list
-	return *e
+	t.lists[string(key)] = &list
+	return &list
 }
 
 // mref points at one (endpoint, port) of a part's slices: the merged, de-duplicated list of a
@@ -342,43 +346,44 @@ type mref struct {
 // reconciler copies it, gives it new slices (setSlices) and publishes a new snapshot.
 //
 // The usual part is one slice on one port whose merge is the identity (identity1): that part is
-// the slice itself, held here by value, and its cluster, through x pointing at the cluster's
-// partX for such parts (clusterRef.usual), so a part costs no array of slices, no merge list
-// and no record of its own. Other parts put their cluster, other slices and merge in a partX of
-// their own. A part is then 32 bytes: one pointer for the cluster and what is not the usual
-// (BenchmarkMemoryPerEndpoint: 16 bytes less per service with two clusters than a pointer for
-// each).
+// the slice's string, held here, and a pointer to a record its cluster keeps for every usual
+// part with the same ports (clusterRef.usualFor), so a part costs no array of slices, no merge
+// list and no record of its own. Other parts put their cluster, the first slice's ports, their
+// other slices and their merge in a partX of their own. A part is then 24 bytes
+// (BenchmarkMemoryPerEndpoint: a service in two clusters 16 bytes less than with a pointer for
+// the cluster and one for the ports, 32 less than with a third for what is not the usual).
 type part struct {
-	// first is the first slice by name; its buf is "" when the part has no slices (a part
-	// being built: a keyed slice's buf is never empty). A slice never changes, so copies share
-	// its string and ports.
-	first slice
+	// first is the string of the first slice by name, "" when the part has no slices (a part
+	// being built: a slice's string is never empty). A slice never changes, so copies share
+	// its string.
+	first string
 	x     *partX
 }
 
-// partX is a part's cluster (and in a served clusterSnap its id and staleness) and, in a part
-// other than the usual one, its slices after the first (by name, by value) and its merge
-// (refs), a list of its own.
+// partX is a part's cluster (and in a served clusterSnap its id and staleness), the ports of
+// its first slice and, in a part other than the usual one, its slices after the first (by
+// name, by value) and its merge (refs), a list of its own.
 type partX struct {
 	cluster *clusterRef
+	ports   *[]port
 	rest    []slice
-	merged  []mref
+	merged  []mref // nil in the usual part
 }
 
 // newPart returns a part of cluster r without slices.
-func newPart(r *clusterRef) part { return part{x: &r.usual} }
+func newPart(r *clusterRef) part { return part{x: r.usualFor(noPorts)} }
 
 // ref returns the part's cluster.
 func (p *part) ref() *clusterRef { return p.x.cluster }
 
-func (p *part) usual() bool { return p.x == &p.x.cluster.usual }
+func (p *part) usual() bool { return p.x.merged == nil }
 
 // setRef makes r the part's cluster.
 func (p *part) setRef(r *clusterRef) {
 	switch {
 	case p.x.cluster == r:
 	case p.usual():
-		p.x = &r.usual
+		p.x = r.usualFor(p.x.ports)
 	default:
 		x := *p.x // the part before keeps its own
 		x.cluster = r
@@ -388,21 +393,18 @@ func (p *part) setRef(r *clusterRef) {
 
 // nslices returns how many slices the part has.
 func (p *part) nslices() int {
-	switch {
-	case p.first.buf == "":
+	if p.first == "" {
 		return 0
-	case p.usual():
-		return 1
 	}
 	return 1 + len(p.x.rest)
 }
 
 // slice returns the part's slice i, by name.
-func (p *part) slice(i int) *slice {
+func (p *part) slice(i int) slice {
 	if i == 0 {
-		return &p.first
+		return slice{buf: p.first, ports: p.x.ports}
 	}
-	return &p.x.rest[i-1]
+	return p.x.rest[i-1]
 }
 
 // slices returns a new array of the part's slices, for the reconciler to change.
@@ -412,17 +414,17 @@ func (p *part) slices() []slice {
 		return nil
 	}
 	out := make([]slice, 1, n)
-	out[0] = p.first
+	out[0] = p.slice(0)
 	return append(out, p.x.rest...)
 }
 
 // refs returns the part's merge.
 func (p *part) refs() []mref {
 	switch {
-	case p.first.buf == "":
+	case p.first == "":
 		return nil
 	case p.usual():
-		n := p.first.n()
+		n := (&slice{buf: p.first}).n()
 		return identity1[:n:n]
 	}
 	return p.x.merged
@@ -432,14 +434,14 @@ func (p *part) refs() []mref {
 // them: the de-duplicated list of (endpoint, port) of the part.
 func (p *part) setSlices(ss []slice) {
 	r := p.ref()
-	p.x = &r.usual
 	if len(ss) == 0 {
-		p.first = slice{}
+		p.first, p.x = "", r.usualFor(noPorts)
 		return
 	}
-	p.first = ss[0]
+	p.first = ss[0].buf
 	if len(ss) == 1 && len(*ss[0].ports) == 1 && ss[0].n() <= len(identity1) && (ss[0].n() == 0 || ascending(&ss[0])) {
-		return // the usual part: identity1 over its one slice, nothing of its own
+		p.x = r.usualFor(ss[0].ports) // the usual part: identity1 over its one slice, nothing of its own
+		return
 	}
 	// Every (endpoint, port) as a key that orders it, decoded from the slices' strings once:
 	// the address (big endian, so ordered as numbers as its bytes are), then in tail the
@@ -491,7 +493,7 @@ func (p *part) setSlices(ss []slice) {
 		t := ks[i].tail
 		out[i] = mref{s: uint16(t >> 24), e: uint16(t >> 8), p: uint8(t)}
 	}
-	x := &partX{cluster: r, merged: out}
+	x := &partX{cluster: r, ports: ss[0].ports, merged: out}
 	if len(ss) > 1 {
 		// An exact array: kept until the part changes, and ss[0] is held in first already.
 		x.rest = append(make([]slice, 0, len(ss)-1), ss[1:]...)
