@@ -1,20 +1,33 @@
 package collector
 
-import "hash/maphash"
+import (
+	"fmt"
+	"hash/maphash"
+)
 
 // table is a set of values, each found by a key it holds (key): the collector's largest
 // indexes, whose values already hold their keys, so a Go map would hold each key twice (a
 // string header in its slot) at the map's load. A table holds each value once in a dense
-// array, and a 4-byte slot for it in an open-addressing table at most half full (linear
-// probing, deletion without tombstones): for a string value ~26 bytes against a map of
-// string to string's ~51 (BenchmarkMemoryPerEndpoint). Not safe for concurrent use; readers
-// (get, each) may share it.
+// array, and a 4-byte slot for it in an open-addressing table at most 7/8 full (linear
+// probing, deletion without tombstones); a slot holds the top byte of its key's hash beside
+// the value's index, so a probe reads a value only when that byte matches. For a string value
+// ~22 bytes against a map of string to string's ~51 (BenchmarkMemoryPerEndpoint). A table
+// holds at most maxTableLen values. Not safe for concurrent use; readers (get, each) may share
+// it.
 type table[T any] struct {
 	seed  maphash.Seed
 	key   func(T) string
 	vals  []T      // dense, in no order
-	slots []uint32 // 0: empty; i+1: vals[i]
+	slots []uint32 // 0: empty; else tag<<slotIndexBits | (i+1) for vals[i]
 }
+
+const (
+	slotIndexBits = 24
+	slotIndexMask = 1<<slotIndexBits - 1
+	// maxTableLen is what a slot's index can say: 16,777,215 values, past what one collector
+	// holds (a table is one cluster's slices of one namespace, or the services).
+	maxTableLen = slotIndexMask - 1
+)
 
 func newTable[T any](key func(T) string) *table[T] {
 	return &table[T]{seed: maphash.MakeSeed(), key: key}
@@ -32,29 +45,45 @@ func nameOf(buf string) string { return (&slice{buf: buf}).name() }
 
 func (x *table[T]) len() int { return len(x.vals) }
 
-func (x *table[T]) home(key string) int {
-	return int(maphash.String(x.seed, key) & uint64(len(x.slots)-1))
+func (x *table[T]) hash(key string) (home int, tag uint32) {
+	h := maphash.String(x.seed, key)
+	return int(h & uint64(len(x.slots)-1)), uint32(h>>(64-(32-slotIndexBits))) << slotIndexBits
 }
+
+func (x *table[T]) home(key string) int {
+	h, _ := x.hash(key)
+	return h
+}
+
+// at returns the value of a full slot.
+func (x *table[T]) at(slot uint32) T { return x.vals[slot&slotIndexMask-1] }
 
 // find returns the slot of key, or the empty slot where it would go and false.
 func (x *table[T]) find(key string) (int, bool) {
 	mask := len(x.slots) - 1
-	for i := x.home(key); ; i = (i + 1) & mask {
+	h, tag := x.hash(key)
+	for i := h; ; i = (i + 1) & mask {
 		v := x.slots[i]
 		if v == 0 {
 			return i, false
 		}
-		if x.key(x.vals[v-1]) == key {
+		if v&^slotIndexMask == tag && x.key(x.at(v)) == key {
 			return i, true
 		}
 	}
+}
+
+// slot returns the slot of value index i (of vals), with key's tag.
+func (x *table[T]) slot(key string, i int) uint32 {
+	_, tag := x.hash(key)
+	return tag | uint32(i+1)
 }
 
 // get returns the value of key.
 func (x *table[T]) get(key string) (T, bool) {
 	if len(x.vals) > 0 {
 		if i, ok := x.find(key); ok {
-			return x.vals[x.slots[i]-1], true
+			return x.at(x.slots[i]), true
 		}
 	}
 	var zero T
@@ -66,16 +95,19 @@ func (x *table[T]) put(v T) bool {
 	key := x.key(v)
 	if len(x.vals) > 0 {
 		if i, ok := x.find(key); ok {
-			x.vals[x.slots[i]-1] = v
+			x.vals[x.slots[i]&slotIndexMask-1] = v
 			return false
 		}
 	}
-	if (len(x.vals)+1)*2 > len(x.slots) {
+	if len(x.vals) == maxTableLen {
+		panic(fmt.Sprintf("collector: a table of %d values is full", maxTableLen))
+	}
+	if (len(x.vals)+1)*8 > len(x.slots)*7 {
 		x.resize(max(8, 2*len(x.slots)))
 	}
 	i, _ := x.find(key)
 	x.vals = append(x.vals, v)
-	x.slots[i] = uint32(len(x.vals))
+	x.slots[i] = x.slot(key, len(x.vals)-1)
 	return true
 }
 
@@ -89,12 +121,12 @@ func (x *table[T]) del(key string) (T, bool) {
 	if !ok {
 		return zero, false
 	}
-	at := int(x.slots[i] - 1)
+	at := int(x.slots[i]&slotIndexMask - 1)
 	old := x.vals[at]
 	// Shift back what the emptied slot would cut off from its home.
 	mask := len(x.slots) - 1
 	for j := (i + 1) & mask; x.slots[j] != 0; j = (j + 1) & mask {
-		h := x.home(x.key(x.vals[x.slots[j]-1]))
+		h := x.home(x.key(x.at(x.slots[j])))
 		// Slot j stays when its home is cyclically within (i, j].
 		if (i < j && i < h && h <= j) || (j < i && (h > i || h <= j)) {
 			continue
@@ -108,8 +140,9 @@ func (x *table[T]) del(key string) (T, bool) {
 	if at != last {
 		moved := x.vals[last]
 		x.vals[at] = moved
-		j, _ := x.find(x.key(moved))
-		x.slots[j] = uint32(at + 1)
+		k := x.key(moved)
+		j, _ := x.find(k)
+		x.slots[j] = x.slot(k, at)
 	}
 	x.vals[last] = zero
 	x.vals = x.vals[:last]
@@ -125,8 +158,9 @@ func (x *table[T]) del(key string) (T, bool) {
 func (x *table[T]) resize(size int) {
 	x.slots = make([]uint32, size)
 	for k, v := range x.vals {
-		i, _ := x.find(x.key(v))
-		x.slots[i] = uint32(k + 1)
+		key := x.key(v)
+		i, _ := x.find(key)
+		x.slots[i] = x.slot(key, k)
 	}
 }
 
