@@ -49,7 +49,8 @@ type clusterInfo struct {
 
 // clusterRef is a cluster as a snapshot serves it: the cluster, its id and whether it was stale
 // when the snapshot was published. Interned per cluster, so that a snapshot's cluster holds
-// the three as one pointer, which is also that of what is not the usual in a part (part.x).
+// the three as one pointer. It keeps the record its usual parts share (usualFor): a part is
+// then its first slice's string and one pointer (part).
 type clusterRef struct {
 	info  *clusterInfo
 	id    string
@@ -123,7 +124,7 @@ type override struct {
 // clusterSnap is one cluster of a snapshot: the part (the service's slices in that cluster,
 // shared with the snapshots before and after as long as they do not change) and what the
 // snapshot serves it with: the cluster's id and staleness (part.ref, a clusterRef) and its
-// weight (snapshot.clusterWeight). 32 bytes. When the cluster's agent was last heard is read
+// weight (snapshot.clusterWeight). 24 bytes. When the cluster's agent was last heard is read
 // from the cluster when a response is built, not kept here: 8 bytes per cluster of every
 // service (BenchmarkMemoryPerEndpoint), and a response then says when the agent was last
 // heard as of the response, not as of the service's last change.
@@ -194,8 +195,8 @@ type snapWeights struct {
 // snapshot is made from. Responses built from it are cached in it, so a popular service is
 // encoded once per change, not once per request. A service costs this struct (64 bytes, a size
 // class: what every snapshot shares, snapEnv, is passed in by the caller rather than pointed
-// at, and its count of ready endpoints is counted when asked), its clusters (72 bytes each,
-// the first slice of each included) and its slices' endpoints and names.
+// at, and its count of ready endpoints is counted when asked), its clusters (24 bytes each:
+// the first slice's string and one pointer, part) and its slices' strings.
 type snapshot struct {
 	key     string // namespace/name
 	version uint64

@@ -11,10 +11,11 @@ import (
 
 // The store keeps every endpoint of every service in every cluster in memory, compactly: the
 // architecture plans for 1,000,000 endpoints and one collector holds them all. An endpoint is a
-// fixed-size, pointer-free struct (IP and target uid as 16 bytes, zone and node as interned ids,
-// conditions as bits) inside its slice's array, so the garbage collector never scans it and a
-// million of them cost ~50 MB. Everything a query reads is an immutable snapshot published per
-// service with an atomic pointer: readers take no lock and never see a half-applied change.
+// fixed-size record (an IPv4 address in 4 bytes or an IPv6 one in 16, the target's uid in 16,
+// zone and node as interned ids, conditions as bits) inside its slice's string, so the garbage
+// collector never scans it and a million of them cost 31-43 MB. Everything a query reads is an
+// immutable snapshot per service, swapped in whole: readers hold the store's read lock only to
+// find it, and never see a half-applied change.
 
 // Endpoint condition and address bits.
 const (
@@ -306,7 +307,7 @@ var noPorts = &[]port{{}}
 // (clusterRef.usualFor).
 type portLists struct {
 	mu    sync.Mutex
-	lists map[string]*[]port // by the ports' bytes (portKey)
+	lists map[string]*[]port // by the ports' bytes: number, protocol and interned name of each
 }
 
 // share returns ports as a shared list; ports may be a caller's buffer.
