@@ -298,7 +298,7 @@ func BenchmarkSliceReplay(b *testing.B) {
 		}
 		rate := replay(nil)
 		genRate := replay(func(c *Collector) {
-			c.ingest.fast = func([]byte) (reportHeader, *slice, error) { return reportHeader{}, nil, errSlowPath }
+			c.ingest.fast = func([]byte, string) (reportHeader, *slice, error) { return reportHeader{}, nil, errSlowPath }
 		})
 		b.ReportMetric(rate, "updates/s")
 		b.ReportMetric(busRate, "bus-updates/s")

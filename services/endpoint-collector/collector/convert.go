@@ -19,7 +19,7 @@ const (
 
 // convert turns a report into the compact slice the store keeps. Endpoints whose first address
 // is not an IP (FQDN slices) are skipped: a proxy needs addresses it can connect to.
-func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
+func (st *Store) convert(r *endpointv1.EndpointSliceReport, name string) (*slice, error) {
 	if len(r.Endpoints) > maxSliceEndpoints || len(r.Ports) >= maxSlicePorts {
 		return nil, fmt.Errorf("slice %s/%s: %d endpoints, %d ports is more than a slice can hold",
 			r.Namespace, r.Slice, len(r.Endpoints), len(r.Ports))
@@ -31,9 +31,19 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 		}
 		ports = append(ports, port{num: uint16(p.Port), proto: protocolOf(p.Protocol), name: st.strs.id(p.Name)})
 	}
-	shared := st.ports.share(ports)
+	eps, targets := st.convertEndpoints(r)
+	s, ok := newSlice(eps, targets, st.ports.share(ports), name, r.Service)
+	if !ok {
+		return nil, fmt.Errorf("slice %s/%.64s: a name of %d bytes or a service name of %d is longer than Kubernetes allows",
+			r.Namespace, name, len(name), len(r.Service))
+	}
+	return s, nil
+}
+
+// convertEndpoints turns a report's endpoints into the store's, their targets in an arena.
+func (st *Store) convertEndpoints(r *endpointv1.EndpointSliceReport) ([]endpoint, []byte) {
 	if strings.EqualFold(r.AddressType, "FQDN") {
-		return newSlice(nil, nil, shared), nil
+		return nil, nil
 	}
 	var targets []byte
 	eps := make([]endpoint, 0, len(r.Endpoints))
@@ -77,16 +87,19 @@ func (st *Store) convert(r *endpointv1.EndpointSliceReport) (*slice, error) {
 		}
 		eps = append(eps, ep)
 	}
-	return newSlice(eps, targets, shared), nil
+	return eps, targets
 }
 
-// newSlice returns a decoded slice, to be named by the ingester (from the report's subject):
-// eps, within maxSliceEndpoints, go in address order (sortEndpoints) and are encoded with
-// their targets, from arena targets.
-func newSlice(eps []endpoint, targets []byte, ports *[]port) *slice {
+// newSlice returns a decoded slice named name (from the report's subject), of service svc: eps,
+// within maxSliceEndpoints, go in address order (sortEndpoints) and are encoded with their
+// targets, from arena targets. False when a name is longer than a slice can hold.
+func newSlice(eps []endpoint, targets []byte, ports *[]port, name, svc string) (*slice, bool) {
 	sortEndpoints(eps)
-	buf, _ := encodeSlice("", "", eps, targets)
-	return &slice{buf: buf, ports: ports}
+	buf, ok := encodeSlice(name, svc, eps, targets)
+	if !ok {
+		return nil, false
+	}
+	return &slice{buf: buf, ports: ports}, true
 }
 
 func protocolOf(p string) uint8 {

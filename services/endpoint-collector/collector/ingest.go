@@ -203,7 +203,7 @@ type ingester struct {
 	// fast decodes a slice report straight from the wire (wire.go), or declines with
 	// errSlowPath; BenchmarkSliceReplay swaps in one that always declines, to measure the
 	// generated code alone.
-	fast func(data []byte) (reportHeader, *slice, error)
+	fast func(data []byte, name string) (reportHeader, *slice, error)
 
 	mu       sync.Mutex
 	clusters map[string]*clusterIngest
@@ -257,10 +257,10 @@ func (in *ingester) handle(subject string, data []byte, ts time.Time) error {
 		if err := errors.Join(err1, err2); err != nil {
 			return fmt.Errorf("%w: subject %s: %v", errMalformed, subject, err)
 		}
-		h, sl, err := in.fast(data)
+		h, sl, err := in.fast(data, name)
 		if err != nil {
 			// The generated code decodes what the fast path declined, or says what is wrong.
-			if h, sl, err = in.decodeSlow(data, subject); err != nil {
+			if h, sl, err = in.decodeSlow(data, subject, name); err != nil {
 				return err
 			}
 		}
@@ -300,7 +300,7 @@ func (in *ingester) touch(ci *clusterIngest, ts time.Time) {
 
 // decodeSlow decodes a slice report with the generated code: what the fast path declined, and
 // the reference the fast path is tested against (wire_test.go).
-func (in *ingester) decodeSlow(data []byte, subject string) (reportHeader, *slice, error) {
+func (in *ingester) decodeSlow(data []byte, subject, name string) (reportHeader, *slice, error) {
 	env := &eventv1.Envelope{}
 	if err := proto.Unmarshal(data, env); err != nil {
 		return reportHeader{}, nil, fmt.Errorf("%w: decode envelope: %v", errMalformed, err)
@@ -316,7 +316,7 @@ func (in *ingester) decodeSlow(data []byte, subject string) (reportHeader, *slic
 	if h.deleted || h.service == "" {
 		return h, nil, nil
 	}
-	sl, err := in.c.store.convert(r)
+	sl, err := in.c.store.convert(r, name)
 	if err != nil {
 		return h, nil, fmt.Errorf("%w: %v", errMalformed, err)
 	}
@@ -336,9 +336,12 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 		}
 		return nil
 	}
-	// One copy of the slice's name: in its buf, where the index's is too.
-	if !sl.setName(name, r.service) {
-		return fmt.Errorf("%w: slice name of %d bytes or service name of %d", errMalformed, len(name), len(r.service))
+	// The decoders name the slice (one copy of its name, in its buf, where the index's is too);
+	// one that did not (a test's) is named here.
+	if sl.name() != name || sl.service() != r.service {
+		if !sl.setName(name, r.service) {
+			return fmt.Errorf("%w: slice name of %d bytes or service name of %d", errMalformed, len(name), len(r.service))
+		}
 	}
 	if had && prev != r.service {
 		in.drop(ci, ns, name, prev)

@@ -103,8 +103,8 @@ func namedBuf(name, svc string) string {
 func TestIndexKeysTheCurrentSlice(t *testing.T) {
 	c := newCollector(Config{}, quietLogger())
 	var last *slice
-	c.ingest.fast = func(data []byte) (reportHeader, *slice, error) {
-		h, sl, err := c.store.decodeReport(data)
+	c.ingest.fast = func(data []byte, name string) (reportHeader, *slice, error) {
+		h, sl, err := c.store.decodeReport(data, name)
 		last = sl
 		return h, sl, err
 	}

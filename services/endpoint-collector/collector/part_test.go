@@ -223,8 +223,7 @@ func BenchmarkMergeSlices(b *testing.B) {
 			}
 			eps = append(eps, e)
 		}
-		s := newSlice(eps, nil, ports)
-		s.setName(fmt.Sprintf("svc-%d", k), "svc")
+		s, _ := newSlice(eps, nil, ports, fmt.Sprintf("svc-%d", k), "svc")
 		ss = append(ss, *s)
 	}
 	p := newPart((&clusterInfo{name: "east"}).bare())

@@ -175,7 +175,7 @@ func payloadOf(data []byte) ([]byte, error) {
 
 // decodeReport decodes an envelope holding an EndpointSliceReport. The slice is nil for a
 // tombstone.
-func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
+func (st *Store) decodeReport(data []byte, name string) (reportHeader, *slice, error) {
 	var h reportHeader
 	value, err := payloadOf(data)
 	if err != nil {
@@ -247,7 +247,11 @@ func (st *Store) decodeReport(data []byte) (reportHeader, *slice, error) {
 	if fqdn {
 		eps = nil
 	}
-	return h, newSlice(eps, targets, shared), nil
+	s, ok := newSlice(eps, targets, shared, name, h.service)
+	if !ok {
+		return h, nil, errSlowPath // the slow path says why
+	}
+	return h, s, nil
 }
 
 func (st *Store) decodePort(data []byte) (port, error) {

@@ -34,7 +34,7 @@ func envelope(t testing.TB, m proto.Message) []byte {
 // slow decodes with the generated code, as the ingester's fallback does.
 func slow(st *Store, data []byte) (reportHeader, *slice, error) {
 	in := newIngester(&Collector{store: st})
-	return in.decodeSlow(data, "fleet.agent.east.endpointslice.ns.s")
+	return in.decodeSlow(data, "fleet.agent.east.endpointslice.ns.s", "s")
 }
 
 func sameSlice(a, b *slice) bool {
@@ -100,7 +100,7 @@ func TestWireDecoderMatchesGeneratedCode(t *testing.T) {
 		st := NewStore()
 		data := envelope(t, r)
 		hs, ss, serr := slow(st, data)
-		hf, sf, err := st.decodeReport(data)
+		hf, sf, err := st.decodeReport(data, "s")
 		if serr != nil {
 			// Malformed: the fast path must decline it, so that the slow path's error is what
 			// gets reported.
@@ -178,7 +178,7 @@ func FuzzDecodeReport(f *testing.F) {
 		st := NewStore()
 		hs, ss, serr := slow(st, in) // first, so that both see the same interned ids
 		data := bytes.Clone(in)
-		hf, sf, err := st.decodeReport(data)
+		hf, sf, err := st.decodeReport(data, "s")
 		if err != nil {
 			if err != errSlowPath {
 				t.Fatalf("the wire decoder returned %v; it may only decline (errSlowPath)", err)
@@ -212,7 +212,7 @@ func TestWireDecoderDeclines(t *testing.T) {
 		"garbage":   []byte("\xff\xff\xff"),
 		"empty":     nil,
 	} {
-		if _, _, err := st.decodeReport(data); err != errSlowPath {
+		if _, _, err := st.decodeReport(data, "s"); err != errSlowPath {
 			t.Errorf("%s: want errSlowPath, got %v", name, err)
 		}
 	}
@@ -223,7 +223,7 @@ func BenchmarkDecodeReport(b *testing.B) {
 	st := NewStore()
 	b.Run("wire", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, err := st.decodeReport(data); err != nil {
+			if _, _, err := st.decodeReport(data, "s"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -231,7 +231,7 @@ func BenchmarkDecodeReport(b *testing.B) {
 	b.Run("generated", func(b *testing.B) {
 		in := newIngester(&Collector{store: st})
 		for b.Loop() {
-			if _, _, err := in.decodeSlow(data, "x"); err != nil {
+			if _, _, err := in.decodeSlow(data, "x", "s"); err != nil {
 				b.Fatal(err)
 			}
 		}
