@@ -235,3 +235,43 @@ func BenchmarkMergeSlices(b *testing.B) {
 		b.Fatalf("%d merged", n)
 	}
 }
+
+// A part's targets read in merge order are each endpoint's own, whichever way the merge walks
+// the slices: in order (the usual part; a slice's ports one after the other) or across them.
+func TestTargetIndex(t *testing.T) {
+	st := NewStore()
+	mk := func(name string, ports *[]port, lasts ...byte) slice {
+		var eps []endpoint
+		var arena []byte
+		for _, b := range lasts {
+			e := endpoint{flags: fV4 | fReady}
+			e.addr[10], e.addr[11], e.addr[15] = 0xff, 0xff, b
+			target := fmt.Sprintf("Pod/%s-%s", name, strings.Repeat("x", int(b)))
+			e.tOff, e.tLen = uint32(len(arena)), uint16(len(target))
+			arena = append(arena, target...)
+			eps = append(eps, e)
+		}
+		s, _ := newSlice(eps, arena, ports, name, "svc")
+		return *s
+	}
+	one := st.ports.share([]port{{num: 80}})
+	two := st.ports.share([]port{{num: 80}, {num: 81}})
+	for _, ss := range [][]slice{
+		{mk("a", one, 1, 2, 3)},                     // the usual part
+		{mk("a", two, 1, 2, 3)},                     // two ports
+		{mk("a", one, 1, 4, 6), mk("b", one, 2, 5)}, // the merge goes back and forth
+		{mk("a", two, 5, 9), mk("b", one, 1, 5, 7)}, // and a copy in both
+	} {
+		p := newPart((&clusterInfo{name: "east"}).bare())
+		p.setSlices(ss)
+		idx := targetStarts(&p)
+		for _, r := range p.refs() {
+			s := p.slice(int(r.s))
+			e := s.ep(int(r.e))
+			want := fmt.Sprintf("Pod/%s-%s", s.name(), strings.Repeat("x", int(e.addr[15])))
+			if got := s.target(int(r.e), idx.of(int(r.s), int(r.e))); got != want {
+				t.Fatalf("%d slices: endpoint %d of %s: target %q, want %q", len(ss), r.e, s.name(), got, want)
+			}
+		}
+	}
+}

@@ -133,27 +133,38 @@ type clusterSnap struct {
 }
 
 // targetIndex says where each endpoint's target starts in its slice's targets(), for a reader
-// of a part's endpoints in merge order: the places of a slice's targets are taken once, when
-// an endpoint past its first is read.
+// of a part's endpoints in merge order. Read in slice order (the usual part, and a slice's
+// ports one after the other), a start is the one before plus its length; otherwise the starts
+// of a slice are taken once, when read out of order.
 type targetIndex struct {
 	p      *part
-	starts [][]uint32 // by slice, made on first use
+	si, ei int    // the endpoint read last
+	at     uint32 // and where its target starts
+	starts [][]uint32
 }
 
-func targetStarts(p *part) targetIndex { return targetIndex{p: p} }
+func targetStarts(p *part) targetIndex { return targetIndex{p: p, si: -1} }
 
 func (t *targetIndex) of(si, ei int) uint32 {
-	if ei == 0 {
-		return 0
-	}
-	if t.starts == nil {
-		t.starts = make([][]uint32, t.p.nslices())
-	}
-	if t.starts[si] == nil {
+	switch {
+	case ei == 0:
+		t.at = 0
+	case si == t.si && ei == t.ei:
+	case si == t.si && ei == t.ei+1:
 		s := t.p.slice(si)
-		t.starts[si] = s.targetStarts(nil)
+		t.at += uint32(s.tLen(t.ei))
+	default:
+		if t.starts == nil {
+			t.starts = make([][]uint32, t.p.nslices())
+		}
+		if t.starts[si] == nil {
+			s := t.p.slice(si)
+			t.starts[si] = s.targetStarts(nil)
+		}
+		t.at = t.starts[si][ei]
 	}
-	return t.starts[si][ei]
+	t.si, t.ei = si, ei
+	return t.at
 }
 
 func (c *clusterSnap) name() string { return c.ref().info.name }

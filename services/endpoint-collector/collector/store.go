@@ -257,6 +257,12 @@ func (s *slice) targetStarts(dst []uint32) []uint32 {
 	return dst
 }
 
+// tLen returns the length of endpoint i's target.
+func (s *slice) tLen(i int) int {
+	r, _ := s.rec(i)
+	return int(r[len(r)-3]) | int(r[len(r)-2])<<8
+}
+
 // target returns endpoint i's target, whose place in targets() is start (targetStarts).
 func (s *slice) target(i int, start uint32) string {
 	r, _ := s.rec(i)
