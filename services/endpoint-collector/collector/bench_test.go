@@ -491,15 +491,8 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int) {
 	clusters := []string{"east", "west"}
 	total := services * len(clusters) * eps
 	for range b.N {
-		heap := func() uint64 {
-			runtime.GC()
-			runtime.GC()
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			return ms.HeapAlloc
-		}
 		ctx, cancel := context.WithCancel(context.Background())
-		before := heap()
+		before := liveHeap()
 		c := newCollector(Config{}, quietLogger())
 		acker := &memAcker{}
 		c.js = acker
@@ -543,7 +536,7 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(2 * c.cfg.ViewFlushInterval) // the last flush's acks are collected
-		written := heap()
+		written := liveHeap()
 		writeHeapProfile(b, fmt.Sprintf("written-eps-%d-services-%d", eps, services))
 
 		// Every service queried once, as a Connect JSON client would.
@@ -558,7 +551,7 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int) {
 				b.Fatal(err)
 			}
 		}
-		queried := heap()
+		queried := liveHeap()
 		writeHeapProfile(b, fmt.Sprintf("queried-eps-%d-services-%d", eps, services))
 		cachedEntries, cachedBytes := c.codec.stats()
 		ours := float64(written-before) / float64(total)
@@ -569,7 +562,7 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int) {
 
 		// Baseline: the same endpoints as API messages.
 		naive := map[string][]*endpointv1.ClusterEndpoints{}
-		before = heap()
+		before = liveHeap()
 		for s := range services {
 			var ces []*endpointv1.ClusterEndpoints
 			for _, cl := range clusters {
@@ -584,7 +577,7 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int) {
 			}
 			naive["bench/"+fmt.Sprintf("svc-%d", s)] = ces
 		}
-		after := heap()
+		after := liveHeap()
 		base := float64(after-before) / float64(total)
 		runtime.KeepAlive(naive)
 		b.ReportMetric(ours, "bytes/endpoint")
@@ -664,15 +657,8 @@ func BenchmarkResponseCacheHitRate(b *testing.B) {
 			for _, dist := range []string{"zipf-1.1", "zipf-1.5", "uniform"} {
 				b.Run(fmt.Sprintf("eps-%d/%dMiB/%s", eps, mib, dist), func(b *testing.B) {
 					for range b.N {
-						heap := func() uint64 {
-							runtime.GC()
-							runtime.GC()
-							var ms runtime.MemStats
-							runtime.ReadMemStats(&ms)
-							return ms.HeapAlloc
-						}
 						c := memCollector(b, Config{ResponseCacheBytes: mib << 20}, services, eps)
-						before := heap()
+						before := liveHeap()
 						rng := rand.New(rand.NewPCG(1, 2))
 						next := func() int { return rng.IntN(services) }
 						if s, ok := strings.CutPrefix(dist, "zipf-"); ok {
@@ -697,7 +683,7 @@ func BenchmarkResponseCacheHitRate(b *testing.B) {
 							query(b, c, s)
 						}
 						elapsed := time.Since(start)
-						after := heap()
+						after := liveHeap()
 						entries, _ := c.codec.stats()
 						b.ReportMetric(float64(hits)/queries, "hit-rate")
 						b.ReportMetric(float64(elapsed.Nanoseconds())/queries, "ns/query")

@@ -36,6 +36,16 @@ func memCollector(t testing.TB, cfg Config, services, eps int) *Collector {
 	return c
 }
 
+// liveHeap returns the bytes of the heap still in use, after two collections (the second frees
+// what finalizers of the first let go).
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
 // query gets a service as a Connect JSON client would: the response and its encoding.
 func query(t testing.TB, c *Collector, svc int) *endpointv1.GetServiceEndpointsResponse {
 	t.Helper()
@@ -73,12 +83,6 @@ func checkAccounts(t testing.TB, r *responseCodec) (entries int, bytes int64) {
 }
 
 func TestResponseBytesEstimate(t *testing.T) {
-	heap := func() uint64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	for _, eps := range []int{1, 10, 100} {
 		c := memCollector(t, Config{}, 1, eps)
 		sn := c.store.snapshot("bench/svc-0")
@@ -89,12 +93,12 @@ func TestResponseBytesEstimate(t *testing.T) {
 		for range 3 {
 			held = make([]*cachedResponse, n)
 			codec := newResponseCodec(1<<40, nil)
-			before := heap()
+			before := liveHeap()
 			for i := range held {
 				held[i] = &cachedResponse{msg: sn.build(c.store.strs, endpointv1.EndpointFilter_ENDPOINT_FILTER_READY, ""), slot: -1}
 				codec.cache.Store(held[i].msg, held[i])
 			}
-			m := (float64(heap()) - float64(before)) / n
+			m := (float64(liveHeap()) - float64(before)) / n
 			runtime.KeepAlive(held)
 			runtime.KeepAlive(codec)
 			if measured == 0 || m < measured {
@@ -114,21 +118,14 @@ func TestResponseBytesEstimate(t *testing.T) {
 // gzip index record), within 5% below and 10% above. A charge short of the heap lets the cache
 // exceed its budget (the charges before this test were 9% short at 1 endpoint per cluster).
 func TestCachedBytesMatchHeap(t *testing.T) {
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	for _, eps := range []int{1, 3, 10} {
 		const n = 2000
 		c := memCollector(t, Config{ResponseCacheBytes: 1 << 40}, n, eps)
-		before := heap()
+		before := liveHeap()
 		for s := range n {
 			query(t, c, s)
 		}
-		measured := float64(heap()) - float64(before)
+		measured := float64(liveHeap()) - float64(before)
 		entries, charged := checkAccounts(t, c.codec)
 		runtime.KeepAlive(c)
 		t.Logf("%d endpoints per cluster: %d entries, charged %.0f B each, heap %.0f B each", eps, entries,
