@@ -26,7 +26,7 @@ const (
 	slotIndexMask = 1<<slotIndexBits - 1
 	// maxTableLen is what a slot's index can say: 16,777,215 values, past what one collector
 	// holds (a table is one cluster's slices of one namespace, or the services).
-	maxTableLen = slotIndexMask - 1
+	maxTableLen = slotIndexMask
 )
 
 func newTable[T any](key func(T) string) *table[T] {
