@@ -247,10 +247,12 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 	}
 	seq, err := a.s.store.Append(wctx, subject, p.Name, events.At(last), &clusterv1.ImportPolicyCreated{Policy: p})
 	if err != nil {
-		release()
 		if events.IsConflict(err) {
+			release() // certainly not appended
 			return nil, apierr.AlreadyExists("import policy", p.Name)
 		}
+		// The event may have landed (a timeout): the claim stays, and is taken over after
+		// policyClaimGrace if the policy never appears.
 		return nil, apierr.Internal(err)
 	}
 	out, err := a.await(ctx, p.Name, seq)
@@ -288,10 +290,12 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 	}
 	seq, err := a.s.store.Append(wctx, subjects.ImportPolicy(p.Name), p.Name, events.At(cur.Revision), &clusterv1.ImportPolicyUpdated{Policy: p})
 	if err != nil {
-		release()
 		if events.IsConflict(err) {
+			release() // certainly not appended
 			return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", p.Name, err)
 		}
+		// The event may have landed: the new source's claim stays (taken over at once if the
+		// policy turns out to keep its old source: claimHeld).
 		return nil, apierr.Internal(err)
 	}
 	if moved {
