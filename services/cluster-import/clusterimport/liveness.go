@@ -77,6 +77,15 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	// Only the newest heartbeat may move the cluster's facts (its connection, Kubernetes version
+	// and resources): workers (and replicas) finish out of order, and a retried older one must
+	// not undo a newer one (it did: a heartbeat retried after a conflict marked the cluster
+	// connected with the version it had before an upgrade). The newest one's handler marks
+	// them, retried until it does. What a race still lets through the next heartbeat puts
+	// right.
+	if !newest {
+		return nil
+	}
 	c, ok := s.clusters.Get(clusterKey(name))
 	if !ok {
 		return nil // an agent of a cluster not (or no longer) registered
@@ -85,10 +94,7 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	// Only the newest heartbeat may move the resources: workers (and replicas) finish out of
-	// order, and an older one must not undo a newer report. What a race still lets through
-	// the next heartbeat puts right.
-	if !newest || hb.Resources == nil {
+	if hb.Resources == nil {
 		return nil
 	}
 	return s.recordResources(ctx, c, rev, hb.Resources, seen)

@@ -36,7 +36,8 @@ func heartbeatWith(t *testing.T, js jetstream.JetStream, cluster, version string
 }
 
 // waitHandled waits until cluster-import's heartbeat consumer has handled (acked) everything up
-// to stream sequence seq: whatever those heartbeats were going to append is appended then.
+// to stream sequence seq, retries included: whatever those heartbeats were going to append is
+// appended then.
 func waitHandled(t *testing.T, js jetstream.JetStream, seq uint64) {
 	t.Helper()
 	ctx := testkit.Context(t, 20*time.Second)
@@ -49,9 +50,11 @@ func waitHandled(t *testing.T, js jetstream.JetStream, seq uint64) {
 		if err != nil {
 			return err
 		}
-		if info.Delivered.Stream < seq || info.NumPending > 0 || info.NumAckPending > 0 {
-			return fmt.Errorf("heartbeats not handled up to %d: delivered %d, pending %d, unacked %d",
-				seq, info.Delivered.Stream, info.NumPending, info.NumAckPending)
+		// The ack floor, not what is pending: a message whose handler failed and is to be
+		// retried (a NAK with a delay) is neither pending nor acked, and holds the floor.
+		if info.AckFloor.Stream < seq || info.NumPending > 0 || info.NumAckPending > 0 {
+			return fmt.Errorf("heartbeats not handled up to %d: acked up to %d, pending %d, unacked %d",
+				seq, info.AckFloor.Stream, info.NumPending, info.NumAckPending)
 		}
 		return nil
 	})
