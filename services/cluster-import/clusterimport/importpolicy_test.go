@@ -205,6 +205,37 @@ func TestInFlightClaimOfASourceIsNotTakenOver(t *testing.T) {
 	}
 }
 
+// A claim whose create died between claim and event (no event for its policy) is taken over
+// once it is older than PolicyClaimGrace.
+func TestAbandonedClaimOfASourceIsTakenOverAfterTheGrace(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{PolicyClaimGrace: 3 * time.Second})
+	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
+	register(t, e, "mgmt", nil)
+	ctx := testkit.Context(t, 30*time.Second)
+	kv, err := e.js.JS.KeyValue(ctx, subjects.ImportPolicySourcesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := keys.Join("mgmt", "cluster.x-k8s.io", "clusters")
+	if _, err := kv.Create(ctx, key, []byte("died")); err != nil {
+		t.Fatal(err)
+	}
+	create := func() error {
+		_, err := c.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: capiPreviewPolicy()}))
+		return err
+	}
+	if err := create(); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("within the grace: %v", err)
+	}
+	time.Sleep(3500 * time.Millisecond)
+	if err := create(); err != nil {
+		t.Fatalf("past the grace: %v", err)
+	}
+	if e, err := kv.Get(ctx, key); err != nil || string(e.Value()) != "capi" {
+		t.Fatalf("the claim after the takeover: %v", err)
+	}
+}
+
 func TestConcurrentPoliciesOfOneSourceExactlyOneWins(t *testing.T) {
 	e := start(t, nil, clusterimport.Config{})
 	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)

@@ -120,17 +120,16 @@ func (a *ImportPolicyAPI) validatePolicy(p *clusterv1.ImportPolicy) error {
 }
 
 // A create claims its source, then appends its event, within policyWriteTimeout. So a claim
-// whose policy has no event yet is a create in flight until it is older than policyClaimGrace
-// (its create died between the two; the margin covers clock skew between the NATS server that
-// dated the claim and this replica), and only then taken over.
+// whose policy has no event yet is a create in flight until it is older than
+// Config.PolicyClaimGrace (its create died between the two; the margin covers clock skew
+// between the NATS server that dated the claim and this replica), and only then taken over.
 const (
 	policyWriteTimeout = 30 * time.Second
-	policyClaimGrace   = 2 * time.Minute
 	maxClaimAttempts   = 5
 )
 
 // claimSource takes the source of p for p, or says which policy has it. A claim whose policy is
-// gone, has moved to another source, or never got its event within policyClaimGrace is taken
+// gone, has moved to another source, or never got its event within Config.PolicyClaimGrace is taken
 // over.
 func (a *ImportPolicyAPI) claimSource(ctx context.Context, p *clusterv1.ImportPolicy) (release func(), err error) {
 	key := sourceKey(p)
@@ -184,7 +183,7 @@ func (a *ImportPolicyAPI) claimHeld(ctx context.Context, key, owner string, crea
 	case *clusterv1.ImportPolicyDeleted:
 		return false, nil
 	}
-	return time.Since(created) < policyClaimGrace, nil
+	return time.Since(created) < a.s.cfg.PolicyClaimGrace, nil
 }
 
 // releaseSource drops key's claim if name still holds it; best effort, detached from the
@@ -237,7 +236,7 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 	if _, gone := payloadOf(prev).(*clusterv1.ImportPolicyDeleted); prev != nil && !gone {
 		return nil, apierr.AlreadyExists("import policy", p.Name)
 	}
-	// The claim and the event within policyWriteTimeout: past it, policyClaimGrace later, another
+	// The claim and the event within policyWriteTimeout: past it, PolicyClaimGrace later, another
 	// policy may take the claim over.
 	wctx, cancel := context.WithTimeout(ctx, policyWriteTimeout)
 	defer cancel()
@@ -252,7 +251,7 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 			return nil, apierr.AlreadyExists("import policy", p.Name)
 		}
 		// The event may have landed (a timeout): the claim stays, and is taken over after
-		// policyClaimGrace if the policy never appears.
+		// PolicyClaimGrace if the policy never appears.
 		return nil, apierr.Internal(err)
 	}
 	out, err := a.await(ctx, p.Name, seq)

@@ -40,6 +40,11 @@ type Config struct {
 	// PlaintextCredentials stores credentials unsealed when there is no Keyring: --insecure-dev
 	// only. Sealed values cannot be read then.
 	PlaintextCredentials bool
+	// PolicyClaimGrace is how old a claim on an import policy's source must be, its policy
+	// never having got its event, before another policy may take the source over (default
+	// 2m). It must exceed the 30 s a create has from its claim to its event, and the clock
+	// skew between the NATS servers and the replicas.
+	PolicyClaimGrace time.Duration
 }
 
 func (c *Config) defaults() {
@@ -51,6 +56,9 @@ func (c *Config) defaults() {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
+	}
+	if c.PolicyClaimGrace == 0 {
+		c.PolicyClaimGrace = 2 * time.Minute
 	}
 }
 
