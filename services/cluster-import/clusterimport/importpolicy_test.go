@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -184,22 +185,32 @@ func TestImportPolicyLifecycleOfTheSpec(t *testing.T) {
 	}
 }
 
-// A claim on a source whose policy has no event yet is a create in flight (its claim comes
-// before its event): another policy for that source is refused, not handed the source. (Before,
-// such a claim was taken over as a crashed create's, and two policies imported one source.)
-func TestInFlightClaimOfASourceIsNotTakenOver(t *testing.T) {
-	e := start(t, nil, clusterimport.Config{})
+// withPlantedClaim starts the service with cluster mgmt registered, and claims the source of
+// capiPreviewPolicy for policy owner, which has no event: as a create between its claim and
+// its event leaves it. It returns a client, the claims bucket and the claim's key.
+func withPlantedClaim(ctx context.Context, t *testing.T, cfg clusterimport.Config, owner string) (clusterv1connect.ImportPolicyServiceClient, jetstream.KeyValue, string) {
+	t.Helper()
+	e := start(t, nil, cfg)
 	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
 	register(t, e, "mgmt", nil)
-	ctx := testkit.Context(t, 30*time.Second)
 	kv, err := e.js.JS.KeyValue(ctx, subjects.ImportPolicySourcesBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Create(ctx, keys.Join("mgmt", "cluster.x-k8s.io", "clusters"), []byte("in-flight")); err != nil {
+	key := keys.Join("mgmt", "cluster.x-k8s.io", "clusters")
+	if _, err := kv.Create(ctx, key, []byte(owner)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: capiPreviewPolicy()}))
+	return c, kv, key
+}
+
+// A claim on a source whose policy has no event yet is a create in flight (its claim comes
+// before its event): another policy for that source is refused, not handed the source. (Before,
+// such a claim was taken over as a crashed create's, and two policies imported one source.)
+func TestInFlightClaimOfASourceIsNotTakenOver(t *testing.T) {
+	ctx := testkit.Context(t, 30*time.Second)
+	c, _, _ := withPlantedClaim(ctx, t, clusterimport.Config{}, "in-flight")
+	_, err := c.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: capiPreviewPolicy()}))
 	if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), `"in-flight"`) {
 		t.Fatalf("a policy for a source claimed by a create in flight: %v", err)
 	}
@@ -208,18 +219,8 @@ func TestInFlightClaimOfASourceIsNotTakenOver(t *testing.T) {
 // A claim whose create died between claim and event (no event for its policy) is taken over
 // once it is older than PolicyClaimGrace.
 func TestAbandonedClaimOfASourceIsTakenOverAfterTheGrace(t *testing.T) {
-	e := start(t, nil, clusterimport.Config{PolicyClaimGrace: 3 * time.Second})
-	c := clusterv1connect.NewImportPolicyServiceClient(testkit.BearerClient(http.DefaultClient, testToken), e.url)
-	register(t, e, "mgmt", nil)
 	ctx := testkit.Context(t, 30*time.Second)
-	kv, err := e.js.JS.KeyValue(ctx, subjects.ImportPolicySourcesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := keys.Join("mgmt", "cluster.x-k8s.io", "clusters")
-	if _, err := kv.Create(ctx, key, []byte("died")); err != nil {
-		t.Fatal(err)
-	}
+	c, kv, key := withPlantedClaim(ctx, t, clusterimport.Config{PolicyClaimGrace: 3 * time.Second}, "died")
 	create := func() error {
 		_, err := c.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: capiPreviewPolicy()}))
 		return err
