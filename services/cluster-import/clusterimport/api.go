@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
@@ -221,7 +222,7 @@ func (s *Registry) GetCluster(ctx context.Context, req *connect.Request[clusterv
 	if err != nil {
 		return nil, err
 	}
-	res := &clusterv1.GetClusterResponse{Cluster: s.present(c)}
+	res := &clusterv1.GetClusterResponse{Cluster: s.present(ctx, c)}
 	if req.Msg.IncludeInventory {
 		if inv := nsinventory.Assemble(s.inventory.Lookup(clusterKey(req.Msg.Name))); inv != nil {
 			inv = proto.CloneOf(inv)
@@ -240,7 +241,7 @@ func (s *Registry) ListClusters(ctx context.Context, req *connect.Request[cluste
 	list := s.clusters.List(func(_ string, c *clusterv1.Cluster) bool { return sel.Matches(labels.Set(c.Labels)) })
 	res := &clusterv1.ListClustersResponse{Clusters: make([]*clusterv1.Cluster, len(list))}
 	for i, c := range list {
-		res.Clusters[i] = s.present(c)
+		res.Clusters[i] = s.present(ctx, c)
 	}
 	return connect.NewResponse(res), nil
 }
@@ -270,7 +271,7 @@ func (s *Registry) WatchClusters(ctx context.Context, req *connect.Request[clust
 			return nil
 		}
 		shown[u.Key] = match
-		return stream.Send(&clusterv1.WatchClustersResponse{Type: typ, Cluster: s.present(u.Value)})
+		return stream.Send(&clusterv1.WatchClustersResponse{Type: typ, Cluster: s.present(ctx, u.Value)})
 	}
 	for _, u := range snapshot {
 		if err := send(u); err != nil {
@@ -281,8 +282,14 @@ func (s *Registry) WatchClusters(ctx context.Context, req *connect.Request[clust
 }
 
 // present returns c with what the agent reported continuously merged in.
-func (s *Registry) present(c *clusterv1.Cluster) *clusterv1.Cluster {
+// present is a cluster as caller ctx may see it. Which import lifecycle created or adopted a
+// cluster names a policy and a source object on an inventory cluster, and lifecycles are
+// admin-only (ListImportLifecycles), so everyone else sees the cluster without them.
+func (s *Registry) present(ctx context.Context, c *clusterv1.Cluster) *clusterv1.Cluster {
 	out := proto.CloneOf(c)
+	if !authz.CallerFrom(ctx).Admin() {
+		out.ImportedBy, out.AdoptedBy = nil, nil
+	}
 	if out.Status == nil {
 		out.Status = &clusterv1.ClusterStatus{}
 	}
@@ -307,7 +314,7 @@ func (s *Registry) awaitCluster(ctx context.Context, name string, seq uint64) (*
 	if err != nil {
 		return nil, err
 	}
-	return s.present(c), nil
+	return s.present(ctx, c), nil
 }
 
 // clusterKind is how the handlers read registered clusters.

@@ -30,6 +30,9 @@ import (
 
 const testToken = "s3cret-test-token"
 
+// viewerToken signs in bob, who is no platform admin.
+const viewerToken = "s3cret-viewer-token"
+
 type env struct {
 	js     *testkit.JetStream
 	svc    *clusterimport.Registry
@@ -56,7 +59,7 @@ func startLogged(t testing.TB, j *testkit.JetStream, cfg clusterimport.Config, l
 	if cfg.Keyring == nil && !cfg.PlaintextCredentials {
 		cfg.Keyring = newRing(t, "test-key")
 	}
-	srv, _ := testkit.TokenServer(t, j.JS, []string{"# test", testToken + ",alice"}, authz.Config{PlatformAdmins: []string{"alice"}}, log)
+	srv, _ := testkit.TokenServer(t, j.JS, []string{"# test", testToken + ",alice", viewerToken + ",bob"}, authz.Config{PlatformAdmins: []string{"alice"}}, log)
 	svc, err := clusterimport.New(context.Background(), j.JS, cfg, log)
 	if err != nil {
 		t.Fatal(err)

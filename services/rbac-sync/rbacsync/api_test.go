@@ -396,6 +396,14 @@ func TestWhoCanAndAccessAt(t *testing.T) {
 			}
 		})
 	}
+	// The stream positions count every tenant's changes: only a platform admin learns them.
+	asked := connect.NewRequest(&rbacv1.AccessAtRequest{Subject: user("carol"), Time: timestamppb.Now()})
+	if res, err := e.rbac.AccessAt(ctx, asked); err != nil || res.Msg.RbacSequence == 0 || res.Msg.ProjectSequence == 0 {
+		t.Fatalf("an admin's AccessAt: %v %v", res, err)
+	}
+	if res, err := e.as["carol"].AccessAt(ctx, asked); err != nil || res.Msg.RbacSequence != 0 || res.Msg.ProjectSequence != 0 {
+		t.Fatalf("a project member's AccessAt shows fleet-wide positions: %v %v", res, err)
+	}
 }
 
 func TestPropagationStatusFollowsAgentReports(t *testing.T) {

@@ -176,7 +176,12 @@ func (s *Service) AccessAt(ctx context.Context, req *connect.Request[rbacv1.Acce
 	}
 	id := subjectID(m.Subject)
 	caller := authz.CallerFrom(ctx)
-	res := &rbacv1.AccessAtResponse{RbacSequence: rbacSeq, ProjectSequence: nsSeq}
+	res := &rbacv1.AccessAtResponse{}
+	// The positions count every tenant's changes fleet-wide: how busy other projects are is not
+	// a project member's business, so only platform admins get them.
+	if caller.Admin() {
+		res.RbacSequence, res.ProjectSequence = rbacSeq, nsSeq
+	}
 	for _, k := range slices.Sorted(maps.Keys(h.bindings)) {
 		b := h.bindings[k]
 		// A caller sees the history of the projects it may read access in today.
