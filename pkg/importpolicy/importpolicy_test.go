@@ -709,8 +709,9 @@ func TestPrintfAndSetStillWork(t *testing.T) {
 }
 
 func TestArgoCDSecretFields(t *testing.T) {
-	// An Argo CD cluster Secret keeps the name and server beside the credentials: those two
-	// may become a label and the server; the bearer token may not become a claim.
+	// An Argo CD cluster Secret keeps the name and server beside the credentials: the server
+	// may go into credentials, but nothing of the Secret's data may become a label or a claim,
+	// not even its name: Secret data flows into credentials only. The Secret's metadata may.
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 	const bearer = "argocd-bearer-token-abcdef0123456789"
 	secret := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"prod","namespace":"argocd","labels":{"argocd.argoproj.io/secret-type":"cluster"}},
@@ -719,23 +720,112 @@ func TestArgoCDSecretFields(t *testing.T) {
 	p := ImportPolicy{Name: "argo", Source: Source{Cluster: "argo", Resource: "secrets",
 		SelectorTemplate: `{{ eq (index .source.metadata.labels "argocd.argoproj.io/secret-type") "cluster" }}`},
 		NameTemplate: `argo-{{ .source.metadata.name }}`,
-		Template: `labels: {argo-name: "{{ b64dec .source.data.name }}"}
+		Template: `labels: {argo-secret: "{{ .source.metadata.name }}"}
 credentials:
   server: "{{ b64dec .source.data.server }}"
+  certificateAuthorityData: '{{ (b64dec .source.data.config | fromJson).tlsClientConfig.caData }}'
   token: '{{ b64dec .source.data.config | regexFind "argocd-bearer-token-[a-z0-9]+" }}'
 `,
 		CreationCondition: "true"}
 	e := NewEngine(Limits{})
 	pv := e.Preview(context.Background(), &p, []byte(secret), nil)
-	if len(pv.Errors) > 0 || pv.Cluster.Labels["argo-name"] != "prod-cluster" || pv.Cluster.Server != "https://prod.example.com:6443" || !pv.Cluster.CredentialsRendered {
+	if len(pv.Errors) > 0 || pv.Cluster.Labels["argo-secret"] != "prod" || pv.Cluster.Server != "https://prod.example.com:6443" || !pv.Cluster.CredentialsRendered {
 		t.Fatalf("%+v %+v %s", pv, pv.Cluster, errFields(pv.Errors))
 	}
 	assertNoSecret(t, pv, bearer)
 
-	p.Template = `claims: {t: '{{ b64dec .source.data.config | regexFind "argocd-bearer-token-[a-z0-9]+" }}'}`
-	pv = e.Preview(context.Background(), &p, []byte(secret), nil)
-	if len(pv.Errors) != 1 || !strings.Contains(pv.Errors[0].Message, "secret value") || pv.Cluster != nil {
-		t.Fatalf("%+v %s", pv, errFields(pv.Errors))
+	for _, tmpl := range []string{
+		`claims: {t: '{{ b64dec .source.data.config | regexFind "argocd-bearer-token-[a-z0-9]+" }}'}`,
+		`labels: {argo-name: "{{ b64dec .source.data.name }}"}`,
+	} {
+		p.Template = tmpl
+		pv = e.Preview(context.Background(), &p, []byte(secret), nil)
+		if len(pv.Errors) != 1 || pv.Cluster != nil || (!strings.Contains(pv.Errors[0].Message, "secret value") && pv.Errors[0].Reason != ReasonSecretDerived) {
+			t.Fatalf("%s: %+v %s", tmpl, pv, errFields(pv.Errors))
+		}
+		assertNoSecret(t, pv, bearer, "prod-cluster")
 	}
-	assertNoSecret(t, pv, bearer)
+}
+
+// TestSecretDerivedOutputsAreRefused performs the attack of issue 25 item 7: a template that
+// computes a shown field from a referenced Secret's token (hex, upper case, 15-byte chunks,
+// ...) instead of copying it. Literal redaction misses every one of these; each is refused on
+// its field, and the preview shows nothing of the token in any form.
+func TestSecretDerivedOutputsAreRefused(t *testing.T) {
+	e := NewEngine(Limits{})
+	tok := `(.references.secret.data.token | b64dec)`
+	hex := fmt.Sprintf("%x", karmadaToken)
+	forms := []string{karmadaToken, hex, strings.ToUpper(karmadaToken), karmadaToken[:15], karmadaToken[15:30], hex[:30],
+		base64.StdEncoding.EncodeToString([]byte(karmadaToken))}
+	for _, tc := range []struct {
+		name, doc, field string
+	}{
+		{"printf %x into a label", `labels: {x: '{{ printf "%x" ` + tok + ` | trunc 63 }}'}`, "template: labels[\"x\"]"},
+		{"printf %x into a claim", `claims: {x: '{{ printf "%x" ` + tok + ` }}'}`, "template: claims[\"x\"]"},
+		{"upper into a claim", `claims: {x: '{{ upper ` + tok + ` }}'}`, "template: claims[\"x\"]"},
+		{"substr 0 15", `claims: {x: '{{ substr 0 15 ` + tok + ` }}'}`, "template: claims[\"x\"]"},
+		{"substr 15 30", `claims: {x: '{{ substr 15 30 ` + tok + ` }}'}`, "template: claims[\"x\"]"},
+		{"one byte per claim", `claims:{{ range $i, $c := regexSplit "" ` + tok + ` -1 }}
+  c{{ $i }}: '{{ $c }}'{{ end }}`, "template: claims[\"c0\"]"},
+		{"the raw base64 data", `claims: {x: '{{ .references.secret.data.token | trunc 15 }}'}`, "template: claims[\"x\"]"},
+		{"a key", `claims: {'{{ substr 0 14 ` + tok + ` }}': "v"}`, "template: claims"},
+		{"a taint value", `taints: [{key: k, value: '{{ substr 0 15 ` + tok + ` | replace "-" "x" }}', effect: NoSelect}]`, "template: taints[0]"},
+		{"a length-independent bit", `labels: {jwt: '{{ hasPrefix "karmada" ` + tok + ` }}'}`, "template: labels[\"jwt\"]"},
+		{"the shape of the document", `{{ if hasPrefix "karmada" ` + tok + ` }}claims: {jwt: "yes"}{{ end }}`, "template: claims"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := karmadaPolicy()
+			p.Template = tc.doc + `
+credentials:
+  server: "{{ .source.spec.apiEndpoint }}"
+  token: "{{ .references.secret.data.token | b64dec }}"
+`
+			pv := e.Preview(context.Background(), &p, []byte(karmadaCluster("m1", "Push")), refs("secret", karmadaSecret("m1")))
+			if pv.Cluster != nil || len(pv.Errors) == 0 {
+				t.Fatalf("not refused: %+v %+v", pv, pv.Cluster)
+			}
+			found := false
+			for _, fe := range pv.Errors {
+				found = found || (fe.Field == tc.field && fe.Reason == ReasonSecretDerived)
+			}
+			if !found {
+				t.Fatalf("want %s [%s], got\n%s", tc.field, ReasonSecretDerived, errFields(pv.Errors))
+			}
+			if c := pv.Conditions[2]; c.Type != ConditionRendered || c.Status != "False" || c.Reason != ReasonSecretDerived {
+				t.Errorf("Rendered condition %+v", c)
+			}
+			assertNoSecret(t, pv, forms...)
+		})
+	}
+
+	t.Run("a name from the source Secret's data", func(t *testing.T) {
+		p := ImportPolicy{Name: "s", Source: Source{Cluster: "c", Resource: "secrets"},
+			NameTemplate: `s-{{ .source.data.token | b64dec | substr 0 15 | lower }}`, Template: `labels: {a: b}`, CreationCondition: "true"}
+		src := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"},"data":{"token":"` + base64.StdEncoding.EncodeToString([]byte("abcdefghijklmnopqrstuvwxyz")) + `"}}`
+		pv := e.Preview(context.Background(), &p, []byte(src), nil)
+		if pv.Name != "" || len(pv.Errors) != 1 || pv.Errors[0].Field != "name_template" || pv.Errors[0].Reason != ReasonSecretDerived {
+			t.Fatalf("%+v %s", pv, errFields(pv.Errors))
+		}
+		assertNoSecret(t, pv, "abcdefghijklmno")
+	})
+
+	t.Run("what stays allowed", func(t *testing.T) {
+		// The Secret's metadata, and its shape (how long a value is, whether it is set): the
+		// same with or without the Secret's data.
+		p := karmadaPolicy()
+		p.Template = `labels:
+  secret: "{{ .references.secret.metadata.name }}"
+  has-token: "{{ if .references.secret.data.token }}yes{{ end }}"
+claims:
+  token-length: "{{ len (.references.secret.data.token | b64dec) }}"
+credentials:
+  server: "{{ .source.spec.apiEndpoint }}"
+  token: "{{ .references.secret.data.token | b64dec }}"
+`
+		pv := e.Preview(context.Background(), &p, []byte(karmadaCluster("m1", "Push")), refs("secret", karmadaSecret("m1")))
+		if len(pv.Errors) > 0 || pv.Cluster.Labels["secret"] != "m1" || pv.Cluster.Labels["has-token"] != "yes" ||
+			pv.Cluster.Claims["token-length"] != fmt.Sprint(len(karmadaToken)) || !pv.Cluster.CredentialsRendered {
+			t.Fatalf("%+v %+v %s", pv, pv.Cluster, errFields(pv.Errors))
+		}
+	})
 }

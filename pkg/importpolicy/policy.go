@@ -71,6 +71,8 @@ const (
 	ReasonRenderTooLarge    = "RenderTooLarge"
 	ReasonInvalidName       = "InvalidName"
 	ReasonInvalidCluster    = "InvalidCluster"
+	// ReasonSecretDerived: a name, label, claim or taint was computed from a Secret's data.
+	ReasonSecretDerived = "SecretDerived"
 )
 
 // FieldError is one problem with the field path it concerns, e.g.

@@ -196,9 +196,12 @@ func (r *run) render(sourceJSON []byte, f Fetcher) {
 		r.fail(stageSource, fieldErr("source_object", ReasonInvalidSource, "%v", err))
 		return
 	}
+	// shadowSource is the source as the shown outputs may see it: a Secret's data hidden.
+	shadowSource, secretRead := source, false
 	if p.Source.Group == "" && p.Source.Resource == "secrets" {
 		r.red.addSecretObject(source)
 		r.cred.addCredentials(source)
+		shadowSource, secretRead = shadowSecret(source), true
 	}
 	if msg := checkSource(p.Source, source); msg != "" {
 		r.fail(stageSource, fieldErr("source_object", ReasonInvalidSource, "%s", msg))
@@ -230,9 +233,18 @@ func (r *run) render(sourceJSON []byte, f Fetcher) {
 				r.fail(stageRender, fieldErr("name_template", ReasonInvalidName, "renders %s: %s", short(name), m))
 			}
 		}
+		if secretRead && name != "" {
+			if shadow, ok := r.shadowExec("name_template", r.c.name, map[string]any{"source": shadowSource}); !ok || strings.TrimSpace(shadow) != name {
+				if ok {
+					r.fail(stageRender, fieldErr("name_template", ReasonSecretDerived, "the name is %s", secretDerived))
+				}
+				r.res.Name = ""
+			}
+		}
 	}
 
 	refs := make(map[string]any, len(p.References))
+	shadowRefs := make(map[string]any, len(p.References))
 	data := map[string]any{"source": source, "references": refs}
 	for _, i := range r.c.Order {
 		t, obj, ok := r.resolve(i, data, f)
@@ -241,14 +253,66 @@ func (r *run) render(sourceJSON []byte, f Fetcher) {
 		}
 		r.res.References = append(r.res.References, t)
 		refs[t.Key] = obj
+		shadowRefs[t.Key] = obj
+		if p.References[i].IsSecret() {
+			shadowRefs[t.Key], secretRead = shadowSecret(obj), true
+		}
 	}
 
 	if out, ok := r.exec(stageRender, r.c.condition, data); ok {
 		r.res.Create = isTrue(out)
 	}
 	if out, ok := r.exec(stageRender, r.c.template, data); ok {
-		r.res.Cluster = r.decodeCluster(out)
+		doc := r.decodeCluster(out)
+		if doc != nil && secretRead {
+			doc = r.checkShown(doc, map[string]any{"source": shadowSource, "references": shadowRefs})
+		}
+		r.res.Cluster = doc
 	}
+}
+
+// shadowExec runs t over shadow data (Secret data hidden, see shadow.go). A template that
+// fails there but not over the real data depends on Secret data for more than credentials:
+// that is refused on field.
+func (r *run) shadowExec(field string, t *compiled, shadow map[string]any) (string, bool) {
+	out, err := execute(r.ctx, t, shadow, r.e.funcs, r.e.limits)
+	if err == nil {
+		return out, true
+	}
+	reason := ReasonSecretDerived
+	switch {
+	case errors.Is(err, ErrRenderTimeout):
+		reason = ReasonRenderTimeout
+	case errors.Is(err, ErrRenderTooLarge):
+		reason = ReasonRenderTooLarge
+	}
+	r.fail(stageRender, fieldErr(field, reason, "fails when Secret data is hidden (%v): what it shows must not depend on Secret data, which may only flow into credentials", err))
+	return "", false
+}
+
+// checkShown renders the template again over shadow data and refuses the document when a
+// shown field (labels, claims, taints) comes out differently: it was computed from Secret
+// data. The document kept is then equal, in those fields, to one rendered without any Secret
+// data.
+func (r *run) checkShown(doc *ClusterDocument, shadow map[string]any) *ClusterDocument {
+	out, ok := r.shadowExec("template", r.c.template, shadow)
+	if !ok {
+		return nil
+	}
+	shown, err := parseShown(out)
+	if err != nil {
+		r.fail(stageRender, fieldErr("template", ReasonSecretDerived, "does not parse when Secret data is hidden (%v): the document's shape must not depend on Secret data", err))
+		return nil
+	}
+	ok = true
+	compareShown(doc, shown, func(field, format string, args ...any) {
+		ok = false
+		r.fail(stageRender, fieldErr("template: "+field, ReasonSecretDerived, format, args...))
+	})
+	if !ok {
+		return nil
+	}
+	return doc
 }
 
 // resolve renders reference i's namespace and name and fetches it.
