@@ -78,6 +78,9 @@ func (s *Registry) registerWithToken(ctx context.Context, m *clusterv1.RegisterC
 	// Secrets go first, keyed by the fresh id: if the append then fails they are unreachable
 	// garbage, never a registered cluster missing its credentials.
 	secrets := &clusterv1.ClusterSecrets{ClusterId: id, ClusterName: m.Name, Credentials: m.Credentials, AgentTokenSha256: digest}
+	if origin != nil && m.Credentials != nil {
+		secrets.CredentialsImportOrigin = origin
+	}
 	if err := s.putSecrets(ctx, secrets); err != nil {
 		return nil, "", apierr.Internal(err)
 	}
@@ -134,7 +137,7 @@ func (s *Registry) UpdateCluster(ctx context.Context, req *connect.Request[clust
 		if err != nil {
 			return nil, err
 		}
-		seq, err := s.update(ctx, cur, m, fields)
+		seq, err := s.update(ctx, cur, m, fields, nil)
 		if events.IsConflict(err) && m.ExpectedRevision == 0 && attempt < 5 {
 			_ = s.clusters.WaitFor(ctx, clusterKey(m.Name), func(c *clusterv1.Cluster, ok bool) bool { return !ok || c.Revision != cur.Revision })
 			continue
@@ -150,7 +153,9 @@ func (s *Registry) UpdateCluster(ctx context.Context, req *connect.Request[clust
 	}
 }
 
-func (s *Registry) update(ctx context.Context, cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string) (uint64, error) {
+// update appends the events of an update. Credentials it writes are recorded as origin's (an
+// import lifecycle's), or as an admin's when origin is nil.
+func (s *Registry) update(ctx context.Context, cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string, origin *clusterv1.ImportOrigin) (uint64, error) {
 	subject := subjects.Cluster(cur.Name)
 	seq := cur.Revision
 	var metaFields []string
@@ -176,6 +181,10 @@ func (s *Registry) update(ctx context.Context, cur *clusterv1.Cluster, m *cluste
 			return 0, err
 		}
 		secrets.Credentials, secrets.SealedCredentials = m.Credentials, nil
+		secrets.CredentialsImportOrigin = nil
+		if m.Credentials != nil {
+			secrets.CredentialsImportOrigin = origin
+		}
 		if err := s.putSecrets(ctx, secrets); err != nil {
 			return 0, err
 		}

@@ -28,6 +28,20 @@ import (
 const (
 	ConditionCreated = "Created"
 	ConditionAdopted = "Adopted"
+	// ConditionCredentials says, for an adopted cluster, whether the credentials the policy
+	// renders are the cluster's: an adoption attaches them only where they take over nothing.
+	ConditionCredentials = "CredentialsAttached"
+
+	// LabelAllowImportCredentials set to "true" on a cluster (by a platform admin: only
+	// RegisterCluster and UpdateCluster set an existing cluster's labels, and an import never
+	// renders this one) lets an adopting import replace the cluster's credentials, even once
+	// its own agent has connected.
+	LabelAllowImportCredentials = "fleetstream.io/allow-import-credentials"
+
+	reasonCredentialsAttached = "Attached"
+	reasonNoCredentials       = "NoneRendered"
+	reasonHasCredentials      = "ClusterHasCredentials"
+	reasonAgentConnected      = "AgentConnected"
 
 	reasonCreated            = "Created"
 	reasonAdopted            = "Adopted"
@@ -500,7 +514,7 @@ func (p *pass) act(lc *clusterv1.ImportLifecycle, res *importpolicy.Result, orig
 	if mine != nil {
 		p.describeOwners(lc, []owner{*mine}, "")
 		if problem == "" {
-			p.syncCredentials(mine.cluster, req.Credentials, mine.adopted)
+			p.syncCredentials(lc, mine.cluster, req.Credentials, mine.adopted, origin)
 		}
 		return
 	}
@@ -542,6 +556,9 @@ func registerRequest(res *importpolicy.Result) (*clusterv1.RegisterClusterReques
 	}
 	var v apierr.Violations
 	validateMeta(&v, req.Labels, req.Claims, req.Taints)
+	if _, ok := req.Labels[LabelAllowImportCredentials]; ok {
+		v.Add("labels["+LabelAllowImportCredentials+"]", "only a platform admin sets this label (UpdateCluster), never an import")
+	}
 	validateCredentials(&v, "credentials", req.Credentials)
 	if err := v.Err(); err != nil {
 		var ce *connect.Error
@@ -554,22 +571,72 @@ func registerRequest(res *importpolicy.Result) (*clusterv1.RegisterClusterReques
 }
 
 // syncCredentials stores rendered connection credentials that differ from the stored ones.
-// An adopted cluster keeps its own when the policy renders none.
-func (p *pass) syncCredentials(c *clusterv1.Cluster, creds *clusterv1.ConnectionCredentials, adopted bool) {
-	if adopted && fingerprint(creds) == "" {
+// A cluster the lifecycle created is its own. An adopted one is not: the lifecycle replaces
+// only credentials it attached itself, and attaches them only to a cluster that has none and
+// whose own agent never connected, unless a platform admin allowed more with
+// LabelAllowImportCredentials. Otherwise an inventory a tenant can write to (the Secret the
+// policy reads) would take over a cluster registered by hand: its hosted agent would drive the
+// cluster with those credentials once the cluster's own agent went quiet. What is not applied
+// is the lifecycle's CredentialsAttached condition. An adopted cluster keeps its own when the
+// policy renders none.
+func (p *pass) syncCredentials(lc *clusterv1.ImportLifecycle, c *clusterv1.Cluster, creds *clusterv1.ConnectionCredentials, adopted bool, origin *clusterv1.ImportOrigin) {
+	at := lc.LastRenderTime
+	fp := fingerprint(creds)
+	if adopted && fp == "" {
+		lc.Conditions = append(lc.Conditions, condition(ConditionCredentials, false, reasonNoCredentials, "the policy renders no credentials; the cluster keeps its own", at))
 		return
 	}
-	if fingerprint(creds) == c.GetStatus().GetCredentialsFingerprint() {
+	if fp == c.GetStatus().GetCredentialsFingerprint() {
+		if adopted {
+			lc.Conditions = append(lc.Conditions, condition(ConditionCredentials, true, reasonCredentialsAttached, "the cluster has the credentials the policy renders", at))
+		}
 		return
 	}
-	if _, err := p.l.s.update(p.ctx, c, &clusterv1.UpdateClusterRequest{Name: c.Name, Credentials: creds}, []string{"credentials"}); err != nil {
+	if adopted {
+		sec, err := p.l.s.getSecretsSealed(p.ctx, c.Id)
+		if err != nil {
+			p.l.s.log.Warn("adopted cluster's credentials not read; retrying", zap.String("cluster", c.Name), zap.Error(err))
+			p.l.kick()
+			return
+		}
+		ours := sec.CredentialsImportOrigin != nil && sameOrigin(sec.CredentialsImportOrigin, origin)
+		allowed := c.Labels[LabelAllowImportCredentials] == "true"
+		refuse := func(reason, why string) {
+			lc.Conditions = append(lc.Conditions, condition(ConditionCredentials, false, reason,
+				fmt.Sprintf("not attached: %s; an adoption never takes a cluster over (a platform admin may allow it with label %s=true)", why, LabelAllowImportCredentials), at))
+		}
+		switch {
+		case ours || allowed:
+		case c.GetStatus().GetCredentialsFingerprint() != "":
+			refuse(reasonHasCredentials, "cluster "+c.Name+" has credentials this lifecycle did not attach")
+			return
+		case agentHasConnected(c):
+			refuse(reasonAgentConnected, "cluster "+c.Name+"'s own agent has connected")
+			return
+		}
+	}
+	if _, err := p.l.s.update(p.ctx, c, &clusterv1.UpdateClusterRequest{Name: c.Name, Credentials: creds}, []string{"credentials"}, origin); err != nil {
 		if !events.IsConflict(err) {
 			p.l.s.log.Warn("imported cluster's credentials not updated; retrying", zap.String("cluster", c.Name), zap.Error(err))
 		}
 		p.l.kick()
 		return
 	}
+	if adopted {
+		lc.Conditions = append(lc.Conditions, condition(ConditionCredentials, true, reasonCredentialsAttached, "attached the credentials the policy renders", at))
+	}
 	p.l.s.log.Info("imported cluster's credentials updated", zap.String("cluster", c.Name))
+}
+
+// agentHasConnected reports whether any agent ever sent the cluster a heartbeat: its
+// AgentConnected condition is no longer the Unknown of registration.
+func agentHasConnected(c *clusterv1.Cluster) bool {
+	for _, cond := range c.GetStatus().GetConditions() {
+		if cond.Type == ConditionAgentConnected {
+			return cond.Status != clusterv1.ConditionStatus_CONDITION_STATUS_UNKNOWN
+		}
+	}
+	return false
 }
 
 func (p *pass) adopt(c *clusterv1.Cluster, origin *clusterv1.ImportOrigin) error {
@@ -583,10 +650,33 @@ func (p *pass) adopt(c *clusterv1.Cluster, origin *clusterv1.ImportOrigin) error
 }
 
 // remove ends a lifecycle's hold on a cluster: a created cluster is deregistered, an adopted
-// one stays.
+// one stays, without the credentials this lifecycle attached (they were not there before it).
+// Those go first: should the rest fail, the lifecycle is still on the cluster and the next pass
+// retries.
 func (p *pass) remove(o owner, reason string) {
 	c, s := o.cluster, p.l.s
-	seq, err := s.store.Append(p.ctx, subjects.Cluster(c.Name), c.Id, events.At(c.Revision),
+	rev := c.Revision
+	if o.adopted && c.GetStatus().GetCredentialsFingerprint() != "" {
+		sec, err := s.getSecretsSealed(p.ctx, c.Id)
+		if err != nil {
+			s.log.Warn("adopted cluster's credentials not read; retrying", zap.String("cluster", c.Name), zap.Error(err))
+			p.l.kick()
+			return
+		}
+		if sec.CredentialsImportOrigin != nil && sameOrigin(sec.CredentialsImportOrigin, o.origin) {
+			seq, err := s.update(p.ctx, c, &clusterv1.UpdateClusterRequest{Name: c.Name}, []string{"credentials"}, nil)
+			if err != nil {
+				if !events.IsConflict(err) {
+					s.log.Warn("credentials of an ended import not removed; retrying", zap.String("cluster", c.Name), zap.Error(err))
+				}
+				p.l.kick()
+				return
+			}
+			s.log.Info("credentials attached by an ended import removed", zap.String("cluster", c.Name), zap.String("policy", o.origin.Policy))
+			rev = seq
+		}
+	}
+	seq, err := s.store.Append(p.ctx, subjects.Cluster(c.Name), c.Id, events.At(rev),
 		&clusterv1.ImportedClusterRemoved{Id: c.Id, Name: c.Name, Origin: o.origin, Adopted: o.adopted, Reason: reason})
 	if err == nil && !o.adopted {
 		_, err = s.store.Append(p.ctx, subjects.Cluster(c.Name), c.Id, events.At(seq), &clusterv1.ClusterDeregistered{Id: c.Id})

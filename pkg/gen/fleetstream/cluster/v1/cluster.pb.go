@@ -1003,8 +1003,12 @@ type ClusterSecrets struct {
 	// The marshalled ConnectionCredentials sealed with AES-256-GCM (pkg/sealed): the envelope
 	// records the id of the key that sealed it and is bound to cluster_id.
 	SealedCredentials []byte `protobuf:"bytes,6,opt,name=sealed_credentials,json=sealedCredentials,proto3" json:"sealed_credentials,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The import lifecycle that wrote the credentials (it created the cluster, or adopted it
+	// and attached them); unset when an admin wrote them. Only that lifecycle may replace them,
+	// and they go when it ends (docs/import.md, "Adoption and credentials").
+	CredentialsImportOrigin *ImportOrigin `protobuf:"bytes,7,opt,name=credentials_import_origin,json=credentialsImportOrigin,proto3" json:"credentials_import_origin,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *ClusterSecrets) Reset() {
@@ -1075,6 +1079,13 @@ func (x *ClusterSecrets) GetRevision() uint64 {
 func (x *ClusterSecrets) GetSealedCredentials() []byte {
 	if x != nil {
 		return x.SealedCredentials
+	}
+	return nil
+}
+
+func (x *ClusterSecrets) GetCredentialsImportOrigin() *ImportOrigin {
+	if x != nil {
+		return x.CredentialsImportOrigin
 	}
 	return nil
 }
@@ -1467,7 +1478,7 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x02\n" +
 	"\x0eClusterSecrets\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -1475,7 +1486,8 @@ const file_fleetstream_cluster_v1_cluster_proto_rawDesc = "" +
 	"\vcredentials\x18\x03 \x01(\v2-.fleetstream.cluster.v1.ConnectionCredentialsR\vcredentials\x12,\n" +
 	"\x12agent_token_sha256\x18\x04 \x01(\tR\x10agentTokenSha256\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12-\n" +
-	"\x12sealed_credentials\x18\x06 \x01(\fR\x11sealedCredentials\"Q\n" +
+	"\x12sealed_credentials\x18\x06 \x01(\fR\x11sealedCredentials\x12`\n" +
+	"\x19credentials_import_origin\x18\a \x01(\v2$.fleetstream.cluster.v1.ImportOriginR\x17credentialsImportOrigin\"Q\n" +
 	"\rAgentIdentity\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -1573,14 +1585,15 @@ var file_fleetstream_cluster_v1_cluster_proto_depIdxs = []int32{
 	22, // 20: fleetstream.cluster.v1.NamespaceInventory.observed_time:type_name -> google.protobuf.Timestamp
 	21, // 21: fleetstream.cluster.v1.InventoryNamespace.labels:type_name -> fleetstream.cluster.v1.InventoryNamespace.LabelsEntry
 	9,  // 22: fleetstream.cluster.v1.ClusterSecrets.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
-	22, // 23: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	22, // 24: fleetstream.cluster.v1.AgentStatus.in_cluster_last_seen:type_name -> google.protobuf.Timestamp
-	9,  // 25: fleetstream.cluster.v1.HostedAgentCredentialsResponse.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	3,  // 23: fleetstream.cluster.v1.ClusterSecrets.credentials_import_origin:type_name -> fleetstream.cluster.v1.ImportOrigin
+	22, // 24: fleetstream.cluster.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	22, // 25: fleetstream.cluster.v1.AgentStatus.in_cluster_last_seen:type_name -> google.protobuf.Timestamp
+	9,  // 26: fleetstream.cluster.v1.HostedAgentCredentialsResponse.credentials:type_name -> fleetstream.cluster.v1.ConnectionCredentials
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_cluster_proto_init() }
