@@ -39,7 +39,6 @@ const (
 	LabelAllowImportCredentials = "fleetstream.io/allow-import-credentials"
 
 	reasonCredentialsAttached = "Attached"
-	reasonNoCredentials       = "NoneRendered"
 	reasonHasCredentials      = "ClusterHasCredentials"
 	reasonAgentConnected      = "AgentConnected"
 
@@ -578,12 +577,11 @@ func registerRequest(res *importpolicy.Result) (*clusterv1.RegisterClusterReques
 // policy reads) would take over a cluster registered by hand: its hosted agent would drive the
 // cluster with those credentials once the cluster's own agent went quiet. What is not applied
 // is the lifecycle's CredentialsAttached condition. An adopted cluster keeps its own when the
-// policy renders none.
+// policy renders none (and the lifecycle has no such condition).
 func (p *pass) syncCredentials(lc *clusterv1.ImportLifecycle, c *clusterv1.Cluster, creds *clusterv1.ConnectionCredentials, adopted bool, origin *clusterv1.ImportOrigin) {
 	at := lc.LastRenderTime
 	fp := fingerprint(creds)
 	if adopted && fp == "" {
-		lc.Conditions = append(lc.Conditions, condition(ConditionCredentials, false, reasonNoCredentials, "the policy renders no credentials; the cluster keeps its own", at))
 		return
 	}
 	if fp == c.GetStatus().GetCredentialsFingerprint() {
