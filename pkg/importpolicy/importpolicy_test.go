@@ -809,6 +809,15 @@ credentials:
 		assertNoSecret(t, pv, "abcdefghijklmno")
 	})
 
+	t.Run("the label that allows an import to replace credentials", func(t *testing.T) {
+		p := karmadaPolicy()
+		p.Template = `labels: {fleetstream.io/allow-import-credentials: "true"}`
+		pv := e.Preview(context.Background(), &p, []byte(karmadaCluster("m1", "Push")), refs("secret", karmadaSecret("m1")))
+		if pv.Cluster != nil || len(pv.Errors) != 1 || pv.Errors[0].Field != `template: labels["fleetstream.io/allow-import-credentials"]` {
+			t.Fatalf("%+v %s", pv, errFields(pv.Errors))
+		}
+	})
+
 	t.Run("what stays allowed", func(t *testing.T) {
 		// The Secret's metadata, and its shape (how long a value is, whether it is set): the
 		// same with or without the Secret's data.

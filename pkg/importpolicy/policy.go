@@ -75,6 +75,11 @@ const (
 	ReasonSecretDerived = "SecretDerived"
 )
 
+// LabelAllowImportCredentials on a cluster lets an adopting import replace its credentials
+// (docs/import.md, "Adoption and credentials"). It is a platform admin's consent, so a rendered
+// cluster never carries it.
+const LabelAllowImportCredentials = "fleetstream.io/allow-import-credentials"
+
 // FieldError is one problem with the field path it concerns, e.g.
 // "references[1].name_template". Paths use the proto field names, as Connect errors do.
 type FieldError struct {

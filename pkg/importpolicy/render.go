@@ -429,6 +429,9 @@ func (r *run) decodeCluster(out string) *ClusterDocument {
 		}
 	}
 	checkMap("labels", doc.Labels, maxLabels, validation.IsValidLabelValue)
+	if _, ok := doc.Labels[LabelAllowImportCredentials]; ok {
+		bad(fmt.Sprintf("labels[%s]", short(LabelAllowImportCredentials)), "only a platform admin sets this label (UpdateCluster), never an import")
+	}
 	checkMap("claims", doc.Claims, maxLabels, func(v string) []string {
 		if len(v) > maxClaimValue {
 			return []string{fmt.Sprintf("longer than %d bytes", maxClaimValue)}

@@ -209,7 +209,7 @@ func TestAnImportNeverRendersTheAllowLabel(t *testing.T) {
 	inv.source("c5", true, nil, nil)
 	testkit.Eventually(t, 20*time.Second, func() error {
 		inv.secret("c5-kubeconfig", kubeconfigFor("https://c5.example:6443", "token-of-c5-0123456789"))
-		c, err := lifecycleCondition(ctx, pc, "c5", clusterimport.ConditionCreated)
+		c, err := lifecycleCondition(ctx, pc, "c5", "Rendered")
 		if err != nil {
 			return err
 		}

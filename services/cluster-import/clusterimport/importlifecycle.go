@@ -36,7 +36,7 @@ const (
 	// RegisterCluster and UpdateCluster set an existing cluster's labels, and an import never
 	// renders this one) lets an adopting import replace the cluster's credentials, even once
 	// its own agent has connected.
-	LabelAllowImportCredentials = "fleetstream.io/allow-import-credentials"
+	LabelAllowImportCredentials = importpolicy.LabelAllowImportCredentials
 
 	reasonCredentialsAttached = "Attached"
 	reasonHasCredentials      = "ClusterHasCredentials"
