@@ -147,10 +147,10 @@ type Cluster struct {
 	// make an update conditional (optimistic concurrency).
 	Revision uint64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
 	// The import lifecycle that created the cluster; it deregisters the cluster when its source
-	// object or policy goes.
+	// object or policy goes. Shown to platform admins only (lifecycles are admin-only).
 	ImportedBy *ImportOrigin `protobuf:"bytes,10,opt,name=imported_by,json=importedBy,proto3" json:"imported_by,omitempty"`
 	// Import lifecycles that adopted the cluster (it existed before them); they update its
-	// connection fields but never deregister it.
+	// connection fields but never deregister it. Shown to platform admins only.
 	AdoptedBy     []*ImportOrigin `protobuf:"bytes,11,rep,name=adopted_by,json=adoptedBy,proto3" json:"adopted_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1212,7 +1212,8 @@ func (x *AccessAtRequest) GetTime() *timestamppb.Timestamp {
 type AccessAtResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Grants []*Grant               `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
-	// Stream position the answer was computed from: the last event at or before time.
+	// Stream position the answer was computed from: the last event at or before time. Set for
+	// platform admins only (the positions count every tenant's changes); 0 for everyone else.
 	RbacSequence    uint64 `protobuf:"varint,2,opt,name=rbac_sequence,json=rbacSequence,proto3" json:"rbac_sequence,omitempty"`
 	ProjectSequence uint64 `protobuf:"varint,3,opt,name=project_sequence,json=projectSequence,proto3" json:"project_sequence,omitempty"`
 	unknownFields   protoimpl.UnknownFields
