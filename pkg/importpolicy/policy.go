@@ -14,6 +14,8 @@ import (
 	"text/template"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 )
 
 // ImportPolicy says how objects of one source type become clusters. Field names mirror the
@@ -129,6 +131,8 @@ func (es *FieldErrors) add(e *FieldError) {
 type Engine struct {
 	limits Limits
 	funcs  template.FuncMap
+	// creds is what a rendered kubeconfig may hold beyond inline data (pkg/kubecreds).
+	creds kubecreds.Policy
 }
 
 // NewEngine returns an engine with the given limits; zero fields take DefaultLimits' values.
@@ -153,6 +157,14 @@ func NewEngine(l Limits) *Engine {
 		l.MaxObjectBytes = d.MaxObjectBytes
 	}
 	return &Engine{limits: l, funcs: baseFuncs()}
+}
+
+// WithCredentialsPolicy returns a copy of e whose renders check a rendered kubeconfig with p,
+// as the registry will when it stores it, so a refused field shows as a render error.
+func (e *Engine) WithCredentialsPolicy(p kubecreds.Policy) *Engine {
+	c := *e
+	c.creds = p
+	return &c
 }
 
 // Limits returns the engine's limits.

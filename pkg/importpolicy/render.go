@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 )
 
 // Target is a reference resolved for one source object: what the caller must fetch.
@@ -482,6 +484,15 @@ func (r *run) checkCredentials(c *Credentials, bad func(string, string, ...any))
 			bad("credentials.kubeconfig", "not a valid kubeconfig with a cluster server")
 		} else if msg := checkServer(s); msg != "" {
 			bad("credentials.kubeconfig", "server: %s", msg)
+		}
+		// Exec plugins, file paths and unlisted proxies: the fields named, never their values.
+		var ke *kubecreds.Error
+		if _, err := kubecreds.Kubeconfig(c.Kubeconfig, r.e.creds); errors.As(err, &ke) {
+			for _, fe := range ke.Fields {
+				if fe.Field != "" { // a parse error is reported above
+					bad("credentials.kubeconfig."+fe.Field, "%s", fe.Reason)
+				}
+			}
 		}
 		return
 	}

@@ -34,7 +34,7 @@ func (s *Registry) RegisterCluster(ctx context.Context, req *connect.Request[clu
 	var v apierr.Violations
 	v.DNSLabel("name", m.Name)
 	validateMeta(&v, m.Labels, m.Claims, m.Taints)
-	validateCredentials(&v, "credentials", m.Credentials)
+	validateCredentials(&v, "credentials", m.Credentials, s.cfg.Credentials)
 	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (s *Registry) UpdateCluster(ctx context.Context, req *connect.Request[clust
 	}
 	validateMeta(&v, m.Labels, m.Claims, m.Taints)
 	if slices.Contains(fields, "credentials") {
-		validateCredentials(&v, "credentials", m.Credentials)
+		validateCredentials(&v, "credentials", m.Credentials, s.cfg.Credentials)
 	}
 	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/importpolicy"
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -115,7 +116,7 @@ type compiledPolicy struct {
 }
 
 func newLifecycles(s *Registry) *lifecycles {
-	l := &lifecycles{s: s, engine: importpolicy.NewEngine(importpolicy.Limits{}), kickCh: make(chan struct{}, 1),
+	l := &lifecycles{s: s, engine: importpolicy.NewEngine(importpolicy.Limits{}).WithCredentialsPolicy(s.cfg.Credentials), kickCh: make(chan struct{}, 1),
 		status: map[string][]*clusterv1.ImportLifecycle{}, compiled: map[string]compiledPolicy{}, watchWritten: map[string][]byte{},
 		memo: map[string]*renderMemo{}}
 	l.sources = newImportSources(l.kick)
@@ -509,7 +510,7 @@ func (p *pass) act(lc *clusterv1.ImportLifecycle, res *importpolicy.Result, orig
 		// The name changed: the old cluster goes, the new one is created or adopted.
 		p.remove(o, removedNameChanged)
 	}
-	req, problem := registerRequest(res)
+	req, problem := registerRequest(res, p.l.s.cfg.Credentials)
 	if mine != nil {
 		p.describeOwners(lc, []owner{*mine}, "")
 		if problem == "" {
@@ -543,7 +544,7 @@ func (p *pass) act(lc *clusterv1.ImportLifecycle, res *importpolicy.Result, orig
 
 // registerRequest maps a rendered cluster to a registration, and says what the registry
 // would refuse (never quoting credentials).
-func registerRequest(res *importpolicy.Result) (*clusterv1.RegisterClusterRequest, string) {
+func registerRequest(res *importpolicy.Result, creds kubecreds.Policy) (*clusterv1.RegisterClusterRequest, string) {
 	d := res.Cluster
 	req := &clusterv1.RegisterClusterRequest{Name: res.Name, Labels: d.Labels, Claims: d.Claims}
 	for _, t := range d.Taints {
@@ -558,7 +559,7 @@ func registerRequest(res *importpolicy.Result) (*clusterv1.RegisterClusterReques
 	if _, ok := req.Labels[LabelAllowImportCredentials]; ok {
 		v.Add("labels["+LabelAllowImportCredentials+"]", "only a platform admin sets this label (UpdateCluster), never an import")
 	}
-	validateCredentials(&v, "credentials", req.Credentials)
+	validateCredentials(&v, "credentials", req.Credentials, creds)
 	if err := v.Err(); err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) {

@@ -19,7 +19,7 @@ type ImportPolicyAPI struct {
 
 // ImportPolicies returns the ImportPolicyService handler.
 func (s *Registry) ImportPolicies() *ImportPolicyAPI {
-	return &ImportPolicyAPI{s: s, engine: importpolicy.NewEngine(importpolicy.Limits{})}
+	return &ImportPolicyAPI{s: s, engine: importpolicy.NewEngine(importpolicy.Limits{}).WithCredentialsPolicy(s.cfg.Credentials)}
 }
 
 func (a *ImportPolicyAPI) PreviewImportPolicy(ctx context.Context, req *connect.Request[clusterv1.PreviewImportPolicyRequest]) (*connect.Response[clusterv1.PreviewImportPolicyResponse], error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 	"github.com/fleetstream/fleetstream/pkg/sealed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -45,6 +46,9 @@ type Config struct {
 	// 2m). It must exceed the 30 s a create has from its claim to its event, and the clock
 	// skew between the NATS servers and the replicas.
 	PolicyClaimGrace time.Duration
+	// Credentials says what a stored kubeconfig may hold beyond inline data
+	// (--credentials-allowed-proxies); checked when credentials are written or rendered.
+	Credentials kubecreds.Policy
 }
 
 func (c *Config) defaults() {

@@ -1,15 +1,16 @@
 package clusterimport
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 )
 
 const maxClaimValue = 1024
@@ -55,7 +56,10 @@ func validateMeta(v *apierr.Violations, lbls, claims map[string]string, taints [
 	}
 }
 
-func validateCredentials(v *apierr.Violations, field string, c *clusterv1.ConnectionCredentials) {
+// validateCredentials refuses credentials that could do more than reach their cluster with the
+// data they carry (pkg/kubecreds): an exec plugin would run on the hub, a file path would read
+// the hub's files. The hosted agents check again when they load them.
+func validateCredentials(v *apierr.Violations, field string, c *clusterv1.ConnectionCredentials, policy kubecreds.Policy) {
 	if c == nil {
 		return
 	}
@@ -63,9 +67,16 @@ func validateCredentials(v *apierr.Violations, field string, c *clusterv1.Connec
 		if c.Server != "" || c.Token != "" || len(c.ClientCertificateData) > 0 {
 			v.Add(field, "give either kubeconfig or server with token/client certificate, not both")
 		}
-		if _, err := clientcmd.Load(c.Kubeconfig); err != nil {
-			// The parse error is not echoed: it may quote the secret.
-			v.Add(field+".kubeconfig", "not a valid kubeconfig")
+		var ke *kubecreds.Error
+		if _, err := kubecreds.Kubeconfig(c.Kubeconfig, policy); errors.As(err, &ke) {
+			for _, fe := range ke.Fields {
+				if fe.Field == "" {
+					// Never a parse error's text: it may quote the secret.
+					v.Add(field+".kubeconfig", "not a valid kubeconfig")
+					continue
+				}
+				v.Add(field+".kubeconfig."+fe.Field, "%s", fe.Reason)
+			}
 		}
 		return
 	}

@@ -28,6 +28,7 @@ func main() {
 		fs.DurationVar(&cfg.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
 		fs.DurationVar(&cfg.PolicyClaimGrace, "policy-claim-grace", 0, "age after which an import policy's claim on its source, the policy never created, may be taken over (default 2m)")
 		fs.StringVar(&keyFile, "credentials-key-file", os.Getenv("FLEETSTREAM_CREDENTIALS_KEY_FILE"), keyFileUsage)
+		cfg.Credentials.RegisterFlags(fs)
 	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
 		cfg.Replicas = env.Options.Replicas
 		cfg.Retention = env.Options.Retention
