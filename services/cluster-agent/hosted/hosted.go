@@ -28,10 +28,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -68,6 +68,10 @@ type Config struct {
 	Retry time.Duration
 	// NATSOptions are added to every hosted agent's connection (TLS, for example).
 	NATSOptions []nats.Option
+	// Credentials says what a cluster's kubeconfig may hold beyond inline data
+	// (--credentials-allowed-proxies). Stored credentials are checked again here, whatever
+	// cluster-import checked when they were written: older values were never checked.
+	Credentials kubecreds.Policy
 }
 
 // Supervisor starts and stops the hosted agents.
@@ -80,6 +84,11 @@ type Supervisor struct {
 
 	mu      sync.Mutex
 	running map[string]*hostedAgent
+	// refused holds, by cluster, why its stored credentials were refused: such a cluster's
+	// agent waits for new credentials instead of retrying. Its own lock: reconcile holds mu
+	// while it waits for an agent to stop, and the agent may be recording its refusal.
+	refusedMu sync.Mutex
+	refused   map[string]string
 }
 
 // hostedAgent is one running hosted agent.
@@ -105,7 +114,7 @@ func New(cfg Config, js jetstream.JetStream, log *zap.Logger) (*Supervisor, erro
 		log = zap.NewNop()
 	}
 	cfg.Member.Hosted = true
-	return &Supervisor{cfg: cfg, js: js, log: log.Named("hosted"), now: time.Now, running: map[string]*hostedAgent{}}, nil
+	return &Supervisor{cfg: cfg, js: js, log: log.Named("hosted"), now: time.Now, running: map[string]*hostedAgent{}, refused: map[string]string{}}, nil
 }
 
 // Run supervises while this replica holds the lease, until ctx ends.
@@ -173,6 +182,15 @@ func (s *Supervisor) supervise(ctx context.Context) error {
 	}
 }
 
+// Refused returns, by cluster, why the stored credentials of a hosted cluster were refused
+// (the fields named, never a value). The cluster is not connected until its credentials are
+// replaced.
+func (s *Supervisor) Refused() map[string]string {
+	s.refusedMu.Lock()
+	defer s.refusedMu.Unlock()
+	return maps.Clone(s.refused)
+}
+
 // reconcile starts the hosted agents that should run and stops those that should not.
 func (s *Supervisor) reconcile(ctx context.Context, clusters *view.Cache[*clusterv1.Cluster], status *view.Cache[*clusterv1.AgentStatus]) {
 	want := map[string]*clusterv1.Cluster{}
@@ -194,6 +212,7 @@ func (s *Supervisor) reconcile(ctx context.Context, clusters *view.Cache[*cluste
 		}
 		h.stop()
 		delete(s.running, name)
+		s.setRefused(name, "")
 		if _, ok := want[name]; ok {
 			s.log.Info("credentials changed: reconnecting hosted agent", zap.String("cluster", name))
 		} else {
@@ -215,6 +234,17 @@ func (s *Supervisor) reconcile(ctx context.Context, clusters *view.Cache[*cluste
 	}
 }
 
+// setRefused records why cluster's credentials were refused; "" forgets it.
+func (s *Supervisor) setRefused(cluster, why string) {
+	s.refusedMu.Lock()
+	defer s.refusedMu.Unlock()
+	if why == "" {
+		delete(s.refused, cluster)
+		return
+	}
+	s.refused[cluster] = why
+}
+
 func (h *hostedAgent) stop() {
 	h.cancel()
 	<-h.done
@@ -226,6 +256,7 @@ func (s *Supervisor) stopAll() {
 	for name, h := range s.running {
 		h.stop()
 		delete(s.running, name)
+		s.setRefused(name, "")
 	}
 }
 
@@ -236,6 +267,14 @@ func (s *Supervisor) keepRunning(ctx context.Context, cluster, id string) {
 	for {
 		err := s.runOnce(ctx, cluster, id, log)
 		if ctx.Err() != nil {
+			return
+		}
+		if kubecreds.IsRefused(err) {
+			// The same credentials are refused every time: wait for new ones (a credentials
+			// change restarts this agent).
+			log.Error("hosted agent not started: the cluster's stored credentials are refused; replace them (UpdateCluster)", zap.Error(err))
+			s.setRefused(cluster, err.Error())
+			<-ctx.Done()
 			return
 		}
 		log.Warn("hosted agent stopped; starting it again", zap.Duration("after", s.cfg.Retry), zap.Error(err))
@@ -252,7 +291,8 @@ func (s *Supervisor) runOnce(ctx context.Context, cluster, id string, log *zap.L
 	if err != nil {
 		return err
 	}
-	kubeCfg, err := RESTConfig(creds)
+	// Before anything connects: a refused kubeconfig must not reach NATS or the cluster.
+	kubeCfg, err := RESTConfig(creds, s.cfg.Credentials)
 	if err != nil {
 		return fmt.Errorf("credentials of cluster %s: %w", cluster, err)
 	}
@@ -305,25 +345,15 @@ func (s *Supervisor) credentials(ctx context.Context, cluster string) (*clusterv
 }
 
 // RESTConfig is the client configuration stored credentials describe: their kubeconfig (its
-// current context), or the server with its CA and a bearer token or client certificate.
-func RESTConfig(c *clusterv1.ConnectionCredentials) (*rest.Config, error) {
-	if len(c.GetKubeconfig()) > 0 {
-		cfg, err := clientcmd.RESTConfigFromKubeConfig(c.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
-		}
-		return cfg, nil
+// current context), or the server with its CA and a bearer token or client certificate. Only
+// inline data is used (pkg/kubecreds): a kubeconfig with an exec plugin, a file path or an
+// unlisted proxy is refused (a *kubecreds.Error) and nothing of it runs.
+func RESTConfig(c *clusterv1.ConnectionCredentials, p kubecreds.Policy) (*rest.Config, error) {
+	cr, err := kubecreds.Load(c, p)
+	if err != nil {
+		return nil, err
 	}
-	if c.GetServer() == "" {
-		return nil, errors.New("neither a kubeconfig nor a server")
-	}
-	return &rest.Config{
-		Host:        c.Server,
-		BearerToken: c.Token,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData: c.CertificateAuthorityData, CertData: c.ClientCertificateData, KeyData: c.ClientKeyData,
-		},
-	}, nil
+	return cr.RESTConfig(), nil
 }
 
 // nilIfDone drops err when ctx ended: the lease was lost or the process stops.

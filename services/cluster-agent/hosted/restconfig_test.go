@@ -1,9 +1,11 @@
 package hosted_test
 
 import (
+	"strings"
 	"testing"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 )
 
@@ -35,14 +37,18 @@ func TestRESTConfig(t *testing.T) {
 			host: "https://k:6443", token: "tt", ca: "ca2"},
 		{name: "client certificate", creds: &clusterv1.ConnectionCredentials{Server: "https://k:6443", ClientCertificateData: []byte("crt"), ClientKeyData: []byte("key")},
 			host: "https://k:6443", cert: "crt", key: "key"},
-		{name: "nothing to connect with", creds: &clusterv1.ConnectionCredentials{Token: "orphan"}, errSub: "neither"},
+		{name: "nothing to connect with", creds: &clusterv1.ConnectionCredentials{Token: "orphan"}, errSub: "server"},
+		{name: "exec plugin", creds: &clusterv1.ConnectionCredentials{Kubeconfig: []byte(strings.Replace(kubeconfig, `{token: "t0k"}`, `{exec: {command: /bin/sh}}`, 1))},
+			errSub: "users[0].user.exec"},
+		{name: "token file", creds: &clusterv1.ConnectionCredentials{Kubeconfig: []byte(strings.Replace(kubeconfig, `{token: "t0k"}`, `{tokenFile: /etc/hostname}`, 1))},
+			errSub: "users[0].user.tokenFile"},
 		{name: "broken kubeconfig", creds: &clusterv1.ConnectionCredentials{Kubeconfig: []byte("{")}, errSub: "kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := hosted.RESTConfig(tc.creds)
+			cfg, err := hosted.RESTConfig(tc.creds, kubecreds.Policy{})
 			if tc.errSub != "" {
-				if err == nil {
-					t.Fatalf("want an error about %q, got config for %s", tc.errSub, cfg.Host)
+				if err == nil || !strings.Contains(err.Error(), tc.errSub) {
+					t.Fatalf("want an error about %q, got %v", tc.errSub, err)
 				}
 				return
 			}

@@ -200,6 +200,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	}
 	readies := server.Start(ctx, g, srv, inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints)
 	if cfg.HostedAgents {
+		// One policy for what a kubeconfig may hold: the one cluster-import checked it with.
+		cfg.Hosted.Credentials = cfg.ClusterImport.Credentials
 		if inst.Hosted, err = startHosted(ctx, g, ns, cfg.Hosted, hostedToken, log); err != nil {
 			return fail(err)
 		}

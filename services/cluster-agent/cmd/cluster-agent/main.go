@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/version"
@@ -44,6 +45,7 @@ type options struct {
 	importResend      time.Duration
 	hosted            bool
 	inClusterGrace    time.Duration
+	credentials       kubecreds.Policy
 	logLevel          string
 	logDev            bool
 }
@@ -61,6 +63,7 @@ func run(args []string) error {
 	fs.StringVar(&o.cluster, "cluster", "", "name of this member cluster in the registry (required without --hosted)")
 	fs.BoolVar(&o.hosted, "hosted", false, "run on the hub the agents of every cluster that has stored credentials and no agent of its own; --nats-token-file is then the hosted-agent service's token")
 	fs.DurationVar(&o.inClusterGrace, "in-cluster-grace", hosted.DefaultInClusterGrace, "with --hosted: leave a cluster to its own agent while that sent a heartbeat within this")
+	o.credentials.RegisterFlags(fs)
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
 	fs.StringVar(&o.natsTokenFile, "nats-token-file", "", "file holding the agent's NATS token (optional)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; in-cluster config when empty")
@@ -158,7 +161,7 @@ func runHosted(ctx context.Context, o options, memberCfg member.Config, log *zap
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	sup, err := hosted.New(hosted.Config{
-		NATSURL: o.natsURL, ServiceToken: token, Member: memberCfg, InClusterGrace: o.inClusterGrace,
+		NATSURL: o.natsURL, ServiceToken: token, Member: memberCfg, InClusterGrace: o.inClusterGrace, Credentials: o.credentials,
 	}, js, log)
 	if err != nil {
 		return err

@@ -42,6 +42,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
 	fs.DurationVar(&cfg.ClusterImport.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
 	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
+	cfg.ClusterImport.Credentials.RegisterFlags(fs)
 	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
 	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
 	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "host:port of the xDS server (gRPC) serving every service's endpoints to proxies; empty serves no xDS")
