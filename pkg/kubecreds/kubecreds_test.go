@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 )
@@ -187,5 +190,25 @@ func TestLoad(t *testing.T) {
 				t.Fatalf("want %s refused, got %v", tc.field, err)
 			}
 		})
+	}
+}
+
+// Kubeconfigs as client-go writes them (kubectl, kind, the test kit, devcluster) are accepted.
+func TestKubeconfigWrittenByClientGo(t *testing.T) {
+	data, err := clientcmd.Write(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"kind-a": {Server: "https://127.0.0.1:6443", CertificateAuthorityData: []byte("CA-PEM"), TLSServerName: "a"}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"kind-a": {ClientCertificateData: []byte("CERT-PEM"), ClientKeyData: []byte("KEY-PEM")}},
+		Contexts:       map[string]*clientcmdapi.Context{"kind-a": {Cluster: "kind-a", AuthInfo: "kind-a", Namespace: "default"}},
+		CurrentContext: "kind-a",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubecreds.Kubeconfig(data, kubecreds.Policy{})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if c.Server != "https://127.0.0.1:6443" || string(c.CertData) != "CERT-PEM" || string(c.KeyData) != "KEY-PEM" {
+		t.Errorf("credentials %+v", c)
 	}
 }
