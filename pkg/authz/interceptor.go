@@ -130,7 +130,7 @@ func (a *Authorizer) Authorize(ctx context.Context, procedure string, msg any) (
 // caught up with is decided again once it has.
 func (a *Authorizer) decideFresh(ctx context.Context, c *Caller, procedure string, msg any) (Scope, error) {
 	s, err := a.decide(c, procedure, msg)
-	if err == nil || s.Kind != Project && s.Kind != Namespace {
+	if err == nil || s.Kind != Project && s.Kind != Namespace && s.Kind != NamespaceView {
 		return s, err
 	}
 	a.catchUp(ctx)
@@ -155,6 +155,8 @@ func (a *Authorizer) decide(c *Caller, procedure string, msg any) (Scope, error)
 		allowed = c.Can(rule.Verb, rule.Group, rule.Resource, s.Project)
 	case Namespace:
 		allowed = c.CanInNamespace(rule.Verb, rule.Group, rule.Resource, s.Cluster, s.Namespace)
+	case NamespaceView:
+		allowed = c.Admin() || len(c.CanInOwningProject(rule.Verb, rule.Group, rule.Resource, s.Namespace)) > 0
 	case XDSReaders:
 		allowed = c.Admin() || c.xdsReader
 	default:

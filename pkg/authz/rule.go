@@ -25,6 +25,10 @@ const (
 	// XDSReaders: platform admins and the xds-reader role (users and groups named by
 	// --xds-readers and --xds-reader-groups): the fleet-wide feed proxies read.
 	XDSReaders
+	// NamespaceView: a project owning the namespace on some cluster, any one of them; the
+	// handler answers with the view of the projects the caller holds the right in (a service's
+	// endpoints, merged per owning project). Platform admins only where no project owns it.
+	NamespaceView
 )
 
 // Scope is where one request needs its right.
@@ -44,6 +48,8 @@ func (s Scope) String() string {
 			return fmt.Sprintf("in namespace %q (every project owning it on any cluster)", s.Namespace)
 		}
 		return fmt.Sprintf("in namespace %q on cluster %q", s.Namespace, s.Cluster)
+	case NamespaceView:
+		return fmt.Sprintf("in namespace %q (no project owning it on any cluster grants it; a namespace no project owns is the platform's)", s.Namespace)
 	case Platform:
 		return "fleet-wide (platform admins only)"
 	case XDSReaders:
@@ -114,6 +120,20 @@ func inProjectGroup[T any](verb, group, resource string, project func(T) string)
 	r := custom(verb, resource, func(m T) Scope { return Scope{Kind: Project, Project: project(m)} })
 	r.Group = group
 	return r
+}
+
+// inNamespaceView is inNamespace for procedures answering with the caller's project's view of
+// a namespace owned per cluster: a request naming no cluster needs the right in one project
+// owning the namespace (NamespaceView), one naming a cluster the right in the project owning it
+// there.
+func inNamespaceView[T any](verb, resource string, where func(T) (cluster, namespace string)) Rule {
+	return custom(verb, resource, func(m T) Scope {
+		c, ns := where(m)
+		if c == "" {
+			return Scope{Kind: NamespaceView, Namespace: ns}
+		}
+		return Scope{Kind: Namespace, Cluster: c, Namespace: ns}
+	})
 }
 
 func inNamespace[T any](verb, resource string, where func(T) (cluster, namespace string)) Rule {

@@ -127,13 +127,18 @@ var table = map[string]Rule{
 		func(m *placementv1.WatchPlacementDecisionsRequest) string { return m.Project }),
 	placementv1connect.PlacementServiceSetAddOnScoreProcedure: admin("update", roles.ResAddOnScores),
 
-	// Endpoints belong to the project owning the service's namespace; weights of services in a
-	// namespace no project owns are the platform's.
-	endpointv1connect.EndpointServiceGetServiceEndpointsProcedure: inNamespace("get", roles.ResServices,
+	// Endpoints belong to the project owning the service's namespace on the cluster reporting
+	// them, and are merged per owning project (docs/endpoints.md, "Who owns a service's
+	// endpoints"): a read, or an endpoint weight not naming a cluster, needs the right in one
+	// project owning the namespace and answers with that project's service; a cluster's weight
+	// needs it in the project owning the namespace there. Services in a namespace no project
+	// owns (and a cluster's endpoints in a namespace another cluster's project owns) are the
+	// platform's.
+	endpointv1connect.EndpointServiceGetServiceEndpointsProcedure: inNamespaceView("get", roles.ResServices,
 		func(m *endpointv1.GetServiceEndpointsRequest) (string, string) { return "", m.Namespace }),
-	endpointv1connect.EndpointServiceWatchServiceEndpointsProcedure: inNamespace("watch", roles.ResServices,
+	endpointv1connect.EndpointServiceWatchServiceEndpointsProcedure: inNamespaceView("watch", roles.ResServices,
 		func(m *endpointv1.WatchServiceEndpointsRequest) (string, string) { return "", m.Namespace }),
-	endpointv1connect.EndpointServiceSetEndpointWeightProcedure: inNamespace("update", roles.ResServiceWeights,
+	endpointv1connect.EndpointServiceSetEndpointWeightProcedure: inNamespaceView("update", roles.ResServiceWeights,
 		func(m *endpointv1.SetEndpointWeightRequest) (string, string) { return m.Cluster, m.Namespace }),
 	endpointv1connect.EndpointServiceSetClusterWeightProcedure: inNamespace("update", roles.ResServiceWeights,
 		func(m *endpointv1.SetClusterWeightRequest) (string, string) { return m.Cluster, m.Namespace }),

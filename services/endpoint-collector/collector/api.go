@@ -1,8 +1,10 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"net/netip"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -49,7 +51,7 @@ func (c *Collector) GetServiceEndpoints(ctx context.Context, req *connect.Reques
 	if err := c.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
-	sn := c.store.snapshot(serviceKey(m.Namespace, m.Name))
+	sn, _ := c.viewOf(ctx, "get", roles.ResServices, m.Namespace, m.Name)
 	if sn == nil {
 		return nil, apierr.NotFound("service", m.Namespace+"/"+m.Name)
 	}
@@ -64,15 +66,18 @@ func (c *Collector) WatchServiceEndpoints(ctx context.Context, req *connect.Requ
 	if err := c.gate.Admit(ctx, &v); err != nil {
 		return err
 	}
-	key := serviceKey(m.Namespace, m.Name)
-	w := c.store.hub.add(key)
-	defer c.store.hub.remove(key, w)
 	var (
+		key     string
+		w       *watcher
 		sent    bool
 		version uint64
 	)
-	send := func() error {
-		sn := c.store.snapshot(key)
+	defer func() {
+		if w != nil {
+			c.store.hub.remove(key, w)
+		}
+	}()
+	send := func(sn *snapshot) error {
 		switch {
 		case sn == nil && (!sent || version != 0):
 			version = 0
@@ -88,7 +93,17 @@ func (c *Collector) WatchServiceEndpoints(ctx context.Context, req *connect.Requ
 		return nil
 	}
 	for {
-		if err := send(); err != nil {
+		// What the caller reads may move to another key when ownership changes (the service
+		// then stops being served under the old one, which wakes this watcher).
+		sn, k := c.viewOf(ctx, "watch", roles.ResServices, m.Namespace, m.Name)
+		if k != key {
+			if w != nil {
+				c.store.hub.remove(key, w)
+			}
+			key, w = k, c.store.hub.add(k)
+			sn, _ = c.viewOf(ctx, "watch", roles.ResServices, m.Namespace, m.Name) // a change before add is not missed
+		}
+		if err := send(sn); err != nil {
 			return err
 		}
 		select {
@@ -97,6 +112,54 @@ func (c *Collector) WatchServiceEndpoints(ctx context.Context, req *connect.Requ
 		case <-w.ch:
 		}
 	}
+}
+
+// viewOf returns what the caller of ctx reads as service ns/name, and the key whose watchers
+// are told when it changes (docs/endpoints.md, "Who owns a service's endpoints"):
+//   - in a namespace no project owns, the service merged across every cluster;
+//   - for a platform admin, the service's whole state: every cluster, those where no project
+//     owns the namespace included;
+//   - otherwise the view of the project owning the namespace in which the caller may do verb on
+//     resource, or, when it may in several, one merging their clusters (built for the call,
+//     not cached).
+//
+// nil when there is nothing the caller may read.
+func (c *Collector) viewOf(ctx context.Context, verb, resource, ns, name string) (*snapshot, string) {
+	key := serviceKey(ns, name)
+	o := c.owning(ns)
+	if o == nil {
+		return c.store.snapshot(key), key
+	}
+	caller := authz.CallerFrom(ctx)
+	if caller.Admin() {
+		return c.store.state(key), key
+	}
+	projects := caller.CanInOwningProject(verb, roles.Group, resource, ns)
+	switch len(projects) {
+	case 0:
+		return nil, key
+	case 1:
+		vk := projectKey(key, projects[0])
+		return c.store.snapshot(vk), vk
+	}
+	st := c.store.state(key)
+	if st == nil {
+		return nil, key
+	}
+	var parts []part
+	for _, cs := range st.parts() {
+		if slices.Contains(projects, o.of(cs.name())) {
+			parts = append(parts, cs.part)
+		}
+	}
+	if len(parts) == 0 {
+		return nil, key
+	}
+	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.ref().info.name, b.ref().info.name) })
+	u := c.assemble(st.key, parts, c.weightsOf(ns, name))
+	u.version = st.version
+	u.resp.Store(releasedSlots) // built for this call: nothing is cached in it
+	return u, key
 }
 
 func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[endpointv1.SetEndpointWeightRequest]) (*connect.Response[endpointv1.SetEndpointWeightResponse], error) {
@@ -124,10 +187,26 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 	agg := viewKey(m.Namespace, m.Name)
 	var seq uint64
 	if m.Clear {
-		seq, err = c.events.Append(ctx, subject, agg, events.Any, &endpointv1.EndpointWeightCleared{
-			Namespace: m.Namespace, Name: m.Name, Ip: ipText, ClusterName: m.Cluster, Reason: "reset"})
+		clusters := []string{m.Cluster}
+		if m.Cluster == "" {
+			if cl, scoped := c.clearScope(ctx, m.Namespace, m.Name, ipText); scoped {
+				clusters = cl
+			}
+		}
+		for _, cl := range clusters {
+			if seq, err = c.events.Append(ctx, subject, agg, events.Any, &endpointv1.EndpointWeightCleared{
+				Namespace: m.Namespace, Name: m.Name, Ip: ipText, ClusterName: cl, Reason: "reset"}); err != nil {
+				break
+			}
+		}
 	} else {
-		bindings := c.bindings(serviceKey(m.Namespace, m.Name), ip, m.Cluster)
+		// A weight naming a cluster binds there (the caller owns the namespace there, or is a
+		// platform admin); one naming none, in every cluster of the service the caller reads.
+		sn, _ := c.viewOf(ctx, "update", roles.ResServiceWeights, m.Namespace, m.Name)
+		if m.Cluster != "" {
+			sn = c.store.state(serviceKey(m.Namespace, m.Name))
+		}
+		bindings := c.bindings(sn, ip, m.Cluster)
 		if len(bindings) == 0 {
 			where := ""
 			if m.Cluster != "" {
@@ -151,10 +230,31 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&endpointv1.SetEndpointWeightResponse{Weights: w}), nil
 }
 
-// bindings finds the endpoints with ip in the service now, per cluster (only cluster if set):
-// the weight is bound to the object behind each, so a later pod with the same IP starts at 100.
-func (c *Collector) bindings(key string, ip netip.Addr, cluster string) []*endpointv1.WeightBinding {
-	sn := c.store.snapshot(key)
+// clearScope returns the clusters where a reset of ip's weight naming no cluster applies when
+// the caller is not a platform admin and the namespace is owned: those of its projects' service
+// that have a weight for ip, not the other projects' (false: every cluster, as the event says).
+func (c *Collector) clearScope(ctx context.Context, ns, name, ip string) ([]string, bool) {
+	o := c.owning(ns)
+	caller := authz.CallerFrom(ctx)
+	if o == nil || caller.Admin() {
+		return nil, false
+	}
+	projects := caller.CanInOwningProject("update", roles.Group, roles.ResServiceWeights, ns)
+	var out []string
+	if w := c.weightsOf(ns, name); w != nil {
+		for _, ew := range w.EndpointWeights {
+			if ew.Ip == ip && slices.Contains(projects, o.of(ew.ClusterName)) && !slices.Contains(out, ew.ClusterName) {
+				out = append(out, ew.ClusterName)
+			}
+		}
+	}
+	return out, true
+}
+
+// bindings finds the endpoints with ip in service snapshot sn, per cluster (only cluster if
+// set): the weight is bound to the object behind each, so a later pod with the same IP starts
+// at 100.
+func (c *Collector) bindings(sn *snapshot, ip netip.Addr, cluster string) []*endpointv1.WeightBinding {
 	if sn == nil {
 		return nil
 	}
@@ -260,11 +360,12 @@ func (c *Collector) kvAbsent(ctx context.Context, key string) bool {
 	return err != nil
 }
 
-// waitSnapshot blocks until cond holds for service key's snapshot (nil when it has none).
+// waitSnapshot blocks until cond holds for service key's state (nil when it has none); in an
+// owned namespace its views are published before it.
 func (c *Collector) waitSnapshot(ctx context.Context, key string, cond func(*snapshot) bool) error {
 	w := c.store.hub.add(key)
 	defer c.store.hub.remove(key, w)
-	for !cond(c.store.snapshot(key)) {
+	for !cond(c.store.state(key)) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -284,17 +385,38 @@ func (c *Collector) ListServices(ctx context.Context, req *connect.Request[endpo
 	}
 	ns := req.Msg.Namespace
 	caller := authz.CallerFrom(ctx)
-	snaps := c.store.Services(func(sns, _ string) bool {
-		return (ns == "" || sns == ns) && caller.CanInNamespace("list", roles.Group, roles.ResServices, "", sns)
+	// As viewOf reads: a platform admin sees each service whole, others the views of the
+	// projects they may list services in (merged when several own one service).
+	admin := caller.Admin()
+	snaps := c.store.list(admin, func(key string) bool {
+		sns, _, project := splitKey(key)
+		if ns != "" && sns != ns {
+			return false
+		}
+		switch {
+		case admin:
+			return true
+		case project == "":
+			return caller.CanInNamespace("list", roles.Group, roles.ResServices, "", sns)
+		}
+		return caller.Can("list", roles.Group, roles.ResServices, project)
 	})
 	out := &endpointv1.ListServicesResponse{Services: make([]*endpointv1.ServiceSummary, 0, len(snaps))}
+	var last *endpointv1.ServiceSummary
 	for _, sn := range snaps {
 		sns, name := sn.names()
-		s := &endpointv1.ServiceSummary{Namespace: sns, Name: name, ReadyEndpoints: sn.ready(), TotalEndpoints: sn.total()}
+		s := last
+		if s == nil || s.Namespace != sns || s.Name != name {
+			s = &endpointv1.ServiceSummary{Namespace: sns, Name: name}
+			out.Services = append(out.Services, s)
+			last = s
+		}
+		s.ReadyEndpoints += sn.ready()
+		s.TotalEndpoints += sn.total()
 		for i := range sn.clusters {
 			s.Clusters = append(s.Clusters, sn.clusters[i].name())
 		}
-		out.Services = append(out.Services, s)
+		slices.Sort(s.Clusters)
 	}
 	return connect.NewResponse(out), nil
 }

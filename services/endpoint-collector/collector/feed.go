@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"strings"
 	"sync"
 
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
@@ -17,8 +16,9 @@ type Feed struct {
 	wake  chan struct{}
 }
 
-// ServiceRef names a service.
-type ServiceRef struct{ Namespace, Name string }
+// ServiceRef names a service: in a namespace a project owns, the project's (docs/endpoints.md,
+// "Who owns a service's endpoints"); Project is "" for a service merged across every cluster.
+type ServiceRef struct{ Namespace, Name, Project string }
 
 // Feed registers a change feed. Every service served now is marked changed, so the first Take
 // returns the whole state; Close unregisters it.
@@ -44,8 +44,8 @@ func (f *Feed) Take() []ServiceRef {
 	f.mu.Unlock()
 	out := make([]ServiceRef, 0, len(dirty))
 	for k := range dirty {
-		ns, name, _ := strings.Cut(k, "/")
-		out = append(out, ServiceRef{Namespace: ns, Name: name})
+		ns, name, project := splitKey(k)
+		out = append(out, ServiceRef{Namespace: ns, Name: name, Project: project})
 	}
 	return out
 }
@@ -86,7 +86,16 @@ func (c *Collector) notifyFeeds(key string) {
 // response built here is not cached: a feed reads every service once per change, which would
 // fill the response cache with services no API client asked for.
 func (c *Collector) Endpoints(ns, name string) (*endpointv1.GetServiceEndpointsResponse, bool) {
-	sn := c.store.snapshot(serviceKey(ns, name))
+	return c.ServiceEndpoints(ServiceRef{Namespace: ns, Name: name})
+}
+
+// ServiceEndpoints is Endpoints of the service ref names (a project's, in an owned namespace).
+func (c *Collector) ServiceEndpoints(ref ServiceRef) (*endpointv1.GetServiceEndpointsResponse, bool) {
+	key := serviceKey(ref.Namespace, ref.Name)
+	if ref.Project != "" {
+		key = projectKey(key, ref.Project)
+	}
+	sn := c.store.snapshot(key)
 	if sn == nil {
 		return nil, false
 	}

@@ -2,7 +2,6 @@ package collector
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,8 +102,7 @@ func (w *kvWriter) flush(ctx context.Context) {
 	var failed []string
 	acks := make(map[string]jetstream.PubAckFuture, len(batch))
 	for key := range batch {
-		ns, name, _ := strings.Cut(key, "/")
-		msg := nats.NewMsg("$KV." + subjects.EndpointsBucket + "." + viewKey(ns, name))
+		msg := nats.NewMsg("$KV." + subjects.EndpointsBucket + "." + bucketKey(key))
 		if sn := w.c.store.snapshot(key); sn != nil {
 			data, err := proto.Marshal(sn.serviceEndpoints(w.c.store.strs))
 			if err != nil {
@@ -160,16 +158,20 @@ func (w *kvWriter) dropVanished(ctx context.Context) {
 	defer func() { _ = lister.Stop() }()
 	for key := range lister.Keys() {
 		parts, err := keys.Split(key)
-		if err != nil || len(parts) != 2 {
+		if err != nil || len(parts) != 2 && len(parts) != 3 {
 			continue
 		}
-		if svc := serviceKey(parts[0], parts[1]); w.c.store.snapshot(svc) == nil {
+		svc := serviceKey(parts[0], parts[1])
+		if len(parts) == 3 { // a project's view
+			svc = projectKey(svc, parts[2])
+		}
+		if w.c.store.snapshot(svc) == nil {
 			w.mark(svc)
 		}
 	}
 }
 
-// keys returns the key of every service in the store.
+// keys returns the key of every service and view served.
 func (st *Store) keys() []string {
 	st.mu.RLock()
 	defer st.mu.RUnlock()

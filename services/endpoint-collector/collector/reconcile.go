@@ -88,7 +88,7 @@ func (p *pendingSet) len() int {
 // internKey returns service key as a string the collector holds already (the store's, or the
 // pending set's), or a copy of it: the slices of a service in every cluster then share one.
 func (c *Collector) internKey(key string) string {
-	if sn := c.store.snapshot(key); sn != nil {
+	if sn := c.store.state(key); sn != nil {
 		return sn.key
 	}
 	if k, ok := c.pending.key(key); ok {
@@ -133,7 +133,7 @@ func (c *Collector) safeReconcile(key string) (err error) {
 // reconcile applies the pending changes of service key and publishes its new snapshot.
 func (c *Collector) reconcile(key string) {
 	ps := c.pending.take(key)
-	old := c.store.snapshot(key)
+	old := c.store.state(key)
 	if ps == nil && old == nil {
 		// Only a weight or liveness change, for a service without endpoints.
 		c.notify(key)
@@ -199,7 +199,9 @@ func findPart(parts []part, cluster *clusterInfo) (int, bool) {
 
 // publish builds and swaps in the snapshot of service key from its parts (sorted by cluster,
 // not shared with anything), the clusters' liveness and the service's weights, then tells
-// watchers and the KV writer. old is the service's current snapshot, nil if none.
+// watchers and the KV writer. old is the service's current snapshot, nil if none. In a
+// namespace a project owns, the snapshot is the service's whole state and what is served is
+// one view per owning project (ownership.go).
 func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	var delta int64
 	for i := range parts {
@@ -211,18 +213,102 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 		}
 	}
 	c.store.addresses.Add(delta)
+	ns, name, _ := strings.Cut(key, "/")
+	o := c.owning(ns)
 	if len(parts) == 0 {
-		c.store.swap(key, nil).release(c.codec)
-		c.notify(key)
+		prev, wasServed := c.store.place(key, nil, o != nil)
+		prev.release(c.codec)
+		c.publishViews(key, nil, nil)
+		c.notifyState(key, wasServed || prev == nil)
 		return
 	}
-	ns, name, _ := strings.Cut(key, "/")
-	sn := &snapshot{key: key, version: c.store.version.Add(1)}
+	w := c.weightsOf(ns, name)
+	sn := c.assemble(key, parts, w)
+	sn.version = c.store.version.Add(1)
 	if old != nil {
 		sn.key = old.key // one copy of the key per service, whatever string the caller has
 	}
-	// Served clusters first, then evicted ones, each by name: clusters is the served ones and
-	// the array's capacity holds them all (snapshot.parts).
+	var projects []string
+	var groups [][]part
+	if o != nil {
+		projects, groups = groupByOwner(parts, o)
+	}
+	// Views first: once the state shows a weight's revision (awaitWeights), so do the views.
+	c.publishViews(sn.key, projects, func(i int) *snapshot { return c.assemble(projectKey(sn.key, projects[i]), groups[i], w) })
+	prev, wasServed := c.store.place(key, sn, o != nil)
+	prev.release(c.codec)
+	// A liveness or cluster id change that came while this snapshot was being built may have
+	// looked for the service's clusters in the snapshot before (Store.servicesIn): publish
+	// again.
+	all := sn.parts()
+	for i := range all {
+		cs := &all[i]
+		st := cs.ref().info.State()
+		if (i < len(sn.clusters)) != (st != stateEvicted) || (i < len(sn.clusters) && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.ref().info.ID())) {
+			c.queue.Add(key)
+			break
+		}
+	}
+	c.notifyState(key, o == nil || wasServed)
+	if c.onPublish != nil {
+		c.onPublish(sn)
+	}
+}
+
+// notifyState tells who follows service key that its state changed: its watchers, and, when
+// it is (or was, until now) served under its key, the feeds and the bucket writer.
+func (c *Collector) notifyState(key string, served bool) {
+	if served {
+		c.notify(key)
+		return
+	}
+	c.store.hub.notify(key)
+	c.metrics.reconciles.Inc()
+}
+
+// publishViews serves view(i) as the view of each of projects (by name) of service key, and
+// stops serving the views it served before that are not among them.
+func (c *Collector) publishViews(key string, projects []string, view func(i int) *snapshot) {
+	c.viewsMu.Lock()
+	prev := c.views[key]
+	c.viewsMu.Unlock()
+	if len(prev) == 0 && len(projects) == 0 {
+		return
+	}
+	keys := make([]string, len(projects))
+	for i, p := range projects {
+		vk := projectKey(key, p)
+		if j := slices.Index(prev, vk); j >= 0 {
+			vk = prev[j] // one copy of the key
+		}
+		keys[i] = vk
+		v := view(i)
+		v.key = vk
+		v.version = c.store.version.Add(1)
+		c.store.swap(vk, v).release(c.codec)
+		c.notify(vk)
+	}
+	for _, vk := range prev {
+		if !slices.Contains(keys, vk) {
+			c.store.swap(vk, nil).release(c.codec)
+			c.notify(vk)
+		}
+	}
+	c.viewsMu.Lock()
+	if len(keys) == 0 {
+		delete(c.views, key)
+	} else {
+		c.views[key] = keys
+	}
+	c.viewsMu.Unlock()
+}
+
+// assemble builds the snapshot of key from parts (sorted by cluster, not shared with anything;
+// each is copied), the clusters' liveness and weights w: served clusters first, then evicted
+// ones, each by name. It has no version yet.
+func (c *Collector) assemble(key string, parts []part, w *endpointv1.ServiceWeights) *snapshot {
+	sn := &snapshot{key: key}
+	// clusters is the served ones and the array's capacity holds them all (snapshot.parts).
 	all := make([]clusterSnap, len(parts))
 	var buf [8]clusterState
 	states := buf[:0]
@@ -234,7 +320,6 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 		}
 	}
 	served := 0
-	w := c.weightsOf(ns, name)
 	var sw *snapWeights
 	if w != nil {
 		sw = &snapWeights{rev: w.Revision}
@@ -271,22 +356,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	}
 	sn.weights = sw
 	sn.clusters = all[:served]
-	c.store.swap(key, sn).release(c.codec)
-	// A liveness or cluster id change that came while this snapshot was being built may have
-	// looked for the service's clusters in the snapshot before (Store.servicesIn): publish
-	// again.
-	for i := range all {
-		cs := &all[i]
-		st := cs.ref().info.State()
-		if (i < served) != (st != stateEvicted) || (i < served && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.ref().info.ID())) {
-			c.queue.Add(key)
-			break
-		}
-	}
-	c.notify(key)
-	if c.onPublish != nil {
-		c.onPublish(sn)
-	}
+	return sn
 }
 
 func (c *Collector) notify(key string) {

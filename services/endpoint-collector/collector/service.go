@@ -184,6 +184,14 @@ type Collector struct {
 
 	feedsMu sync.RWMutex
 	feeds   []*Feed
+
+	// owners says who owns each namespace on each cluster (ownership.go); nil: nobody.
+	owners       Ownership
+	ownersSynced chan struct{}
+	// views is the keys of the views each owned service (by key) serves now; an entry is
+	// changed only by the reconciler of its service.
+	viewsMu sync.Mutex
+	views   map[string][]string
 }
 
 // New ensures the collector's streams and buckets and builds it; Run starts it.
@@ -213,7 +221,8 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 		pending:  &pendingSet{m: map[string]*pendingService{}},
 		codec:    newResponseCodec(cfg.ResponseCacheBytes, nil),
 		metrics:  newMetrics(),
-		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL}
+		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL,
+		ownersSynced: make(chan struct{}), views: map[string][]string{}}
 	c.gate = apiwait.NewGate(c.ready, "endpoint collector")
 	c.store.strs = newStrtab()
 	c.codec.addresses = &c.store.addresses
@@ -271,6 +280,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	g.Go(func() error { return c.followWeights(ctx) })
 	g.Go(func() error { return c.registry.run(ctx) })
 	g.Go(func() error { return c.consume(ctx) })
+	g.Go(func() error { return c.followOwnership(ctx) })
 	g.Go(func() error { return c.runLiveness(ctx) })
 	if c.kv != nil {
 		g.Go(func() error { return c.runWriter(ctx) })
@@ -281,7 +291,7 @@ func (c *Collector) Run(ctx context.Context) error {
 
 // awaitReady closes ready once the initial replay is applied.
 func (c *Collector) awaitReady(ctx context.Context) error {
-	for _, ch := range []<-chan struct{}{c.caughtUp, c.weights.Ready()} {
+	for _, ch := range []<-chan struct{}{c.caughtUp, c.weights.Ready(), c.ownersSynced} {
 		select {
 		case <-ch:
 		case <-ctx.Done():

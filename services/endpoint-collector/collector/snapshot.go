@@ -2,7 +2,6 @@ package collector
 
 import (
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,7 +234,7 @@ type respSlots [4]atomic.Pointer[cachedResponse]
 var releasedSlots = new(respSlots)
 
 func (sn *snapshot) names() (ns, name string) {
-	ns, name, _ = strings.Cut(sn.key, "/")
+	ns, name, _ = splitKey(sn.key)
 	return ns, name
 }
 

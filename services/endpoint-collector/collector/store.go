@@ -608,6 +608,12 @@ type Store struct {
 	// ~19; BenchmarkMemoryPerEndpoint).
 	mu       sync.RWMutex
 	services *table[*snapshot]
+	// owned holds, by namespace/name, the whole state of each service in a namespace a project
+	// owns: every cluster's part, what the reconciler works from and platform admins read.
+	// What services serves of it is one view per owning project (key "ns/name@project"), built
+	// from those parts at publish (ownership.go). A service in a namespace nobody owns is in
+	// services alone, under its own key, as before: it costs nothing more.
+	owned *table[*snapshot]
 
 	cmu      sync.RWMutex
 	clusters map[string]*clusterInfo
@@ -621,7 +627,8 @@ type Store struct {
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	return &Store{strs: newStrtab(), services: newTable(func(sn *snapshot) string { return sn.key }), clusters: map[string]*clusterInfo{},
+	byKey := func(sn *snapshot) string { return sn.key }
+	return &Store{strs: newStrtab(), services: newTable(byKey), owned: newTable(byKey), clusters: map[string]*clusterInfo{},
 		hub: hub{watchers: map[string]map[*watcher]struct{}{}}}
 }
 
@@ -663,17 +670,51 @@ func (st *Store) snapshot(key string) *snapshot {
 	return sn
 }
 
-// swap makes sn the current snapshot of service key (nil: the service is gone) and returns the
-// one it replaces. Only the reconciler of key calls it.
+// state returns the whole state of service key (namespace/name), served as it is or, in an
+// owned namespace, per owning project; nil if it has no endpoints anywhere.
+func (st *Store) state(key string) *snapshot {
+	st.mu.RLock()
+	sn, ok := st.services.get(key)
+	if !ok {
+		sn, _ = st.owned.get(key)
+	}
+	st.mu.RUnlock()
+	return sn
+}
+
+// swap makes sn the current snapshot of service or view key (nil: it is gone) and returns the
+// one it replaces. Only the reconciler of key (of its service, for a view) calls it.
 func (st *Store) swap(key string, sn *snapshot) *snapshot {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	return swapIn(st.services, key, sn)
+}
+
+// place makes sn the whole state of service key, served as it is unless owned (then the
+// caller serves its views), and returns the state it replaces and whether that was served
+// under key. Only the reconciler of key calls it.
+func (st *Store) place(key string, sn *snapshot, owned bool) (old *snapshot, wasServed bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	into, other := st.services, st.owned
+	if owned {
+		into, other = other, into
+	}
+	if o, moved := other.del(key); moved { // ownership changed
+		swapIn(into, key, sn)
+		return o, owned
+	}
+	old = swapIn(into, key, sn)
+	return old, old != nil && !owned
+}
+
+func swapIn(t *table[*snapshot], key string, sn *snapshot) *snapshot {
 	if sn == nil {
-		old, _ := st.services.del(key)
+		old, _ := t.del(key)
 		return old
 	}
-	old, _ := st.services.get(key)
-	st.services.put(sn)
+	old, _ := t.get(key)
+	t.put(sn)
 	return old
 }
 
@@ -682,14 +723,56 @@ func (st *Store) servicesIn(c *clusterInfo) []string {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	var out []string
-	st.services.each(func(sn *snapshot) {
+	each := func(sn *snapshot) {
+		if isView(sn.key) {
+			return // its service's state, in owned, has the same parts
+		}
 		for _, cs := range sn.parts() {
 			if cs.ref().info == c {
 				out = append(out, sn.key)
 				break
 			}
 		}
+	}
+	st.services.each(each)
+	st.owned.each(each)
+	return out
+}
+
+// list returns the snapshots whose key keep accepts, ordered by key: what is served (services
+// merged across clusters and projects' views) or, with whole, every service's whole state.
+func (st *Store) list(whole bool, keep func(key string) bool) []*snapshot {
+	var out []*snapshot
+	add := func(sn *snapshot) {
+		if (!whole || !isView(sn.key)) && keep(sn.key) {
+			out = append(out, sn)
+		}
+	}
+	st.mu.RLock()
+	st.services.each(add)
+	if whole {
+		st.owned.each(add)
+	}
+	st.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *snapshot) int {
+		ans, an, ap := splitKey(a.key)
+		bns, bn, bp := splitKey(b.key)
+		return cmp.Or(cmp.Compare(ans, bns), cmp.Compare(an, bn), cmp.Compare(ap, bp))
 	})
+	return out
+}
+
+// serviceKeys returns the key of every service with endpoints (not of views), owned or not.
+func (st *Store) serviceKeys() []string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	out := make([]string, 0, st.services.len()+st.owned.len())
+	st.services.each(func(sn *snapshot) {
+		if !isView(sn.key) {
+			out = append(out, sn.key)
+		}
+	})
+	st.owned.each(func(sn *snapshot) { out = append(out, sn.key) })
 	return out
 }
 

@@ -153,7 +153,7 @@ func (c *Collector) cleanupWeights(ctx context.Context, goneSince map[string]tim
 	now := c.now()
 	seen := map[string]bool{}
 	for _, w := range c.weights.List(nil) {
-		sn := c.store.snapshot(serviceKey(w.Namespace, w.Name))
+		sn := c.store.state(serviceKey(w.Namespace, w.Name))
 		for _, ew := range w.EndpointWeights {
 			id := w.Namespace + "/" + w.Name + "/" + ew.ClusterName + "/" + ew.Ip
 			ci := c.store.cluster(ew.ClusterName)

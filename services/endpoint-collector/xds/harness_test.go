@@ -68,6 +68,7 @@ func startHarness(t testing.TB, cfg collector.Config, log *zap.Logger) *harness 
 		t.Fatal(err)
 	}
 	az := testkit.Authorize(t, js.JS, srv, authz.Config{PlatformAdmins: []string{"admin"}, XDSReaders: []string{"envoy"}})
+	col.UseOwnership(az) // no namespace is owned until a test binds one (ownership_test.go)
 	col.Mount(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)

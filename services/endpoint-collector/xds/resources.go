@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 )
 
 // ResourceName is the name of a service port's ClusterLoadAssignment, Cluster and
@@ -32,6 +33,28 @@ func ResourceName(namespace, service, port string) string {
 // xds:///<service>.<namespace>:<port>.
 func ListenerName(namespace, service, port string) string {
 	return service + "." + namespace + ":" + port
+}
+
+// The names of a project's service in a namespace projects own (docs/endpoints.md, "Who owns a
+// service's endpoints"): the project is part of the service's identity, since another project
+// owning a namespace of the same name on other clusters has a service of the same name, with
+// other endpoints and weights. "<namespace>/<service>@<project>:<port>", and the listener
+// xds:///<service>.<namespace>.<project>:<port> (names are DNS labels: no dots of their own).
+
+// ServiceResourceName is ResourceName of the service ref names.
+func ServiceResourceName(ref collector.ServiceRef, port string) string {
+	if ref.Project == "" {
+		return ResourceName(ref.Namespace, ref.Name, port)
+	}
+	return ref.Namespace + "/" + ref.Name + "@" + ref.Project + ":" + port
+}
+
+// ServiceListenerName is ListenerName of the service ref names.
+func ServiceListenerName(ref collector.ServiceRef, port string) string {
+	if ref.Project == "" {
+		return ListenerName(ref.Namespace, ref.Name, port)
+	}
+	return ref.Name + "." + ref.Namespace + "." + ref.Project + ":" + port
 }
 
 // portKey is how a port is named in resource names.
@@ -64,7 +87,7 @@ type servicePort struct {
 //     endpoints (Envoy) do.
 //
 // Ports without a number (headless services) and SCTP ports are skipped: a proxy cannot use them.
-func buildAssignments(resp *endpointv1.GetServiceEndpointsResponse) map[string]*servicePort {
+func buildAssignments(ref collector.ServiceRef, resp *endpointv1.GetServiceEndpointsResponse) map[string]*servicePort {
 	out := map[string]*servicePort{}
 	type locKey struct{ port, cluster, zone string }
 	locs := map[locKey]*endpointv3.LocalityLbEndpoints{}
@@ -81,7 +104,7 @@ func buildAssignments(resp *endpointv1.GetServiceEndpointsResponse) map[string]*
 			pk := portKey(a)
 			sp := out[pk]
 			if sp == nil {
-				name := ResourceName(resp.Namespace, resp.Name, pk)
+				name := ServiceResourceName(ref, pk)
 				sp = &servicePort{name: name, port: pk, tcp: a.Protocol == "TCP",
 					cla: &endpointv3.ClusterLoadAssignment{ClusterName: name}}
 				out[pk] = sp

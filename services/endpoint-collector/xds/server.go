@@ -46,7 +46,9 @@ import (
 type Source interface {
 	Ready() <-chan struct{}
 	Feed() *collector.Feed
-	Endpoints(ns, name string) (*endpointv1.GetServiceEndpointsResponse, bool)
+	// ServiceEndpoints returns every endpoint of the service ref names (a project's, in an owned
+	// namespace), false when it has none.
+	ServiceEndpoints(ref collector.ServiceRef) (*endpointv1.GetServiceEndpointsResponse, bool)
 }
 
 // Authenticator resolves a call's bearer token (pkg/server's, shared with the Connect APIs).
@@ -181,8 +183,8 @@ func (s *Server) apply(refs []collector.ServiceRef) {
 	var eds, cds, lds, rds update
 	for _, ref := range refs {
 		var ports map[string]*servicePort
-		if resp, ok := s.src.Endpoints(ref.Namespace, ref.Name); ok {
-			ports = buildAssignments(resp)
+		if resp, ok := s.src.ServiceEndpoints(ref); ok {
+			ports = buildAssignments(ref, resp)
 		}
 		old := s.served[ref]
 		for pk, sp := range ports {
@@ -194,7 +196,7 @@ func (s *Server) apply(refs []collector.ServiceRef) {
 				continue
 			}
 			if sp.tcp {
-				l, err := buildListener(ListenerName(ref.Namespace, ref.Name, pk), sp.name)
+				l, err := buildListener(ServiceListenerName(ref, pk), sp.name)
 				if err != nil {
 					s.log.Error("build listener", zap.String("resource", sp.name), zap.Error(err))
 					continue
@@ -249,7 +251,7 @@ func (s *Server) apply(refs []collector.ServiceRef) {
 
 func (s *Server) dropRouting(cds, lds, rds *update, ref collector.ServiceRef, port, name string) {
 	cds.del = append(cds.del, name)
-	lds.del = append(lds.del, ListenerName(ref.Namespace, ref.Name, port))
+	lds.del = append(lds.del, ServiceListenerName(ref, port))
 	rds.del = append(rds.del, name)
 }
 

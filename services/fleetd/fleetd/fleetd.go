@@ -198,6 +198,15 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if inst.Endpoints, err = collector.New(ctx, inst.JS, cfg.Endpoints, log); err != nil {
 		return fail(err)
 	}
+	// One authorizer for every API of the process, run last (below): it mirrors views the
+	// services above create. Built now because the collector merges endpoints per owning
+	// project from its namespace-bindings mirror.
+	azCfg := cfg.Authz
+	if cfg.Server.InsecureDev {
+		azCfg = azCfg.ForInsecureDev()
+	}
+	az := authz.New(inst.JS, azCfg, log)
+	inst.Endpoints.UseOwnership(az)
 	readies := server.Start(ctx, g, srv, inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints)
 	if cfg.HostedAgents {
 		// One policy for what a kubeconfig may hold: the one cluster-import checked it with.
@@ -206,13 +215,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 			return fail(err)
 		}
 	}
-	// One authorizer for every API of the process, started last: it mirrors views the
-	// services above create.
-	azCfg := cfg.Authz
-	if cfg.Server.InsecureDev {
-		azCfg = azCfg.ForInsecureDev()
-	}
-	az := authz.New(inst.JS, azCfg, log)
 	srv.Authorize(az.Interceptor())
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })

@@ -35,6 +35,7 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
+		c.UseOwnership(env.Authz) // endpoints merge per owning project, from the authorizer's bindings view
 		if xdsListen == "" {
 			return []server.Component{c}, nil
 		}
