@@ -33,6 +33,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 )
@@ -479,21 +480,43 @@ func BenchmarkMemoryPerEndpoint(b *testing.B) {
 	for _, tc := range []struct {
 		name          string
 		eps, services int
+		owned         bool
 	}{
-		{"eps-1", 1, 50000}, {"eps-3", 3, 50000}, {"eps-10", 10, 50000},
-		{"1m-eps-1", 1, 500000}, {"1m-eps-3", 3, 166667},
+		{"eps-1", 1, 50000, false}, {"eps-3", 3, 50000, false}, {"eps-10", 10, 50000, false},
+		{"1m-eps-1", 1, 500000, false}, {"1m-eps-3", 3, 166667, false},
+		// Namespace bench owned by one project on both clusters: each service is then its
+		// whole state plus that project's view (ownership.go), queried as the project's.
+		{"owned-eps-1", 1, 50000, true}, {"owned-eps-10", 10, 50000, true},
 	} {
-		b.Run(tc.name, func(b *testing.B) { benchmarkMemoryPerEndpoint(b, tc.eps, tc.services) })
+		b.Run(tc.name, func(b *testing.B) { benchmarkMemoryPerEndpoint(b, tc.eps, tc.services, tc.owned) })
 	}
 }
 
-func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int) {
+// staticOwnership is namespace bindings that never change: namespace → its bindings.
+type staticOwnership map[string]owning
+
+func (s staticOwnership) NamespaceBindings(ns string) []*projectv1.NamespaceBinding { return s[ns] }
+func (staticOwnership) NamespaceBindingsChanged() <-chan struct{}                   { return nil }
+func (staticOwnership) Ready() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int, owned bool) {
 	clusters := []string{"east", "west"}
 	total := services * len(clusters) * eps
 	for range b.N {
 		ctx, cancel := context.WithCancel(context.Background())
 		before := liveHeap()
 		c := newCollector(Config{}, quietLogger())
+		if owned {
+			var o owning
+			for _, cl := range clusters {
+				o = append(o, &projectv1.NamespaceBinding{Project: "p", Cluster: cl, Namespace: "bench"})
+			}
+			c.UseOwnership(staticOwnership{"bench": o})
+		}
 		acker := &memAcker{}
 		c.js = acker
 		c.kv = &kvWriter{c: c, dirty: map[string]struct{}{}}
@@ -543,11 +566,18 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int) {
 		close(c.ready)
 		codec := &jsonCodec{r: c.codec}
 		for s := range services {
-			resp, err := c.GetServiceEndpoints(ctx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{Namespace: "bench", Name: fmt.Sprintf("svc-%d", s)}))
-			if err != nil {
-				b.Fatal(err)
+			var msg *endpointv1.GetServiceEndpointsResponse
+			if owned {
+				// The project's view, as its owner's GetServiceEndpoints reads it (viewOf).
+				msg = c.store.snapshot(projectKey(serviceKey("bench", fmt.Sprintf("svc-%d", s)), "p")).response(c.env, 0, "")
+			} else {
+				resp, err := c.GetServiceEndpoints(ctx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{Namespace: "bench", Name: fmt.Sprintf("svc-%d", s)}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				msg = resp.Msg
 			}
-			if _, err := codec.Marshal(resp.Msg); err != nil {
+			if _, err := codec.Marshal(msg); err != nil {
 				b.Fatal(err)
 			}
 		}

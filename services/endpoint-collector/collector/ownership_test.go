@@ -211,12 +211,24 @@ func TestOneProjectCannotSteerAnothersTraffic(t *testing.T) {
 	te.eventuallySees("root", "web", "api", "c1[10.1.0.1:8080] c2[10.2.0.1:8080]") // admins read it whole
 
 	// team-a weights its cluster at 1,000: its own service only.
+	bobsVersion := func() uint64 {
+		res, err := te.clients["bob"].GetServiceEndpoints(context.Background(), connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{
+			Namespace: "web", Name: "api"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.Version
+	}
+	before := bobsVersion()
 	if err := te.clusterWeight("alice", "web", "api", "c1", 1000); err != nil {
 		t.Fatalf("team-a weights its own cluster: %v", err)
 	}
 	te.eventuallySees("alice", "web", "api", "c1@1000[10.1.0.1:8080w1000]")
 	if got := te.view("bob", "web", "api"); got != "c2[10.2.0.1:8080]" {
 		t.Fatalf("team-b's web/api after team-a's weight: %s", got)
+	}
+	if after := bobsVersion(); after != before {
+		t.Fatalf("team-a's weight changed team-b's service (version %d -> %d): its watchers would wake", before, after)
 	}
 	// Nor can team-a reach team-b's cluster or endpoints.
 	wantCode(t, "team-a weights c2", te.clusterWeight("alice", "web", "api", "c2", 0), connect.CodePermissionDenied)

@@ -269,6 +269,9 @@ func (c *Collector) notifyState(key string, served bool) {
 // publishViews serves view(i) as the view of each of projects (by name) of service key, and
 // stops serving the views it served before that are not among them.
 func (c *Collector) publishViews(key string, projects []string, view func(i int) *snapshot) {
+	if len(projects) == 0 && c.nviews.Load() == 0 {
+		return // no view anywhere: a fleet without owned namespaces takes no lock here
+	}
 	c.viewsMu.Lock()
 	prev := c.views[key]
 	c.viewsMu.Unlock()
@@ -283,6 +286,9 @@ func (c *Collector) publishViews(key string, projects []string, view func(i int)
 		}
 		keys[i] = vk
 		v := view(i)
+		if cur := c.store.snapshot(vk); cur != nil && sameServed(cur, v) {
+			continue // another project's clusters changed: this one's watchers, caches and proxies are not told
+		}
 		v.key = vk
 		v.version = c.store.version.Add(1)
 		c.store.swap(vk, v).release(c.codec)
@@ -300,7 +306,24 @@ func (c *Collector) publishViews(key string, projects []string, view func(i int)
 	} else {
 		c.views[key] = keys
 	}
+	c.nviews.Store(int64(len(c.views)))
 	c.viewsMu.Unlock()
+}
+
+// sameServed reports whether a and b serve the same: the same parts, liveness and ids (a
+// part's record holds its clusterRef) and the same weights in effect.
+func sameServed(a, b *snapshot) bool {
+	if len(a.clusters) != len(b.clusters) || !slices.Equal(a.parts(), b.parts()) {
+		return false
+	}
+	var wa, wb snapWeights
+	if a.weights != nil {
+		wa = *a.weights
+	}
+	if b.weights != nil {
+		wb = *b.weights
+	}
+	return slices.Equal(wa.overrides, wb.overrides) && slices.Equal(wa.ends, wb.ends) && slices.Equal(wa.clusters, wb.clusters)
 }
 
 // assemble builds the snapshot of key from parts (sorted by cluster, not shared with anything;

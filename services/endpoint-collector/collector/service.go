@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -192,6 +193,7 @@ type Collector struct {
 	// changed only by the reconciler of its service.
 	viewsMu sync.Mutex
 	views   map[string][]string
+	nviews  atomic.Int64 // len(views)
 }
 
 // New ensures the collector's streams and buckets and builds it; Run starts it.
