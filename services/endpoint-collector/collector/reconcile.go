@@ -89,7 +89,7 @@ func (p *pendingSet) len() int {
 // pending set's), or a copy of it: the slices of a service in every cluster then share one.
 func (c *Collector) internKey(key string) string {
 	if sn := c.store.state(key); sn != nil {
-		return sn.key
+		return sn.key[:len(key)] // a project's key begins with it
 	}
 	if k, ok := c.pending.key(key); ok {
 		return k
@@ -199,9 +199,13 @@ func findPart(parts []part, cluster *clusterInfo) (int, bool) {
 
 // publish builds and swaps in the snapshot of service key from its parts (sorted by cluster,
 // not shared with anything), the clusters' liveness and the service's weights, then tells
-// watchers and the KV writer. old is the service's current snapshot, nil if none. In a
-// namespace a project owns, the snapshot is the service's whole state and what is served is
-// one view per owning project (ownership.go).
+// watchers and the KV writer. old is the service's current state, nil if none.
+//
+// In a namespace a project owns, what is served is one snapshot per owning project
+// (ownership.go). When one project owns the namespace on every cluster reporting the service
+// (the usual case), that project's snapshot is the service's whole state too: one snapshot,
+// under both keys. Otherwise the whole state is a snapshot of its own, not served, and each
+// project's is built from its clusters' parts.
 func (c *Collector) publish(key string, old *snapshot, parts []part) {
 	var delta int64
 	for i := range parts {
@@ -211,103 +215,135 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 		for _, cs := range old.parts() {
 			delta -= int64(len(cs.refs()))
 		}
+		key = old.key[:len(key)] // one copy of the key per service, whatever string the caller has
 	}
 	c.store.addresses.Add(delta)
 	ns, name, _ := strings.Cut(key, "/")
 	o := c.owning(ns)
-	if len(parts) == 0 {
-		prev, wasServed := c.store.place(key, nil, o != nil)
-		prev.release(c.codec)
-		c.publishViews(key, nil, nil)
-		c.notifyState(key, wasServed || prev == nil)
-		return
-	}
-	w := c.weightsOf(ns, name)
-	sn := c.assemble(key, parts, w)
-	sn.version = c.store.version.Add(1)
-	if old != nil {
-		sn.key = old.key // one copy of the key per service, whatever string the caller has
-	}
-	var projects []string
-	var groups [][]part
-	if o != nil {
-		projects, groups = groupByOwner(parts, o)
-	}
-	// Views first: once the state shows a weight's revision (awaitWeights), so do the views.
-	c.publishViews(sn.key, projects, func(i int) *snapshot { return c.assemble(projectKey(sn.key, projects[i]), groups[i], w) })
-	prev, wasServed := c.store.place(key, sn, o != nil)
-	prev.release(c.codec)
-	// A liveness or cluster id change that came while this snapshot was being built may have
-	// looked for the service's clusters in the snapshot before (Store.servicesIn): publish
-	// again.
-	all := sn.parts()
-	for i := range all {
-		cs := &all[i]
-		st := cs.ref().info.State()
-		if (i < len(sn.clusters)) != (st != stateEvicted) || (i < len(sn.clusters) && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.ref().info.ID())) {
-			c.queue.Add(key)
-			break
+	prevViews := c.prevViews(key, old)
+	var (
+		whole    *snapshot   // the service's state, when not served as it is (owned namespaces)
+		served   []*snapshot // what is served now, each under its key
+		projects []string
+	)
+	var sn *snapshot
+	single := false // one project's snapshot is the whole state
+	if len(parts) > 0 {
+		w := c.weightsOf(ns, name)
+		sn = c.assemble(key, parts, w)
+		sn.version = c.store.version.Add(1)
+		var groups [][]part
+		if o != nil {
+			projects, groups = groupByOwner(parts, o)
+		}
+		switch {
+		case o == nil:
+			served = []*snapshot{sn}
+		case len(projects) == 1 && len(groups[0]) == len(parts):
+			sn.key = internedKey(projectKey(key, projects[0]), prevViews)
+			whole, served, single = sn, []*snapshot{sn}, true
+		default:
+			whole = sn
+			for i, p := range projects {
+				vk := internedKey(projectKey(key, p), prevViews)
+				v := c.assemble(vk, groups[i], w)
+				if cur := c.store.snapshot(vk); cur != nil && cur != old && sameServed(cur, v) {
+					continue // another project's clusters changed: this one's watchers, caches and proxies are not told
+				}
+				v.version = c.store.version.Add(1)
+				served = append(served, v)
+			}
 		}
 	}
-	c.notifyState(key, o == nil || wasServed)
-	if c.onPublish != nil {
+	var dropped []string
+	for _, vk := range prevViews {
+		if !slices.Contains(projects, vk[len(key)+len(viewSep):]) {
+			dropped = append(dropped, vk)
+		}
+	}
+	released, baseWasServed := c.store.publish(key, whole, served, dropped)
+	for _, gone := range released {
+		gone.release(c.codec)
+	}
+	if single {
+		c.rememberViews(key, nil)
+	} else {
+		c.rememberViews(key, projects)
+	}
+	if sn != nil {
+		// A liveness or cluster id change that came while this snapshot was being built may
+		// have looked for the service's clusters in the snapshot before (Store.servicesIn):
+		// publish again.
+		all := sn.parts()
+		for i := range all {
+			cs := &all[i]
+			st := cs.ref().info.State()
+			if (i < len(sn.clusters)) != (st != stateEvicted) || (i < len(sn.clusters) && (cs.stale() != (st == stateStale) || cs.clusterID() != cs.ref().info.ID())) {
+				c.queue.Add(key)
+				break
+			}
+		}
+	}
+	// The service's key is told always (its whole state's watchers: admins, awaitWeights);
+	// feeds and the bucket writer are told of what is or was served under its key.
+	if baseWasServed || (sn != nil && whole == nil) {
+		c.notify(key)
+	} else {
+		c.store.hub.notify(key)
+		c.metrics.reconciles.Inc()
+	}
+	for _, v := range served {
+		if v.key != key {
+			c.notify(v.key)
+		}
+	}
+	for _, vk := range dropped {
+		c.notify(vk)
+	}
+	if c.onPublish != nil && sn != nil {
 		c.onPublish(sn)
 	}
 }
 
-// notifyState tells who follows service key that its state changed: its watchers, and, when
-// it is (or was, until now) served under its key, the feeds and the bucket writer.
-func (c *Collector) notifyState(key string, served bool) {
-	if served {
-		c.notify(key)
-		return
+// internedKey returns key as held in keys if it is there (one copy per view).
+func internedKey(key string, keys []string) string {
+	if i := slices.Index(keys, key); i >= 0 {
+		return keys[i]
 	}
-	c.store.hub.notify(key)
-	c.metrics.reconciles.Inc()
+	return key
 }
 
-// publishViews serves view(i) as the view of each of projects (by name) of service key, and
-// stops serving the views it served before that are not among them.
-func (c *Collector) publishViews(key string, projects []string, view func(i int) *snapshot) {
-	if len(projects) == 0 && c.nviews.Load() == 0 {
-		return // no view anywhere: a fleet without owned namespaces takes no lock here
+// prevViews returns the keys of the projects' snapshots service key serves now, old its state.
+func (c *Collector) prevViews(key string, old *snapshot) []string {
+	if old != nil && isView(old.key) {
+		return []string{old.key} // the one project's, which is the whole state
+	}
+	if c.nviews.Load() == 0 {
+		return nil // no view anywhere: a fleet without owned namespaces takes no lock here
 	}
 	c.viewsMu.Lock()
-	prev := c.views[key]
-	c.viewsMu.Unlock()
-	if len(prev) == 0 && len(projects) == 0 {
+	defer c.viewsMu.Unlock()
+	return c.views[key]
+}
+
+// rememberViews records the projects whose snapshots service key serves apart from its whole
+// state (none: it serves its state as it is, or one project's that is its whole state).
+func (c *Collector) rememberViews(key string, projects []string) {
+	if len(projects) == 0 && c.nviews.Load() == 0 {
 		return
 	}
-	keys := make([]string, len(projects))
-	for i, p := range projects {
-		vk := projectKey(key, p)
-		if j := slices.Index(prev, vk); j >= 0 {
-			vk = prev[j] // one copy of the key
-		}
-		keys[i] = vk
-		v := view(i)
-		if cur := c.store.snapshot(vk); cur != nil && sameServed(cur, v) {
-			continue // another project's clusters changed: this one's watchers, caches and proxies are not told
-		}
-		v.key = vk
-		v.version = c.store.version.Add(1)
-		c.store.swap(vk, v).release(c.codec)
-		c.notify(vk)
-	}
-	for _, vk := range prev {
-		if !slices.Contains(keys, vk) {
-			c.store.swap(vk, nil).release(c.codec)
-			c.notify(vk)
-		}
-	}
 	c.viewsMu.Lock()
-	if len(keys) == 0 {
+	defer c.viewsMu.Unlock()
+	if len(projects) == 0 {
 		delete(c.views, key)
 	} else {
-		c.views[key] = keys
+		vks := make([]string, len(projects))
+		for i, p := range projects {
+			vks[i] = internedKey(projectKey(key, p), c.views[key])
+		}
+		c.views[key] = vks
 	}
 	c.nviews.Store(int64(len(c.views)))
-	c.viewsMu.Unlock()
 }
 
 // sameServed reports whether a and b serve the same: the same parts, liveness and ids (a

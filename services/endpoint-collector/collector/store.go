@@ -610,9 +610,11 @@ type Store struct {
 	services *table[*snapshot]
 	// owned holds, by namespace/name, the whole state of each service in a namespace a project
 	// owns: every cluster's part, what the reconciler works from and platform admins read.
-	// What services serves of it is one view per owning project (key "ns/name@project"), built
-	// from those parts at publish (ownership.go). A service in a namespace nobody owns is in
-	// services alone, under its own key, as before: it costs nothing more.
+	// What services serves of it is one snapshot per owning project (key "ns/name@project"),
+	// built from those parts at publish (ownership.go); when one project owns the namespace on
+	// every cluster reporting the service, its snapshot is the whole state too, in both tables
+	// (owned finds it by the key's service part, serviceOf). A service in a namespace nobody
+	// owns is in services alone, under its own key, as before: it costs nothing more.
 	owned *table[*snapshot]
 
 	cmu      sync.RWMutex
@@ -627,9 +629,9 @@ type Store struct {
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	byKey := func(sn *snapshot) string { return sn.key }
-	return &Store{strs: newStrtab(), services: newTable(byKey), owned: newTable(byKey), clusters: map[string]*clusterInfo{},
-		hub: hub{watchers: map[string]map[*watcher]struct{}{}}}
+	return &Store{strs: newStrtab(), services: newTable(func(sn *snapshot) string { return sn.key }), owned: newTable(serviceOf),
+		clusters: map[string]*clusterInfo{},
+		hub:      hub{watchers: map[string]map[*watcher]struct{}{}}}
 }
 
 // cluster returns the shared state of cluster name, creating it.
@@ -690,22 +692,54 @@ func (st *Store) swap(key string, sn *snapshot) *snapshot {
 	return swapIn(st.services, key, sn)
 }
 
-// place makes sn the whole state of service key, served as it is unless owned (then the
-// caller serves its views), and returns the state it replaces and whether that was served
-// under key. Only the reconciler of key calls it.
-func (st *Store) place(key string, sn *snapshot, owned bool) (old *snapshot, wasServed bool) {
+// publish installs what service key serves and its state (ownership.go): served, each under
+// its key; whole, when not nil, as its state, apart from what is served (an owned namespace:
+// it may be one of served); the snapshots under dropped keys are no longer served, nor the one
+// under key unless served has it. It returns the snapshots replaced (to release; none still
+// installed) and whether key itself was served before. Only the reconciler of key calls it.
+func (st *Store) publish(key string, whole *snapshot, served []*snapshot, dropped []string) (released []*snapshot, baseWasServed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	into, other := st.services, st.owned
-	if owned {
-		into, other = other, into
+	gone := func(sn *snapshot, ok bool) {
+		if ok && sn != nil && !slices.Contains(released, sn) {
+			released = append(released, sn)
+		}
 	}
-	if o, moved := other.del(key); moved { // ownership changed
-		swapIn(into, key, sn)
-		return o, owned
+	_, baseWasServed = st.services.get(key)
+	baseServed := false
+	for _, sn := range served {
+		gone(st.services.get(sn.key))
+		st.services.put(sn)
+		baseServed = baseServed || sn.key == key
 	}
-	old = swapIn(into, key, sn)
-	return old, old != nil && !owned
+	if !baseServed {
+		gone(st.services.del(key))
+	}
+	for _, k := range dropped {
+		gone(st.services.del(k))
+	}
+	if whole != nil {
+		gone(st.owned.get(key))
+		st.owned.put(whole)
+	} else {
+		gone(st.owned.del(key))
+	}
+	// A snapshot replaced in one table may still be installed in the other (a project's,
+	// unchanged, that was the whole state): it is not released.
+	return slices.DeleteFunc(released, func(sn *snapshot) bool {
+		cur, ok := st.services.get(sn.key)
+		if ok && cur == sn {
+			return true
+		}
+		w, ok := st.owned.get(key)
+		return ok && w == sn
+	}), baseWasServed
+}
+
+// serviceOf is the key of the service whose state sn is: its key without a project.
+func serviceOf(sn *snapshot) string {
+	k, _, _ := strings.Cut(sn.key, viewSep)
+	return k
 }
 
 func swapIn(t *table[*snapshot], key string, sn *snapshot) *snapshot {
@@ -729,7 +763,7 @@ func (st *Store) servicesIn(c *clusterInfo) []string {
 		}
 		for _, cs := range sn.parts() {
 			if cs.ref().info == c {
-				out = append(out, sn.key)
+				out = append(out, serviceOf(sn))
 				break
 			}
 		}
@@ -743,15 +777,18 @@ func (st *Store) servicesIn(c *clusterInfo) []string {
 // merged across clusters and projects' views) or, with whole, every service's whole state.
 func (st *Store) list(whole bool, keep func(key string) bool) []*snapshot {
 	var out []*snapshot
-	add := func(sn *snapshot) {
+	st.mu.RLock()
+	st.services.each(func(sn *snapshot) {
 		if (!whole || !isView(sn.key)) && keep(sn.key) {
 			out = append(out, sn)
 		}
-	}
-	st.mu.RLock()
-	st.services.each(add)
+	})
 	if whole {
-		st.owned.each(add)
+		st.owned.each(func(sn *snapshot) {
+			if keep(sn.key) {
+				out = append(out, sn)
+			}
+		})
 	}
 	st.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *snapshot) int {
@@ -772,7 +809,7 @@ func (st *Store) serviceKeys() []string {
 			out = append(out, sn.key)
 		}
 	})
-	st.owned.each(func(sn *snapshot) { out = append(out, sn.key) })
+	st.owned.each(func(sn *snapshot) { out = append(out, serviceOf(sn)) })
 	return out
 }
 
