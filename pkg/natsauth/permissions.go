@@ -155,6 +155,7 @@ var serviceGrants = map[string][]grant{
 		// Agents write FLEET_AGENT; cluster-import ensures it and folds heartbeats and
 		// inventories out of it.
 		{stream: subjects.AgentStreamName, access: read | ensure},
+		ownBucket(subjects.AgentLimitsBucket),
 		ownBucket(subjects.ClustersBucket),
 		ownBucket(subjects.ClusterInventoryBucket),
 		ownBucket(subjects.ClusterStatusBucket),
@@ -215,6 +216,8 @@ var serviceGrants = map[string][]grant{
 		ownBucket(subjects.EndpointWeightsBucket),
 		// EndpointSlice reports and heartbeats come from agents.
 		{stream: subjects.AgentStreamName, access: read | ensure},
+		// Which clusters' agents are over its limits: its own key of each cluster.
+		{stream: kv(subjects.AgentLimitsBucket), access: read | ensure | write, subjects: []string{"$KV." + subjects.AgentLimitsBucket + ".*." + ServiceEndpointCollector}},
 		readBucket(subjects.ClustersBucket),
 		// A cluster's last event confirms its deregistration before its endpoints are evicted.
 		{stream: subjects.ClusterStream, access: read},

@@ -51,6 +51,8 @@ func TestPermissionTable(t *testing.T) {
 			{"$JS.API.CONSUMER.MSG.NEXT.FLEET_AGENT.endpoint-collector", false, true},
 			{"fleet.agent.c1.heartbeat", false, false},
 			{"$KV.endpoints.ns.svc", false, true},
+			{"$KV.agent-limits.c1.endpoint-collector", false, true},
+			{"$KV.agent-limits.c1.cluster-import-heartbeat", false, false},
 			{"$JS.API.DIRECT.GET.KV_cluster-credentials", false, false},
 		}},
 		{"hosted-agent", svc(natsauth.ServiceHostedAgent), []check{
@@ -77,6 +79,7 @@ func TestPermissionTable(t *testing.T) {
 			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
 			{"$KV.ns-projects.p1", false, false},
 			{"$KV.import-watch.c1", false, true},
+			{"$KV.agent-limits.c1.cluster-import-heartbeat", false, true},
 			{"fleet.agentsecret.c1.ns.s", true, true},
 			{"fleet.agentsecret.c1.ns.s", false, false},
 		}},

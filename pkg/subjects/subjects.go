@@ -147,6 +147,34 @@ func AgentStream() jetstream.StreamConfig {
 	}
 }
 
+// AgentLimitsBucket holds, per cluster and hub reader, why that reader refuses part of what the
+// cluster's agent reports (over a limit, or invalid): a clusterv1.Condition of type
+// ConditionAgentWithinLimits, status false, under AgentLimitsKey. A reader deletes its key when
+// the agent is back within its limits; cluster-import shows the entries as the cluster's
+// condition. Several services ensure it with AgentLimitsBucketConfig; each writes only its own
+// reader's keys.
+const (
+	AgentLimitsBucket          = "agent-limits"
+	ConditionAgentWithinLimits = "AgentWithinLimits"
+)
+
+// AgentLimitsBucketConfig is bucket AgentLimitsBucket's configuration.
+func AgentLimitsBucketConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: AgentLimitsBucket, Description: "Why hub readers refuse part of an agent's reports, by cluster and reader.",
+		History: 1, Storage: jetstream.FileStorage}
+}
+
+// AgentLimitsKey returns the key under which reader records cluster's refusals.
+func AgentLimitsKey(cluster, reader string) string {
+	return keys.Encode(cluster) + "." + keys.Encode(reader)
+}
+
+// AgentLimitsKeyCluster returns the cluster token (keys.Encode) of an AgentLimitsBucket key.
+func AgentLimitsKeyCluster(key string) string {
+	tok, _, _ := strings.Cut(key, ".")
+	return tok
+}
+
 // Endpoint collection, owned by endpoint-collector. Agents report EndpointSlices on FLEET_AGENT.
 const (
 	EndpointStream = "FLEET_ENDPOINT"

@@ -51,6 +51,12 @@ type clusterIngest struct {
 	others map[sliceID]*relist // slices last reported by a relist other than base; nil when none
 	counts map[relist]int      // entries of others by relist; nil with others
 	cur    *relist             // of the latest report
+	// endpoints is the number of endpoints of the slices in slices; with n, what Limits bound.
+	endpoints int
+	// overLimit is the limit the cluster's reports were last refused for ("" within its
+	// limits), refusedIn the relist of that report (limits.go).
+	overLimit string
+	refusedIn *relist
 }
 
 func newClusterIngest(info *clusterInfo, rl *relist) *clusterIngest {
@@ -60,23 +66,25 @@ func newClusterIngest(info *clusterInfo, rl *relist) *clusterIngest {
 // sliceID names a slice of a cluster.
 type sliceID struct{ ns, name string }
 
-// serviceOf returns the name of the service of slice ns/name, if the cluster has it.
-func (ci *clusterIngest) serviceOf(ns, name string) (string, bool) {
+// serviceOf returns the name of the service of slice ns/name and its number of endpoints, if
+// the cluster has it.
+func (ci *clusterIngest) serviceOf(ns, name string) (string, int, bool) {
 	x := ci.slices[ns]
 	if x == nil {
-		return "", false
+		return "", 0, false
 	}
 	buf, ok := x.get(name)
 	if !ok {
-		return "", false
+		return "", 0, false
 	}
-	return (&slice{buf: buf}).service(), true
+	s := &slice{buf: buf}
+	return s.service(), s.n(), true
 }
 
-// set records buf as the latest of its slice, in namespace ns, and returns the namespace as the
-// index holds it. The index keeps the buf of the latest report only, which the store's part
-// shares; TestIndexKeysTheCurrentSlice checks it.
-func (ci *clusterIngest) set(ns, buf string) string {
+// set records buf as the latest of its slice, in namespace ns, in place of one of prevN
+// endpoints, and returns the namespace as the index holds it. The index keeps the buf of the
+// latest report only, which the store's part shares; TestIndexKeysTheCurrentSlice checks it.
+func (ci *clusterIngest) set(ns, buf string, prevN int) string {
 	x, ok := ci.slices[ns]
 	if !ok {
 		ns = stringsClone(ns) // not the subject's, which the map would keep
@@ -86,6 +94,7 @@ func (ci *clusterIngest) set(ns, buf string) string {
 	if x.put(buf) {
 		ci.n++
 	}
+	ci.endpoints += (&slice{buf: buf}).n() - prevN
 	return ns
 }
 
@@ -95,10 +104,12 @@ func (ci *clusterIngest) del(ns, name string) {
 	if x == nil {
 		return
 	}
-	if _, ok := x.del(name); !ok {
+	buf, ok := x.del(name)
+	if !ok {
 		return
 	}
 	ci.n--
+	ci.endpoints -= (&slice{buf: buf}).n()
 	if x.len() == 0 {
 		delete(ci.slices, ns)
 	}
@@ -325,7 +336,7 @@ func (in *ingester) decodeSlow(data []byte, subject, name string) (reportHeader,
 
 // slice applies one report: sl is the slice's new state, nil when it is gone.
 func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl *slice) error {
-	prev, had := ci.serviceOf(ns, name)
+	prev, prevN, had := ci.serviceOf(ns, name)
 	if r.clusterID != "" && !in.c.idFromRegistry(ci.info.name) {
 		ci.info.setID(r.clusterID)
 	}
@@ -345,12 +356,24 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 	}
 	if had && prev != r.service {
 		in.drop(ci, ns, name, prev)
+		had, prevN = false, 0
 	}
 	if !ci.cur.is(r.session, r.generation) {
 		ci.cur = &relist{session: stringsClone(r.session), gen: r.generation}
 	}
+	slices := ci.n
+	if !had {
+		slices++
+	}
+	if limit := in.c.cfg.Limits.exceeded(slices, ci.endpoints-prevN+sl.n()); limit != "" {
+		if had {
+			in.drop(ci, ns, name, prev)
+		}
+		in.refuse(ci, limit)
+		return nil
+	}
 	name = sl.name()
-	ci.stamp(sliceID{ci.set(ns, sl.buf), name}, ci.cur)
+	ci.stamp(sliceID{ci.set(ns, sl.buf, prevN), name}, ci.cur)
 	in.c.put(in.c.internKey(ns+"/"+r.service), ci.info, name, sl)
 	return nil
 }
@@ -367,6 +390,7 @@ func (in *ingester) synced(ci *clusterIngest, m *endpointv1.EndpointSliceSync) {
 	pruned := ci.prune(m.SessionId, m.Generation, func(id sliceID, svc string) {
 		in.drop(ci, id.ns, id.name, svc)
 	})
+	in.withinLimits(ci, m.SessionId, m.Generation)
 	if ci.info.resyncing.Swap(false) {
 		in.c.evaluate(ci.info)
 	}

@@ -27,10 +27,10 @@ func TestRelistBookkeepingMatchesPerSliceStamps(t *testing.T) {
 				if !ci.cur.is(rl.session, rl.gen) {
 					ci.cur = &relist{session: rl.session, gen: rl.gen}
 				}
-				ci.stamp(sliceID{ci.set(key.ns, namedBuf(key.name, "svc")), key.name}, ci.cur)
+				ci.stamp(sliceID{ci.set(key.ns, namedBuf(key.name, "svc"), 0), key.name}, ci.cur)
 				want[key] = rl
 			case op < 95: // a deletion
-				if _, ok := ci.serviceOf(key.ns, key.name); ok {
+				if _, _, ok := ci.serviceOf(key.ns, key.name); ok {
 					ci.del(key.ns, key.name)
 					delete(want, key)
 				}
@@ -77,7 +77,7 @@ func TestRelistBookkeepingSettlesOnTheReportingRelist(t *testing.T) {
 	ci := newClusterIngest(nil, &relist{session: "s", gen: 1})
 	for i := range 1000 {
 		name := fmt.Sprintf("s-%d", i)
-		ci.stamp(sliceID{ci.set("ns", namedBuf(name, "svc")), name}, ci.cur)
+		ci.stamp(sliceID{ci.set("ns", namedBuf(name, "svc"), 0), name}, ci.cur)
 	}
 	if ci.others != nil || !ci.base.is("s", 1) {
 		t.Fatalf("base %v, %d exceptions; want the reporting relist and none", *ci.base, len(ci.others))

@@ -73,6 +73,8 @@ type Config struct {
 	ResponseCacheBytes int64
 	// Retention overrides the limits of the streams the service ensures (default: kept forever).
 	Retention topology.Retentions
+	// Limits bound what one cluster's agent may make the collector hold (limits.go).
+	Limits Limits
 }
 
 func (c *Config) defaults() {
@@ -103,6 +105,7 @@ func (c *Config) defaults() {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
+	c.Limits.defaults()
 }
 
 // The default response cache budget scales with the store, so that the cache holds about the same
@@ -133,7 +136,7 @@ func Topology() topology.Topology {
 		Buckets: []jetstream.KeyValueConfig{{
 			Bucket: subjects.EndpointsBucket, Description: "Merged multi-cluster endpoints per service (derived from agent reports).",
 			History: 1, Storage: jetstream.FileStorage,
-		}},
+		}, subjects.AgentLimitsBucketConfig()},
 	}, lease.Topology())
 }
 
@@ -169,6 +172,9 @@ type Collector struct {
 	codec   *responseCodec
 	env     *snapEnv // shared by every snapshot: the store's strings, the response cache
 	metrics metrics
+	// refused counts reports over a cluster's Limits; limitStatus says which clusters are.
+	refused     *prometheus.CounterVec
+	limitStatus *limitStatus
 
 	weightsView *view.Engine
 	weights     *view.Cache[*endpointv1.ServiceWeights]
@@ -220,9 +226,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 func newCollector(cfg Config, log *zap.Logger) *Collector {
 	cfg.defaults()
 	c := &Collector{cfg: cfg, log: log.Named("endpoint-collector"), store: NewStore(),
-		pending:  &pendingSet{m: map[string]*pendingService{}},
-		codec:    newResponseCodec(cfg.ResponseCacheBytes, nil),
-		metrics:  newMetrics(),
+		pending: &pendingSet{m: map[string]*pendingService{}},
+		codec:   newResponseCodec(cfg.ResponseCacheBytes, nil),
+		metrics: newMetrics(),
+		refused: newRefusedMetric(), limitStatus: newLimitStatus(),
 		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL,
 		ownersSynced: make(chan struct{}), views: map[string][]string{}}
 	c.gate = apiwait.NewGate(c.ready, "endpoint collector")
@@ -250,7 +257,7 @@ func (c *Collector) Store() *Store { return c.store }
 func (c *Collector) Mount(srv *server.Server) {
 	srv.Handle(endpointv1connect.NewEndpointServiceHandler(c, c.HandlerOptions(srv)...))
 	srv.ReadyWhen("endpoint-collector", c.ready)
-	for _, m := range []prometheus.Collector{c.metrics.reports, c.metrics.malformed, c.metrics.pruned, c.metrics.reconciles} {
+	for _, m := range []prometheus.Collector{c.metrics.reports, c.metrics.malformed, c.metrics.pruned, c.metrics.reconciles, c.refused} {
 		_ = srv.Registry().Register(m)
 	}
 }
@@ -286,6 +293,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	g.Go(func() error { return c.runLiveness(ctx) })
 	if c.kv != nil {
 		g.Go(func() error { return c.runWriter(ctx) })
+		g.Go(func() error { return c.runLimitStatus(ctx) })
 	}
 	g.Go(func() error { return c.awaitReady(ctx) })
 	return g.Wait()

@@ -27,6 +27,7 @@ func main() {
 		fs.BoolVar(&cfg.NoViewWrites, "no-view-writes", false, "serve only: never take the writer lease (bucket writes, weight cleanup); replicas elect a writer without it")
 		fs.IntVar(&cfg.Workers, "workers", 0, "concurrent reconcilers (default 2)")
 		fs.Int64Var(&cfg.ResponseCacheBytes, "response-cache-bytes", 0, "memory for cached GetServiceEndpoints responses, hot services first (default: 64 bytes per address held, 4 to 32 MiB; -1 caches nothing)")
+		cfg.Limits.RegisterFlags(fs)
 		fs.StringVar(&xdsListen, "xds-listen", os.Getenv("FLEETSTREAM_XDS_LISTEN"), "host:port of the xDS server (gRPC: ADS, EDS, CDS, LDS, RDS) for proxies; empty serves no xDS")
 	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
 		cfg.Replicas = env.Options.Replicas
