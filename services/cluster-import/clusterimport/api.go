@@ -314,6 +314,9 @@ func (s *Registry) present(ctx context.Context, c *clusterv1.Cluster) *clusterv1
 	if chunks := s.inventory.Lookup(clusterKey(c.Name)); len(chunks) > 0 {
 		out.Status.NamespaceCount = int32(nsinventory.Count(chunks))
 	}
+	if cond := s.limitCondition(c.Name); cond != nil {
+		out.Status.Conditions = append(out.Status.Conditions, cond)
+	}
 	return out
 }
 

@@ -47,10 +47,12 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return consumer.Permanent(err)
 	}
-	hb, ok := ev.Payload.(*agentv1.Heartbeat)
+	raw, ok := ev.Payload.(*agentv1.Heartbeat)
 	if !ok {
 		return consumer.Permanent(fmt.Errorf("unexpected %s on %s", ev.Type, m.Subject()))
 	}
+	// What is out of bounds is dropped here, before anything is stored (agentlimits.go).
+	hb, problems := checkHeartbeat(raw)
 	tok, err := subjectToken(m.Subject(), 2)
 	if err != nil {
 		return consumer.Permanent(err)
@@ -86,9 +88,19 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if !newest {
 		return nil
 	}
+	if err := s.reportHeartbeat(ctx, name, problems); err != nil {
+		return err
+	}
 	c, ok := s.clusters.Get(clusterKey(name))
 	if !ok {
 		return nil // an agent of a cluster not (or no longer) registered
+	}
+	// A dropped version leaves the cluster's as it was: no event for it.
+	if hb.KubernetesVersion == "" && raw.KubernetesVersion != "" {
+		hb.KubernetesVersion = c.GetStatus().GetKubernetesVersion()
+	}
+	if hb.AgentVersion == "" && raw.AgentVersion != "" {
+		hb.AgentVersion = c.GetStatus().GetAgentVersion()
 	}
 	rev, err := s.markConnected(ctx, c, hb, seen)
 	if err != nil {
@@ -172,6 +184,9 @@ func normalizeQuantities(field string, in map[string]string) (map[string]string,
 	for name, v := range in {
 		if name != "cpu" && name != "memory" {
 			return nil, fmt.Errorf("%s: unexpected resource %s", field, apierr.Short(name))
+		}
+		if len(v) > maxQuantityLen {
+			return nil, fmt.Errorf("%s[%s]: %d bytes, more than %d", field, name, len(v), maxQuantityLen)
 		}
 		q, err := resource.ParseQuantity(v)
 		if err != nil {

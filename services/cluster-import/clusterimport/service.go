@@ -81,6 +81,7 @@ func Topology() topology.Topology {
 			bucketConfig(subjects.ClusterStatusBucket, "Latest agent heartbeat per cluster."),
 			bucketConfig(subjects.ImportPolicySourcesBucket, "The import policy of each (cluster, group, resource) source."),
 			bucketConfig(subjects.ImportWatchBucket, "What each inventory cluster's agent reports for import policies, by cluster."),
+			subjects.AgentLimitsBucketConfig(),
 		},
 	})
 }
@@ -112,7 +113,11 @@ type Registry struct {
 	secrets            jetstream.KeyValue
 	tokens             jetstream.KeyValue
 	statusKV           jetstream.KeyValue
-	subs               subscriberStore
+	// What hub readers refuse of each cluster's agent (agentlimits.go).
+	limits   *view.Cache[*clusterv1.Condition]
+	limitsKV jetstream.KeyValue
+	metrics  limitMetrics
+	subs     subscriberStore
 	// lifecycles imports clusters from the sources agents report.
 	lifecycles *lifecycles
 
@@ -131,7 +136,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s := &Registry{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
-		ready: make(chan struct{}), now: time.Now}
+		ready: make(chan struct{}), now: time.Now, metrics: newLimitMetrics()}
 	s.gate = apiwait.NewGate(s.ready, "cluster registry")
 	if cfg.Keyring != nil {
 		s.log.Info("cluster credentials are sealed", zap.String("active_key_id", cfg.Keyring.ActiveID()), zap.Strings("key_ids", cfg.Keyring.IDs()))
@@ -156,6 +161,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	}
 	for name, dst := range map[string]*jetstream.KeyValue{
 		subjects.ClusterCredentialsBucket: &s.secrets, subjects.AgentTokensBucket: &s.tokens, subjects.ClusterStatusBucket: &s.statusKV,
+		subjects.AgentLimitsBucket: &s.limitsKV,
 	} {
 		if *dst, err = js.KeyValue(ctx, name); err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", name, err)
@@ -166,6 +172,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	}
 	s.lifecycles = newLifecycles(s)
 	s.status = view.NewCache(s.js, s.statusKV, func() *clusterv1.AgentStatus { return &clusterv1.AgentStatus{} }, s.log)
+	s.limits = view.NewCache(s.js, s.limitsKV, func() *clusterv1.Condition { return &clusterv1.Condition{} }, s.log, view.WithIndex(limitsIndex))
 	return s, nil
 }
 
@@ -178,6 +185,9 @@ func (s *Registry) Mount(srv *server.Server) {
 	srv.Handle(clusterv1connect.NewSubscriberServiceHandler(s.Subscribers(), srv.HandlerOptions()...))
 	srv.Handle(clusterv1connect.NewImportPolicyServiceHandler(s.ImportPolicies(), srv.HandlerOptions()...))
 	srv.ReadyWhen("cluster-import", s.ready)
+	for _, m := range s.metrics.collectors() {
+		_ = srv.Registry().Register(m)
+	}
 }
 
 // Run runs the projections, caches and liveness tracking until ctx is done.
@@ -221,8 +231,9 @@ func (s *Registry) run(ctx context.Context) error {
 	g.Go(func() error { return s.inventory.Run(ctx) })
 	g.Go(func() error { return s.importPolicies.Run(ctx) })
 	g.Go(func() error { return s.status.Run(ctx) })
+	g.Go(func() error { return s.limits.Run(ctx) })
 	g.Go(func() error {
-		for _, ch := range []<-chan struct{}{s.clusters.Ready(), s.inventory.Ready(), s.status.Ready(), s.importPolicies.Ready()} {
+		for _, ch := range []<-chan struct{}{s.clusters.Ready(), s.inventory.Ready(), s.status.Ready(), s.importPolicies.Ready(), s.limits.Ready()} {
 			select {
 			case <-ch:
 			case <-ctx.Done():
