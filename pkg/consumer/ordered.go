@@ -66,6 +66,8 @@ type Ordered struct {
 	// lastPerSubject: until a message is delivered, consumers start at each subject's last
 	// message (WithLastPerSubject).
 	lastPerSubject bool
+	// headersOnly: messages come without their payload (WithHeadersOnly).
+	headersOnly bool
 
 	stopped  chan struct{} // closed by Stop
 	stopOnce sync.Once
@@ -79,6 +81,10 @@ type OrderedOption func(*Ordered)
 // those is reading the current state. Once a message is delivered the reader goes on from it
 // in stream order, through every replacement consumer, as nats.go's ordered consumer does.
 func WithLastPerSubject() OrderedOption { return func(o *Ordered) { o.lastPerSubject = true } }
+
+// WithHeadersOnly delivers each message's headers without its payload; its size is in header
+// nats.MsgSize (a reader that accounts for what a stream holds, not what it says).
+func WithHeadersOnly() OrderedOption { return func(o *Ordered) { o.headersOnly = true } }
 
 // NewOrdered creates the reader's first consumer, delivering from stream sequence startSeq on
 // (0 or 1: from the beginning) the messages of subjects (all of the stream's if empty); pull is
@@ -267,6 +273,7 @@ func (o *Ordered) create(ctx context.Context) error {
 		Replicas:          1,
 		MemoryStorage:     true,
 		InactiveThreshold: orderedInactive,
+		HeadersOnly:       o.headersOnly,
 	}
 	if o.lastPerSubject {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverLastPerSubjectPolicy, 0

@@ -152,9 +152,9 @@ func viewDeadLetters(stream string) string { return stream + ".*" }
 var serviceGrants = map[string][]grant{
 	ServiceClusterImport: {
 		{stream: subjects.ClusterStream, access: own, subjects: []string{subjects.ClusterPrefix + ".>"}},
-		// Agents write FLEET_AGENT; cluster-import ensures it and folds heartbeats and
-		// inventories out of it.
-		{stream: subjects.AgentStreamName, access: read | ensure},
+		// Agents write FLEET_AGENT; cluster-import ensures it, folds heartbeats and
+		// inventories out of it and purges the report subjects of a cluster over its limits.
+		{stream: subjects.AgentStreamName, access: read | ensure | manage},
 		ownBucket(subjects.AgentLimitsBucket),
 		ownBucket(subjects.ClustersBucket),
 		ownBucket(subjects.ClusterInventoryBucket),

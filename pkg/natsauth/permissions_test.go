@@ -80,6 +80,7 @@ func TestPermissionTable(t *testing.T) {
 			{"$KV.ns-projects.p1", false, false},
 			{"$KV.import-watch.c1", false, true},
 			{"$KV.agent-limits.c1.cluster-import-heartbeat", false, true},
+			{"$JS.API.STREAM.PURGE.FLEET_AGENT", false, true},
 			{"fleet.agentsecret.c1.ns.s", true, true},
 			{"fleet.agentsecret.c1.ns.s", false, false},
 		}},

@@ -142,10 +142,18 @@ func AgentStream() jetstream.StreamConfig {
 		Subjects:          []string{AgentPrefix + ".>"},
 		Storage:           jetstream.FileStorage,
 		MaxMsgsPerSubject: 1,
-		Duplicates:        time.Minute,
-		AllowMsgTTL:       true,
+		// Each subject holds one message: this bounds what one subject can hold. What one
+		// cluster holds is bounded by cluster-import (--max-agent-report-bytes-per-cluster).
+		MaxMsgSize:  AgentMaxMsgSize,
+		Duplicates:  time.Minute,
+		AllowMsgTTL: true,
 	}
 }
+
+// AgentMaxMsgSize is the largest report FLEET_AGENT stores: the max_payload of fleetd's
+// embedded server and of deploy/nats, which agents size their largest reports (import objects,
+// inventory chunks) by.
+const AgentMaxMsgSize = 8 << 20
 
 // AgentLimitsBucket holds, per cluster and hub reader, why that reader refuses part of what the
 // cluster's agent reports (over a limit, or invalid): a clusterv1.Condition of type

@@ -145,3 +145,100 @@ func scanStream(t *testing.T, js jetstream.JetStream, stream string, needles [][
 		}
 	}
 }
+
+// The attack: an agent floods FLEET_AGENT with unique report subjects, then with large ones.
+// Its cluster keeps at most its limits there (the rest is purged), which is counted and shown
+// on the cluster; the other cluster's reports and the flooding agent's heartbeat stay, and
+// the condition goes once the agent keeps within its limits.
+func TestAgentReportFloodIsBoundedPerCluster(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{CheckInterval: 100 * time.Millisecond,
+		AgentLimits: clusterimport.AgentLimits{MaxReportSubjectsPerCluster: 20, MaxReportBytesPerCluster: 64 << 10}})
+	ctx := testkit.Context(t, 60*time.Second)
+	register(t, e, "evil", nil)
+	register(t, e, "good", nil)
+	publish := func(subject string, size int) {
+		t.Helper()
+		if _, err := e.js.JS.Publish(ctx, subject, bytes.Repeat([]byte{'x'}, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, err := e.js.JS.Stream(ctx, subjects.AgentStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjectsOf := func(cluster string) map[string]uint64 {
+		t.Helper()
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subjects.AgentPrefixFor(cluster)+".>"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects
+	}
+	for i := range 10 {
+		publish(subjects.AgentPrefixFor("good")+fmt.Sprintf(".report.%d", i), 1024)
+	}
+	publishHeartbeat(t, e.js.JS, &agentv1.Heartbeat{ClusterName: "evil", KubernetesVersion: "v1.34.4"})
+
+	for i := range 300 {
+		publish(subjects.AgentPrefixFor("evil")+fmt.Sprintf(".flood.%d", i), 2048)
+	}
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if n := len(subjectsOf("evil")); n > 21 { // 20 and the heartbeat
+			return fmt.Errorf("evil holds %d subjects", n)
+		}
+		return nil
+	})
+	// Large messages on subjects it holds: the byte limit.
+	for i := range 10 {
+		publish(subjects.AgentPrefixFor("evil")+fmt.Sprintf(".flood.%d", i), 30<<10)
+	}
+	testkit.Eventually(t, 20*time.Second, func() error {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return err
+		}
+		// Before the bounds: 300 × 2 KB and 10 × 30 KB. Now: evil's 64 KB, good's 10 KB, two
+		// heartbeats and the stores' overhead.
+		if info.State.Bytes > 100<<10 {
+			return fmt.Errorf("FLEET_AGENT holds %d bytes", info.State.Bytes)
+		}
+		return nil
+	})
+	if got := subjectsOf("good"); len(got) != 10 {
+		t.Errorf("the good cluster's reports: %d subjects, want 10", len(got))
+	}
+	if _, ok := subjectsOf("evil")[subjects.AgentHeartbeat("evil")]; !ok {
+		t.Error("the flooding agent's heartbeat was purged")
+	}
+	for _, limit := range []string{"ReportSubjectsPerCluster", "ReportBytesPerCluster"} {
+		if got := e.svc.ReportsPurged("evil", limit); got == 0 {
+			t.Errorf("no purge counted for %s", limit)
+		}
+	}
+	if got := e.svc.ReportsPurged("good", "ReportSubjectsPerCluster"); got != 0 {
+		t.Errorf("purges counted for the good cluster: %v", got)
+	}
+	cond := func(name string) *clusterv1.Condition {
+		res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: name}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return clusterimport.Condition(res.Msg.Cluster, subjects.ConditionAgentWithinLimits)
+	}
+	if c := cond("good"); c != nil {
+		t.Errorf("good cluster: %v", c)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if c := cond("evil"); c == nil || !strings.HasPrefix(c.Reason, "Report") {
+			return fmt.Errorf("evil: condition %v", c)
+		}
+		return nil
+	})
+	// The agent keeps within its limits now: the condition goes.
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if c := cond("evil"); c != nil {
+			return fmt.Errorf("evil: condition %v", c)
+		}
+		return nil
+	})
+}

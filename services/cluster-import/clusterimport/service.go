@@ -49,6 +49,8 @@ type Config struct {
 	// Credentials says what a stored kubeconfig may hold beyond inline data
 	// (--credentials-allowed-proxies); checked when credentials are written or rendered.
 	Credentials kubecreds.Policy
+	// AgentLimits bound what one cluster's agent may keep in FLEET_AGENT (reportbudget.go).
+	AgentLimits AgentLimits
 }
 
 func (c *Config) defaults() {
@@ -64,6 +66,7 @@ func (c *Config) defaults() {
 	if c.PolicyClaimGrace == 0 {
 		c.PolicyClaimGrace = 2 * time.Minute
 	}
+	c.AgentLimits.defaults()
 }
 
 const actor = "system:cluster-import"
@@ -244,6 +247,7 @@ func (s *Registry) run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return s.runHeartbeats(ctx) })
+	g.Go(func() error { return s.runReportBudget(ctx) })
 	g.Go(func() error { return s.runLiveness(ctx) })
 	g.Go(func() error { return s.lifecycles.run(ctx) })
 	g.Go(func() error { return s.runHostedCredentials(ctx, s.js.Conn()) })

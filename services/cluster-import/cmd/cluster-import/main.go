@@ -26,6 +26,7 @@ func main() {
 	os.Exit(daemon.Main("cluster-import", os.Args[1:], func(fs *flag.FlagSet) {
 		callout.register(fs)
 		fs.DurationVar(&cfg.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
+		cfg.AgentLimits.RegisterFlags(fs)
 		fs.DurationVar(&cfg.PolicyClaimGrace, "policy-claim-grace", 0, "age after which an import policy's claim on its source, the policy never created, may be taken over (default 2m)")
 		fs.StringVar(&keyFile, "credentials-key-file", os.Getenv("FLEETSTREAM_CREDENTIALS_KEY_FILE"), keyFileUsage)
 		cfg.Credentials.RegisterFlags(fs)

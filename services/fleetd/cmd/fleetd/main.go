@@ -48,6 +48,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "host:port of the xDS server (gRPC) serving every service's endpoints to proxies; empty serves no xDS")
 	cfg.Authz.RegisterFlags(fs)
 	cfg.Endpoints.Limits.RegisterFlags(fs)
+	cfg.ClusterImport.AgentLimits.RegisterFlags(fs)
 	cfg.Retention = topology.Retentions{}
 	fs.Var(cfg.Retention, "stream-retention", daemon.RetentionUsage)
 	cfg.RBAC.Snapshots.RegisterFlags(fs)
