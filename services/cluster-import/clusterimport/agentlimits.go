@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
@@ -106,8 +110,9 @@ const (
 const reasonInvalidHeartbeat = "InvalidHeartbeat"
 
 type limitMetrics struct {
-	heartbeatFields *prometheus.CounterVec
-	reportsPurged   *prometheus.CounterVec
+	heartbeatFields  *prometheus.CounterVec
+	reportsPurged    *prometheus.CounterVec
+	inventoryEntries *prometheus.CounterVec
 }
 
 func newLimitMetrics() limitMetrics {
@@ -116,11 +121,13 @@ func newLimitMetrics() limitMetrics {
 			Help: "Heartbeat fields dropped for being out of bounds or malformed, by cluster and field."}, []string{"cluster", "field"}),
 		reportsPurged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_reports_purged_total",
 			Help: "Agent report subjects purged from FLEET_AGENT for being over their cluster's limits, by cluster and limit."}, []string{"cluster", "limit"}),
+		inventoryEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_inventory_entries_refused_total",
+			Help: "Namespace inventory entries (namespaces, labels, phases) dropped for being invalid, by cluster."}, []string{"cluster"}),
 	}
 }
 
 func (m limitMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.heartbeatFields, m.reportsPurged}
+	return []prometheus.Collector{m.heartbeatFields, m.reportsPurged, m.inventoryEntries}
 }
 
 // reportHeartbeat records what checkHeartbeat found in the newest heartbeat of cluster name.
@@ -196,4 +203,141 @@ func (s *Registry) limitCondition(name string) *clusterv1.Condition {
 	}
 	out.Reason, out.Message = strings.Join(reasons, ","), strings.Join(msgs, "; ")
 	return out
+}
+
+// checkNamespaces returns an inventory's namespaces as the view keeps them, without what
+// Kubernetes could not have reported: a namespace whose name is not a DNS label (it is
+// dropped), a label that is not a valid label (the label is dropped), a phase other than Active
+// and Terminating (left empty). Namespace names from inventories go into namespace claims and
+// events; an agent's word is not enough for them. problems name the dropped fields by path.
+func checkNamespaces(in []*agentv1.Namespace) ([]*clusterv1.InventoryNamespace, []string) {
+	out := make([]*clusterv1.InventoryNamespace, 0, len(in))
+	var problems []string
+	for i, ns := range in {
+		if len(validation.IsDNS1123Label(ns.Name)) > 0 {
+			problems = append(problems, fmt.Sprintf("namespaces[%d].name: not a DNS label (%d bytes)", i, len(ns.Name)))
+			continue
+		}
+		n := &clusterv1.InventoryNamespace{Name: ns.Name, Labels: ns.Labels, Phase: ns.Phase}
+		cloned := false
+		for k, v := range ns.Labels {
+			if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+				if !cloned { // the agent's map is the decoded event's: never changed in place
+					n.Labels, cloned = maps.Clone(ns.Labels), true
+				}
+				delete(n.Labels, k)
+				problems = append(problems, fmt.Sprintf("namespaces[%d].labels: not a label (key %d bytes, value %d bytes)", i, len(k), len(v)))
+			}
+		}
+		if n.Phase != "" && n.Phase != "Active" && n.Phase != "Terminating" {
+			n.Phase = ""
+			problems = append(problems, fmt.Sprintf("namespaces[%d].phase: not Active or Terminating", i))
+		}
+		out = append(out, n)
+	}
+	return out, problems
+}
+
+// reasonInvalidInventory is the reason of the condition of a cluster whose inventory had
+// entries dropped.
+const (
+	reasonInvalidInventory = "InvalidInventory"
+	limitsReaderInventory  = "cluster-import-inventory"
+)
+
+// inventoryChecks keeps what the inventory view dropped from each cluster's chunks, and
+// reports it behind the view (the projection never waits for a bucket).
+type inventoryChecks struct {
+	mu      sync.Mutex
+	bad     map[string]map[uint32][]string // cluster → chunk → problems
+	dirty   map[string]struct{}
+	changed chan struct{}
+	metric  func(cluster string, n int)
+}
+
+func newInventoryChecks() *inventoryChecks {
+	return &inventoryChecks{bad: map[string]map[uint32][]string{}, dirty: map[string]struct{}{}, changed: make(chan struct{}, 1)}
+}
+
+// record is the inventory projection's report of one chunk it applied.
+func (c *inventoryChecks) record(cluster string, chunk uint32, problems []string) {
+	c.mu.Lock()
+	chunks := c.bad[cluster]
+	switch {
+	case len(problems) > 0:
+		if chunks == nil {
+			chunks = map[uint32][]string{}
+			c.bad[cluster] = chunks
+		}
+		chunks[chunk] = problems
+	case chunks != nil && chunks[chunk] != nil:
+		delete(chunks, chunk)
+		if len(chunks) == 0 {
+			delete(c.bad, cluster)
+		}
+	default:
+		c.mu.Unlock()
+		return
+	}
+	c.dirty[cluster] = struct{}{}
+	metric := c.metric
+	c.mu.Unlock()
+	if metric != nil && len(problems) > 0 {
+		metric(cluster, len(problems))
+	}
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// runInventoryChecks reports each cluster's dropped inventory entries as its AgentWithinLimits
+// condition, and clears it once every chunk is clean.
+func (s *Registry) runInventoryChecks(ctx context.Context) error {
+	c := s.inventoryChecks
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	for {
+		c.mu.Lock()
+		type item struct {
+			cluster  string
+			problems []string
+		}
+		var todo []item
+		for cluster := range c.dirty {
+			var problems []string
+			for _, chunk := range slices.Sorted(maps.Keys(c.bad[cluster])) {
+				problems = append(problems, c.bad[cluster][chunk]...)
+			}
+			todo = append(todo, item{cluster, problems})
+		}
+		clear(c.dirty)
+		c.mu.Unlock()
+		for _, it := range todo {
+			var cond *clusterv1.Condition
+			if len(it.problems) > 0 {
+				msg := "inventory entries dropped: " + strings.Join(it.problems[:min(len(it.problems), 5)], "; ")
+				if len(it.problems) > 5 {
+					msg += fmt.Sprintf("; and %d more", len(it.problems)-5)
+				}
+				cond = &clusterv1.Condition{Type: subjects.ConditionAgentWithinLimits, Status: clusterv1.ConditionStatus_CONDITION_STATUS_FALSE,
+					Reason: reasonInvalidInventory, Message: msg, LastTransitionTime: timestamppb.New(s.now())}
+			}
+			if err := s.setLimitCondition(ctx, it.cluster, limitsReaderInventory, cond); err != nil {
+				s.log.Warn("report dropped inventory entries", zap.String("cluster", it.cluster), zap.Error(err))
+				c.mu.Lock()
+				c.dirty[it.cluster] = struct{}{} // again on the next change or tick
+				c.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.changed:
+		case <-time.After(5 * time.Second):
+		}
+	}
 }

@@ -12,3 +12,8 @@ func (s *Registry) HeartbeatFieldsRefused(cluster, field string) float64 {
 func (s *Registry) ReportsPurged(cluster, limit string) float64 {
 	return testutil.ToFloat64(s.metrics.reportsPurged.WithLabelValues(cluster, limit))
 }
+
+// InventoryEntriesRefused is fleet_cluster_agent_inventory_entries_refused_total of cluster.
+func (s *Registry) InventoryEntriesRefused(cluster string) float64 {
+	return testutil.ToFloat64(s.metrics.inventoryEntries.WithLabelValues(cluster))
+}

@@ -242,3 +242,65 @@ func TestAgentReportFloodIsBoundedPerCluster(t *testing.T) {
 		return nil
 	})
 }
+
+// The attack: an agent's namespace inventory carries names and labels Kubernetes would never
+// have (markup, 900 bytes). The view keeps only what is valid, reports what it dropped, and
+// clears the condition with a clean inventory.
+func TestInvalidInventoryEntriesAreDropped(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 60*time.Second)
+	register(t, e, "c1", nil)
+	publishInventory := func(nss ...*agentv1.Namespace) {
+		t.Helper()
+		if _, err := events.NewStore(e.js.JS, "agent").Append(ctx, subjects.AgentInventory("c1"), "c1", events.Any,
+			&agentv1.NamespaceInventory{ClusterName: "c1", Namespaces: nss, Generation: uint64(time.Now().UnixNano())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func() *clusterv1.GetClusterResponse {
+		res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1", IncludeInventory: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg
+	}
+	publishInventory(
+		&agentv1.Namespace{Name: "web", Phase: "Active"},
+		&agentv1.Namespace{Name: "x<script>", Phase: "Active"},
+		&agentv1.Namespace{Name: strings.Repeat("a", 900), Phase: "Active"},
+		&agentv1.Namespace{Name: "shop", Phase: "Hacked", Labels: map[string]string{"team": "a", "bad key!": "v", "k": "<script>"}},
+	)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		res := get()
+		c := clusterimport.Condition(res.Cluster, subjects.ConditionAgentWithinLimits)
+		if c == nil || c.Reason != "InvalidInventory" {
+			return fmt.Errorf("condition %v", c)
+		}
+		if !strings.Contains(c.Message, "namespaces[1].name") || !strings.Contains(c.Message, "namespaces[3].labels") || strings.Contains(c.Message, "<script>") {
+			return fmt.Errorf("condition message %s", c.Message)
+		}
+		return nil
+	})
+	var names []string
+	for _, ns := range get().Inventory.GetNamespaces() {
+		names = append(names, ns.Name)
+		if ns.Name == "shop" && (len(ns.Labels) != 1 || ns.Labels["team"] != "a" || ns.Phase != "") {
+			t.Errorf("shop kept %v phase %q", ns.Labels, ns.Phase)
+		}
+	}
+	if strings.Join(names, ",") != "shop,web" && strings.Join(names, ",") != "web,shop" {
+		t.Errorf("inventory namespaces %v, want web and shop", names)
+	}
+	if got := e.svc.InventoryEntriesRefused("c1"); got < 5 {
+		t.Errorf("metric: %v entries refused, want at least 5", got)
+	}
+	scanStream(t, e.js.JS, "KV_"+subjects.ClusterInventoryBucket, [][]byte{[]byte("<script>"), []byte(strings.Repeat("a", 100))})
+
+	publishInventory(&agentv1.Namespace{Name: "web", Phase: "Active"})
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if c := clusterimport.Condition(get().Cluster, subjects.ConditionAgentWithinLimits); c != nil {
+			return fmt.Errorf("condition %v", c)
+		}
+		return nil
+	})
+}

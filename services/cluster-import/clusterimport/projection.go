@@ -285,20 +285,25 @@ func Condition(c *clusterv1.Cluster, typ string) *clusterv1.Condition {
 // entry per chunk the agent reported (subjects.ClusterInventoryKey), which readers merge with
 // nsinventory.Assemble.
 // Version 2: chunked inventories (fleet.agent.<cluster>.inventory.<i>), and every entry
-// carries its generation, chunk and chunk count.
-func inventoryProjection() view.Projection {
+// carries its generation, chunk and chunk count. Version 3: invalid names, labels and phases
+// are dropped (checkNamespaces), also from inventories stored before.
+func inventoryProjection() view.Projection { return inventoryProjectionReporting(nil) }
+
+// inventoryProjectionReporting is inventoryProjection telling report, when not nil, what each
+// chunk applied had dropped (agentlimits.go).
+func inventoryProjectionReporting(report func(cluster string, chunk uint32, problems []string)) view.Projection {
 	return view.Projection{
 		Name:     "cluster-inventory",
-		Version:  2,
+		Version:  3,
 		Stream:   subjects.AgentStreamName,
 		Subjects: []string{subjects.AgentPrefix + ".*.inventory", subjects.AgentPrefix + ".*.inventory.*"},
 		Bucket:   bucketConfig(subjects.ClusterInventoryBucket, "Latest namespace inventory per cluster, one entry per chunk."),
 		New:      func() proto.Message { return &clusterv1.NamespaceInventory{} },
-		Apply:    applyInventory,
+		Apply:    func(ev *events.Event) ([]view.Change, error) { return applyInventory(ev, report) },
 	}
 }
 
-func applyInventory(ev *events.Event) ([]view.Change, error) {
+func applyInventory(ev *events.Event, report func(cluster string, chunk uint32, problems []string)) ([]view.Change, error) {
 	p, ok := ev.Payload.(*agentv1.NamespaceInventory)
 	if !ok {
 		return nil, fmt.Errorf("unexpected %s on %s", ev.Type, ev.Subject)
@@ -327,8 +332,11 @@ func applyInventory(ev *events.Event) ([]view.Change, error) {
 	}
 	inv := &clusterv1.NamespaceInventory{ClusterName: name, ObservedTime: ev.GetTime(),
 		Generation: nsinventory.Generation(p), Chunk: chunk, Chunks: p.GetChunks()}
-	for _, ns := range p.Namespaces {
-		inv.Namespaces = append(inv.Namespaces, &clusterv1.InventoryNamespace{Name: ns.Name, Labels: ns.Labels, Phase: ns.Phase})
+	// What Kubernetes could not have reported is dropped (checkNamespaces).
+	var problems []string
+	inv.Namespaces, problems = checkNamespaces(p.Namespaces)
+	if report != nil {
+		report(name, chunk, problems)
 	}
 	return []view.Change{{Key: subjects.ClusterInventoryKey(tok, chunk), Update: func(proto.Message) proto.Message { return inv }}}, nil
 }

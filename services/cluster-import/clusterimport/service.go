@@ -120,7 +120,9 @@ type Registry struct {
 	limits   *view.Cache[*clusterv1.Condition]
 	limitsKV jetstream.KeyValue
 	metrics  limitMetrics
-	subs     subscriberStore
+	// inventoryChecks: what the inventory view dropped, per cluster and chunk.
+	inventoryChecks *inventoryChecks
+	subs            subscriberStore
 	// lifecycles imports clusters from the sources agents report.
 	lifecycles *lifecycles
 
@@ -139,8 +141,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s := &Registry{cfg: cfg, js: js, log: log.Named("cluster-import"), store: events.NewStore(js, actor),
-		ready: make(chan struct{}), now: time.Now, metrics: newLimitMetrics()}
+		ready: make(chan struct{}), now: time.Now, metrics: newLimitMetrics(), inventoryChecks: newInventoryChecks()}
 	s.gate = apiwait.NewGate(s.ready, "cluster registry")
+	s.inventoryChecks.metric = func(cluster string, n int) { s.metrics.inventoryEntries.WithLabelValues(cluster).Add(float64(n)) }
 	if cfg.Keyring != nil {
 		s.log.Info("cluster credentials are sealed", zap.String("active_key_id", cfg.Keyring.ActiveID()), zap.Strings("key_ids", cfg.Keyring.IDs()))
 	} else {
@@ -159,7 +162,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.policySources, err = js.KeyValue(ctx, subjects.ImportPolicySourcesBucket); err != nil {
 		return nil, fmt.Errorf("import policy sources bucket: %w", err)
 	}
-	if s.inventoryView, err = view.NewEngine(js, inventoryProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
+	if s.inventoryView, err = view.NewEngine(js, inventoryProjectionReporting(s.inventoryChecks.record), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
 		return nil, err
 	}
 	for name, dst := range map[string]*jetstream.KeyValue{
@@ -248,6 +251,7 @@ func (s *Registry) run(ctx context.Context) error {
 	})
 	g.Go(func() error { return s.runHeartbeats(ctx) })
 	g.Go(func() error { return s.runReportBudget(ctx) })
+	g.Go(func() error { return s.runInventoryChecks(ctx) })
 	g.Go(func() error { return s.runLiveness(ctx) })
 	g.Go(func() error { return s.lifecycles.run(ctx) })
 	g.Go(func() error { return s.runHostedCredentials(ctx, s.js.Conn()) })
