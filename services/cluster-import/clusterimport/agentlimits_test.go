@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
@@ -299,6 +300,58 @@ func TestInvalidInventoryEntriesAreDropped(t *testing.T) {
 	publishInventory(&agentv1.Namespace{Name: "web", Phase: "Active"})
 	testkit.Eventually(t, 10*time.Second, func() error {
 		if c := clusterimport.Condition(get().Cluster, subjects.ConditionAgentWithinLimits); c != nil {
+			return fmt.Errorf("condition %v", c)
+		}
+		return nil
+	})
+}
+
+// What another hub reader (endpoint-collector) records in bucket agent-limits shows on the
+// cluster, merged with cluster-import's own, and goes with its entry.
+func TestGetClusterShowsEveryReadersLimitCondition(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	register(t, e, "c1", nil)
+	kv, err := e.js.JS.KeyValue(ctx, subjects.AgentLimitsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := proto.Marshal(&clusterv1.Condition{Type: subjects.ConditionAgentWithinLimits, Status: clusterv1.ConditionStatus_CONDITION_STATUS_FALSE,
+		Reason: "EndpointSlicesPerCluster", Message: "too many slices", LastTransitionTime: timestamppb.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, subjects.AgentLimitsKey("c1", "endpoint-collector"), data); err != nil {
+		t.Fatal(err)
+	}
+	cond := func() *clusterv1.Condition {
+		res, err := e.client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return clusterimport.Condition(res.Msg.Cluster, subjects.ConditionAgentWithinLimits)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if c := cond(); c == nil || c.Reason != "EndpointSlicesPerCluster" || c.Message != "too many slices" {
+			return fmt.Errorf("condition %v", c)
+		}
+		return nil
+	})
+	// And cluster-import's own: both reasons, both messages.
+	publishHeartbeat(t, e.js.JS, &agentv1.Heartbeat{ClusterName: "c1", KubernetesVersion: "v1.0.0<script>"})
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if c := cond(); c == nil || !strings.Contains(c.Reason, "EndpointSlicesPerCluster") || !strings.Contains(c.Reason, "InvalidHeartbeat") ||
+			!strings.Contains(c.Message, "too many slices") || !strings.Contains(c.Message, "kubernetesVersion") {
+			return fmt.Errorf("condition %v", c)
+		}
+		return nil
+	})
+	publishHeartbeat(t, e.js.JS, &agentv1.Heartbeat{ClusterName: "c1", KubernetesVersion: "v1.34.4"})
+	if err := kv.Delete(ctx, subjects.AgentLimitsKey("c1", "endpoint-collector")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if c := cond(); c != nil {
 			return fmt.Errorf("condition %v", c)
 		}
 		return nil
