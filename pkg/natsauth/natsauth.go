@@ -50,10 +50,23 @@ type Identity struct {
 	Name string
 	// Streams a subscriber was given.
 	Streams []string
+	// Instance tells this identity from an earlier or later one of the same name: the id of the
+	// agent's cluster (a name registered again is a new cluster), a prefix of the digest of the
+	// subscriber's token. Empty for services, which are never revoked.
+	Instance string
 }
 
-// User is the NATS user name the identity is known by (server logs, monitoring): never the token.
-func (id Identity) User() string { return id.Kind.String() + ":" + id.Name }
+// User is the NATS user name the identity is known by (server logs, monitoring, and the key its
+// connections are closed by when it is revoked, see Kicker): never the token. With the instance
+// in it, closing a deregistered cluster's connections leaves alone those of a cluster
+// registered since under the same name.
+func (id Identity) User() string {
+	u := id.Kind.String() + ":" + id.Name
+	if id.Instance != "" {
+		u += "@" + id.Instance
+	}
+	return u
+}
 
 // Permissions looks the identity up in the table; ok is false for an identity the table does
 // not know (an unknown service), which must be refused.
@@ -86,17 +99,22 @@ func IsHostedAgentUser(user string) bool { return strings.HasPrefix(user, hosted
 
 // ResolveHostedAgent turns the identity of a token into that of a hosted agent when user names
 // one: only the hosted-agent service may, and it then gets exactly the permissions of that
-// cluster's own agent (never its service permissions), for a cluster registered says exists.
-// Other user names are ignored (`nats://user:token@host` URLs), as before hosted agents.
-func ResolveHostedAgent(id Identity, user string, registered func(cluster string) bool) (Identity, bool) {
+// cluster's own agent (never its service permissions), for a cluster registered says exists
+// (returning its id, the identity's instance). Other user names are ignored
+// (`nats://user:token@host` URLs), as before hosted agents.
+func ResolveHostedAgent(id Identity, user string, registered func(cluster string) (string, bool)) (Identity, bool) {
 	if !IsHostedAgentUser(user) {
 		return id, true
 	}
 	cluster := strings.TrimPrefix(user, hostedUserPrefix)
-	if id.Kind != KindService || id.Name != ServiceHostedAgent || cluster == "" || !registered(cluster) {
+	if id.Kind != KindService || id.Name != ServiceHostedAgent || cluster == "" {
 		return Identity{}, false
 	}
-	return Identity{Kind: KindAgent, Name: cluster}, true
+	clusterID, ok := registered(cluster)
+	if !ok {
+		return Identity{}, false
+	}
+	return Identity{Kind: KindAgent, Name: cluster, Instance: clusterID}, true
 }
 
 // Authenticator implements server.Authentication for an embedded server.

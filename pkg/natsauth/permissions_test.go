@@ -162,7 +162,7 @@ func TestResolveHostedAgent(t *testing.T) {
 	hostedSvc := natsauth.Identity{Kind: natsauth.KindService, Name: natsauth.ServiceHostedAgent}
 	otherSvc := natsauth.Identity{Kind: natsauth.KindService, Name: natsauth.ServiceRBACSync}
 	agent := natsauth.Identity{Kind: natsauth.KindAgent, Name: "c2"}
-	registered := func(c string) bool { return c == "c1" || c == "c2" }
+	registered := func(c string) (string, bool) { return "id-" + c, c == "c1" || c == "c2" }
 	for _, tc := range []struct {
 		name   string
 		id     natsauth.Identity
@@ -172,7 +172,7 @@ func TestResolveHostedAgent(t *testing.T) {
 	}{
 		{"service without user stays the service", hostedSvc, "", hostedSvc, true},
 		{"other user names mean nothing", otherSvc, "ops", otherSvc, true},
-		{"hosted agent of a registered cluster", hostedSvc, natsauth.HostedAgentUser("c1"), natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1"}, true},
+		{"hosted agent of a registered cluster", hostedSvc, natsauth.HostedAgentUser("c1"), natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1", Instance: "id-c1"}, true},
 		{"hosted agent of an unknown cluster", hostedSvc, natsauth.HostedAgentUser("nope"), natsauth.Identity{}, false},
 		{"hosted agent without a cluster", hostedSvc, natsauth.HostedAgentUser(""), natsauth.Identity{}, false},
 		{"another service cannot host", otherSvc, natsauth.HostedAgentUser("c1"), natsauth.Identity{}, false},
@@ -180,7 +180,7 @@ func TestResolveHostedAgent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := natsauth.ResolveHostedAgent(tc.id, tc.user, registered)
-			if ok != tc.wantOK || got.Kind != tc.want.Kind || got.Name != tc.want.Name {
+			if ok != tc.wantOK || got.Kind != tc.want.Kind || got.Name != tc.want.Name || got.Instance != tc.want.Instance {
 				t.Errorf("ResolveHostedAgent(%v, %q) = %v, %v; want %v, %v", tc.id, tc.user, got, ok, tc.want, tc.wantOK)
 			}
 		})

@@ -14,15 +14,18 @@ import (
 func (s *Registry) NATSResolver(serviceTokens *natsauth.ServiceTokens) natsauth.Resolver {
 	return func(ctx context.Context, user, token string) (natsauth.Identity, bool) {
 		if svc, ok := serviceTokens.Lookup(token); ok {
-			return natsauth.ResolveHostedAgent(natsauth.Identity{Kind: natsauth.KindService, Name: svc}, user, func(cluster string) bool {
+			return natsauth.ResolveHostedAgent(natsauth.Identity{Kind: natsauth.KindService, Name: svc}, user, func(cluster string) (string, bool) {
 				// The registry is read only once the service caught up.
 				select {
 				case <-s.ready:
 				default:
-					return false
+					return "", false
 				}
-				_, ok := s.clusters.Get(clusterKey(cluster))
-				return ok
+				c, ok := s.clusters.Get(clusterKey(cluster))
+				if !ok {
+					return "", false
+				}
+				return c.Id, true
 			})
 		}
 		if natsauth.IsHostedAgentUser(user) {
@@ -43,7 +46,7 @@ func (s *Registry) NATSResolver(serviceTokens *natsauth.ServiceTokens) natsauth.
 			if !ok {
 				return natsauth.Identity{}, false
 			}
-			return natsauth.Identity{Kind: natsauth.KindAgent, Name: id.ClusterName}, true
+			return natsauth.Identity{Kind: natsauth.KindAgent, Name: id.ClusterName, Instance: id.ClusterId}, true
 		}
 	}
 }

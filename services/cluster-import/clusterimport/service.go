@@ -18,6 +18,7 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	"github.com/fleetstream/fleetstream/pkg/kubecreds"
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/sealed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -51,6 +52,11 @@ type Config struct {
 	Credentials kubecreds.Policy
 	// AgentLimits bound what one cluster's agent may keep in FLEET_AGENT (reportbudget.go).
 	AgentLimits AgentLimits
+	// Kicker closes the open NATS connections of an agent or subscriber when it is revoked
+	// (revoke.go), on every server: natsauth.ServerKicker for an embedded server,
+	// natsauth.SystemKicker for a NATS cluster (--nats-system-user). Nil leaves them open until
+	// their authorization expires.
+	Kicker natsauth.Kicker
 }
 
 func (c *Config) defaults() {
@@ -255,6 +261,7 @@ func (s *Registry) run(ctx context.Context) error {
 	g.Go(func() error { return s.runLiveness(ctx) })
 	g.Go(func() error { return s.lifecycles.run(ctx) })
 	g.Go(func() error { return s.runHostedCredentials(ctx, s.js.Conn()) })
+	g.Go(func() error { return s.runRevocation(ctx) })
 	return g.Wait()
 }
 

@@ -210,8 +210,19 @@ func (s *Registry) SubscriberIdentity(ctx context.Context, token string) (natsau
 	if err != nil || subtle.ConstantTimeCompare([]byte(rec.TokenSha256), []byte(digest)) != 1 {
 		return natsauth.Identity{}, false
 	}
-	return natsauth.Identity{Kind: natsauth.KindSubscriber, Name: rec.Subscriber.Name, Streams: rec.Subscriber.Streams}, true
+	return subscriberIdentity(rec), true
 }
+
+// subscriberIdentity is the NATS identity of a subscriber record: a subscriber created again
+// under the same name has a new token, so a new instance (revoke.go).
+func subscriberIdentity(rec *clusterv1.SubscriberRecord) natsauth.Identity {
+	return natsauth.Identity{Kind: natsauth.KindSubscriber, Name: rec.Subscriber.Name, Streams: rec.Subscriber.Streams,
+		Instance: tokenInstance(rec.TokenSha256)}
+}
+
+// tokenInstance names a token's instance by a prefix of its digest: enough to tell two tokens of
+// one name apart, nothing to guess the token by.
+func tokenInstance(digest string) string { return digest[:min(len(digest), 12)] }
 
 // purgeSubscriberToken and dropSubscriber clean up best effort, detached from the caller's
 // context (a cancelled request must not leave a half-made subscriber behind).

@@ -154,6 +154,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		return nil, fmt.Errorf("fleetd: %w", err)
 	}
 	inst.NATS = ns
+	// Revoking an agent or subscriber closes its open connections: this is the only server.
+	cfg.ClusterImport.Kicker = natsauth.ServerKicker{Server: ns.Server}
 	ok := false
 	defer func() {
 		if !ok {
