@@ -22,16 +22,20 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 )
 
-// calloutEnv is cluster-import as in the compose stack: a NATS server delegating every client
-// but cluster-import's own user to the auth callout, answered by cluster-import.
+// calloutEnv is cluster-import as in the compose stack: a NATS cluster delegating every client
+// but cluster-import's own user (and its system account user, which closes revoked
+// connections) to the auth callout, answered by cluster-import.
 type calloutEnv struct {
-	url         string
+	url string
+	// urls are the client URLs of every node; the responder and cluster-import use the first.
+	urls        []string
 	clusters    clusterv1connect.ClusterServiceClient
 	subscribers clusterv1connect.SubscriberServiceClient
 	admin       jetstream.JetStream
@@ -39,28 +43,67 @@ type calloutEnv struct {
 
 const serviceToken = "svc-token-of-rbac-sync"
 
-func startCallout(t *testing.T) *calloutEnv {
+// The system account user cluster-import kicks revoked connections with.
+const kickerUser, kickerPassword = "cluster-import-system", "sys-pw"
+
+func startCallout(t *testing.T) *calloutEnv { return startCalloutNodes(t, 1) }
+
+// startCalloutNodes starts n routed nodes, configured like deploy/nats (auth.conf).
+func startCalloutNodes(t *testing.T, n int) *calloutEnv {
 	t.Helper()
 	issuer, err := nkeys.CreateAccount()
 	if err != nil {
 		t.Fatal(err)
 	}
 	issuerPub, _ := issuer.PublicKey()
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		ServerName: "callout", Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-		AuthTimeout: 2,
-		Users:       []*natsserver.User{{Username: "cluster-import", Password: "pw"}},
-		AuthCallout: &natsserver.AuthCallout{Issuer: issuerPub, AuthUsers: []string{"cluster-import"}},
-	})
-	if err != nil {
-		t.Fatal(err)
+	routePorts := make([]int, n)
+	var routes []string
+	for i := range routePorts {
+		if routePorts[i], err = natsembed.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i]))
 	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
+	var urls []string
+	var nodes []*natsserver.Server
+	for i := 0; i < n; i++ {
+		sys := natsserver.NewAccount("SYS")
+		opts := &natsserver.Options{
+			ServerName: fmt.Sprintf("callout-%d", i), Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+			AuthTimeout:   2,
+			Accounts:      []*natsserver.Account{sys},
+			SystemAccount: "SYS",
+			Users: []*natsserver.User{{Username: "cluster-import", Password: "pw"},
+				{Username: kickerUser, Password: kickerPassword, Account: sys, Permissions: natsauth.SystemPermissions().Server()}},
+			AuthCallout: &natsserver.AuthCallout{Issuer: issuerPub, AuthUsers: []string{"cluster-import", kickerUser}},
+		}
+		if n > 1 {
+			opts.Cluster = natsserver.ClusterOpts{Name: "callout", Host: "127.0.0.1", Port: routePorts[i]}
+			opts.Routes = natsserver.RoutesFromStr(strings.Join(routes, ","))
+		}
+		ns, err := natsserver.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ns.Start()
+		t.Cleanup(ns.Shutdown)
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats not ready")
+		}
+		nodes = append(nodes, ns)
+		urls = append(urls, ns.ClientURL())
 	}
-	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("cluster-import", "pw"),
+	if n > 1 {
+		testkit.Eventually(t, 30*time.Second, func() error {
+			for _, ns := range nodes {
+				if ns.NumRoutes() < n-1 {
+					return fmt.Errorf("%s has %d routes", ns.Name(), ns.NumRoutes())
+				}
+			}
+			return nil
+		})
+	}
+	nc, err := nats.Connect(urls[0], nats.UserInfo("cluster-import", "pw"),
 		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.ServiceClusterImport)))
 	if err != nil {
 		t.Fatal(err)
@@ -70,9 +113,23 @@ func startCallout(t *testing.T) *calloutEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n > 1 {
+		// JetStream answers once the nodes elected a meta leader.
+		testkit.Eventually(t, 60*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := js.AccountInfo(ctx)
+			return err
+		})
+	}
+	sysnc, err := nats.Connect(urls[0], nats.UserInfo(kickerUser, kickerPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sysnc.Close)
 	log := testkit.Logger(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := clusterimport.New(ctx, js, clusterimport.Config{PlaintextCredentials: true}, log)
+	svc, err := clusterimport.New(ctx, js, clusterimport.Config{PlaintextCredentials: true, Kicker: &natsauth.SystemKicker{Conn: sysnc}}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +165,7 @@ func startCallout(t *testing.T) *calloutEnv {
 		t.Fatal("service not ready")
 	}
 	hc := testkit.BearerClient(hs.Client(), testToken)
-	return &calloutEnv{url: ns.ClientURL(), admin: js,
+	return &calloutEnv{url: urls[0], urls: urls, admin: js,
 		clusters:    clusterv1connect.NewClusterServiceClient(hc, hs.URL),
 		subscribers: clusterv1connect.NewSubscriberServiceClient(hc, hs.URL)}
 }
