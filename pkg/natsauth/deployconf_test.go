@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ const authConf = "../../deploy/nats/auth.conf"
 // from the table plus the responder's, and the callout delegating everyone else.
 func renderAuthConf() string {
 	p := natsauth.Merge(must(natsauth.ServicePermissions(natsauth.ServiceClusterImport)), natsauth.CalloutResponderPermissions())
+	sys := natsauth.SystemPermissions()
 	list := func(subjects []string) string {
 		var b strings.Builder
 		for _, s := range subjects {
@@ -72,10 +74,39 @@ authorization {
     issuer: $NATS_CALLOUT_ISSUER
     # Public curve key: requests (which carry tokens) and answers are encrypted.
     xkey: $NATS_CALLOUT_XKEY
-    auth_users: [ cluster-import ]
+    auth_users: [ cluster-import, ` + natsauth.SystemUser + ` ]
+  }
+}
+
+# The system account, with one user: cluster-import (--nats-system-user, same password) closes a
+# revoked agent's or subscriber's open connections on every server with it. It may only list
+# connections and close them.
+system_account: SYS
+accounts {
+  SYS {
+    users: [
+      {
+        user: ` + natsauth.SystemUser + `
+        password: $NATS_CALLOUT_PASSWORD
+        permissions: {
+          publish: {
+            allow: [
+` + indent(list(sys.Publish)) + `            ]
+          }
+          subscribe: {
+            allow: [
+` + indent(list(sys.Subscribe)) + `            ]
+          }
+        }
+      }
+    ]
   }
 }
 `
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
 }
 
 func must(p natsauth.Permissions, ok bool) natsauth.Permissions {
@@ -123,7 +154,7 @@ func TestDeployAuthConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	if opts.AuthCallout == nil || opts.AuthCallout.Issuer != issuerPub || opts.AuthCallout.XKey != xkeyPub ||
-		!slices.Equal(opts.AuthCallout.AuthUsers, []string{natsauth.ServiceClusterImport}) {
+		!slices.Equal(opts.AuthCallout.AuthUsers, []string{natsauth.ServiceClusterImport, natsauth.SystemUser}) {
 		t.Fatalf("auth_callout parsed as %+v", opts.AuthCallout)
 	}
 	opts.NoSigs = true
@@ -145,9 +176,10 @@ func TestDeployAuthConf(t *testing.T) {
 	t.Cleanup(rc.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	var revoked atomic.Bool
 	r := &natsauth.Responder{Issuer: issuer, XKey: xkey, Log: zaptest.NewLogger(t),
 		Resolve: func(_ context.Context, _, token string) (natsauth.Identity, bool) {
-			return natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1"}, token == "agent-c1"
+			return natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1"}, token == "agent-c1" && !revoked.Load()
 		}}
 	go func() { done <- r.Run(ctx, rc) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -186,4 +218,27 @@ func TestDeployAuthConf(t *testing.T) {
 		}
 		return errors.New("published") // no answer: the server's violation report is the verdict
 	})
+
+	// The system account user closes the agent's connection (a revocation), and can do
+	// nothing else.
+	sysnc, err := nats.Connect(url, nats.UserInfo(natsauth.SystemUser, "pw-for-test"), nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.SystemUser)))
+	if err != nil {
+		t.Fatalf("system user: %v", err)
+	}
+	t.Cleanup(sysnc.Close)
+	revoked.Store(true)
+	kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer kcancel()
+	if n, err := (&natsauth.SystemKicker{Conn: sysnc}).Kick(kctx, natsauth.Identity{Kind: natsauth.KindAgent, Name: "c1"}.User()); err != nil || n != 1 {
+		t.Fatalf("kick the agent: %d closed, %v; want 1", n, err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if c.nc.IsConnected() {
+			return errors.New("the kicked agent is still connected")
+		}
+		return nil
+	})
+	if _, err := sysnc.Request("$SYS.REQ.SERVER.PING.VARZ", nil, time.Second); err == nil {
+		t.Error("the system user may ask for more than connections")
+	}
 }

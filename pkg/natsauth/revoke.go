@@ -63,11 +63,16 @@ const (
 	kickSubjectPattern = "$SYS.REQ.SERVER.%s.KICK"
 )
 
-// SystemPermissions is all a SystemKicker's system account user needs.
+// SystemUser is the system account user of a NATS cluster's configuration (deploy/nats/auth.conf)
+// that cluster-import kicks with (--nats-system-user).
+const SystemUser = "cluster-import-system"
+
+// SystemPermissions is all a SystemKicker's system account user needs, its connection's reply
+// subjects under ServiceInboxPrefix(SystemUser) as daemon.ConnectAs makes them.
 func SystemPermissions() Permissions {
 	return Permissions{
 		Publish:   []string{connzPingSubject, fmt.Sprintf(kickSubjectPattern, "*")},
-		Subscribe: []string{"_INBOX.>"},
+		Subscribe: []string{ServiceInboxPrefix(SystemUser) + ".>"},
 	}
 }
 

@@ -242,8 +242,8 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("%d routes, want one per node: %v", len(opts.Routes), opts.Routes)
 	case opts.AuthCallout == nil || opts.AuthCallout.Issuer != issuerPub || opts.AuthCallout.XKey != xkeyPub:
 		t.Errorf("auth callout %+v, want issuer and xkey from the environment", opts.AuthCallout)
-	case len(opts.Users) != 1 || opts.Users[0].Username != "cluster-import" || opts.Users[0].Password != "a-password":
-		t.Errorf("static users %v, want only cluster-import with the environment's password", opts.Users)
+	case !staticUsers(opts.Users, "a-password"):
+		t.Errorf("static users %v, want only cluster-import and cluster-import-system (system account) with the environment's password", opts.Users)
 	}
 	// The server's own validation of the options (what it checks before listening).
 	s, err := server.NewServer(opts)
@@ -251,6 +251,26 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Fatalf("nats-server refuses the rendered options: %v", err)
 	}
 	s.Shutdown()
+}
+
+// staticUsers reports whether users are exactly the callout's responder and the system account
+// user cluster-import closes revoked connections with, both with password.
+func staticUsers(users []*server.User, password string) bool {
+	if len(users) != 2 {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, u := range users {
+		if u.Password != password {
+			return false
+		}
+		acc := ""
+		if u.Account != nil {
+			acc = u.Account.Name
+		}
+		seen[u.Username+"@"+acc] = true
+	}
+	return (seen["cluster-import@"] || seen["cluster-import@$G"]) && seen["cluster-import-system@SYS"]
 }
 
 // checkAgent checks the agent's ClusterRole starts with exactly the shared rules file the

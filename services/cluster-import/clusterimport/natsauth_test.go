@@ -44,7 +44,7 @@ type calloutEnv struct {
 const serviceToken = "svc-token-of-rbac-sync"
 
 // The system account user cluster-import kicks revoked connections with.
-const kickerUser, kickerPassword = "cluster-import-system", "sys-pw"
+const kickerUser, kickerPassword = natsauth.SystemUser, "sys-pw"
 
 func startCallout(t *testing.T) *calloutEnv { return startCalloutNodes(t, 1) }
 
@@ -122,7 +122,7 @@ func startCalloutNodes(t *testing.T, n int) *calloutEnv {
 			return err
 		})
 	}
-	sysnc, err := nats.Connect(urls[0], nats.UserInfo(kickerUser, kickerPassword))
+	sysnc, err := nats.Connect(urls[0], nats.UserInfo(kickerUser, kickerPassword), nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.SystemUser)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -21,6 +22,7 @@ type calloutOptions struct {
 	serviceTokensFile string
 	account           string
 	validFor          time.Duration
+	systemUser        string
 }
 
 func (o *calloutOptions) register(fs *flag.FlagSet) {
@@ -32,7 +34,28 @@ func (o *calloutOptions) register(fs *flag.FlagSet) {
 		"NATS tokens of the hub services, `token,service` per line: each gets only its service's permissions")
 	fs.StringVar(&o.account, "nats-callout-account", "$G", "NATS account admitted clients are placed in")
 	fs.DurationVar(&o.validFor, "nats-callout-valid-for", time.Hour,
-		"how long an admitted connection stays authorized before it must reconnect (bounds how long a revoked token's connections live)")
+		"how long an admitted connection stays authorized before it must reconnect (bounds how long a revoked token's connections live without --nats-system-user)")
+	fs.StringVar(&o.systemUser, "nats-system-user", os.Getenv("FLEETSTREAM_NATS_SYSTEM_USER"),
+		"NATS system account user (password: the --nats-token-file) that closes a deregistered cluster's agent's and a deleted subscriber's open connections on every server; empty leaves them open until --nats-callout-valid-for ends")
+}
+
+// kicker connects as the system account user, when one is configured: revocation then reaches
+// open connections on every server of the NATS cluster.
+func (o *calloutOptions) kicker(ctx context.Context, env *daemon.Env) (natsauth.Kicker, error) {
+	if o.systemUser == "" {
+		return nil, nil
+	}
+	opts := env.Options
+	nc, _, err := daemon.ConnectAs(ctx, opts.NATSURL, o.systemUser, opts.NATSTokenFile, o.systemUser, env.Log.Named("nats-system"))
+	if err != nil {
+		return nil, fmt.Errorf("--nats-system-user: %w", err)
+	}
+	env.Group.Go(func() error {
+		<-ctx.Done()
+		nc.Close()
+		return nil
+	})
+	return &natsauth.SystemKicker{Conn: nc}, nil
 }
 
 // start runs the responder on env's connection, which must be one of the callout's auth_users

@@ -45,6 +45,11 @@ func main() {
 		default:
 			return nil, errors.New("--credentials-key-file is required (it seals cluster credentials at rest); only --insecure-dev runs without one")
 		}
+		kicker, err := callout.kicker(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Kicker = kicker
 		svc, err := clusterimport.New(ctx, env.JS, cfg, env.Log)
 		if err != nil {
 			return nil, err
