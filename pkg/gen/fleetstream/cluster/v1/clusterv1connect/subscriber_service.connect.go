@@ -50,7 +50,7 @@ type SubscriberServiceClient interface {
 	// stored hashed and cannot be read back.
 	CreateSubscriber(context.Context, *connect.Request[v1.CreateSubscriberRequest]) (*connect.Response[v1.CreateSubscriberResponse], error)
 	// DeleteSubscriber deletes a subscriber: its token admits no new connection at once, and
-	// existing connections lose their authorization when it expires (see docs/security.md).
+	// its existing connections are closed on every NATS server (see docs/security.md).
 	DeleteSubscriber(context.Context, *connect.Request[v1.DeleteSubscriberRequest]) (*connect.Response[v1.DeleteSubscriberResponse], error)
 	ListSubscribers(context.Context, *connect.Request[v1.ListSubscribersRequest]) (*connect.Response[v1.ListSubscribersResponse], error)
 }
@@ -117,7 +117,7 @@ type SubscriberServiceHandler interface {
 	// stored hashed and cannot be read back.
 	CreateSubscriber(context.Context, *connect.Request[v1.CreateSubscriberRequest]) (*connect.Response[v1.CreateSubscriberResponse], error)
 	// DeleteSubscriber deletes a subscriber: its token admits no new connection at once, and
-	// existing connections lose their authorization when it expires (see docs/security.md).
+	// its existing connections are closed on every NATS server (see docs/security.md).
 	DeleteSubscriber(context.Context, *connect.Request[v1.DeleteSubscriberRequest]) (*connect.Response[v1.DeleteSubscriberResponse], error)
 	ListSubscribers(context.Context, *connect.Request[v1.ListSubscribersRequest]) (*connect.Response[v1.ListSubscribersResponse], error)
 }
