@@ -35,23 +35,29 @@ func (k ServerKicker) Kick(ctx context.Context, user string) (int, error) {
 	if user == "" {
 		return 0, errors.New("kick: no user")
 	}
-	n := 0
-	// A page at a time until none is left: the kicked ones leave the open list.
+	// A page at a time until no new one is listed: the kicked ones leave the open list, though
+	// not necessarily before the next page is asked for.
+	kicked := map[uint64]bool{}
 	for {
 		if err := ctx.Err(); err != nil {
-			return n, err
+			return len(kicked), err
 		}
 		cz, err := k.Server.Connz(&server.ConnzOptions{User: user, State: server.ConnOpen, Limit: 1024})
 		if err != nil {
-			return n, fmt.Errorf("kick %s: list connections: %w", user, err)
+			return len(kicked), fmt.Errorf("kick %s: list connections: %w", user, err)
 		}
-		if len(cz.Conns) == 0 {
-			return n, nil
-		}
+		more := false
 		for _, c := range cz.Conns {
-			if k.Server.DisconnectClientByID(c.Cid) == nil {
-				n++
+			if kicked[c.Cid] {
+				continue
 			}
+			more = true
+			if k.Server.DisconnectClientByID(c.Cid) == nil {
+				kicked[c.Cid] = true
+			}
+		}
+		if !more {
+			return len(kicked), nil
 		}
 	}
 }
