@@ -3,7 +3,7 @@
 # once per checkout, each a fresh random value. Nothing here is ever used in production.
 #
 #   .data/compose/nats.env                 read by the three NATS servers (env_file):
-#                                          NATS_CALLOUT_PASSWORD  cluster-import's static NATS user
+#                                          NATS_CALLOUT_PASSWORD  cluster-import's static NATS users (callout, system)
 #                                          NATS_CALLOUT_ISSUER    public key signing callout answers
 #                                          NATS_CALLOUT_XKEY      public key encrypting callout traffic
 #   .data/compose/nats/cluster-import.password   cluster-import's NATS password (--nats-user cluster-import)

@@ -46,7 +46,11 @@ func (o *calloutOptions) kicker(ctx context.Context, env *daemon.Env) (natsauth.
 		return nil, nil
 	}
 	opts := env.Options
-	nc, _, err := daemon.ConnectAs(ctx, opts.NATSURL, o.systemUser, opts.NATSTokenFile, o.systemUser, env.Log.Named("nats-system"))
+	// Bounded: a NATS config without that user refuses it for ever, which must stop the start
+	// with an error rather than hang it.
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	nc, _, err := daemon.ConnectAs(cctx, opts.NATSURL, o.systemUser, opts.NATSTokenFile, o.systemUser, env.Log.Named("nats-system"))
 	if err != nil {
 		return nil, fmt.Errorf("--nats-system-user: %w", err)
 	}
