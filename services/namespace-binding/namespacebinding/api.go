@@ -178,6 +178,7 @@ func (s *ProjectAPI) BindNamespace(ctx context.Context, req *connect.Request[pro
 	}
 	var v apierr.Violations
 	validateTarget(&v, m.Project, m.Cluster, m.Namespace)
+	validateUnprotected(&v, s.cfg.Protected, "namespace", m.Namespace)
 	validateHard(&v, "hard", m.Hard)
 	if m.UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
 		v.Add("unbind_policy", "only with placement: a binding to one cluster takes its policy when unbound")
@@ -313,7 +314,8 @@ func (s *ProjectAPI) ListIdleNamespaces(ctx context.Context, req *connect.Reques
 		return nil, err
 	}
 	// Not idle: claimed, or held by a binding (one whose claim the repair loop has yet to
-	// restore, or one still being released from its project).
+	// restore, or one still being released from its project), or protected: no project may
+	// ever claim it.
 	owned := map[string]bool{}
 	for _, key := range s.claims.Keys(byCluster(cluster)) {
 		owned[key] = true
@@ -324,7 +326,7 @@ func (s *ProjectAPI) ListIdleNamespaces(ctx context.Context, req *connect.Reques
 	res := &projectv1.ListIdleNamespacesResponse{}
 	if inv := nsinventory.Assemble(s.inventory.Lookup(keys.Encode(cluster))); inv != nil {
 		for _, ns := range inv.Namespaces {
-			if owned[bindingKey(cluster, ns.Name)] {
+			if _, protected := s.cfg.Protected.Match(ns.Name); protected || owned[bindingKey(cluster, ns.Name)] {
 				continue
 			}
 			res.Namespaces = append(res.Namespaces, &projectv1.IdleNamespace{Cluster: cluster, Name: ns.Name, Labels: ns.Labels, Phase: ns.Phase})

@@ -55,6 +55,13 @@ const (
 // bind binds (cluster, namespace) to project; placement names the placement the binding
 // follows, if any.
 func (s *Service) bind(ctx context.Context, project, cluster, namespace string, hardIn map[string]string, placement string) (*projectv1.NamespaceBinding, error) {
+	// The handlers refuse a protected namespace already; this is the one place every binding
+	// passes, a placement's follower included.
+	var v apierr.Violations
+	validateUnprotected(&v, s.cfg.Protected, "namespace", namespace)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
 	if _, ok := s.projects.Get(projectKey(project)); !ok {
 		return nil, apierr.NotFound("project", project)
 	}

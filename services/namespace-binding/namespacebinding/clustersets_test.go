@@ -289,6 +289,12 @@ func countEvents(t testing.TB, js jetstream.JetStream, subject string) int {
 // this harness runs no rbac-sync, so the authorizer's buckets are written directly.
 func grantViewer(t testing.TB, js jetstream.JetStream, project string) {
 	t.Helper()
+	grantRole(t, js, project, roles.ProjectViewer)
+}
+
+// grantRole gives bob the built-in role template in project, as rbac-sync's buckets record it.
+func grantRole(t testing.TB, js jetstream.JetStream, project, template string) {
+	t.Helper()
 	ctx := context.Background()
 	open := func(bucket string) jetstream.KeyValue {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket})
@@ -310,7 +316,7 @@ func grantViewer(t testing.TB, js jetstream.JetStream, project string) {
 	for _, b := range roles.Builtin() {
 		put(templates, keys.Encode(b.Name), b)
 	}
-	put(bindings, keys.Join(project, "bob"), &rbacv1.ProjectRoleBinding{Project: project, RoleTemplate: roles.ProjectViewer,
+	put(bindings, keys.Join(project, "bob"), &rbacv1.ProjectRoleBinding{Project: project, RoleTemplate: template,
 		Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: "bob"}})
 }
 

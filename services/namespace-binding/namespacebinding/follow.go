@@ -39,6 +39,11 @@ const ReasonOwnedByOtherProject = "OwnedByOtherProject"
 // cluster cannot hold.
 const ReasonOverBudget = "OverBudget"
 
+// ReasonProtectedNamespace is the reason of a placement's binding that is never made because
+// the namespace is protected (Config.Protected): a namespace recorded as following a placement
+// before it became protected.
+const ReasonProtectedNamespace = "ProtectedNamespace"
+
 // connectMessage is an error's message without Connect's code prefix.
 func connectMessage(err error) string {
 	var ce *connect.Error
@@ -106,6 +111,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	var v apierr.Violations
 	v.DNSLabel("project", m.Project)
 	v.DNSLabel("namespace", m.Namespace)
+	validateUnprotected(&v, s.cfg.Protected, "namespace", m.Namespace)
 	v.DNSLabel("placement", m.Placement)
 	if m.Cluster != "" {
 		v.Add("cluster", "give cluster or placement, not both")
@@ -199,7 +205,8 @@ func (s *Service) placementBindings(n *placementv1.PlacementNamespace) []*projec
 }
 
 // blockedBindings are the decided clusters of a following namespace where another project
-// holds it, as Failed bindings naming the owner. They are computed, never stored: the moment
+// holds it, as Failed bindings naming the owner (or the protection, or the budget, that keeps it
+// from being bound). They are computed, never stored: the moment
 // the owner lets go, the follower binds and the entry becomes a real binding.
 func (s *Service) blockedBindings(n *placementv1.PlacementNamespace) []*projectv1.NamespaceBinding {
 	d, ok := s.decisions.Get(placementKey(n.Project, n.Placement))
@@ -213,12 +220,15 @@ func (s *Service) blockedBindings(n *placementv1.PlacementNamespace) []*projectv
 			Placement: n.Placement, UnbindPolicy: n.UnbindPolicy, Phase: projectv1.BindingPhase_BINDING_PHASE_FAILED,
 			Reason: reason, Message: msg})
 	}
+	protected := s.cfg.Protected.Reason(n.Namespace)
 	for _, c := range sorted(decidedClusters(d)) {
 		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
 		switch {
 		case ok && b.Project != n.Project:
 			failed(c, ReasonOwnedByOtherProject,
 				fmt.Sprintf("placement %s decided cluster %s, where namespace %s belongs to project %s", n.Placement, c, n.Namespace, b.Project))
+		case !ok && protected != "":
+			failed(c, ReasonProtectedNamespace, fmt.Sprintf("placement %s decided cluster %s: namespace %s: it is never a project's", n.Placement, c, protected))
 		case !ok && p != nil:
 			// Not bound and nobody else's: the project's budget there is the one thing that
 			// keeps the follower from binding it.
@@ -356,6 +366,9 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 	for _, c := range decidedClusters(d) {
 		want[c] = true
 	}
+	// A namespace that became protected after it started following stays recorded, but no
+	// binding is made for it any more (shown as Failed; bind would refuse it anyway).
+	protected := s.cfg.Protected.Reason(n.Namespace) != ""
 	var errs []error
 	for _, c := range sorted(decidedClusters(d)) {
 		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
@@ -372,6 +385,9 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 					s.followBackoff.succeeded(n, c)
 				}
 			}
+			continue
+		}
+		if protected {
 			continue
 		}
 		if ok && !s.stillFollows(ctx, n) {

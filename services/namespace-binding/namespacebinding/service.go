@@ -24,6 +24,7 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/protectedns"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -48,6 +49,9 @@ type Config struct {
 	// StatusResync is how often every binding's recorded phase is compared with the live one
 	// (it is also compared on every change).
 	StatusResync time.Duration
+	// Protected are the namespaces no project may bind on any cluster (--protected-namespaces);
+	// the zero List protects the defaults (kube-*, default, and Fleetstream's own).
+	Protected protectedns.List
 }
 
 func (c *Config) defaults() {

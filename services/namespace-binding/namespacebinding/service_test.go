@@ -703,7 +703,8 @@ func TestIdleNamespacesAreTheInventoryMinusClaims(t *testing.T) {
 	e.register(t, "c1")
 	e.createProject(t, "team-a")
 	ctx := testkit.Context(t, 30*time.Second)
-	// Importing an in-use cluster: everything it reports is idle, nothing is assigned.
+	// Importing an in-use cluster: everything it reports is idle, nothing is assigned; the
+	// protected namespaces (default, kube-system) are never anyone's, so never idle.
 	inv := &agentv1.NamespaceInventory{ClusterName: "c1", Namespaces: []*agentv1.Namespace{
 		{Name: "default", Phase: "Active"}, {Name: "kube-system", Phase: "Active"},
 		{Name: "web", Phase: "Active", Labels: map[string]string{"app": "web"}}, {Name: "api", Phase: "Active"},
@@ -723,7 +724,7 @@ func TestIdleNamespacesAreTheInventoryMinusClaims(t *testing.T) {
 		return names
 	}
 	testkit.Eventually(t, 5*time.Second, func() error {
-		if got := fmt.Sprint(idle()); got != "[default kube-system web api]" {
+		if got := fmt.Sprint(idle()); got != "[web api]" {
 			return fmt.Errorf("idle %s", got)
 		}
 		return nil
@@ -732,14 +733,14 @@ func TestIdleNamespacesAreTheInventoryMinusClaims(t *testing.T) {
 		t.Fatalf("import assigned namespaces: %v", st)
 	}
 	e.mustBind(t, "team-a", "c1", "web", nil)
-	if got := fmt.Sprint(idle()); got != "[default kube-system api]" {
+	if got := fmt.Sprint(idle()); got != "[api]" {
 		t.Fatalf("idle after binding web: %s", got)
 	}
 	if _, err := e.client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "web"})); err != nil {
 		t.Fatal(err)
 	}
 	// Idle again once the agent has released it.
-	if got := fmt.Sprint(idle()); got != "[default kube-system api]" {
+	if got := fmt.Sprint(idle()); got != "[api]" {
 		t.Fatalf("idle while web is being unbound: %s", got)
 	}
 	// The agent acts on the tombstone, so report only once the desired view shows it (a
@@ -747,7 +748,7 @@ func TestIdleNamespacesAreTheInventoryMinusClaims(t *testing.T) {
 	e.desiredObject(t, nsKey("c1", "web"), func(o *desiredv1.DesiredObject) bool { return o.Tombstone })
 	e.agentReports(t, nsKey("c1", "web"), nil)
 	testkit.Eventually(t, 10*time.Second, func() error {
-		if got := fmt.Sprint(idle()); got != "[default kube-system web api]" {
+		if got := fmt.Sprint(idle()); got != "[web api]" {
 			return fmt.Errorf("idle after unbinding web: %s", got)
 		}
 		return nil

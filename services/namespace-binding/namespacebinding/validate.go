@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/protectedns"
 )
 
 const (
@@ -48,6 +49,17 @@ func validateTarget(v *apierr.Violations, project, cluster, namespace string) {
 	v.DNSLabel("project", project)
 	v.DNSLabel("cluster", cluster)
 	v.DNSLabel("namespace", namespace)
+}
+
+// validateUnprotected refuses a namespace that is never a project's (Config.Protected): the
+// cluster's own (kube-system holds its control plane's Secrets and ServiceAccounts) and
+// Fleetstream's (the agent's ServiceAccount writes RBAC). Every path that ends in a binding
+// checks it: a direct bind, a namespace following a placement, and bind itself, which also
+// refuses what a follower recorded before the namespace became protected.
+func validateUnprotected(v *apierr.Violations, protected protectedns.List, field, namespace string) {
+	if reason := protected.Reason(namespace); reason != "" {
+		v.Add(field, "%s: it belongs to the cluster or to Fleetstream, never to a project", reason)
+	}
 }
 
 func validatePolicy(v *apierr.Violations, field string, p projectv1.UnbindPolicy) {
