@@ -3,6 +3,8 @@ package desired
 import (
 	"errors"
 	"time"
+
+	"github.com/fleetstream/fleetstream/pkg/protectedns"
 )
 
 // What the applier writes into every object it manages, and how it writes.
@@ -34,6 +36,10 @@ type Config struct {
 	// ResyncPeriod re-reconciles every desired key and re-runs prune even without events
 	// (default 5m): it catches what no event announces, e.g. another owner's label removed.
 	ResyncPeriod time.Duration
+	// Protected are the namespaces the applier never adopts, labels or writes into, whatever
+	// the hub asks (--protected-namespaces; the zero List protects the defaults). The hub's
+	// API refuses them too; the agent does not rely on that.
+	Protected protectedns.List
 }
 
 func (c *Config) defaults() error {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/protectedns"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
@@ -40,6 +41,8 @@ type env struct {
 	applied jetstream.KeyValue
 	// log is the applier's logger (default testkit.Logger).
 	log *zap.Logger
+	// protected is the applier's Config.Protected.
+	protected protectedns.List
 }
 
 func newEnv(t *testing.T, createBuckets bool) *env {
@@ -80,7 +83,7 @@ func (e *env) start(t *testing.T) (stop func()) {
 	if log == nil {
 		log = testkit.Logger(t)
 	}
-	a, err := desired.New(desired.Config{ClusterName: cluster, Workers: 3, ResyncPeriod: time.Minute}, e.nats.JS, e.dyn, e.kube.Client.Discovery(), log)
+	a, err := desired.New(desired.Config{ClusterName: cluster, Workers: 3, ResyncPeriod: time.Minute, Protected: e.protected}, e.nats.JS, e.dyn, e.kube.Client.Discovery(), log)
 	if err != nil {
 		t.Fatalf("new applier: %v", err)
 	}
@@ -197,6 +200,18 @@ func clusterRoleObj(name string) desiredObj {
 		"rules":    []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list"}}},
 	}
 	return desiredObj{bucket: rbacBucket, kind: "ClusterRole", name: name, obj: &desiredv1.DesiredObject{Manifest: mustJSON(m), Owner: "rbac-sync"}}
+}
+
+// roleBindingObj binds ClusterRole role to user in namespace, as rbac-sync's desired
+// RoleBindings of a project do.
+func roleBindingObj(namespace, name, role, user string) desiredObj {
+	m := map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
+	}
+	return desiredObj{bucket: rbacBucket, kind: "RoleBinding", namespace: namespace, name: name, obj: &desiredv1.DesiredObject{Manifest: mustJSON(m), Owner: "rbac-sync"}}
 }
 
 // tombstone returns d's tombstone with policy.

@@ -78,6 +78,9 @@ func (a *Applier) apply(ctx context.Context, e entry) error {
 		return err
 	}
 	ri := resourceClient(a.dyn, mapping, u.GetNamespace())
+	if reason := a.protected(gvk.GroupKind(), u.GetNamespace(), u.GetName()); reason != "" {
+		return a.refuseProtected(ctx, e, mapping, ri, u.GetNamespace(), u.GetName(), reason)
+	}
 
 	live, cached := a.informers.cached(mapping.Resource, u.GetNamespace(), u.GetName(), qk)
 	if !cached {

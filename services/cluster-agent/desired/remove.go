@@ -42,6 +42,11 @@ func (a *Applier) removeTombstoned(ctx context.Context, e entry) error {
 		return err
 	}
 	ri := resourceClient(a.dyn, mapping, target.namespace)
+	// Releasing, or deleting what this key applied inside a protected namespace, only takes
+	// back what a project was given; a protected namespace itself is released, never deleted.
+	if reason := a.protected(target.kind, target.namespace, target.name); reason != "" && !orphan && isNamespace(mapping.GroupVersionKind) {
+		return a.refuseProtected(ctx, e, mapping, ri, target.namespace, target.name, reason)
+	}
 	live, cached := a.informers.cached(mapping.Resource, target.namespace, target.name, qk)
 	if !cached {
 		live, err = ri.Get(ctx, target.name, metav1.GetOptions{})

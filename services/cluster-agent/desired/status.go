@@ -30,6 +30,9 @@ const (
 	ReasonDeleteFailed      = "DeleteFailed"
 	ReasonReleased          = "Released"
 	ReasonNotManaged        = "NotManaged"
+	// ReasonProtectedNamespace: the object is a protected Namespace or lies in one
+	// (Config.Protected); the applier refused it.
+	ReasonProtectedNamespace = "ProtectedNamespace"
 )
 
 // readTimeout bounds reading a stored status; without it the status is simply written.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/fleetstream/fleetstream/pkg/protectedns"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
@@ -35,6 +36,8 @@ type Config struct {
 	Version        string
 	// Hosted marks an agent the hub runs (see agent.Config.Hosted).
 	Hosted bool
+	// Protected are the namespaces the agent never adopts or writes into (desired.Config).
+	Protected protectedns.List
 }
 
 // New returns the agent of cfg.ClusterName reporting through js about the cluster kubeCfg
@@ -66,6 +69,7 @@ func New(cfg Config, js jetstream.JetStream, kubeCfg *rest.Config, log *zap.Logg
 		ClusterName:  cfg.ClusterName,
 		Workers:      cfg.DesiredWorkers,
 		ResyncPeriod: cfg.DesiredResync,
+		Protected:    cfg.Protected,
 	}, js, dyn, kube.Discovery(), log)
 	if err != nil {
 		return nil, err

@@ -59,6 +59,8 @@ func main() {
 
 func run(args []string) error {
 	var o options
+	// --protected-namespaces is parsed straight into it.
+	var memberCfg member.Config
 	fs := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
 	fs.StringVar(&o.cluster, "cluster", "", "name of this member cluster in the registry (required without --hosted)")
 	fs.BoolVar(&o.hosted, "hosted", false, "run on the hub the agents of every cluster that has stored credentials and no agent of its own; --nats-token-file is then the hosted-agent service's token")
@@ -74,6 +76,7 @@ func run(args []string) error {
 	fs.StringVar(&o.endpointSlices, "endpointslices", "all", "EndpointSlices to report for multi-cluster endpoint collection: all, label=<key>[=<value>] or annotation=<key>[=<value>] on the Service, or off")
 	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster's registry id, sent with EndpointSlice reports (optional; the collector also reads it from the registry)")
 	fs.DurationVar(&o.importResend, "import-secret-resend", agent.DefaultSecretResend, "how often Secrets that import policies reference are sent to the hub again (the hub keeps them only in memory)")
+	memberCfg.Protected.RegisterFlags(fs)
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logDev, "log-dev", false, "human-readable console logs")
 	if err := fs.Parse(args); err != nil {
@@ -85,14 +88,12 @@ func run(args []string) error {
 	case !o.hosted && o.cluster == "":
 		return errors.New("--cluster is required (or --hosted)")
 	}
-	memberCfg := member.Config{
-		HeartbeatInterval:  o.heartbeatInterval,
-		InventoryResync:    o.inventoryResync,
-		DesiredWorkers:     o.desiredWorkers,
-		DesiredResync:      o.desiredResync,
-		ImportSecretResend: o.importResend,
-		Version:            version.Version,
-	}
+	memberCfg.HeartbeatInterval = o.heartbeatInterval
+	memberCfg.InventoryResync = o.inventoryResync
+	memberCfg.DesiredWorkers = o.desiredWorkers
+	memberCfg.DesiredResync = o.desiredResync
+	memberCfg.ImportSecretResend = o.importResend
+	memberCfg.Version = version.Version
 	if o.endpointSlices != "off" {
 		f, err := endpointslices.ParseFilter(o.endpointSlices)
 		if err != nil {

@@ -52,6 +52,7 @@ func run(args []string) int {
 	cfg.Retention = topology.Retentions{}
 	fs.Var(cfg.Retention, "stream-retention", daemon.RetentionUsage)
 	cfg.RBAC.Snapshots.RegisterFlags(fs)
+	cfg.NamespaceBinding.Protected.RegisterFlags(fs)
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -59,6 +60,8 @@ func run(args []string) int {
 		}
 		return 2
 	}
+	// The agents this process hosts refuse what its API refuses.
+	cfg.Hosted.Member.Protected = cfg.NamespaceBinding.Protected
 	log, err := logging.New(logLevel, true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleetd:", err)
