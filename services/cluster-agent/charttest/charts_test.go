@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -22,6 +23,10 @@ import (
 // chart's ClusterRole includes it verbatim and TestAgentWithChartClusterRole runs the agent
 // with exactly these rules.
 const agentRulesFile = "deploy/helm/cluster-agent/files/clusterrole-rules.yaml"
+
+// agentPolicyFile is the admission policy that narrows the agent's escalate and bind to the
+// fleet's ClusterRoles; the chart fills in its placeholders as agentPolicy does.
+const agentPolicyFile = "deploy/helm/cluster-agent/files/admission-policy.yaml"
 
 // repoRoot walks up from the package directory to the directory holding go.work.
 func repoRoot(t testing.TB) string {
@@ -58,6 +63,26 @@ func agentRules(t testing.TB) []rbacv1.PolicyRule {
 		t.Fatalf("%s holds no rules", agentRulesFile)
 	}
 	return rules
+}
+
+// agentPolicy reads the chart's admission policy and its binding for the ServiceAccount user
+// and the protected namespace patterns, as templates/admission-policy.yaml renders them.
+func agentPolicy(t testing.TB, user string, protected []string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), agentPolicyFile))
+	if err != nil {
+		t.Fatalf("agent policy: %v", err)
+	}
+	list, err := json.Marshal(protected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := strings.NewReplacer("AGENT_USER", user, "PROTECTED_NAMESPACES", string(list)).Replace(string(data))
+	objs, err := decodeManifests(strings.NewReader(rendered))
+	if err != nil {
+		t.Fatalf("decode %s: %v", agentPolicyFile, err)
+	}
+	return objs
 }
 
 // decodeManifests returns every object of a multi-document YAML stream, skipping empty

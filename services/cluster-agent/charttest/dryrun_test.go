@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,9 +279,11 @@ func staticUsers(users []*server.User, password string) bool {
 // agent runs as the ServiceAccount that ClusterRole is bound to.
 func checkAgent(t *testing.T, objs []*unstructured.Unstructured, want []rbacv1.PolicyRule) {
 	t.Helper()
-	var roles, bindings, deployments []*unstructured.Unstructured
+	var roles, bindings, deployments, policies []*unstructured.Unstructured
 	for _, u := range objs {
 		switch u.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			policies = append(policies, u)
 		case "ClusterRole":
 			roles = append(roles, u)
 		case "ClusterRoleBinding":
@@ -303,6 +306,15 @@ func checkAgent(t *testing.T, objs []*unstructured.Unstructured, want []rbacv1.P
 	if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != sa || subjects[0].(map[string]any)["namespace"] != deployments[0].GetNamespace() || roleRef != roles[0].GetName() {
 		t.Errorf("binding %v of %s does not bind ClusterRole %s to the agent's ServiceAccount %s/%s",
 			subjects, roleRef, roles[0].GetName(), deployments[0].GetNamespace(), sa)
+	}
+	// The admission policy that narrows escalate and bind applies to that ServiceAccount.
+	if len(policies) != 1 {
+		t.Fatalf("%d ValidatingAdmissionPolicies, want the agent's", len(policies))
+	}
+	conds, _, _ := unstructured.NestedSlice(policies[0].Object, "spec", "matchConditions")
+	user := "system:serviceaccount:" + deployments[0].GetNamespace() + ":" + sa
+	if len(conds) != 1 || !strings.Contains(fmt.Sprint(conds[0]), strconv.Quote(user)) {
+		t.Errorf("admission policy matches %v, want the agent's user %s", conds, user)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	fleetrbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/protectedns"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -71,8 +72,17 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 		buckets[b] = kv
 	}
 
-	// The chart's identity: its ClusterRole, bound to its ServiceAccount.
+	// The chart's identity: its ClusterRole, bound to its ServiceAccount, and the admission
+	// policy that narrows its escalate and bind to the fleet's roles.
 	bindAgent(t, ctx, admin, agentRole, agentRules(t), rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: agentSA, Namespace: agentNamespace})
+	adminDyn, err := dynamic.NewForConfig(k.Config)
+	must(t, "admin dynamic client", err)
+	for _, u := range agentPolicy(t, agentUser, protectedns.Defaults()) {
+		resource := map[string]string{"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[u.GetKind()]
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
+		_, err := adminDyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{})
+		must(t, "admission policy "+u.GetKind(), err)
+	}
 	cfg := k.ConfigAs(agentUser, agentGroups...)
 	kube, err := kubernetes.NewForConfig(cfg)
 	must(t, "agent clientset", err)
@@ -94,6 +104,7 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 	}, metav1.CreateOptions{})
 	must(t, "endpointslice", err)
+	waitPolicyInForce(t, ctx, dyn)
 
 	startAgent(t, j, kube, dyn)
 
@@ -262,7 +273,7 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 		weak, err := dynamic.NewForConfig(k.ConfigAs(user, "system:authenticated"))
 		must(t, "dynamic client", err)
 		// The project-owner role as rbac-sync writes it, under a name of its own.
-		const probe = "probe:project-owner"
+		const probe = "fleetstream:probe-owner"
 		role := map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
 			"metadata": map[string]any{"name": probe}, "rules": fleetRules(roles.ProjectOwner),
@@ -290,6 +301,76 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 		}
 		// The chart's identity may do both.
 		must(t, "bind as the agent", applyAs(ctx, dyn, schema.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "rolebindings"}, "web2", binding))
+	})
+
+	// escalate and bind on every ClusterRole would let the agent's identity (a stolen token)
+	// edit a ClusterRole bound cluster-wide, or bind cluster-admin anywhere: cluster-admin.
+	// The chart's admission policy keeps it to the fleet's ClusterRoles, outside the protected
+	// namespaces; RBAC's resourceNames cannot, the names being made at runtime.
+	t.Run("a stolen agent token cannot reach beyond the fleet's roles", func(t *testing.T) {
+		star := []any{map[string]any{"apiGroups": []any{"*"}, "resources": []any{"*"}, "verbs": []any{"*"}}}
+		clusterRole := func(name string, labels map[string]any, extra map[string]any) map[string]any {
+			m := map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+				"metadata": map[string]any{"name": name, "labels": labels}, "rules": star}
+			for k, v := range extra {
+				m[k] = v
+			}
+			return m
+		}
+		roleBinding := func(namespace, name, role string) map[string]any {
+			return map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+				"metadata": map[string]any{"name": name, "namespace": namespace},
+				"roleRef":  map[string]any{"apiGroup": rbacv1.GroupName, "kind": "ClusterRole", "name": role},
+				"subjects": []any{map[string]any{"apiGroup": rbacv1.GroupName, "kind": "User", "name": "mallory"}}}
+		}
+		clusterRoles := schema.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "clusterroles"}
+		roleBindings := schema.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "rolebindings"}
+		for _, c := range []struct {
+			name      string
+			gvr       schema.GroupVersionResource
+			namespace string
+			manifest  map[string]any
+		}{
+			{"widen its own ClusterRole", clusterRoles, "", clusterRole(agentRole, nil, nil)},
+			{"widen a bootstrap ClusterRole bound to everyone", clusterRoles, "", clusterRole("system:basic-user", nil, nil)},
+			{"aggregate a fleet ClusterRole into admin", clusterRoles, "", clusterRole("fleetstream:evil", map[string]any{"rbac.authorization.k8s.io/aggregate-to-admin": "true"}, nil)},
+			{"aggregate others into a fleet ClusterRole", clusterRoles, "", clusterRole("fleetstream:agg", nil, map[string]any{"aggregationRule": map[string]any{
+				"clusterRoleSelectors": []any{map[string]any{"matchLabels": map[string]any{"kubernetes.io/bootstrapping": "rbac-defaults"}}}}})},
+			{"bind cluster-admin in a project namespace", roleBindings, "shop", roleBinding("shop", "mallory", "cluster-admin")},
+			{"bind a fleet role in kube-system", roleBindings, "kube-system", roleBinding("kube-system", "fleetstream:project-owner", "fleetstream:project-owner")},
+			{"bind a fleet role in its own namespace", roleBindings, agentNamespace, roleBinding(agentNamespace, "fleetstream:project-owner", "fleetstream:project-owner")},
+		} {
+			err := applyAs(ctx, dyn, c.gvr, c.namespace, c.manifest)
+			if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+				t.Errorf("%s as the agent: %v, want the admission policy's denial", c.name, err)
+			}
+		}
+		err := dyn.Resource(clusterRoles).Delete(ctx, "admin", metav1.DeleteOptions{})
+		if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+			t.Errorf("delete ClusterRole admin as the agent: %v, want the admission policy's denial", err)
+		}
+	})
+}
+
+// waitPolicyInForce waits until the apiserver enforces the agent's admission policy (it loads
+// policies asynchronously): binding cluster-admin as the agent is then denied.
+func waitPolicyInForce(t *testing.T, ctx context.Context, agent dynamic.Interface) {
+	t.Helper()
+	rb := agent.Resource(schema.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "rolebindings"}).Namespace("shop")
+	binding := map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+		"metadata": map[string]any{"name": "policy-probe", "namespace": "shop"},
+		"roleRef":  map[string]any{"apiGroup": rbacv1.GroupName, "kind": "ClusterRole", "name": "cluster-admin"},
+		"subjects": []any{map[string]any{"apiGroup": rbacv1.GroupName, "kind": "User", "name": "nobody"}}}
+	testkit.Eventually(t, converge, func() error {
+		err := applyAs(ctx, agent, schema.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "rolebindings"}, "shop", binding)
+		if err == nil {
+			_ = rb.Delete(ctx, "policy-probe", metav1.DeleteOptions{})
+			return errors.New("the admission policy is not in force yet")
+		}
+		if !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+			return err
+		}
+		return nil
 	})
 }
 
