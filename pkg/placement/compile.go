@@ -42,16 +42,6 @@ func compileSelector(ls metav1.LabelSelector, cs ClaimSelector, field string) (s
 	return selector{label: l, claim: c}, nil
 }
 
-// prioritizerKind enumerates the prioritizers.
-type prioritizerKind int
-
-const (
-	kindBalance prioritizerKind = iota
-	kindSteady
-	kindResource
-	kindAddOn
-)
-
 // coordKey is a comparable ScoreCoordinate, so configurations merge as OCM's
 // map[ScoreCoordinate]int32 does (a later entry overrides an earlier one).
 type coordKey struct {
@@ -61,18 +51,17 @@ type coordKey struct {
 	score    string
 }
 
-type prioritizer struct {
+// weighted is an active prioritizer: weight ≠ 0.
+type weighted struct {
 	name   string
 	weight int32
-	kind   prioritizerKind
-	res    ResourceName // kindResource
-	addOn  AddOnScoreCoordinate
+	rule   prioritizer
 }
 
 // compiled is a validated placement spec.
 type compiled struct {
 	predicates   []selector
-	prioritizers []prioritizer
+	prioritizers []weighted
 	groups       []selector
 }
 
@@ -137,7 +126,7 @@ func compile(p *Placement) (*compiled, *misconfig) {
 // from Balance 1 and Steady 1, Exact from nothing; configurations override by
 // coordinate; weight 0 drops a prioritizer before its name is checked (so an
 // unknown built-in at weight 0 is not an error, as in OCM).
-func compilePrioritizers(pp *PrioritizerPolicy) ([]prioritizer, *misconfig) {
+func compilePrioritizers(pp *PrioritizerPolicy) ([]weighted, *misconfig) {
 	weights := map[coordKey]int32{}
 	switch pp.Mode {
 	case "", PrioritizerPolicyModeAdditive:
@@ -175,32 +164,21 @@ func compilePrioritizers(pp *PrioritizerPolicy) ([]prioritizer, *misconfig) {
 		}
 		weights[k] = cfg.Weight
 	}
-	var out []prioritizer
+	var out []weighted
 	for k, w := range weights {
 		if w == 0 {
 			continue
 		}
-		p := prioritizer{weight: w}
-		if k.typ == ScoreCoordinateTypeBuiltIn {
-			p.name = k.builtIn
-			switch k.builtIn {
-			case PrioritizerBalance:
-				p.kind = kindBalance
-			case PrioritizerSteady:
-				p.kind = kindSteady
-			case PrioritizerResourceAllocatableCPU:
-				p.kind, p.res = kindResource, ResourceCPU
-			case PrioritizerResourceAllocatableMemory:
-				p.kind, p.res = kindResource, ResourceMemory
-			default:
-				return nil, &misconfig{field: builtInField(pp, k.builtIn), msg: fmt.Sprintf("incorrect builtin prioritizer: %s", k.builtIn)}
-			}
-		} else {
-			p.kind = kindAddOn
-			p.addOn = AddOnScoreCoordinate{ResourceName: k.resource, ScoreName: k.score}
-			p.name = "AddOn/" + k.resource + "/" + k.score
+		if k.typ != ScoreCoordinateTypeBuiltIn {
+			c := AddOnScoreCoordinate{ResourceName: k.resource, ScoreName: k.score}
+			out = append(out, weighted{name: addOnPrioritizerName(c), weight: w, rule: addOnScore{coord: c}})
+			continue
 		}
-		out = append(out, p)
+		rule, ok := builtInPrioritizers[k.builtIn]
+		if !ok {
+			return nil, &misconfig{field: builtInField(pp, k.builtIn), msg: fmt.Sprintf("incorrect builtin prioritizer: %s", k.builtIn)}
+		}
+		out = append(out, weighted{name: k.builtIn, weight: w, rule: rule})
 	}
 	// OCM ranges over a map; the sum does not depend on the order, but the
 	// reported per-prioritizer scores should, so sort by name.

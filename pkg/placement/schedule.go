@@ -111,11 +111,13 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 	}
 
 	// Prioritizers: each scores the feasible clusters; the total is Σ score×weight.
+	r := &round{fleet: f, placement: p, compiled: c, state: st, inDecision: inDecision}
 	scores := make([][]int64, len(c.prioritizers))
 	totals := make([]int64, len(feasible))
+	buf := make([]int64, len(c.prioritizers)*len(feasible))
 	for k, pr := range c.prioritizers {
-		s, expiry := f.score(pr, feasible, inDecision, &st)
-		if !expiry.IsZero() && (next.IsZero() || expiry.Before(next)) {
+		s := buf[k*len(feasible) : (k+1)*len(feasible) : (k+1)*len(feasible)]
+		if expiry := pr.rule.score(r, feasible, s); !expiry.IsZero() && (next.IsZero() || expiry.Before(next)) {
 			next = expiry
 		}
 		scores[k] = s
@@ -230,88 +232,6 @@ func tolerates(t *Taint, tol *Toleration, now time.Time) (bool, time.Time) {
 		return true, until
 	}
 	return false, time.Time{}
-}
-
-// score runs one prioritizer over the feasible clusters. For add-on scores it
-// also returns the first moment one of the scores it used expires (zero if
-// none will): from then on that score counts as absent, so the decision may
-// change without any event. OCM does not requeue for this; see docs/placement.md.
-func (f *Fleet) score(pr prioritizer, feasible []int, inDecision []bool, st *PlacementState) ([]int64, time.Time) {
-	out := make([]int64, len(feasible))
-	var expiry time.Time
-	switch pr.kind {
-	case kindBalance:
-		// OCM's Balance: the max is over every counted decision, not only the
-		// feasible clusters; a cluster nobody decided scores 100.
-		var maxCount int
-		for _, n := range st.OtherDecisions {
-			if n > maxCount {
-				maxCount = n
-			}
-		}
-		for j, i := range feasible {
-			out[j] = MaxClusterScore
-			if cnt, ok := st.OtherDecisions[f.clusters[i].Name]; ok && maxCount > 0 {
-				usage := float64(cnt) / float64(maxCount)
-				// OCM truncates before doubling: 2*int64(100*(0.5-usage)).
-				out[j] = 2 * int64(float64(MaxClusterScore)*(0.5-usage))
-			}
-		}
-	case kindSteady:
-		for j, i := range feasible {
-			if inDecision[i] {
-				out[j] = MaxClusterScore
-			}
-		}
-	case kindResource:
-		r := resIndex(pr.res)
-		minA, maxA, any := math.Inf(1), math.Inf(-1), false
-		for _, i := range feasible {
-			if c := &f.clusters[i]; c.hasRes[r] {
-				any = true
-				minA = math.Min(minA, c.alloc[r])
-				maxA = math.Max(maxA, c.alloc[r])
-			}
-		}
-		if !any {
-			break
-		}
-		for j, i := range feasible {
-			c := &f.clusters[i]
-			if !c.hasRes[r] {
-				continue // OCM leaves it unscored: it adds 0
-			}
-			if maxA-minA != 0 {
-				ratio := (c.alloc[r] - minA) / (maxA - minA)
-				out[j] = int64((ratio - 0.5) * 2.0 * 100.0)
-			} else {
-				out[j] = MaxClusterScore
-			}
-		}
-	case kindAddOn:
-		k := AddOnScoreKey{ResourceName: pr.addOn.ResourceName, ScoreName: pr.addOn.ScoreName}
-		for j, i := range feasible {
-			k.Cluster = f.clusters[i].Name
-			sc, ok := f.scores[k]
-			if !ok || (sc.ValidUntil != nil && st.Now.After(*sc.ValidUntil)) {
-				continue // absent or expired: 0
-			}
-			out[j] = clamp(int64(sc.Score))
-			if sc.ValidUntil != nil {
-				// Valid while now is not after ValidUntil: absent from the next instant.
-				if e := sc.ValidUntil.Add(time.Nanosecond); expiry.IsZero() || e.Before(expiry) {
-					expiry = e
-				}
-			}
-		}
-	}
-	return out, expiry
-}
-
-// clamp keeps an add-on score in [-100, 100]; OCM trusts the reporter, the
-// API is expected to reject such scores, this is the last line of defence.
-func clamp(v int64) int64 {
-	return max(MinClusterScore, min(MaxClusterScore, v))
 }
 
 // satisfaction carries what OCM's newSatisfiedCondition needs.

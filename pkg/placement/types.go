@@ -45,13 +45,8 @@ const (
 	MaxDecisionsPerPage = 100
 )
 
-// Built-in prioritizer names (OCM's, verbatim).
-const (
-	PrioritizerBalance                   = "Balance"
-	PrioritizerSteady                    = "Steady"
-	PrioritizerResourceAllocatableCPU    = "ResourceAllocatableCPU"
-	PrioritizerResourceAllocatableMemory = "ResourceAllocatableMemory"
-)
+// The built-in prioritizer names (OCM's, verbatim) are declared with their
+// rules, in prioritizer_*.go.
 
 // TaintEffect says what a taint does to placements that do not tolerate it.
 type TaintEffect string

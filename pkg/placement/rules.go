@@ -1,0 +1,45 @@
+package placement
+
+import "time"
+
+// A placement rule is a filter or a prioritizer, one per file
+// (filter_*.go, prioritizer_*.go), as OCM keeps one plugin per folder under
+// pkg/placement/plugins. Rules are pure and index-based: they read the
+// round's fleet, placement and state and work on cluster indexes into
+// Fleet.clusters (ascending, that is in name order), never on names, so one
+// round stays a few passes over slices. They are package-private because
+// they read the fleet's precomputed index (label sets, parsed resources).
+//
+// Adding a prioritizer is one file with its type and score method, one line
+// in builtInPrioritizers and a test; adding a filter is one file and one
+// entry in filters.
+
+// round is one placement's scheduling round as the rules see it.
+type round struct {
+	fleet     *Fleet
+	placement *Placement
+	compiled  *compiled
+	state     PlacementState
+	// inDecision is indexed by cluster: whether the cluster is in the
+	// placement's previous decision (Steady, NoSelectIfNew).
+	inDecision []bool
+}
+
+// prioritizer is OCM's Prioritizer plugin.
+type prioritizer interface {
+	// score sets out[j] to the score of cluster feasible[j], in
+	// [MinClusterScore, MaxClusterScore]; out comes zeroed and a cluster the
+	// rule has nothing to say about keeps 0, as in OCM. It returns the
+	// earliest moment at which a score it gave may change with no input
+	// changing (zero if none): the caller turns it into NextEvaluation.
+	score(r *round, feasible []int, out []int64) time.Time
+}
+
+// builtInPrioritizers maps the built-in names a placement's
+// score_coordinate.built_in may use to their rules. It is never written.
+var builtInPrioritizers = map[string]prioritizer{
+	PrioritizerBalance:                   balance{},
+	PrioritizerSteady:                    steady{},
+	PrioritizerResourceAllocatableCPU:    resourceAllocatable{res: ResourceCPU},
+	PrioritizerResourceAllocatableMemory: resourceAllocatable{res: ResourceMemory},
+}
