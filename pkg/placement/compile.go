@@ -74,39 +74,19 @@ func compile(p *Placement) (*compiled, *misconfig) {
 	if p.NumberOfClusters != nil && *p.NumberOfClusters < 0 {
 		return nil, &misconfig{field: "number_of_clusters", msg: fmt.Sprintf("must not be negative, got %d", *p.NumberOfClusters)}
 	}
-	for i, pr := range p.Predicates {
-		s, m := compileSelector(pr.RequiredClusterSelector.LabelSelector, pr.RequiredClusterSelector.ClaimSelector,
-			fmt.Sprintf("predicates[%d].required_cluster_selector", i))
-		if m != nil {
-			return nil, m
-		}
-		c.predicates = append(c.predicates, s)
-	}
-	for i, t := range p.Tolerations {
-		f := fmt.Sprintf("tolerations[%d]", i)
-		switch t.Operator {
-		case "", TolerationOpEqual, TolerationOpExists:
-		default:
-			return nil, &misconfig{field: f + ".operator", msg: fmt.Sprintf("unknown operator %q, want Equal or Exists", t.Operator)}
-		}
-		switch t.Effect {
-		case "", TaintEffectNoSelect, TaintEffectNoSelectIfNew, TaintEffectPreferNoSelect:
-		default:
-			return nil, &misconfig{field: f + ".effect", msg: fmt.Sprintf("unknown effect %q", t.Effect)}
-		}
-		// OCM's TaintToleration messages, verbatim.
-		if t.Key == "" && t.Operator != TolerationOpExists {
-			return nil, &misconfig{field: f + ".key", msg: "If the key is empty, operator must be Exists."}
-		}
-		if t.Operator == TolerationOpExists && t.Value != "" {
-			return nil, &misconfig{field: f + ".value", msg: "If the operator is Exists, the value should be empty."}
-		}
-	}
-	ps, m := compilePrioritizers(&p.PrioritizerPolicy)
+	ps, m := compilePredicates(p)
 	if m != nil {
 		return nil, m
 	}
-	c.prioritizers = ps
+	c.predicates = ps
+	if m := validateTolerations(p.Tolerations); m != nil {
+		return nil, m
+	}
+	ws, m := compilePrioritizers(&p.PrioritizerPolicy)
+	if m != nil {
+		return nil, m
+	}
+	c.prioritizers = ws
 	ds := &p.DecisionStrategy
 	if _, m := groupLength(ds.ClustersPerDecisionGroup, 0); m != nil {
 		return nil, m

@@ -25,6 +25,20 @@ type round struct {
 	inDecision []bool
 }
 
+// filter is OCM's Filter plugin.
+type filter interface {
+	// filter returns the candidates (cluster indexes, ascending) that pass,
+	// in order; it may reuse the candidates' array. It also returns the
+	// earliest moment at which a kept cluster may stop passing with no
+	// input changing (zero if none): the caller turns it into NextEvaluation.
+	filter(r *round, candidates []int) ([]int, time.Time)
+}
+
+// filters run in this order, each on what the previous ones kept
+// (OCM's Predicate, then TaintToleration), after the cluster sets have
+// narrowed the fleet to the available clusters (clustersets.go).
+var filters = []filter{predicates{}, taintToleration{}}
+
 // prioritizer is OCM's Prioritizer plugin.
 type prioritizer interface {
 	// score sets out[j] to the score of cluster feasible[j], in

@@ -25,41 +25,9 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		return nil, fmt.Errorf("schedule placement %s/%s: %w", p.Project, p.Name, errNoNow)
 	}
 
-	// Sets: OCM's GetValidManagedClusterSetBindings, GetEligibleClusterSets, GetAvailableClusters.
-	bound := map[string]bool{}
-	for _, s := range st.BoundClusterSets {
-		if _, ok := f.members[s]; ok {
-			bound[s] = true
-		}
-	}
-	eligible := make([]string, 0, len(bound))
-	if len(p.ClusterSets) == 0 {
-		for s := range bound {
-			eligible = append(eligible, s)
-		}
-	} else {
-		seen := map[string]bool{}
-		for _, s := range p.ClusterSets {
-			if bound[s] && !seen[s] {
-				seen[s] = true
-				eligible = append(eligible, s)
-			}
-		}
-	}
-	sort.Strings(eligible)
-	available := make([]bool, len(f.clusters))
-	numAvailable := 0
-	for _, s := range eligible {
-		for _, i := range f.members[s] {
-			if !available[i] {
-				available[i] = true
-				numAvailable++
-			}
-		}
-	}
-
+	// The bound sets narrow the fleet to the available clusters; the filters then narrow those.
+	candidates, sat := f.availableClusters(p, &st)
 	d := &Decision{}
-	sat := satisfaction{specSets: p.ClusterSets, eligible: eligible, bindings: len(bound), available: numAvailable}
 
 	c, mis := compile(p)
 	if mis != nil {
@@ -77,49 +45,27 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		}
 	}
 
-	// Filters: Predicate, then TaintToleration; clusters stay in name order.
-	feasible := make([]int, 0, numAvailable)
+	r := &round{fleet: f, placement: p, compiled: c, state: st, inDecision: inDecision}
+
+	// Filters: each keeps, in name order, the candidates that pass.
+	feasible := candidates
 	var next time.Time
-	for i := range f.clusters {
-		if !available[i] {
-			continue
-		}
-		fc := &f.clusters[i]
-		if len(c.predicates) > 0 {
-			ok := false
-			for _, s := range c.predicates {
-				if s.matches(fc) {
-					ok = true
-					break
-				}
-			}
-			if !ok {
-				continue
-			}
-		}
-		ok, requeue := clusterTolerated(fc, p.Tolerations, inDecision[i], st.Now)
-		if !ok {
-			continue
-		}
-		if !requeue.IsZero() && (next.IsZero() || requeue.Before(next)) {
-			next = requeue
-		}
-		feasible = append(feasible, i)
+	for _, fl := range filters {
+		var requeue time.Time
+		feasible, requeue = fl.filter(r, feasible)
+		next = earliest(next, requeue)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("schedule placement %s/%s: %w", p.Project, p.Name, err)
 	}
 
 	// Prioritizers: each scores the feasible clusters; the total is Σ score×weight.
-	r := &round{fleet: f, placement: p, compiled: c, state: st, inDecision: inDecision}
 	scores := make([][]int64, len(c.prioritizers))
 	totals := make([]int64, len(feasible))
 	buf := make([]int64, len(c.prioritizers)*len(feasible))
 	for k, pr := range c.prioritizers {
 		s := buf[k*len(feasible) : (k+1)*len(feasible) : (k+1)*len(feasible)]
-		if expiry := pr.rule.score(r, feasible, s); !expiry.IsZero() && (next.IsZero() || expiry.Before(next)) {
-			next = expiry
-		}
+		next = earliest(next, pr.rule.score(r, feasible, s))
 		scores[k] = s
 		for j, v := range s {
 			totals[j] += v * int64(pr.weight)
@@ -173,65 +119,12 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 
 var errNoNow = errors.New("state.Now is required")
 
-// clusterTolerated is OCM's isClusterTolerated: every taint must be
-// tolerated; the returned moment is the earliest expiry of the tolerations
-// used (zero when none expires).
-func clusterTolerated(c *fleetCluster, tols []Toleration, inDecision bool, now time.Time) (bool, time.Time) {
-	var min time.Time
-	for i := range c.Taints {
-		ok, requeue := taintTolerated(&c.Taints[i], tols, inDecision, now)
-		if !ok {
-			return false, time.Time{}
-		}
-		if !requeue.IsZero() && (min.IsZero() || requeue.Before(min)) {
-			min = requeue
-		}
+// earliest returns the earlier of two moments, where zero means never.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
 	}
-	return true, min
-}
-
-// taintTolerated is OCM's isTaintTolerated. The first toleration that
-// tolerates the taint wins, even if a later one would tolerate it for longer.
-func taintTolerated(t *Taint, tols []Toleration, inDecision bool, now time.Time) (bool, time.Time) {
-	if t.Effect == TaintEffectPreferNoSelect {
-		return true, time.Time{}
-	}
-	if t.Effect == TaintEffectNoSelectIfNew && inDecision {
-		return true, time.Time{}
-	}
-	for i := range tols {
-		if ok, requeue := tolerates(t, &tols[i], now); ok {
-			return true, requeue
-		}
-	}
-	return false, time.Time{}
-}
-
-// tolerates is OCM's isTolerated + isTolerationTimeExpired.
-func tolerates(t *Taint, tol *Toleration, now time.Time) (bool, time.Time) {
-	if tol.Effect != "" && tol.Effect != t.Effect {
-		return false, time.Time{}
-	}
-	if tol.Key != "" && tol.Key != t.Key {
-		return false, time.Time{}
-	}
-	switch tol.Operator {
-	case "", TolerationOpEqual:
-		if tol.Value != t.Value {
-			return false, time.Time{}
-		}
-	case TolerationOpExists:
-	default:
-		return false, time.Time{}
-	}
-	if tol.TolerationSeconds == nil {
-		return true, time.Time{}
-	}
-	until := t.TimeAdded.Add(time.Duration(*tol.TolerationSeconds) * time.Second)
-	if now.Before(until) {
-		return true, until
-	}
-	return false, time.Time{}
+	return a
 }
 
 // satisfaction carries what OCM's newSatisfiedCondition needs.
