@@ -6,8 +6,9 @@ import "time"
 // (filter_*.go, prioritizer_*.go), as OCM keeps one plugin per folder under
 // pkg/placement/plugins. Rules are pure and index-based: they read the
 // round's fleet, placement and state and work on cluster indexes into
-// Fleet.clusters (ascending, that is in name order), never on names, so one
-// round stays a few passes over slices. They are package-private because
+// Fleet.clusters (ascending, that is in name order), not on lists of names,
+// so one round stays a few passes over slices (Balance and AddOn still look
+// their inputs up by the cluster's name: those come keyed by name). They are package-private because
 // they read the fleet's precomputed index (label sets, parsed resources).
 //
 // Adding a prioritizer is one file with its type and score method, one line
