@@ -684,14 +684,6 @@ func (st *Store) state(key string) *snapshot {
 	return sn
 }
 
-// swap makes sn the current snapshot of service or view key (nil: it is gone) and returns the
-// one it replaces. Only the reconciler of key (of its service, for a view) calls it.
-func (st *Store) swap(key string, sn *snapshot) *snapshot {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return swapIn(st.services, key, sn)
-}
-
 // publish installs what service key serves and its state (ownership.go): served, each under
 // its key; whole, when not nil, as its state, apart from what is served (an owned namespace:
 // it may be one of served); the snapshots under dropped keys are no longer served, nor the one
@@ -740,16 +732,6 @@ func (st *Store) publish(key string, whole *snapshot, served []*snapshot, droppe
 func serviceOf(sn *snapshot) string {
 	k, _, _ := strings.Cut(sn.key, viewSep)
 	return k
-}
-
-func swapIn(t *table[*snapshot], key string, sn *snapshot) *snapshot {
-	if sn == nil {
-		old, _ := t.del(key)
-		return old
-	}
-	old, _ := t.get(key)
-	t.put(sn)
-	return old
 }
 
 // servicesIn returns the keys of the services with slices in cluster c, served or evicted.
