@@ -255,6 +255,9 @@ func TestCreationCondition(t *testing.T) {
 		{"{{ true }}", true},
 		{"True", true},
 		{"{{ .source.missing }}", false}, // "<no value>" is empty: false
+		// A field of something missing is empty too (import-policies.md), as in Clusterpedia.
+		{"{{ .source.spec.missing.deeper }}", false},
+		{"{{ if .source.spec.missing.deeper }}{{ else }}true{{ end }}", true},
 		{"{{ if false }}true{{ end }}", false},
 		{"false", false},
 		{"yes", false},
