@@ -31,20 +31,26 @@ func newEndpointsXDSConfigCommand(f *factory) *cobra.Command {
 		nodeID       string
 	)
 	cmd := &cobra.Command{
-		Use:   "xds-config NAMESPACE/NAME",
+		Use:   "xds-config NAMESPACE/NAME[@PROJECT]",
 		Short: "Print an Envoy bootstrap that load-balances a service across clusters with Fleetstream's xDS feed",
 		Long: "Print an Envoy bootstrap (YAML): a static cluster pointing at Fleetstream's xDS server\n" +
 			"(ADS over gRPC, authenticated with a bearer token), one EDS cluster per port of the\n" +
 			"service fed by it, and a TCP listener per port on 127.0.0.1 forwarding to it. The token is\n" +
 			"a placeholder unless --include-token embeds fleetctl's own (it must be a platform admin's\n" +
-			"or an xds-reader's). Without --port the service's ports are looked up.",
+			"or an xds-reader's). Without --port the service's ports are looked up. In a namespace a\n" +
+			"project owns, the service is that project's: name it NAMESPACE/NAME@PROJECT, as the xDS\n" +
+			"feed does (docs/endpoints.md, \"Who owns a service's endpoints\").",
 		Example: "  fleetctl endpoints xds-config shop/cart --include-token > envoy.yaml && envoy -c envoy.yaml\n" +
 			"  fleetctl endpoints xds-config shop/cart --port http --xds-server xds.fleet.example:18000",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, name, err := serviceArg(args[0])
+			svc, project, _ := strings.Cut(args[0], "@")
+			ns, name, err := serviceArg(svc)
 			if err != nil {
 				return err
+			}
+			if strings.Contains(args[0], "@") && project == "" {
+				return fmt.Errorf("service %q: want NAMESPACE/NAME@PROJECT", args[0])
 			}
 			if listenPort < 1 || listenPort > 65535 {
 				return fmt.Errorf("--listen-port %d: want 1..65535", listenPort)
@@ -78,7 +84,7 @@ func newEndpointsXDSConfigCommand(f *factory) *cobra.Command {
 			if listenPort+len(ports)-1 > 65535 {
 				return fmt.Errorf("--listen-port %d: no room for %d listeners", listenPort, len(ports))
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), envoyBootstrap(bootstrapParams{namespace: ns, name: name, ports: ports,
+			_, err = fmt.Fprint(cmd.OutOrStdout(), envoyBootstrap(bootstrapParams{namespace: ns, name: name, project: project, ports: ports,
 				xdsHost: host, xdsPort: port, token: token, listenPort: listenPort, nodeID: nodeID}))
 			return err
 		},
@@ -144,6 +150,7 @@ func (f *factory) servicePorts(cmd *cobra.Command, ns, name string) ([]string, e
 
 type bootstrapParams struct {
 	namespace, name string
+	project         string // the owning project's, "" in a namespace no project owns
 	ports           []string
 	xdsHost         string
 	xdsPort         string
@@ -155,6 +162,15 @@ type bootstrapParams struct {
 // envoyBootstrap renders the bootstrap. Clusters are static EDS clusters named as the xDS
 // server names them ("<namespace>/<service>:<port>"), so Envoy subscribes to exactly those
 // ClusterLoadAssignments over ADS; no CDS or LDS is asked for.
+// resourceName is the xDS feed's name of one port of the service (services/endpoint-collector/xds,
+// ServiceResourceName): a project's service carries the project.
+func (p bootstrapParams) resourceName(port string) string {
+	if p.project == "" {
+		return p.namespace + "/" + p.name + ":" + port
+	}
+	return p.namespace + "/" + p.name + "@" + p.project + ":" + port
+}
+
 func envoyBootstrap(p bootstrapParams) string {
 	q := strconv.Quote
 	var b strings.Builder
@@ -196,7 +212,7 @@ static_resources:
                 port_value: %s
 `, p.namespace, p.name, q(p.nodeID), q("Bearer "+p.token), q(p.xdsHost), p.xdsPort)
 	for _, port := range p.ports {
-		name := p.namespace + "/" + p.name + ":" + port
+		name := p.resourceName(port)
 		fmt.Fprintf(&b, `  - name: %s
     type: EDS
     connect_timeout: 2s
@@ -210,7 +226,7 @@ static_resources:
 	}
 	b.WriteString("  listeners:\n")
 	for i, port := range p.ports {
-		name := p.namespace + "/" + p.name + ":" + port
+		name := p.resourceName(port)
 		fmt.Fprintf(&b, `  - name: %s
     address:
       socket_address:
@@ -223,7 +239,7 @@ static_resources:
           "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
           stat_prefix: %s
           cluster: %s
-`, q(name), p.listenPort+i, q(strings.NewReplacer("/", "_", ":", "_").Replace(name)), q(name))
+`, q(name), p.listenPort+i, q(strings.NewReplacer("/", "_", ":", "_", "@", "_").Replace(name)), q(name))
 	}
 	return b.String()
 }

@@ -14,6 +14,8 @@ import (
 
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+	xdsfeed "github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 )
 
 // parseBootstrap reads a printed bootstrap as Envoy does: YAML into envoy.config.bootstrap.v3.
@@ -87,6 +89,17 @@ func TestEndpointsXDSConfig(t *testing.T) {
 	}
 	if !strings.Contains(out, "port_value: 18000") {
 		t.Errorf("default xDS port not 18000:\n%s", out)
+	}
+
+	// A project's service in a namespace it owns is named as the xDS feed names it.
+	out = h.run(t, "endpoints", "xds-config", "shop/cart@team-a", "--port", "http").ok(t).stdout
+	b = parseBootstrap(t, out)
+	want := xdsfeed.ServiceResourceName(collector.ServiceRef{Namespace: "shop", Name: "cart", Project: "team-a"}, "http")
+	if sn := b.GetStaticResources().GetClusters()[1].GetEdsClusterConfig().GetServiceName(); sn != want {
+		t.Errorf("EDS cluster %q, want the feed's %q", sn, want)
+	}
+	if r := h.run(t, "endpoints", "xds-config", "shop/cart@", "--port", "http"); r.code == 0 || !strings.Contains(r.stderr, "NAMESPACE/NAME@PROJECT") {
+		t.Errorf("empty project: exit %d, %s", r.code, r.stderr)
 	}
 
 	// An unknown service says what to do.
