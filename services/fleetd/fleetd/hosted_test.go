@@ -159,8 +159,8 @@ func TestHostedAgentYieldsToTheClustersOwnAgent(t *testing.T) {
 	})
 	// ...and stays stopped while the cluster's own agent runs. Time is what is tested: were the
 	// own agent's heartbeats (one every 500 ms) lost on the way, the hosted agent would come
-	// back once the grace since the last one seen ran out and its once-a-second check came
-	// round, so the window spans both, with a second to spare. The sleep paces the polls.
+	// back once the grace since the last one seen ran out (the supervisor looks at the cluster
+	// again then), so the window spans it, with two seconds to spare. The sleep paces the polls.
 	for end := time.Now().Add(hostedGrace + 2*time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if got := inst.Hosted.Hosting(); len(got) != 0 {
 			t.Fatalf("hosted agent came back beside the cluster's own: %v", got)
