@@ -3,7 +3,6 @@ package collector
 import (
 	"compress/gzip"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -225,10 +224,8 @@ func (j *jsonCodec) Unmarshal(data []byte, m any) error {
 	if req, ok := m.(*endpointv1.GetServiceEndpointsRequest); ok && decodeGetRequest(data, req) {
 		return nil
 	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, pm); err != nil {
-		return fmt.Errorf("unmarshal into %T: %w", m, err)
-	}
-	return nil
+	// Strict, as every handler of the server decodes JSON (pkg/server/codec.go).
+	return server.UnmarshalJSON(data, pm)
 }
 
 type binaryCodec struct{ r *responseCodec }
@@ -262,5 +259,5 @@ func (b *binaryCodec) Unmarshal(data []byte, m any) error {
 	if !ok {
 		return errNotProto
 	}
-	return proto.Unmarshal(data, pm)
+	return server.UnmarshalBinary(data, pm)
 }
