@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
@@ -295,6 +296,28 @@ func TestUnaryConnectJSONRoutesByService(t *testing.T) {
 		if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), adminToken) {
 			t.Errorf("the token was logged: %v", e.ContextMap())
 		}
+	}
+}
+
+// The gateway never parses a message; the service behind it decodes strictly, and its refusal
+// reaches the client unchanged: a Connect JSON request with a field the service does not know is
+// invalid_argument naming the field, before the handler runs. Binary requests keep unknown
+// fields.
+func TestUnknownJSONFieldsAreRefusedThroughTheGateway(t *testing.T) {
+	f := newFixture(t)
+	res, body := postJSON(t, f.gw+clusterv1connect.ClusterServiceRegisterClusterProcedure, adminToken, nil,
+		strings.NewReader(`{"name":"c1","labels":{"env":"prod"},"celSelector":{"celExpressions":["true"]}}`))
+	if res.StatusCode != http.StatusBadRequest || connectCode(t, body) != "invalid_argument" || !strings.Contains(body, "celSelector: unknown field") {
+		t.Fatalf("RegisterCluster with celSelector: HTTP %d %s", res.StatusCode, body)
+	}
+	if n := f.clusters.calls.Load(); n != 0 {
+		t.Fatalf("the service's handler ran %d times for a refused request", n)
+	}
+	req := &clusterv1.RegisterClusterRequest{Name: "c1"}
+	req.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 1))
+	resp, err := clusterv1connect.NewClusterServiceClient(h2c(), f.gw, connect.WithGRPC()).RegisterCluster(t.Context(), withToken(req))
+	if err != nil || resp.Msg.GetCluster().GetName() != "c1" {
+		t.Fatalf("gRPC RegisterCluster with an unknown field: %v", err)
 	}
 }
 
