@@ -128,7 +128,9 @@ func (r *roleFlags) template(f *factory, name string) (*rbacv1.RoleTemplate, err
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", r.file, err)
 		}
-		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(js, t); err != nil {
+		// Strict, as the server decodes JSON and as the other files fleetctl reads: a field
+		// misspelt in the file would otherwise vanish, and a template lose its rules.
+		if err := (protojson.UnmarshalOptions{}).Unmarshal(js, t); err != nil {
 			return nil, fmt.Errorf("parse %s: %w", r.file, err)
 		}
 	}
