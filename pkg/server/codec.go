@@ -175,54 +175,62 @@ func checkEnum(fd protoreflect.FieldDescriptor, n protoreflect.EnumNumber) *enum
 }
 
 func checkEnums(m protoreflect.Message) *enumError {
-	if !mayHoldEnums(m.Descriptor()) {
+	md := m.Descriptor()
+	if !mayHoldEnums(md) {
 		return nil
 	}
-	var err *enumError
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := string(fd.Name())
-		switch {
-		case fd.IsMap():
-			vd := fd.MapValue()
-			if vd.Kind() != protoreflect.EnumKind && (vd.Message() == nil || !mayHoldEnums(vd.Message())) {
-				return true
-			}
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				if vd.Kind() == protoreflect.EnumKind {
-					err = checkEnum(vd, mv.Enum())
-				} else {
-					err = checkEnums(mv.Message())
-				}
-				if err != nil {
-					err = err.at("[" + apierr.Short(k.String()) + "]")
-				}
-				return err == nil
-			})
-		case fd.IsList():
-			l := v.List()
-			for i := range l.Len() {
-				switch fd.Kind() {
-				case protoreflect.EnumKind:
-					err = checkEnum(fd, l.Get(i).Enum())
-				case protoreflect.MessageKind, protoreflect.GroupKind:
-					err = checkEnums(l.Get(i).Message())
-				}
-				if err != nil {
-					err = err.at("[" + strconv.Itoa(i) + "]")
-					break
-				}
-			}
-		case fd.Kind() == protoreflect.EnumKind:
-			err = checkEnum(fd, v.Enum())
-		case fd.Message() != nil:
-			err = checkEnums(v.Message())
+	// A loop over the fields rather than m.Range: Range's closure is an allocation per message,
+	// and requests are small.
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if !m.Has(fd) {
+			continue
 		}
-		if err != nil {
-			err = err.at(name)
+		if err := checkField(fd, m.Get(fd)); err != nil {
+			return err.at(string(fd.Name()))
 		}
-		return err == nil
-	})
-	return err
+	}
+	return nil
+}
+
+func checkField(fd protoreflect.FieldDescriptor, v protoreflect.Value) *enumError {
+	switch {
+	case fd.IsMap():
+		vd := fd.MapValue()
+		if vd.Kind() != protoreflect.EnumKind && (vd.Message() == nil || !mayHoldEnums(vd.Message())) {
+			return nil
+		}
+		var err *enumError
+		v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+			if err = checkField(vd, mv); err != nil {
+				err = err.at("[" + apierr.Short(k.String()) + "]")
+			}
+			return err == nil
+		})
+		return err
+	case fd.IsList():
+		if fd.Kind() != protoreflect.EnumKind && (fd.Message() == nil || !mayHoldEnums(fd.Message())) {
+			return nil
+		}
+		l := v.List()
+		for i := range l.Len() {
+			var err *enumError
+			if fd.Kind() == protoreflect.EnumKind {
+				err = checkEnum(fd, l.Get(i).Enum())
+			} else {
+				err = checkEnums(l.Get(i).Message())
+			}
+			if err != nil {
+				return err.at("[" + strconv.Itoa(i) + "]")
+			}
+		}
+	case fd.Kind() == protoreflect.EnumKind:
+		return checkEnum(fd, v.Enum())
+	case fd.Message() != nil:
+		return checkEnums(v.Message())
+	}
+	return nil
 }
 
 // holdsEnums caches, per message type, whether it or any message type it reaches has an enum
