@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -111,7 +112,7 @@ func UnmarshalJSON(data []byte, m proto.Message) error {
 		// it is cut short.
 		return errors.New(shorten(err.Error()))
 	}
-	return CheckEnums(m)
+	return undeclaredEnum(m)
 }
 
 // UnmarshalBinary decodes a request in protobuf's binary form. Unknown fields are kept; an
@@ -120,20 +121,25 @@ func UnmarshalBinary(data []byte, m proto.Message) error {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return err
 	}
-	return CheckEnums(m)
+	return undeclaredEnum(m)
 }
 
+// shorten cuts s to its first 256 bytes (at a rune boundary).
 func shorten(s string) string {
 	const maxLen = 256
 	if len(s) <= maxLen {
 		return s
 	}
-	return apierr.Short(s)
+	cut := maxLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
-// CheckEnums returns an error naming the first enum field of m (at any depth) that holds a
+// undeclaredEnum returns an error naming the first enum field of m (at any depth) that holds a
 // number its enum does not declare. Messages whose types can hold no enum are not walked.
-func CheckEnums(m proto.Message) error {
+func undeclaredEnum(m proto.Message) error {
 	if err := checkEnums(m.ProtoReflect()); err != nil {
 		return err
 	}
