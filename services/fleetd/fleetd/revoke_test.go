@@ -137,6 +137,19 @@ func TestDeregistrationClosesTheAgentsOpenConnection(t *testing.T) {
 		}
 	}
 
+	// What the watch received while c1 was still the old agent's (rbac-sync's fan-out of the
+	// built-in ClusterRoles after the first registration, the deletes of the deregistration) may
+	// still sit in its channel: the connection is closed now, so nothing arriving later can be
+	// newer. Drain it until it has been quiet for a while.
+	for drained := false; !drained; {
+		select {
+		case _, ok := <-watch.Updates():
+			drained = !ok
+		case <-time.After(300 * time.Millisecond):
+			drained = true
+		}
+	}
+
 	// c1 again, a new cluster: the old connection and token reach none of its desired state.
 	if _, err := clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c1"})); err != nil {
 		t.Fatal(err)
