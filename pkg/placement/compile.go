@@ -20,14 +20,19 @@ type misconfig struct {
 
 func (m *misconfig) Error() string { return m.field + ": " + m.msg }
 
-// selector is a compiled label AND claim selector (OCM's helpers.ClusterSelector without CEL).
+// selector is a compiled label AND claim AND CEL selector (OCM's
+// helpers.ClusterSelector). Decision groups have no CEL, as in OCM.
 type selector struct {
 	label labels.Selector
 	claim labels.Selector
+	cel   []*celProgram
 }
 
-func (s selector) matches(c *fleetCluster) bool {
-	return s.label.Matches(c.labelSet) && s.claim.Matches(c.claimSet)
+// matches tests cluster i of f; the CEL expressions, the costly part, last.
+func (s selector) matches(f *Fleet, i int) bool {
+	c := &f.clusters[i]
+	return s.label.Matches(c.labelSet) && s.claim.Matches(c.claimSet) &&
+		(len(s.cel) == 0 || celMatches(s.cel, f, i))
 }
 
 func compileSelector(ls metav1.LabelSelector, cs ClaimSelector, field string) (selector, *misconfig) {

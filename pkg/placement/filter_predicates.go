@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// predicates is OCM's Predicate filter (plugins/predicate, without CEL): a
-// cluster passes if it matches any of the placement's predicates; no
-// predicates pass every cluster.
+// predicates is OCM's Predicate filter (plugins/predicate): a cluster passes
+// if it matches any of the placement's predicates (label AND claim AND CEL
+// selector); no predicates pass every cluster.
 type predicates struct{}
 
 func (predicates) filter(r *round, candidates []int) ([]int, time.Time) {
@@ -17,9 +17,8 @@ func (predicates) filter(r *round, candidates []int) ([]int, time.Time) {
 	}
 	kept := candidates[:0]
 	for _, i := range candidates {
-		c := &r.fleet.clusters[i]
 		for _, s := range sels {
-			if s.matches(c) {
+			if s.matches(r.fleet, i) {
 				kept = append(kept, i)
 				break
 			}
@@ -32,9 +31,12 @@ func (predicates) filter(r *round, candidates []int) ([]int, time.Time) {
 func compilePredicates(p *Placement) ([]selector, *misconfig) {
 	var out []selector
 	for i, pr := range p.Predicates {
-		s, m := compileSelector(pr.RequiredClusterSelector.LabelSelector, pr.RequiredClusterSelector.ClaimSelector,
-			fmt.Sprintf("predicates[%d].required_cluster_selector", i))
+		f := fmt.Sprintf("predicates[%d].required_cluster_selector", i)
+		s, m := compileSelector(pr.RequiredClusterSelector.LabelSelector, pr.RequiredClusterSelector.ClaimSelector, f)
 		if m != nil {
+			return nil, m
+		}
+		if s.cel, m = compileCELSelector(pr.RequiredClusterSelector.CELSelector.CELExpressions, f+".cel_selector"); m != nil {
 			return nil, m
 		}
 		out = append(out, s)

@@ -19,6 +19,8 @@ type Fleet struct {
 	// members maps each existing set to its member indexes, ascending.
 	members map[string][]int
 	scores  map[AddOnScoreKey]AddOnScore
+	// cel holds the clusters as CEL sees them, built on first use.
+	cel celInputs
 }
 
 // fleetCluster is a Cluster with what the scheduler derives from it, computed once.

@@ -31,7 +31,7 @@ func (f *Fleet) groups(c *compiled, p *Placement, sel []int, cds []ClusterDecisi
 		for gi, g := range p.DecisionStrategy.Groups {
 			var matched []int
 			for r, i := range sel {
-				if !taken[r] && c.groups[gi].matches(&f.clusters[i]) {
+				if !taken[r] && c.groups[gi].matches(f, i) {
 					taken[r] = true
 					matched = append(matched, r)
 				}

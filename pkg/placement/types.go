@@ -163,10 +163,17 @@ type ClaimSelector struct {
 	MatchExpressions []metav1.LabelSelectorRequirement
 }
 
-// ClusterSelector is a label selector AND a claim selector.
+// CELSelector is OCM's celSelector: CEL expressions over managedCluster, ANDed
+// (filter_cel.go).
+type CELSelector struct {
+	CELExpressions []string
+}
+
+// ClusterSelector is a label selector AND a claim selector AND a CEL selector.
 type ClusterSelector struct {
 	LabelSelector metav1.LabelSelector
 	ClaimSelector ClaimSelector
+	CELSelector   CELSelector
 }
 
 // Predicate is one alternative of a placement's predicates (they are ORed).

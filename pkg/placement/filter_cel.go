@@ -1,0 +1,318 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	"github.com/google/cel-go/ext"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// CEL selectors (OCM's celSelector.celExpressions): expressions over the
+// variable managedCluster, shaped as OCM's unstructured ManagedCluster, with
+// OCM's scores() member function and the Kubernetes semver helpers OCM's
+// environment carries. A predicate's expressions are ANDed with each other
+// and with its label and claim selectors. An expression that fails at run
+// time (a missing key, the runtime cost limit) is false for that cluster, as
+// in OCM.
+
+const (
+	// CELCostLimit bounds both an expression's estimated worst-case cost when
+	// it is written and its actual cost on each evaluation (Kubernetes'
+	// per-call limit for CEL in admission). Comparing a few labels costs
+	// under 20; a loop over the labels costs about 10 per label.
+	CELCostLimit = 1_000_000
+	// CELMaxListSize is the size estimation's bound on every map and list an
+	// expression can reach (labels, claims, taints, a score list): the
+	// estimate assumes at most this many entries. A fleet with more is still
+	// evaluated; the runtime limit then applies.
+	CELMaxListSize = 256
+	// CELMaxStringSize is the estimation's bound on a string's length.
+	CELMaxStringSize = 1024
+	// celMaxExpressionLength refuses an expression before parsing it.
+	celMaxExpressionLength = 4096
+	// celCacheSize bounds the program memo; past it, it starts over.
+	celCacheSize = 4096
+)
+
+// celEnv is the environment every expression compiles in; it holds
+// declarations only, so one value serves every fleet and caller.
+var celEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("managedCluster", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Function("scores",
+			cel.MemberOverload("cluster_scores", []*cel.Type{cel.DynType, cel.StringType}, cel.ListType(cel.DynType),
+				cel.BinaryBinding(clusterScores))),
+		cel.OptionalTypes(),
+		ext.Strings(),
+		semverLib(),
+	)
+})
+
+// celProgram is one compiled, cost-checked expression.
+type celProgram struct {
+	expr string
+	prg  cel.Program
+}
+
+// celPrograms memoises compileCEL. Compiling is a pure function of the
+// expression, so the memo can never change a decision; it is what keeps a
+// re-decision from re-parsing and re-checking the same expressions every
+// round. It lives beside the environment rather than in Fleet because a
+// fleet is rebuilt on every cluster change.
+var celPrograms = struct {
+	sync.Mutex
+	m map[string]*celProgram
+}{m: map[string]*celProgram{}}
+
+// CheckCELExpression compiles expr in the CEL selector environment and
+// estimates its worst-case cost: a syntax or type error, a result that is
+// not a bool, or an estimate over CELCostLimit is an error. The API refuses
+// such an expression when a placement is written.
+func CheckCELExpression(expr string) error {
+	_, err := compileCEL(expr)
+	return err
+}
+
+func compileCEL(expr string) (*celProgram, error) {
+	celPrograms.Lock()
+	p, ok := celPrograms.m[expr]
+	celPrograms.Unlock()
+	if ok {
+		return p, nil
+	}
+	if len(expr) > celMaxExpressionLength {
+		return nil, fmt.Errorf("longer than %d bytes", celMaxExpressionLength)
+	}
+	env, err := celEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cel environment: %w", err)
+	}
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("compilation failed: %w", iss.Err())
+	}
+	if !ast.OutputType().IsExactType(cel.BoolType) && !ast.OutputType().IsExactType(cel.DynType) {
+		return nil, fmt.Errorf("must evaluate to a bool, not %s", ast.OutputType())
+	}
+	est, err := env.EstimateCost(ast, sizeEstimator{})
+	if err != nil {
+		return nil, fmt.Errorf("cost estimation failed: %w", err)
+	}
+	if est.Max > CELCostLimit {
+		return nil, fmt.Errorf("estimated cost %d exceeds the limit %d (maps and lists assumed to hold up to %d entries, strings up to %d characters)",
+			est.Max, CELCostLimit, CELMaxListSize, CELMaxStringSize)
+	}
+	prg, err := env.Program(ast, cel.CostLimit(CELCostLimit), cel.CostTracking(runtimeCost{}))
+	if err != nil {
+		return nil, fmt.Errorf("instantiation failed: %w", err)
+	}
+	p = &celProgram{expr: expr, prg: prg}
+	celPrograms.Lock()
+	if len(celPrograms.m) >= celCacheSize {
+		celPrograms.m = map[string]*celProgram{}
+	}
+	celPrograms.m[expr] = p
+	celPrograms.Unlock()
+	return p, nil
+}
+
+// compileCELSelector compiles a predicate's expressions, or names the first bad one.
+func compileCELSelector(exprs []string, field string) ([]*celProgram, *misconfig) {
+	var out []*celProgram
+	for i, e := range exprs {
+		p, err := compileCEL(e)
+		if err != nil {
+			return nil, &misconfig{field: fmt.Sprintf("%s.cel_expressions[%d]", field, i), msg: err.Error()}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// celMatches evaluates every expression (ANDed) against cluster i; an error,
+// including the runtime cost limit, makes it false.
+func celMatches(progs []*celProgram, f *Fleet, i int) bool {
+	in := f.celInput(i)
+	for _, p := range progs {
+		out, _, err := p.prg.Eval(in)
+		if err != nil {
+			return false
+		}
+		if b, ok := out.(types.Bool); !ok || !bool(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// sizeEstimator bounds every size the cost estimation cannot know.
+type sizeEstimator struct{}
+
+func (sizeEstimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+	if s := n.ComputedSize(); s != nil {
+		return s
+	}
+	if n.Type() != nil && (n.Type().IsExactType(cel.StringType) || n.Type().IsExactType(cel.BytesType)) {
+		return &checker.SizeEstimate{Min: 0, Max: CELMaxStringSize}
+	}
+	return &checker.SizeEstimate{Min: 0, Max: CELMaxListSize}
+}
+
+func (sizeEstimator) EstimateCallCost(function, _ string, _ *checker.AstNode, _ []checker.AstNode) *checker.CallEstimate {
+	switch function {
+	case "scores":
+		// A lookup, then one small map per score.
+		return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1 + CELMaxListSize},
+			ResultSize: &checker.SizeEstimate{Min: 0, Max: CELMaxListSize}}
+	case "semver", "isSemver":
+		return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1 + CELMaxStringSize/10}}
+	}
+	return nil
+}
+
+// runtimeCost charges scores() by the number of scores it returns; every
+// other call keeps cel-go's default cost.
+type runtimeCost struct{}
+
+func (runtimeCost) CallCost(function, _ string, _ []ref.Val, result ref.Val) *uint64 {
+	if function != "scores" {
+		return nil
+	}
+	c := uint64(1)
+	if l, ok := result.(traits.Lister); ok {
+		if n, ok := l.Size().(types.Int); ok {
+			c += uint64(n) //nolint:gosec // a size is not negative
+		}
+	}
+	return &c
+}
+
+// clusterValue is managedCluster: OCM's unstructured ManagedCluster as a CEL
+// map, carrying the fleet's add-on scores for scores().
+type clusterValue struct {
+	traits.Mapper
+	scores map[string][]AddOnScore // by resource name, sorted by score name
+}
+
+var errNotACluster = errors.New("scores() is only defined on managedCluster")
+
+// clusterScores is OCM's scores(): the named add-on score resource's scores
+// as [{name, value}], an error if the cluster has none of that resource.
+// valid_until is not looked at, as OCM's does not look at validUntil.
+func clusterScores(cluster, resource ref.Val) ref.Val {
+	c, ok := cluster.(*clusterValue)
+	if !ok {
+		return types.WrapErr(errNotACluster)
+	}
+	name, ok := resource.(types.String)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(resource)
+	}
+	ss, ok := c.scores[string(name)]
+	if !ok {
+		return types.NewErr("failed to get score: no add-on score resource %q", string(name))
+	}
+	out := make([]ref.Val, len(ss))
+	for i, s := range ss {
+		out[i] = types.NewStringInterfaceMap(types.DefaultTypeAdapter, map[string]any{"name": s.ScoreName, "value": int64(s.Score)})
+	}
+	return types.NewRefValList(types.DefaultTypeAdapter, out)
+}
+
+// celInputs holds each cluster's activation, built on the first CEL
+// evaluation against this fleet (a fleet whose placements use no CEL never
+// pays for it).
+type celInputs struct {
+	once sync.Once
+	acts []map[string]any
+}
+
+func (f *Fleet) celInput(i int) map[string]any {
+	f.cel.once.Do(func() {
+		byCluster := map[string]map[string][]AddOnScore{}
+		for k, s := range f.scores {
+			m := byCluster[k.Cluster]
+			if m == nil {
+				m = map[string][]AddOnScore{}
+				byCluster[k.Cluster] = m
+			}
+			m[k.ResourceName] = append(m[k.ResourceName], s)
+		}
+		for _, m := range byCluster {
+			for _, ss := range m {
+				sort.Slice(ss, func(a, b int) bool { return ss[a].ScoreName < ss[b].ScoreName })
+			}
+		}
+		f.cel.acts = make([]map[string]any, len(f.clusters))
+		for j := range f.clusters {
+			c := &f.clusters[j].Cluster
+			f.cel.acts[j] = map[string]any{"managedCluster": &clusterValue{
+				Mapper: types.NewStringInterfaceMap(types.DefaultTypeAdapter, managedClusterObject(c)),
+				scores: byCluster[c.Name],
+			}}
+		}
+	})
+	return f.cel.acts[i]
+}
+
+// managedClusterObject renders a cluster as the fields of OCM's
+// ManagedCluster that Fleetstream has: metadata (name, labels), spec.taints,
+// status.clusterClaims, status.version.kubernetes (from the
+// kubeversion.fleetstream.io claim) and status.allocatable/capacity.
+func managedClusterObject(c *Cluster) map[string]any {
+	labels := make(map[string]any, len(c.Labels))
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	names := make([]string, 0, len(c.Claims))
+	for k := range c.Claims {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	claims := make([]any, len(names))
+	for i, n := range names {
+		claims[i] = map[string]any{"name": n, "value": c.Claims[n]}
+	}
+	taints := make([]any, len(c.Taints))
+	for i, t := range c.Taints {
+		m := map[string]any{"key": t.Key, "value": t.Value, "effect": string(t.Effect)}
+		if !t.TimeAdded.IsZero() {
+			m["timeAdded"] = t.TimeAdded.UTC().Format(time.RFC3339)
+		}
+		taints[i] = m
+	}
+	status := map[string]any{
+		"clusterClaims": claims,
+		"allocatable":   quantities(c.Allocatable),
+		"capacity":      quantities(c.Capacity),
+	}
+	if v, ok := c.Claims[ClaimKubeVersion]; ok {
+		status["version"] = map[string]any{"kubernetes": v}
+	}
+	return map[string]any{
+		"metadata": map[string]any{"name": c.Name, "labels": labels},
+		"spec":     map[string]any{"taints": taints},
+		"status":   status,
+	}
+}
+
+// ClaimKubeVersion is the claim cluster-import reports a cluster's
+// Kubernetes version in; CEL sees it as managedCluster.status.version.kubernetes.
+const ClaimKubeVersion = "kubeversion.fleetstream.io"
+
+func quantities(q map[ResourceName]resource.Quantity) map[string]any {
+	out := make(map[string]any, len(q))
+	for k, v := range q {
+		out[string(k)] = v.String()
+	}
+	return out
+}
