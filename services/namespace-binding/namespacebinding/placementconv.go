@@ -44,6 +44,11 @@ func validatePlacementSpec(v *apierr.Violations, field string, p *placementv1.Pl
 		cs := pr.GetRequiredClusterSelector()
 		validateSelector(v, f+".label_selector", toMetaSelector(cs.GetLabelSelector()))
 		validateSelector(v, f+".claim_selector", claimAsLabelSelector(cs.GetClaimSelector()))
+		for j, e := range cs.GetCelSelector().GetCelExpressions() {
+			if err := placement.CheckCELExpression(e); err != nil {
+				v.Add(fmt.Sprintf("%s.cel_selector.cel_expressions[%d]", f, j), "%v", err)
+			}
+		}
 	}
 	for i, t := range p.Tolerations {
 		f := fmt.Sprintf("%s.tolerations[%d]", field, i)
@@ -167,6 +172,7 @@ func toCorePlacement(p *placementv1.Placement) *placement.Placement {
 		out.Predicates = append(out.Predicates, placement.Predicate{RequiredClusterSelector: placement.ClusterSelector{
 			LabelSelector: derefSelector(toMetaSelector(cs.GetLabelSelector())),
 			ClaimSelector: toCoreClaims(cs.GetClaimSelector()),
+			CELSelector:   placement.CELSelector{CELExpressions: cs.GetCelSelector().GetCelExpressions()},
 		}})
 	}
 	for _, t := range p.Tolerations {

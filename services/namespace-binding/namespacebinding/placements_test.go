@@ -362,6 +362,13 @@ func TestInvalidPlacementIsRefusedNamingTheField(t *testing.T) {
 			p.DecisionStrategy = &placementv1.DecisionStrategy{ClustersPerDecisionGroup: "150%"}
 		}), "placement.decision_strategy.clusters_per_decision_group"},
 		{"bad set name", base(func(p *placementv1.Placement) { p.ClusterSets = []string{"eu", "EU!"} }), "placement.cluster_sets[1]"},
+		{"CEL syntax error", base(func(p *placementv1.Placement) {
+			p.Predicates = []*placementv1.Predicate{predicate("region", "eu"), celPredicate(`true`, `managedCluster.metadata.labels["env"] ==`)}
+		}), "placement.predicates[1].required_cluster_selector.cel_selector.cel_expressions[1]"},
+		{"CEL over the cost limit", base(func(p *placementv1.Placement) {
+			p.Predicates = []*placementv1.Predicate{celPredicate(
+				`managedCluster.metadata.labels.all(a, managedCluster.metadata.labels.all(b, a != b || a == b))`)}
+		}), "placement.predicates[0].required_cluster_selector.cel_selector.cel_expressions[0]"},
 		{"bad group name", base(func(p *placementv1.Placement) {
 			p.DecisionStrategy = &placementv1.DecisionStrategy{Groups: []*placementv1.DecisionGroup{{GroupName: "-canary"}}}
 		}), "placement.decision_strategy.groups[0].group_name"},
@@ -383,6 +390,42 @@ func TestInvalidPlacementIsRefusedNamingTheField(t *testing.T) {
 	if _, err := e.createPlacement(&placementv1.Placement{Project: "nope", Name: "p"}); code(err) != connect.CodeNotFound {
 		t.Fatalf("placement in a missing project: %v, want NotFound", err)
 	}
+}
+
+// celPredicate matches clusters for which every CEL expression is true.
+func celPredicate(exprs ...string) *placementv1.Predicate {
+	return &placementv1.Predicate{RequiredClusterSelector: &placementv1.ClusterSelector{
+		CelSelector: &placementv1.CelSelector{CelExpressions: exprs}}}
+}
+
+// TestCELPlacementDecidesThroughTheAPI: a placement with OCM's celSelector is stored, decided
+// by its expressions (labels, name, the agents' reported Kubernetes version through semver)
+// and decided again when a label it reads changes; a bad expression is refused (above).
+func TestCELPlacementDecidesThroughTheAPI(t *testing.T) {
+	e := placementFleet(t)
+	p := e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "cel", Predicates: []*placementv1.Predicate{
+		celPredicate(`managedCluster.metadata.labels["region"] == "eu" && managedCluster.metadata.name != "c2"`,
+			`semver(managedCluster.status.version.kubernetes, true).isGreaterThan(semver("1.30.0"))`)}})
+	if got := p.Predicates[0].GetRequiredClusterSelector().GetCelSelector().GetCelExpressions(); len(got) != 2 {
+		t.Fatalf("stored expressions %v, want both", got)
+	}
+	d := e.eventuallyDecided(t, "team-a", "cel", "c1", "c3")
+	if c := condition(d, "PlacementMisconfigured"); c == nil || c.Status != "False" {
+		t.Fatalf("PlacementMisconfigured = %v, want False", c)
+	}
+	e.labelCluster(t, "c3", "region", "us")
+	e.eventuallyDecided(t, "team-a", "cel", "c1")
+
+	// The version every agent here reports (v1.34.4) is not below 1.30.
+	e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "old", Predicates: []*placementv1.Predicate{
+		celPredicate(`semver(managedCluster.status.version.kubernetes, true).isLessThan(semver("1.30.0"))`)}})
+	testkit.Eventually(t, 10*time.Second, func() error {
+		d := e.decisions(t, "team-a", "old")
+		if c := condition(d, "PlacementSatisfied"); c == nil || c.Reason != "NoManagedClusterMatched" || len(decided(d)) != 0 {
+			return fmt.Errorf("decided %v, PlacementSatisfied = %v, want nothing and NoManagedClusterMatched", decided(d), c)
+		}
+		return nil
+	})
 }
 
 func TestTolerationSecondsRunOutOnATimer(t *testing.T) {

@@ -259,10 +259,12 @@ func (x *Predicate) GetRequiredClusterSelector() *ClusterSelector {
 	return nil
 }
 
+// ClusterSelector is OCM's requiredClusterSelector: the label, claim and CEL selectors are ANDed.
 type ClusterSelector struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LabelSelector *LabelSelector         `protobuf:"bytes,1,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
 	ClaimSelector *ClaimSelector         `protobuf:"bytes,2,opt,name=claim_selector,json=claimSelector,proto3" json:"claim_selector,omitempty"`
+	CelSelector   *CelSelector           `protobuf:"bytes,3,opt,name=cel_selector,json=celSelector,proto3" json:"cel_selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +313,63 @@ func (x *ClusterSelector) GetClaimSelector() *ClaimSelector {
 	return nil
 }
 
+func (x *ClusterSelector) GetCelSelector() *CelSelector {
+	if x != nil {
+		return x.CelSelector
+	}
+	return nil
+}
+
+// CelSelector is OCM's celSelector: CEL expressions over the variable managedCluster (OCM's
+// ManagedCluster: metadata.name, metadata.labels, spec.taints, status.clusterClaims,
+// status.version.kubernetes, status.allocatable, status.capacity), with scores() and the
+// Kubernetes semver functions. The expressions are ANDed. Each must compile to a bool within the
+// cost limit or the placement is refused; one that fails on a cluster is false there.
+// docs/placement.md lists the variables and limits.
+type CelSelector struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	CelExpressions []string               `protobuf:"bytes,1,rep,name=cel_expressions,json=celExpressions,proto3" json:"cel_expressions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CelSelector) Reset() {
+	*x = CelSelector{}
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CelSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CelSelector) ProtoMessage() {}
+
+func (x *CelSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CelSelector.ProtoReflect.Descriptor instead.
+func (*CelSelector) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CelSelector) GetCelExpressions() []string {
+	if x != nil {
+		return x.CelExpressions
+	}
+	return nil
+}
+
 // ClaimSelector matches a cluster's claims (name → value) as a label selector's expressions do.
 type ClaimSelector struct {
 	state            protoimpl.MessageState      `protogen:"open.v1"`
@@ -321,7 +380,7 @@ type ClaimSelector struct {
 
 func (x *ClaimSelector) Reset() {
 	*x = ClaimSelector{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[3]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +392,7 @@ func (x *ClaimSelector) String() string {
 func (*ClaimSelector) ProtoMessage() {}
 
 func (x *ClaimSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[3]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +405,7 @@ func (x *ClaimSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimSelector.ProtoReflect.Descriptor instead.
 func (*ClaimSelector) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{3}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClaimSelector) GetMatchExpressions() []*LabelSelectorRequirement {
@@ -376,7 +435,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[4]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +447,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[4]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +460,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{4}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Toleration) GetKey() string {
@@ -450,7 +509,7 @@ type PrioritizerPolicy struct {
 
 func (x *PrioritizerPolicy) Reset() {
 	*x = PrioritizerPolicy{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[5]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +521,7 @@ func (x *PrioritizerPolicy) String() string {
 func (*PrioritizerPolicy) ProtoMessage() {}
 
 func (x *PrioritizerPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[5]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +534,7 @@ func (x *PrioritizerPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrioritizerPolicy.ProtoReflect.Descriptor instead.
 func (*PrioritizerPolicy) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PrioritizerPolicy) GetMode() string {
@@ -503,7 +562,7 @@ type PrioritizerConfig struct {
 
 func (x *PrioritizerConfig) Reset() {
 	*x = PrioritizerConfig{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[6]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +574,7 @@ func (x *PrioritizerConfig) String() string {
 func (*PrioritizerConfig) ProtoMessage() {}
 
 func (x *PrioritizerConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[6]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +587,7 @@ func (x *PrioritizerConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrioritizerConfig.ProtoReflect.Descriptor instead.
 func (*PrioritizerConfig) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{6}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PrioritizerConfig) GetScoreCoordinate() *ScoreCoordinate {
@@ -558,7 +617,7 @@ type ScoreCoordinate struct {
 
 func (x *ScoreCoordinate) Reset() {
 	*x = ScoreCoordinate{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[7]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +629,7 @@ func (x *ScoreCoordinate) String() string {
 func (*ScoreCoordinate) ProtoMessage() {}
 
 func (x *ScoreCoordinate) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[7]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +642,7 @@ func (x *ScoreCoordinate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreCoordinate.ProtoReflect.Descriptor instead.
 func (*ScoreCoordinate) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{7}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ScoreCoordinate) GetType() ScoreCoordinateType {
@@ -617,7 +676,7 @@ type AddOnScoreCoordinate struct {
 
 func (x *AddOnScoreCoordinate) Reset() {
 	*x = AddOnScoreCoordinate{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[8]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +688,7 @@ func (x *AddOnScoreCoordinate) String() string {
 func (*AddOnScoreCoordinate) ProtoMessage() {}
 
 func (x *AddOnScoreCoordinate) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[8]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +701,7 @@ func (x *AddOnScoreCoordinate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddOnScoreCoordinate.ProtoReflect.Descriptor instead.
 func (*AddOnScoreCoordinate) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{8}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddOnScoreCoordinate) GetResourceName() string {
@@ -672,7 +731,7 @@ type DecisionStrategy struct {
 
 func (x *DecisionStrategy) Reset() {
 	*x = DecisionStrategy{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[9]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +743,7 @@ func (x *DecisionStrategy) String() string {
 func (*DecisionStrategy) ProtoMessage() {}
 
 func (x *DecisionStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[9]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +756,7 @@ func (x *DecisionStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionStrategy.ProtoReflect.Descriptor instead.
 func (*DecisionStrategy) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{9}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DecisionStrategy) GetGroups() []*DecisionGroup {
@@ -724,7 +783,7 @@ type DecisionGroup struct {
 
 func (x *DecisionGroup) Reset() {
 	*x = DecisionGroup{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[10]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +795,7 @@ func (x *DecisionGroup) String() string {
 func (*DecisionGroup) ProtoMessage() {}
 
 func (x *DecisionGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[10]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +808,7 @@ func (x *DecisionGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionGroup.ProtoReflect.Descriptor instead.
 func (*DecisionGroup) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{10}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DecisionGroup) GetGroupName() string {
@@ -776,7 +835,7 @@ type GroupClusterSelector struct {
 
 func (x *GroupClusterSelector) Reset() {
 	*x = GroupClusterSelector{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[11]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +847,7 @@ func (x *GroupClusterSelector) String() string {
 func (*GroupClusterSelector) ProtoMessage() {}
 
 func (x *GroupClusterSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[11]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +860,7 @@ func (x *GroupClusterSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupClusterSelector.ProtoReflect.Descriptor instead.
 func (*GroupClusterSelector) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{11}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupClusterSelector) GetLabelSelector() *LabelSelector {
@@ -830,7 +889,7 @@ type PlacementStatus struct {
 
 func (x *PlacementStatus) Reset() {
 	*x = PlacementStatus{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[12]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +901,7 @@ func (x *PlacementStatus) String() string {
 func (*PlacementStatus) ProtoMessage() {}
 
 func (x *PlacementStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[12]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +914,7 @@ func (x *PlacementStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementStatus.ProtoReflect.Descriptor instead.
 func (*PlacementStatus) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{12}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlacementStatus) GetNumberOfSelectedClusters() int32 {
@@ -890,7 +949,7 @@ type DecisionGroupStatus struct {
 
 func (x *DecisionGroupStatus) Reset() {
 	*x = DecisionGroupStatus{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[13]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +961,7 @@ func (x *DecisionGroupStatus) String() string {
 func (*DecisionGroupStatus) ProtoMessage() {}
 
 func (x *DecisionGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[13]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +974,7 @@ func (x *DecisionGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionGroupStatus.ProtoReflect.Descriptor instead.
 func (*DecisionGroupStatus) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{13}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DecisionGroupStatus) GetDecisionGroupIndex() int32 {
@@ -958,7 +1017,7 @@ type PlacementCondition struct {
 
 func (x *PlacementCondition) Reset() {
 	*x = PlacementCondition{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[14]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1029,7 @@ func (x *PlacementCondition) String() string {
 func (*PlacementCondition) ProtoMessage() {}
 
 func (x *PlacementCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[14]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1042,7 @@ func (x *PlacementCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementCondition.ProtoReflect.Descriptor instead.
 func (*PlacementCondition) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{14}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlacementCondition) GetType() string {
@@ -1062,7 +1121,7 @@ type PlacementDecisions struct {
 
 func (x *PlacementDecisions) Reset() {
 	*x = PlacementDecisions{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[15]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1133,7 @@ func (x *PlacementDecisions) String() string {
 func (*PlacementDecisions) ProtoMessage() {}
 
 func (x *PlacementDecisions) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[15]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1146,7 @@ func (x *PlacementDecisions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementDecisions.ProtoReflect.Descriptor instead.
 func (*PlacementDecisions) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{15}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlacementDecisions) GetProject() string {
@@ -1166,7 +1225,7 @@ type DecisionGroupDecisions struct {
 
 func (x *DecisionGroupDecisions) Reset() {
 	*x = DecisionGroupDecisions{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[16]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1237,7 @@ func (x *DecisionGroupDecisions) String() string {
 func (*DecisionGroupDecisions) ProtoMessage() {}
 
 func (x *DecisionGroupDecisions) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[16]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1250,7 @@ func (x *DecisionGroupDecisions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionGroupDecisions.ProtoReflect.Descriptor instead.
 func (*DecisionGroupDecisions) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{16}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DecisionGroupDecisions) GetDecisionGroupIndex() int32 {
@@ -1231,7 +1290,7 @@ type DecisionPage struct {
 
 func (x *DecisionPage) Reset() {
 	*x = DecisionPage{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[17]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1302,7 @@ func (x *DecisionPage) String() string {
 func (*DecisionPage) ProtoMessage() {}
 
 func (x *DecisionPage) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[17]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1315,7 @@ func (x *DecisionPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionPage.ProtoReflect.Descriptor instead.
 func (*DecisionPage) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{17}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DecisionPage) GetClusters() []*ClusterDecision {
@@ -1279,7 +1338,7 @@ type ClusterDecision struct {
 
 func (x *ClusterDecision) Reset() {
 	*x = ClusterDecision{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[18]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1350,7 @@ func (x *ClusterDecision) String() string {
 func (*ClusterDecision) ProtoMessage() {}
 
 func (x *ClusterDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[18]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1363,7 @@ func (x *ClusterDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDecision.ProtoReflect.Descriptor instead.
 func (*ClusterDecision) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{18}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClusterDecision) GetClusterName() string {
@@ -1339,7 +1398,7 @@ type PrioritizerWeight struct {
 
 func (x *PrioritizerWeight) Reset() {
 	*x = PrioritizerWeight{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[19]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1410,7 @@ func (x *PrioritizerWeight) String() string {
 func (*PrioritizerWeight) ProtoMessage() {}
 
 func (x *PrioritizerWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[19]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1423,7 @@ func (x *PrioritizerWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrioritizerWeight.ProtoReflect.Descriptor instead.
 func (*PrioritizerWeight) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{19}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PrioritizerWeight) GetName() string {
@@ -1399,7 +1458,7 @@ type AddOnScore struct {
 
 func (x *AddOnScore) Reset() {
 	*x = AddOnScore{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[20]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1470,7 @@ func (x *AddOnScore) String() string {
 func (*AddOnScore) ProtoMessage() {}
 
 func (x *AddOnScore) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[20]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1483,7 @@ func (x *AddOnScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddOnScore.ProtoReflect.Descriptor instead.
 func (*AddOnScore) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{20}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddOnScore) GetCluster() string {
@@ -1497,7 +1556,7 @@ type PlacementNamespace struct {
 
 func (x *PlacementNamespace) Reset() {
 	*x = PlacementNamespace{}
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[21]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1568,7 @@ func (x *PlacementNamespace) String() string {
 func (*PlacementNamespace) ProtoMessage() {}
 
 func (x *PlacementNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[21]
+	mi := &file_fleetstream_placement_v1_placement_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1581,7 @@ func (x *PlacementNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementNamespace.ProtoReflect.Descriptor instead.
 func (*PlacementNamespace) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{21}
+	return file_fleetstream_placement_v1_placement_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PlacementNamespace) GetProject() string {
@@ -1606,10 +1665,13 @@ const file_fleetstream_placement_v1_placement_proto_rawDesc = "" +
 	"\brevision\x18\f \x01(\x04R\brevisionB\x15\n" +
 	"\x13_number_of_clusters\"r\n" +
 	"\tPredicate\x12e\n" +
-	"\x19required_cluster_selector\x18\x01 \x01(\v2).fleetstream.placement.v1.ClusterSelectorR\x17requiredClusterSelector\"\xb1\x01\n" +
+	"\x19required_cluster_selector\x18\x01 \x01(\v2).fleetstream.placement.v1.ClusterSelectorR\x17requiredClusterSelector\"\xfb\x01\n" +
 	"\x0fClusterSelector\x12N\n" +
 	"\x0elabel_selector\x18\x01 \x01(\v2'.fleetstream.placement.v1.LabelSelectorR\rlabelSelector\x12N\n" +
-	"\x0eclaim_selector\x18\x02 \x01(\v2'.fleetstream.placement.v1.ClaimSelectorR\rclaimSelector\"p\n" +
+	"\x0eclaim_selector\x18\x02 \x01(\v2'.fleetstream.placement.v1.ClaimSelectorR\rclaimSelector\x12H\n" +
+	"\fcel_selector\x18\x03 \x01(\v2%.fleetstream.placement.v1.CelSelectorR\vcelSelector\"6\n" +
+	"\vCelSelector\x12'\n" +
+	"\x0fcel_expressions\x18\x01 \x03(\tR\x0ecelExpressions\"p\n" +
 	"\rClaimSelector\x12_\n" +
 	"\x11match_expressions\x18\x01 \x03(\v22.fleetstream.placement.v1.LabelSelectorRequirementR\x10matchExpressions\"\xb3\x01\n" +
 	"\n" +
@@ -1732,78 +1794,80 @@ func file_fleetstream_placement_v1_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_placement_v1_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fleetstream_placement_v1_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fleetstream_placement_v1_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_fleetstream_placement_v1_placement_proto_goTypes = []any{
 	(ScoreCoordinateType)(0),         // 0: fleetstream.placement.v1.ScoreCoordinateType
 	(*Placement)(nil),                // 1: fleetstream.placement.v1.Placement
 	(*Predicate)(nil),                // 2: fleetstream.placement.v1.Predicate
 	(*ClusterSelector)(nil),          // 3: fleetstream.placement.v1.ClusterSelector
-	(*ClaimSelector)(nil),            // 4: fleetstream.placement.v1.ClaimSelector
-	(*Toleration)(nil),               // 5: fleetstream.placement.v1.Toleration
-	(*PrioritizerPolicy)(nil),        // 6: fleetstream.placement.v1.PrioritizerPolicy
-	(*PrioritizerConfig)(nil),        // 7: fleetstream.placement.v1.PrioritizerConfig
-	(*ScoreCoordinate)(nil),          // 8: fleetstream.placement.v1.ScoreCoordinate
-	(*AddOnScoreCoordinate)(nil),     // 9: fleetstream.placement.v1.AddOnScoreCoordinate
-	(*DecisionStrategy)(nil),         // 10: fleetstream.placement.v1.DecisionStrategy
-	(*DecisionGroup)(nil),            // 11: fleetstream.placement.v1.DecisionGroup
-	(*GroupClusterSelector)(nil),     // 12: fleetstream.placement.v1.GroupClusterSelector
-	(*PlacementStatus)(nil),          // 13: fleetstream.placement.v1.PlacementStatus
-	(*DecisionGroupStatus)(nil),      // 14: fleetstream.placement.v1.DecisionGroupStatus
-	(*PlacementCondition)(nil),       // 15: fleetstream.placement.v1.PlacementCondition
-	(*PlacementDecisions)(nil),       // 16: fleetstream.placement.v1.PlacementDecisions
-	(*DecisionGroupDecisions)(nil),   // 17: fleetstream.placement.v1.DecisionGroupDecisions
-	(*DecisionPage)(nil),             // 18: fleetstream.placement.v1.DecisionPage
-	(*ClusterDecision)(nil),          // 19: fleetstream.placement.v1.ClusterDecision
-	(*PrioritizerWeight)(nil),        // 20: fleetstream.placement.v1.PrioritizerWeight
-	(*AddOnScore)(nil),               // 21: fleetstream.placement.v1.AddOnScore
-	(*PlacementNamespace)(nil),       // 22: fleetstream.placement.v1.PlacementNamespace
-	nil,                              // 23: fleetstream.placement.v1.PlacementNamespace.HardEntry
-	(*timestamppb.Timestamp)(nil),    // 24: google.protobuf.Timestamp
-	(*LabelSelector)(nil),            // 25: fleetstream.placement.v1.LabelSelector
-	(*LabelSelectorRequirement)(nil), // 26: fleetstream.placement.v1.LabelSelectorRequirement
-	(v1.UnbindPolicy)(0),             // 27: fleetstream.project.v1.UnbindPolicy
+	(*CelSelector)(nil),              // 4: fleetstream.placement.v1.CelSelector
+	(*ClaimSelector)(nil),            // 5: fleetstream.placement.v1.ClaimSelector
+	(*Toleration)(nil),               // 6: fleetstream.placement.v1.Toleration
+	(*PrioritizerPolicy)(nil),        // 7: fleetstream.placement.v1.PrioritizerPolicy
+	(*PrioritizerConfig)(nil),        // 8: fleetstream.placement.v1.PrioritizerConfig
+	(*ScoreCoordinate)(nil),          // 9: fleetstream.placement.v1.ScoreCoordinate
+	(*AddOnScoreCoordinate)(nil),     // 10: fleetstream.placement.v1.AddOnScoreCoordinate
+	(*DecisionStrategy)(nil),         // 11: fleetstream.placement.v1.DecisionStrategy
+	(*DecisionGroup)(nil),            // 12: fleetstream.placement.v1.DecisionGroup
+	(*GroupClusterSelector)(nil),     // 13: fleetstream.placement.v1.GroupClusterSelector
+	(*PlacementStatus)(nil),          // 14: fleetstream.placement.v1.PlacementStatus
+	(*DecisionGroupStatus)(nil),      // 15: fleetstream.placement.v1.DecisionGroupStatus
+	(*PlacementCondition)(nil),       // 16: fleetstream.placement.v1.PlacementCondition
+	(*PlacementDecisions)(nil),       // 17: fleetstream.placement.v1.PlacementDecisions
+	(*DecisionGroupDecisions)(nil),   // 18: fleetstream.placement.v1.DecisionGroupDecisions
+	(*DecisionPage)(nil),             // 19: fleetstream.placement.v1.DecisionPage
+	(*ClusterDecision)(nil),          // 20: fleetstream.placement.v1.ClusterDecision
+	(*PrioritizerWeight)(nil),        // 21: fleetstream.placement.v1.PrioritizerWeight
+	(*AddOnScore)(nil),               // 22: fleetstream.placement.v1.AddOnScore
+	(*PlacementNamespace)(nil),       // 23: fleetstream.placement.v1.PlacementNamespace
+	nil,                              // 24: fleetstream.placement.v1.PlacementNamespace.HardEntry
+	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
+	(*LabelSelector)(nil),            // 26: fleetstream.placement.v1.LabelSelector
+	(*LabelSelectorRequirement)(nil), // 27: fleetstream.placement.v1.LabelSelectorRequirement
+	(v1.UnbindPolicy)(0),             // 28: fleetstream.project.v1.UnbindPolicy
 }
 var file_fleetstream_placement_v1_placement_proto_depIdxs = []int32{
 	2,  // 0: fleetstream.placement.v1.Placement.predicates:type_name -> fleetstream.placement.v1.Predicate
-	5,  // 1: fleetstream.placement.v1.Placement.tolerations:type_name -> fleetstream.placement.v1.Toleration
-	6,  // 2: fleetstream.placement.v1.Placement.prioritizer_policy:type_name -> fleetstream.placement.v1.PrioritizerPolicy
-	10, // 3: fleetstream.placement.v1.Placement.decision_strategy:type_name -> fleetstream.placement.v1.DecisionStrategy
-	24, // 4: fleetstream.placement.v1.Placement.create_time:type_name -> google.protobuf.Timestamp
-	24, // 5: fleetstream.placement.v1.Placement.update_time:type_name -> google.protobuf.Timestamp
-	13, // 6: fleetstream.placement.v1.Placement.status:type_name -> fleetstream.placement.v1.PlacementStatus
+	6,  // 1: fleetstream.placement.v1.Placement.tolerations:type_name -> fleetstream.placement.v1.Toleration
+	7,  // 2: fleetstream.placement.v1.Placement.prioritizer_policy:type_name -> fleetstream.placement.v1.PrioritizerPolicy
+	11, // 3: fleetstream.placement.v1.Placement.decision_strategy:type_name -> fleetstream.placement.v1.DecisionStrategy
+	25, // 4: fleetstream.placement.v1.Placement.create_time:type_name -> google.protobuf.Timestamp
+	25, // 5: fleetstream.placement.v1.Placement.update_time:type_name -> google.protobuf.Timestamp
+	14, // 6: fleetstream.placement.v1.Placement.status:type_name -> fleetstream.placement.v1.PlacementStatus
 	3,  // 7: fleetstream.placement.v1.Predicate.required_cluster_selector:type_name -> fleetstream.placement.v1.ClusterSelector
-	25, // 8: fleetstream.placement.v1.ClusterSelector.label_selector:type_name -> fleetstream.placement.v1.LabelSelector
-	4,  // 9: fleetstream.placement.v1.ClusterSelector.claim_selector:type_name -> fleetstream.placement.v1.ClaimSelector
-	26, // 10: fleetstream.placement.v1.ClaimSelector.match_expressions:type_name -> fleetstream.placement.v1.LabelSelectorRequirement
-	7,  // 11: fleetstream.placement.v1.PrioritizerPolicy.configurations:type_name -> fleetstream.placement.v1.PrioritizerConfig
-	8,  // 12: fleetstream.placement.v1.PrioritizerConfig.score_coordinate:type_name -> fleetstream.placement.v1.ScoreCoordinate
-	0,  // 13: fleetstream.placement.v1.ScoreCoordinate.type:type_name -> fleetstream.placement.v1.ScoreCoordinateType
-	9,  // 14: fleetstream.placement.v1.ScoreCoordinate.add_on:type_name -> fleetstream.placement.v1.AddOnScoreCoordinate
-	11, // 15: fleetstream.placement.v1.DecisionStrategy.groups:type_name -> fleetstream.placement.v1.DecisionGroup
-	12, // 16: fleetstream.placement.v1.DecisionGroup.group_cluster_selector:type_name -> fleetstream.placement.v1.GroupClusterSelector
-	25, // 17: fleetstream.placement.v1.GroupClusterSelector.label_selector:type_name -> fleetstream.placement.v1.LabelSelector
-	4,  // 18: fleetstream.placement.v1.GroupClusterSelector.claim_selector:type_name -> fleetstream.placement.v1.ClaimSelector
-	14, // 19: fleetstream.placement.v1.PlacementStatus.decision_groups:type_name -> fleetstream.placement.v1.DecisionGroupStatus
-	15, // 20: fleetstream.placement.v1.PlacementStatus.conditions:type_name -> fleetstream.placement.v1.PlacementCondition
-	24, // 21: fleetstream.placement.v1.PlacementCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	17, // 22: fleetstream.placement.v1.PlacementDecisions.groups:type_name -> fleetstream.placement.v1.DecisionGroupDecisions
-	20, // 23: fleetstream.placement.v1.PlacementDecisions.prioritizers:type_name -> fleetstream.placement.v1.PrioritizerWeight
-	13, // 24: fleetstream.placement.v1.PlacementDecisions.status:type_name -> fleetstream.placement.v1.PlacementStatus
-	24, // 25: fleetstream.placement.v1.PlacementDecisions.decide_time:type_name -> google.protobuf.Timestamp
-	24, // 26: fleetstream.placement.v1.PlacementDecisions.next_evaluation:type_name -> google.protobuf.Timestamp
-	18, // 27: fleetstream.placement.v1.DecisionGroupDecisions.pages:type_name -> fleetstream.placement.v1.DecisionPage
-	19, // 28: fleetstream.placement.v1.DecisionPage.clusters:type_name -> fleetstream.placement.v1.ClusterDecision
-	24, // 29: fleetstream.placement.v1.AddOnScore.valid_until:type_name -> google.protobuf.Timestamp
-	24, // 30: fleetstream.placement.v1.AddOnScore.update_time:type_name -> google.protobuf.Timestamp
-	23, // 31: fleetstream.placement.v1.PlacementNamespace.hard:type_name -> fleetstream.placement.v1.PlacementNamespace.HardEntry
-	27, // 32: fleetstream.placement.v1.PlacementNamespace.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	24, // 33: fleetstream.placement.v1.PlacementNamespace.create_time:type_name -> google.protobuf.Timestamp
-	24, // 34: fleetstream.placement.v1.PlacementNamespace.update_time:type_name -> google.protobuf.Timestamp
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	26, // 8: fleetstream.placement.v1.ClusterSelector.label_selector:type_name -> fleetstream.placement.v1.LabelSelector
+	5,  // 9: fleetstream.placement.v1.ClusterSelector.claim_selector:type_name -> fleetstream.placement.v1.ClaimSelector
+	4,  // 10: fleetstream.placement.v1.ClusterSelector.cel_selector:type_name -> fleetstream.placement.v1.CelSelector
+	27, // 11: fleetstream.placement.v1.ClaimSelector.match_expressions:type_name -> fleetstream.placement.v1.LabelSelectorRequirement
+	8,  // 12: fleetstream.placement.v1.PrioritizerPolicy.configurations:type_name -> fleetstream.placement.v1.PrioritizerConfig
+	9,  // 13: fleetstream.placement.v1.PrioritizerConfig.score_coordinate:type_name -> fleetstream.placement.v1.ScoreCoordinate
+	0,  // 14: fleetstream.placement.v1.ScoreCoordinate.type:type_name -> fleetstream.placement.v1.ScoreCoordinateType
+	10, // 15: fleetstream.placement.v1.ScoreCoordinate.add_on:type_name -> fleetstream.placement.v1.AddOnScoreCoordinate
+	12, // 16: fleetstream.placement.v1.DecisionStrategy.groups:type_name -> fleetstream.placement.v1.DecisionGroup
+	13, // 17: fleetstream.placement.v1.DecisionGroup.group_cluster_selector:type_name -> fleetstream.placement.v1.GroupClusterSelector
+	26, // 18: fleetstream.placement.v1.GroupClusterSelector.label_selector:type_name -> fleetstream.placement.v1.LabelSelector
+	5,  // 19: fleetstream.placement.v1.GroupClusterSelector.claim_selector:type_name -> fleetstream.placement.v1.ClaimSelector
+	15, // 20: fleetstream.placement.v1.PlacementStatus.decision_groups:type_name -> fleetstream.placement.v1.DecisionGroupStatus
+	16, // 21: fleetstream.placement.v1.PlacementStatus.conditions:type_name -> fleetstream.placement.v1.PlacementCondition
+	25, // 22: fleetstream.placement.v1.PlacementCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	18, // 23: fleetstream.placement.v1.PlacementDecisions.groups:type_name -> fleetstream.placement.v1.DecisionGroupDecisions
+	21, // 24: fleetstream.placement.v1.PlacementDecisions.prioritizers:type_name -> fleetstream.placement.v1.PrioritizerWeight
+	14, // 25: fleetstream.placement.v1.PlacementDecisions.status:type_name -> fleetstream.placement.v1.PlacementStatus
+	25, // 26: fleetstream.placement.v1.PlacementDecisions.decide_time:type_name -> google.protobuf.Timestamp
+	25, // 27: fleetstream.placement.v1.PlacementDecisions.next_evaluation:type_name -> google.protobuf.Timestamp
+	19, // 28: fleetstream.placement.v1.DecisionGroupDecisions.pages:type_name -> fleetstream.placement.v1.DecisionPage
+	20, // 29: fleetstream.placement.v1.DecisionPage.clusters:type_name -> fleetstream.placement.v1.ClusterDecision
+	25, // 30: fleetstream.placement.v1.AddOnScore.valid_until:type_name -> google.protobuf.Timestamp
+	25, // 31: fleetstream.placement.v1.AddOnScore.update_time:type_name -> google.protobuf.Timestamp
+	24, // 32: fleetstream.placement.v1.PlacementNamespace.hard:type_name -> fleetstream.placement.v1.PlacementNamespace.HardEntry
+	28, // 33: fleetstream.placement.v1.PlacementNamespace.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	25, // 34: fleetstream.placement.v1.PlacementNamespace.create_time:type_name -> google.protobuf.Timestamp
+	25, // 35: fleetstream.placement.v1.PlacementNamespace.update_time:type_name -> google.protobuf.Timestamp
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_placement_v1_placement_proto_init() }
@@ -1813,15 +1877,15 @@ func file_fleetstream_placement_v1_placement_proto_init() {
 	}
 	file_fleetstream_placement_v1_cluster_set_proto_init()
 	file_fleetstream_placement_v1_placement_proto_msgTypes[0].OneofWrappers = []any{}
-	file_fleetstream_placement_v1_placement_proto_msgTypes[4].OneofWrappers = []any{}
-	file_fleetstream_placement_v1_placement_proto_msgTypes[6].OneofWrappers = []any{}
+	file_fleetstream_placement_v1_placement_proto_msgTypes[5].OneofWrappers = []any{}
+	file_fleetstream_placement_v1_placement_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_placement_v1_placement_proto_rawDesc), len(file_fleetstream_placement_v1_placement_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
