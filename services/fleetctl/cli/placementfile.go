@@ -49,14 +49,24 @@ type ocmPlacementSpec struct {
 }
 
 type ocmPredicate struct {
-	RequiredClusterSelector *ocmClusterSelector `json:"requiredClusterSelector,omitempty"`
+	RequiredClusterSelector *ocmPredicateSelector `json:"requiredClusterSelector,omitempty"`
 }
 
-// ocmClusterSelector is OCM's ClusterSelector and GroupClusterSelector, which have the same
-// fields.
+// ocmClusterSelector is OCM's GroupClusterSelector: the label and claim selectors.
 type ocmClusterSelector struct {
 	LabelSelector *ocmLabelSelector `json:"labelSelector,omitempty"`
 	ClaimSelector *ocmClaimSelector `json:"claimSelector,omitempty"`
+}
+
+// ocmPredicateSelector is OCM's ClusterSelector: a group's selectors and a CEL selector (which
+// decision groups do not have, in OCM either).
+type ocmPredicateSelector struct {
+	ocmClusterSelector
+	CelSelector *ocmCelSelector `json:"celSelector,omitempty"`
+}
+
+type ocmCelSelector struct {
+	CelExpressions []string `json:"celExpressions,omitempty"`
 }
 
 type ocmLabelSelector struct {
@@ -280,6 +290,9 @@ func (s *ocmPlacementSpec) fill(p *placementv1.Placement) error {
 			out.RequiredClusterSelector = &placementv1.ClusterSelector{
 				LabelSelector: cs.LabelSelector.proto(),
 				ClaimSelector: cs.ClaimSelector.proto(),
+			}
+			if cs.CelSelector != nil {
+				out.RequiredClusterSelector.CelSelector = &placementv1.CelSelector{CelExpressions: cs.CelSelector.CelExpressions}
 			}
 		}
 		p.Predicates = append(p.Predicates, out)

@@ -72,6 +72,37 @@ spec:
 			}},
 		},
 		{
+			// OCM's CEL selector enhancement (136-placement-cel-selector) examples, ANDed with a
+			// label selector in the same predicate.
+			name: "OCM celSelector",
+			file: `apiVersion: cluster.open-cluster-management.io/v1beta1
+kind: Placement
+metadata:
+  name: placement1
+  namespace: default
+spec:
+  predicates:
+    - requiredClusterSelector:
+        labelSelector:
+          matchLabels:
+            env: prod
+        celSelector:
+          celExpressions:
+            - managedCluster.metadata.labels["version"].matches('^1\\.(30|31)\\.\\d+$')
+            - managedCluster.scores("default").filter(s, s.name == 'cpuAvailable').all(e, e.value > 4)
+`,
+			want: []*placementv1.Placement{{
+				Project: "default", Name: "placement1",
+				Predicates: []*placementv1.Predicate{{RequiredClusterSelector: &placementv1.ClusterSelector{
+					LabelSelector: &placementv1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
+					CelSelector: &placementv1.CelSelector{CelExpressions: []string{
+						`managedCluster.metadata.labels["version"].matches('^1\\.(30|31)\\.\\d+$')`,
+						`managedCluster.scores("default").filter(s, s.name == 'cpuAvailable').all(e, e.value > 4)`,
+					}},
+				}}},
+			}},
+		},
+		{
 			// OCM docs, "Placement" prioritizers: an unset type is BuiltIn on the server, an
 			// unset weight is 1 there; weight 0 is kept as given (it disables).
 			name: "OCM prioritizer policy",
@@ -179,8 +210,10 @@ spec:
 			wantErr: `unknown field "spec.numberOfCluster"`},
 		{name: "field in the wrong case", file: "project: a\nname: p\nspec: {NumberOfClusters: 3}\n",
 			wantErr: `unknown field "spec.NumberOfClusters"`},
-		{name: "unknown nested field", file: "project: a\nname: p\nspec:\n  predicates:\n  - requiredClusterSelector:\n      celSelector: {celExpressions: [x]}\n",
-			wantErr: `unknown field "spec.predicates[0].requiredClusterSelector.celSelector"`},
+		{name: "unknown nested field", file: "project: a\nname: p\nspec:\n  predicates:\n  - requiredClusterSelector:\n      celSelector: {celExpresions: [x]}\n",
+			wantErr: `unknown field "spec.predicates[0].requiredClusterSelector.celSelector.celExpresions"`},
+		{name: "decision groups have no CEL selector, as in OCM", file: "project: a\nname: p\nspec:\n  decisionStrategy:\n    groupStrategy:\n      decisionGroups:\n      - groupName: g\n        groupClusterSelector:\n          celSelector: {celExpressions: [\"true\"]}\n",
+			wantErr: `unknown field "spec.decisionStrategy.groupStrategy.decisionGroups[0].groupClusterSelector.celSelector"`},
 		{name: "unknown metadata field", file: "metadata: {name: p, namespace: a, labels: {x: y}}\n",
 			wantErr: `unknown field "metadata.labels"`},
 		{name: "status is not input", file: "project: a\nname: p\nstatus: {numberOfSelectedClusters: 1}\n",
