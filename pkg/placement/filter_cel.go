@@ -47,22 +47,34 @@ const (
 
 // celEnv is the environment every expression compiles in; it holds
 // declarations only, so one value serves every fleet and caller.
-var celEnv = sync.OnceValues(func() (*cel.Env, error) {
-	return cel.NewEnv(
+var celEnv = sync.OnceValues(func() (*cel.Env, error) { return newCELEnv(ext.Strings()) })
+
+// celEnvEstimated is celEnv without cel-go's strings extension, whose
+// functions (split, replace, ...) the cost estimation knows no sizes for:
+// an expression that compiles here has an estimate that bounds its cost.
+var celEnvEstimated = sync.OnceValues(func() (*cel.Env, error) { return newCELEnv() })
+
+func newCELEnv(extra ...cel.EnvOption) (*cel.Env, error) {
+	return cel.NewEnv(append([]cel.EnvOption{
 		cel.Variable("managedCluster", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Function("scores",
 			cel.MemberOverload("cluster_scores", []*cel.Type{cel.DynType, cel.StringType}, cel.ListType(cel.DynType),
 				cel.BinaryBinding(clusterScores))),
 		cel.OptionalTypes(),
-		ext.Strings(),
 		semverLib(),
-	)
-})
+	}, extra...)...)
+}
 
 // celProgram is one compiled, cost-checked expression.
 type celProgram struct {
 	expr string
-	prg  cel.Program
+	// limited tracks the cost of each evaluation and stops it at
+	// CELCostLimit. bounded, when not nil, does not track: its compile-time
+	// estimate already bounds every evaluation on a fleet whose clusters are
+	// within the estimate's size assumptions (celInputs.bounded), and
+	// tracking costs about 40% of an evaluation. It is nil for expressions
+	// using functions the estimate knows no sizes for.
+	limited, bounded cel.Program
 }
 
 // celPrograms memoises compileCEL. Compiling is a pure function of the
@@ -115,11 +127,18 @@ func compileCEL(expr string) (*celProgram, error) {
 	}
 	// OptOptimize folds calls on constants (semver("1.30.0"), a literal
 	// list for "in") once here instead of once per cluster.
-	prg, err := env.Program(ast, cel.CostLimit(CELCostLimit), cel.CostTracking(runtimeCost{}), cel.EvalOptions(cel.OptOptimize))
+	limited, err := env.Program(ast, cel.CostLimit(CELCostLimit), cel.CostTracking(runtimeCost{}), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, fmt.Errorf("instantiation failed: %w", err)
 	}
-	p = &celProgram{expr: expr, prg: prg}
+	p = &celProgram{expr: expr, limited: limited}
+	if est, err := celEnvEstimated(); err == nil {
+		if ast, iss := est.Compile(expr); iss.Err() == nil {
+			if p.bounded, err = est.Program(ast, cel.EvalOptions(cel.OptOptimize)); err != nil {
+				return nil, fmt.Errorf("instantiation failed: %w", err)
+			}
+		}
+	}
 	celPrograms.Lock()
 	if len(celPrograms.m) >= celCacheSize {
 		celPrograms.m = map[string]*celProgram{}
@@ -145,9 +164,13 @@ func compileCELSelector(exprs []string, field string) ([]*celProgram, *misconfig
 // celMatches evaluates every expression (ANDed) against cluster i; an error,
 // including the runtime cost limit, makes it false.
 func celMatches(progs []*celProgram, f *Fleet, i int) bool {
-	in := f.celInput(i)
+	in, bounded := f.celInput(i)
 	for _, p := range progs {
-		out, _, err := p.prg.Eval(in)
+		prg := p.limited
+		if bounded && p.bounded != nil {
+			prg = p.bounded
+		}
+		out, _, err := prg.Eval(in)
 		if err != nil {
 			return false
 		}
@@ -232,15 +255,27 @@ func clusterScores(cluster, resource ref.Val) ref.Val {
 	return types.NewRefValList(types.DefaultTypeAdapter, out)
 }
 
-// celInputs holds each cluster's activation, built on the first CEL
-// evaluation against this fleet (a fleet whose placements use no CEL never
-// pays for it).
+// celInputs holds what CEL reads of each cluster. The fleet-wide part (the
+// add-on scores by cluster, and whether the fleet is within the estimate's
+// sizes) is built on the first CEL evaluation against this fleet, and each
+// cluster's value on its first evaluation: a fleet whose placements use no
+// CEL never pays for it, and clusters a label or claim selector already
+// refused are never built.
 type celInputs struct {
-	once sync.Once
-	acts []interpreter.Activation
+	once      sync.Once
+	byCluster map[string]map[string][]AddOnScore
+	// bounded: every map, list and string CEL can reach in this fleet is
+	// within CELMaxListSize and CELMaxStringSize.
+	bounded bool
+	acts    []lazyActivation
 }
 
-func (f *Fleet) celInput(i int) interpreter.Activation {
+type lazyActivation struct {
+	once sync.Once
+	act  clusterActivation
+}
+
+func (f *Fleet) celInput(i int) (interpreter.Activation, bool) {
 	f.cel.once.Do(func() {
 		byCluster := map[string]map[string][]AddOnScore{}
 		for k, s := range f.scores {
@@ -251,22 +286,64 @@ func (f *Fleet) celInput(i int) interpreter.Activation {
 			}
 			m[k.ResourceName] = append(m[k.ResourceName], s)
 		}
+		bounded := true
 		for _, m := range byCluster {
 			for _, ss := range m {
 				sort.Slice(ss, func(a, b int) bool { return ss[a].ScoreName < ss[b].ScoreName })
+				bounded = bounded && len(ss) <= CELMaxListSize
+				for _, sc := range ss {
+					bounded = bounded && len(sc.ScoreName) <= CELMaxStringSize
+				}
 			}
 		}
-		f.cel.acts = make([]interpreter.Activation, len(f.clusters))
 		for j := range f.clusters {
-			c := &f.clusters[j].Cluster
-			// Cannot fail: the bindings are a map[string]any.
-			f.cel.acts[j], _ = interpreter.NewActivation(map[string]any{"managedCluster": &clusterValue{
-				Mapper: managedClusterObject(c),
-				scores: byCluster[c.Name],
-			}})
+			bounded = bounded && withinCELEstimate(&f.clusters[j].Cluster)
 		}
+		f.cel.byCluster, f.cel.bounded = byCluster, bounded
+		f.cel.acts = make([]lazyActivation, len(f.clusters))
 	})
-	return f.cel.acts[i]
+	a := &f.cel.acts[i]
+	a.once.Do(func() {
+		c := &f.clusters[i].Cluster
+		a.act = clusterActivation{&clusterValue{Mapper: managedClusterObject(c), scores: f.cel.byCluster[c.Name]}}
+	})
+	return a.act, f.cel.bounded
+}
+
+// clusterActivation binds managedCluster, the one variable, without a map.
+type clusterActivation struct{ cluster *clusterValue }
+
+func (a clusterActivation) ResolveName(name string) (any, bool) {
+	if name == "managedCluster" {
+		return a.cluster, true
+	}
+	return nil, false
+}
+
+func (clusterActivation) Parent() interpreter.Activation { return nil }
+
+// withinCELEstimate says whether every map, list and string of c that CEL
+// can reach is within the sizes the cost estimation assumed.
+func withinCELEstimate(c *Cluster) bool {
+	if len(c.Labels) > CELMaxListSize || len(c.Claims) > CELMaxListSize || len(c.Taints) > CELMaxListSize || len(c.Name) > CELMaxStringSize {
+		return false
+	}
+	for k, v := range c.Labels {
+		if len(k) > CELMaxStringSize || len(v) > CELMaxStringSize {
+			return false
+		}
+	}
+	for k, v := range c.Claims {
+		if len(k) > CELMaxStringSize || len(v) > CELMaxStringSize {
+			return false
+		}
+	}
+	for _, t := range c.Taints {
+		if len(t.Key) > CELMaxStringSize || len(t.Value) > CELMaxStringSize || len(t.Effect) > CELMaxStringSize {
+			return false
+		}
+	}
+	return true
 }
 
 // managedClusterObject renders a cluster as the fields of OCM's
@@ -314,33 +391,46 @@ func managedClusterObject(c *Cluster) traits.Mapper {
 
 // celMap builds a CEL map from string keys and CEL values, alternating.
 func celMap(kv ...any) traits.Mapper {
-	fields := make(map[string]ref.Val, len(kv)/2)
+	o := make(celObject, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
-		fields[kv[i].(string)] = kv[i+1].(ref.Val)
+		o = append(o, celField{key: kv[i].(string), val: kv[i+1].(ref.Val)})
 	}
-	return celObject(fields)
+	return o
 }
 
-// celObject is a CEL map with string keys whose lookups (the whole of
-// managedCluster.metadata.labels["env"]) are Go string-map lookups: cel-go's
-// generic map hashes interface keys, which made a CEL predicate over 5,000
-// clusters several times slower, and building one per object doubled the
-// cost of preparing a fleet. What evaluations rarely do (iterate, compare,
-// convert) goes through a generic map built for the occasion.
-type celObject map[string]ref.Val
+// celObject is a small CEL map with string keys (the fixed fields of
+// managedCluster), kept as one slice searched in order. cel-go's generic map
+// hashes interface keys and its Go-map adapter converts a nested map on
+// every access; a Go map per object costs a cache miss per field over 5,000
+// clusters. What evaluations rarely do (iterate, compare, convert) goes
+// through a generic map built for the occasion.
+type celObject []celField
+
+type celField struct {
+	key string
+	val ref.Val
+}
+
+func (o celObject) lookup(k string) (ref.Val, bool) {
+	for i := range o {
+		if o[i].key == k {
+			return o[i].val, true
+		}
+	}
+	return nil, false
+}
 
 func (o celObject) generic() traits.Mapper {
 	m := make(map[ref.Val]ref.Val, len(o))
-	for k, v := range o {
-		m[types.String(k)] = v
+	for _, f := range o {
+		m[types.String(f.key)] = f.val
 	}
 	return types.NewRefValMap(types.DefaultTypeAdapter, m)
 }
 
 func (o celObject) Find(k ref.Val) (ref.Val, bool) {
 	if s, ok := k.(types.String); ok {
-		v, found := o[string(s)]
-		return v, found
+		return o.lookup(string(s))
 	}
 	return o.generic().Find(k)
 }
@@ -354,7 +444,7 @@ func (o celObject) Get(k ref.Val) ref.Val {
 
 func (o celObject) Contains(k ref.Val) ref.Val {
 	if s, ok := k.(types.String); ok {
-		_, found := o[string(s)]
+		_, found := o.lookup(string(s))
 		return types.Bool(found)
 	}
 	return o.generic().Contains(k)
@@ -368,7 +458,7 @@ func (o celObject) Equal(other ref.Val) ref.Val      { return o.generic().Equal(
 func (o celObject) Iterator() traits.Iterator        { return o.generic().Iterator() }
 func (o celObject) Size() ref.Val                    { return types.Int(len(o)) }
 func (o celObject) Type() ref.Type                   { return types.MapType }
-func (o celObject) Value() any                       { return map[string]ref.Val(o) }
+func (o celObject) Value() any                       { return o.generic().Value() }
 
 // ClaimKubeVersion is the claim cluster-import reports a cluster's
 // Kubernetes version in; CEL sees it as managedCluster.status.version.kubernetes.

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -189,6 +190,37 @@ func TestParseSemver(t *testing.T) {
 		b, _ := parseSemver(order[i], false)
 		if compareSemver(a, b) != -1 || compareSemver(b, a) != 1 {
 			t.Errorf("want %s < %s (semver.org's order)", order[i-1], order[i])
+		}
+	}
+}
+
+// TestCELConcurrentFirstUse: goroutines that each make a fleet's first CEL
+// evaluations at once decide the same (run with -race).
+func TestCELConcurrentFirstUse(t *testing.T) {
+	var clusters []Cluster
+	for i := range 40 {
+		clusters = append(clusters, cluster(fmt.Sprintf("c%02d", i), lbl("n", fmt.Sprint(i%4))))
+	}
+	f, err := NewFleet(clusters, defaultSets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Placement{Predicates: []Predicate{celPredicate(`managedCluster.metadata.labels["n"] == "1"`)}}
+	st := PlacementState{BoundClusterSets: []string{DefaultClusterSet}, Now: fakeTime}
+	got := make(chan []string, 8)
+	for range 8 {
+		go func() {
+			d, err := f.Schedule(context.Background(), &p, st)
+			if err != nil {
+				got <- nil
+				return
+			}
+			got <- d.ClusterNames()
+		}()
+	}
+	for range 8 {
+		if names := <-got; len(names) != 10 {
+			t.Errorf("decided %v, want the 10 clusters with n=1", names)
 		}
 	}
 }
