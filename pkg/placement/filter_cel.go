@@ -464,10 +464,53 @@ func (o celObject) Value() any                       { return o.generic().Value(
 // Kubernetes version in; CEL sees it as managedCluster.status.version.kubernetes.
 const ClaimKubeVersion = "kubeversion.fleetstream.io"
 
-func quantities(q map[ResourceName]resource.Quantity) traits.Mapper {
+func quantities(q map[ResourceName]resource.Quantity) traits.Mapper { return quantityMap(q) }
+
+// quantityMap shows allocatable or capacity as quantity strings, formatted
+// when read: formatting every cluster's up front was a fifth of preparing a
+// fleet's CEL values.
+type quantityMap map[ResourceName]resource.Quantity
+
+func (q quantityMap) generic() traits.Mapper {
 	out := make(map[string]string, len(q))
 	for k, v := range q {
 		out[string(k)] = v.String()
 	}
 	return types.NewStringStringMap(types.DefaultTypeAdapter, out)
 }
+
+func (q quantityMap) Find(k ref.Val) (ref.Val, bool) {
+	if s, ok := k.(types.String); ok {
+		v, found := q[ResourceName(s)]
+		if !found {
+			return nil, false
+		}
+		return types.String(v.String()), true
+	}
+	return q.generic().Find(k)
+}
+
+func (q quantityMap) Get(k ref.Val) ref.Val {
+	if v, found := q.Find(k); found {
+		return v
+	}
+	return q.generic().Get(k)
+}
+
+func (q quantityMap) Contains(k ref.Val) ref.Val {
+	if s, ok := k.(types.String); ok {
+		_, found := q[ResourceName(s)]
+		return types.Bool(found)
+	}
+	return q.generic().Contains(k)
+}
+
+func (q quantityMap) ConvertToNative(t reflect.Type) (any, error) {
+	return q.generic().ConvertToNative(t)
+}
+func (q quantityMap) ConvertToType(t ref.Type) ref.Val { return q.generic().ConvertToType(t) }
+func (q quantityMap) Equal(other ref.Val) ref.Val      { return q.generic().Equal(other) }
+func (q quantityMap) Iterator() traits.Iterator        { return q.generic().Iterator() }
+func (q quantityMap) Size() ref.Val                    { return types.Int(len(q)) }
+func (q quantityMap) Type() ref.Type                   { return types.MapType }
+func (q quantityMap) Value() any                       { return q.generic().Value() }

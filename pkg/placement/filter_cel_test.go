@@ -101,6 +101,8 @@ func TestCELSelect(t *testing.T) {
 		{"scores", []Predicate{celPredicate(`managedCluster.scores("test-addon").filter(s, s.name == 'test-score').all(e, e.value > 80)`)}, []string{"a", "c"}},
 		{"scores of a resource the cluster lacks are an error, so false", []Predicate{celPredicate(`managedCluster.scores("other").size() == 0`)}, []string{}},
 		{"allocatable", []Predicate{celPredicate(`has(managedCluster.status.allocatable.memory)`)}, []string{"d"}},
+		{"allocatable as a quantity string", []Predicate{celPredicate(`managedCluster.status.allocatable.memory == "64Gi"`,
+			`managedCluster.status.capacity.exists(r, r == "memory")`)}, []string{"d"}},
 		{"taints", []Predicate{celPredicate(`managedCluster.spec.taints.exists(t, t.key == "gpu" && t.effect == "PreferNoSelect")`)}, []string{"d"}},
 		{"expressions are ANDed", []Predicate{celPredicate(`managedCluster.metadata.labels["env"] == "prod"`, `managedCluster.scores("test-addon").filter(s, s.name == 'test-score').all(e, e.value > 80)`)}, []string{"a"}},
 		{"ANDed with the label and claim selectors", []Predicate{{RequiredClusterSelector: ClusterSelector{
