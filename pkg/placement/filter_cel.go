@@ -32,13 +32,13 @@ const (
 	// per-call limit for CEL in admission). Comparing a few labels costs
 	// under 20; a loop over the labels costs about 10 per label.
 	CELCostLimit = 1_000_000
-	// CELMaxListSize is the size estimation's bound on every map and list an
-	// expression can reach (labels, claims, taints, a score list): the
-	// estimate assumes at most this many entries. A fleet with more is still
-	// evaluated; the runtime limit then applies.
-	CELMaxListSize = 256
-	// CELMaxStringSize is the estimation's bound on a string's length.
-	CELMaxStringSize = 1024
+	// CELMaxSize is the size the cost estimation assumes for every map,
+	// list and string it cannot size itself (labels, claims, taints, a
+	// score list, a label's value): at most this many entries or characters.
+	// One bound for all, because what is reached through managedCluster is
+	// typed dyn and the estimation cannot tell a string from a list there.
+	// A fleet with more is still evaluated; the runtime limit then applies.
+	CELMaxSize = 256
 	// celMaxExpressionLength refuses an expression before parsing it.
 	celMaxExpressionLength = 4096
 	// celCacheSize bounds the program memo; past it, it starts over.
@@ -122,8 +122,8 @@ func compileCEL(expr string) (*celProgram, error) {
 		return nil, fmt.Errorf("cost estimation failed: %w", err)
 	}
 	if est.Max > CELCostLimit {
-		return nil, fmt.Errorf("estimated cost %d exceeds the limit %d (maps and lists assumed to hold up to %d entries, strings up to %d characters)",
-			est.Max, CELCostLimit, CELMaxListSize, CELMaxStringSize)
+		return nil, fmt.Errorf("estimated cost %d exceeds the limit %d (every map, list and string assumed to hold up to %d entries or characters)",
+			est.Max, CELCostLimit, CELMaxSize)
 	}
 	// OptOptimize folds calls on constants (semver("1.30.0"), a literal
 	// list for "in") once here instead of once per cluster.
@@ -188,20 +188,17 @@ func (sizeEstimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	if s := n.ComputedSize(); s != nil {
 		return s
 	}
-	if n.Type() != nil && (n.Type().IsExactType(cel.StringType) || n.Type().IsExactType(cel.BytesType)) {
-		return &checker.SizeEstimate{Min: 0, Max: CELMaxStringSize}
-	}
-	return &checker.SizeEstimate{Min: 0, Max: CELMaxListSize}
+	return &checker.SizeEstimate{Min: 0, Max: CELMaxSize}
 }
 
 func (sizeEstimator) EstimateCallCost(function, _ string, _ *checker.AstNode, _ []checker.AstNode) *checker.CallEstimate {
 	switch function {
 	case "scores":
 		// A lookup, then one small map per score.
-		return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1 + CELMaxListSize},
-			ResultSize: &checker.SizeEstimate{Min: 0, Max: CELMaxListSize}}
+		return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1 + CELMaxSize},
+			ResultSize: &checker.SizeEstimate{Min: 0, Max: CELMaxSize}}
 	case "semver", "isSemver":
-		return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1 + CELMaxStringSize/10}}
+		return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1 + CELMaxSize/10}}
 	}
 	return nil
 }
@@ -265,7 +262,7 @@ type celInputs struct {
 	once      sync.Once
 	byCluster map[string]map[string][]AddOnScore
 	// bounded: every map, list and string CEL can reach in this fleet is
-	// within CELMaxListSize and CELMaxStringSize.
+	// within CELMaxSize.
 	bounded bool
 	acts    []lazyActivation
 }
@@ -290,9 +287,9 @@ func (f *Fleet) celInput(i int) (interpreter.Activation, bool) {
 		for _, m := range byCluster {
 			for _, ss := range m {
 				sort.Slice(ss, func(a, b int) bool { return ss[a].ScoreName < ss[b].ScoreName })
-				bounded = bounded && len(ss) <= CELMaxListSize
+				bounded = bounded && len(ss) <= CELMaxSize
 				for _, sc := range ss {
-					bounded = bounded && len(sc.ScoreName) <= CELMaxStringSize
+					bounded = bounded && len(sc.ScoreName) <= CELMaxSize
 				}
 			}
 		}
@@ -325,21 +322,21 @@ func (clusterActivation) Parent() interpreter.Activation { return nil }
 // withinCELEstimate says whether every map, list and string of c that CEL
 // can reach is within the sizes the cost estimation assumed.
 func withinCELEstimate(c *Cluster) bool {
-	if len(c.Labels) > CELMaxListSize || len(c.Claims) > CELMaxListSize || len(c.Taints) > CELMaxListSize || len(c.Name) > CELMaxStringSize {
+	if len(c.Labels) > CELMaxSize || len(c.Claims) > CELMaxSize || len(c.Taints) > CELMaxSize || len(c.Name) > CELMaxSize {
 		return false
 	}
 	for k, v := range c.Labels {
-		if len(k) > CELMaxStringSize || len(v) > CELMaxStringSize {
+		if len(k) > CELMaxSize || len(v) > CELMaxSize {
 			return false
 		}
 	}
 	for k, v := range c.Claims {
-		if len(k) > CELMaxStringSize || len(v) > CELMaxStringSize {
+		if len(k) > CELMaxSize || len(v) > CELMaxSize {
 			return false
 		}
 	}
 	for _, t := range c.Taints {
-		if len(t.Key) > CELMaxStringSize || len(t.Value) > CELMaxStringSize || len(t.Effect) > CELMaxStringSize {
+		if len(t.Key) > CELMaxSize || len(t.Value) > CELMaxSize || len(t.Effect) > CELMaxSize {
 			return false
 		}
 	}
