@@ -275,9 +275,10 @@ func TestBinaryRequestsKeepUnknownFields(t *testing.T) {
 	}
 }
 
-// The attack of the issue, end to end: a placement with OCM's celSelector is refused, not
-// stored as a placement matching every cluster.
-func TestPlacementWithCELSelectorIsRefused(t *testing.T) {
+// The attack of the issue, end to end: a predicate with a selector the server does not know (here
+// OCM's celSelector misspelt) is refused, not stored as a predicate matching every cluster; the
+// selector it knows is stored whole.
+func TestPlacementWithUnknownSelectorIsRefused(t *testing.T) {
 	inst, _ := startFleetd(t)
 	api := strictClient{base: "http://" + inst.Addr}
 	must := func(proc, body string) {
@@ -287,14 +288,32 @@ func TestPlacementWithCELSelectorIsRefused(t *testing.T) {
 		}
 	}
 	must(procCreateProject, `{"name":"team-a"}`)
-	const create = "/fleetstream.placement.v1.PlacementService/CreatePlacement"
-	body := `{"placement":{"project":"team-a","name":"prod-only","predicates":[{"requiredClusterSelector":{"celSelector":{"celExpressions":["cluster.metadata.labels[\"env\"] == \"prod\""]}}}]}}`
+	const (
+		create = "/fleetstream.placement.v1.PlacementService/CreatePlacement"
+		get    = "/fleetstream.placement.v1.PlacementService/GetPlacement"
+	)
+	body := `{"placement":{"project":"team-a","name":"prod-only","predicates":[{"requiredClusterSelector":{"celSelectors":{"celExpressions":["managedCluster.metadata.labels[\"env\"] == \"prod\""]}}}]}}`
 	code, msg := api.call(t, create, "json", []byte(body), false)
-	if code != "invalid_argument" || !strings.Contains(msg, "placement.predicates[0].required_cluster_selector.celSelector: unknown field") {
-		t.Fatalf("placement with celSelector: %s %q", code, msg)
+	if code != "invalid_argument" || !strings.Contains(msg, "placement.predicates[0].required_cluster_selector.celSelectors: unknown field") {
+		t.Fatalf("placement with an unknown selector: %s %q", code, msg)
 	}
-	code, msg = api.call(t, "/fleetstream.placement.v1.PlacementService/GetPlacement", "json", []byte(`{"project":"team-a","name":"prod-only"}`), false)
+	code, msg = api.call(t, get, "json", []byte(`{"project":"team-a","name":"prod-only"}`), false)
 	if code != "not_found" {
 		t.Fatalf("the refused placement: %s %q, want not_found", code, msg)
+	}
+	must(create, strings.Replace(body, "celSelectors", "celSelector", 1))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, api.base+get, strings.NewReader(`{"project":"team-a","name":"prod-only"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if got, _ := io.ReadAll(res.Body); res.StatusCode != http.StatusOK || !strings.Contains(string(got), `managedCluster.metadata.labels`) {
+		t.Fatalf("the stored placement lost its CEL selector: HTTP %d %s", res.StatusCode, got)
 	}
 }
