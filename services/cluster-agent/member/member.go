@@ -53,6 +53,13 @@ func New(cfg Config, js jetstream.JetStream, kubeCfg *rest.Config, log *zap.Logg
 	if err != nil {
 		return nil, fmt.Errorf("dynamic kubernetes client of cluster %s: %w", cfg.ClusterName, err)
 	}
+	return NewWithClients(cfg, js, kube, dyn, log)
+}
+
+// NewWithClients is New with the member cluster's clients given rather than built from a
+// rest.Config: the fleet simulator (tools/fleetsim) runs the real agent against in-memory fake
+// clients, with the same wiring as a real agent.
+func NewWithClients(cfg Config, js jetstream.JetStream, kube kubernetes.Interface, dyn dynamic.Interface, log *zap.Logger) (*agent.Agent, error) {
 	// The agent does not create FLEET_AGENT: cluster-import owns it. Until it exists, publishes
 	// fail and the agent keeps retrying.
 	a, err := agent.New(agent.Config{
