@@ -1,0 +1,128 @@
+// Command fleetsim is the fleet simulator: one process, many simulated member clusters, each
+// registered through the hub's API, with its own agent token and its own NATS connection under
+// the agent's real permissions, running the agent's real hub-facing code (heartbeats with
+// resources, namespace inventory, the desired-state watches and applier with their `applied`
+// statuses) against in-memory Kubernetes clients (client-go's fakes). The hub cannot tell a
+// simulated agent from a real one.
+//
+// It runs scenarios and prints what it measured as one JSON object on stdout and a table on
+// stderr:
+//
+//	fleetsim -clusters 100 -scenario join,grant -rounds 20
+//
+// With -embedded (the default) it starts fleetd in process (embedded NATS, a temporary data
+// directory); otherwise it drives a running hub: -api-url, -nats-url and -token-file (a platform
+// admin's API token).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	clusters   int
+	namespaces int
+	heartbeat  time.Duration
+	ramp       float64
+	scenarios  []string
+	rounds     int
+	timeout    time.Duration
+	embedded   bool
+	apiURL     string
+	natsURL    string
+	tokenFile  string
+	logLevel   string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "fleetsim:", err)
+		os.Exit(1)
+	}
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var scenarios string
+	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.clusters, "clusters", 10, "simulated member clusters")
+	fs.IntVar(&o.namespaces, "namespaces", 5, "namespaces each simulated cluster holds (besides default and kube-system)")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 5*time.Second, "heartbeat interval of every simulated agent")
+	fs.Float64Var(&o.ramp, "ramp", 100, "clusters registered and connected per second; 0 for as fast as the hub answers")
+	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant (grant needs join)")
+	fs.IntVar(&o.rounds, "rounds", 3, "grant scenario: rounds of grant then revoke")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long one phase (all Connected, all applied) may take before what is missing is reported lost")
+	fs.BoolVar(&o.embedded, "embedded", true, "start fleetd in this process (embedded NATS, temporary data directory)")
+	fs.StringVar(&o.apiURL, "api-url", "", "without -embedded: the hub's API, e.g. http://127.0.0.1:8080")
+	fs.StringVar(&o.natsURL, "nats-url", "", "without -embedded: the NATS URL agents connect to")
+	fs.StringVar(&o.tokenFile, "token-file", "", "without -embedded: file holding a platform admin's API token")
+	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the hub and the simulated agents: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	for _, s := range strings.Split(scenarios, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "join", "grant":
+			o.scenarios = append(o.scenarios, s)
+		default:
+			return o, fmt.Errorf("-scenario: unknown scenario %q (join, grant)", s)
+		}
+	}
+	switch {
+	case o.clusters < 1:
+		return o, errors.New("-clusters: at least 1")
+	case o.namespaces < 0:
+		return o, errors.New("-namespaces: not negative")
+	case o.heartbeat <= 0:
+		return o, errors.New("-heartbeat: must be positive")
+	case o.ramp < 0:
+		return o, errors.New("-ramp: not negative")
+	case o.rounds < 1:
+		return o, errors.New("-rounds: at least 1")
+	case !o.embedded && (o.apiURL == "" || o.natsURL == "" || o.tokenFile == ""):
+		return o, errors.New("-embedded=false needs -api-url, -nats-url and -token-file")
+	}
+	if o.has("grant") && !o.has("join") {
+		return o, errors.New("-scenario: grant needs join (the clusters it grants on)")
+	}
+	return o, nil
+}
+
+func (o options) has(scenario string) bool {
+	for _, s := range o.scenarios {
+		if s == scenario {
+			return true
+		}
+	}
+	return false
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	res, err := simulate(ctx, o)
+	if res != nil {
+		writeTable(stderr, res)
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(res); jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	return err
+}

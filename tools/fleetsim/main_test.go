@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The simulator end to end at 20 clusters against an in-process fleetd: every cluster
+// registered and Connected, and in a grant round every cluster's agent applied the RoleBinding
+// and removed it again on revoke. Nothing may be lost.
+func TestTwentyClustersJoinAndGrant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetd and 20 simulated agents")
+	}
+	const n = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-clusters", "20", "-namespaces", "3", "-heartbeat", "1s", "-ramp", "0",
+		"-rounds", "1", "-timeout", "60s", "-log-level", "error"}, &stdout, &stderr)
+	t.Log(stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, stdout.String())
+	}
+	if len(res.Lost) > 0 {
+		t.Fatalf("lost: %v", res.Lost)
+	}
+	if res.Join == nil || res.Join.Register.N != n || res.Join.Connected.N != n || res.Join.AllConnectedMS <= 0 {
+		t.Fatalf("join: not every cluster registered and Connected: %+v", res.Join)
+	}
+	if res.Grant == nil || len(res.Grant.Rounds) != 1 || res.Grant.Grant.N != n || res.Grant.Revoke.N != n {
+		t.Fatalf("grant: not every cluster applied and removed the RoleBinding: %+v", res.Grant)
+	}
+	// Below minP99Samples there is no p99, only the maximum, and the table says so.
+	if res.Grant.Grant.P99 != nil || !strings.Contains(stderr.String(), "max of 20") {
+		t.Fatalf("a p99 of %d samples was reported: %+v", n, res.Grant.Grant)
+	}
+}
+
+func TestOptionsRefuseBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-clusters", "0"}, "-clusters"},
+		{[]string{"-scenario", "join,storm"}, `unknown scenario "storm"`},
+		{[]string{"-scenario", "grant"}, "grant needs join"},
+		{[]string{"-rounds", "0"}, "-rounds"},
+		{[]string{"-heartbeat", "0s"}, "-heartbeat"},
+		{[]string{"-ramp", "-1"}, "-ramp"},
+		{[]string{"-embedded=false", "-api-url", "http://x"}, "-nats-url and -token-file"},
+	} {
+		_, err := parseOptions(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestDistReportsP99OnlyFromEnoughSamples(t *testing.T) {
+	few := make([]time.Duration, minP99Samples-1)
+	many := make([]time.Duration, minP99Samples)
+	for i := range many {
+		many[i] = time.Duration(i+1) * time.Millisecond
+		if i < len(few) {
+			few[i] = many[i]
+		}
+	}
+	if d := newDist(few); d.P99 != nil || d.Max != float64(len(few)) || !strings.HasPrefix(d.tail(), "max of 199") {
+		t.Errorf("199 samples: %+v %q", d, d.tail())
+	}
+	if d := newDist(many); d.P99 == nil || *d.P99 != 198 || d.P50 != 100 {
+		t.Errorf("200 samples: %+v", d)
+	}
+}

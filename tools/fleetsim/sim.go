@@ -1,0 +1,494 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/zap"
+
+	"github.com/fleetstream/fleetstream/pkg/authz"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
+	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+)
+
+// apiWorkers bounds the API calls in flight at once (registrations, namespace bindings).
+const apiWorkers = 8
+
+// Result is what fleetsim prints. Durations are in milliseconds.
+type Result struct {
+	Hub                  string       `json:"hub"`
+	Clusters             int          `json:"clusters"`
+	NamespacesPerCluster int          `json:"namespaces_per_cluster"`
+	HeartbeatMS          float64      `json:"heartbeat_ms"`
+	Ramp                 float64      `json:"ramp_per_second"`
+	Join                 *JoinResult  `json:"join,omitempty"`
+	Grant                *GrantResult `json:"grant,omitempty"`
+	// JetStream consumers after the scenarios (embedded hub only): in total, and on the stream
+	// that holds the most.
+	Consumers          int    `json:"jetstream_consumers,omitempty"`
+	MaxConsumers       int    `json:"max_consumers_per_stream,omitempty"`
+	MaxConsumersStream string `json:"max_consumers_stream,omitempty"`
+	// RSSMB is this process's resident memory: with -embedded, the hub and every simulated
+	// agent together.
+	RSSMB      float64 `json:"process_rss_mb"`
+	Goroutines int     `json:"goroutines"`
+	// Lost lists what never completed (a cluster never Connected, a RoleBinding never applied
+	// or never removed); fleetsim fails when it is not empty.
+	Lost []string `json:"lost,omitempty"`
+}
+
+// JoinResult is the join scenario: every cluster registered through the API, its agent
+// connected, until ListClusters shows all of them Connected.
+type JoinResult struct {
+	Register Dist `json:"register"`
+	// Connected is, per cluster, from its registration call until the hub showed it Connected
+	// (polled every connectedPoll).
+	Connected Dist `json:"connected"`
+	// AllConnectedMS is from the first registration until every cluster was Connected.
+	AllConnectedMS float64 `json:"all_connected_ms"`
+}
+
+// GrantResult is the grant scenario: a project namespace bound on every cluster, then rounds
+// of a project role binding granted and revoked.
+type GrantResult struct {
+	// BindAllAppliedMS is from the first BindNamespace call until every cluster applied the
+	// namespace.
+	BindAllAppliedMS float64 `json:"bind_all_applied_ms"`
+	// Grant and Revoke are, per cluster and round, from the API call until that cluster's
+	// agent applied (deleted) the RoleBinding in its fake apiserver.
+	Grant  Dist         `json:"grant"`
+	Revoke Dist         `json:"revoke"`
+	Rounds []GrantRound `json:"rounds"`
+}
+
+// GrantRound is one round: until the last cluster applied (removed) the RoleBinding.
+type GrantRound struct {
+	GrantAllMS  float64 `json:"grant_all_ms"`
+	RevokeAllMS float64 `json:"revoke_all_ms"`
+}
+
+const connectedPoll = 100 * time.Millisecond
+
+type hub struct {
+	name     string
+	natsURL  string
+	clusters clusterv1connect.ClusterServiceClient
+	projects projectv1connect.ProjectServiceClient
+	rbac     rbacv1connect.RBACServiceClient
+	inst     *fleetd.Instance
+	stop     func()
+}
+
+const embeddedToken = "fleetsim-admin-token"
+
+func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
+	apiURL, natsURL, token := o.apiURL, o.natsURL, ""
+	h := &hub{name: apiURL, stop: func() {}}
+	if o.embedded {
+		dir, err := os.MkdirTemp("", "fleetsim-")
+		if err != nil {
+			return nil, err
+		}
+		tokens := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(tokens, []byte(embeddedToken+",admin\n"), 0o600); err != nil {
+			return nil, err
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		inst, err := fleetd.Start(hctx, fleetd.Config{
+			DataDir:    filepath.Join(dir, "data"),
+			Server:     server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
+			NATSListen: "127.0.0.1:0",
+			Authz:      authz.Config{PlatformAdmins: []string{"admin"}},
+		}, log.Named("fleetd"))
+		if err != nil {
+			cancel()
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("start fleetd: %w", err)
+		}
+		h.stop = func() { cancel(); inst.Stop(); _ = os.RemoveAll(dir) }
+		select {
+		case <-inst.Ready():
+		case <-time.After(60 * time.Second):
+			h.stop()
+			return nil, errors.New("embedded fleetd not ready within 60s")
+		case <-ctx.Done():
+			h.stop()
+			return nil, ctx.Err()
+		}
+		h.inst, h.name = inst, "embedded fleetd (embedded NATS)"
+		apiURL, natsURL, token = "http://"+inst.Addr, inst.NATS.ClientURL(), embeddedToken
+	} else {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("-token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	h.natsURL = natsURL
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * apiWorkers}}
+	auth := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}))
+	h.clusters = clusterv1connect.NewClusterServiceClient(hc, apiURL, auth)
+	h.projects = projectv1connect.NewProjectServiceClient(hc, apiURL, auth)
+	h.rbac = rbacv1connect.NewRBACServiceClient(hc, apiURL, auth)
+	return h, nil
+}
+
+// simulate runs the scenarios of o. The result is returned also with an error, as far as it got.
+func simulate(ctx context.Context, o options) (*Result, error) {
+	log, err := logging.New(o.logLevel, false)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h, err := startHub(ctx, o, log)
+	if err != nil {
+		return nil, err
+	}
+	defer h.stop()
+
+	res := &Result{Hub: h.name, Clusters: o.clusters, NamespacesPerCluster: o.namespaces,
+		HeartbeatMS: ms(o.heartbeat), Ramp: o.ramp}
+	// Names unique per run, so runs against one long-lived hub do not collide.
+	run := randomID()
+	clusters := make([]*simCluster, o.clusters)
+	for i := range clusters {
+		clusters[i] = newSimCluster(fmt.Sprintf("sim-%s-%d", run, i), o.namespaces)
+	}
+	agentsCtx, stopAgents := context.WithCancel(ctx)
+	defer func() {
+		stopAgents()
+		for _, c := range clusters {
+			if c.nc != nil {
+				<-c.done
+			}
+		}
+	}()
+
+	err = joinScenario(agentsCtx, o, h, clusters, log, res)
+	if err == nil && o.has("grant") {
+		err = grantScenario(agentsCtx, o, h, clusters, "fleetsim-"+run, res)
+	}
+	res.observe(ctx, h)
+	if err == nil && len(res.Lost) > 0 {
+		err = fmt.Errorf("%d lost (see \"lost\")", len(res.Lost))
+	}
+	return res, err
+}
+
+// joinScenario registers every cluster through the API at the ramp rate, starts its agent, and
+// waits until the hub shows every one Connected.
+func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster, log *zap.Logger, res *Result) error {
+	registered := make([]time.Time, len(clusters))
+	regLatency := make([]time.Duration, len(clusters))
+	start := time.Now()
+	err := forEach(ctx, len(clusters), o.ramp, func(i int) error {
+		c := clusters[i]
+		t0 := time.Now()
+		reg, err := h.clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{
+			Name: c.name, Labels: map[string]string{"fleetsim": "true"}}))
+		if err != nil {
+			return fmt.Errorf("register %s: %w", c.name, err)
+		}
+		regLatency[i], registered[i] = time.Since(t0), time.Now()
+		return c.start(ctx, h.natsURL, reg.Msg.AgentToken, o, log.Named(c.name))
+	})
+	if err != nil {
+		return err
+	}
+	connectedAt := make([]time.Time, len(clusters))
+	index := make(map[string]int, len(clusters))
+	for i, c := range clusters {
+		index[c.name] = i
+	}
+	missing := len(clusters)
+	deadline := time.Now().Add(o.timeout)
+	for missing > 0 && time.Now().Before(deadline) {
+		list, err := h.clusters.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+		if err != nil {
+			return fmt.Errorf("list clusters: %w", err)
+		}
+		now := time.Now()
+		for _, cl := range list.Msg.Clusters {
+			i, ok := index[cl.GetName()]
+			if !ok || !connectedAt[i].IsZero() {
+				continue
+			}
+			if cond := clusterimport.Condition(cl, clusterimport.ConditionAgentConnected); cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE {
+				connectedAt[i] = now
+				missing--
+			}
+		}
+		if missing > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(connectedPoll):
+			}
+		}
+	}
+	j := &JoinResult{Register: newDist(regLatency)}
+	var connected []time.Duration
+	var last time.Time
+	for i, at := range connectedAt {
+		if at.IsZero() {
+			res.Lost = append(res.Lost, "join: "+clusters[i].name+" never Connected")
+			continue
+		}
+		connected = append(connected, at.Sub(registered[i]))
+		if at.After(last) {
+			last = at
+		}
+	}
+	j.Connected = newDist(connected)
+	if missing == 0 {
+		j.AllConnectedMS = ms(last.Sub(start))
+	}
+	res.Join = j
+	return nil
+}
+
+// grantScenario binds a project namespace on every cluster, then grants and revokes a project
+// role binding o.rounds times, timing each cluster's agent applying (deleting) the RoleBinding.
+func grantScenario(ctx context.Context, o options, h *hub, clusters []*simCluster, project string, res *Result) error {
+	if _, err := h.projects.CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: project})); err != nil {
+		return fmt.Errorf("create project %s: %w", project, err)
+	}
+	ns := project
+	for _, c := range clusters {
+		c.watchNamespace.Store(&ns)
+		c.resetTimes()
+	}
+	g := &GrantResult{}
+	res.Grant = g
+	start := time.Now()
+	err := forEach(ctx, len(clusters), 0, func(i int) error {
+		_, err := h.projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: project, Cluster: clusters[i].name, Namespace: ns}))
+		if err != nil {
+			return fmt.Errorf("bind namespace %s on %s: %w", ns, clusters[i].name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	nsAt, lost := waitAll(ctx, clusters, o.timeout, func(c *simCluster) int64 { return c.nsApplied.Load() })
+	for _, c := range lost {
+		res.Lost = append(res.Lost, "bind: "+c+" never applied namespace "+ns)
+	}
+	if len(lost) > 0 {
+		return nil
+	}
+	g.BindAllAppliedMS = ms(maxTime(nsAt).Sub(start))
+
+	subject := &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: simSubject}
+	var grants, revokes []time.Duration
+	for r := 0; r < o.rounds; r++ {
+		for _, c := range clusters {
+			c.resetTimes()
+		}
+		t0 := time.Now()
+		if _, err := h.rbac.BindProjectRole(ctx, connect.NewRequest(&rbacv1.BindProjectRoleRequest{
+			Project: project, Subject: subject, RoleTemplate: roles.ProjectMember})); err != nil {
+			return fmt.Errorf("round %d: bind project role: %w", r, err)
+		}
+		at, lost := waitAll(ctx, clusters, o.timeout, func(c *simCluster) int64 { return c.rbApplied.Load() })
+		for _, c := range lost {
+			res.Lost = append(res.Lost, fmt.Sprintf("grant round %d: %s never applied the RoleBinding", r, c))
+		}
+		if len(lost) > 0 {
+			return nil
+		}
+		round := GrantRound{GrantAllMS: ms(maxTime(at).Sub(t0))}
+		for _, a := range at {
+			grants = append(grants, a.Sub(t0))
+		}
+		for _, c := range clusters {
+			if ok, err := c.holdsRoleBinding(ns); err != nil || !ok {
+				res.Lost = append(res.Lost, fmt.Sprintf("grant round %d: %s does not hold the RoleBinding (%v)", r, c.name, err))
+			}
+		}
+
+		for _, c := range clusters {
+			c.resetTimes()
+		}
+		t0 = time.Now()
+		if _, err := h.rbac.UnbindProjectRole(ctx, connect.NewRequest(&rbacv1.UnbindProjectRoleRequest{
+			Project: project, Subject: subject, RoleTemplate: roles.ProjectMember})); err != nil {
+			return fmt.Errorf("round %d: unbind project role: %w", r, err)
+		}
+		at, lost = waitAll(ctx, clusters, o.timeout, func(c *simCluster) int64 { return c.rbDeleted.Load() })
+		for _, c := range lost {
+			res.Lost = append(res.Lost, fmt.Sprintf("revoke round %d: %s never removed the RoleBinding", r, c))
+		}
+		if len(lost) > 0 {
+			return nil
+		}
+		round.RevokeAllMS = ms(maxTime(at).Sub(t0))
+		for _, a := range at {
+			revokes = append(revokes, a.Sub(t0))
+		}
+		for _, c := range clusters {
+			if ok, err := c.holdsRoleBinding(ns); err != nil || ok {
+				res.Lost = append(res.Lost, fmt.Sprintf("revoke round %d: %s still holds a RoleBinding (%v)", r, c.name, err))
+			}
+		}
+		g.Rounds = append(g.Rounds, round)
+		g.Grant, g.Revoke = newDist(grants), newDist(revokes)
+	}
+	return nil
+}
+
+// waitAll waits until get is non-zero on every cluster, polling; it returns the times and the
+// names of the clusters still at zero when timeout passed.
+func waitAll(ctx context.Context, clusters []*simCluster, timeout time.Duration, get func(*simCluster) int64) ([]time.Time, []string) {
+	deadline := time.Now().Add(timeout)
+	for {
+		done := 0
+		for _, c := range clusters {
+			if get(c) != 0 {
+				done++
+			}
+		}
+		if done == len(clusters) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	var at []time.Time
+	var lost []string
+	for _, c := range clusters {
+		if v := get(c); v != 0 {
+			at = append(at, time.Unix(0, v))
+		} else {
+			lost = append(lost, c.name)
+		}
+	}
+	return at, lost
+}
+
+// forEach calls f for 0..n-1 from apiWorkers goroutines, started at most rate per second (0: no
+// limit); the first error stops it.
+func forEach(ctx context.Context, n int, rate float64, f func(i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for w := 0; w < apiWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+	var tick <-chan time.Time
+	if rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer t.Stop()
+		tick = t.C
+	}
+feed:
+	for i := 0; i < n; i++ {
+		if tick != nil && i > 0 {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+// observe records the hub's JetStream consumers (embedded only) and this process's memory.
+func (r *Result) observe(ctx context.Context, h *hub) {
+	r.Goroutines = runtime.NumGoroutine()
+	r.RSSMB = rssMB()
+	if h.inst == nil {
+		return
+	}
+	streams := h.inst.JS.ListStreams(ctx)
+	for info := range streams.Info() {
+		r.Consumers += info.State.Consumers
+		if info.State.Consumers > r.MaxConsumers {
+			r.MaxConsumers, r.MaxConsumersStream = info.State.Consumers, info.Config.Name
+		}
+	}
+}
+
+// rssMB reads VmRSS from /proc (Linux); 0 elsewhere.
+func rssMB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func maxTime(ts []time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func randomID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// minP99Samples is the fewest samples a p99 is reported from; below it the p99 would be the
+// maximum under another name, so the maximum is reported as such.
+const minP99Samples = 200
+
+// Dist summarises latencies in milliseconds. P99 is set only with at least minP99Samples
+// samples; otherwise only Max says what the tail is ("max of N").
+type Dist struct {
+	N   int      `json:"n"`
+	P50 float64  `json:"p50_ms"`
+	P99 *float64 `json:"p99_ms,omitempty"`
+	Max float64  `json:"max_ms"`
+}
+
+func newDist(ds []time.Duration) Dist {
+	if len(ds) == 0 {
+		return Dist{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	d := Dist{N: len(s), P50: ms(quantile(s, 0.50)), Max: ms(s[len(s)-1])}
+	if len(s) >= minP99Samples {
+		p := ms(quantile(s, 0.99))
+		d.P99 = &p
+	}
+	return d
+}
+
+// quantile is the nearest-rank quantile of sorted s.
+func quantile(s []time.Duration, q float64) time.Duration {
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// tail says the p99, or the maximum and how few samples it is of.
+func (d Dist) tail() string {
+	if d.N == 0 {
+		return "-"
+	}
+	if d.P99 != nil {
+		return fmt.Sprintf("p99 %.1f ms", *d.P99)
+	}
+	return fmt.Sprintf("max of %d: %.1f ms", d.N, d.Max)
+}
+
+func writeTable(w io.Writer, r *Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "fleetsim: %d clusters, %d namespaces each, heartbeat %s, ramp %g/s, hub: %s\n",
+		r.Clusters, r.NamespacesPerCluster, time.Duration(r.HeartbeatMS*float64(time.Millisecond)), r.Ramp, r.Hub)
+	fmt.Fprintln(tw, "figure\tp50\ttail\tall")
+	if j := r.Join; j != nil {
+		fmt.Fprintf(tw, "registration call\t%.1f ms\t%s\t\n", j.Register.P50, j.Register.tail())
+		fmt.Fprintf(tw, "registered → Connected (per cluster)\t%.0f ms\t%s\t%.0f ms until all Connected\n", j.Connected.P50, j.Connected.tail(), j.AllConnectedMS)
+	}
+	if g := r.Grant; g != nil {
+		fmt.Fprintf(tw, "namespace bound → applied everywhere\t\t\t%.0f ms\n", g.BindAllAppliedMS)
+		fmt.Fprintf(tw, "grant → RoleBinding applied (%d rounds)\t%.1f ms\t%s\t\n", len(g.Rounds), g.Grant.P50, g.Grant.tail())
+		fmt.Fprintf(tw, "revoke → RoleBinding removed\t%.1f ms\t%s\t\n", g.Revoke.P50, g.Revoke.tail())
+	}
+	if r.Consumers > 0 {
+		fmt.Fprintf(tw, "JetStream consumers\t\t\t%d (most on one stream: %d, %s)\n", r.Consumers, r.MaxConsumers, r.MaxConsumersStream)
+	}
+	fmt.Fprintf(tw, "process RSS (hub + simulator)\t\t\t%.0f MB, %d goroutines\n", r.RSSMB, r.Goroutines)
+	for _, l := range r.Lost {
+		fmt.Fprintf(tw, "LOST\t%s\t\t\n", l)
+	}
+	_ = tw.Flush()
+}
