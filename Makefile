@@ -138,6 +138,20 @@ bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
 		| grep -v -e '^?' -e '^PASS$$' | tee $(BIN)/bench.txt
 	@echo "(saved to bin/bench.txt; compare runs with benchstat)"
 
+# `make scale`: the fleet simulator (tools/fleetsim) against an in-process fleetd, once per size.
+SIZES        ?= 20 100
+SCALE_ROUNDS ?= 3
+SCALE_ARGS   ?=
+
+.PHONY: scale
+scale: ## the fleet simulator against fleetd, once per size: join and grant → applied on every cluster (SIZES="100 1000" SCALE_ROUNDS=3 SCALE_ARGS=...)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/fleetsim ./tools/fleetsim
+	@for n in $(SIZES); do \
+		echo "==> fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) $(SCALE_ARGS) (JSON in bin/scale-$$n.json)"; \
+		$(BIN)/fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) $(SCALE_ARGS) > $(BIN)/scale-$$n.json || exit 1; \
+	done
+
 ##@ Code generation and lint
 
 # Installs $(2)@$(3) into ./bin unless ./bin/$(1) was already built from exactly that version.

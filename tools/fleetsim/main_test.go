@@ -37,7 +37,7 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	if res.Join == nil || res.Join.Register.N != n || res.Join.Connected.N != n || res.Join.AllConnectedMS <= 0 {
 		t.Fatalf("join: not every cluster registered and Connected: %+v", res.Join)
 	}
-	if res.Grant == nil || len(res.Grant.Rounds) != 1 || res.Grant.Grant.N != n || res.Grant.Revoke.N != n {
+	if res.Grant == nil || len(res.Grant.Rounds) != 1 || res.Grant.Measured != n || res.Grant.Grant.N != n || res.Grant.Revoke.N != n {
 		t.Fatalf("grant: not every cluster applied and removed the RoleBinding: %+v", res.Grant)
 	}
 	// Below minP99Samples there is no p99, only the maximum, and the table says so.

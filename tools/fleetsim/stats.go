@@ -63,15 +63,18 @@ func writeTable(w io.Writer, r *Result) {
 	}
 	if g := r.Grant; g != nil {
 		fmt.Fprintf(tw, "namespace bound → applied everywhere\t\t\t%.0f ms\n", g.BindAllAppliedMS)
-		fmt.Fprintf(tw, "grant → RoleBinding applied (%d rounds)\t%.1f ms\t%s\t\n", len(g.Rounds), g.Grant.P50, g.Grant.tail())
+		fmt.Fprintf(tw, "grant → RoleBinding applied (%d rounds, %d clusters)\t%.1f ms\t%s\t\n", len(g.Rounds), g.Measured, g.Grant.P50, g.Grant.tail())
 		fmt.Fprintf(tw, "revoke → RoleBinding removed\t%.1f ms\t%s\t\n", g.Revoke.P50, g.Revoke.tail())
 	}
 	if r.Consumers > 0 {
 		fmt.Fprintf(tw, "JetStream consumers\t\t\t%d (most on one stream: %d, %s)\n", r.Consumers, r.MaxConsumers, r.MaxConsumersStream)
 	}
 	fmt.Fprintf(tw, "process RSS (hub + simulator)\t\t\t%.0f MB, %d goroutines\n", r.RSSMB, r.Goroutines)
-	for _, l := range r.Lost {
-		fmt.Fprintf(tw, "LOST\t%s\t\t\n", l)
-	}
 	_ = tw.Flush()
+	for _, l := range r.Lost {
+		fmt.Fprintf(w, "LOST: %s\n", l)
+	}
+	for _, l := range r.Warnings {
+		fmt.Fprintf(w, "WARNING: %s\n", l)
+	}
 }
