@@ -56,6 +56,8 @@ type Result struct {
 	// Lost lists what never completed (a cluster never Connected, a RoleBinding never applied
 	// or never removed); fleetsim fails when it is not empty.
 	Lost []string `json:"lost,omitempty"`
+	// HubError says why the embedded hub stopped during the run, if it did.
+	HubError string `json:"hub_error,omitempty"`
 	// Warnings are API answers that did not stop the scenario, e.g. a change accepted but not
 	// yet visible within the call's patience.
 	Warnings []string `json:"warnings,omitempty"`
@@ -103,6 +105,8 @@ type hub struct {
 	rbac     rbacv1connect.RBACServiceClient
 	inst     *fleetd.Instance
 	stop     func()
+	// stopped receives why the embedded fleetd stopped (a service failed), if it did.
+	stopped chan error
 }
 
 const embeddedToken = "fleetsim-admin-token"
@@ -142,6 +146,8 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 			return nil, ctx.Err()
 		}
 		h.inst, h.name = inst, "embedded fleetd (embedded NATS)"
+		h.stopped = make(chan error, 1)
+		go func() { h.stopped <- inst.Wait() }()
 		apiURL, natsURL, token = "http://"+inst.Addr, inst.NATS.ClientURL(), embeddedToken
 	} else {
 		b, err := os.ReadFile(o.tokenFile)
@@ -177,6 +183,21 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 		return nil, err
 	}
 	defer h.stop()
+	// A hub that stops mid-run (one of fleetd's services failed) ends the run, with its reason:
+	// otherwise every later call would only say "connection refused".
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var hubErr error
+	endWatch, hubWatch := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(hubWatch)
+		select {
+		case err := <-h.stopped: // nil without -embedded: never
+			hubErr = fmt.Errorf("the hub stopped during the run: %v", err)
+			stopRun()
+		case <-endWatch:
+		}
+	}()
 
 	res := &Result{Hub: h.name, Clusters: o.clusters, NamespacesPerCluster: o.namespaces,
 		HeartbeatMS: ms(o.heartbeat), Ramp: o.ramp}
@@ -186,7 +207,7 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 	for i := range clusters {
 		clusters[i] = newSimCluster(fmt.Sprintf("sim-%s-%d", run, i), o.namespaces)
 	}
-	agentsCtx, stopAgents := context.WithCancel(ctx)
+	agentsCtx, stopAgents := context.WithCancel(runCtx)
 	defer func() {
 		stopAgents()
 		for _, c := range clusters {
@@ -199,6 +220,12 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 	err = joinScenario(agentsCtx, o, h, clusters, log, res)
 	if err == nil && o.has("grant") {
 		err = grantScenario(agentsCtx, o, h, clusters, "fleetsim-"+run, res)
+	}
+	close(endWatch)
+	<-hubWatch
+	if hubErr != nil {
+		res.HubError = hubErr.Error()
+		return res, hubErr
 	}
 	res.observe(ctx, h)
 	if err == nil && len(res.Lost) > 0 {
