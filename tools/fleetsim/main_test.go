@@ -5,9 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 )
 
 // The simulator end to end at 20 clusters against an in-process fleetd: every cluster
@@ -80,5 +88,48 @@ func TestDistReportsP99OnlyFromEnoughSamples(t *testing.T) {
 	}
 	if d := newDist(many); d.P99 == nil || *d.P99 != 198 || d.P50 != 100 {
 		t.Errorf("200 samples: %+v", d)
+	}
+}
+
+// Without -embedded the simulator drives a hub it did not start, by URL and admin token.
+func TestAgainstARunningHub(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetd and simulated agents")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("ops-token,ops\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	adminToken := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(adminToken, []byte("ops-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := fleetd.Start(ctx, fleetd.Config{
+		DataDir:    filepath.Join(dir, "data"),
+		Server:     server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
+		NATSListen: "127.0.0.1:0",
+		Authz:      authz.Config{PlatformAdmins: []string{"ops"}},
+	}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop()
+	<-inst.Ready()
+	var stdout, stderr bytes.Buffer
+	err = run(ctx, []string{"-embedded=false", "-api-url", "http://" + inst.Addr, "-nats-url", inst.NATS.ClientURL(),
+		"-token-file", adminToken, "-clusters", "5", "-ramp", "0", "-rounds", "1", "-timeout", "30s"}, &stdout, &stderr)
+	t.Log(stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Join.Connected.N != 5 || res.Grant.Measured != 5 || len(res.Lost) > 0 || !strings.HasPrefix(res.Hub, "http://") {
+		t.Fatalf("result %+v", res)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -69,7 +70,11 @@ func writeTable(w io.Writer, r *Result) {
 	if r.Consumers > 0 {
 		fmt.Fprintf(tw, "JetStream consumers\t\t\t%d (most on one stream: %d, %s)\n", r.Consumers, r.MaxConsumers, r.MaxConsumersStream)
 	}
-	fmt.Fprintf(tw, "process RSS (hub + simulator)\t\t\t%.0f MB, %d goroutines\n", r.RSSMB, r.Goroutines)
+	who := "simulator"
+	if strings.HasPrefix(r.Hub, "embedded") {
+		who = "hub + simulator"
+	}
+	fmt.Fprintf(tw, "process RSS (%s)\t\t\t%.0f MB, %d goroutines\n", who, r.RSSMB, r.Goroutines)
 	_ = tw.Flush()
 	for _, l := range r.Lost {
 		fmt.Fprintf(w, "LOST: %s\n", l)
