@@ -100,7 +100,7 @@ run: build $(DATA)/tokens ## build and start fleetd in the foreground (embedded 
 	@echo "  printf '%s,alice\\n' \"\$$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\" >> $(DATA)/tokens   (then restart make run)"
 	@echo "  bin/fleetctl project create team-a && bin/fleetctl member add team-a --user alice --role project-owner"
 	@echo "or with curl (Connect JSON):"
-	@echo "  curl -H \"Authorization: Bearer \$$(cut -d, -f1 $(DATA)/tokens)\" -H 'Content-Type: application/json' -d '{}' http://$(LISTEN)/fleetstream.cluster.v1.ClusterService/ListClusters"
+	@echo "  curl -H \"Authorization: Bearer \$$(head -n1 $(DATA)/tokens | cut -d, -f1)\" -H 'Content-Type: application/json' -d '{}' http://$(LISTEN)/fleetstream.cluster.v1.ClusterService/ListClusters"
 	@echo
 	exec $(BIN)/fleetd --data-dir $(DATA)/fleetd --listen $(LISTEN) --token-file $(DATA)/tokens --platform-admins dev-admin $(FLEETD_ARGS)
 
