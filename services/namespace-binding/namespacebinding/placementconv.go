@@ -326,10 +326,10 @@ func decidedClusters(d *placementv1.PlacementDecisions) []string {
 	return out
 }
 
-// sameDecision reports whether two decisions differ in nothing an event is due for: the
-// clusters of each group and the conditions (ignoring transition times). Scores alone changing
-// (a cluster's free memory moving, and with it the order of a group) is not a new decision:
-// OCM does not rewrite its PlacementDecisions for that either.
+// sameDecision reports whether two decisions select the same clusters in each group with the
+// same conditions (ignoring transition times): whether followers have anything to act on.
+// Scores alone changing (an add-on score moving, and with it the order of a group) is not a
+// new decision, as in OCM; it is a new evaluation (sameEvaluation), stored at a bounded rate.
 func sameDecision(a, b *placementv1.PlacementDecisions) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -362,4 +362,19 @@ func sameDecision(a, b *placementv1.PlacementDecisions) bool {
 	return proto.Equal(sa, sb) && slices.EqualFunc(ga, gb, func(x, y group) bool {
 		return x.index == y.index && x.name == y.name && slices.Equal(x.clusters, y.clusters)
 	})
+}
+
+// sameEvaluation reports whether two decisions also agree in what the API shows beyond the
+// clusters: the prioritizers, every cluster's scores and order, and the next evaluation. When
+// and from which inputs they were made does not count.
+func sameEvaluation(a, b *placementv1.PlacementDecisions) bool {
+	strip := func(d *placementv1.PlacementDecisions) *placementv1.PlacementDecisions {
+		d = proto.CloneOf(d)
+		d.DecideTime, d.Revision, d.InputDigest = nil, 0, nil
+		for _, c := range d.GetStatus().GetConditions() {
+			c.LastTransitionTime = nil
+		}
+		return d
+	}
+	return proto.Equal(strip(a), strip(b))
 }

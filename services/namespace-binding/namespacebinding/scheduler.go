@@ -31,6 +31,10 @@ import (
 // changes" holds by construction. Other placements' decisions feed Balance but are not an
 // input: one placement moving does not re-decide the rest (OCM does the same between resyncs).
 //
+// A decision that keeps the clusters, groups and conditions but scores them differently, or
+// arms, drops or moves its timer, is appended too, so what the API shows is the last evaluation;
+// score-only changes at most once per Config.ScoreRefresh per placement (storeEvaluation).
+//
 // Fingerprints live in memory: after a start every placement is decided once, and a decision
 // equal to the stored one appends nothing. Replicas decide the same inputs alike; the append
 // expects the decision subject's last sequence, so of two replicas one writes and the other
@@ -50,6 +54,45 @@ type schedulerState struct {
 	decided map[string][32]byte
 	// next is the moment each placement must be decided again with no input changing.
 	next map[string]time.Time
+	// scoreStored is when each placement's last decision that changed only scores or its
+	// timer was stored: the next such one waits until ScoreRefresh has passed.
+	scoreStored map[string]time.Time
+}
+
+// storeEvaluation says whether next, which decides the same clusters, groups and conditions
+// as cur, is to be stored now; if not, at is when it is due (zero for never: nothing to show).
+func (s *Service) storeEvaluation(st *schedulerState, key string, cur, next *placementv1.PlacementDecisions, now time.Time) (store bool, at time.Time) {
+	if sameEvaluation(cur, next) {
+		return false, time.Time{}
+	}
+	if timerMoved(cur.NextEvaluation, next.NextEvaluation, now) {
+		return true, time.Time{}
+	}
+	due := st.scoreStored[key].Add(s.cfg.ScoreRefresh)
+	if now.Before(due) {
+		return false, due
+	}
+	return true, time.Time{}
+}
+
+// timerMoved reports whether the shown next evaluation would be wrong in a way that matters:
+// one armed or dropped, one brought forward, or one shown that has passed.
+func timerMoved(shown, next *timestamppb.Timestamp, now time.Time) bool {
+	switch {
+	case (shown == nil) != (next == nil):
+		return true
+	case shown == nil:
+		return false
+	}
+	return !shown.AsTime().After(now) || next.AsTime().Before(shown.AsTime())
+}
+
+// earliest is the earlier of two moments, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // kickScheduler asks for a round now (an API write the caller waits on).
@@ -61,7 +104,7 @@ func (s *Service) kickScheduler() {
 }
 
 func (s *Service) runScheduler(ctx context.Context) error {
-	st := &schedulerState{decided: map[string][32]byte{}, next: map[string]time.Time{}}
+	st := &schedulerState{decided: map[string][32]byte{}, next: map[string]time.Time{}, scoreStored: map[string]time.Time{}}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -166,11 +209,13 @@ func (s *Service) scheduleRound(ctx context.Context, st *schedulerState) (time.T
 		}
 		delete(st.decided, key)
 		delete(st.next, key)
+		delete(st.scoreStored, key)
 	}
 	var wake time.Time
 	for key, t := range st.next {
 		if !live[key] {
 			delete(st.next, key)
+			delete(st.scoreStored, key)
 			continue
 		}
 		if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
@@ -210,9 +255,18 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 		next.NextEvaluation = timestamppb.New(d.NextEvaluation)
 	}
 	if hasCur && sameDecision(cur, next) {
-		restore()
-		st.decided[key], st.next[key] = sum, d.NextEvaluation
-		return nil
+		// The clusters stand; what the API shows must still be this evaluation: its scores
+		// and its timer. Scores alone may churn (an add-on rewriting its score every second),
+		// so they are stored at most once per ScoreRefresh per placement, and a deferred one
+		// is stored when that time comes; a timer armed, dropped or brought forward is
+		// stored at once, since a wrong one says the decision will not change when it will.
+		store, at := s.storeEvaluation(st, key, cur, next, now)
+		if !store {
+			restore()
+			st.decided[key], st.next[key] = sum, earliest(d.NextEvaluation, at)
+			return nil
+		}
+		st.scoreStored[key] = now
 	}
 	added, removed := placement.DecisionDiff(prev, d)
 	expect := events.At(cur.GetRevision())

@@ -49,6 +49,11 @@ type Config struct {
 	// StatusResync is how often every binding's recorded phase is compared with the live one
 	// (it is also compared on every change).
 	StatusResync time.Duration
+	// ScoreRefresh is the least time between two stored decisions of a placement that change
+	// only its scores or its timer (default 10 s): a decision whose clusters stand is stored
+	// at once if the last such store is older, else when ScoreRefresh has passed, so score
+	// churn costs at most one event per placement per ScoreRefresh.
+	ScoreRefresh time.Duration
 	// Protected are the namespaces no project may bind on any cluster (--protected-namespaces);
 	// the zero List protects the defaults (kube-*, default, and Fleetstream's own).
 	Protected protectedns.List
@@ -69,6 +74,9 @@ func (c *Config) defaults() {
 	}
 	if c.StatusResync == 0 {
 		c.StatusResync = time.Minute
+	}
+	if c.ScoreRefresh == 0 {
+		c.ScoreRefresh = 10 * time.Second
 	}
 }
 
