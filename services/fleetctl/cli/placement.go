@@ -274,7 +274,9 @@ func newPlacementDecisionsCommand(f *factory) *cobra.Command {
 		Short: "Show the clusters a placement selected, by group, with each prioritizer's score",
 		Long: "Show the clusters a placement selected, best first within each decision group, with\n" +
 			"each prioritizer's score (unweighted, in [-100, 100]) in a column headed NAME(w=WEIGHT),\n" +
-			"and the total, the sum of score × weight. Prioritizers with weight 0 are left out.",
+			"and the total, the sum of score × weight. Prioritizers with weight 0 are left out.\n" +
+			"Below: when these scores were evaluated, and the next evaluation due with no input\n" +
+			"changing (a toleration's toleration_seconds or an add-on score's valid_until running out).",
 		Example: "  fleetctl placement decisions eu-3 --project team-a",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -311,8 +313,23 @@ func printDecisions(p *Printer, d *placementv1.PlacementDecisions) error {
 	} else if err := writeTable(p.Out, rows, cols); err != nil {
 		return err
 	}
+	noteEvaluation(p, d)
 	noteConditions(p, d.GetStatus())
 	return nil
+}
+
+// noteEvaluation says when the scores shown were computed and when the decision is next due
+// with no input changing (a toleration_seconds or an add-on score's valid_until running out).
+func noteEvaluation(p *Printer, d *placementv1.PlacementDecisions) {
+	if d.GetDecideTime() == nil {
+		return
+	}
+	next := "none (until an input changes)"
+	if t := d.GetNextEvaluation(); t != nil {
+		next = t.AsTime().UTC().Format(time.RFC3339) + " (a toleration or an add-on score runs out)"
+	}
+	p.Note("")
+	p.Note("evaluated %s, next evaluation %s", d.GetDecideTime().AsTime().UTC().Format(time.RFC3339), next)
 }
 
 // decisionRows flattens groups and pages into one row per cluster, with columns GROUP,

@@ -102,7 +102,8 @@ spec:
 	}
 	waitDecided("eu-2")
 	r = h.run(t, "placement", "decisions", "team-a/best-eu").ok(t)
-	for _, want := range []string{"GROUP", "CLUSTER", "Balance(w=1)", "Steady(w=1)", "AddOn/usage/free(w=2)", "TOTAL", "eu-2", "90", "PlacementSatisfied=True"} {
+	for _, want := range []string{"GROUP", "CLUSTER", "Balance(w=1)", "Steady(w=1)", "AddOn/usage/free(w=2)", "TOTAL", "eu-2", "90", "PlacementSatisfied=True",
+		"next evaluation 20"} { // eu-2's score is valid for 1h: that is a timer
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("decisions table lacks %q:\n%s", want, r.stdout)
 		}

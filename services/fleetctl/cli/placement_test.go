@@ -53,6 +53,16 @@ func TestPrintDecisions(t *testing.T) {
 			"\n" +
 			"PlacementSatisfied=False NotAllDecisionsScheduled: 1 cluster(s) missing\n" +
 			"PlacementMisconfigured=False\n"},
+		{name: "evaluation and its timer", format: formatTable, d: &placementv1.PlacementDecisions{Project: "a", Name: "p",
+			DecideTime: timestamppb.New(time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC)), NextEvaluation: timestamppb.New(time.Date(2026, 11, 26, 22, 10, 0, 0, time.UTC)),
+			Groups: []*placementv1.DecisionGroupDecisions{{Pages: []*placementv1.DecisionPage{{Clusters: []*placementv1.ClusterDecision{{ClusterName: "c1"}}}}}}},
+			want: "GROUP   CLUSTER   TOTAL\n#0      c1        0\n\n" +
+				"evaluated 2026-11-26T22:00:00Z, next evaluation 2026-11-26T22:10:00Z (a toleration or an add-on score runs out)\n"},
+		{name: "evaluation without a timer", format: formatTable, d: &placementv1.PlacementDecisions{Project: "a", Name: "p",
+			DecideTime: timestamppb.New(time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC)),
+			Groups:     []*placementv1.DecisionGroupDecisions{{Pages: []*placementv1.DecisionPage{{Clusters: []*placementv1.ClusterDecision{{ClusterName: "c1"}}}}}}},
+			want: "GROUP   CLUSTER   TOTAL\n#0      c1        0\n\n" +
+				"evaluated 2026-11-26T22:00:00Z, next evaluation none (until an input changes)\n"},
 		{name: "no prioritizer", format: formatTable, d: &placementv1.PlacementDecisions{Project: "a", Name: "p",
 			Groups: []*placementv1.DecisionGroupDecisions{{Pages: []*placementv1.DecisionPage{{Clusters: []*placementv1.ClusterDecision{{ClusterName: "c1"}}}}}}},
 			want: "GROUP   CLUSTER   TOTAL\n#0      c1        0\n"},
