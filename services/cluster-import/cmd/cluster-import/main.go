@@ -20,17 +20,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "rotate-credentials-key" {
 		os.Exit(rotate(os.Args[2:]))
 	}
-	var cfg clusterimport.Config
-	var callout calloutOptions
-	var keyFile string
-	os.Exit(daemon.Main("cluster-import", os.Args[1:], func(fs *flag.FlagSet) {
-		callout.register(fs)
-		fs.DurationVar(&cfg.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
-		cfg.AgentLimits.RegisterFlags(fs)
-		fs.DurationVar(&cfg.PolicyClaimGrace, "policy-claim-grace", 0, "age after which an import policy's claim on its source, the policy never created, may be taken over (default 2m)")
-		fs.StringVar(&keyFile, "credentials-key-file", os.Getenv("FLEETSTREAM_CREDENTIALS_KEY_FILE"), keyFileUsage)
-		cfg.Credentials.RegisterFlags(fs)
-	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+	var o options
+	os.Exit(daemon.Main("cluster-import", os.Args[1:], o.register, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+		cfg, callout, keyFile := o.cfg, &o.callout, o.keyFile
 		cfg.Replicas = env.Options.Replicas
 		cfg.Retention = env.Options.Retention
 		switch {
@@ -59,6 +51,21 @@ func main() {
 		}
 		return []server.Component{svc}, nil
 	}))
+}
+
+// options are the binary's flags: the registry's own (fleetd takes the same ones), the key file
+// and the NATS auth callout, which fleetd has no use for (its key lives in its data dir, its
+// embedded server authenticates clients in process).
+type options struct {
+	cfg     clusterimport.Config
+	callout calloutOptions
+	keyFile string
+}
+
+func (o *options) register(fs *flag.FlagSet) {
+	o.callout.register(fs)
+	o.cfg.RegisterFlags(fs)
+	fs.StringVar(&o.keyFile, "credentials-key-file", os.Getenv("FLEETSTREAM_CREDENTIALS_KEY_FILE"), keyFileUsage)
 }
 
 const keyFileUsage = "file of keys that seal cluster credentials at rest, one `key-id:base64-32-bytes` per line; the first seals, all open (env FLEETSTREAM_CREDENTIALS_KEY_FILE)"

@@ -17,19 +17,9 @@ import (
 )
 
 func main() {
-	var cfg collector.Config
-	var xdsListen string
-	os.Exit(daemon.Main("endpoint-collector", os.Args[1:], func(fs *flag.FlagSet) {
-		fs.DurationVar(&cfg.StaleAfter, "stale-after", 0, "agent silence before a cluster's endpoints are flagged stale (default 30s)")
-		fs.DurationVar(&cfg.EvictAfter, "evict-after", 0, "agent silence before a cluster's endpoints are no longer served (default 5m)")
-		fs.DurationVar(&cfg.WeightCleanupAfter, "weight-cleanup-after", 0, "how long an endpoint weight outlives its endpoint (default 1h)")
-		fs.DurationVar(&cfg.ViewFlushInterval, "view-flush-interval", 0, "coalescing interval of bucket `endpoints` writes (default 200ms)")
-		fs.BoolVar(&cfg.NoViewWrites, "no-view-writes", false, "serve only: never take the writer lease (bucket writes, weight cleanup); replicas elect a writer without it")
-		fs.IntVar(&cfg.Workers, "workers", 0, "concurrent reconcilers (default 2)")
-		fs.Int64Var(&cfg.ResponseCacheBytes, "response-cache-bytes", 0, "memory for cached GetServiceEndpoints responses, hot services first (default: 64 bytes per address held, 4 to 32 MiB; -1 caches nothing)")
-		cfg.Limits.RegisterFlags(fs)
-		fs.StringVar(&xdsListen, "xds-listen", os.Getenv("FLEETSTREAM_XDS_LISTEN"), "host:port of the xDS server (gRPC: ADS, EDS, CDS, LDS, RDS) for proxies; empty serves no xDS")
-	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+	var o options
+	os.Exit(daemon.Main("endpoint-collector", os.Args[1:], o.register, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+		cfg, xdsListen := o.cfg, o.xdsListen
 		cfg.Replicas = env.Options.Replicas
 		cfg.Retention = env.Options.Retention
 		c, err := collector.New(ctx, env.JS, cfg, env.Log)
@@ -48,4 +38,16 @@ func main() {
 		env.Group.Go(func() error { return x.Serve(ctx, ln) })
 		return []server.Component{c, x}, nil
 	}))
+}
+
+// options are the binary's flags: the collector's own (fleetd takes the same ones) and where
+// to serve xDS.
+type options struct {
+	cfg       collector.Config
+	xdsListen string
+}
+
+func (o *options) register(fs *flag.FlagSet) {
+	o.cfg.RegisterFlags(fs)
+	fs.StringVar(&o.xdsListen, "xds-listen", os.Getenv("FLEETSTREAM_XDS_LISTEN"), "host:port of the xDS server (gRPC: ADS, EDS, CDS, LDS, RDS) for proxies; empty serves no xDS")
 }

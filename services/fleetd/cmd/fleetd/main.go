@@ -33,27 +33,7 @@ func run(args []string) int {
 	// default.
 	cfg.Hosted.Member = member.Config{EndpointSlices: &endpointslices.Filter{Kind: "all"}, Version: version.Version}
 	var logLevel string
-	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
-	fs.StringVar(&cfg.Server.Listen, "listen", "127.0.0.1:8080", "host:port of the HTTP listener for every API, /healthz, /readyz and /metrics")
-	fs.StringVar(&cfg.Server.TokenFile, "token-file", "", "bearer tokens allowed to call the APIs, one `token,user` per line")
-	fs.BoolVar(&cfg.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
-	cfg.Server.OIDC.RegisterFlags(fs)
-	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
-	fs.DurationVar(&cfg.ClusterImport.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
-	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
-	cfg.ClusterImport.Credentials.RegisterFlags(fs)
-	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
-	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
-	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "host:port of the xDS server (gRPC) serving every service's endpoints to proxies; empty serves no xDS")
-	cfg.Authz.RegisterFlags(fs)
-	cfg.Endpoints.Limits.RegisterFlags(fs)
-	cfg.ClusterImport.AgentLimits.RegisterFlags(fs)
-	cfg.Retention = topology.Retentions{}
-	fs.Var(cfg.Retention, "stream-retention", daemon.RetentionUsage)
-	cfg.RBAC.Snapshots.RegisterFlags(fs)
-	cfg.NamespaceBinding.Protected.RegisterFlags(fs)
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs := newFlagSet(&cfg, &logLevel)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -88,4 +68,31 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// newFlagSet registers fleetd's flags into cfg and logLevel: its own (data dir, embedded NATS,
+// key file, hosted agents, xDS listener) and every service's, by the function the service's
+// binary registers them with.
+func newFlagSet(cfg *fleetd.Config, logLevel *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
+	fs.StringVar(&cfg.Server.Listen, "listen", "127.0.0.1:8080", "host:port of the HTTP listener for every API, /healthz, /readyz and /metrics")
+	fs.StringVar(&cfg.Server.TokenFile, "token-file", "", "bearer tokens allowed to call the APIs, one `token,user` per line")
+	fs.BoolVar(&cfg.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
+	cfg.Server.OIDC.RegisterFlags(fs)
+	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
+	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
+	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
+	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
+	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "host:port of the xDS server (gRPC) serving every service's endpoints to proxies; empty serves no xDS")
+	cfg.Authz.RegisterFlags(fs)
+	// Each service's flags as its own binary registers them: same names, same defaults.
+	cfg.ClusterImport.RegisterFlags(fs)
+	cfg.Endpoints.RegisterFlags(fs)
+	cfg.Retention = topology.Retentions{}
+	fs.Var(cfg.Retention, "stream-retention", daemon.RetentionUsage)
+	cfg.RBAC.Snapshots.RegisterFlags(fs)
+	cfg.NamespaceBinding.RegisterFlags(fs)
+	fs.StringVar(logLevel, "log-level", "info", "debug, info, warn or error")
+	return fs
 }

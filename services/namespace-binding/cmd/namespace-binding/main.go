@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"os"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
@@ -14,10 +13,7 @@ import (
 
 func main() {
 	var cfg namespacebinding.Config
-	os.Exit(daemon.Main("namespace-binding", os.Args[1:], func(fs *flag.FlagSet) {
-		fs.DurationVar(&cfg.ClaimGrace, "claim-grace", 0, "age after which a claim whose bind never completed is released (default 2m)")
-		cfg.Protected.RegisterFlags(fs)
-	}, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+	os.Exit(daemon.Main("namespace-binding", os.Args[1:], cfg.RegisterFlags, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
 		cfg.Replicas = env.Options.Replicas
 		cfg.Retention = env.Options.Retention
 		svc, err := namespacebinding.New(ctx, env.JS, cfg, env.Log)
