@@ -226,6 +226,90 @@ type pass struct {
 	// concurrently: one after the other, each waiting for the registry view, they made
 	// importing 1,000 clusters seven times slower than registering them (docs/benchmarks.md).
 	creations []creation
+	// ends are the holds on clusters this pass ends, after every lifecycle was judged: only
+	// then is it known which adopter still renders a name its creator leaves (heir).
+	ends []end
+	// ended holds holdKey of every hold in ends.
+	ended map[string]bool
+}
+
+// end is a lifecycle's hold on a cluster that ends, and why.
+type end struct {
+	o      owner
+	reason string
+}
+
+func holdKey(o *clusterv1.ImportOrigin, cluster string) string {
+	return originKey(o) + "\x00" + cluster
+}
+
+// end queues the end of o's hold on its cluster (endHolds).
+func (p *pass) end(o owner, reason string) {
+	p.ended[holdKey(o.origin, o.cluster.Name)] = true
+	p.ends = append(p.ends, end{o: o, reason: reason})
+}
+
+// endHolds ends the queued holds. A cluster whose creator leaves while a lifecycle that
+// adopted it still renders its name is handed over to that adopter instead of deregistered:
+// its id, agent token and everything placed on it stay.
+func (p *pass) endHolds() {
+	for _, e := range p.ends {
+		if !e.o.adopted {
+			if heir := p.heir(e.o); heir != nil {
+				p.handOver(e.o, heir, e.reason)
+				continue
+			}
+		}
+		p.remove(e.o, e.reason)
+	}
+	p.ends = nil
+}
+
+// heir returns the first adopter of o's cluster that keeps holding it after this pass: its
+// lifecycle exists (rendered or not: what cannot be rendered keeps what it holds) and did not
+// let go of the name.
+func (p *pass) heir(o owner) *clusterv1.ImportOrigin {
+	for _, a := range o.cluster.AdoptedBy {
+		if p.live[originKey(a)] && !p.ended[holdKey(a, o.cluster.Name)] {
+			return a
+		}
+	}
+	return nil
+}
+
+// handOver makes heir, an adopter of o's cluster, its creator in o's place: one
+// ClusterImported naming heir, which the projection folds into imported_by (and out of
+// adopted_by). Credentials the leaving creator attached are recorded as heir's first: from
+// the next pass on heir keeps them up to date as its own, replacing them with what it renders,
+// or removing them when it renders none.
+func (p *pass) handOver(o owner, heir *clusterv1.ImportOrigin, reason string) {
+	c, s := o.cluster, p.l.s
+	if c.GetStatus().GetCredentialsFingerprint() != "" {
+		sec, err := s.getSecretsSealed(p.ctx, c.Id)
+		if err != nil {
+			s.log.Warn("handed-over cluster's credentials not read; retrying", zap.String("cluster", c.Name), zap.Error(err))
+			p.l.kick()
+			return
+		}
+		if sameOrigin(sec.CredentialsImportOrigin, o.origin) {
+			sec.CredentialsImportOrigin = heir
+			if err := s.putSecrets(p.ctx, sec); err != nil {
+				s.log.Warn("handed-over cluster's credentials not recorded; retrying", zap.String("cluster", c.Name), zap.Error(err))
+				p.l.kick()
+				return
+			}
+		}
+	}
+	if _, err := s.store.Append(p.ctx, subjects.Cluster(c.Name), c.Id, events.At(c.Revision),
+		&clusterv1.ClusterImported{Id: c.Id, Name: c.Name, Origin: heir}); err != nil {
+		if !events.IsConflict(err) {
+			s.log.Warn("imported cluster not handed over; retrying", zap.String("cluster", c.Name), zap.Error(err))
+		}
+		p.l.kick()
+		return
+	}
+	s.log.Info("import lifecycle ended; cluster handed over to an adopter", zap.String("cluster", c.Name), zap.String("policy", o.origin.Policy),
+		zap.String("reason", reason), zap.String("to_policy", heir.Policy), zap.String("to_source", heir.Source.GetNamespace()+"/"+heir.Source.GetName()))
 }
 
 // creation is a cluster a lifecycle creates.
@@ -290,7 +374,7 @@ func (l *lifecycles) reconcile(ctx context.Context) {
 	l.mu.Lock()
 	l.started++
 	l.mu.Unlock()
-	p := &pass{ctx: ctx, l: l, byOrigin: map[string][]owner{}, live: map[string]bool{}, seen: map[string]bool{}, watch: map[string]*watchSet{}, now: l.s.now()}
+	p := &pass{ctx: ctx, l: l, byOrigin: map[string][]owner{}, live: map[string]bool{}, seen: map[string]bool{}, watch: map[string]*watchSet{}, now: l.s.now(), ended: map[string]bool{}}
 	for _, c := range l.s.clusters.List(nil) {
 		if c.ImportedBy != nil {
 			p.byOrigin[originKey(c.ImportedBy)] = append(p.byOrigin[originKey(c.ImportedBy)], owner{cluster: c, origin: c.ImportedBy})
@@ -317,9 +401,10 @@ func (l *lifecycles) reconcile(ctx context.Context) {
 			if !known[o.origin.Policy] {
 				reason = removedPolicyDeleted
 			}
-			p.remove(o, reason)
+			p.end(o, reason)
 		}
 	}
+	p.endHolds()
 	for key := range l.memo {
 		if !p.seen[key] {
 			delete(l.memo, key)
@@ -508,7 +593,7 @@ func (p *pass) act(lc *clusterv1.ImportLifecycle, res *importpolicy.Result, orig
 			continue
 		}
 		// The name changed: the old cluster goes, the new one is created or adopted.
-		p.remove(o, removedNameChanged)
+		p.end(o, removedNameChanged)
 	}
 	req, problem := registerRequest(res, p.l.s.cfg.Credentials)
 	if mine != nil {

@@ -39,10 +39,11 @@ const (
 // clustersProjection folds FLEET_CLUSTER into bucket `clusters`, one entry per cluster name.
 // Bump Version whenever applyCluster changes meaning: the view is then rebuilt from the stream.
 // Version 2: reported claims (kubeversion and nodes.fleetstream.io) and resources.
+// Version 3: a ClusterImported naming an adopter hands the cluster over (out of adopted_by).
 func clustersProjection() view.Projection {
 	return view.Projection{
 		Name:     "clusters",
-		Version:  2,
+		Version:  3,
 		Stream:   subjects.ClusterStream,
 		Subjects: []string{subjects.ClusterPrefix + ".>"},
 		Bucket:   bucketConfig(subjects.ClustersBucket, "Cluster registry view (projection of FLEET_CLUSTER)."),
@@ -174,7 +175,10 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 			if c == nil || c.Id != p.Id {
 				return c // another cluster of that name since: not its event
 			}
+			// After a registration it names the creator again; later, an adopter that
+			// takes over from the creator that left (handOver): it adopts no more.
 			c.ImportedBy = p.Origin
+			c.AdoptedBy = slices.DeleteFunc(c.AdoptedBy, func(o *clusterv1.ImportOrigin) bool { return sameOrigin(o, p.Origin) })
 			return c
 		}), nil
 	case *clusterv1.ClusterAdopted:
