@@ -721,7 +721,10 @@ func (x *ImportPolicyDeleted) GetName() string {
 }
 
 // ClusterImported follows the ClusterRegistered of a cluster an import lifecycle created, on
-// the cluster's subject.
+// the cluster's subject. It is also appended when the lifecycle that created a cluster ends
+// while another lifecycle that adopted it still renders its name: the cluster is handed over
+// to that lifecycle (origin), which becomes its creator and no longer its adopter; the
+// cluster is not deregistered.
 type ClusterImported struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -847,7 +850,8 @@ func (x *ClusterAdopted) GetOrigin() *ImportOrigin {
 
 // ImportedClusterRemoved is appended when a lifecycle ends (its source object or policy was
 // deleted, or its name changed). A cluster it created is then deregistered (ClusterDeregistered
-// follows); an adopted one only loses this adopter and stays registered.
+// follows), unless an adopter still renders its name (a ClusterImported hands it over instead,
+// without this event); an adopted one only loses this adopter and stays registered.
 type ImportedClusterRemoved struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
