@@ -371,7 +371,15 @@ func AgentPermissions(cluster string) Permissions {
 			"$JS.API.DIRECT.GET.KV_"+subjects.AppliedBucket+".$KV."+subjects.AppliedBucket+"."+keys.Encode(b)+"."+enc+".>",
 		)
 	}
-	return Permissions{Publish: pub, Subscribe: []string{AgentInboxPrefix(cluster) + ".>"}}
+	sub := []string{
+		AgentInboxPrefix(cluster) + ".>",
+		// Changes of its own keys, republished by the buckets it watches (pkg/kvfeed).
+		subjects.FeedSubject(subjects.ImportWatchBucket, subjects.ImportWatchKey(cluster)),
+	}
+	for _, b := range subjects.DesiredBuckets() {
+		sub = append(sub, subjects.FeedSubject(b, enc+".>"))
+	}
+	return Permissions{Publish: pub, Subscribe: sub}
 }
 
 // SubscriberStreams are the event streams a downstream subscriber may be given. Agent reports

@@ -107,6 +107,15 @@ func TestPermissionTable(t *testing.T) {
 			{"$JS.API.CONSUMER.CREATE.KV_import-watch.x", false, false},
 			{"$JS.API.DIRECT.GET.KV_import-watch.$KV.import-watch.c2", false, false},
 			{"$KV.import-watch.c1", false, false},
+			// Its own keys' changes on the feed, not another cluster's, and never publishing there.
+			{"fleet.feed.desired-rbac.c1.ClusterRole.=.a", true, true},
+			{"fleet.feed.desired-namespaces.c1.>", true, true},
+			{"fleet.feed.import-watch.c1", true, true},
+			{"fleet.feed.desired-rbac.c2.ClusterRole.=.a", true, false},
+			{"fleet.feed.desired-rbac.>", true, false},
+			{"fleet.feed.import-watch.c2", true, false},
+			{"fleet.feed.clusters.c1", true, false},
+			{"fleet.feed.desired-rbac.c1.ClusterRole.=.a", false, false},
 		}},
 		{"subscriber audit", natsauth.SubscriberPermissions("audit", []string{subjects.ClusterStream, subjects.AgentStreamName, "KV_cluster-credentials"}), []check{
 			{"$JS.API.CONSUMER.CREATE.FLEET_CLUSTER.audit-cluster.fleet.cluster.>", false, true},

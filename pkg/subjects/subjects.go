@@ -215,6 +215,28 @@ const (
 // DesiredBuckets lists every desired bucket an agent watches.
 func DesiredBuckets() []string { return []string{DesiredNamespacesBucket, DesiredRBACBucket} }
 
+// Buckets agents watch (the desired buckets and ImportWatchBucket) republish every stored
+// message on core NATS under FeedPrefix: an agent receives its own cluster's changes through a
+// plain subscription to its subjects, so a change costs work for that cluster only and the hub
+// holds no JetStream consumer per agent (pkg/kvfeed, docs/architecture.md).
+const FeedPrefix = "fleet.feed"
+
+// FeedSubject returns the core NATS subject key of bucket is republished on; key may end in a
+// wildcard.
+func FeedSubject(bucket, key string) string { return FeedPrefix + "." + bucket + "." + key }
+
+// FeedRePublish is the RePublish of a bucket agents watch: every stored message, headers and
+// data, to FeedSubject(bucket, key).
+func FeedRePublish(bucket string) *jetstream.RePublish {
+	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: FeedSubject(bucket, ">")}
+}
+
+// FeedBucketConfig is the configuration of a bucket agents watch: the latest value per key,
+// on disk, republished to the feed.
+func FeedBucketConfig(bucket, desc string) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: bucket, Description: desc, History: 1, Storage: jetstream.FileStorage, RePublish: FeedRePublish(bucket)}
+}
+
 // AppliedKey returns the key in AppliedBucket of a desired key of bucket.
 func AppliedKey(bucket, desiredKey string) string { return keys.Encode(bucket) + "." + desiredKey }
 

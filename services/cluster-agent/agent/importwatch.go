@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
+	"github.com/fleetstream/fleetstream/pkg/kvfeed"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -178,14 +179,11 @@ func (w *ImportWatcher) watchSpec(ctx context.Context, out chan *agentv1.ImportW
 	key := subjects.ImportWatchKey(w.a.cfg.ClusterName)
 	delay := watchRetryBase
 	for ctx.Err() == nil {
+		started := time.Now()
 		err := func() error {
-			kv, err := w.a.js.KeyValue(ctx, subjects.ImportWatchBucket)
+			kw, err := kvfeed.Watch(ctx, w.a.js, subjects.ImportWatchBucket, key, kvfeed.Options{Resync: feedResync})
 			if err != nil {
-				return fmt.Errorf("open bucket %s: %w", subjects.ImportWatchBucket, err)
-			}
-			kw, err := kv.Watch(ctx, key)
-			if err != nil {
-				return fmt.Errorf("watch %s %s: %w", subjects.ImportWatchBucket, key, err)
+				return err
 			}
 			defer func() { _ = kw.Stop() }()
 			for e := range kw.Updates() {
@@ -202,14 +200,22 @@ func (w *ImportWatcher) watchSpec(ctx context.Context, out chan *agentv1.ImportW
 				}
 				send(spec)
 			}
+			if err := kw.Err(); err != nil {
+				return err
+			}
 			return errors.New("import watch ended")
 		}()
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
+		switch {
+		case errors.Is(err, kvfeed.ErrResync) && time.Since(started) > watchRetryMax:
+			// The replay resends the spec; the informers are kept when it is unchanged.
+			w.log.Info("import watch spec resyncing", zap.Error(err))
+			continue
+		case errors.Is(err, jetstream.ErrBucketNotFound):
 			w.log.Debug("import-watch bucket does not exist yet")
-		} else {
+		default:
 			w.log.Warn("import watch spec unavailable; retrying", zap.Duration("in", delay), zap.Error(err))
 		}
 		select {
@@ -224,6 +230,9 @@ func (w *ImportWatcher) watchSpec(ctx context.Context, out chan *agentv1.ImportW
 const (
 	watchRetryBase = 250 * time.Millisecond
 	watchRetryMax  = 5 * time.Second
+	// feedResync is how often the spec is replayed even though nothing suggested a missed
+	// change (pkg/kvfeed).
+	feedResync = 15 * time.Minute
 )
 
 // reconcile starts and stops informers to match spec (the last one when nil).

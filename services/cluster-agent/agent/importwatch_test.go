@@ -134,7 +134,7 @@ func TestImportWatcher(t *testing.T) {
 	}
 
 	// What the hub would write: the source type and two referenced Secrets, one missing.
-	kv, err := j.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subjects.ImportWatchBucket})
+	kv, err := j.JS.CreateKeyValue(ctx, subjects.FeedBucketConfig(subjects.ImportWatchBucket, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,11 @@ func newEnv(t *testing.T, createBuckets bool) *env {
 func (e *env) createBuckets(t *testing.T) {
 	t.Helper()
 	for _, b := range append(subjects.DesiredBuckets(), subjects.AppliedBucket) {
-		kv, err := e.nats.JS.CreateKeyValue(e.ctx, jetstream.KeyValueConfig{Bucket: b, History: 1})
+		cfg := subjects.FeedBucketConfig(b, "")
+		if b == subjects.AppliedBucket {
+			cfg = subjects.AppliedBucketConfig(1)
+		}
+		kv, err := e.nats.JS.CreateKeyValue(e.ctx, cfg)
 		if err != nil {
 			t.Fatalf("create bucket %s: %v", b, err)
 		}

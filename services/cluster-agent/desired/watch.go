@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/kvfeed"
 )
 
 // Backoff between attempts to watch a bucket: it may not exist yet (its owning service has not
@@ -20,11 +21,17 @@ const (
 	watchRetryMax  = 5 * time.Second
 )
 
+// feedResync is how often a watch replays even though nothing suggested it missed a change
+// (pkg/kvfeed: the safety net for a change no NATS node republished).
+const feedResync = 15 * time.Minute
+
 // watchBucket keeps a watch on this cluster's keys of bucket until ctx ends, re-establishing it
-// (with a fresh replay) whenever it fails.
+// (with a fresh replay) whenever it ends: at once when it asked for a resync, after a backoff
+// when it failed.
 func (a *Applier) watchBucket(ctx context.Context, bucket string) {
 	delay := watchRetryBase
 	for ctx.Err() == nil {
+		started := time.Now()
 		replayed, err := a.watchOnce(ctx, bucket)
 		if ctx.Err() != nil {
 			return
@@ -32,9 +39,14 @@ func (a *Applier) watchBucket(ctx context.Context, bucket string) {
 		if replayed {
 			delay = watchRetryBase
 		}
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
+		switch {
+		case errors.Is(err, kvfeed.ErrResync) && replayed && time.Since(started) > watchRetryMax:
+			// A resync right after the last one backs off instead: never a busy loop of replays.
+			a.log.Info("desired watch resyncing", zap.String("bucket", bucket), zap.Error(err))
+			continue
+		case errors.Is(err, jetstream.ErrBucketNotFound):
 			a.log.Debug("desired bucket does not exist yet", zap.String("bucket", bucket))
-		} else {
+		default:
 			a.log.Warn("desired watch failed; retrying", zap.String("bucket", bucket), zap.Duration("in", delay), zap.Error(err))
 		}
 		select {
@@ -49,39 +61,34 @@ func (a *Applier) watchBucket(ctx context.Context, bucket string) {
 // watchOnce replays this cluster's keys of bucket and then streams changes into the store,
 // until the watch ends. It reports whether the replay completed.
 func (a *Applier) watchOnce(ctx context.Context, bucket string) (replayed bool, err error) {
-	kv, err := a.js.KeyValue(ctx, bucket)
-	if err != nil {
-		return false, fmt.Errorf("open bucket %s: %w", bucket, err)
-	}
 	// Only the latest value per key: history would replay superseded objects.
-	w, err := kv.Watch(ctx, a.keyPrefix+".>")
+	w, err := kvfeed.Watch(ctx, a.js, bucket, a.keyPrefix+".>", kvfeed.Options{Resync: feedResync})
 	if err != nil {
-		return false, fmt.Errorf("watch %s %s.>: %w", bucket, a.keyPrefix, err)
+		return false, err
 	}
 	defer func() { _ = w.Stop() }()
 	a.store.beginReplay(bucket)
-	for {
-		select {
-		case <-ctx.Done():
-			return replayed, nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return replayed, fmt.Errorf("watch of %s closed", bucket)
+	for e := range w.Updates() {
+		if e == nil {
+			// The replay is complete: this bucket's view is whole, so absence now means
+			// "no longer desired" and a prune pass may run.
+			replayed = true
+			for _, qk := range a.store.endReplay(bucket) {
+				a.queue.Add(qk)
 			}
-			if e == nil {
-				// The replay is complete: this bucket's view is whole, so absence now means
-				// "no longer desired" and a prune pass may run.
-				replayed = true
-				for _, qk := range a.store.endReplay(bucket) {
-					a.queue.Add(qk)
-				}
-				a.queue.Add(queueKey(bucket, sweepKey))
-				a.log.Info("desired state replayed", zap.String("bucket", bucket), zap.Int("keys", len(a.store.list(bucket))))
-				continue
-			}
-			a.observe(bucket, e)
+			a.queue.Add(queueKey(bucket, sweepKey))
+			a.log.Info("desired state replayed", zap.String("bucket", bucket), zap.Int("keys", len(a.store.list(bucket))), zap.Bool("live", w.Live()))
+			continue
 		}
+		a.observe(bucket, e)
 	}
+	if ctx.Err() != nil {
+		return replayed, nil
+	}
+	if err := w.Err(); err != nil {
+		return replayed, err
+	}
+	return replayed, fmt.Errorf("watch of %s ended", bucket)
 }
 
 // observe records one watched entry and queues its key.

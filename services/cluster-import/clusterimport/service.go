@@ -89,7 +89,7 @@ func Topology() topology.Topology {
 			bucketConfig(subjects.AgentTokensBucket, "Agent identity by token digest."),
 			bucketConfig(subjects.ClusterStatusBucket, "Latest agent heartbeat per cluster."),
 			bucketConfig(subjects.ImportPolicySourcesBucket, "The import policy of each (cluster, group, resource) source."),
-			bucketConfig(subjects.ImportWatchBucket, "What each inventory cluster's agent reports for import policies, by cluster."),
+			subjects.FeedBucketConfig(subjects.ImportWatchBucket, "What each inventory cluster's agent reports for import policies, by cluster."),
 			subjects.AgentLimitsBucketConfig(),
 		},
 	})

@@ -198,7 +198,7 @@ func desiredProjection() view.Projection {
 		Version:  2,
 		Stream:   Stream,
 		Subjects: []string{SubjectPrefix + ".project.>", SubjectPrefix + ".binding.>"},
-		Bucket:   bucketConfig(subjects.DesiredNamespacesBucket, "Desired Namespaces and ResourceQuotas of member clusters (projection of FLEET_NS)."),
+		Bucket:   subjects.FeedBucketConfig(subjects.DesiredNamespacesBucket, "Desired Namespaces and ResourceQuotas of member clusters (projection of FLEET_NS)."),
 		New:      func() proto.Message { return &desiredv1.DesiredObject{} },
 		Apply:    applyDesired,
 	}

@@ -84,7 +84,7 @@ func Topology() topology.Topology {
 }
 
 func desiredBucketConfig() jetstream.KeyValueConfig {
-	return bucketConfig(subjects.DesiredRBACBucket, "Desired ClusterRoles and RoleBindings of member clusters, keys <cluster>.<kind>.<namespace>.<name>.")
+	return subjects.FeedBucketConfig(subjects.DesiredRBACBucket, "Desired ClusterRoles and RoleBindings of member clusters, keys <cluster>.<kind>.<namespace>.<name>.")
 }
 
 // Service implements rbacv1connect.RBACServiceHandler and runs the fan-out.

@@ -1,0 +1,397 @@
+package kvfeed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetstream/fleetstream/pkg/kvfeed"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+)
+
+const bucket = "desired-test"
+
+func newBucket(t *testing.T, js jetstream.JetStream, republish bool) jetstream.KeyValue {
+	t.Helper()
+	cfg := jetstream.KeyValueConfig{Bucket: bucket, History: 1}
+	if republish {
+		cfg.RePublish = subjects.FeedRePublish(bucket)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(testkit.Context(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// view folds a Watcher's updates into key → value, as the agent's store does.
+type view struct {
+	w        *kvfeed.Watcher
+	values   map[string]string
+	replayed bool
+}
+
+func watch(t *testing.T, js jetstream.JetStream, filter string, o kvfeed.Options) *view {
+	t.Helper()
+	w, err := kvfeed.Watch(testkit.Context(t, time.Minute), js, bucket, filter, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return &view{w: w, values: map[string]string{}}
+}
+
+// until reads updates until cond holds; it fails on a closed Watcher or after 10 s.
+func (v *view) until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case e, ok := <-v.w.Updates():
+			if !ok {
+				t.Fatalf("%s: watcher ended: %v", what, v.w.Err())
+			}
+			v.apply(e)
+		case <-deadline:
+			t.Fatalf("%s: not within 10 s; have %v (replayed %v)", what, v.values, v.replayed)
+		}
+	}
+}
+
+func (v *view) apply(e jetstream.KeyValueEntry) {
+	switch {
+	case e == nil:
+		v.replayed = true
+	case e.Operation() == jetstream.KeyValuePut:
+		v.values[e.Key()] = string(e.Value())
+	default:
+		delete(v.values, e.Key())
+	}
+}
+
+// ended waits for the Watcher to end and returns why.
+func (v *view) ended(t *testing.T) error {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case e, ok := <-v.w.Updates():
+			if !ok {
+				return v.w.Err()
+			}
+			v.apply(e)
+		case <-deadline:
+			t.Fatal("watcher did not end within 10 s")
+		}
+	}
+}
+
+func put(t *testing.T, kv jetstream.KeyValue, key, value string) uint64 {
+	t.Helper()
+	rev, err := kv.PutString(context.Background(), key, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+func consumers(t testing.TB, js jetstream.JetStream) int {
+	t.Helper()
+	s, err := js.Stream(context.Background(), "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+// The point of the package: a watcher replays its own keys, then follows their changes with no
+// JetStream consumer left on the stream, and never sees another cluster's keys.
+func TestReplayThenChangesWithoutAConsumer(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	put(t, kv, "c1.ns.a", "1")
+	put(t, kv, "c1.ns.b", "1")
+	put(t, kv, "c2.ns.a", "other")
+	if err := kv.Delete(context.Background(), "c1.ns.b"); err != nil {
+		t.Fatal(err)
+	}
+
+	v := watch(t, j.JS, "c1.>", kvfeed.Options{Settle: 50 * time.Millisecond})
+	if !v.w.Live() {
+		t.Fatal("a republishing bucket is not followed live")
+	}
+	v.until(t, "replay", func() bool { return v.replayed })
+	if fmt.Sprint(v.values) != "map[c1.ns.a:1]" {
+		t.Fatalf("replay = %v, want only c1.ns.a", v.values)
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if n := consumers(t, j.JS); n != 0 {
+			return fmt.Errorf("%d consumers on the stream after the replay settled", n)
+		}
+		return nil
+	})
+
+	put(t, kv, "c2.ns.a", "other2")
+	put(t, kv, "c1.ns.a", "2")
+	put(t, kv, "c1.ns.c", "1")
+	if err := kv.Delete(context.Background(), "c1.ns.c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, kv, "c1.ns.d", "1")
+	v.until(t, "changes", func() bool { return v.values["c1.ns.d"] == "1" })
+	if fmt.Sprint(v.values) != "map[c1.ns.a:2 c1.ns.d:1]" {
+		t.Fatalf("after changes = %v", v.values)
+	}
+}
+
+// Changes written while the watcher starts are neither lost nor applied out of order.
+func TestChangesDuringTheReplayAreKept(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	_, writer := j.Connect(t)
+	wkv, err := writer.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		key := "c1.k" + strconv.Itoa(round)
+		done := make(chan int)
+		go func() {
+			i := 0
+			for ; i < 200; i++ {
+				if _, err := wkv.PutString(context.Background(), key, strconv.Itoa(i)); err != nil {
+					t.Error(err)
+					break
+				}
+			}
+			done <- i - 1
+		}()
+		v := watch(t, j.JS, "c1.>", kvfeed.Options{Settle: 10 * time.Millisecond})
+		last := strconv.Itoa(<-done)
+		v.until(t, "last value of "+key, func() bool { return v.replayed && v.values[key] == last })
+		_ = v.w.Stop()
+	}
+	_ = kv
+}
+
+// Each way a watcher can miss a change ends it with ErrResync, so its caller replays.
+func TestWhatMayHaveLostAChangeAsksForAResync(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		act  func(t *testing.T, j *testkit.JetStream, kv jetstream.KeyValue, seq uint64)
+	}{
+		{"reconnect", func(t *testing.T, j *testkit.JetStream, _ jetstream.KeyValue, _ uint64) {
+			if err := j.Conn.ForceReconnect(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"bucket recreated", func(t *testing.T, j *testkit.JetStream, _ jetstream.KeyValue, _ uint64) {
+			if err := j.JS.DeleteKeyValue(context.Background(), bucket); err != nil {
+				t.Fatal(err)
+			}
+			kv := newBucket(t, j.JS, true)
+			put(t, kv, "c1.ns.a", "again")
+		}},
+		{"a change whose predecessor was not seen", func(t *testing.T, j *testkit.JetStream, _ jetstream.KeyValue, seq uint64) {
+			republish(t, j.Conn, "c1.ns.a", seq+10, seq+5)
+		}},
+		{"a new key whose predecessor was not seen", func(t *testing.T, j *testkit.JetStream, _ jetstream.KeyValue, seq uint64) {
+			republish(t, j.Conn, "c1.ns.new", seq+10, seq+5)
+		}},
+		{"not a republish", func(t *testing.T, j *testkit.JetStream, _ jetstream.KeyValue, _ uint64) {
+			if err := j.Conn.Publish(subjects.FeedSubject(bucket, "c1.ns.a"), []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := testkit.StartJetStream(t)
+			kv := newBucket(t, j.JS, true)
+			seq := put(t, kv, "c1.ns.a", "1")
+			v := watch(t, j.JS, "c1.>", kvfeed.Options{Settle: 10 * time.Millisecond})
+			v.until(t, "replay", func() bool { return v.replayed })
+			time.Sleep(50 * time.Millisecond) // settled: the subscription alone delivers
+			tc.act(t, j, kv, seq)
+			if err := v.ended(t); !errors.Is(err, kvfeed.ErrResync) {
+				t.Fatalf("watcher ended with %v, want ErrResync", err)
+			}
+		})
+	}
+}
+
+func republish(t *testing.T, nc *nats.Conn, key string, seq, last uint64) {
+	t.Helper()
+	m := nats.NewMsg(subjects.FeedSubject(bucket, key))
+	m.Header.Set(jetstream.SubjectHeader, "$KV."+bucket+"."+key)
+	m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(seq, 10))
+	m.Header.Set(jetstream.LastSequenceHeader, strconv.FormatUint(last, 10))
+	m.Data = []byte("forged")
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// What is not a loss does not resync: a key deleted, its delete marker purged (rbac-sync does
+// that), then written again.
+func TestAPurgedDeleteMarkerIsNoLoss(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	put(t, kv, "c1.ns.a", "1")
+	v := watch(t, j.JS, "c1.>", kvfeed.Options{Settle: 10 * time.Millisecond})
+	v.until(t, "replay", func() bool { return v.replayed && v.values["c1.ns.a"] == "1" })
+	time.Sleep(50 * time.Millisecond)
+	if err := kv.Delete(context.Background(), "c1.ns.a"); err != nil {
+		t.Fatal(err)
+	}
+	v.until(t, "delete", func() bool { return v.values["c1.ns.a"] == "" })
+	if err := kv.PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+		t.Fatal(err)
+	}
+	put(t, kv, "c1.ns.a", "2")
+	put(t, kv, "c1.ns.b", "1")
+	v.until(t, "written again", func() bool { return v.values["c1.ns.a"] == "2" && v.values["c1.ns.b"] == "1" })
+}
+
+func TestPeriodicResync(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	newBucket(t, j.JS, true)
+	start := time.Now()
+	v := watch(t, j.JS, "c1.>", kvfeed.Options{Resync: 200 * time.Millisecond})
+	if err := v.ended(t); !errors.Is(err, kvfeed.ErrResync) {
+		t.Fatalf("watcher ended with %v, want ErrResync", err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("resync after %v, want 150–250 ms", d)
+	}
+}
+
+// A bucket created by a hub that does not republish yet is followed through the consumer.
+func TestBucketWithoutRepublishIsWatchedThroughItsConsumer(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, false)
+	put(t, kv, "c1.ns.a", "1")
+	v := watch(t, j.JS, "c1.>", kvfeed.Options{Settle: 10 * time.Millisecond})
+	if v.w.Live() {
+		t.Fatal("Live() on a bucket without republish")
+	}
+	v.until(t, "replay", func() bool { return v.replayed && v.values["c1.ns.a"] == "1" })
+	time.Sleep(50 * time.Millisecond)
+	put(t, kv, "c1.ns.a", "2")
+	v.until(t, "change", func() bool { return v.values["c1.ns.a"] == "2" })
+	if n := consumers(t, j.JS); n != 1 {
+		t.Fatalf("%d consumers, want the watch's one", n)
+	}
+}
+
+// follow keeps a view of filter as the agent does: watch, replay into a fresh map, follow the
+// changes, and watch again at once on ErrResync.
+func follow(t *testing.T, js jetstream.JetStream, filter string) (current func() map[string]string, resyncs func() int) {
+	var (
+		mu   sync.Mutex
+		cur  = map[string]string{}
+		nres int
+	)
+	ctx := testkit.Context(t, 2*time.Minute)
+	go func() {
+		for ctx.Err() == nil {
+			w, err := kvfeed.Watch(ctx, js, bucket, filter, kvfeed.Options{Settle: 50 * time.Millisecond})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			next, replayed := map[string]string{}, false
+			for e := range w.Updates() {
+				if e == nil {
+					replayed = true
+				} else if e.Operation() == jetstream.KeyValuePut {
+					next[e.Key()] = string(e.Value())
+				} else {
+					delete(next, e.Key())
+				}
+				if replayed {
+					mu.Lock()
+					cur = maps.Clone(next)
+					mu.Unlock()
+				}
+			}
+			mu.Lock()
+			if errors.Is(w.Err(), kvfeed.ErrResync) {
+				nres++
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() map[string]string {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(cur)
+		}, func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return nres
+		}
+}
+
+// A member cluster's agent connected to a NATS node that goes away misses nothing written
+// meanwhile: it reconnects to another node and replays.
+func TestNothingMissedAcrossANodeRestart(t *testing.T) {
+	c := testkit.StartCluster(t, nil)
+	ctx := testkit.Context(t, 2*time.Minute)
+	_, writer := testkit.ConnectURL(t, c.Nodes[1].ClientURL()+","+c.Nodes[2].ClientURL(), nats.MaxReconnects(-1))
+	cfg := subjects.FeedBucketConfig(bucket, "")
+	cfg.Replicas = 3
+	kv, err := writer.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls := c.Nodes[0].ClientURL() + "," + c.Nodes[1].ClientURL() + "," + c.Nodes[2].ClientURL()
+	_, agent := testkit.ConnectURL(t, urls, nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	want := map[string]string{}
+	for i := range 10 {
+		k := "c1.k" + strconv.Itoa(i)
+		put(t, kv, k, "0")
+		want[k] = "0"
+	}
+	put(t, kv, "c2.k0", "other")
+	current, resyncs := follow(t, agent, "c1.>")
+	same := func() error {
+		if got := current(); !maps.Equal(got, want) {
+			return fmt.Errorf("view %v, want %v", got, want)
+		}
+		return nil
+	}
+	testkit.Eventually(t, 10*time.Second, same)
+
+	c.Nodes[0].Stop() // the agent's node
+	for i := range 10 {
+		k := "c1.k" + strconv.Itoa(i)
+		put(t, kv, k, "1")
+		want[k] = "1"
+	}
+	if err := kv.Delete(ctx, "c1.k5"); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "c1.k5")
+	put(t, kv, "c1.new", "1")
+	want["c1.new"] = "1"
+	if err := c.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, same)
+	if resyncs() == 0 {
+		t.Fatal("the view converged without a resync: the test did not exercise the reconnect")
+	}
+}
