@@ -131,4 +131,3 @@ func benchChange(b *testing.B, n int, design string) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/cluster")
 }
-
