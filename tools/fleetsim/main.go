@@ -42,6 +42,8 @@ type options struct {
 	natsURL    string
 	tokenFile  string
 	logLevel   string
+	fleetd     string
+	idle       time.Duration
 }
 
 func main() {
@@ -62,7 +64,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.namespaces, "namespaces", 5, "namespaces each simulated cluster holds (besides default and kube-system)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 5*time.Second, "heartbeat interval of every simulated agent")
 	fs.Float64Var(&o.ramp, "ramp", 100, "clusters registered and connected per second; 0 for as fast as the hub answers")
-	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant (grant needs join)")
+	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, steady (grant and steady need join)")
 	fs.IntVar(&o.rounds, "rounds", 3, "grant scenario: rounds of grant then revoke")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long one phase (all Connected, all applied) may take before what is missing is reported lost")
 	fs.BoolVar(&o.embedded, "embedded", true, "start fleetd in this process (embedded NATS, temporary data directory)")
@@ -70,15 +72,17 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.natsURL, "nats-url", "", "without -embedded: the NATS URL agents connect to")
 	fs.StringVar(&o.tokenFile, "token-file", "", "without -embedded: file holding a platform admin's API token")
 	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the hub and the simulated agents: debug, info, warn or error")
+	fs.StringVar(&o.fleetd, "fleetd", "", "run this fleetd binary as a child process (instead of in process), so the hub's CPU and memory are measured apart from the simulator")
+	fs.DurationVar(&o.idle, "idle", 30*time.Second, "steady scenario: how long the idle fleet is measured")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	for _, s := range strings.Split(scenarios, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "join", "grant":
+		case "join", "grant", "steady":
 			o.scenarios = append(o.scenarios, s)
 		default:
-			return o, fmt.Errorf("-scenario: unknown scenario %q (join, grant)", s)
+			return o, fmt.Errorf("-scenario: unknown scenario %q (join, grant, steady)", s)
 		}
 	}
 	switch {
@@ -90,13 +94,15 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-heartbeat: must be positive")
 	case o.ramp < 0:
 		return o, errors.New("-ramp: not negative")
+	case o.idle <= 0:
+		return o, errors.New("-idle: must be positive")
 	case o.rounds < 1:
 		return o, errors.New("-rounds: at least 1")
 	case !o.embedded && (o.apiURL == "" || o.natsURL == "" || o.tokenFile == ""):
 		return o, errors.New("-embedded=false needs -api-url, -nats-url and -token-file")
 	}
-	if o.has("grant") && !o.has("join") {
-		return o, errors.New("-scenario: grant needs join (the clusters it grants on)")
+	if (o.has("grant") || o.has("steady")) && !o.has("join") {
+		return o, errors.New("-scenario: grant and steady need join (the clusters they run on)")
 	}
 	return o, nil
 }

@@ -37,13 +37,14 @@ const apiWorkers = 8
 
 // Result is what fleetsim prints. Durations are in milliseconds.
 type Result struct {
-	Hub                  string       `json:"hub"`
-	Clusters             int          `json:"clusters"`
-	NamespacesPerCluster int          `json:"namespaces_per_cluster"`
-	HeartbeatMS          float64      `json:"heartbeat_ms"`
-	Ramp                 float64      `json:"ramp_per_second"`
-	Join                 *JoinResult  `json:"join,omitempty"`
-	Grant                *GrantResult `json:"grant,omitempty"`
+	Hub                  string        `json:"hub"`
+	Clusters             int           `json:"clusters"`
+	NamespacesPerCluster int           `json:"namespaces_per_cluster"`
+	HeartbeatMS          float64       `json:"heartbeat_ms"`
+	Ramp                 float64       `json:"ramp_per_second"`
+	Join                 *JoinResult   `json:"join,omitempty"`
+	Grant                *GrantResult  `json:"grant,omitempty"`
+	Steady               *SteadyResult `json:"steady,omitempty"`
 	// JetStream consumers after the scenarios (embedded hub only): in total, and on the stream
 	// that holds the most.
 	Consumers          int    `json:"jetstream_consumers,omitempty"`
@@ -104,7 +105,10 @@ type hub struct {
 	projects projectv1connect.ProjectServiceClient
 	rbac     rbacv1connect.RBACServiceClient
 	inst     *fleetd.Instance
-	stop     func()
+	// pid is the hub's process when it runs as a child (-fleetd); "" when it runs in this
+	// process or elsewhere.
+	pid  string
+	stop func()
 	// stopped receives why the embedded fleetd stopped (a service failed), if it did.
 	stopped chan error
 }
@@ -114,7 +118,15 @@ const embeddedToken = "fleetsim-admin-token"
 func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 	apiURL, natsURL, token := o.apiURL, o.natsURL, ""
 	h := &hub{name: apiURL, stop: func() {}}
-	if o.embedded {
+	if o.fleetd != "" {
+		child, err := startChildHub(ctx, o.fleetd, embeddedToken)
+		if err != nil {
+			return nil, err
+		}
+		h.stop, h.stopped = child.stop, child.exited
+		h.pid, h.name = strconv.Itoa(child.cmd.Process.Pid), "fleetd as a child process (embedded NATS)"
+		apiURL, natsURL, token = child.apiURL, child.natsURL, embeddedToken
+	} else if o.embedded {
 		dir, err := os.MkdirTemp("", "fleetsim-")
 		if err != nil {
 			return nil, err
@@ -220,6 +232,9 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 	err = joinScenario(agentsCtx, o, h, clusters, log, res)
 	if err == nil && o.has("grant") {
 		err = grantScenario(agentsCtx, o, h, clusters, "fleetsim-"+run, res)
+	}
+	if err == nil && o.has("steady") {
+		err = steadyScenario(agentsCtx, o, h, res)
 	}
 	close(endWatch)
 	<-hubWatch
@@ -545,4 +560,53 @@ func randomID() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// SteadyResult is the steady scenario: the fleet idle (agents heartbeating, nothing changing)
+// for -idle.
+type SteadyResult struct {
+	IdleSeconds float64 `json:"idle_seconds"`
+	// Scope says what HubCPU and HubRSSMB cover: the hub process alone (-fleetd), or this whole
+	// process, hub and simulated agents together (-embedded).
+	Scope         string  `json:"scope"`
+	HubCPUPercent float64 `json:"hub_cpu_percent_of_a_core"`
+	HubRSSMB      float64 `json:"hub_rss_mb"`
+	// SimCPUPercent is this process's CPU (the simulated agents) when the hub is a child.
+	SimCPUPercent float64 `json:"sim_cpu_percent_of_a_core,omitempty"`
+}
+
+// steadyScenario measures what an idle fleet costs: the CPU of the hub over -idle, as a
+// percentage of one core, and its memory at the end.
+func steadyScenario(ctx context.Context, o options, h *hub, res *Result) error {
+	hubPid, scope := h.pid, "hub process"
+	if hubPid == "" {
+		if h.inst == nil {
+			return nil // a hub elsewhere: nothing of it to measure from here
+		}
+		hubPid, scope = "self", "hub and simulator (one process)"
+	}
+	hub0, err := readUsage(hubPid)
+	if err != nil {
+		return fmt.Errorf("steady: %w", err)
+	}
+	self0, _ := readUsage("self")
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(o.idle):
+	}
+	wall := time.Since(start)
+	hub1, err := readUsage(hubPid)
+	if err != nil {
+		return fmt.Errorf("steady: %w", err)
+	}
+	self1, _ := readUsage("self")
+	st := &SteadyResult{IdleSeconds: wall.Seconds(), Scope: scope,
+		HubCPUPercent: 100 * (hub1.cpu - hub0.cpu).Seconds() / wall.Seconds(), HubRSSMB: hub1.rssMB}
+	if h.pid != "" {
+		st.SimCPUPercent = 100 * (self1.cpu - self0.cpu).Seconds() / wall.Seconds()
+	}
+	res.Steady = st
+	return nil
 }

@@ -67,6 +67,13 @@ func writeTable(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "grant → RoleBinding applied (%d rounds, %d clusters)\t%.1f ms\t%s\t\n", len(g.Rounds), g.Measured, g.Grant.P50, g.Grant.tail())
 		fmt.Fprintf(tw, "revoke → RoleBinding removed\t%.1f ms\t%s\t\n", g.Revoke.P50, g.Revoke.tail())
 	}
+	if st := r.Steady; st != nil {
+		sim := ""
+		if st.SimCPUPercent > 0 {
+			sim = fmt.Sprintf("; simulator %.1f%%", st.SimCPUPercent)
+		}
+		fmt.Fprintf(tw, "idle fleet for %.0f s (%s)\t\t\tCPU %.1f%% of a core, RSS %.0f MB%s\n", st.IdleSeconds, st.Scope, st.HubCPUPercent, st.HubRSSMB, sim)
+	}
 	if r.Consumers > 0 {
 		fmt.Fprintf(tw, "JetStream consumers\t\t\t%d (most on one stream: %d, %s)\n", r.Consumers, r.MaxConsumers, r.MaxConsumersStream)
 	}
