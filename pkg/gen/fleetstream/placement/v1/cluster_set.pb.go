@@ -7,6 +7,7 @@
 package placementv1
 
 import (
+	v1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -512,11 +513,106 @@ func (x *ClusterSetBindingStatus) GetClusterSetExists() bool {
 	return false
 }
 
+// ClusterSetRoleBinding grants a user or a group one of the two set roles on one set (OCM's
+// cluster set admin and view): `clusterset-admin` manages the set's clusters (labels and
+// taints, adding and removing them, binding the set to projects, binding the set's roles),
+// `clusterset-view` reads the set, its clusters and its bindings (docs/placement.md, "Cluster set
+// roles"). Identified by (cluster_set, subject, role); the view in bucket
+// `placement-clusterset-roles` holds one per identity. A binding outlives its set, as set
+// bindings do: it grants again if a set of that name is created again.
+type ClusterSetRoleBinding struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSet string                 `protobuf:"bytes,1,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	// A user or a group (service accounts are Kubernetes identities, not API callers).
+	Subject *v1.Subject `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// `clusterset-admin` or `clusterset-view`.
+	Role       string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Who bound it.
+	Creator string `protobuf:"bytes,5,opt,name=creator,proto3" json:"creator,omitempty"`
+	// Stream sequence of the last event of this binding's aggregate.
+	Revision      uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSetRoleBinding) Reset() {
+	*x = ClusterSetRoleBinding{}
+	mi := &file_fleetstream_placement_v1_cluster_set_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSetRoleBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSetRoleBinding) ProtoMessage() {}
+
+func (x *ClusterSetRoleBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_cluster_set_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSetRoleBinding.ProtoReflect.Descriptor instead.
+func (*ClusterSetRoleBinding) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_cluster_set_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ClusterSetRoleBinding) GetClusterSet() string {
+	if x != nil {
+		return x.ClusterSet
+	}
+	return ""
+}
+
+func (x *ClusterSetRoleBinding) GetSubject() *v1.Subject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *ClusterSetRoleBinding) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ClusterSetRoleBinding) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ClusterSetRoleBinding) GetCreator() string {
+	if x != nil {
+		return x.Creator
+	}
+	return ""
+}
+
+func (x *ClusterSetRoleBinding) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_fleetstream_placement_v1_cluster_set_proto protoreflect.FileDescriptor
 
 const file_fleetstream_placement_v1_cluster_set_proto_rawDesc = "" +
 	"\n" +
-	"*fleetstream/placement/v1/cluster_set.proto\x12\x18fleetstream.placement.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x02\n" +
+	"*fleetstream/placement/v1/cluster_set.proto\x12\x18fleetstream.placement.v1\x1a\x1efleetstream/rbac/v1/rbac.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x02\n" +
 	"\n" +
 	"ClusterSet\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12H\n" +
@@ -552,7 +648,16 @@ const file_fleetstream_placement_v1_cluster_set_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\v21.fleetstream.placement.v1.ClusterSetBindingStatusR\x06status\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"G\n" +
 	"\x17ClusterSetBindingStatus\x12,\n" +
-	"\x12cluster_set_exists\x18\x01 \x01(\bR\x10clusterSetExists*r\n" +
+	"\x12cluster_set_exists\x18\x01 \x01(\bR\x10clusterSetExists\"\xf7\x01\n" +
+	"\x15ClusterSetRoleBinding\x12\x1f\n" +
+	"\vcluster_set\x18\x01 \x01(\tR\n" +
+	"clusterSet\x126\n" +
+	"\asubject\x18\x02 \x01(\v2\x1c.fleetstream.rbac.v1.SubjectR\asubject\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x18\n" +
+	"\acreator\x18\x05 \x01(\tR\acreator\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x04R\brevision*r\n" +
 	"\fSelectorType\x12\x1d\n" +
 	"\x19SELECTOR_TYPE_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dSELECTOR_TYPE_EXCLUSIVE_LABEL\x10\x01\x12 \n" +
@@ -571,7 +676,7 @@ func file_fleetstream_placement_v1_cluster_set_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_placement_v1_cluster_set_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fleetstream_placement_v1_cluster_set_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_fleetstream_placement_v1_cluster_set_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_fleetstream_placement_v1_cluster_set_proto_goTypes = []any{
 	(SelectorType)(0),                // 0: fleetstream.placement.v1.SelectorType
 	(*ClusterSet)(nil),               // 1: fleetstream.placement.v1.ClusterSet
@@ -581,25 +686,29 @@ var file_fleetstream_placement_v1_cluster_set_proto_goTypes = []any{
 	(*ClusterSetStatus)(nil),         // 5: fleetstream.placement.v1.ClusterSetStatus
 	(*ClusterSetBinding)(nil),        // 6: fleetstream.placement.v1.ClusterSetBinding
 	(*ClusterSetBindingStatus)(nil),  // 7: fleetstream.placement.v1.ClusterSetBindingStatus
-	nil,                              // 8: fleetstream.placement.v1.LabelSelector.MatchLabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 9: google.protobuf.Timestamp
+	(*ClusterSetRoleBinding)(nil),    // 8: fleetstream.placement.v1.ClusterSetRoleBinding
+	nil,                              // 9: fleetstream.placement.v1.LabelSelector.MatchLabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 10: google.protobuf.Timestamp
+	(*v1.Subject)(nil),               // 11: fleetstream.rbac.v1.Subject
 }
 var file_fleetstream_placement_v1_cluster_set_proto_depIdxs = []int32{
 	2,  // 0: fleetstream.placement.v1.ClusterSet.selector:type_name -> fleetstream.placement.v1.ClusterSetSelector
-	9,  // 1: fleetstream.placement.v1.ClusterSet.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 2: fleetstream.placement.v1.ClusterSet.update_time:type_name -> google.protobuf.Timestamp
+	10, // 1: fleetstream.placement.v1.ClusterSet.create_time:type_name -> google.protobuf.Timestamp
+	10, // 2: fleetstream.placement.v1.ClusterSet.update_time:type_name -> google.protobuf.Timestamp
 	5,  // 3: fleetstream.placement.v1.ClusterSet.status:type_name -> fleetstream.placement.v1.ClusterSetStatus
 	0,  // 4: fleetstream.placement.v1.ClusterSetSelector.type:type_name -> fleetstream.placement.v1.SelectorType
 	3,  // 5: fleetstream.placement.v1.ClusterSetSelector.label_selector:type_name -> fleetstream.placement.v1.LabelSelector
-	8,  // 6: fleetstream.placement.v1.LabelSelector.match_labels:type_name -> fleetstream.placement.v1.LabelSelector.MatchLabelsEntry
+	9,  // 6: fleetstream.placement.v1.LabelSelector.match_labels:type_name -> fleetstream.placement.v1.LabelSelector.MatchLabelsEntry
 	4,  // 7: fleetstream.placement.v1.LabelSelector.match_expressions:type_name -> fleetstream.placement.v1.LabelSelectorRequirement
-	9,  // 8: fleetstream.placement.v1.ClusterSetBinding.create_time:type_name -> google.protobuf.Timestamp
+	10, // 8: fleetstream.placement.v1.ClusterSetBinding.create_time:type_name -> google.protobuf.Timestamp
 	7,  // 9: fleetstream.placement.v1.ClusterSetBinding.status:type_name -> fleetstream.placement.v1.ClusterSetBindingStatus
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	11, // 10: fleetstream.placement.v1.ClusterSetRoleBinding.subject:type_name -> fleetstream.rbac.v1.Subject
+	10, // 11: fleetstream.placement.v1.ClusterSetRoleBinding.create_time:type_name -> google.protobuf.Timestamp
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_placement_v1_cluster_set_proto_init() }
@@ -613,7 +722,7 @@ func file_fleetstream_placement_v1_cluster_set_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_placement_v1_cluster_set_proto_rawDesc), len(file_fleetstream_placement_v1_cluster_set_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -7,6 +7,7 @@
 package placementv1
 
 import (
+	v1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -754,11 +755,303 @@ func (x *ListClusterSetBindingsResponse) GetBindings() []*ClusterSetBinding {
 	return nil
 }
 
+type BindClusterSetRoleRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSet string                 `protobuf:"bytes,1,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	// A user or a group.
+	Subject *v1.Subject `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// `clusterset-admin` or `clusterset-view`.
+	Role          string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindClusterSetRoleRequest) Reset() {
+	*x = BindClusterSetRoleRequest{}
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindClusterSetRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindClusterSetRoleRequest) ProtoMessage() {}
+
+func (x *BindClusterSetRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindClusterSetRoleRequest.ProtoReflect.Descriptor instead.
+func (*BindClusterSetRoleRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_cluster_set_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BindClusterSetRoleRequest) GetClusterSet() string {
+	if x != nil {
+		return x.ClusterSet
+	}
+	return ""
+}
+
+func (x *BindClusterSetRoleRequest) GetSubject() *v1.Subject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *BindClusterSetRoleRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+type BindClusterSetRoleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Binding       *ClusterSetRoleBinding `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindClusterSetRoleResponse) Reset() {
+	*x = BindClusterSetRoleResponse{}
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindClusterSetRoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindClusterSetRoleResponse) ProtoMessage() {}
+
+func (x *BindClusterSetRoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindClusterSetRoleResponse.ProtoReflect.Descriptor instead.
+func (*BindClusterSetRoleResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_cluster_set_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BindClusterSetRoleResponse) GetBinding() *ClusterSetRoleBinding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+type UnbindClusterSetRoleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSet    string                 `protobuf:"bytes,1,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	Subject       *v1.Subject            `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbindClusterSetRoleRequest) Reset() {
+	*x = UnbindClusterSetRoleRequest{}
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbindClusterSetRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbindClusterSetRoleRequest) ProtoMessage() {}
+
+func (x *UnbindClusterSetRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbindClusterSetRoleRequest.ProtoReflect.Descriptor instead.
+func (*UnbindClusterSetRoleRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_cluster_set_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *UnbindClusterSetRoleRequest) GetClusterSet() string {
+	if x != nil {
+		return x.ClusterSet
+	}
+	return ""
+}
+
+func (x *UnbindClusterSetRoleRequest) GetSubject() *v1.Subject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *UnbindClusterSetRoleRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+type UnbindClusterSetRoleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbindClusterSetRoleResponse) Reset() {
+	*x = UnbindClusterSetRoleResponse{}
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbindClusterSetRoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbindClusterSetRoleResponse) ProtoMessage() {}
+
+func (x *UnbindClusterSetRoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbindClusterSetRoleResponse.ProtoReflect.Descriptor instead.
+func (*UnbindClusterSetRoleResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_cluster_set_service_proto_rawDescGZIP(), []int{19}
+}
+
+type ListClusterSetRoleBindingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty lists the bindings of every set the caller may see.
+	ClusterSet    string `protobuf:"bytes,1,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClusterSetRoleBindingsRequest) Reset() {
+	*x = ListClusterSetRoleBindingsRequest{}
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClusterSetRoleBindingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClusterSetRoleBindingsRequest) ProtoMessage() {}
+
+func (x *ListClusterSetRoleBindingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClusterSetRoleBindingsRequest.ProtoReflect.Descriptor instead.
+func (*ListClusterSetRoleBindingsRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_cluster_set_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListClusterSetRoleBindingsRequest) GetClusterSet() string {
+	if x != nil {
+		return x.ClusterSet
+	}
+	return ""
+}
+
+type ListClusterSetRoleBindingsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ordered by set, subject kind, subject name, role.
+	Bindings      []*ClusterSetRoleBinding `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClusterSetRoleBindingsResponse) Reset() {
+	*x = ListClusterSetRoleBindingsResponse{}
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClusterSetRoleBindingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClusterSetRoleBindingsResponse) ProtoMessage() {}
+
+func (x *ListClusterSetRoleBindingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClusterSetRoleBindingsResponse.ProtoReflect.Descriptor instead.
+func (*ListClusterSetRoleBindingsResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_cluster_set_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListClusterSetRoleBindingsResponse) GetBindings() []*ClusterSetRoleBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
 var File_fleetstream_placement_v1_cluster_set_service_proto protoreflect.FileDescriptor
 
 const file_fleetstream_placement_v1_cluster_set_service_proto_rawDesc = "" +
 	"\n" +
-	"2fleetstream/placement/v1/cluster_set_service.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\"w\n" +
+	"2fleetstream/placement/v1/cluster_set_service.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\x1a\x1efleetstream/rbac/v1/rbac.proto\"w\n" +
 	"\x17CreateClusterSetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12H\n" +
 	"\bselector\x18\x02 \x01(\v2,.fleetstream.placement.v1.ClusterSetSelectorR\bselector\"a\n" +
@@ -798,7 +1091,25 @@ const file_fleetstream_placement_v1_cluster_set_service_proto_rawDesc = "" +
 	"\x1dListClusterSetBindingsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\"i\n" +
 	"\x1eListClusterSetBindingsResponse\x12G\n" +
-	"\bbindings\x18\x01 \x03(\v2+.fleetstream.placement.v1.ClusterSetBindingR\bbindings2\xfb\a\n" +
+	"\bbindings\x18\x01 \x03(\v2+.fleetstream.placement.v1.ClusterSetBindingR\bbindings\"\x88\x01\n" +
+	"\x19BindClusterSetRoleRequest\x12\x1f\n" +
+	"\vcluster_set\x18\x01 \x01(\tR\n" +
+	"clusterSet\x126\n" +
+	"\asubject\x18\x02 \x01(\v2\x1c.fleetstream.rbac.v1.SubjectR\asubject\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\"g\n" +
+	"\x1aBindClusterSetRoleResponse\x12I\n" +
+	"\abinding\x18\x01 \x01(\v2/.fleetstream.placement.v1.ClusterSetRoleBindingR\abinding\"\x8a\x01\n" +
+	"\x1bUnbindClusterSetRoleRequest\x12\x1f\n" +
+	"\vcluster_set\x18\x01 \x01(\tR\n" +
+	"clusterSet\x126\n" +
+	"\asubject\x18\x02 \x01(\v2\x1c.fleetstream.rbac.v1.SubjectR\asubject\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\"\x1e\n" +
+	"\x1cUnbindClusterSetRoleResponse\"D\n" +
+	"!ListClusterSetRoleBindingsRequest\x12\x1f\n" +
+	"\vcluster_set\x18\x01 \x01(\tR\n" +
+	"clusterSet\"q\n" +
+	"\"ListClusterSetRoleBindingsResponse\x12K\n" +
+	"\bbindings\x18\x01 \x03(\v2/.fleetstream.placement.v1.ClusterSetRoleBindingR\bbindings2\xa3\v\n" +
 	"\x11ClusterSetService\x12y\n" +
 	"\x10CreateClusterSet\x121.fleetstream.placement.v1.CreateClusterSetRequest\x1a2.fleetstream.placement.v1.CreateClusterSetResponse\x12y\n" +
 	"\x10UpdateClusterSet\x121.fleetstream.placement.v1.UpdateClusterSetRequest\x1a2.fleetstream.placement.v1.UpdateClusterSetResponse\x12y\n" +
@@ -807,7 +1118,10 @@ const file_fleetstream_placement_v1_cluster_set_service_proto_rawDesc = "" +
 	"\x0fListClusterSets\x120.fleetstream.placement.v1.ListClusterSetsRequest\x1a1.fleetstream.placement.v1.ListClusterSetsResponse\"\x03\x90\x02\x01\x12s\n" +
 	"\x0eBindClusterSet\x12/.fleetstream.placement.v1.BindClusterSetRequest\x1a0.fleetstream.placement.v1.BindClusterSetResponse\x12y\n" +
 	"\x10UnbindClusterSet\x121.fleetstream.placement.v1.UnbindClusterSetRequest\x1a2.fleetstream.placement.v1.UnbindClusterSetResponse\x12\x90\x01\n" +
-	"\x16ListClusterSetBindings\x127.fleetstream.placement.v1.ListClusterSetBindingsRequest\x1a8.fleetstream.placement.v1.ListClusterSetBindingsResponse\"\x03\x90\x02\x01BQZOgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1;placementv1b\x06proto3"
+	"\x16ListClusterSetBindings\x127.fleetstream.placement.v1.ListClusterSetBindingsRequest\x1a8.fleetstream.placement.v1.ListClusterSetBindingsResponse\"\x03\x90\x02\x01\x12\x7f\n" +
+	"\x12BindClusterSetRole\x123.fleetstream.placement.v1.BindClusterSetRoleRequest\x1a4.fleetstream.placement.v1.BindClusterSetRoleResponse\x12\x85\x01\n" +
+	"\x14UnbindClusterSetRole\x125.fleetstream.placement.v1.UnbindClusterSetRoleRequest\x1a6.fleetstream.placement.v1.UnbindClusterSetRoleResponse\x12\x9c\x01\n" +
+	"\x1aListClusterSetRoleBindings\x12;.fleetstream.placement.v1.ListClusterSetRoleBindingsRequest\x1a<.fleetstream.placement.v1.ListClusterSetRoleBindingsResponse\"\x03\x90\x02\x01BQZOgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1;placementv1b\x06proto3"
 
 var (
 	file_fleetstream_placement_v1_cluster_set_service_proto_rawDescOnce sync.Once
@@ -821,58 +1135,76 @@ func file_fleetstream_placement_v1_cluster_set_service_proto_rawDescGZIP() []byt
 	return file_fleetstream_placement_v1_cluster_set_service_proto_rawDescData
 }
 
-var file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_fleetstream_placement_v1_cluster_set_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_fleetstream_placement_v1_cluster_set_service_proto_goTypes = []any{
-	(*CreateClusterSetRequest)(nil),        // 0: fleetstream.placement.v1.CreateClusterSetRequest
-	(*CreateClusterSetResponse)(nil),       // 1: fleetstream.placement.v1.CreateClusterSetResponse
-	(*UpdateClusterSetRequest)(nil),        // 2: fleetstream.placement.v1.UpdateClusterSetRequest
-	(*UpdateClusterSetResponse)(nil),       // 3: fleetstream.placement.v1.UpdateClusterSetResponse
-	(*DeleteClusterSetRequest)(nil),        // 4: fleetstream.placement.v1.DeleteClusterSetRequest
-	(*DeleteClusterSetResponse)(nil),       // 5: fleetstream.placement.v1.DeleteClusterSetResponse
-	(*GetClusterSetRequest)(nil),           // 6: fleetstream.placement.v1.GetClusterSetRequest
-	(*GetClusterSetResponse)(nil),          // 7: fleetstream.placement.v1.GetClusterSetResponse
-	(*ListClusterSetsRequest)(nil),         // 8: fleetstream.placement.v1.ListClusterSetsRequest
-	(*ListClusterSetsResponse)(nil),        // 9: fleetstream.placement.v1.ListClusterSetsResponse
-	(*BindClusterSetRequest)(nil),          // 10: fleetstream.placement.v1.BindClusterSetRequest
-	(*BindClusterSetResponse)(nil),         // 11: fleetstream.placement.v1.BindClusterSetResponse
-	(*UnbindClusterSetRequest)(nil),        // 12: fleetstream.placement.v1.UnbindClusterSetRequest
-	(*UnbindClusterSetResponse)(nil),       // 13: fleetstream.placement.v1.UnbindClusterSetResponse
-	(*ListClusterSetBindingsRequest)(nil),  // 14: fleetstream.placement.v1.ListClusterSetBindingsRequest
-	(*ListClusterSetBindingsResponse)(nil), // 15: fleetstream.placement.v1.ListClusterSetBindingsResponse
-	(*ClusterSetSelector)(nil),             // 16: fleetstream.placement.v1.ClusterSetSelector
-	(*ClusterSet)(nil),                     // 17: fleetstream.placement.v1.ClusterSet
-	(*ClusterSetBinding)(nil),              // 18: fleetstream.placement.v1.ClusterSetBinding
+	(*CreateClusterSetRequest)(nil),            // 0: fleetstream.placement.v1.CreateClusterSetRequest
+	(*CreateClusterSetResponse)(nil),           // 1: fleetstream.placement.v1.CreateClusterSetResponse
+	(*UpdateClusterSetRequest)(nil),            // 2: fleetstream.placement.v1.UpdateClusterSetRequest
+	(*UpdateClusterSetResponse)(nil),           // 3: fleetstream.placement.v1.UpdateClusterSetResponse
+	(*DeleteClusterSetRequest)(nil),            // 4: fleetstream.placement.v1.DeleteClusterSetRequest
+	(*DeleteClusterSetResponse)(nil),           // 5: fleetstream.placement.v1.DeleteClusterSetResponse
+	(*GetClusterSetRequest)(nil),               // 6: fleetstream.placement.v1.GetClusterSetRequest
+	(*GetClusterSetResponse)(nil),              // 7: fleetstream.placement.v1.GetClusterSetResponse
+	(*ListClusterSetsRequest)(nil),             // 8: fleetstream.placement.v1.ListClusterSetsRequest
+	(*ListClusterSetsResponse)(nil),            // 9: fleetstream.placement.v1.ListClusterSetsResponse
+	(*BindClusterSetRequest)(nil),              // 10: fleetstream.placement.v1.BindClusterSetRequest
+	(*BindClusterSetResponse)(nil),             // 11: fleetstream.placement.v1.BindClusterSetResponse
+	(*UnbindClusterSetRequest)(nil),            // 12: fleetstream.placement.v1.UnbindClusterSetRequest
+	(*UnbindClusterSetResponse)(nil),           // 13: fleetstream.placement.v1.UnbindClusterSetResponse
+	(*ListClusterSetBindingsRequest)(nil),      // 14: fleetstream.placement.v1.ListClusterSetBindingsRequest
+	(*ListClusterSetBindingsResponse)(nil),     // 15: fleetstream.placement.v1.ListClusterSetBindingsResponse
+	(*BindClusterSetRoleRequest)(nil),          // 16: fleetstream.placement.v1.BindClusterSetRoleRequest
+	(*BindClusterSetRoleResponse)(nil),         // 17: fleetstream.placement.v1.BindClusterSetRoleResponse
+	(*UnbindClusterSetRoleRequest)(nil),        // 18: fleetstream.placement.v1.UnbindClusterSetRoleRequest
+	(*UnbindClusterSetRoleResponse)(nil),       // 19: fleetstream.placement.v1.UnbindClusterSetRoleResponse
+	(*ListClusterSetRoleBindingsRequest)(nil),  // 20: fleetstream.placement.v1.ListClusterSetRoleBindingsRequest
+	(*ListClusterSetRoleBindingsResponse)(nil), // 21: fleetstream.placement.v1.ListClusterSetRoleBindingsResponse
+	(*ClusterSetSelector)(nil),                 // 22: fleetstream.placement.v1.ClusterSetSelector
+	(*ClusterSet)(nil),                         // 23: fleetstream.placement.v1.ClusterSet
+	(*ClusterSetBinding)(nil),                  // 24: fleetstream.placement.v1.ClusterSetBinding
+	(*v1.Subject)(nil),                         // 25: fleetstream.rbac.v1.Subject
+	(*ClusterSetRoleBinding)(nil),              // 26: fleetstream.placement.v1.ClusterSetRoleBinding
 }
 var file_fleetstream_placement_v1_cluster_set_service_proto_depIdxs = []int32{
-	16, // 0: fleetstream.placement.v1.CreateClusterSetRequest.selector:type_name -> fleetstream.placement.v1.ClusterSetSelector
-	17, // 1: fleetstream.placement.v1.CreateClusterSetResponse.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
-	16, // 2: fleetstream.placement.v1.UpdateClusterSetRequest.selector:type_name -> fleetstream.placement.v1.ClusterSetSelector
-	17, // 3: fleetstream.placement.v1.UpdateClusterSetResponse.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
-	17, // 4: fleetstream.placement.v1.GetClusterSetResponse.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
-	17, // 5: fleetstream.placement.v1.ListClusterSetsResponse.cluster_sets:type_name -> fleetstream.placement.v1.ClusterSet
-	18, // 6: fleetstream.placement.v1.BindClusterSetResponse.binding:type_name -> fleetstream.placement.v1.ClusterSetBinding
-	18, // 7: fleetstream.placement.v1.ListClusterSetBindingsResponse.bindings:type_name -> fleetstream.placement.v1.ClusterSetBinding
-	0,  // 8: fleetstream.placement.v1.ClusterSetService.CreateClusterSet:input_type -> fleetstream.placement.v1.CreateClusterSetRequest
-	2,  // 9: fleetstream.placement.v1.ClusterSetService.UpdateClusterSet:input_type -> fleetstream.placement.v1.UpdateClusterSetRequest
-	4,  // 10: fleetstream.placement.v1.ClusterSetService.DeleteClusterSet:input_type -> fleetstream.placement.v1.DeleteClusterSetRequest
-	6,  // 11: fleetstream.placement.v1.ClusterSetService.GetClusterSet:input_type -> fleetstream.placement.v1.GetClusterSetRequest
-	8,  // 12: fleetstream.placement.v1.ClusterSetService.ListClusterSets:input_type -> fleetstream.placement.v1.ListClusterSetsRequest
-	10, // 13: fleetstream.placement.v1.ClusterSetService.BindClusterSet:input_type -> fleetstream.placement.v1.BindClusterSetRequest
-	12, // 14: fleetstream.placement.v1.ClusterSetService.UnbindClusterSet:input_type -> fleetstream.placement.v1.UnbindClusterSetRequest
-	14, // 15: fleetstream.placement.v1.ClusterSetService.ListClusterSetBindings:input_type -> fleetstream.placement.v1.ListClusterSetBindingsRequest
-	1,  // 16: fleetstream.placement.v1.ClusterSetService.CreateClusterSet:output_type -> fleetstream.placement.v1.CreateClusterSetResponse
-	3,  // 17: fleetstream.placement.v1.ClusterSetService.UpdateClusterSet:output_type -> fleetstream.placement.v1.UpdateClusterSetResponse
-	5,  // 18: fleetstream.placement.v1.ClusterSetService.DeleteClusterSet:output_type -> fleetstream.placement.v1.DeleteClusterSetResponse
-	7,  // 19: fleetstream.placement.v1.ClusterSetService.GetClusterSet:output_type -> fleetstream.placement.v1.GetClusterSetResponse
-	9,  // 20: fleetstream.placement.v1.ClusterSetService.ListClusterSets:output_type -> fleetstream.placement.v1.ListClusterSetsResponse
-	11, // 21: fleetstream.placement.v1.ClusterSetService.BindClusterSet:output_type -> fleetstream.placement.v1.BindClusterSetResponse
-	13, // 22: fleetstream.placement.v1.ClusterSetService.UnbindClusterSet:output_type -> fleetstream.placement.v1.UnbindClusterSetResponse
-	15, // 23: fleetstream.placement.v1.ClusterSetService.ListClusterSetBindings:output_type -> fleetstream.placement.v1.ListClusterSetBindingsResponse
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	22, // 0: fleetstream.placement.v1.CreateClusterSetRequest.selector:type_name -> fleetstream.placement.v1.ClusterSetSelector
+	23, // 1: fleetstream.placement.v1.CreateClusterSetResponse.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
+	22, // 2: fleetstream.placement.v1.UpdateClusterSetRequest.selector:type_name -> fleetstream.placement.v1.ClusterSetSelector
+	23, // 3: fleetstream.placement.v1.UpdateClusterSetResponse.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
+	23, // 4: fleetstream.placement.v1.GetClusterSetResponse.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
+	23, // 5: fleetstream.placement.v1.ListClusterSetsResponse.cluster_sets:type_name -> fleetstream.placement.v1.ClusterSet
+	24, // 6: fleetstream.placement.v1.BindClusterSetResponse.binding:type_name -> fleetstream.placement.v1.ClusterSetBinding
+	24, // 7: fleetstream.placement.v1.ListClusterSetBindingsResponse.bindings:type_name -> fleetstream.placement.v1.ClusterSetBinding
+	25, // 8: fleetstream.placement.v1.BindClusterSetRoleRequest.subject:type_name -> fleetstream.rbac.v1.Subject
+	26, // 9: fleetstream.placement.v1.BindClusterSetRoleResponse.binding:type_name -> fleetstream.placement.v1.ClusterSetRoleBinding
+	25, // 10: fleetstream.placement.v1.UnbindClusterSetRoleRequest.subject:type_name -> fleetstream.rbac.v1.Subject
+	26, // 11: fleetstream.placement.v1.ListClusterSetRoleBindingsResponse.bindings:type_name -> fleetstream.placement.v1.ClusterSetRoleBinding
+	0,  // 12: fleetstream.placement.v1.ClusterSetService.CreateClusterSet:input_type -> fleetstream.placement.v1.CreateClusterSetRequest
+	2,  // 13: fleetstream.placement.v1.ClusterSetService.UpdateClusterSet:input_type -> fleetstream.placement.v1.UpdateClusterSetRequest
+	4,  // 14: fleetstream.placement.v1.ClusterSetService.DeleteClusterSet:input_type -> fleetstream.placement.v1.DeleteClusterSetRequest
+	6,  // 15: fleetstream.placement.v1.ClusterSetService.GetClusterSet:input_type -> fleetstream.placement.v1.GetClusterSetRequest
+	8,  // 16: fleetstream.placement.v1.ClusterSetService.ListClusterSets:input_type -> fleetstream.placement.v1.ListClusterSetsRequest
+	10, // 17: fleetstream.placement.v1.ClusterSetService.BindClusterSet:input_type -> fleetstream.placement.v1.BindClusterSetRequest
+	12, // 18: fleetstream.placement.v1.ClusterSetService.UnbindClusterSet:input_type -> fleetstream.placement.v1.UnbindClusterSetRequest
+	14, // 19: fleetstream.placement.v1.ClusterSetService.ListClusterSetBindings:input_type -> fleetstream.placement.v1.ListClusterSetBindingsRequest
+	16, // 20: fleetstream.placement.v1.ClusterSetService.BindClusterSetRole:input_type -> fleetstream.placement.v1.BindClusterSetRoleRequest
+	18, // 21: fleetstream.placement.v1.ClusterSetService.UnbindClusterSetRole:input_type -> fleetstream.placement.v1.UnbindClusterSetRoleRequest
+	20, // 22: fleetstream.placement.v1.ClusterSetService.ListClusterSetRoleBindings:input_type -> fleetstream.placement.v1.ListClusterSetRoleBindingsRequest
+	1,  // 23: fleetstream.placement.v1.ClusterSetService.CreateClusterSet:output_type -> fleetstream.placement.v1.CreateClusterSetResponse
+	3,  // 24: fleetstream.placement.v1.ClusterSetService.UpdateClusterSet:output_type -> fleetstream.placement.v1.UpdateClusterSetResponse
+	5,  // 25: fleetstream.placement.v1.ClusterSetService.DeleteClusterSet:output_type -> fleetstream.placement.v1.DeleteClusterSetResponse
+	7,  // 26: fleetstream.placement.v1.ClusterSetService.GetClusterSet:output_type -> fleetstream.placement.v1.GetClusterSetResponse
+	9,  // 27: fleetstream.placement.v1.ClusterSetService.ListClusterSets:output_type -> fleetstream.placement.v1.ListClusterSetsResponse
+	11, // 28: fleetstream.placement.v1.ClusterSetService.BindClusterSet:output_type -> fleetstream.placement.v1.BindClusterSetResponse
+	13, // 29: fleetstream.placement.v1.ClusterSetService.UnbindClusterSet:output_type -> fleetstream.placement.v1.UnbindClusterSetResponse
+	15, // 30: fleetstream.placement.v1.ClusterSetService.ListClusterSetBindings:output_type -> fleetstream.placement.v1.ListClusterSetBindingsResponse
+	17, // 31: fleetstream.placement.v1.ClusterSetService.BindClusterSetRole:output_type -> fleetstream.placement.v1.BindClusterSetRoleResponse
+	19, // 32: fleetstream.placement.v1.ClusterSetService.UnbindClusterSetRole:output_type -> fleetstream.placement.v1.UnbindClusterSetRoleResponse
+	21, // 33: fleetstream.placement.v1.ClusterSetService.ListClusterSetRoleBindings:output_type -> fleetstream.placement.v1.ListClusterSetRoleBindingsResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_placement_v1_cluster_set_service_proto_init() }
@@ -887,7 +1219,7 @@ func file_fleetstream_placement_v1_cluster_set_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_placement_v1_cluster_set_service_proto_rawDesc), len(file_fleetstream_placement_v1_cluster_set_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -7,7 +7,8 @@
 package placementv1
 
 import (
-	v1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	v11 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	v1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -260,6 +261,111 @@ func (x *ClusterSetUnbound) GetClusterSet() string {
 	return ""
 }
 
+// ClusterSetRoleBound grants the binding's subject its role on its set.
+type ClusterSetRoleBound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Binding       *ClusterSetRoleBinding `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSetRoleBound) Reset() {
+	*x = ClusterSetRoleBound{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSetRoleBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSetRoleBound) ProtoMessage() {}
+
+func (x *ClusterSetRoleBound) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSetRoleBound.ProtoReflect.Descriptor instead.
+func (*ClusterSetRoleBound) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClusterSetRoleBound) GetBinding() *ClusterSetRoleBinding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+type ClusterSetRoleUnbound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSet    string                 `protobuf:"bytes,1,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	Subject       *v1.Subject            `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSetRoleUnbound) Reset() {
+	*x = ClusterSetRoleUnbound{}
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSetRoleUnbound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSetRoleUnbound) ProtoMessage() {}
+
+func (x *ClusterSetRoleUnbound) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSetRoleUnbound.ProtoReflect.Descriptor instead.
+func (*ClusterSetRoleUnbound) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ClusterSetRoleUnbound) GetClusterSet() string {
+	if x != nil {
+		return x.ClusterSet
+	}
+	return ""
+}
+
+func (x *ClusterSetRoleUnbound) GetSubject() *v1.Subject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *ClusterSetRoleUnbound) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
 // PlacementCreated carries the placement's spec.
 type PlacementCreated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +376,7 @@ type PlacementCreated struct {
 
 func (x *PlacementCreated) Reset() {
 	*x = PlacementCreated{}
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[5]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +388,7 @@ func (x *PlacementCreated) String() string {
 func (*PlacementCreated) ProtoMessage() {}
 
 func (x *PlacementCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[5]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +401,7 @@ func (x *PlacementCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementCreated.ProtoReflect.Descriptor instead.
 func (*PlacementCreated) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PlacementCreated) GetPlacement() *Placement {
@@ -315,7 +421,7 @@ type PlacementUpdated struct {
 
 func (x *PlacementUpdated) Reset() {
 	*x = PlacementUpdated{}
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[6]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +433,7 @@ func (x *PlacementUpdated) String() string {
 func (*PlacementUpdated) ProtoMessage() {}
 
 func (x *PlacementUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[6]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +446,7 @@ func (x *PlacementUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementUpdated.ProtoReflect.Descriptor instead.
 func (*PlacementUpdated) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PlacementUpdated) GetPlacement() *Placement {
@@ -360,7 +466,7 @@ type PlacementDeleted struct {
 
 func (x *PlacementDeleted) Reset() {
 	*x = PlacementDeleted{}
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[7]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +478,7 @@ func (x *PlacementDeleted) String() string {
 func (*PlacementDeleted) ProtoMessage() {}
 
 func (x *PlacementDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[7]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +491,7 @@ func (x *PlacementDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementDeleted.ProtoReflect.Descriptor instead.
 func (*PlacementDeleted) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PlacementDeleted) GetProject() string {
@@ -418,7 +524,7 @@ type PlacementDecisionsChanged struct {
 
 func (x *PlacementDecisionsChanged) Reset() {
 	*x = PlacementDecisionsChanged{}
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[8]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +536,7 @@ func (x *PlacementDecisionsChanged) String() string {
 func (*PlacementDecisionsChanged) ProtoMessage() {}
 
 func (x *PlacementDecisionsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[8]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +549,7 @@ func (x *PlacementDecisionsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementDecisionsChanged.ProtoReflect.Descriptor instead.
 func (*PlacementDecisionsChanged) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlacementDecisionsChanged) GetProject() string {
@@ -492,7 +598,7 @@ type AddOnScoreSet struct {
 
 func (x *AddOnScoreSet) Reset() {
 	*x = AddOnScoreSet{}
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[9]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +610,7 @@ func (x *AddOnScoreSet) String() string {
 func (*AddOnScoreSet) ProtoMessage() {}
 
 func (x *AddOnScoreSet) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[9]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +623,7 @@ func (x *AddOnScoreSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddOnScoreSet.ProtoReflect.Descriptor instead.
 func (*AddOnScoreSet) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddOnScoreSet) GetScore() *AddOnScore {
@@ -538,7 +644,7 @@ type PlacementNamespaceBound struct {
 
 func (x *PlacementNamespaceBound) Reset() {
 	*x = PlacementNamespaceBound{}
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[10]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +656,7 @@ func (x *PlacementNamespaceBound) String() string {
 func (*PlacementNamespaceBound) ProtoMessage() {}
 
 func (x *PlacementNamespaceBound) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[10]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +669,7 @@ func (x *PlacementNamespaceBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementNamespaceBound.ProtoReflect.Descriptor instead.
 func (*PlacementNamespaceBound) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlacementNamespaceBound) GetNamespace() *PlacementNamespace {
@@ -579,14 +685,14 @@ type PlacementNamespaceUnbound struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Policy        v1.UnbindPolicy        `protobuf:"varint,3,opt,name=policy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"policy,omitempty"`
+	Policy        v11.UnbindPolicy       `protobuf:"varint,3,opt,name=policy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlacementNamespaceUnbound) Reset() {
 	*x = PlacementNamespaceUnbound{}
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[11]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +704,7 @@ func (x *PlacementNamespaceUnbound) String() string {
 func (*PlacementNamespaceUnbound) ProtoMessage() {}
 
 func (x *PlacementNamespaceUnbound) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[11]
+	mi := &file_fleetstream_placement_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +717,7 @@ func (x *PlacementNamespaceUnbound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementNamespaceUnbound.ProtoReflect.Descriptor instead.
 func (*PlacementNamespaceUnbound) Descriptor() ([]byte, []int) {
-	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_fleetstream_placement_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlacementNamespaceUnbound) GetProject() string {
@@ -628,18 +734,18 @@ func (x *PlacementNamespaceUnbound) GetNamespace() string {
 	return ""
 }
 
-func (x *PlacementNamespaceUnbound) GetPolicy() v1.UnbindPolicy {
+func (x *PlacementNamespaceUnbound) GetPolicy() v11.UnbindPolicy {
 	if x != nil {
 		return x.Policy
 	}
-	return v1.UnbindPolicy(0)
+	return v11.UnbindPolicy(0)
 }
 
 var File_fleetstream_placement_v1_events_proto protoreflect.FileDescriptor
 
 const file_fleetstream_placement_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"%fleetstream/placement/v1/events.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\x1a(fleetstream/placement/v1/placement.proto\x1a$fleetstream/project/v1/project.proto\"Z\n" +
+	"%fleetstream/placement/v1/events.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\x1a(fleetstream/placement/v1/placement.proto\x1a$fleetstream/project/v1/project.proto\x1a\x1efleetstream/rbac/v1/rbac.proto\"Z\n" +
 	"\x11ClusterSetCreated\x12E\n" +
 	"\vcluster_set\x18\x01 \x01(\v2$.fleetstream.placement.v1.ClusterSetR\n" +
 	"clusterSet\"Z\n" +
@@ -655,7 +761,14 @@ const file_fleetstream_placement_v1_events_proto_rawDesc = "" +
 	"\x11ClusterSetUnbound\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1f\n" +
 	"\vcluster_set\x18\x02 \x01(\tR\n" +
-	"clusterSet\"U\n" +
+	"clusterSet\"`\n" +
+	"\x13ClusterSetRoleBound\x12I\n" +
+	"\abinding\x18\x01 \x01(\v2/.fleetstream.placement.v1.ClusterSetRoleBindingR\abinding\"\x84\x01\n" +
+	"\x15ClusterSetRoleUnbound\x12\x1f\n" +
+	"\vcluster_set\x18\x01 \x01(\tR\n" +
+	"clusterSet\x126\n" +
+	"\asubject\x18\x02 \x01(\v2\x1c.fleetstream.rbac.v1.SubjectR\asubject\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\"U\n" +
 	"\x10PlacementCreated\x12A\n" +
 	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\"U\n" +
 	"\x10PlacementUpdated\x12A\n" +
@@ -690,41 +803,47 @@ func file_fleetstream_placement_v1_events_proto_rawDescGZIP() []byte {
 	return file_fleetstream_placement_v1_events_proto_rawDescData
 }
 
-var file_fleetstream_placement_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_fleetstream_placement_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_fleetstream_placement_v1_events_proto_goTypes = []any{
 	(*ClusterSetCreated)(nil),         // 0: fleetstream.placement.v1.ClusterSetCreated
 	(*ClusterSetUpdated)(nil),         // 1: fleetstream.placement.v1.ClusterSetUpdated
 	(*ClusterSetDeleted)(nil),         // 2: fleetstream.placement.v1.ClusterSetDeleted
 	(*ClusterSetBound)(nil),           // 3: fleetstream.placement.v1.ClusterSetBound
 	(*ClusterSetUnbound)(nil),         // 4: fleetstream.placement.v1.ClusterSetUnbound
-	(*PlacementCreated)(nil),          // 5: fleetstream.placement.v1.PlacementCreated
-	(*PlacementUpdated)(nil),          // 6: fleetstream.placement.v1.PlacementUpdated
-	(*PlacementDeleted)(nil),          // 7: fleetstream.placement.v1.PlacementDeleted
-	(*PlacementDecisionsChanged)(nil), // 8: fleetstream.placement.v1.PlacementDecisionsChanged
-	(*AddOnScoreSet)(nil),             // 9: fleetstream.placement.v1.AddOnScoreSet
-	(*PlacementNamespaceBound)(nil),   // 10: fleetstream.placement.v1.PlacementNamespaceBound
-	(*PlacementNamespaceUnbound)(nil), // 11: fleetstream.placement.v1.PlacementNamespaceUnbound
-	(*ClusterSet)(nil),                // 12: fleetstream.placement.v1.ClusterSet
-	(*Placement)(nil),                 // 13: fleetstream.placement.v1.Placement
-	(*PlacementDecisions)(nil),        // 14: fleetstream.placement.v1.PlacementDecisions
-	(*AddOnScore)(nil),                // 15: fleetstream.placement.v1.AddOnScore
-	(*PlacementNamespace)(nil),        // 16: fleetstream.placement.v1.PlacementNamespace
-	(v1.UnbindPolicy)(0),              // 17: fleetstream.project.v1.UnbindPolicy
+	(*ClusterSetRoleBound)(nil),       // 5: fleetstream.placement.v1.ClusterSetRoleBound
+	(*ClusterSetRoleUnbound)(nil),     // 6: fleetstream.placement.v1.ClusterSetRoleUnbound
+	(*PlacementCreated)(nil),          // 7: fleetstream.placement.v1.PlacementCreated
+	(*PlacementUpdated)(nil),          // 8: fleetstream.placement.v1.PlacementUpdated
+	(*PlacementDeleted)(nil),          // 9: fleetstream.placement.v1.PlacementDeleted
+	(*PlacementDecisionsChanged)(nil), // 10: fleetstream.placement.v1.PlacementDecisionsChanged
+	(*AddOnScoreSet)(nil),             // 11: fleetstream.placement.v1.AddOnScoreSet
+	(*PlacementNamespaceBound)(nil),   // 12: fleetstream.placement.v1.PlacementNamespaceBound
+	(*PlacementNamespaceUnbound)(nil), // 13: fleetstream.placement.v1.PlacementNamespaceUnbound
+	(*ClusterSet)(nil),                // 14: fleetstream.placement.v1.ClusterSet
+	(*ClusterSetRoleBinding)(nil),     // 15: fleetstream.placement.v1.ClusterSetRoleBinding
+	(*v1.Subject)(nil),                // 16: fleetstream.rbac.v1.Subject
+	(*Placement)(nil),                 // 17: fleetstream.placement.v1.Placement
+	(*PlacementDecisions)(nil),        // 18: fleetstream.placement.v1.PlacementDecisions
+	(*AddOnScore)(nil),                // 19: fleetstream.placement.v1.AddOnScore
+	(*PlacementNamespace)(nil),        // 20: fleetstream.placement.v1.PlacementNamespace
+	(v11.UnbindPolicy)(0),             // 21: fleetstream.project.v1.UnbindPolicy
 }
 var file_fleetstream_placement_v1_events_proto_depIdxs = []int32{
-	12, // 0: fleetstream.placement.v1.ClusterSetCreated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
-	12, // 1: fleetstream.placement.v1.ClusterSetUpdated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
-	13, // 2: fleetstream.placement.v1.PlacementCreated.placement:type_name -> fleetstream.placement.v1.Placement
-	13, // 3: fleetstream.placement.v1.PlacementUpdated.placement:type_name -> fleetstream.placement.v1.Placement
-	14, // 4: fleetstream.placement.v1.PlacementDecisionsChanged.decisions:type_name -> fleetstream.placement.v1.PlacementDecisions
-	15, // 5: fleetstream.placement.v1.AddOnScoreSet.score:type_name -> fleetstream.placement.v1.AddOnScore
-	16, // 6: fleetstream.placement.v1.PlacementNamespaceBound.namespace:type_name -> fleetstream.placement.v1.PlacementNamespace
-	17, // 7: fleetstream.placement.v1.PlacementNamespaceUnbound.policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	14, // 0: fleetstream.placement.v1.ClusterSetCreated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
+	14, // 1: fleetstream.placement.v1.ClusterSetUpdated.cluster_set:type_name -> fleetstream.placement.v1.ClusterSet
+	15, // 2: fleetstream.placement.v1.ClusterSetRoleBound.binding:type_name -> fleetstream.placement.v1.ClusterSetRoleBinding
+	16, // 3: fleetstream.placement.v1.ClusterSetRoleUnbound.subject:type_name -> fleetstream.rbac.v1.Subject
+	17, // 4: fleetstream.placement.v1.PlacementCreated.placement:type_name -> fleetstream.placement.v1.Placement
+	17, // 5: fleetstream.placement.v1.PlacementUpdated.placement:type_name -> fleetstream.placement.v1.Placement
+	18, // 6: fleetstream.placement.v1.PlacementDecisionsChanged.decisions:type_name -> fleetstream.placement.v1.PlacementDecisions
+	19, // 7: fleetstream.placement.v1.AddOnScoreSet.score:type_name -> fleetstream.placement.v1.AddOnScore
+	20, // 8: fleetstream.placement.v1.PlacementNamespaceBound.namespace:type_name -> fleetstream.placement.v1.PlacementNamespace
+	21, // 9: fleetstream.placement.v1.PlacementNamespaceUnbound.policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_placement_v1_events_proto_init() }
@@ -740,7 +859,7 @@ func file_fleetstream_placement_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_placement_v1_events_proto_rawDesc), len(file_fleetstream_placement_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -57,6 +57,15 @@ const (
 	// ClusterSetServiceListClusterSetBindingsProcedure is the fully-qualified name of the
 	// ClusterSetService's ListClusterSetBindings RPC.
 	ClusterSetServiceListClusterSetBindingsProcedure = "/fleetstream.placement.v1.ClusterSetService/ListClusterSetBindings"
+	// ClusterSetServiceBindClusterSetRoleProcedure is the fully-qualified name of the
+	// ClusterSetService's BindClusterSetRole RPC.
+	ClusterSetServiceBindClusterSetRoleProcedure = "/fleetstream.placement.v1.ClusterSetService/BindClusterSetRole"
+	// ClusterSetServiceUnbindClusterSetRoleProcedure is the fully-qualified name of the
+	// ClusterSetService's UnbindClusterSetRole RPC.
+	ClusterSetServiceUnbindClusterSetRoleProcedure = "/fleetstream.placement.v1.ClusterSetService/UnbindClusterSetRole"
+	// ClusterSetServiceListClusterSetRoleBindingsProcedure is the fully-qualified name of the
+	// ClusterSetService's ListClusterSetRoleBindings RPC.
+	ClusterSetServiceListClusterSetRoleBindingsProcedure = "/fleetstream.placement.v1.ClusterSetService/ListClusterSetRoleBindings"
 )
 
 // ClusterSetServiceClient is a client for the fleetstream.placement.v1.ClusterSetService service.
@@ -70,12 +79,24 @@ type ClusterSetServiceClient interface {
 	DeleteClusterSet(context.Context, *connect.Request[v1.DeleteClusterSetRequest]) (*connect.Response[v1.DeleteClusterSetResponse], error)
 	GetClusterSet(context.Context, *connect.Request[v1.GetClusterSetRequest]) (*connect.Response[v1.GetClusterSetResponse], error)
 	ListClusterSets(context.Context, *connect.Request[v1.ListClusterSetsRequest]) (*connect.Response[v1.ListClusterSetsResponse], error)
-	// BindClusterSet makes a set available to a project's placements; platform admins only.
+	// BindClusterSet makes a set available to a project's placements: platform admins, or an
+	// admin of the set who may also create placements in the project.
 	BindClusterSet(context.Context, *connect.Request[v1.BindClusterSetRequest]) (*connect.Response[v1.BindClusterSetResponse], error)
+	// UnbindClusterSet withdraws it: platform admins, or an admin of the set who may also delete
+	// placements in the project.
 	UnbindClusterSet(context.Context, *connect.Request[v1.UnbindClusterSetRequest]) (*connect.Response[v1.UnbindClusterSetResponse], error)
 	// ListClusterSetBindings lists bindings, of one project or all; a caller who is not a
-	// platform admin sees those of the projects where it may list clustersets.
+	// platform admin sees those of the projects where it may list clustersets and those of the
+	// sets it holds a role on.
 	ListClusterSetBindings(context.Context, *connect.Request[v1.ListClusterSetBindingsRequest]) (*connect.Response[v1.ListClusterSetBindingsResponse], error)
+	// BindClusterSetRole grants a user or a group clusterset-admin or clusterset-view on an
+	// existing set: platform admins and the set's admins.
+	BindClusterSetRole(context.Context, *connect.Request[v1.BindClusterSetRoleRequest]) (*connect.Response[v1.BindClusterSetRoleResponse], error)
+	// UnbindClusterSetRole revokes it: platform admins and the set's admins.
+	UnbindClusterSetRole(context.Context, *connect.Request[v1.UnbindClusterSetRoleRequest]) (*connect.Response[v1.UnbindClusterSetRoleResponse], error)
+	// ListClusterSetRoleBindings lists set role bindings, of one set or all; a caller who is not a
+	// platform admin sees those of the sets it holds a role on.
+	ListClusterSetRoleBindings(context.Context, *connect.Request[v1.ListClusterSetRoleBindingsRequest]) (*connect.Response[v1.ListClusterSetRoleBindingsResponse], error)
 }
 
 // NewClusterSetServiceClient constructs a client for the fleetstream.placement.v1.ClusterSetService
@@ -140,19 +161,41 @@ func NewClusterSetServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		bindClusterSetRole: connect.NewClient[v1.BindClusterSetRoleRequest, v1.BindClusterSetRoleResponse](
+			httpClient,
+			baseURL+ClusterSetServiceBindClusterSetRoleProcedure,
+			connect.WithSchema(clusterSetServiceMethods.ByName("BindClusterSetRole")),
+			connect.WithClientOptions(opts...),
+		),
+		unbindClusterSetRole: connect.NewClient[v1.UnbindClusterSetRoleRequest, v1.UnbindClusterSetRoleResponse](
+			httpClient,
+			baseURL+ClusterSetServiceUnbindClusterSetRoleProcedure,
+			connect.WithSchema(clusterSetServiceMethods.ByName("UnbindClusterSetRole")),
+			connect.WithClientOptions(opts...),
+		),
+		listClusterSetRoleBindings: connect.NewClient[v1.ListClusterSetRoleBindingsRequest, v1.ListClusterSetRoleBindingsResponse](
+			httpClient,
+			baseURL+ClusterSetServiceListClusterSetRoleBindingsProcedure,
+			connect.WithSchema(clusterSetServiceMethods.ByName("ListClusterSetRoleBindings")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // clusterSetServiceClient implements ClusterSetServiceClient.
 type clusterSetServiceClient struct {
-	createClusterSet       *connect.Client[v1.CreateClusterSetRequest, v1.CreateClusterSetResponse]
-	updateClusterSet       *connect.Client[v1.UpdateClusterSetRequest, v1.UpdateClusterSetResponse]
-	deleteClusterSet       *connect.Client[v1.DeleteClusterSetRequest, v1.DeleteClusterSetResponse]
-	getClusterSet          *connect.Client[v1.GetClusterSetRequest, v1.GetClusterSetResponse]
-	listClusterSets        *connect.Client[v1.ListClusterSetsRequest, v1.ListClusterSetsResponse]
-	bindClusterSet         *connect.Client[v1.BindClusterSetRequest, v1.BindClusterSetResponse]
-	unbindClusterSet       *connect.Client[v1.UnbindClusterSetRequest, v1.UnbindClusterSetResponse]
-	listClusterSetBindings *connect.Client[v1.ListClusterSetBindingsRequest, v1.ListClusterSetBindingsResponse]
+	createClusterSet           *connect.Client[v1.CreateClusterSetRequest, v1.CreateClusterSetResponse]
+	updateClusterSet           *connect.Client[v1.UpdateClusterSetRequest, v1.UpdateClusterSetResponse]
+	deleteClusterSet           *connect.Client[v1.DeleteClusterSetRequest, v1.DeleteClusterSetResponse]
+	getClusterSet              *connect.Client[v1.GetClusterSetRequest, v1.GetClusterSetResponse]
+	listClusterSets            *connect.Client[v1.ListClusterSetsRequest, v1.ListClusterSetsResponse]
+	bindClusterSet             *connect.Client[v1.BindClusterSetRequest, v1.BindClusterSetResponse]
+	unbindClusterSet           *connect.Client[v1.UnbindClusterSetRequest, v1.UnbindClusterSetResponse]
+	listClusterSetBindings     *connect.Client[v1.ListClusterSetBindingsRequest, v1.ListClusterSetBindingsResponse]
+	bindClusterSetRole         *connect.Client[v1.BindClusterSetRoleRequest, v1.BindClusterSetRoleResponse]
+	unbindClusterSetRole       *connect.Client[v1.UnbindClusterSetRoleRequest, v1.UnbindClusterSetRoleResponse]
+	listClusterSetRoleBindings *connect.Client[v1.ListClusterSetRoleBindingsRequest, v1.ListClusterSetRoleBindingsResponse]
 }
 
 // CreateClusterSet calls fleetstream.placement.v1.ClusterSetService.CreateClusterSet.
@@ -195,6 +238,22 @@ func (c *clusterSetServiceClient) ListClusterSetBindings(ctx context.Context, re
 	return c.listClusterSetBindings.CallUnary(ctx, req)
 }
 
+// BindClusterSetRole calls fleetstream.placement.v1.ClusterSetService.BindClusterSetRole.
+func (c *clusterSetServiceClient) BindClusterSetRole(ctx context.Context, req *connect.Request[v1.BindClusterSetRoleRequest]) (*connect.Response[v1.BindClusterSetRoleResponse], error) {
+	return c.bindClusterSetRole.CallUnary(ctx, req)
+}
+
+// UnbindClusterSetRole calls fleetstream.placement.v1.ClusterSetService.UnbindClusterSetRole.
+func (c *clusterSetServiceClient) UnbindClusterSetRole(ctx context.Context, req *connect.Request[v1.UnbindClusterSetRoleRequest]) (*connect.Response[v1.UnbindClusterSetRoleResponse], error) {
+	return c.unbindClusterSetRole.CallUnary(ctx, req)
+}
+
+// ListClusterSetRoleBindings calls
+// fleetstream.placement.v1.ClusterSetService.ListClusterSetRoleBindings.
+func (c *clusterSetServiceClient) ListClusterSetRoleBindings(ctx context.Context, req *connect.Request[v1.ListClusterSetRoleBindingsRequest]) (*connect.Response[v1.ListClusterSetRoleBindingsResponse], error) {
+	return c.listClusterSetRoleBindings.CallUnary(ctx, req)
+}
+
 // ClusterSetServiceHandler is an implementation of the fleetstream.placement.v1.ClusterSetService
 // service.
 type ClusterSetServiceHandler interface {
@@ -207,12 +266,24 @@ type ClusterSetServiceHandler interface {
 	DeleteClusterSet(context.Context, *connect.Request[v1.DeleteClusterSetRequest]) (*connect.Response[v1.DeleteClusterSetResponse], error)
 	GetClusterSet(context.Context, *connect.Request[v1.GetClusterSetRequest]) (*connect.Response[v1.GetClusterSetResponse], error)
 	ListClusterSets(context.Context, *connect.Request[v1.ListClusterSetsRequest]) (*connect.Response[v1.ListClusterSetsResponse], error)
-	// BindClusterSet makes a set available to a project's placements; platform admins only.
+	// BindClusterSet makes a set available to a project's placements: platform admins, or an
+	// admin of the set who may also create placements in the project.
 	BindClusterSet(context.Context, *connect.Request[v1.BindClusterSetRequest]) (*connect.Response[v1.BindClusterSetResponse], error)
+	// UnbindClusterSet withdraws it: platform admins, or an admin of the set who may also delete
+	// placements in the project.
 	UnbindClusterSet(context.Context, *connect.Request[v1.UnbindClusterSetRequest]) (*connect.Response[v1.UnbindClusterSetResponse], error)
 	// ListClusterSetBindings lists bindings, of one project or all; a caller who is not a
-	// platform admin sees those of the projects where it may list clustersets.
+	// platform admin sees those of the projects where it may list clustersets and those of the
+	// sets it holds a role on.
 	ListClusterSetBindings(context.Context, *connect.Request[v1.ListClusterSetBindingsRequest]) (*connect.Response[v1.ListClusterSetBindingsResponse], error)
+	// BindClusterSetRole grants a user or a group clusterset-admin or clusterset-view on an
+	// existing set: platform admins and the set's admins.
+	BindClusterSetRole(context.Context, *connect.Request[v1.BindClusterSetRoleRequest]) (*connect.Response[v1.BindClusterSetRoleResponse], error)
+	// UnbindClusterSetRole revokes it: platform admins and the set's admins.
+	UnbindClusterSetRole(context.Context, *connect.Request[v1.UnbindClusterSetRoleRequest]) (*connect.Response[v1.UnbindClusterSetRoleResponse], error)
+	// ListClusterSetRoleBindings lists set role bindings, of one set or all; a caller who is not a
+	// platform admin sees those of the sets it holds a role on.
+	ListClusterSetRoleBindings(context.Context, *connect.Request[v1.ListClusterSetRoleBindingsRequest]) (*connect.Response[v1.ListClusterSetRoleBindingsResponse], error)
 }
 
 // NewClusterSetServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -273,6 +344,25 @@ func NewClusterSetServiceHandler(svc ClusterSetServiceHandler, opts ...connect.H
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterSetServiceBindClusterSetRoleHandler := connect.NewUnaryHandler(
+		ClusterSetServiceBindClusterSetRoleProcedure,
+		svc.BindClusterSetRole,
+		connect.WithSchema(clusterSetServiceMethods.ByName("BindClusterSetRole")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterSetServiceUnbindClusterSetRoleHandler := connect.NewUnaryHandler(
+		ClusterSetServiceUnbindClusterSetRoleProcedure,
+		svc.UnbindClusterSetRole,
+		connect.WithSchema(clusterSetServiceMethods.ByName("UnbindClusterSetRole")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterSetServiceListClusterSetRoleBindingsHandler := connect.NewUnaryHandler(
+		ClusterSetServiceListClusterSetRoleBindingsProcedure,
+		svc.ListClusterSetRoleBindings,
+		connect.WithSchema(clusterSetServiceMethods.ByName("ListClusterSetRoleBindings")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fleetstream.placement.v1.ClusterSetService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterSetServiceCreateClusterSetProcedure:
@@ -291,6 +381,12 @@ func NewClusterSetServiceHandler(svc ClusterSetServiceHandler, opts ...connect.H
 			clusterSetServiceUnbindClusterSetHandler.ServeHTTP(w, r)
 		case ClusterSetServiceListClusterSetBindingsProcedure:
 			clusterSetServiceListClusterSetBindingsHandler.ServeHTTP(w, r)
+		case ClusterSetServiceBindClusterSetRoleProcedure:
+			clusterSetServiceBindClusterSetRoleHandler.ServeHTTP(w, r)
+		case ClusterSetServiceUnbindClusterSetRoleProcedure:
+			clusterSetServiceUnbindClusterSetRoleHandler.ServeHTTP(w, r)
+		case ClusterSetServiceListClusterSetRoleBindingsProcedure:
+			clusterSetServiceListClusterSetRoleBindingsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -330,4 +426,16 @@ func (UnimplementedClusterSetServiceHandler) UnbindClusterSet(context.Context, *
 
 func (UnimplementedClusterSetServiceHandler) ListClusterSetBindings(context.Context, *connect.Request[v1.ListClusterSetBindingsRequest]) (*connect.Response[v1.ListClusterSetBindingsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.placement.v1.ClusterSetService.ListClusterSetBindings is not implemented"))
+}
+
+func (UnimplementedClusterSetServiceHandler) BindClusterSetRole(context.Context, *connect.Request[v1.BindClusterSetRoleRequest]) (*connect.Response[v1.BindClusterSetRoleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.placement.v1.ClusterSetService.BindClusterSetRole is not implemented"))
+}
+
+func (UnimplementedClusterSetServiceHandler) UnbindClusterSetRole(context.Context, *connect.Request[v1.UnbindClusterSetRoleRequest]) (*connect.Response[v1.UnbindClusterSetRoleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.placement.v1.ClusterSetService.UnbindClusterSetRole is not implemented"))
+}
+
+func (UnimplementedClusterSetServiceHandler) ListClusterSetRoleBindings(context.Context, *connect.Request[v1.ListClusterSetRoleBindingsRequest]) (*connect.Response[v1.ListClusterSetRoleBindingsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.placement.v1.ClusterSetService.ListClusterSetRoleBindings is not implemented"))
 }
