@@ -261,6 +261,8 @@ const (
 	ClusterSetsBucket = "placement-clustersets"
 	// ClusterSetBindingsBucket is the set bindings view, key keys.Join(project, set).
 	ClusterSetBindingsBucket = "placement-clusterset-bindings"
+	// ClusterSetRolesBucket is the set role bindings view, key ClusterSetRoleKey.
+	ClusterSetRolesBucket = "placement-clusterset-roles"
 	// PlacementsBucket is the placements view, key keys.Join(project, name).
 	PlacementsBucket = "placement-placements"
 	// PlacementDecisionsBucket is the decisions view, key keys.Join(project, name).
@@ -299,6 +301,15 @@ func ClusterSet(name string) string { return PlacementPrefix + ".clusterset." + 
 // ClusterSetBinding returns the subject of the events of the binding of set to project.
 func ClusterSetBinding(project, set string) string {
 	return PlacementPrefix + ".binding." + keys.Join(project, set)
+}
+
+// ClusterSetRoleKey is the identity of one set role binding: its key in ClusterSetRolesBucket and
+// its subject's suffix. kind is the subject's kind as Kubernetes names it (User, Group).
+func ClusterSetRoleKey(set, kind, name, role string) string { return keys.Join(set, kind, name, role) }
+
+// ClusterSetRole returns the subject of the events of one set role binding.
+func ClusterSetRole(set, kind, name, role string) string {
+	return PlacementPrefix + ".setrole." + ClusterSetRoleKey(set, kind, name, role)
 }
 
 // Role templates and project role bindings, owned by rbac-sync.
