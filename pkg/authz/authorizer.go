@@ -20,6 +20,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
@@ -56,9 +58,15 @@ type Authorizer struct {
 	templates  *mirror[*rbacv1.RoleTemplate]
 	bindings   *mirror[*rbacv1.ProjectRoleBinding]
 	namespaces *mirror[*projectv1.NamespaceBinding]
+	// Set roles, and what decides a cluster's sets: the sets and the registry.
+	setRoles *mirror[*placementv1.ClusterSetRoleBinding]
+	sets     *mirror[*placementv1.ClusterSet]
+	clusters *mirror[*clusterv1.Cluster]
 
-	// A subject's effective rules per project, and the projects owning a namespace.
+	// A subject's effective rules per project and per cluster set, and the projects owning a
+	// namespace.
 	heldMemo   memo[string, map[string][]*rbacv1.PolicyRule]
+	setMemo    memo[string, map[string][]*rbacv1.PolicyRule]
 	ownersMemo memo[place, []string]
 }
 
@@ -78,8 +86,13 @@ func New(js jetstream.JetStream, cfg Config, log *zap.Logger) *Authorizer {
 			})),
 		namespaces: newMirror(subjects.NamespaceBindingsBucket, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} },
 			view.WithIndex(func(_ string, b *projectv1.NamespaceBinding) []string { return []string{nsTerm(b.Namespace)} })),
+		setRoles: newMirror(subjects.ClusterSetRolesBucket, func() *placementv1.ClusterSetRoleBinding { return &placementv1.ClusterSetRoleBinding{} },
+			view.WithIndex(setRoleIndex)),
+		sets:     newMirror(subjects.ClusterSetsBucket, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }),
+		clusters: newMirror(subjects.ClustersBucket, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }),
 	}
 	a.heldMemo.deps = func() []<-chan struct{} { return append(a.templates.changed(), a.bindings.changed()...) }
+	a.setMemo.deps = a.setRoles.changed
 	a.ownersMemo.deps = a.namespaces.changed
 	return a
 }
@@ -98,11 +111,12 @@ func nsTerm(ns string) string { return "ns:" + ns }
 // exist yet (then it is attached when its owner creates it).
 func (a *Authorizer) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.templates.run(ctx, a.js, a.log) })
-	g.Go(func() error { return a.bindings.run(ctx, a.js, a.log) })
-	g.Go(func() error { return a.namespaces.run(ctx, a.js, a.log) })
+	for _, m := range a.mirrors() {
+		g.Go(func() error { return m.run(ctx, a.js, a.log) })
+	}
 	g.Go(func() error {
-		for _, ch := range []<-chan struct{}{a.templates.ready, a.bindings.ready, a.namespaces.ready} {
+		for _, m := range a.mirrors() {
+			ch := m.readyCh()
 			select {
 			case <-ch:
 			case <-ctx.Done():
@@ -129,12 +143,23 @@ func (a *Authorizer) catchUp(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, catchUpWait)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.templates.catchUp(ctx, a.js) })
-	g.Go(func() error { return a.bindings.catchUp(ctx, a.js) })
-	g.Go(func() error { return a.namespaces.catchUp(ctx, a.js) })
+	for _, m := range a.mirrors() {
+		g.Go(func() error { return m.catchUp(ctx, a.js) })
+	}
 	if err := g.Wait(); err != nil {
 		a.log.Debug("authorization views did not catch up", zap.Error(err))
 	}
+}
+
+// follower is what Run and catchUp do with each mirror, whatever it holds.
+type follower interface {
+	run(ctx context.Context, js jetstream.JetStream, log *zap.Logger) error
+	catchUp(ctx context.Context, js jetstream.JetStream) error
+	readyCh() <-chan struct{}
+}
+
+func (a *Authorizer) mirrors() []follower {
+	return []follower{a.templates, a.bindings, a.namespaces, a.setRoles, a.sets, a.clusters}
 }
 
 // isAdmin reports whether the subject is a platform admin.

@@ -130,7 +130,7 @@ func (a *Authorizer) Authorize(ctx context.Context, procedure string, msg any) (
 // caught up with is decided again once it has.
 func (a *Authorizer) decideFresh(ctx context.Context, c *Caller, procedure string, msg any) (Scope, error) {
 	s, err := a.decide(c, procedure, msg)
-	if err == nil || s.Kind != Project && s.Kind != Namespace && s.Kind != NamespaceView {
+	if err == nil || s.Kind != Project && s.Kind != Namespace && s.Kind != NamespaceView && s.Kind != ClusterSet && s.Kind != ClusterMember {
 		return s, err
 	}
 	a.catchUp(ctx)
@@ -157,6 +157,16 @@ func (a *Authorizer) decide(c *Caller, procedure string, msg any) (Scope, error)
 		allowed = c.CanInNamespace(rule.Verb, rule.Group, rule.Resource, s.Cluster, s.Namespace)
 	case NamespaceView:
 		allowed = c.Admin() || len(c.CanInOwningProject(rule.Verb, rule.Group, rule.Resource, s.Namespace)) > 0
+	case ClusterSet:
+		allowed = c.Admin() || c.CanInClusterSet(rule.Verb, rule.Group, rule.Resource, s.ClusterSet) &&
+			(s.Also == nil || c.Can(s.Also.Verb, s.Also.Group, s.Also.Resource, s.Project))
+	case ClusterMember:
+		if c.Admin() {
+			allowed = true
+		} else {
+			s.detail = c.decideClusterUpdate(rule.Verb, rule.Group, rule.Resource, s.update)
+			allowed = s.detail == ""
+		}
 	case XDSReaders:
 		allowed = c.Admin() || c.xdsReader
 	default:

@@ -83,6 +83,16 @@ func (m *mirror[T]) lookup(term string) []T {
 	return nil
 }
 
+// list returns every value, in key order.
+func (m *mirror[T]) list() []T {
+	if c := m.get(); c != nil {
+		return c.List(nil)
+	}
+	return nil
+}
+
+func (m *mirror[T]) readyCh() <-chan struct{} { return m.ready }
+
 func (m *mirror[T]) getKey(key string) (T, bool) {
 	if c := m.get(); c != nil {
 		return c.Get(key)

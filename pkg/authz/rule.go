@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 )
 
@@ -29,6 +30,12 @@ const (
 	// handler answers with the view of the projects the caller holds the right in (a service's
 	// endpoints, merged per owning project). Platform admins only where no project owns it.
 	NamespaceView
+	// ClusterSet: the cluster set the request names, through a set role (or as a platform
+	// admin); with Also, the request needs that right in Project as well.
+	ClusterSet
+	// ClusterMember: the cluster the request names, through a set role on the sets it is in
+	// before and after the request (Caller.decideClusterUpdate).
+	ClusterMember
 )
 
 // Scope is where one request needs its right.
@@ -36,7 +43,16 @@ type Scope struct {
 	Kind               ScopeKind
 	Project            string
 	Cluster, Namespace string
+	ClusterSet         string
+	// Also is a right needed in Project besides the rule's own (ClusterSet scopes).
+	Also *Right
+	// update is the request a ClusterMember scope decides on; detail says why it was refused.
+	update *clusterv1.UpdateClusterRequest
+	detail string
 }
+
+// Right is verb on resource of API group Group.
+type Right struct{ Verb, Group, Resource string }
 
 // String renders the scope for a denial message.
 func (s Scope) String() string {
@@ -50,6 +66,14 @@ func (s Scope) String() string {
 		return fmt.Sprintf("in namespace %q on cluster %q", s.Namespace, s.Cluster)
 	case NamespaceView:
 		return fmt.Sprintf("in namespace %q (no project owning it on any cluster grants it; a namespace no project owns is the platform's)", s.Namespace)
+	case ClusterSet:
+		out := "in cluster set " + strconv.Quote(s.ClusterSet)
+		if s.Also != nil {
+			out += fmt.Sprintf(" (and %s %s in project %q)", s.Also.Verb, resourceName(s.Also.Group, s.Also.Resource), s.Project)
+		}
+		return out
+	case ClusterMember:
+		return fmt.Sprintf("on cluster %q%s", s.Cluster, s.detail)
 	case Platform:
 		return "fleet-wide (platform admins only)"
 	case XDSReaders:
@@ -77,11 +101,13 @@ func Lookup(procedure string) (Rule, bool) {
 }
 
 // resourceName renders resource.group the way Kubernetes names resources in messages.
-func (r Rule) resourceName() string {
-	if r.Group == "" {
-		return r.Resource
+func (r Rule) resourceName() string { return resourceName(r.Group, r.Resource) }
+
+func resourceName(group, resource string) string {
+	if group == "" {
+		return resource
 	}
-	return r.Resource + "." + r.Group
+	return resource + "." + group
 }
 
 func fixed(k ScopeKind) func(any) Scope { return func(any) Scope { return Scope{Kind: k} } }
@@ -133,6 +159,27 @@ func inNamespaceView[T any](verb, resource string, where func(T) (cluster, names
 			return Scope{Kind: NamespaceView, Namespace: ns}
 		}
 		return Scope{Kind: Namespace, Cluster: c, Namespace: ns}
+	})
+}
+
+// inClusterSet needs the right in the cluster set the request names, through a set role.
+func inClusterSet[T any](verb, resource string, set func(T) string) Rule {
+	return custom(verb, resource, func(m T) Scope { return Scope{Kind: ClusterSet, ClusterSet: set(m)} })
+}
+
+// inClusterSetAndProject needs the right in the cluster set the request names and also the
+// right also in its project: binding a set to a project concerns both.
+func inClusterSetAndProject[T any](verb, resource string, also Right, where func(T) (set, project string)) Rule {
+	return custom(verb, resource, func(m T) Scope {
+		set, project := where(m)
+		return Scope{Kind: ClusterSet, ClusterSet: set, Project: project, Also: &also}
+	})
+}
+
+// clusterMember needs the right through the set roles on the sets the updated cluster is in.
+func clusterMember(verb, resource string) Rule {
+	return custom(verb, resource, func(m *clusterv1.UpdateClusterRequest) Scope {
+		return Scope{Kind: ClusterMember, Cluster: m.Name, update: m}
 	})
 }
 

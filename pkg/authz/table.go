@@ -20,10 +20,12 @@ import (
 // docs/security.md renders this table for people; keep the two in step.
 var table = map[string]Rule{
 	// The cluster registry: everyone signed in may read it (project teams need cluster names
-	// and labels to bind namespaces); only platform admins change it. A cluster's namespace
-	// inventory lists every tenant's namespaces, so asking for it is admin-only.
+	// and labels to bind namespaces); platform admins change it, and a cluster set's admins
+	// update the labels and taints of the set's clusters, moving them only between sets they
+	// administer (Caller.decideClusterUpdate). A cluster's namespace inventory lists every
+	// tenant's namespaces, so asking for it is admin-only.
 	clusterv1connect.ClusterServiceRegisterClusterProcedure:   admin("create", roles.ResClusters),
-	clusterv1connect.ClusterServiceUpdateClusterProcedure:     admin("update", roles.ResClusters),
+	clusterv1connect.ClusterServiceUpdateClusterProcedure:     clusterMember("update", roles.ResClusters),
 	clusterv1connect.ClusterServiceDeregisterClusterProcedure: admin("delete", roles.ResClusters),
 	clusterv1connect.ClusterServiceGetClusterProcedure: custom("get", roles.ResClusters, func(m *clusterv1.GetClusterRequest) Scope {
 		if m.IncludeInventory {
@@ -97,17 +99,28 @@ var table = map[string]Rule{
 		func(m *rbacv1.WhoCanRequest) (string, string) { return m.Cluster, m.Namespace }),
 	rbacv1connect.RBACServiceAccessAtProcedure: filtered("get", roles.ResAccess),
 
-	// Cluster sets and their bindings are the platform's to change. Everyone signed in may read
-	// the sets (a project team needs their names and members to write placements); a project's
-	// bindings are shown to those who may list clustersets in it.
-	placementv1connect.ClusterSetServiceCreateClusterSetProcedure:       admin("create", roles.ResClusterSets),
-	placementv1connect.ClusterSetServiceUpdateClusterSetProcedure:       admin("update", roles.ResClusterSets),
-	placementv1connect.ClusterSetServiceDeleteClusterSetProcedure:       admin("delete", roles.ResClusterSets),
-	placementv1connect.ClusterSetServiceGetClusterSetProcedure:          anyone("get", roles.ResClusterSets),
-	placementv1connect.ClusterSetServiceListClusterSetsProcedure:        anyone("list", roles.ResClusterSets),
-	placementv1connect.ClusterSetServiceBindClusterSetProcedure:         admin("create", roles.ResClusterSets),
-	placementv1connect.ClusterSetServiceUnbindClusterSetProcedure:       admin("delete", roles.ResClusterSets),
+	// Cluster sets are the platform's to change. Everyone signed in may read the sets (a project
+	// team needs their names and members to write placements). A set's admins (set roles,
+	// roles.ClusterSetRoleRules) bind it to a project where they may also manage placements,
+	// and bind the set's roles; a project's bindings are shown to those who may list
+	// clustersets in it, and a set's bindings and roles to those holding a role on it.
+	placementv1connect.ClusterSetServiceCreateClusterSetProcedure: admin("create", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceUpdateClusterSetProcedure: admin("update", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceDeleteClusterSetProcedure: admin("delete", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceGetClusterSetProcedure:    anyone("get", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceListClusterSetsProcedure:  anyone("list", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceBindClusterSetProcedure: inClusterSetAndProject("create", roles.ResClusterSetBind,
+		Right{Verb: "create", Group: roles.Group, Resource: roles.ResPlacements},
+		func(m *placementv1.BindClusterSetRequest) (string, string) { return m.ClusterSet, m.Project }),
+	placementv1connect.ClusterSetServiceUnbindClusterSetProcedure: inClusterSetAndProject("delete", roles.ResClusterSetBind,
+		Right{Verb: "delete", Group: roles.Group, Resource: roles.ResPlacements},
+		func(m *placementv1.UnbindClusterSetRequest) (string, string) { return m.ClusterSet, m.Project }),
 	placementv1connect.ClusterSetServiceListClusterSetBindingsProcedure: filtered("list", roles.ResClusterSets),
+	placementv1connect.ClusterSetServiceBindClusterSetRoleProcedure: inClusterSet("create", roles.ResClusterSetRoles,
+		func(m *placementv1.BindClusterSetRoleRequest) string { return m.ClusterSet }),
+	placementv1connect.ClusterSetServiceUnbindClusterSetRoleProcedure: inClusterSet("delete", roles.ResClusterSetRoles,
+		func(m *placementv1.UnbindClusterSetRoleRequest) string { return m.ClusterSet }),
+	placementv1connect.ClusterSetServiceListClusterSetRoleBindingsProcedure: filtered("list", roles.ResClusterSetRoles),
 
 	// Placements are a project's: its owners write them, its viewers read them and their
 	// decisions. Add-on scores feed every project's placements, so setting one is the

@@ -182,6 +182,7 @@ var serviceGrants = map[string][]grant{
 		{stream: subjects.PlacementStream, access: own, subjects: []string{subjects.PlacementPrefix + ".>"}},
 		ownBucket(subjects.ClusterSetsBucket),
 		ownBucket(subjects.ClusterSetBindingsBucket),
+		ownBucket(subjects.ClusterSetRolesBucket),
 		ownBucket(subjects.PlacementsBucket),
 		ownBucket(subjects.PlacementDecisionsBucket),
 		ownBucket(subjects.AddOnScoresBucket),
@@ -269,12 +270,17 @@ func ServicePermissions(service string) (p Permissions, ok bool) {
 }
 
 // authorizerReads is what every service's API authorizer (pkg/authz, started by pkg/daemon)
-// reads to decide who may call what: role templates, project role bindings, namespace bindings.
+// reads to decide who may call what: role templates, project role bindings, namespace bindings,
+// and, for cluster set roles, the set role bindings, the sets and the registry (a cluster's
+// sets follow from its labels).
 func authorizerReads() []grant {
 	return []grant{
 		readBucket(subjects.RBACTemplatesBucket),
 		readBucket(subjects.RBACBindingsBucket),
 		readBucket(subjects.NamespaceBindingsBucket),
+		readBucket(subjects.ClusterSetRolesBucket),
+		readBucket(subjects.ClusterSetsBucket),
+		readBucket(subjects.ClustersBucket),
 	}
 }
 
