@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
@@ -221,24 +222,10 @@ func validateSetSelector(v *apierr.Violations, field string, sel *placementv1.Cl
 }
 
 func toMetaSelector(ls *placementv1.LabelSelector) *metav1.LabelSelector {
-	if ls == nil {
-		return nil
-	}
-	out := &metav1.LabelSelector{MatchLabels: ls.MatchLabels}
-	for _, r := range ls.MatchExpressions {
-		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{
-			Key: r.Key, Operator: metav1.LabelSelectorOperator(r.Operator), Values: r.Values})
-	}
-	return out
+	return placement.MetaSelector(ls)
 }
 
-func toPlacementSet(c *placementv1.ClusterSet) placement.ClusterSet {
-	out := placement.ClusterSet{Name: c.Name, Selector: placement.ClusterSetSelector{Type: placement.SelectorExclusiveLabel}}
-	if c.GetSelector().GetType() == placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR {
-		out.Selector = placement.ClusterSetSelector{Type: placement.SelectorLabelSelector, LabelSelector: toMetaSelector(c.Selector.LabelSelector)}
-	}
-	return out
-}
+func toPlacementSet(c *placementv1.ClusterSet) placement.ClusterSet { return placement.SetFromProto(c) }
 
 // fleet indexes the registry's clusters against sets with the scheduler's own membership rules,
 // so a set's members here are exactly those a placement picks from.
@@ -531,9 +518,22 @@ func (s *ClusterSetAPI) UnbindClusterSet(ctx context.Context, req *connect.Reque
 }
 
 func (s *ClusterSetAPI) ListClusterSetBindings(ctx context.Context, req *connect.Request[placementv1.ListClusterSetBindingsRequest]) (*connect.Response[placementv1.ListClusterSetBindingsResponse], error) {
-	list, err := listInProjects(ctx, s.Service, s.setBindings, req.Msg.Project, roles.ResClusterSets, func(b *placementv1.ClusterSetBinding) string { return b.Project })
-	if err != nil {
-		return nil, err
+	var list []*placementv1.ClusterSetBinding
+	if req.Msg.Project != "" {
+		var err error
+		if list, err = listInProjects(ctx, s.Service, s.setBindings, req.Msg.Project, roles.ResClusterSets, func(b *placementv1.ClusterSetBinding) string { return b.Project }); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := s.gate.Ready(ctx); err != nil {
+			return nil, err
+		}
+		// A set's admins and viewers also see where their set is bound, in any project.
+		caller := authz.CallerFrom(ctx)
+		list = s.setBindings.List(func(_ string, b *placementv1.ClusterSetBinding) bool {
+			return caller.Can("list", roles.Group, roles.ResClusterSets, b.Project) ||
+				caller.CanInClusterSet("list", roles.Group, roles.ResClusterSets, b.ClusterSet)
+		})
 	}
 	res := &placementv1.ListClusterSetBindingsResponse{}
 	for _, b := range list {

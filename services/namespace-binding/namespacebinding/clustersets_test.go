@@ -442,6 +442,28 @@ func TestClusterSetsSurviveRestartAndRebuild(t *testing.T) {
 	}
 	e.setClusterLabels(t, "c1", map[string]string{"fleetstream.io/clusterset": "eu", "env": "prod"})
 	e.eventuallyMembers(t, "eu", "c1")
+	for _, name := range []string{"zed", "amy"} {
+		if _, err := e.sets.BindClusterSetRole(context.Background(), connect.NewRequest(&placementv1.BindClusterSetRoleRequest{
+			ClusterSet: "eu", Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: name}, Role: roles.ClusterSetView})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.sets.UnbindClusterSetRole(context.Background(), connect.NewRequest(&placementv1.UnbindClusterSetRoleRequest{
+		ClusterSet: "eu", Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: "amy"}, Role: roles.ClusterSetView})); err != nil {
+		t.Fatal(err)
+	}
+	listRoles := func(c placementv1connect.ClusterSetServiceClient) []*placementv1.ClusterSetRoleBinding {
+		t.Helper()
+		res, err := c.ListClusterSetRoleBindings(context.Background(), connect.NewRequest(&placementv1.ListClusterSetRoleBindingsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.Bindings
+	}
+	beforeRoles := listRoles(e.sets)
+	if len(beforeRoles) != 1 || beforeRoles[0].GetSubject().GetName() != "zed" || beforeRoles[0].Creator != "alice" {
+		t.Fatalf("set roles: %v, want zed's, bound by alice", beforeRoles)
+	}
 	beforeSets := e.listSets(t)
 	beforeBindings, err := listSetBindings(e.sets, "")
 	if err != nil {
@@ -455,7 +477,7 @@ func TestClusterSetsSurviveRestartAndRebuild(t *testing.T) {
 	}{{"restart", false}, {"rebuild from the stream", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.dropBucket {
-				for _, b := range []string{namespacebinding.ClusterSetsBucket, namespacebinding.ClusterSetBindingsBucket} {
+				for _, b := range []string{namespacebinding.ClusterSetsBucket, namespacebinding.ClusterSetBindingsBucket, namespacebinding.ClusterSetRolesBucket} {
 					if err := j.JS.DeleteKeyValue(context.Background(), b); err != nil {
 						t.Fatal(err)
 					}
@@ -483,6 +505,9 @@ func TestClusterSetsSurviveRestartAndRebuild(t *testing.T) {
 				if !proto.Equal(afterBindings[i], beforeBindings[i]) {
 					t.Fatalf("binding after %s:\n%v\nwant\n%v", tc.name, afterBindings[i], beforeBindings[i])
 				}
+			}
+			if afterRoles := listRoles(e2.sets); len(afterRoles) != 1 || !proto.Equal(afterRoles[0], beforeRoles[0]) {
+				t.Fatalf("set roles after %s: %v, want %v", tc.name, afterRoles, beforeRoles)
 			}
 			// The built-ins are not written again on a restart.
 			for _, name := range []string{"default", "global"} {

@@ -116,6 +116,7 @@ type Service struct {
 	desiredView  *view.Engine
 	setsView     *view.Engine
 	setBindsView *view.Engine
+	setRolesView *view.Engine
 	// Placements, their decisions, add-on scores and the namespaces following placements.
 	placementsView *view.Engine
 	decisionsView  *view.Engine
@@ -133,6 +134,7 @@ type Service struct {
 
 	clusterSets *view.Cache[*placementv1.ClusterSet]
 	setBindings *view.Cache[*placementv1.ClusterSetBinding]
+	setRoles    *view.Cache[*placementv1.ClusterSetRoleBinding]
 
 	placements          *view.Cache[*placementv1.Placement]
 	decisions           *view.Cache[*placementv1.PlacementDecisions]
@@ -179,7 +181,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		dst *(*view.Engine)
 		p   view.Projection
 	}{{&s.projectsView, projectsProjection()}, {&s.bindingsView, bindingsProjection()}, {&s.desiredView, desiredProjection()},
-		{&s.setsView, clusterSetsProjection()}, {&s.setBindsView, setBindingsProjection()},
+		{&s.setsView, clusterSetsProjection()}, {&s.setBindsView, setBindingsProjection()}, {&s.setRolesView, setRolesProjection()},
 		{&s.placementsView, placementsProjection()}, {&s.decisionsView, decisionsProjection()},
 		{&s.scoresView, addOnScoresProjection()}, {&s.followersView, placementNamespacesProjection()}} {
 		if *e.dst, err = view.NewEngine(js, e.p, s.log, view.WithReplicas(cfg.Replicas)); err != nil {
@@ -273,7 +275,7 @@ func (s *Service) Run(ctx context.Context) error { return server.Stopped(ctx, s.
 
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.setsView, s.setBindsView,
+	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.setsView, s.setBindsView, s.setRolesView,
 		s.placementsView, s.decisionsView, s.scoresView, s.followersView}
 	for _, e := range engines {
 		g.Go(func() error { return e.Run(ctx) })
@@ -297,12 +299,13 @@ func (s *Service) run(ctx context.Context) error {
 		g.Go(func() error { return s.inventory.Run(ctx) })
 		g.Go(func() error { return s.clusterSets.Run(ctx) })
 		g.Go(func() error { return s.setBindings.Run(ctx) })
+		g.Go(func() error { return s.setRoles.Run(ctx) })
 		g.Go(func() error { return s.placements.Run(ctx) })
 		g.Go(func() error { return s.decisions.Run(ctx) })
 		g.Go(func() error { return s.addOnScores.Run(ctx) })
 		g.Go(func() error { return s.placementNamespaces.Run(ctx) })
 		for _, ch := range []<-chan struct{}{s.projects.Ready(), s.bindings.Ready(), s.desired.Ready(), s.applied.Ready(),
-			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.clusterSets.Ready(), s.setBindings.Ready(),
+			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.clusterSets.Ready(), s.setBindings.Ready(), s.setRoles.Ready(),
 			s.placements.Ready(), s.decisions.Ready(), s.addOnScores.Ready(), s.placementNamespaces.Ready()} {
 			if !wait(ctx, ch) {
 				return nil
@@ -358,6 +361,10 @@ func (s *Service) openCaches(ctx context.Context) error {
 		bucket string
 		open   func(kv jetstream.KeyValue)
 	}{
+		{ClusterSetRolesBucket, func(kv jetstream.KeyValue) {
+			s.setRoles = view.NewCache(s.js, kv, func() *placementv1.ClusterSetRoleBinding { return &placementv1.ClusterSetRoleBinding{} }, s.log,
+				view.WithIndex(setRoleIndex))
+		}},
 		{subjects.PlacementsBucket, func(kv jetstream.KeyValue) {
 			s.placements = view.NewCache(s.js, kv, func() *placementv1.Placement { return &placementv1.Placement{} }, s.log, view.WithIndex(placementIndex))
 		}},
@@ -431,5 +438,5 @@ func (s *Service) runPlacementLoops(ctx context.Context) error {
 // Projections are the service's views, for tools that check a running fleet's buckets
 // against a rebuild from the streams (view.Verify; make chaos).
 func Projections() []view.Projection {
-	return []view.Projection{projectsProjection(), bindingsProjection(), desiredProjection(), clusterSetsProjection(), setBindingsProjection(), placementsProjection(), decisionsProjection(), addOnScoresProjection(), placementNamespacesProjection()}
+	return []view.Projection{projectsProjection(), bindingsProjection(), desiredProjection(), clusterSetsProjection(), setBindingsProjection(), setRolesProjection(), placementsProjection(), decisionsProjection(), addOnScoresProjection(), placementNamespacesProjection()}
 }
