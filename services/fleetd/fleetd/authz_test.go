@@ -107,6 +107,11 @@ var matrix = map[string]struct {
 	"/fleetstream.placement.v1.ClusterSetService/BindClusterSet":         {`{"project":"no-such-project","clusterSet":"default"}`, allowAdmin},
 	"/fleetstream.placement.v1.ClusterSetService/UnbindClusterSet":       {`{"project":"team-a","clusterSet":"no-such-set"}`, allowAdmin},
 	"/fleetstream.placement.v1.ClusterSetService/ListClusterSetBindings": {`{}`, allowAnyone},
+	// Set roles are bound per set: no caller of the matrix holds one (setroles_test.go has the
+	// set admins and viewers), so only platform admins may bind them here.
+	"/fleetstream.placement.v1.ClusterSetService/BindClusterSetRole":         {`{"clusterSet":"no-such-set","subject":{"kind":"SUBJECT_KIND_USER","name":"zed"},"role":"clusterset-view"}`, allowAdmin},
+	"/fleetstream.placement.v1.ClusterSetService/UnbindClusterSetRole":       {`{"clusterSet":"no-such-set","subject":{"kind":"SUBJECT_KIND_USER","name":"zed"},"role":"clusterset-view"}`, allowAdmin},
+	"/fleetstream.placement.v1.ClusterSetService/ListClusterSetRoleBindings": {`{}`, allowAnyone},
 
 	"/fleetstream.placement.v1.PlacementService/CreatePlacement":         {`{"placement":{"project":"team-a","name":"Not_A_Name"}}`, allowOwner},
 	"/fleetstream.placement.v1.PlacementService/UpdatePlacement":         {`{"placement":{"project":"team-a","name":"no-such-placement"}}`, allowOwner},
@@ -188,6 +193,9 @@ func startTenants(t *testing.T) *rawClient {
 	}
 	lines = append(lines, `token-ops,ops,uid-ops,"platform-ops"`, `token-dev,dev,uid-dev,"team-a-devs,others"`,
 		"token-"+roleXDSReader+","+roleXDSReader)
+	// The holders of cluster set roles (setroles_test.go); none holds any role until granted.
+	lines = append(lines, "token-"+setAdminA+","+setAdminA, "token-"+setAdminB+","+setAdminB,
+		"token-"+setViewerA+","+setViewerA+",uid-"+setViewerA+`,"`+setViewersGroup+`"`)
 	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
