@@ -24,6 +24,7 @@ func newClusterSetCommand(f *factory) *cobra.Command {
 		newClusterSetBindCommand(f),
 		newClusterSetUnbindCommand(f),
 		newClusterSetBindingsCommand(f),
+		newClusterSetRoleCommand(f),
 	)
 	return cmd
 }
@@ -171,7 +172,7 @@ func newClusterSetBindCommand(f *factory) *cobra.Command {
 	var project string
 	cmd := &cobra.Command{
 		Use:     "bind SET --project PROJECT",
-		Short:   "Make a cluster set available to a project's placements (platform admins)",
+		Short:   "Make a cluster set available to a project's placements (platform admins; the set's admins in projects where they manage placements)",
 		Example: "  fleetctl clusterset bind eu --project team-a",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -204,7 +205,7 @@ func newClusterSetUnbindCommand(f *factory) *cobra.Command {
 	var project string
 	cmd := &cobra.Command{
 		Use:   "unbind SET --project PROJECT",
-		Short: "Withdraw a cluster set from a project (platform admins)",
+		Short: "Withdraw a cluster set from a project (platform admins; the set's admins in projects where they manage placements)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
@@ -233,7 +234,7 @@ func newClusterSetBindingsCommand(f *factory) *cobra.Command {
 	var project string
 	cmd := &cobra.Command{
 		Use:   "bindings",
-		Short: "List cluster set bindings (of one project with --project); you see those of your projects",
+		Short: "List cluster set bindings (of one project with --project); you see those of your projects and of the sets you hold a role on",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
