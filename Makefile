@@ -141,15 +141,15 @@ bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
 # `make scale`: the fleet simulator (tools/fleetsim) against an in-process fleetd, once per size.
 SIZES        ?= 20 100
 SCALE_ROUNDS ?= 3
+SCALE_IDLE   ?= 30s
 SCALE_ARGS   ?=
 
 .PHONY: scale
-scale: ## the fleet simulator against fleetd, once per size: join and grant → applied on every cluster (SIZES="100 1000" SCALE_ROUNDS=3 SCALE_ARGS=...)
-	@mkdir -p $(BIN)
+scale: build ## the fleet simulator against fleetd (a child process), once per size: join, grant → applied on every cluster, an idle fleet's hub CPU and RSS (SIZES="100 1000" SCALE_ROUNDS=3 SCALE_IDLE=30s SCALE_ARGS=...)
 	$(GO) build -o $(BIN)/fleetsim ./tools/fleetsim
 	@for n in $(SIZES); do \
-		echo "==> fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) $(SCALE_ARGS) (JSON in bin/scale-$$n.json)"; \
-		$(BIN)/fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) $(SCALE_ARGS) > $(BIN)/scale-$$n.json || exit 1; \
+		echo "==> fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd bin/fleetd -scenario join,grant,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) (JSON in bin/scale-$$n.json)"; \
+		$(BIN)/fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd $(BIN)/fleetd -scenario join,grant,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) > $(BIN)/scale-$$n.json || exit 1; \
 	done
 
 ##@ Code generation and lint

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,10 +23,12 @@ type childHub struct {
 	dir     string
 	apiURL  string
 	natsURL string
-	exited  chan error
+	// pprofURL serves the hub's /debug/pprof/ ("" unless asked for).
+	pprofURL string
+	exited   chan error
 }
 
-func startChildHub(ctx context.Context, path, token string) (*childHub, error) {
+func startChildHub(ctx context.Context, path, token string, pprof bool) (*childHub, error) {
 	dir, err := os.MkdirTemp("", "fleetsim-hub-")
 	if err != nil {
 		return nil, err
@@ -34,13 +37,19 @@ func startChildHub(ctx context.Context, path, token string) (*childHub, error) {
 	if err := os.WriteFile(tokens, []byte(token+",admin\n"), 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	api, nats := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	cmd := exec.Command(path, "--data-dir", filepath.Join(dir, "data"), "--listen", api,
-		"--nats-listen", nats, "--token-file", tokens, "--platform-admins", "admin", "--log-level", "error")
+	args := []string{"--data-dir", filepath.Join(dir, "data"), "--listen", api,
+		"--nats-listen", nats, "--token-file", tokens, "--platform-admins", "admin", "--log-level", "error"}
+	pprofURL := ""
+	if pprof {
+		addr := fmt.Sprintf("127.0.0.1:%d", ports[2])
+		args, pprofURL = append(args, "--pprof-listen", addr), "http://"+addr
+	}
+	cmd := exec.Command(path, args...)
 	logf, err := os.Create(filepath.Join(dir, "fleetd.log"))
 	if err != nil {
 		return nil, err
@@ -50,7 +59,7 @@ func startChildHub(ctx context.Context, path, token string) (*childHub, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	h := &childHub{cmd: cmd, dir: dir, apiURL: "http://" + api, natsURL: "nats://" + nats, exited: make(chan error, 1)}
+	h := &childHub{cmd: cmd, dir: dir, apiURL: "http://" + api, natsURL: "nats://" + nats, pprofURL: pprofURL, exited: make(chan error, 1)}
 	go func() {
 		err := cmd.Wait()
 		_ = logf.Close()
@@ -130,4 +139,29 @@ func readUsage(pid string) (procUsage, error) {
 		cpu:   time.Duration(utime+stime) * time.Second / clockTicks,
 		rssMB: float64(rssPages*uint64(os.Getpagesize())) / (1 << 20),
 	}, nil
+}
+
+// cpuProfile saves a CPU profile of the child hub over d into file.
+func (h *childHub) cpuProfile(ctx context.Context, d time.Duration, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", h.pprofURL, int(d.Seconds())), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("hub CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("hub CPU profile: %s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

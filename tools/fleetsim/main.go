@@ -44,6 +44,7 @@ type options struct {
 	logLevel   string
 	fleetd     string
 	idle       time.Duration
+	profile    string
 }
 
 func main() {
@@ -74,6 +75,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the hub and the simulated agents: debug, info, warn or error")
 	fs.StringVar(&o.fleetd, "fleetd", "", "run this fleetd binary as a child process (instead of in process), so the hub's CPU and memory are measured apart from the simulator")
 	fs.DurationVar(&o.idle, "idle", 30*time.Second, "steady scenario: how long the idle fleet is measured")
+	fs.StringVar(&o.profile, "hub-profile", "", "with -fleetd: save a CPU profile of the hub over the steady scenario's idle window to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -96,6 +98,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-ramp: not negative")
 	case o.idle <= 0:
 		return o, errors.New("-idle: must be positive")
+	case o.profile != "" && (o.fleetd == "" || !o.has("steady")):
+		return o, errors.New("-hub-profile needs -fleetd and the steady scenario")
 	case o.rounds < 1:
 		return o, errors.New("-rounds: at least 1")
 	case !o.embedded && (o.apiURL == "" || o.natsURL == "" || o.tokenFile == ""):

@@ -30,7 +30,7 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"-clusters", "20", "-namespaces", "3", "-heartbeat", "1s", "-ramp", "0",
-		"-rounds", "1", "-timeout", "60s", "-log-level", "error"}, &stdout, &stderr)
+		"-rounds", "1", "-timeout", "60s", "-log-level", "error", "-scenario", "join,grant,steady", "-idle", "1s"}, &stdout, &stderr)
 	t.Log(stderr.String())
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +48,9 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	if res.Grant == nil || len(res.Grant.Rounds) != 1 || res.Grant.Measured != n || res.Grant.Grant.N != n || res.Grant.Revoke.N != n {
 		t.Fatalf("grant: not every cluster applied and removed the RoleBinding: %+v", res.Grant)
 	}
+	if st := res.Steady; st == nil || st.IdleSeconds < 1 || st.HubCPUPercent <= 0 || st.HubRSSMB <= 0 {
+		t.Fatalf("steady: the idle fleet was not measured: %+v", res.Steady)
+	}
 	// Below minP99Samples there is no p99, only the maximum, and the table says so.
 	if res.Grant.Grant.P99 != nil || !strings.Contains(stderr.String(), "max of 20") {
 		t.Fatalf("a p99 of %d samples was reported: %+v", n, res.Grant.Grant)
@@ -61,7 +64,10 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 	}{
 		{[]string{"-clusters", "0"}, "-clusters"},
 		{[]string{"-scenario", "join,storm"}, `unknown scenario "storm"`},
-		{[]string{"-scenario", "grant"}, "grant needs join"},
+		{[]string{"-scenario", "grant"}, "grant and steady need join"},
+		{[]string{"-scenario", "steady"}, "grant and steady need join"},
+		{[]string{"-idle", "0s"}, "-idle"},
+		{[]string{"-hub-profile", "x.pprof", "-scenario", "join,steady"}, "-hub-profile needs -fleetd"},
 		{[]string{"-rounds", "0"}, "-rounds"},
 		{[]string{"-heartbeat", "0s"}, "-heartbeat"},
 		{[]string{"-ramp", "-1"}, "-ramp"},

@@ -107,8 +107,9 @@ type hub struct {
 	inst     *fleetd.Instance
 	// pid is the hub's process when it runs as a child (-fleetd); "" when it runs in this
 	// process or elsewhere.
-	pid  string
-	stop func()
+	pid   string
+	child *childHub
+	stop  func()
 	// stopped receives why the embedded fleetd stopped (a service failed), if it did.
 	stopped chan error
 }
@@ -119,11 +120,11 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 	apiURL, natsURL, token := o.apiURL, o.natsURL, ""
 	h := &hub{name: apiURL, stop: func() {}}
 	if o.fleetd != "" {
-		child, err := startChildHub(ctx, o.fleetd, embeddedToken)
+		child, err := startChildHub(ctx, o.fleetd, embeddedToken, o.profile != "")
 		if err != nil {
 			return nil, err
 		}
-		h.stop, h.stopped = child.stop, child.exited
+		h.stop, h.stopped, h.child = child.stop, child.exited, child
 		h.pid, h.name = strconv.Itoa(child.cmd.Process.Pid), "fleetd as a child process (embedded NATS)"
 		apiURL, natsURL, token = child.apiURL, child.natsURL, embeddedToken
 	} else if o.embedded {
@@ -591,6 +592,12 @@ func steadyScenario(ctx context.Context, o options, h *hub, res *Result) error {
 	}
 	self0, _ := readUsage("self")
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if o.profile != "" {
+		go func() { profiled <- h.child.cpuProfile(ctx, o.idle, o.profile) }()
+	} else {
+		profiled <- nil
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -608,5 +615,5 @@ func steadyScenario(ctx context.Context, o options, h *hub, res *Result) error {
 		st.SimCPUPercent = 100 * (self1.cpu - self0.cpu).Seconds() / wall.Seconds()
 	}
 	res.Steady = st
-	return nil
+	return <-profiled
 }

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -24,6 +28,26 @@ import (
 
 func main() { os.Exit(run(os.Args[1:])) }
 
+// servePprof serves net/http/pprof on its own listener, never on the API's: profiles expose the
+// process's memory, so they are opt-in and apart from what tokens guard.
+func servePprof(ctx context.Context, addr string, log *zap.Logger) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	log.Info("serving pprof", zap.String("addr", l.Addr().String()))
+	return nil
+}
+
 func run(args []string) int {
 	if len(args) > 0 && args[0] == "rotate-credentials-key" {
 		return rotate(args[1:])
@@ -34,6 +58,7 @@ func run(args []string) int {
 	cfg.Hosted.Member = member.Config{EndpointSlices: &endpointslices.Filter{Kind: "all"}, Version: version.Version}
 	var logLevel string
 	fs := newFlagSet(&cfg, &logLevel)
+	pprofListen := fs.String("pprof-listen", "", "host:port serving Go's /debug/pprof/ (CPU, heap and goroutine profiles, e.g. for make scale); empty serves none. It has no authentication: keep it on loopback")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -50,6 +75,12 @@ func run(args []string) int {
 	defer func() { _ = log.Sync() }()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *pprofListen != "" {
+		if err := servePprof(ctx, *pprofListen, log); err != nil {
+			log.Error("fleetd failed to start", zap.Error(err))
+			return 1
+		}
+	}
 	inst, err := fleetd.Start(ctx, cfg, log)
 	if err != nil {
 		log.Error("fleetd failed to start", zap.Error(err))
