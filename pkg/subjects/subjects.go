@@ -104,6 +104,10 @@ func AgentImportSync(cluster, group, resource, namespace string) string {
 	return AgentPrefixFor(cluster) + ".importsync." + keys.Join(group, resource, namespace)
 }
 
+// AgentImportWatchStatus returns the subject of cluster's agentv1.ImportWatchStatus: how its
+// agent fares with the types its ImportWatch names.
+func AgentImportWatchStatus(cluster string) string { return AgentPrefixFor(cluster) + ".importstatus" }
+
 // AgentSecret returns the core NATS subject of one Secret the agent of cluster reports.
 func AgentSecret(cluster, namespace, name string) string {
 	return AgentSecretPrefix + "." + keys.Join(cluster, namespace, name)

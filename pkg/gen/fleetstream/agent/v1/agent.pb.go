@@ -775,6 +775,196 @@ func (x *ImportSync) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ImportWatchStatus, subject fleet.agent.<cluster>.importstatus: how the agent fares with the
+// types its ImportWatch names, the whole picture each time (the latest message alone is the
+// truth). Sent when it changes, and once per session after the first ImportWatch it reads, so
+// that a restarted agent replaces what an earlier session reported. cluster-import shows it on
+// the import policies of this cluster (their Validated and SourceWatched conditions).
+type ImportWatchStatus struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	SessionId   string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Time        *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// Every source type, and the referenced objects' types the agent cannot watch; at most
+	// 256 (the hub ignores the rest).
+	Types         []*WatchedTypeStatus `protobuf:"bytes,4,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportWatchStatus) Reset() {
+	*x = ImportWatchStatus{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportWatchStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportWatchStatus) ProtoMessage() {}
+
+func (x *ImportWatchStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportWatchStatus.ProtoReflect.Descriptor instead.
+func (*ImportWatchStatus) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ImportWatchStatus) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ImportWatchStatus) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ImportWatchStatus) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ImportWatchStatus) GetTypes() []*WatchedTypeStatus {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+type WatchedTypeStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Group     string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Resource  string                 `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// A source type of the ImportWatch, else a referenced objects' type.
+	Source bool `protobuf:"varint,4,opt,name=source,proto3" json:"source,omitempty"`
+	// The version watched; empty when none could be resolved.
+	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	// Empty while the type is watched; else why not: NotServed (the API server does not serve
+	// the type), Forbidden, Unauthorized or WatchFailed.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The last error, at most 512 bytes.
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// Every object of the type has been listed once.
+	Synced bool `protobuf:"varint,8,opt,name=synced,proto3" json:"synced,omitempty"`
+	// When reason, or synced, last changed.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchedTypeStatus) Reset() {
+	*x = WatchedTypeStatus{}
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchedTypeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchedTypeStatus) ProtoMessage() {}
+
+func (x *WatchedTypeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_agent_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchedTypeStatus.ProtoReflect.Descriptor instead.
+func (*WatchedTypeStatus) Descriptor() ([]byte, []int) {
+	return file_fleetstream_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchedTypeStatus) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *WatchedTypeStatus) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *WatchedTypeStatus) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WatchedTypeStatus) GetSource() bool {
+	if x != nil {
+		return x.Source
+	}
+	return false
+}
+
+func (x *WatchedTypeStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WatchedTypeStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WatchedTypeStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *WatchedTypeStatus) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *WatchedTypeStatus) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 var File_fleetstream_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
@@ -857,7 +1047,23 @@ const file_fleetstream_agent_v1_agent_proto_rawDesc = "" +
 	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04timeBIZGgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1;agentv1b\x06proto3"
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xc4\x01\n" +
+	"\x11ImportWatchStatus\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12=\n" +
+	"\x05types\x18\x04 \x03(\v2'.fleetstream.agent.v1.WatchedTypeStatusR\x05types\"\x91\x02\n" +
+	"\x11WatchedTypeStatus\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\bR\x06source\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12\x16\n" +
+	"\x06synced\x18\b \x01(\bR\x06synced\x120\n" +
+	"\x05since\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05sinceBIZGgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_fleetstream_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -871,7 +1077,7 @@ func file_fleetstream_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_fleetstream_agent_v1_agent_proto_rawDescData
 }
 
-var file_fleetstream_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_fleetstream_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_fleetstream_agent_v1_agent_proto_goTypes = []any{
 	(*Heartbeat)(nil),             // 0: fleetstream.agent.v1.Heartbeat
 	(*ClusterResources)(nil),      // 1: fleetstream.agent.v1.ClusterResources
@@ -882,28 +1088,33 @@ var file_fleetstream_agent_v1_agent_proto_goTypes = []any{
 	(*WatchedObject)(nil),         // 6: fleetstream.agent.v1.WatchedObject
 	(*ImportObject)(nil),          // 7: fleetstream.agent.v1.ImportObject
 	(*ImportSync)(nil),            // 8: fleetstream.agent.v1.ImportSync
-	nil,                           // 9: fleetstream.agent.v1.ClusterResources.AllocatableEntry
-	nil,                           // 10: fleetstream.agent.v1.ClusterResources.CapacityEntry
-	nil,                           // 11: fleetstream.agent.v1.Namespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*ImportWatchStatus)(nil),     // 9: fleetstream.agent.v1.ImportWatchStatus
+	(*WatchedTypeStatus)(nil),     // 10: fleetstream.agent.v1.WatchedTypeStatus
+	nil,                           // 11: fleetstream.agent.v1.ClusterResources.AllocatableEntry
+	nil,                           // 12: fleetstream.agent.v1.ClusterResources.CapacityEntry
+	nil,                           // 13: fleetstream.agent.v1.Namespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_fleetstream_agent_v1_agent_proto_depIdxs = []int32{
-	12, // 0: fleetstream.agent.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	14, // 0: fleetstream.agent.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
 	1,  // 1: fleetstream.agent.v1.Heartbeat.resources:type_name -> fleetstream.agent.v1.ClusterResources
-	9,  // 2: fleetstream.agent.v1.ClusterResources.allocatable:type_name -> fleetstream.agent.v1.ClusterResources.AllocatableEntry
-	10, // 3: fleetstream.agent.v1.ClusterResources.capacity:type_name -> fleetstream.agent.v1.ClusterResources.CapacityEntry
+	11, // 2: fleetstream.agent.v1.ClusterResources.allocatable:type_name -> fleetstream.agent.v1.ClusterResources.AllocatableEntry
+	12, // 3: fleetstream.agent.v1.ClusterResources.capacity:type_name -> fleetstream.agent.v1.ClusterResources.CapacityEntry
 	3,  // 4: fleetstream.agent.v1.NamespaceInventory.namespaces:type_name -> fleetstream.agent.v1.Namespace
-	12, // 5: fleetstream.agent.v1.NamespaceInventory.time:type_name -> google.protobuf.Timestamp
-	11, // 6: fleetstream.agent.v1.Namespace.labels:type_name -> fleetstream.agent.v1.Namespace.LabelsEntry
+	14, // 5: fleetstream.agent.v1.NamespaceInventory.time:type_name -> google.protobuf.Timestamp
+	13, // 6: fleetstream.agent.v1.Namespace.labels:type_name -> fleetstream.agent.v1.Namespace.LabelsEntry
 	5,  // 7: fleetstream.agent.v1.ImportWatch.sources:type_name -> fleetstream.agent.v1.WatchedType
 	6,  // 8: fleetstream.agent.v1.ImportWatch.references:type_name -> fleetstream.agent.v1.WatchedObject
-	12, // 9: fleetstream.agent.v1.ImportObject.time:type_name -> google.protobuf.Timestamp
-	12, // 10: fleetstream.agent.v1.ImportSync.time:type_name -> google.protobuf.Timestamp
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 9: fleetstream.agent.v1.ImportObject.time:type_name -> google.protobuf.Timestamp
+	14, // 10: fleetstream.agent.v1.ImportSync.time:type_name -> google.protobuf.Timestamp
+	14, // 11: fleetstream.agent.v1.ImportWatchStatus.time:type_name -> google.protobuf.Timestamp
+	10, // 12: fleetstream.agent.v1.ImportWatchStatus.types:type_name -> fleetstream.agent.v1.WatchedTypeStatus
+	14, // 13: fleetstream.agent.v1.WatchedTypeStatus.since:type_name -> google.protobuf.Timestamp
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_agent_v1_agent_proto_init() }
@@ -917,7 +1128,7 @@ func file_fleetstream_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_agent_v1_agent_proto_rawDesc), len(file_fleetstream_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -45,8 +45,10 @@ type ImportPolicy struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Who created and last changed it. Output only.
-	Creator       string `protobuf:"bytes,10,opt,name=creator,proto3" json:"creator,omitempty"`
-	Updater       string `protobuf:"bytes,11,opt,name=updater,proto3" json:"updater,omitempty"`
+	Creator string `protobuf:"bytes,10,opt,name=creator,proto3" json:"creator,omitempty"`
+	Updater string `protobuf:"bytes,11,opt,name=updater,proto3" json:"updater,omitempty"`
+	// What cluster-import and the inventory cluster's agent make of the policy. Output only.
+	Status        *ImportPolicyStatus `protobuf:"bytes,12,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +160,96 @@ func (x *ImportPolicy) GetUpdater() string {
 	return ""
 }
 
+func (x *ImportPolicy) GetStatus() *ImportPolicyStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// ImportPolicyStatus is a policy's state, as Clusterpedia's ClusterImportPolicy status:
+// conditions Validated (reason FailedNegotiateSourceResource when the inventory cluster does not
+// serve the source type), SourceWatched and ReferencesResolved, and counts. Computed by the
+// replica that answers from the agent's latest report and its last reconcile pass.
+type ImportPolicyStatus struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Conditions []*Condition           `protobuf:"bytes,1,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// Source objects the agent reports (selected or not).
+	SourceObjects int32 `protobuf:"varint,2,opt,name=source_objects,json=sourceObjects,proto3" json:"source_objects,omitempty"`
+	// Lifecycles: the selected source objects.
+	Lifecycles int32 `protobuf:"varint,3,opt,name=lifecycles,proto3" json:"lifecycles,omitempty"`
+	// Clusters the lifecycles created and adopted.
+	ClustersCreated int32 `protobuf:"varint,4,opt,name=clusters_created,json=clustersCreated,proto3" json:"clusters_created,omitempty"`
+	ClustersAdopted int32 `protobuf:"varint,5,opt,name=clusters_adopted,json=clustersAdopted,proto3" json:"clusters_adopted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ImportPolicyStatus) Reset() {
+	*x = ImportPolicyStatus{}
+	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportPolicyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportPolicyStatus) ProtoMessage() {}
+
+func (x *ImportPolicyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportPolicyStatus.ProtoReflect.Descriptor instead.
+func (*ImportPolicyStatus) Descriptor() ([]byte, []int) {
+	return file_fleetstream_cluster_v1_import_policy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ImportPolicyStatus) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *ImportPolicyStatus) GetSourceObjects() int32 {
+	if x != nil {
+		return x.SourceObjects
+	}
+	return 0
+}
+
+func (x *ImportPolicyStatus) GetLifecycles() int32 {
+	if x != nil {
+		return x.Lifecycles
+	}
+	return 0
+}
+
+func (x *ImportPolicyStatus) GetClustersCreated() int32 {
+	if x != nil {
+		return x.ClustersCreated
+	}
+	return 0
+}
+
+func (x *ImportPolicyStatus) GetClustersAdopted() int32 {
+	if x != nil {
+		return x.ClustersAdopted
+	}
+	return 0
+}
+
 type ImportSource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The registered cluster whose agent watches the source type (the inventory cluster).
@@ -175,7 +267,7 @@ type ImportSource struct {
 
 func (x *ImportSource) Reset() {
 	*x = ImportSource{}
-	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[1]
+	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -187,7 +279,7 @@ func (x *ImportSource) String() string {
 func (*ImportSource) ProtoMessage() {}
 
 func (x *ImportSource) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[1]
+	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -200,7 +292,7 @@ func (x *ImportSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSource.ProtoReflect.Descriptor instead.
 func (*ImportSource) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_proto_rawDescGZIP(), []int{1}
+	return file_fleetstream_cluster_v1_import_policy_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ImportSource) GetCluster() string {
@@ -260,7 +352,7 @@ type ImportReference struct {
 
 func (x *ImportReference) Reset() {
 	*x = ImportReference{}
-	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[2]
+	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +364,7 @@ func (x *ImportReference) String() string {
 func (*ImportReference) ProtoMessage() {}
 
 func (x *ImportReference) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[2]
+	mi := &file_fleetstream_cluster_v1_import_policy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +377,7 @@ func (x *ImportReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportReference.ProtoReflect.Descriptor instead.
 func (*ImportReference) Descriptor() ([]byte, []int) {
-	return file_fleetstream_cluster_v1_import_policy_proto_rawDescGZIP(), []int{2}
+	return file_fleetstream_cluster_v1_import_policy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ImportReference) GetKey() string {
@@ -334,7 +426,7 @@ var File_fleetstream_cluster_v1_import_policy_proto protoreflect.FileDescriptor
 
 const file_fleetstream_cluster_v1_import_policy_proto_rawDesc = "" +
 	"\n" +
-	"*fleetstream/cluster/v1/import_policy.proto\x12\x16fleetstream.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x03\n" +
+	"*fleetstream/cluster/v1/import_policy.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x04\n" +
 	"\fImportPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12<\n" +
 	"\x06source\x18\x02 \x01(\v2$.fleetstream.cluster.v1.ImportSourceR\x06source\x12G\n" +
@@ -351,7 +443,18 @@ const file_fleetstream_cluster_v1_import_policy_proto_rawDesc = "" +
 	"updateTime\x12\x18\n" +
 	"\acreator\x18\n" +
 	" \x01(\tR\acreator\x12\x18\n" +
-	"\aupdater\x18\v \x01(\tR\aupdater\"\xbf\x01\n" +
+	"\aupdater\x18\v \x01(\tR\aupdater\x12B\n" +
+	"\x06status\x18\f \x01(\v2*.fleetstream.cluster.v1.ImportPolicyStatusR\x06status\"\xf4\x01\n" +
+	"\x12ImportPolicyStatus\x12A\n" +
+	"\n" +
+	"conditions\x18\x01 \x03(\v2!.fleetstream.cluster.v1.ConditionR\n" +
+	"conditions\x12%\n" +
+	"\x0esource_objects\x18\x02 \x01(\x05R\rsourceObjects\x12\x1e\n" +
+	"\n" +
+	"lifecycles\x18\x03 \x01(\x05R\n" +
+	"lifecycles\x12)\n" +
+	"\x10clusters_created\x18\x04 \x01(\x05R\x0fclustersCreated\x12)\n" +
+	"\x10clusters_adopted\x18\x05 \x01(\x05R\x0fclustersAdopted\"\xbf\x01\n" +
 	"\fImportSource\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
@@ -379,23 +482,27 @@ func file_fleetstream_cluster_v1_import_policy_proto_rawDescGZIP() []byte {
 	return file_fleetstream_cluster_v1_import_policy_proto_rawDescData
 }
 
-var file_fleetstream_cluster_v1_import_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_fleetstream_cluster_v1_import_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_fleetstream_cluster_v1_import_policy_proto_goTypes = []any{
 	(*ImportPolicy)(nil),          // 0: fleetstream.cluster.v1.ImportPolicy
-	(*ImportSource)(nil),          // 1: fleetstream.cluster.v1.ImportSource
-	(*ImportReference)(nil),       // 2: fleetstream.cluster.v1.ImportReference
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*ImportPolicyStatus)(nil),    // 1: fleetstream.cluster.v1.ImportPolicyStatus
+	(*ImportSource)(nil),          // 2: fleetstream.cluster.v1.ImportSource
+	(*ImportReference)(nil),       // 3: fleetstream.cluster.v1.ImportReference
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*Condition)(nil),             // 5: fleetstream.cluster.v1.Condition
 }
 var file_fleetstream_cluster_v1_import_policy_proto_depIdxs = []int32{
-	1, // 0: fleetstream.cluster.v1.ImportPolicy.source:type_name -> fleetstream.cluster.v1.ImportSource
-	2, // 1: fleetstream.cluster.v1.ImportPolicy.references:type_name -> fleetstream.cluster.v1.ImportReference
-	3, // 2: fleetstream.cluster.v1.ImportPolicy.create_time:type_name -> google.protobuf.Timestamp
-	3, // 3: fleetstream.cluster.v1.ImportPolicy.update_time:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2, // 0: fleetstream.cluster.v1.ImportPolicy.source:type_name -> fleetstream.cluster.v1.ImportSource
+	3, // 1: fleetstream.cluster.v1.ImportPolicy.references:type_name -> fleetstream.cluster.v1.ImportReference
+	4, // 2: fleetstream.cluster.v1.ImportPolicy.create_time:type_name -> google.protobuf.Timestamp
+	4, // 3: fleetstream.cluster.v1.ImportPolicy.update_time:type_name -> google.protobuf.Timestamp
+	1, // 4: fleetstream.cluster.v1.ImportPolicy.status:type_name -> fleetstream.cluster.v1.ImportPolicyStatus
+	5, // 5: fleetstream.cluster.v1.ImportPolicyStatus.conditions:type_name -> fleetstream.cluster.v1.Condition
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_cluster_v1_import_policy_proto_init() }
@@ -403,13 +510,14 @@ func file_fleetstream_cluster_v1_import_policy_proto_init() {
 	if File_fleetstream_cluster_v1_import_policy_proto != nil {
 		return
 	}
+	file_fleetstream_cluster_v1_cluster_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_cluster_v1_import_policy_proto_rawDesc), len(file_fleetstream_cluster_v1_import_policy_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
