@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -69,6 +68,8 @@ type ImportWatcher struct {
 	// = reported deleted). Only the worker touches it.
 	published map[objectKey]reported
 	starts    int
+	// status is what the agent reports about each watched type (importstatus.go).
+	status *importStatus
 }
 
 type informerKey struct {
@@ -125,6 +126,7 @@ func NewImportWatcher(a *Agent, dyn dynamic.Interface, disc discovery.DiscoveryI
 		informers: map[informerKey]*importInformer{},
 		wanted:    map[objectKey]*agentv1.WatchedObject{},
 		published: map[objectKey]reported{},
+		status:    newImportStatus(),
 	}
 }
 
@@ -146,6 +148,7 @@ func (w *ImportWatcher) Run(ctx context.Context) error {
 		w.q.ShutDown()
 	}()
 	go w.work(ctx)
+	go w.reportStatus(ctx)
 
 	resend := time.NewTicker(w.cfg.SecretResend)
 	defer resend.Stop()
@@ -241,6 +244,8 @@ func (w *ImportWatcher) reconcile(ctx context.Context, spec *agentv1.ImportWatch
 	defer w.mu.Unlock()
 	if spec != nil {
 		w.spec = spec
+		// Every session reports once it has a spec, replacing an earlier session's report.
+		w.status.poke()
 	}
 	if w.spec == nil {
 		return
@@ -267,6 +272,7 @@ func (w *ImportWatcher) reconcile(ctx context.Context, spec *agentv1.ImportWatch
 		}
 		want[informerKey{group: r.GetGroup(), resource: r.GetResource(), namespace: r.GetNamespace()}] = r.GetVersion()
 	}
+	w.status.keep(want)
 	for k, inf := range w.informers {
 		if _, ok := want[k]; !ok {
 			w.stopLocked(k, inf)
@@ -290,6 +296,7 @@ func (w *ImportWatcher) reconcile(ctx context.Context, spec *agentv1.ImportWatch
 			continue
 		}
 		if err := w.start(ctx, k, version); err != nil {
+			w.status.failed(k, "", true, err)
 			w.log.Warn("cannot watch import objects yet; retrying", zap.String("group", k.group), zap.String("resource", k.resource), zap.Error(err))
 		}
 	}
@@ -306,7 +313,10 @@ func (w *ImportWatcher) start(ctx context.Context, k informerKey, version string
 			return fmt.Errorf("resolve %s.%s: %w", k.resource, k.group, err)
 		}
 	}
-	informer := dynamicinformer.NewFilteredDynamicInformer(w.dyn, gvr, k.namespace, 0, cache.Indexers{}, nil).Informer()
+	ictx, stop := context.WithCancel(ctx)
+	w.starts++
+	gen := fmt.Sprintf("%s-%d", w.a.sessionID, w.starts)
+	informer := w.newInformer(gvr, k, gen)
 	enqueue := func(obj any) {
 		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {
@@ -333,17 +343,17 @@ func (w *ImportWatcher) start(ctx context.Context, k informerKey, version string
 		DeleteFunc: enqueue,
 	})
 	if err != nil {
+		stop()
 		return fmt.Errorf("watch %s: %w", gvr, err)
 	}
-	ictx, stop := context.WithCancel(ctx)
-	w.starts++
-	gen := fmt.Sprintf("%s-%d", w.a.sessionID, w.starts)
+	w.status.update(k, gen, true, func(t *typeStatus) { t.version, t.reason, t.message, t.synced = gvr.Version, "", "", false })
 	w.informers[k] = &importInformer{key: k, version: gvr.Version, gen: gen, informer: informer, stop: stop}
 	go informer.RunWithContext(ictx)
 	go func() {
 		if !cache.WaitForCacheSync(ictx.Done(), reg.HasSynced) {
 			return
 		}
+		w.status.update(k, gen, false, func(t *typeStatus) { t.synced = true })
 		if k.source {
 			w.q.Add(importItem{kind: itemSync, inf: k})
 			return
