@@ -88,6 +88,8 @@ type lifecycles struct {
 	watchWritten map[string][]byte
 	// started and passes count begun and completed passes (WaitImportPass).
 	started, passes uint64
+	// sourceObjects counts, by policy, the source objects of the last pass.
+	sourceObjects map[string]int
 	// memo holds each lifecycle's last render; only the reconcile loop touches it.
 	memo map[string]*renderMemo
 }
@@ -217,6 +219,7 @@ type owner struct {
 type pass struct {
 	ctx      context.Context
 	l        *lifecycles
+	sources  map[string]int
 	byOrigin map[string][]owner
 	live     map[string]bool
 	seen     map[string]bool
@@ -374,7 +377,7 @@ func (l *lifecycles) reconcile(ctx context.Context) {
 	l.mu.Lock()
 	l.started++
 	l.mu.Unlock()
-	p := &pass{ctx: ctx, l: l, byOrigin: map[string][]owner{}, live: map[string]bool{}, seen: map[string]bool{}, watch: map[string]*watchSet{}, now: l.s.now(), ended: map[string]bool{}}
+	p := &pass{ctx: ctx, l: l, sources: map[string]int{}, byOrigin: map[string][]owner{}, live: map[string]bool{}, seen: map[string]bool{}, watch: map[string]*watchSet{}, now: l.s.now(), ended: map[string]bool{}}
 	for _, c := range l.s.clusters.List(nil) {
 		if c.ImportedBy != nil {
 			p.byOrigin[originKey(c.ImportedBy)] = append(p.byOrigin[originKey(c.ImportedBy)], owner{cluster: c, origin: c.ImportedBy})
@@ -413,6 +416,7 @@ func (l *lifecycles) reconcile(ctx context.Context) {
 	l.writeWatches(ctx, p.watch)
 	l.mu.Lock()
 	l.status = status
+	l.sourceObjects = p.sources
 	l.passes++
 	l.mu.Unlock()
 }
@@ -429,6 +433,7 @@ func (p *pass) policy(pol *clusterv1.ImportPolicy) []*clusterv1.ImportLifecycle 
 	}
 	cp := l.compile(pol)
 	objs := l.sources.sourceObjects(inv, src.GetGroup(), src.GetResource(), src.GetNamespace())
+	p.sources[pol.Name] = len(objs)
 	refs := make([]objectRef, 0, len(objs))
 	for ref := range objs {
 		refs = append(refs, ref)

@@ -259,7 +259,7 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 		return nil, err
 	}
 	a.s.log.Info("import policy created", zap.String("policy", p.Name), zap.String("actor", identity.ActorFrom(ctx)))
-	return connect.NewResponse(&clusterv1.CreateImportPolicyResponse{Policy: out}), nil
+	return connect.NewResponse(&clusterv1.CreateImportPolicyResponse{Policy: a.s.lifecycles.withStatus(out)}), nil
 }
 
 func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.Request[clusterv1.UpdateImportPolicyRequest]) (*connect.Response[clusterv1.UpdateImportPolicyResponse], error) {
@@ -275,7 +275,7 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 		return nil, err
 	}
 	if proto.Equal(p, specOf(cur)) {
-		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: cur}), nil
+		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: a.s.lifecycles.withStatus(cur)}), nil
 	}
 	moved := sourceKey(p) != sourceKey(cur)
 	release := func() {}
@@ -305,7 +305,7 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 		return nil, err
 	}
 	a.s.log.Info("import policy updated", zap.String("policy", p.Name), zap.String("actor", identity.ActorFrom(ctx)))
-	return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: out}), nil
+	return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: a.s.lifecycles.withStatus(out)}), nil
 }
 
 func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.Request[clusterv1.DeleteImportPolicyRequest]) (*connect.Response[clusterv1.DeleteImportPolicyResponse], error) {
@@ -339,7 +339,7 @@ func (a *ImportPolicyAPI) GetImportPolicy(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&clusterv1.GetImportPolicyResponse{Policy: p}), nil
+	return connect.NewResponse(&clusterv1.GetImportPolicyResponse{Policy: a.s.lifecycles.withStatus(p)}), nil
 }
 
 func (a *ImportPolicyAPI) ListImportPolicies(ctx context.Context, _ *connect.Request[clusterv1.ListImportPoliciesRequest]) (*connect.Response[clusterv1.ListImportPoliciesResponse], error) {
@@ -347,5 +347,9 @@ func (a *ImportPolicyAPI) ListImportPolicies(ctx context.Context, _ *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&clusterv1.ListImportPoliciesResponse{Policies: list}), nil
+	out := make([]*clusterv1.ImportPolicy, len(list))
+	for i, p := range list {
+		out[i] = a.s.lifecycles.withStatus(p)
+	}
+	return connect.NewResponse(&clusterv1.ListImportPoliciesResponse{Policies: out}), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,6 +29,8 @@ type importSources struct {
 	// objects by inventory cluster, then object.
 	objects map[string]map[objectRef]*reportedObject
 	secrets map[string]map[objectRef]*reportedObject
+	// watchStatus is each inventory cluster's latest ImportWatchStatus, checked (checkWatchStatus).
+	watchStatus map[string]*agentWatchStatus
 	// caughtUp is closed once the stream's reports present at start have been read: before,
 	// a missing object may only be not read yet, and nothing may be removed for it.
 	caughtUp     chan struct{}
@@ -51,10 +54,11 @@ type reportedObject struct {
 
 func newImportSources(kick func()) *importSources {
 	return &importSources{
-		objects:  map[string]map[objectRef]*reportedObject{},
-		secrets:  map[string]map[objectRef]*reportedObject{},
-		caughtUp: make(chan struct{}),
-		kick:     kick,
+		objects:     map[string]map[objectRef]*reportedObject{},
+		secrets:     map[string]map[objectRef]*reportedObject{},
+		caughtUp:    make(chan struct{}),
+		watchStatus: map[string]*agentWatchStatus{},
+		kick:        kick,
 	}
 }
 
@@ -106,7 +110,7 @@ func (r *importSources) run(ctx context.Context, js jetstream.JetStream, log *za
 	// consumer.Ordered, not nats.go's ordered consumer: that one gives each attempt to replace
 	// a consumer lost with a NATS node 10 s (issue 14).
 	o, err := consumer.NewOrdered(ctx, js, subjects.AgentStreamName,
-		[]string{subjects.AgentPrefix + ".*.importobject.>", subjects.AgentPrefix + ".*.importsync.>"},
+		[]string{subjects.AgentPrefix + ".*.importobject.>", subjects.AgentPrefix + ".*.importsync.>", subjects.AgentPrefix + ".*.importstatus"},
 		0, 256, log, consumer.WithLastPerSubject())
 	if err != nil {
 		if ctx.Err() != nil {
@@ -185,6 +189,18 @@ func (r *importSources) handle(subject string, data []byte, seq uint64) error {
 				changed = true
 			}
 		}
+	case *agentv1.ImportWatchStatus:
+		if p.ClusterName != cluster || subject != subjects.AgentImportWatchStatus(cluster) {
+			r.mu.Unlock()
+			return fmt.Errorf("import watch status of %q names another cluster than its subject", p.ClusterName)
+		}
+		st, problems := checkWatchStatus(p, time.Now())
+		r.watchStatus[cluster] = st
+		if len(problems) > 0 {
+			r.mu.Unlock()
+			// Kept without what is out of bounds: the rest still says what the agent sees.
+			return fmt.Errorf("import watch status of %q partly refused: %s", cluster, strings.Join(problems, "; "))
+		}
 	default:
 		r.mu.Unlock()
 		return fmt.Errorf("unexpected %s", ev.Type)
@@ -194,6 +210,13 @@ func (r *importSources) handle(subject string, data []byte, seq uint64) error {
 		r.kick()
 	}
 	return nil
+}
+
+// watchStatusOf returns the latest checked ImportWatchStatus of cluster's agent, nil if none.
+func (r *importSources) watchStatusOf(cluster string) *agentWatchStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watchStatus[cluster]
 }
 
 // handleSecret keeps a Secret an agent sent, in memory only. Its content is never logged.
