@@ -65,7 +65,12 @@ func newImportPolicyCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("get import policy %q: %w", args[0], err)
 			}
-			return f.printer().Print(resp.Msg.Policy, policyColumns()...)
+			p := f.printer()
+			if err := p.Print(resp.Msg.Policy, policyColumns()...); err != nil || p.Format != formatTable {
+				return err
+			}
+			notePolicyConditions(p, resp.Msg.Policy.GetStatus())
+			return nil
 		},
 	}
 	list := &cobra.Command{
@@ -209,7 +214,47 @@ func policyColumns() []Column {
 			return r
 		}),
 		Col("REFERENCES", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(len(p.References)) }),
+		Col("VALIDATED", func(p *clusterv1.ImportPolicy) string {
+			for _, c := range p.GetStatus().GetConditions() {
+				if c.Type == "Validated" {
+					return conditionWord(c)
+				}
+			}
+			return ""
+		}),
+		Col("SOURCES", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(p.GetStatus().GetSourceObjects()) }),
+		Col("LIFECYCLES", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(p.GetStatus().GetLifecycles()) }),
+		Col("CREATED", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(p.GetStatus().GetClustersCreated()) }),
+		Col("ADOPTED", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(p.GetStatus().GetClustersAdopted()) }),
 		Col("REVISION", func(p *clusterv1.ImportPolicy) string { return fmt.Sprint(p.Revision) }),
+	}
+}
+
+// conditionWord is a condition's status as Kubernetes prints it, with the reason when it is not
+// True.
+func conditionWord(c *clusterv1.Condition) string {
+	switch c.GetStatus() {
+	case clusterv1.ConditionStatus_CONDITION_STATUS_TRUE:
+		return "True"
+	case clusterv1.ConditionStatus_CONDITION_STATUS_FALSE:
+		return "False (" + c.GetReason() + ")"
+	}
+	return "Unknown (" + c.GetReason() + ")"
+}
+
+// notePolicyConditions prints a policy's conditions under its table, one per line.
+func notePolicyConditions(p *Printer, s *clusterv1.ImportPolicyStatus) {
+	if len(s.GetConditions()) == 0 {
+		return
+	}
+	p.Note("")
+	for _, c := range s.GetConditions() {
+		st := strings.TrimPrefix(c.GetStatus().String(), "CONDITION_STATUS_")
+		line := fmt.Sprintf("%s=%s%s %s", c.GetType(), st[:1], strings.ToLower(st[1:]), c.GetReason())
+		if c.GetMessage() != "" {
+			line += ": " + c.GetMessage()
+		}
+		p.Note("%s", line)
 	}
 }
 

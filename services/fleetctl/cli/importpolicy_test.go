@@ -129,3 +129,45 @@ creationCondition: '{{ eq .source.spec.paused false }}'
 		t.Errorf("unknown policy: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// `import policy get` prints the policy's conditions under it, and `list` whether it is
+// validated: here its inventory agent reports that the cluster does not serve the source type.
+func TestImportPolicyGetShowsConditions(t *testing.T) {
+	e := startClusterService(t)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`name: capi
+source: {cluster: mgmt, group: cluster.x-k8s.io, resource: clusters}
+nameTemplate: "capi-{{ .source.metadata.name }}"
+template: "labels: {provider: capi}"
+creationCondition: "true"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, "cluster", "register", "mgmt").ok(t)
+	e.run(t, "import", "policy", "create", "-f", policy).ok(t)
+	if out := e.run(t, "import", "policy", "get", "capi").ok(t).stdout; !strings.Contains(out, "Validated=Unknown WaitingForAgent") {
+		t.Fatalf("before the agent reports:\n%s", out)
+	}
+	store := events.NewStore(e.js.JS, "system:cluster-agent:mgmt")
+	if _, err := store.Append(context.Background(), subjects.AgentImportWatchStatus("mgmt"), "mgmt", events.Any, &agentv1.ImportWatchStatus{ClusterName: "mgmt",
+		Types: []*agentv1.WatchedTypeStatus{{Group: "cluster.x-k8s.io", Resource: "clusters", Source: true, Reason: "NotServed",
+			Message: "resolve clusters.cluster.x-k8s.io: no matches for cluster.x-k8s.io/, Resource=clusters"}}}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		out := e.run(t, "import", "policy", "get", "capi").ok(t).stdout
+		for _, want := range []string{
+			`Validated=False FailedNegotiateSourceResource: cluster "mgmt" does not serve clusters.cluster.x-k8s.io: resolve clusters.cluster.x-k8s.io: no matches for`,
+			"SourceWatched=False NotServed",
+			"ReferencesResolved=True NoReferences",
+		} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("get lacks %q:\n%s", want, out)
+			}
+		}
+		return nil
+	})
+	if out := e.run(t, "import", "policy", "list").ok(t).stdout; !strings.Contains(out, "False (FailedNegotiateSourceResource)") {
+		t.Fatalf("list:\n%s", out)
+	}
+}
