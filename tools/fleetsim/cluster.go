@@ -64,6 +64,11 @@ type simCluster struct {
 	rbApplied      atomic.Int64
 	rbDeleted      atomic.Int64
 	nsApplied      atomic.Int64
+
+	// misbehaviour is how this cluster misbehaves (misbehave.go), "" for a well-behaved one;
+	// refused counts the permission violations NATS reported to its connection.
+	misbehaviour string
+	refused      atomic.Int64
 }
 
 // resetTimes forgets what was timed, before a new phase.
@@ -331,7 +336,7 @@ func mergeMaps(live, applied map[string]string) map[string]string {
 
 // start connects the cluster's agent to the hub with its own token and runs it until ctx ends;
 // the agent's result arrives on c.done.
-func (c *simCluster) start(ctx context.Context, natsURL, token string, o options, log *zap.Logger) error {
+func (c *simCluster) start(ctx context.Context, natsURL, token string, o options, victim string, log *zap.Logger) error {
 	nc, err := nats.Connect(natsURL,
 		nats.Name("cluster-agent/"+c.name),
 		nats.Token(token),
@@ -340,6 +345,7 @@ func (c *simCluster) start(ctx context.Context, natsURL, token string, o options
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
+		c.permissionErrorHandler(),
 	)
 	if err != nil {
 		return fmt.Errorf("cluster %s: connect to nats: %w", c.name, err)
@@ -351,9 +357,13 @@ func (c *simCluster) start(ctx context.Context, natsURL, token string, o options
 	}
 	kube := &simKube{Clientset: c.kube, disc: &simDiscovery{FakeDiscovery: c.kube.Discovery().(*fakediscovery.FakeDiscovery)}}
 	kube.disc.Resources = discoveryResources
+	heartbeat := o.heartbeat
+	if c.misbehaviour == misFlood {
+		heartbeat /= 10
+	}
 	a, err := member.NewWithClients(member.Config{
 		ClusterName:       c.name,
-		HeartbeatInterval: o.heartbeat,
+		HeartbeatInterval: heartbeat,
 		Version:           "fleetsim",
 	}, js, kube, c.dyn, log)
 	if err != nil {
@@ -366,5 +376,8 @@ func (c *simCluster) start(ctx context.Context, natsURL, token string, o options
 		nc.Close()
 		c.done <- err
 	}()
+	if c.misbehaviour != "" {
+		c.misbehave(ctx, victim)
+	}
 	return nil
 }

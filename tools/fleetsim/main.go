@@ -45,6 +45,7 @@ type options struct {
 	fleetd     string
 	idle       time.Duration
 	profile    string
+	misbehave  map[string]int
 }
 
 func main() {
@@ -58,7 +59,7 @@ func main() {
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
-	var scenarios string
+	var scenarios, misbehave string
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.clusters, "clusters", 10, "simulated member clusters")
@@ -75,8 +76,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the hub and the simulated agents: debug, info, warn or error")
 	fs.StringVar(&o.fleetd, "fleetd", "", "run this fleetd binary as a child process (instead of in process), so the hub's CPU and memory are measured apart from the simulator")
 	fs.DurationVar(&o.idle, "idle", 30*time.Second, "steady scenario: how long the idle fleet is measured")
+	fs.StringVar(&misbehave, "misbehave", "", "extra misbehaving clusters, kind=N comma separated: reconnect (every second), flood (heartbeats 10x as often), inventory (30,000 namespaces), foreign (publishes and subscribes on another cluster's subjects); not timed, checked to converge")
 	fs.StringVar(&o.profile, "hub-profile", "", "with -fleetd: save a CPU profile of the hub over the steady scenario's idle window to this file")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var err error
+	if o.misbehave, err = parseMisbehave(misbehave); err != nil {
 		return o, err
 	}
 	for _, s := range strings.Split(scenarios, ",") {

@@ -20,7 +20,8 @@ import (
 
 // The simulator end to end at 20 clusters against an in-process fleetd: every cluster
 // registered and Connected, and in a grant round every cluster's agent applied the RoleBinding
-// and removed it again on revoke. Nothing may be lost.
+// and removed it again on revoke, while four more clusters misbehave (one of each kind). Nothing
+// may be lost.
 func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts fleetd and 20 simulated agents")
@@ -30,7 +31,8 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"-clusters", "20", "-namespaces", "3", "-heartbeat", "1s", "-ramp", "0",
-		"-rounds", "1", "-timeout", "60s", "-log-level", "error", "-scenario", "join,grant,steady", "-idle", "1s"}, &stdout, &stderr)
+		"-rounds", "1", "-timeout", "60s", "-log-level", "error", "-scenario", "join,grant,steady", "-idle", "1s",
+		"-misbehave", "reconnect=1,flood=1,inventory=1,foreign=1"}, &stdout, &stderr)
 	t.Log(stderr.String())
 	if err != nil {
 		t.Fatal(err)
@@ -42,11 +44,22 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	if len(res.Lost) > 0 {
 		t.Fatalf("lost: %v", res.Lost)
 	}
-	if res.Join == nil || res.Join.Register.N != n || res.Join.Connected.N != n || res.Join.AllConnectedMS <= 0 {
+	// Join counts the misbehaving clusters too; grant times the well-behaved only.
+	if res.Join == nil || res.Join.Register.N != n+4 || res.Join.Connected.N != n+4 || res.Join.AllConnectedMS <= 0 {
 		t.Fatalf("join: not every cluster registered and Connected: %+v", res.Join)
 	}
 	if res.Grant == nil || len(res.Grant.Rounds) != 1 || res.Grant.Measured != n || res.Grant.Grant.N != n || res.Grant.Revoke.N != n {
 		t.Fatalf("grant: not every cluster applied and removed the RoleBinding: %+v", res.Grant)
+	}
+	// The misbehaving clusters converged anyway, and what they tried shows: the foreign one
+	// was refused by NATS, the flooding one stands out on /metrics (else they are in Lost).
+	if len(res.Misbehaving) != 4 {
+		t.Fatalf("misbehaving: %+v", res.Misbehaving)
+	}
+	for _, m := range res.Misbehaving {
+		if m.Converged != 1 || (m.Kind == misForeign && m.Refused == 0) || (m.Kind == misFlood && m.HeartbeatRatio < 2) {
+			t.Fatalf("misbehaving %s: %+v", m.Kind, m)
+		}
 	}
 	if st := res.Steady; st == nil || st.IdleSeconds < 1 || st.HubCPUPercent <= 0 || st.HubRSSMB <= 0 {
 		t.Fatalf("steady: the idle fleet was not measured: %+v", res.Steady)
@@ -67,6 +80,9 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 		{[]string{"-scenario", "grant"}, "grant and steady need join"},
 		{[]string{"-scenario", "steady"}, "grant and steady need join"},
 		{[]string{"-idle", "0s"}, "-idle"},
+		{[]string{"-misbehave", "flood"}, "not kind=N"},
+		{[]string{"-misbehave", "flood=0"}, "not kind=N"},
+		{[]string{"-misbehave", "sleepy=1"}, `unknown kind "sleepy"`},
 		{[]string{"-hub-profile", "x.pprof", "-scenario", "join,steady"}, "-hub-profile needs -fleetd"},
 		{[]string{"-rounds", "0"}, "-rounds"},
 		{[]string{"-heartbeat", "0s"}, "-heartbeat"},

@@ -45,6 +45,8 @@ type Result struct {
 	Join                 *JoinResult   `json:"join,omitempty"`
 	Grant                *GrantResult  `json:"grant,omitempty"`
 	Steady               *SteadyResult `json:"steady,omitempty"`
+	// Misbehaving is what became of the -misbehave clusters, per kind.
+	Misbehaving []MisbehaviourResult `json:"misbehaving,omitempty"`
 	// JetStream consumers after the scenarios (embedded hub only): in total, and on the stream
 	// that holds the most.
 	Consumers          int    `json:"jetstream_consumers,omitempty"`
@@ -100,6 +102,7 @@ const connectedPoll = 100 * time.Millisecond
 
 type hub struct {
 	name     string
+	apiURL   string
 	natsURL  string
 	clusters clusterv1connect.ClusterServiceClient
 	projects projectv1connect.ProjectServiceClient
@@ -169,7 +172,7 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	h.natsURL = natsURL
+	h.natsURL, h.apiURL = natsURL, apiURL
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * apiWorkers}}
 	auth := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -220,19 +223,32 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 	for i := range clusters {
 		clusters[i] = newSimCluster(fmt.Sprintf("sim-%s-%d", run, i), o.namespaces)
 	}
+	var bad []*simCluster
+	for _, kind := range misbehaviours() {
+		for i := range o.misbehave[kind] {
+			n := o.namespaces
+			if kind == misInventory {
+				n = bigInventory
+			}
+			c := newSimCluster(fmt.Sprintf("sim-%s-%s-%d", run, kind, i), n)
+			c.misbehaviour = kind
+			bad = append(bad, c)
+		}
+	}
+	all := append(append([]*simCluster(nil), clusters...), bad...)
 	agentsCtx, stopAgents := context.WithCancel(runCtx)
 	defer func() {
 		stopAgents()
-		for _, c := range clusters {
+		for _, c := range all {
 			if c.nc != nil {
 				<-c.done
 			}
 		}
 	}()
 
-	err = joinScenario(agentsCtx, o, h, clusters, log, res)
+	err = joinScenario(agentsCtx, o, h, all, clusters[0].name, log, res)
 	if err == nil && o.has("grant") {
-		err = grantScenario(agentsCtx, o, h, clusters, "fleetsim-"+run, res)
+		err = grantScenario(agentsCtx, o, h, clusters, bad, "fleetsim-"+run, res)
 	}
 	if err == nil && o.has("steady") {
 		err = steadyScenario(agentsCtx, o, h, res)
@@ -252,7 +268,7 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 
 // joinScenario registers every cluster through the API at the ramp rate, starts its agent, and
 // waits until the hub shows every one Connected.
-func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster, log *zap.Logger, res *Result) error {
+func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster, victim string, log *zap.Logger, res *Result) error {
 	registered := make([]time.Time, len(clusters))
 	regLatency := make([]time.Duration, len(clusters))
 	start := time.Now()
@@ -265,7 +281,7 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 			return fmt.Errorf("register %s: %w", c.name, err)
 		}
 		regLatency[i], registered[i] = time.Since(t0), time.Now()
-		return c.start(ctx, h.natsURL, reg.Msg.AgentToken, o, log.Named(c.name))
+		return c.start(ctx, h.natsURL, reg.Msg.AgentToken, o, victim, log.Named(c.name))
 	})
 	if err != nil {
 		return err
@@ -324,27 +340,34 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 
 // grantScenario binds a project namespace on every cluster, then grants and revokes a project
 // role binding o.rounds times, timing each cluster's agent applying (deleting) the RoleBinding.
-func grantScenario(ctx context.Context, o options, h *hub, clusters []*simCluster, project string, res *Result) error {
+// The misbehaving clusters (bad) get the namespace and every grant too, untimed, and are
+// checked at the end.
+func grantScenario(ctx context.Context, o options, h *hub, clusters, bad []*simCluster, project string, res *Result) error {
 	if _, err := h.projects.CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: project})); err != nil {
 		return fmt.Errorf("create project %s: %w", project, err)
 	}
 	ns := project
-	for _, c := range clusters {
+	all := append(append([]*simCluster(nil), clusters...), bad...)
+	for _, c := range all {
 		c.watchNamespace.Store(&ns)
 		c.resetTimes()
 	}
 	g := &GrantResult{}
 	res.Grant = g
 	start := time.Now()
-	err := forEach(ctx, len(clusters), 0, func(i int) error {
-		_, err := h.projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: project, Cluster: clusters[i].name, Namespace: ns}))
+	err := forEach(ctx, len(all), 0, func(i int) error {
+		_, err := h.projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: project, Cluster: all[i].name, Namespace: ns}))
 		if err != nil {
-			return fmt.Errorf("bind namespace %s on %s: %w", ns, clusters[i].name, err)
+			return fmt.Errorf("bind namespace %s on %s: %w", ns, all[i].name, err)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if len(bad) > 0 {
+		// After the last round the grant is revoked: no RoleBinding anywhere.
+		defer checkMisbehaving(ctx, h, clusters[0].name, bad, ns, false, time.Minute, res)
 	}
 	// A cluster lost in one phase is listed and left out of the next ones, so the rest of the
 	// fleet is still measured (and what breaks first at a size is seen, not only that it broke).

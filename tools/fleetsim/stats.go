@@ -74,6 +74,16 @@ func writeTable(w io.Writer, r *Result) {
 		}
 		fmt.Fprintf(tw, "idle fleet for %.0f s (%s)\t\t\tCPU %.1f%% of a core, RSS %.0f MB%s\n", st.IdleSeconds, st.Scope, st.HubCPUPercent, st.HubRSSMB, sim)
 	}
+	for _, m := range r.Misbehaving {
+		refused := ""
+		if m.Kind == misForeign {
+			refused = fmt.Sprintf(", %d attempts refused by NATS", m.Refused)
+		}
+		if m.Kind == misFlood {
+			refused = fmt.Sprintf(", %.1fx a well-behaved cluster's heartbeats on /metrics", m.HeartbeatRatio)
+		}
+		fmt.Fprintf(tw, "misbehaving: %s\t\t\t%d of %d converged%s\n", m.Kind, m.Converged, m.Clusters, refused)
+	}
 	if r.Consumers > 0 {
 		fmt.Fprintf(tw, "JetStream consumers\t\t\t%d (most on one stream: %d, %s)\n", r.Consumers, r.MaxConsumers, r.MaxConsumersStream)
 	}

@@ -110,6 +110,7 @@ const (
 const reasonInvalidHeartbeat = "InvalidHeartbeat"
 
 type limitMetrics struct {
+	heartbeats       *prometheus.CounterVec
 	heartbeatFields  *prometheus.CounterVec
 	reportsPurged    *prometheus.CounterVec
 	inventoryEntries *prometheus.CounterVec
@@ -117,6 +118,11 @@ type limitMetrics struct {
 
 func newLimitMetrics() limitMetrics {
 	return limitMetrics{
+		// An agent heartbeating far more often than the others shows as a rate apart (the hub
+		// cannot know each agent's configured interval to call it a violation); what it costs
+		// the hub is bounded by the heartbeats it need not write (liveness.go, nothingNew).
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_heartbeats_total",
+			Help: "Agent heartbeats received, by cluster."}, []string{"cluster"}),
 		heartbeatFields: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_heartbeat_fields_refused_total",
 			Help: "Heartbeat fields dropped for being out of bounds or malformed, by cluster and field."}, []string{"cluster", "field"}),
 		reportsPurged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_reports_purged_total",
@@ -127,7 +133,7 @@ func newLimitMetrics() limitMetrics {
 }
 
 func (m limitMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.heartbeatFields, m.reportsPurged, m.inventoryEntries}
+	return []prometheus.Collector{m.heartbeats, m.heartbeatFields, m.reportsPurged, m.inventoryEntries}
 }
 
 // reportHeartbeat records what checkHeartbeat found in the newest heartbeat of cluster name.

@@ -75,6 +75,7 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if !hb.Hosted {
 		st.InClusterLastSeen = st.LastSeen
 	}
+	s.metrics.heartbeats.WithLabelValues(name).Inc()
 	if s.nothingNew(tok, name, st, hb, problems) {
 		return nil
 	}

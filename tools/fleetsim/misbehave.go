@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// Ways a simulated cluster can misbehave (-misbehave kind=N,…) while the rest of the fleet is
+// measured (issue 26, "Misbehaving clusters"). Misbehaving clusters join and get the namespace
+// and the grants like the others, but are not timed; afterwards each must have converged
+// anyway (except where its misbehaviour forbids it), and what it tried must have been refused.
+const (
+	// misReconnect: the agent's NATS connection is dropped and re-established every second.
+	misReconnect = "reconnect"
+	// misFlood: the agent heartbeats ten times as often as -heartbeat.
+	misFlood = "flood"
+	// misInventory: the cluster holds 30,000 namespaces, all in its inventory.
+	misInventory = "inventory"
+	// misForeign: besides running normally, the agent publishes a heartbeat on another
+	// cluster's subject and subscribes to another cluster's desired state, every second.
+	misForeign = "foreign"
+)
+
+// bigInventory is the namespace count of a misInventory cluster.
+const bigInventory = 30_000
+
+func misbehaviours() []string { return []string{misFlood, misForeign, misInventory, misReconnect} }
+
+// parseMisbehave reads "kind=N,kind=N".
+func parseMisbehave(s string) (map[string]int, error) {
+	out := map[string]int{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		kind, n, ok := strings.Cut(strings.TrimSpace(part), "=")
+		count, err := strconv.Atoi(n)
+		switch {
+		case !ok || err != nil || count < 1:
+			return nil, fmt.Errorf("-misbehave: %q is not kind=N with N ≥ 1", part)
+		case !contains(misbehaviours(), kind):
+			return nil, fmt.Errorf("-misbehave: unknown kind %q (%s)", kind, strings.Join(misbehaviours(), ", "))
+		}
+		out[kind] += count
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// MisbehaviourResult is what became of the misbehaving clusters of one kind.
+type MisbehaviourResult struct {
+	Kind     string `json:"kind"`
+	Clusters int    `json:"clusters"`
+	// Converged counts those that, in the end, hold what the fleet was given (the project
+	// namespace, and the RoleBinding as the last round left it).
+	Converged int `json:"converged"`
+	// Refused counts what NATS refused them (permission violations), for misForeign.
+	Refused int64 `json:"refused,omitempty"`
+	// HeartbeatRatio is, for misFlood, the hub's count of the cluster's heartbeats
+	// (fleet_cluster_agent_heartbeats_total on /metrics) over a well-behaved cluster's: how
+	// the flood shows.
+	HeartbeatRatio float64 `json:"heartbeat_ratio,omitempty"`
+}
+
+// misbehave starts c's misbehaviour once its agent runs; it stops with ctx.
+func (c *simCluster) misbehave(ctx context.Context, victim string) {
+	tick := func(f func()) {
+		go func() {
+			f()
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					f()
+				}
+			}
+		}()
+	}
+	switch c.misbehaviour {
+	case misReconnect:
+		tick(func() { _ = c.nc.ForceReconnect() })
+	case misForeign:
+		tick(func() {
+			_ = c.nc.Publish(subjects.AgentHeartbeat(victim), []byte("not yours"))
+			if sub, err := c.nc.SubscribeSync(subjects.FeedSubject(subjects.DesiredRBACBucket, keys.Encode(victim)+".>")); err == nil {
+				_ = c.nc.Flush()
+				_ = sub.Unsubscribe()
+			}
+		})
+	}
+}
+
+// permissionErrors counts the permission violations NATS reports to c's connection.
+func (c *simCluster) permissionErrorHandler() nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if err != nil && strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			c.refused.Add(1)
+		}
+	})
+}
+
+// checkMisbehaving reports, per kind, how many misbehaving clusters converged to what the
+// fleet holds (ns bound; a RoleBinding held exactly when wantRoleBinding), waiting up to
+// timeout, and what was refused; a cluster that never converges, or a foreign one that was
+// never refused, is lost.
+func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluster, ns string, wantRoleBinding bool, timeout time.Duration, res *Result) {
+	byKind := map[string]*MisbehaviourResult{}
+	deadline := time.Now().Add(timeout)
+	for _, c := range bad {
+		r := byKind[c.misbehaviour]
+		if r == nil {
+			r = &MisbehaviourResult{Kind: c.misbehaviour}
+			byKind[c.misbehaviour] = r
+		}
+		r.Clusters++
+		converged := false
+		for {
+			hasNS := c.nsApplied.Load() != 0
+			hasRB, err := c.holdsRoleBinding(ns)
+			if hasNS && err == nil && hasRB == wantRoleBinding {
+				converged = true
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if converged {
+			r.Converged++
+		} else {
+			res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s never converged", c.misbehaviour, c.name))
+		}
+		if c.misbehaviour == misFlood {
+			ratio, err := heartbeatRatio(ctx, h.apiURL, c.name, good)
+			if err != nil || ratio < 2 {
+				res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s's flood not visible on /metrics (ratio %.1f, %v)", c.misbehaviour, c.name, ratio, err))
+			}
+			r.HeartbeatRatio = ratio
+		}
+		if c.misbehaviour == misForeign {
+			for c.refused.Load() == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+				time.Sleep(100 * time.Millisecond)
+			}
+			n := c.refused.Load()
+			r.Refused += n
+			if n == 0 {
+				res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s was never refused", c.misbehaviour, c.name))
+			}
+		}
+	}
+	for _, r := range byKind {
+		res.Misbehaving = append(res.Misbehaving, *r)
+	}
+	sort.Slice(res.Misbehaving, func(i, j int) bool { return res.Misbehaving[i].Kind < res.Misbehaving[j].Kind })
+}
+
+// heartbeatRatio reads the hub's /metrics and divides cluster's heartbeat count by other's.
+func heartbeatRatio(ctx context.Context, apiURL, cluster, other string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	counts := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), `fleet_cluster_agent_heartbeats_total{cluster="`)
+		if !ok {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, `"} `)
+		if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+			counts[name] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if counts[other] == 0 {
+		return 0, fmt.Errorf("no heartbeats of %s on /metrics", other)
+	}
+	return counts[cluster] / counts[other], nil
+}
