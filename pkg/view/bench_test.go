@@ -271,8 +271,8 @@ func runCatchUp(b *testing.B, rawFirst bool) (fleet, raw float64) {
 }
 
 // rawProjector is what a nats.go expert would write to keep a KV view of a stream: an ordered
-// consumer from the start, a batch of whatever is already buffered (up to 256, the engine's
-// default), the last message of each key in the batch written once with pipelined async
+// consumer from the start pulling 2×view.DefaultBatch, a batch of whatever is already buffered
+// (up to view.DefaultBatch, 512, the engine's default), the last message of each key in the batch written once with pipelined async
 // publishes to $KV.<bucket>.<key>, and then one checkpoint per batch with a compare-and-set
 // (kv.Update), as the engine does.
 type rawProjector struct {
@@ -296,7 +296,7 @@ func startRawProjector(b *testing.B, ctx context.Context, js jetstream.JetStream
 	if err != nil {
 		b.Fatal(err)
 	}
-	const batchMax = 256
+	const batchMax = view.DefaultBatch
 	it, err := cons.Messages(jetstream.PullMaxMessages(2 * batchMax))
 	if err != nil {
 		b.Fatal(err)

@@ -105,7 +105,11 @@ type Option func(*Engine)
 // WithReplicas sets the bucket's replicas (default 1).
 func WithReplicas(n int) Option { return func(e *Engine) { e.replicas = n } }
 
-// WithBatch sets how many events are applied per KV write round (default 512).
+// DefaultBatch is how many events an engine applies per KV write round unless WithBatch says
+// otherwise; no service overrides it, so benchmarks' baselines use it too.
+const DefaultBatch = 512
+
+// WithBatch sets how many events are applied per KV write round (default DefaultBatch).
 func WithBatch(n int) Option { return func(e *Engine) { e.batch = n } }
 
 // WithCacheLimit sets how many entries the engine keeps in memory (default 200,000). Above it
@@ -123,7 +127,7 @@ func NewEngine(js jetstream.JetStream, p Projection, log *zap.Logger, opts ...Op
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{p: p, js: js, log: log.With(zap.String("view", p.Name)), replicas: 1, revField: fd, batch: 512,
+	e := &Engine{p: p, js: js, log: log.With(zap.String("view", p.Name)), replicas: 1, revField: fd, batch: DefaultBatch,
 		leaseTTL: lease.DefaultTTL, holder: lease.DefaultHolder(), cacheLimit: 200_000,
 		changed: make(chan struct{}), ready: make(chan struct{})}
 	for _, o := range opts {
