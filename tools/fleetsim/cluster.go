@@ -69,6 +69,8 @@ type simCluster struct {
 	// refused counts the permission violations NATS reported to its connection.
 	misbehaviour string
 	refused      atomic.Int64
+	// natsConnected is the UnixNano of its agent's first NATS connection (0: not yet).
+	natsConnected atomic.Int64
 }
 
 // resetTimes forgets what was timed, before a new phase.
@@ -346,6 +348,7 @@ func (c *simCluster) start(ctx context.Context, natsURL, token string, o options
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
 		c.permissionErrorHandler(),
+		nats.ConnectHandler(func(*nats.Conn) { c.natsConnected.CompareAndSwap(0, time.Now().UnixNano()) }),
 	)
 	if err != nil {
 		return fmt.Errorf("cluster %s: connect to nats: %w", c.name, err)

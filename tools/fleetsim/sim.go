@@ -71,8 +71,11 @@ type Result struct {
 type JoinResult struct {
 	Register Dist `json:"register"`
 	// Connected is, per cluster, from its registration call until the hub showed it Connected
-	// (polled every connectedPoll).
+	// (seen on a WatchClusters stream).
 	Connected Dist `json:"connected"`
+	// NATSConnected is, per cluster, from its registration call until its agent's NATS
+	// connection was accepted (authenticated by the hub's auth callout).
+	NATSConnected Dist `json:"nats_connected"`
 	// AllConnectedMS is from the first registration until every cluster was Connected.
 	AllConnectedMS float64 `json:"all_connected_ms"`
 }
@@ -97,8 +100,6 @@ type GrantRound struct {
 	GrantAllMS  float64 `json:"grant_all_ms"`
 	RevokeAllMS float64 `json:"revoke_all_ms"`
 }
-
-const connectedPoll = 100 * time.Millisecond
 
 type hub struct {
 	name     string
@@ -173,16 +174,16 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 		token = strings.TrimSpace(string(b))
 	}
 	h.natsURL, h.apiURL = natsURL, apiURL
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * apiWorkers}}
-	auth := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+token)
-			return next(ctx, req)
-		}
-	}))
-	h.clusters = clusterv1connect.NewClusterServiceClient(hc, apiURL, auth)
-	h.projects = projectv1connect.NewProjectServiceClient(hc, apiURL, auth)
-	h.rbac = rbacv1connect.NewRBACServiceClient(hc, apiURL, auth)
+	// The token on every request, unary or streaming (WatchClusters).
+	base := &http.Transport{MaxIdleConnsPerHost: 2 * apiWorkers}
+	hc := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+token)
+		return base.RoundTrip(r)
+	})}
+	h.clusters = clusterv1connect.NewClusterServiceClient(hc, apiURL)
+	h.projects = projectv1connect.NewProjectServiceClient(hc, apiURL)
+	h.rbac = rbacv1connect.NewRBACServiceClient(hc, apiURL)
 	return h, nil
 }
 
@@ -271,6 +272,43 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster, victim string, log *zap.Logger, res *Result) error {
 	registered := make([]time.Time, len(clusters))
 	regLatency := make([]time.Duration, len(clusters))
+	index := make(map[string]int, len(clusters))
+	for i, c := range clusters {
+		index[c.name] = i
+	}
+	// Each cluster's Connected is seen on a watch opened before the first registration, as it
+	// happens (polling ListClusters after every registration had returned timed the early
+	// clusters from when the last one registered: half the ramp's length at p50).
+	connectedAt := make([]time.Time, len(clusters))
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	allConnected := make(chan struct{})
+	watchErr := make(chan error, 1)
+	go func() {
+		// The call returns with the stream's first message (its headers are sent with it), so
+		// it is made here; clusters registered meanwhile come in its snapshot.
+		stream, err := h.clusters.WatchClusters(watchCtx, connect.NewRequest(&clusterv1.WatchClustersRequest{LabelSelector: "fleetsim=true"}))
+		if err != nil {
+			watchErr <- err
+			return
+		}
+		missing := len(clusters)
+		for stream.Receive() {
+			cl := stream.Msg().GetCluster()
+			i, ok := index[cl.GetName()]
+			if !ok || !connectedAt[i].IsZero() {
+				continue
+			}
+			if cond := clusterimport.Condition(cl, clusterimport.ConditionAgentConnected); cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE {
+				connectedAt[i] = time.Now()
+				if missing--; missing == 0 {
+					close(allConnected)
+					return
+				}
+			}
+		}
+		watchErr <- stream.Err()
+	}()
 	start := time.Now()
 	err := forEach(ctx, len(clusters), o.ramp, func(i int) error {
 		c := clusters[i]
@@ -286,37 +324,16 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 	if err != nil {
 		return err
 	}
-	connectedAt := make([]time.Time, len(clusters))
-	index := make(map[string]int, len(clusters))
-	for i, c := range clusters {
-		index[c.name] = i
+	select {
+	case <-allConnected:
+	case err := <-watchErr:
+		return fmt.Errorf("watch clusters: %w", err)
+	case <-time.After(o.timeout):
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	missing := len(clusters)
-	deadline := time.Now().Add(o.timeout)
-	for missing > 0 && time.Now().Before(deadline) {
-		list, err := h.clusters.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
-		if err != nil {
-			return fmt.Errorf("list clusters: %w", err)
-		}
-		now := time.Now()
-		for _, cl := range list.Msg.Clusters {
-			i, ok := index[cl.GetName()]
-			if !ok || !connectedAt[i].IsZero() {
-				continue
-			}
-			if cond := clusterimport.Condition(cl, clusterimport.ConditionAgentConnected); cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE {
-				connectedAt[i] = now
-				missing--
-			}
-		}
-		if missing > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(connectedPoll):
-			}
-		}
-	}
+	stopWatch()
+	<-allConnectedOrStopped(allConnected, watchErr)
 	j := &JoinResult{Register: newDist(regLatency)}
 	var connected []time.Duration
 	var last time.Time
@@ -331,7 +348,14 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 		}
 	}
 	j.Connected = newDist(connected)
-	if missing == 0 {
+	var natsConnected []time.Duration
+	for i, c := range clusters {
+		if at := c.natsConnected.Load(); at != 0 {
+			natsConnected = append(natsConnected, time.Unix(0, at).Sub(registered[i]))
+		}
+	}
+	j.NATSConnected = newDist(natsConnected)
+	if len(connected) == len(clusters) {
 		j.AllConnectedMS = ms(last.Sub(start))
 	}
 	res.Join = j
@@ -639,4 +663,18 @@ func steadyScenario(ctx context.Context, o options, h *hub, res *Result) error {
 	}
 	res.Steady = st
 	return <-profiled
+}
+
+// allConnectedOrStopped is closed once the watch goroutine of joinScenario has ended, so
+// connectedAt is no longer written.
+func allConnectedOrStopped(all <-chan struct{}, errs <-chan error) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-all:
+		case <-errs:
+		}
+		close(done)
+	}()
+	return done
 }

@@ -389,11 +389,26 @@ func (s *Registry) AgentIdentity(ctx context.Context, token string) (*clusterv1.
 	if s.clusters == nil {
 		return nil, false
 	}
-	if c, ok := s.clusters.Get(clusterKey(id.ClusterName)); !ok || c.Id != id.ClusterId {
-		return nil, false
+	key := clusterKey(id.ClusterName)
+	if c, ok := s.clusters.Get(key); !ok || c.Id != id.ClusterId {
+		// The token is stored before the registration reaches the registry's cache: an agent
+		// started as soon as RegisterCluster answered may ask first. Refusing it cost the
+		// agent a reconnect wait each time, and a fleet joining at 100 clusters a second
+		// waited seconds to connect (docs/scale.md). Only a stored token waits here, and at
+		// most agentIdentityWait (the auth callout allows 2 s).
+		wctx, cancel := context.WithTimeout(ctx, agentIdentityWait)
+		err := s.clusters.WaitFor(wctx, key, func(c *clusterv1.Cluster, ok bool) bool { return ok && c.Id == id.ClusterId })
+		cancel()
+		if err != nil {
+			return nil, false
+		}
 	}
 	return id, true
 }
+
+// agentIdentityWait bounds how long an agent's NATS authentication waits for its cluster's
+// registration to reach the registry's cache.
+const agentIdentityWait = time.Second
 
 func newAgentToken() (token, digest string, err error) {
 	b := make([]byte, 32)

@@ -38,7 +38,10 @@ func (s *Registry) runHeartbeats(ctx context.Context) error {
 		FilterSubjects: []string{subjects.AgentPrefix + ".*.heartbeat"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		MaxAckPending:  1024,
-		Workers:        4,
+		// A heartbeat's handler waits on a few round trips to JetStream (a write, and for a
+		// joining cluster two appends); with 4 workers a fleet joining at 100 clusters a second
+		// queued behind them for seconds (docs/scale.md).
+		Workers: heartbeatWorkers,
 	}, s.log, s.handleHeartbeat)
 }
 
@@ -109,6 +112,10 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 		cancel()
 	}
 }
+
+// heartbeatWorkers handle heartbeats in parallel; those of one cluster are ordered by the
+// compare-and-set in recordHeartbeat, not by the queue.
+const heartbeatWorkers = 32
 
 // How often, and how long each time, a heartbeat whose facts lost a race with another change
 // of its cluster waits for the registry's cache before it is redelivered with backoff.
