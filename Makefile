@@ -145,11 +145,11 @@ SCALE_IDLE   ?= 30s
 SCALE_ARGS   ?=
 
 .PHONY: scale
-scale: build ## the fleet simulator against fleetd (a child process), once per size: join, grant → applied on every cluster, an idle fleet's hub CPU and RSS (SIZES="100 1000" SCALE_ROUNDS=3 SCALE_IDLE=30s SCALE_ARGS=...)
+scale: build ## the fleet simulator against fleetd (a child process), once per size: join, grant → applied on every cluster, a hub restart under the fleet, an idle fleet's hub CPU and RSS (SIZES="100 1000" SCALE_ROUNDS=3 SCALE_IDLE=30s SCALE_ARGS=...)
 	$(GO) build -o $(BIN)/fleetsim ./tools/fleetsim
 	@for n in $(SIZES); do \
-		echo "==> fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd bin/fleetd -scenario join,grant,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) (JSON in bin/scale-$$n.json)"; \
-		$(BIN)/fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd $(BIN)/fleetd -scenario join,grant,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) > $(BIN)/scale-$$n.json || exit 1; \
+		echo "==> fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd bin/fleetd -scenario join,grant,storm,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) (JSON in bin/scale-$$n.json)"; \
+		$(BIN)/fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd $(BIN)/fleetd -scenario join,grant,storm,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) > $(BIN)/scale-$$n.json || exit 1; \
 	done
 
 ##@ Code generation and lint

@@ -69,8 +69,10 @@ type simCluster struct {
 	// refused counts the permission violations NATS reported to its connection.
 	misbehaviour string
 	refused      atomic.Int64
-	// natsConnected is the UnixNano of its agent's first NATS connection (0: not yet).
+	// natsConnected is the UnixNano of its agent's first NATS connection (0: not yet), and
+	// reconnected that of its last reconnection.
 	natsConnected atomic.Int64
+	reconnected   atomic.Int64
 }
 
 // resetTimes forgets what was timed, before a new phase.
@@ -347,8 +349,10 @@ func (c *simCluster) start(ctx context.Context, natsURL, token string, o options
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
+		nats.IgnoreAuthErrorAbort(), // as the cluster agent's own connection
 		c.permissionErrorHandler(),
 		nats.ConnectHandler(func(*nats.Conn) { c.natsConnected.CompareAndSwap(0, time.Now().UnixNano()) }),
+		nats.ReconnectHandler(func(*nats.Conn) { c.reconnected.Store(time.Now().UnixNano()) }),
 	)
 	if err != nil {
 		return fmt.Errorf("cluster %s: connect to nats: %w", c.name, err)

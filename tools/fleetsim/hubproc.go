@@ -12,20 +12,29 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // childHub runs fleetd (the binary at path) as a child process, so that what the hub costs —
-// its CPU, its memory — is measured apart from the simulated agents (-fleetd).
+// its CPU, its memory — is measured apart from the simulated agents (-fleetd), and so that it
+// can be restarted on the same data and ports (the storm scenario).
 type childHub struct {
-	cmd     *exec.Cmd
+	path    string
+	args    []string
 	dir     string
 	apiURL  string
 	natsURL string
 	// pprofURL serves the hub's /debug/pprof/ ("" unless asked for).
 	pprofURL string
-	exited   chan error
+	// exited receives why fleetd stopped when nobody asked it to.
+	exited chan error
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	procDone chan struct{}
+	stopping bool
 }
 
 func startChildHub(ctx context.Context, path, token string, pprof bool) (*childHub, error) {
@@ -42,28 +51,49 @@ func startChildHub(ctx context.Context, path, token string, pprof bool) (*childH
 		return nil, err
 	}
 	api, nats := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	args := []string{"--data-dir", filepath.Join(dir, "data"), "--listen", api,
-		"--nats-listen", nats, "--token-file", tokens, "--platform-admins", "admin", "--log-level", "error"}
-	pprofURL := ""
+	h := &childHub{path: path, dir: dir, apiURL: "http://" + api, natsURL: "nats://" + nats, exited: make(chan error, 1),
+		args: []string{"--data-dir", filepath.Join(dir, "data"), "--listen", api,
+			"--nats-listen", nats, "--token-file", tokens, "--platform-admins", "admin", "--log-level", "error"}}
 	if pprof {
 		addr := fmt.Sprintf("127.0.0.1:%d", ports[2])
-		args, pprofURL = append(args, "--pprof-listen", addr), "http://"+addr
+		h.args, h.pprofURL = append(h.args, "--pprof-listen", addr), "http://"+addr
 	}
-	cmd := exec.Command(path, args...)
-	logf, err := os.Create(filepath.Join(dir, "fleetd.log"))
-	if err != nil {
+	if err := h.launch(ctx); err != nil {
+		h.stop()
 		return nil, err
+	}
+	return h, nil
+}
+
+// launch starts fleetd and waits until it is ready.
+func (h *childHub) launch(ctx context.Context) error {
+	cmd := exec.Command(h.path, h.args...)
+	logf, err := os.OpenFile(filepath.Join(h.dir, "fleetd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s: %w", path, err)
+		_ = logf.Close()
+		return fmt.Errorf("start %s: %w", h.path, err)
 	}
-	h := &childHub{cmd: cmd, dir: dir, apiURL: "http://" + api, natsURL: "nats://" + nats, pprofURL: pprofURL, exited: make(chan error, 1)}
+	done := make(chan struct{})
+	h.mu.Lock()
+	h.cmd, h.procDone, h.stopping = cmd, done, false
+	h.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		_ = logf.Close()
-		h.exited <- fmt.Errorf("fleetd exited: %v (log %s)", err, filepath.Join(dir, "fleetd.log"))
+		h.mu.Lock()
+		unexpected := !h.stopping
+		h.mu.Unlock()
+		if unexpected {
+			select {
+			case h.exited <- fmt.Errorf("fleetd exited: %v; its log ends:\n%s", err, logTail(filepath.Join(h.dir, "fleetd.log"), 20)):
+			default:
+			}
+		}
+		close(done)
 	}()
 	deadline := time.After(60 * time.Second)
 	for {
@@ -71,31 +101,54 @@ func startChildHub(ctx context.Context, path, token string, pprof bool) (*childH
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return h, nil
+				return nil
 			}
 		}
 		select {
-		case err := <-h.exited:
-			return nil, err
+		case <-done:
+			return fmt.Errorf("fleetd exited before it was ready; its log ends:\n%s", logTail(filepath.Join(h.dir, "fleetd.log"), 20))
 		case <-deadline:
-			h.stop()
-			return nil, errors.New("fleetd not ready within 60s")
+			return errors.New("fleetd not ready within 60s")
 		case <-ctx.Done():
-			h.stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-func (h *childHub) stop() {
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-h.exited:
-	case <-time.After(30 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-h.exited
+// pid is the running fleetd's process id.
+func (h *childHub) pid() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strconv.Itoa(h.cmd.Process.Pid)
+}
+
+// terminate stops fleetd (SIGTERM, then SIGKILL after 30 s) and waits for it.
+func (h *childHub) terminate() {
+	h.mu.Lock()
+	cmd, done := h.cmd, h.procDone
+	h.stopping = true
+	h.mu.Unlock()
+	if cmd == nil {
+		return
 	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// restart stops fleetd and starts it again on the same data directory and ports.
+func (h *childHub) restart(ctx context.Context) error {
+	h.terminate()
+	return h.launch(ctx)
+}
+
+func (h *childHub) stop() {
+	h.terminate()
 	_ = os.RemoveAll(h.dir)
 }
 
@@ -164,4 +217,15 @@ func (h *childHub) cpuProfile(ctx context.Context, d time.Duration, file string)
 		return err
 	}
 	return f.Close()
+}
+
+// logTail returns the last n lines of the file at path (the hub's log is removed with its
+// directory when fleetsim ends).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

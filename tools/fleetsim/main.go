@@ -66,7 +66,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.namespaces, "namespaces", 5, "namespaces each simulated cluster holds (besides default and kube-system)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 5*time.Second, "heartbeat interval of every simulated agent")
 	fs.Float64Var(&o.ramp, "ramp", 100, "clusters registered and connected per second; 0 for as fast as the hub answers")
-	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, steady (grant and steady need join)")
+	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, storm, steady (grant and steady need join; storm needs grant and -fleetd)")
 	fs.IntVar(&o.rounds, "rounds", 3, "grant scenario: rounds of grant then revoke")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long one phase (all Connected, all applied) may take before what is missing is reported lost")
 	fs.BoolVar(&o.embedded, "embedded", true, "start fleetd in this process (embedded NATS, temporary data directory)")
@@ -87,10 +87,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	for _, s := range strings.Split(scenarios, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "join", "grant", "steady":
+		case "join", "grant", "storm", "steady":
 			o.scenarios = append(o.scenarios, s)
 		default:
-			return o, fmt.Errorf("-scenario: unknown scenario %q (join, grant, steady)", s)
+			return o, fmt.Errorf("-scenario: unknown scenario %q (join, grant, storm, steady)", s)
 		}
 	}
 	switch {
@@ -110,6 +110,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-rounds: at least 1")
 	case !o.embedded && (o.apiURL == "" || o.natsURL == "" || o.tokenFile == ""):
 		return o, errors.New("-embedded=false needs -api-url, -nats-url and -token-file")
+	}
+	if o.has("storm") && (!o.has("grant") || o.fleetd == "") {
+		return o, errors.New("-scenario: storm needs grant (it grants again after the storm) and -fleetd (it restarts the hub)")
 	}
 	if (o.has("grant") || o.has("steady")) && !o.has("join") {
 		return o, errors.New("-scenario: grant and steady need join (the clusters they run on)")

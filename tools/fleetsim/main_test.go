@@ -76,9 +76,11 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"-clusters", "0"}, "-clusters"},
-		{[]string{"-scenario", "join,storm"}, `unknown scenario "storm"`},
+		{[]string{"-scenario", "join,crash"}, `unknown scenario "crash"`},
 		{[]string{"-scenario", "grant"}, "grant and steady need join"},
 		{[]string{"-scenario", "steady"}, "grant and steady need join"},
+		{[]string{"-scenario", "join,grant,storm"}, "storm needs grant"},
+		{[]string{"-scenario", "join,storm", "-fleetd", "bin/fleetd"}, "storm needs grant"},
 		{[]string{"-idle", "0s"}, "-idle"},
 		{[]string{"-misbehave", "flood"}, "not kind=N"},
 		{[]string{"-misbehave", "flood=0"}, "not kind=N"},

@@ -125,7 +125,7 @@ func (c *simCluster) permissionErrorHandler() nats.Option {
 // fleet holds (ns bound; a RoleBinding held exactly when wantRoleBinding), waiting up to
 // timeout, and what was refused; a cluster that never converges, or a foreign one that was
 // never refused, is lost.
-func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluster, ns string, wantRoleBinding bool, timeout time.Duration, res *Result) {
+func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluster, ns string, wantRoleBinding bool, timeout, heartbeatWindow time.Duration, res *Result) {
 	byKind := map[string]*MisbehaviourResult{}
 	deadline := time.Now().Add(timeout)
 	for _, c := range bad {
@@ -154,7 +154,7 @@ func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluste
 			res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s never converged", c.misbehaviour, c.name))
 		}
 		if c.misbehaviour == misFlood {
-			ratio, err := heartbeatRatio(ctx, h.apiURL, c.name, good)
+			ratio, err := heartbeatRatio(ctx, h.apiURL, c.name, good, heartbeatWindow)
 			if err != nil || ratio < 2 {
 				res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s's flood not visible on /metrics (ratio %.1f, %v)", c.misbehaviour, c.name, ratio, err))
 			}
@@ -177,15 +177,38 @@ func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluste
 	sort.Slice(res.Misbehaving, func(i, j int) bool { return res.Misbehaving[i].Kind < res.Misbehaving[j].Kind })
 }
 
-// heartbeatRatio reads the hub's /metrics and divides cluster's heartbeat count by other's.
-func heartbeatRatio(ctx context.Context, apiURL, cluster, other string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/metrics", nil)
+// heartbeatRatio reads the hub's /metrics twice, window apart, and divides how many heartbeats
+// of cluster it counted meanwhile by how many of other.
+func heartbeatRatio(ctx context.Context, apiURL, cluster, other string, window time.Duration) (float64, error) {
+	before, err := heartbeatCounts(ctx, apiURL)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(window):
+	}
+	after, err := heartbeatCounts(ctx, apiURL)
 	if err != nil {
 		return 0, err
+	}
+	d := after[other] - before[other]
+	if d <= 0 {
+		return 0, fmt.Errorf("no heartbeats of %s on /metrics in %v", other, window)
+	}
+	return (after[cluster] - before[cluster]) / d, nil
+}
+
+// heartbeatCounts reads fleet_cluster_agent_heartbeats_total per cluster from the hub's /metrics.
+func heartbeatCounts(ctx context.Context, apiURL string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	counts := map[string]float64{}
@@ -201,11 +224,5 @@ func heartbeatRatio(ctx context.Context, apiURL, cluster, other string) (float64
 			counts[name] = v
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if counts[other] == 0 {
-		return 0, fmt.Errorf("no heartbeats of %s on /metrics", other)
-	}
-	return counts[cluster] / counts[other], nil
+	return counts, sc.Err()
 }

@@ -45,6 +45,7 @@ type Result struct {
 	Join                 *JoinResult   `json:"join,omitempty"`
 	Grant                *GrantResult  `json:"grant,omitempty"`
 	Steady               *SteadyResult `json:"steady,omitempty"`
+	Storm                *StormResult  `json:"storm,omitempty"`
 	// Misbehaving is what became of the -misbehave clusters, per kind.
 	Misbehaving []MisbehaviourResult `json:"misbehaving,omitempty"`
 	// JetStream consumers after the scenarios (embedded hub only): in total, and on the stream
@@ -109,9 +110,7 @@ type hub struct {
 	projects projectv1connect.ProjectServiceClient
 	rbac     rbacv1connect.RBACServiceClient
 	inst     *fleetd.Instance
-	// pid is the hub's process when it runs as a child (-fleetd); "" when it runs in this
-	// process or elsewhere.
-	pid   string
+	// child is the hub when it runs as a child process (-fleetd).
 	child *childHub
 	stop  func()
 	// stopped receives why the embedded fleetd stopped (a service failed), if it did.
@@ -129,7 +128,7 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 			return nil, err
 		}
 		h.stop, h.stopped, h.child = child.stop, child.exited, child
-		h.pid, h.name = strconv.Itoa(child.cmd.Process.Pid), "fleetd as a child process (embedded NATS)"
+		h.name = "fleetd as a child process (embedded NATS)"
 		apiURL, natsURL, token = child.apiURL, child.natsURL, embeddedToken
 	} else if o.embedded {
 		dir, err := os.MkdirTemp("", "fleetsim-")
@@ -250,6 +249,9 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 	err = joinScenario(agentsCtx, o, h, all, clusters[0].name, log, res)
 	if err == nil && o.has("grant") {
 		err = grantScenario(agentsCtx, o, h, clusters, bad, "fleetsim-"+run, res)
+	}
+	if err == nil && o.has("storm") {
+		err = stormScenario(agentsCtx, o, h, clusters, "fleetsim-"+run, res)
 	}
 	if err == nil && o.has("steady") {
 		err = steadyScenario(agentsCtx, o, h, res)
@@ -391,7 +393,8 @@ func grantScenario(ctx context.Context, o options, h *hub, clusters, bad []*simC
 	}
 	if len(bad) > 0 {
 		// After the last round the grant is revoked: no RoleBinding anywhere.
-		defer checkMisbehaving(ctx, h, clusters[0].name, bad, ns, false, time.Minute, res)
+		// Over three of a well-behaved agent's heartbeat intervals, a flooding one sends 30.
+		defer checkMisbehaving(ctx, h, clusters[0].name, bad, ns, false, time.Minute, 3*o.heartbeat, res)
 	}
 	// A cluster lost in one phase is listed and left out of the next ones, so the rest of the
 	// fleet is still measured (and what breaks first at a size is seen, not only that it broke).
@@ -626,12 +629,14 @@ type SteadyResult struct {
 // steadyScenario measures what an idle fleet costs: the CPU of the hub over -idle, as a
 // percentage of one core, and its memory at the end.
 func steadyScenario(ctx context.Context, o options, h *hub, res *Result) error {
-	hubPid, scope := h.pid, "hub process"
-	if hubPid == "" {
-		if h.inst == nil {
-			return nil // a hub elsewhere: nothing of it to measure from here
-		}
+	var hubPid, scope string
+	switch {
+	case h.child != nil:
+		hubPid, scope = h.child.pid(), "hub process"
+	case h.inst != nil:
 		hubPid, scope = "self", "hub and simulator (one process)"
+	default:
+		return nil // a hub elsewhere: nothing of it to measure from here
 	}
 	hub0, err := readUsage(hubPid)
 	if err != nil {
@@ -658,7 +663,7 @@ func steadyScenario(ctx context.Context, o options, h *hub, res *Result) error {
 	self1, _ := readUsage("self")
 	st := &SteadyResult{IdleSeconds: wall.Seconds(), Scope: scope,
 		HubCPUPercent: 100 * (hub1.cpu - hub0.cpu).Seconds() / wall.Seconds(), HubRSSMB: hub1.rssMB}
-	if h.pid != "" {
+	if h.child != nil {
 		st.SimCPUPercent = 100 * (self1.cpu - self0.cpu).Seconds() / wall.Seconds()
 	}
 	res.Steady = st
@@ -677,4 +682,134 @@ func allConnectedOrStopped(all <-chan struct{}, errs <-chan error) <-chan struct
 		close(done)
 	}()
 	return done
+}
+
+// StormResult is the storm scenario: the hub (fleetd and its embedded NATS) restarted under
+// the whole fleet, every agent reconnecting at once.
+type StormResult struct {
+	// HubDownMS is from the stop signal until the restarted hub was ready.
+	HubDownMS float64 `json:"hub_down_ms"`
+	// Reconnected is, per cluster, from the stop signal until its agent's NATS connection was
+	// re-established; AllReconnectedMS until the last.
+	Reconnected      Dist    `json:"reconnected"`
+	AllReconnectedMS float64 `json:"all_reconnected_ms"`
+	// GrantAfter is, per cluster, a grant made once all had reconnected → applied: the desired
+	// state flows again (each agent replayed).
+	GrantAfter Dist `json:"grant_after"`
+	// NotConnected counts clusters the hub showed not Connected afterwards: none was lost.
+	NotConnected int `json:"not_connected"`
+}
+
+// stormScenario restarts the child hub on the same data and ports, and times the fleet's
+// reconnection and the first grant after it; a cluster the hub then shows not Connected was
+// marked lost though it was not, and is listed as lost.
+func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluster, project string, res *Result) error {
+	st := &StormResult{}
+	res.Storm = st
+	for _, c := range clusters {
+		c.reconnected.Store(0)
+	}
+	t0 := time.Now()
+	if err := h.child.restart(ctx); err != nil {
+		return fmt.Errorf("storm: restart the hub: %w", err)
+	}
+	ready := time.Now()
+	st.HubDownMS = ms(ready.Sub(t0))
+	at, lost, clusters := waitAll(ctx, clusters, o.timeout, func(c *simCluster) int64 { return c.reconnected.Load() })
+	for _, c := range lost {
+		res.Lost = append(res.Lost, "storm: "+c+" never reconnected")
+	}
+	if len(clusters) == 0 {
+		return nil
+	}
+	// From the stop, not from ready: agents reconnect as soon as NATS is up, before the
+	// services behind it are ready.
+	var rec []time.Duration
+	for _, a := range at {
+		rec = append(rec, a.Sub(t0))
+	}
+	st.Reconnected, st.AllReconnectedMS = newDist(rec), ms(maxTime(at).Sub(t0))
+
+	subject := &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: simSubject}
+	for _, c := range clusters {
+		c.resetTimes()
+	}
+	tg := time.Now()
+	// Right after the restart the hub may still be catching up under the replaying fleet: the
+	// call is retried, as a client would, while it times out or is unavailable.
+	err := retryTransient(ctx, o.timeout, func() error {
+		_, err := h.rbac.BindProjectRole(ctx, connect.NewRequest(&rbacv1.BindProjectRoleRequest{
+			Project: project, Subject: subject, RoleTemplate: roles.ProjectMember}))
+		return err
+	})
+	if err := res.accepted("storm: bind project role", err); err != nil {
+		return err
+	}
+	at, lost, clusters = waitAll(ctx, clusters, o.timeout, func(c *simCluster) int64 { return c.rbApplied.Load() })
+	for _, c := range lost {
+		res.Lost = append(res.Lost, "storm: "+c+" never applied the grant made after it")
+	}
+	var grants []time.Duration
+	for _, a := range at {
+		grants = append(grants, a.Sub(tg))
+	}
+	st.GrantAfter = newDist(grants)
+	// Back to what the grant scenario left: no RoleBinding (the misbehaving clusters are
+	// checked against it).
+	err = retryTransient(ctx, o.timeout, func() error {
+		_, err := h.rbac.UnbindProjectRole(ctx, connect.NewRequest(&rbacv1.UnbindProjectRoleRequest{
+			Project: project, Subject: subject, RoleTemplate: roles.ProjectMember}))
+		return err
+	})
+	if err := res.accepted("storm: unbind project role", err); err != nil {
+		return err
+	}
+	_, lost, _ = waitAll(ctx, clusters, o.timeout, func(c *simCluster) int64 { return c.rbDeleted.Load() })
+	for _, c := range lost {
+		res.Lost = append(res.Lost, "storm: "+c+" never removed the grant revoked after it")
+	}
+	list, err := h.clusters.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+	if err != nil {
+		return fmt.Errorf("storm: list clusters: %w", err)
+	}
+	names := map[string]bool{}
+	for _, c := range clusters {
+		names[c.name] = true
+	}
+	for _, cl := range list.Msg.Clusters {
+		if !names[cl.GetName()] {
+			continue
+		}
+		if cond := clusterimport.Condition(cl, clusterimport.ConditionAgentConnected); cond == nil || cond.Status != clusterv1.ConditionStatus_CONDITION_STATUS_TRUE {
+			st.NotConnected++
+			res.Lost = append(res.Lost, "storm: "+cl.GetName()+" shown not Connected after the storm")
+		}
+	}
+	return nil
+}
+
+// retryTransient calls f until it succeeds, fails otherwise than with a timeout or
+// unavailability (a change accepted but not yet visible is returned, not retried), or timeout
+// passes. A retried call that had taken effect answers AlreadyExists or NotFound: done.
+func retryTransient(ctx context.Context, timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		code := connect.CodeOf(err)
+		switch {
+		case err == nil:
+			return nil
+		case code == connect.CodeAlreadyExists || code == connect.CodeNotFound:
+			return nil
+		case strings.Contains(err.Error(), "accepted but not yet visible"):
+			return err
+		case code != connect.CodeDeadlineExceeded && code != connect.CodeUnavailable, time.Now().After(deadline):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -68,6 +68,11 @@ func writeTable(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "grant → RoleBinding applied (%d rounds, %d clusters)\t%.1f ms\t%s\t\n", len(g.Rounds), g.Measured, g.Grant.P50, g.Grant.tail())
 		fmt.Fprintf(tw, "revoke → RoleBinding removed\t%.1f ms\t%s\t\n", g.Revoke.P50, g.Revoke.tail())
 	}
+	if st := r.Storm; st != nil {
+		fmt.Fprintf(tw, "storm: hub restarted, down\t\t\t%.0f ms\n", st.HubDownMS)
+		fmt.Fprintf(tw, "storm: hub stopped → agent reconnected\t%.0f ms\t%s\t%.0f ms until all reconnected\n", st.Reconnected.P50, st.Reconnected.tail(), st.AllReconnectedMS)
+		fmt.Fprintf(tw, "storm: grant after it → applied\t%.1f ms\t%s\t%d shown not Connected\n", st.GrantAfter.P50, st.GrantAfter.tail(), st.NotConnected)
+	}
 	if st := r.Steady; st != nil {
 		sim := ""
 		if st.SimCPUPercent > 0 {

@@ -354,6 +354,9 @@ func (s *Supervisor) runOnce(ctx context.Context, cluster, id string, log *zap.L
 		nats.CustomInboxPrefix(natsauth.AgentInboxPrefix(cluster)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
+		// Refused while the hub's authentication catches up after a restart: keep trying
+		// rather than close at the second refusal (cmd/cluster-agent, connectNATS).
+		nats.IgnoreAuthErrorAbort(),
 	}, s.cfg.NATSOptions...)
 	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
 	if err != nil {

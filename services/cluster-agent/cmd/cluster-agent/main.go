@@ -152,6 +152,7 @@ func runHosted(ctx context.Context, o options, memberCfg member.Config, log *zap
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
+		nats.IgnoreAuthErrorAbort(), // as connectNATS
 	)
 	if err != nil {
 		return fmt.Errorf("connect to nats %s: %w", o.natsURL, err)
@@ -203,6 +204,11 @@ func connectNATS(o options, log *zap.Logger) (*nats.Conn, error) {
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
+		// After a hub restart the auth callout refuses agents until the registry has caught
+		// up; nats.go would close the connection at the second refusal in a row, and the agent
+		// would be gone for good (docs/scale.md, storm). A revoked agent keeps knocking, once
+		// per reconnect wait, and keeps being refused.
+		nats.IgnoreAuthErrorAbort(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("nats disconnected", zap.Error(err))
 		}),
