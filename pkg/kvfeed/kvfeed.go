@@ -51,8 +51,10 @@ const (
 	// maxPending bounds the live changes held while the replay runs; past it the replay is
 	// abandoned (ErrResync) rather than the memory.
 	maxPending = 100_000
-	// flushTimeout bounds the wait for the server to confirm the subscription.
+	// flushTimeout bounds the wait for the server to confirm the subscription, setupTimeout
+	// every other request of a watch's setup.
 	flushTimeout = 10 * time.Second
+	setupTimeout = 10 * time.Second
 )
 
 // Options tune a Watcher; the zero value is usable.
@@ -88,11 +90,15 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, filter string, o
 	if o.Buffer <= 0 {
 		o.Buffer = DefaultBuffer
 	}
-	kv, err := js.KeyValue(ctx, bucket)
+	// Every request of the setup is bounded: a request lost while the connection reconnects
+	// is otherwise waited for as long as ctx lives (an agent's: forever), and the watch with it.
+	sctx, scancel := context.WithTimeout(ctx, setupTimeout)
+	defer scancel()
+	kv, err := js.KeyValue(sctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
 	}
-	st, err := kv.Status(ctx)
+	st, err := kv.Status(sctx)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s status: %w", bucket, err)
 	}
@@ -124,7 +130,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, filter string, o
 		r.status = nc.StatusChanged(nats.CONNECTED)
 		r.nc = nc
 	}
-	if r.replay, err = kv.Watch(wctx, filter); err != nil {
+	if r.replay, err = startReplay(wctx, cancel, kv, filter); err != nil {
 		r.close()
 		cancel()
 		return nil, fmt.Errorf("watch %s %s: %w", bucket, filter, err)
@@ -136,6 +142,30 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, filter string, o
 		w.err = r.loop(wctx)
 	}()
 	return w, nil
+}
+
+// startReplay starts the replay consumer within setupTimeout. The consumer lives as long as
+// wctx, which also bounds the request creating it: on timeout, cancel ends that request.
+func startReplay(wctx context.Context, cancel context.CancelFunc, kv jetstream.KeyValue, filter string) (jetstream.KeyWatcher, error) {
+	type started struct {
+		w   jetstream.KeyWatcher
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		w, err := kv.Watch(wctx, filter)
+		ch <- started{w, err}
+	}()
+	select {
+	case s := <-ch:
+		return s.w, s.err
+	case <-time.After(setupTimeout):
+		cancel()
+		if s := <-ch; s.w != nil {
+			_ = s.w.Stop()
+		}
+		return nil, fmt.Errorf("replay consumer not created within %v", setupTimeout)
+	}
 }
 
 // Updates delivers the replay, nil once it is complete, then every change. It is closed when
@@ -162,6 +192,7 @@ func (w *Watcher) Stop() error {
 type rev struct {
 	seq     uint64
 	deleted bool
+	created time.Time
 }
 
 type run struct {
@@ -175,7 +206,8 @@ type run struct {
 	status chan nats.Status
 	replay jetstream.KeyWatcher
 	known  map[string]rev
-	maxSeq uint64
+	// liveMax is the last sequence the subscription delivered.
+	liveMax uint64
 }
 
 func (r *run) close() {
@@ -265,8 +297,7 @@ func (r *run) observe(ctx context.Context, key string, seq uint64, deleted bool,
 	if seq <= r.known[key].seq {
 		return true
 	}
-	r.known[key] = rev{seq: seq, deleted: deleted}
-	r.maxSeq = max(r.maxSeq, seq)
+	r.known[key] = rev{seq: seq, deleted: deleted, created: e.Created()}
 	return r.send(ctx, e)
 }
 
@@ -295,16 +326,26 @@ func (r *run) live(ctx context.Context, m *nats.Msg, settled bool) error {
 		// republish means the feed cannot be trusted.
 		return fmt.Errorf("%w: malformed change on %s", ErrResync, m.Subject)
 	}
+	// The subscription delivers in stream order; the replay consumer may have delivered newer
+	// changes than those still waiting in the subscription's buffer, so order is checked
+	// against the subscription's own past only.
+	if seq <= r.liveMax {
+		return fmt.Errorf("%w: sequence %d after %d (bucket %s recreated?)", ErrResync, seq, r.liveMax, r.bucket)
+	}
+	r.liveMax = seq
+	created, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
 	k := r.known[key]
-	if settled {
-		switch {
-		case seq <= r.maxSeq:
-			return fmt.Errorf("%w: sequence %d after %d (bucket %s recreated?)", ErrResync, seq, r.maxSeq, r.bucket)
-		case last != k.seq && !(last == 0 && k.deleted):
-			// last == 0 after a delete: the delete marker was purged since (rbac-sync purges
-			// them), which is no loss.
-			return fmt.Errorf("%w: change %d of %s follows %d, last seen %d", ErrResync, seq, key, last, k.seq)
+	if seq <= k.seq {
+		if created.After(k.created) {
+			// An older sequence written later than what was seen: the stream started over.
+			return fmt.Errorf("%w: %s written again at sequence %d, after %d (bucket %s recreated?)", ErrResync, key, seq, k.seq, r.bucket)
 		}
+		return nil // the replay consumer delivered it, or a newer one, already
+	}
+	if settled && last != k.seq && !(last == 0 && k.deleted) {
+		// last == 0 after a delete: the delete marker was purged since (rbac-sync purges
+		// them), which is no loss.
+		return fmt.Errorf("%w: change %d of %s follows %d, last seen %d", ErrResync, seq, key, last, k.seq)
 	}
 	op := jetstream.KeyValuePut
 	switch m.Header.Get("KV-Operation") {
@@ -313,7 +354,6 @@ func (r *run) live(ctx context.Context, m *nats.Msg, settled bool) error {
 	case "PURGE":
 		op = jetstream.KeyValuePurge
 	}
-	created, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
 	e := &entry{bucket: r.bucket, key: key, value: m.Data, seq: seq, created: created, op: op}
 	r.observe(ctx, key, seq, op != jetstream.KeyValuePut, e) // false only when ctx ended: loop sees it
 	return nil
