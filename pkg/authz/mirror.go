@@ -135,7 +135,12 @@ func (m *mirror[T]) catchUp(ctx context.Context, js jetstream.JetStream) error {
 func (m *mirror[T]) run(ctx context.Context, js jetstream.JetStream, log *zap.Logger) error {
 	logged := false
 	for ctx.Err() == nil {
-		kv, err := js.KeyValue(ctx, m.bucket)
+		// Bounded: a lookup lost while JetStream starts (or the connection reconnects) was
+		// otherwise waited for as long as the process lives, and the authorizer never got ready
+		// (TestFailedStartStopsWhatItStarted under load).
+		kctx, kcancel := context.WithTimeout(ctx, lookupTimeout)
+		kv, err := js.KeyValue(kctx, m.bucket)
+		kcancel()
 		switch {
 		case err == nil:
 			m.follow(ctx, js, kv, log)
@@ -164,7 +169,9 @@ func (m *mirror[T]) run(ctx context.Context, js jetstream.JetStream, log *zap.Lo
 // first entries, so the bucket's identity (its stream's creation time) is checked every few
 // seconds.
 func (m *mirror[T]) follow(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *zap.Logger) {
-	born, err := created(ctx, kv)
+	bctx, bcancel := context.WithTimeout(ctx, lookupTimeout)
+	born, err := created(bctx, kv)
+	bcancel()
 	if err != nil {
 		return
 	}
@@ -210,8 +217,12 @@ func (m *mirror[T]) follow(ctx context.Context, js jetstream.JetStream, kv jetst
 	}
 }
 
-// replacedCheck is how often a mirror checks that its bucket is still the one it watches.
-const replacedCheck = 2 * time.Second
+// replacedCheck is how often a mirror checks that its bucket is still the one it watches;
+// lookupTimeout bounds each request that attaches it.
+const (
+	replacedCheck = 2 * time.Second
+	lookupTimeout = 10 * time.Second
+)
 
 // created returns when kv's stream was created: a bucket deleted and created again differs.
 func created(ctx context.Context, kv jetstream.KeyValue) (time.Time, error) {
