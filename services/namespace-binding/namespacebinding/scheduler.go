@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
@@ -50,6 +49,8 @@ type schedulerState struct {
 	// has fired, the fleet (and its fingerprint) stands, and a round woken by a decision or a
 	// placement does not walk every cluster again.
 	fleetInputs []<-chan struct{}
+	// inputs remembers each cluster's scheduling facts by revision (fleetinputs.go).
+	inputs fleetInputs
 	// decided is each placement's input fingerprint at its last decision in this process.
 	decided map[string][32]byte
 	// next is the moment each placement must be decided again with no input changing.
@@ -314,50 +315,17 @@ func (s *Service) refreshFleet(st *schedulerState) error {
 	}
 	// Taken before reading, so a change while reading is seen next round.
 	inputs := []<-chan struct{}{s.clusters.Changed(), s.clusterSets.Changed(), s.addOnScores.Changed()}
-	clusters := s.clusters.List(nil)
-	sets := s.clusterSets.List(nil)
-	scores := s.addOnScores.List(nil)
-	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	write := func(m proto.Message) {
-		b, _ := opts.Marshal(m)
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
+	var prev *[32]byte
+	if st.fleet != nil {
+		prev = &st.fleetSum
 	}
-	for _, c := range clusters {
-		write(schedulingFacts(c))
+	f, sum, err := st.inputs.build(s.clusters.List(nil), s.clusterSets.List(nil), s.addOnScores.List(nil), prev)
+	if err != nil {
+		return err
 	}
-	h.Write([]byte{0})
-	for _, c := range sets {
-		write(&placementv1.ClusterSet{Name: c.Name, Selector: c.Selector})
-	}
-	h.Write([]byte{0})
-	for _, sc := range scores {
-		write(&placementv1.AddOnScore{Cluster: sc.Cluster, ResourceName: sc.ResourceName, ScoreName: sc.ScoreName, Score: sc.Score, ValidUntil: sc.ValidUntil})
-	}
-	var sum [32]byte
-	h.Sum(sum[:0])
-	if st.fleet != nil && sum == st.fleetSum {
+	if f == nil {
 		st.fleetInputs = inputs
 		return nil
-	}
-	core := make([]placement.Cluster, len(clusters))
-	for i, c := range clusters {
-		core[i] = toCoreCluster(c)
-	}
-	coreSets := make([]placement.ClusterSet, len(sets))
-	for i, c := range sets {
-		coreSets[i] = toPlacementSet(c)
-	}
-	coreScores := make([]placement.AddOnScore, len(scores))
-	for i, sc := range scores {
-		coreScores[i] = toCoreScore(sc)
-	}
-	f, err := placement.NewFleet(core, coreSets, coreScores)
-	if err != nil {
-		return fmt.Errorf("placement fleet: %w", err)
 	}
 	st.fleet, st.fleetSum, st.fleetInputs = f, sum, inputs
 	return nil
