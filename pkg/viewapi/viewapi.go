@@ -86,6 +86,24 @@ func (k Kind[T]) Current(name string, expected uint64) (T, error) {
 	return cur, nil
 }
 
+// Load is the events.Command Load of a write to the object called name that expects it at
+// revision expected (0: at whatever revision): Current, after waiting (bounded, best effort:
+// the append checks anyway) until the view shows revision min or later, or no object.
+func (k Kind[T]) Load(name string, expected uint64) func(ctx context.Context, min uint64) (T, uint64, error) {
+	return func(ctx context.Context, min uint64) (T, uint64, error) {
+		if min > 0 {
+			_ = apiwait.Visible(ctx, "change", func(ctx context.Context) error {
+				return k.Cache.WaitFor(ctx, k.Key(name), func(v T, ok bool) bool { return !ok || v.GetRevision() >= min })
+			})
+		}
+		cur, err := k.Current(name, expected)
+		if err != nil {
+			return cur, 0, err
+		}
+		return cur, cur.GetRevision(), nil
+	}
+}
+
 // Await waits until the view holds the object called name at event seq or later
 // (read-your-writes) and returns it; ok is false when a later event removed it meanwhile.
 func (k Kind[T]) Await(ctx context.Context, name string, seq uint64) (cur T, ok bool, err error) {
