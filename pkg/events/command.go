@@ -13,8 +13,8 @@ import (
 	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 )
 
-// DefaultConflicts bounds how often a Command decides again after losing a race, unless it
-// says otherwise: two writers on one aggregate race once or twice, not five times.
+// DefaultConflicts is how many lost races a Command decides again after, unless it says
+// otherwise: two writers on one aggregate race once or twice, not five times.
 const DefaultConflicts = 5
 
 // ErrBusy means a Command gave up waiting for its Lock: nothing was appended.
@@ -48,7 +48,8 @@ type Command[S any] struct {
 	// Expected is the revision the caller expects (an API's expected_revision; 0: none). Load
 	// checks it against the state; a race lost after that is returned, not retried.
 	Expected uint64
-	// MaxConflicts bounds the races lost before the conflict is returned (0: DefaultConflicts).
+	// MaxConflicts is how many lost races are decided again; the next one is returned (0:
+	// DefaultConflicts).
 	MaxConflicts int
 
 	// Prepare, when set, runs after each Load and before Decide, for what Decide reads beside
@@ -148,7 +149,7 @@ func (c Command[S]) Run(ctx context.Context) (Result[S], error) {
 			return res, nil
 		}
 		mem = memory[S]{}
-		if !IsConflict(err) || c.Expected != 0 || conflicts+1 >= maxConflicts {
+		if !IsConflict(err) || c.Expected != 0 || conflicts >= maxConflicts {
 			return res, err
 		}
 		if ctx.Err() != nil {

@@ -79,8 +79,8 @@ func TestCommand(t *testing.T) {
 	}, {
 		name:    "races are retried a bounded number of times",
 		rivals:  -1,
-		wantErr: func(err error) bool { return events.IsConflict(err) }, wantDecides: events.DefaultConflicts,
-		wantNs: []int{1, 11, 21, 31, 41, 51},
+		wantErr: func(err error) bool { return events.IsConflict(err) }, wantDecides: events.DefaultConflicts + 1,
+		wantNs: []int{1, 11, 21, 31, 41, 51, 61},
 	}, {
 		name:    "a decide error appends nothing",
 		refuse:  true,

@@ -130,34 +130,63 @@ func (s *Registry) UpdateCluster(ctx context.Context, req *connect.Request[clust
 	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
-	// Without an expected revision the caller wants "last writer wins": retry a lost race on
-	// fresh state. With one, a lost race is the caller's to resolve.
-	for attempt := 0; ; attempt++ {
-		cur, err := s.clusterKind().Current(m.Name, m.ExpectedRevision)
-		if err != nil {
-			return nil, err
-		}
-		seq, err := s.update(ctx, cur, m, fields, nil)
-		if events.IsConflict(err) && m.ExpectedRevision == 0 && attempt < 5 {
-			_ = s.clusters.WaitFor(ctx, clusterKey(m.Name), func(c *clusterv1.Cluster, ok bool) bool { return !ok || c.Revision != cur.Revision })
-			continue
-		}
-		if err != nil {
-			return nil, apierr.Internal(err)
-		}
-		c, err := s.awaitCluster(ctx, m.Name, seq)
-		if err != nil {
-			return nil, err
-		}
-		return connect.NewResponse(&clusterv1.UpdateClusterResponse{Cluster: c}), nil
+	// Without an expected revision the caller wants "last writer wins": a lost race is decided
+	// again on fresh state. With one, a lost race is the caller's to resolve.
+	cmd := s.updateCommand(m, fields, nil, s.clusterKind().Load(m.Name, m.ExpectedRevision))
+	cmd.Expected = m.ExpectedRevision
+	res, err := cmd.Run(ctx)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	c, err := s.awaitCluster(ctx, m.Name, lastSeq(res))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&clusterv1.UpdateClusterResponse{Cluster: c}), nil
+}
+
+// update appends the events of an update to cur, and only to cur: a lost race is the caller's.
+// Credentials it writes are recorded as origin's (an import lifecycle's), or as an admin's when
+// origin is nil.
+func (s *Registry) update(ctx context.Context, cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string, origin *clusterv1.ImportOrigin) (uint64, error) {
+	cmd := s.updateCommand(m, fields, origin, func(context.Context, uint64) (*clusterv1.Cluster, uint64, error) {
+		return cur, cur.Revision, nil
+	})
+	cmd.Subject, cmd.Expected = subjects.Cluster(cur.Name), cur.Revision
+	res, err := cmd.Run(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return lastSeq(res), nil
+}
+
+// lastSeq is the sequence a write's caller waits for: its last event's, or the revision it
+// decided from when it appended nothing.
+func lastSeq[S any](res events.Result[S]) uint64 {
+	if len(res.Events) == 0 {
+		return res.Revision
+	}
+	return res.Sequence
+}
+
+// updateCommand is the command of an update of the cluster m names, the cluster loaded by load.
+func (s *Registry) updateCommand(m *clusterv1.UpdateClusterRequest, fields []string, origin *clusterv1.ImportOrigin, load func(context.Context, uint64) (*clusterv1.Cluster, uint64, error)) events.Command[*clusterv1.Cluster] {
+	return events.Command[*clusterv1.Cluster]{
+		Store: s.store, Subject: subjects.Cluster(m.Name), AggregateIDOf: (*clusterv1.Cluster).GetId,
+		Load:   load,
+		Decide: func(cur *clusterv1.Cluster) ([]proto.Message, error) { return decideUpdate(cur, m, fields), nil },
+		BeforeAppend: func(ctx context.Context, cur *clusterv1.Cluster, ev proto.Message) error {
+			if _, ok := ev.(*clusterv1.ClusterCredentialsRotated); ok {
+				return s.replaceCredentials(ctx, cur.Id, m.Credentials, origin)
+			}
+			return nil
+		},
 	}
 }
 
-// update appends the events of an update. Credentials it writes are recorded as origin's (an
-// import lifecycle's), or as an admin's when origin is nil.
-func (s *Registry) update(ctx context.Context, cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string, origin *clusterv1.ImportOrigin) (uint64, error) {
-	subject := subjects.Cluster(cur.Name)
-	seq := cur.Revision
+// decideUpdate returns the events of update m of fields to cur.
+func decideUpdate(cur *clusterv1.Cluster, m *clusterv1.UpdateClusterRequest, fields []string) []proto.Message {
+	var evs []proto.Message
 	var metaFields []string
 	for _, f := range fields {
 		if f != "credentials" {
@@ -165,36 +194,30 @@ func (s *Registry) update(ctx context.Context, cur *clusterv1.Cluster, m *cluste
 		}
 	}
 	if len(metaFields) > 0 {
-		var err error
-		seq, err = s.store.Append(ctx, subject, cur.Id, events.At(seq), &clusterv1.ClusterUpdated{
+		evs = append(evs, &clusterv1.ClusterUpdated{
 			Id: cur.Id, Fields: metaFields, Labels: m.Labels, Claims: m.Claims, Taints: stampTaints(m.Taints, cur.Taints),
 		})
-		if err != nil {
-			return 0, err
-		}
 	}
 	if slices.Contains(fields, "credentials") {
-		// Replaced whole, so the old ones need not open: new credentials are how an operator
-		// recovers from a lost key.
-		secrets, err := s.getSecretsSealed(ctx, cur.Id)
-		if err != nil {
-			return 0, err
-		}
-		secrets.Credentials, secrets.SealedCredentials = m.Credentials, nil
-		secrets.CredentialsImportOrigin = nil
-		if m.Credentials != nil {
-			secrets.CredentialsImportOrigin = origin
-		}
-		if err := s.putSecrets(ctx, secrets); err != nil {
-			return 0, err
-		}
-		if seq, err = s.store.Append(ctx, subject, cur.Id, events.At(seq), &clusterv1.ClusterCredentialsRotated{
-			Id: cur.Id, CredentialsFingerprint: fingerprint(m.Credentials),
-		}); err != nil {
-			return 0, err
-		}
+		evs = append(evs, &clusterv1.ClusterCredentialsRotated{Id: cur.Id, CredentialsFingerprint: fingerprint(m.Credentials)})
 	}
-	return seq, nil
+	return evs
+}
+
+// replaceCredentials stores creds as cluster id's credentials, before the event that says so.
+// They are replaced whole, so the old ones need not open: new credentials are how an operator
+// recovers from a lost key.
+func (s *Registry) replaceCredentials(ctx context.Context, id string, creds *clusterv1.ConnectionCredentials, origin *clusterv1.ImportOrigin) error {
+	secrets, err := s.getSecretsSealed(ctx, id)
+	if err != nil {
+		return err
+	}
+	secrets.Credentials, secrets.SealedCredentials = creds, nil
+	secrets.CredentialsImportOrigin = nil
+	if creds != nil {
+		secrets.CredentialsImportOrigin = origin
+	}
+	return s.putSecrets(ctx, secrets)
 }
 
 func (s *Registry) DeregisterCluster(ctx context.Context, req *connect.Request[clusterv1.DeregisterClusterRequest]) (*connect.Response[clusterv1.DeregisterClusterResponse], error) {
