@@ -127,50 +127,49 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 	if err := refuseBuiltin(name, "updated"); err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		cur, err := s.templateKind().Current(name, m.ExpectedRevision)
-		if err != nil {
-			return nil, err
-		}
-		next := stored(cur)
-		for _, f := range fields {
-			switch f {
-			case "display_name":
-				next.DisplayName = m.Template.DisplayName
-			case "rules":
-				next.Rules = m.Template.Rules
-			case "inherits":
-				next.Inherits = m.Template.Inherits
-			case "locked":
-				next.Locked = m.Template.Locked
+	res, err := events.Command[*rbacv1.RoleTemplate]{
+		Store: s.store, Subject: TemplateSubject(name), AggregateID: name,
+		Load: s.templateKind().Load(name, m.ExpectedRevision), Expected: m.ExpectedRevision,
+		Decide: func(cur *rbacv1.RoleTemplate) ([]proto.Message, error) {
+			next := stored(cur)
+			for _, f := range fields {
+				switch f {
+				case "display_name":
+					next.DisplayName = m.Template.DisplayName
+				case "rules":
+					next.Rules = m.Template.Rules
+				case "inherits":
+					next.Inherits = m.Template.Inherits
+				case "locked":
+					next.Locked = m.Template.Locked
+				}
 			}
-		}
-		var v apierr.Violations
-		validateTemplate(&v, "template", next)
-		if err := v.Err(); err != nil {
-			return nil, err
-		}
-		if err := s.checkInherits(name, next.Inherits); err != nil {
-			return nil, err
-		}
-		if proto.Equal(next, stored(cur)) {
-			return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: s.present(cur)}), nil
-		}
-		seq, err := s.store.Append(ctx, TemplateSubject(name), name, events.At(cur.Revision), &rbacv1.RoleTemplateUpdated{Template: next, Fields: fields})
-		if events.IsConflict(err) && m.ExpectedRevision == 0 && attempt < 5 {
-			_ = s.templates.WaitFor(ctx, templateKey(name), func(t *rbacv1.RoleTemplate, ok bool) bool { return !ok || t.Revision != cur.Revision })
-			continue
-		}
-		if err != nil {
-			return nil, apierr.Internal(err)
-		}
-		out, err := s.awaitTemplate(ctx, name, seq)
-		if err != nil {
-			return nil, err
-		}
-		s.log.Info("role template updated", zap.String("template", name), zap.Strings("fields", fields), zap.String("actor", identity.ActorFrom(ctx)))
-		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: out}), nil
+			var v apierr.Violations
+			validateTemplate(&v, "template", next)
+			if err := v.Err(); err != nil {
+				return nil, err
+			}
+			if err := s.checkInherits(name, next.Inherits); err != nil {
+				return nil, err
+			}
+			if proto.Equal(next, stored(cur)) {
+				return nil, nil
+			}
+			return []proto.Message{&rbacv1.RoleTemplateUpdated{Template: next, Fields: fields}}, nil
+		},
+	}.Run(ctx)
+	if err != nil {
+		return nil, apierr.Internal(err)
 	}
+	if len(res.Events) == 0 {
+		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: s.present(res.State)}), nil
+	}
+	out, err := s.awaitTemplate(ctx, name, res.Sequence)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("role template updated", zap.String("template", name), zap.Strings("fields", fields), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: out}), nil
 }
 
 func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.DeleteRoleTemplateRequest]) (*connect.Response[rbacv1.DeleteRoleTemplateResponse], error) {
