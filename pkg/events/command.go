@@ -153,7 +153,7 @@ func (c Command[S]) Run(ctx context.Context) (Result[S], error) {
 			return res, err
 		}
 		if ctx.Err() != nil {
-			return res, fmt.Errorf("%s: %w (after %w)", c.Subject, ctx.Err(), err)
+			return res, fmt.Errorf("%s: %w (after %v)", c.Subject, ctx.Err(), err)
 		}
 		// seq is the last sequence this attempt appended or expected: something came after it.
 		min = seq + 1

@@ -350,42 +350,36 @@ func (s *ClusterSetAPI) UpdateClusterSet(ctx context.Context, req *connect.Reque
 	if isBuiltinClusterSet(m.Name) {
 		return nil, apierr.FailedPrecondition("cluster set %q is built in: its selector cannot be changed", m.Name)
 	}
-	key := clusterSetKey(m.Name)
-	for attempt := 0; ; attempt++ {
-		cur, err := s.clusterSetKind().Current(m.Name, m.ExpectedRevision)
+	// Without an expectation the caller wants this selector whatever happened: a lost race is
+	// decided again on the state the other writer left.
+	res, err := events.Command[*placementv1.ClusterSet]{
+		Store: s.store, Subject: subjects.ClusterSet(m.Name), AggregateID: m.Name,
+		Load: s.clusterSetKind().Load(m.Name, m.ExpectedRevision), Expected: m.ExpectedRevision, MaxConflicts: maxAttempts,
+		Decide: func(cur *placementv1.ClusterSet) ([]proto.Message, error) {
+			if proto.Equal(cur.Selector, sel) {
+				return nil, nil
+			}
+			return []proto.Message{&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}}}, nil
+		},
+	}.Run(ctx)
+	switch {
+	case events.IsConflict(err):
+		return nil, apierr.Concurrent("cluster set %q", m.Name)
+	case err != nil:
+		return nil, apierr.Internal(err)
+	case len(res.Events) == 0:
+		out, err := s.presentSet(res.State)
 		if err != nil {
 			return nil, err
 		}
-		if proto.Equal(cur.Selector, sel) {
-			out, err := s.presentSet(cur)
-			if err != nil {
-				return nil, err
-			}
-			return connect.NewResponse(&placementv1.UpdateClusterSetResponse{ClusterSet: out}), nil
-		}
-		seq, err := s.store.Append(ctx, subjects.ClusterSet(m.Name), m.Name, events.At(cur.Revision),
-			&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}})
-		if events.IsConflict(err) {
-			if m.ExpectedRevision != 0 || attempt >= maxAttempts {
-				return nil, apierr.Concurrent("cluster set %q", m.Name)
-			}
-			// Without an expectation the caller wants this selector whatever happened: decide
-			// again on the state the other writer left.
-			_ = s.waitView(ctx, func(ctx context.Context) error {
-				return s.clusterSets.WaitFor(ctx, key, func(c *placementv1.ClusterSet, ok bool) bool { return !ok || c.Revision != cur.Revision })
-			})
-			continue
-		}
-		if err != nil {
-			return nil, apierr.Internal(err)
-		}
-		out, err := s.awaitClusterSet(ctx, m.Name, seq)
-		if err != nil {
-			return nil, err
-		}
-		s.log.Info("cluster set updated", zap.String("cluster_set", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
 		return connect.NewResponse(&placementv1.UpdateClusterSetResponse{ClusterSet: out}), nil
 	}
+	out, err := s.awaitClusterSet(ctx, m.Name, res.Sequence)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("cluster set updated", zap.String("cluster_set", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
+	return connect.NewResponse(&placementv1.UpdateClusterSetResponse{ClusterSet: out}), nil
 }
 
 func (s *ClusterSetAPI) DeleteClusterSet(ctx context.Context, req *connect.Request[placementv1.DeleteClusterSetRequest]) (*connect.Response[placementv1.DeleteClusterSetResponse], error) {

@@ -1,21 +1,16 @@
 package namespacebinding
 
 // The commands of a project: each appends one event to the project's subject at the revision
-// it decided from (appendProject), serialized per project in this replica (projectLocks).
+// it decided from (appendProject, an events.Command), serialized per project in this replica.
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/events"
-	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 )
 
@@ -39,127 +34,67 @@ var errUnchanged = errors.New("unchanged")
 // budget: its other checks ran before its claim, and the claim is what keeps a second binding
 // out) appends without that wait.
 //
-// The commands of one project are serialized in this replica (projectLock), so they queue
-// instead of racing each other for one expectation, and each appends at the sequence the
+// The commands of one project are serialized in this replica (the command's Lock), so they
+// queue instead of racing each other for one expectation, and each appends at the sequence the
 // previous one got, without waiting for the projects view to show it: the lock keeps the
-// project as this replica's own appends left it. A race lost to another replica is retried at
-// the subject's last sequence read from the stream: what the other replica appended is known
-// once the projects view shows that sequence. Either way the stream checks the expectation: a
-// wrong guess is a conflict, never a write on a state nobody looked at.
+// project as this replica's own appends left it. A race lost to another replica is retried on
+// the project caught up from the stream (CatchUp, with the projection's own code as Evolve), or
+// once the projects view shows the subject's last sequence when there is too much to fold.
+// Either way the stream checks the expectation: a wrong guess is a conflict, never a write on a
+// state nobody looked at.
 func (s *Service) appendProject(ctx context.Context, project string, decides func(p *projectv1.Project) bool, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
-	l, err := s.locks.lock(ctx, project)
-	if err != nil {
-		// Nothing was appended: Aborted lets a bind release its claim at once.
-		return 0, apierr.Aborted("project %s is busy with other commands: %w", project, err)
-	}
-	defer s.locks.unlock(project, l)
-	for attempt := 0; ; attempt++ {
-		p, rev, err := s.projectAt(ctx, project, l)
-		if err != nil {
-			return 0, err
-		}
-		if decides(p) {
-			if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, rev) }); err != nil {
-				return 0, err
+	res, err := events.Command[*projectv1.Project]{
+		Store: s.store, Subject: ProjectSubject(project), AggregateID: project,
+		Lock: s.locks, LockKey: project, MaxConflicts: maxConflicts,
+		CatchUp: s.stream, MaxCatchUp: maxCatchUp,
+		Evolve: func(p *projectv1.Project, ev *events.Event) (*projectv1.Project, bool) {
+			return foldEvent(project, p, ev)
+		},
+		Load: func(ctx context.Context, min uint64) (*projectv1.Project, uint64, error) {
+			if min > 0 {
+				if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, min) }); err != nil {
+					return nil, 0, err
+				}
 			}
-		}
-		msg, err := build(p)
-		if err != nil {
-			return 0, err
-		}
-		seq, err := s.store.Append(ctx, ProjectSubject(project), project, events.At(rev), msg)
-		if err == nil {
-			l.last, l.proj = seq, foldProject(project, p, msg, seq)
-			return seq, nil
-		}
-		l.last, l.proj = 0, nil
-		if !events.IsConflict(err) || attempt == maxConflicts {
-			return 0, apierr.Internal(err)
-		}
-		// Another replica's command on the project won: fold what it appended, read from the
-		// stream, and decide again at the subject's current last sequence.
-		next, last, folded, err := s.catchUp(ctx, project, p)
-		if err != nil {
-			return 0, apierr.Internal(err)
-		}
-		if !folded {
-			// Too far behind to fold: the view will tell, once it shows the last sequence.
-			var exists bool
-			if last, exists, err = s.projectHead(ctx, project); err != nil {
-				return 0, apierr.Internal(err)
-			} else if !exists {
-				return 0, apierr.NotFound("project", project)
+			p, ok := s.projects.Get(projectKey(project))
+			if !ok {
+				return nil, 0, apierr.NotFound("project", project)
 			}
-		} else if next == nil {
-			return 0, apierr.NotFound("project", project)
-		}
-		l.last, l.proj = last, next
-	}
-}
-
-// maxCatchUp bounds how many events of another replica catchUp folds before leaving it to the
-// projects view.
-const maxCatchUp = 32
-
-// catchUp reads the events appended to project's subject after p (the project as of its
-// revision) from the stream and folds them: the project as of the subject's last sequence (nil
-// if deleted by then) and that sequence, without waiting for the projects view. folded is
-// false when there were more than maxCatchUp or one did not fold.
-func (s *Service) catchUp(ctx context.Context, project string, p *projectv1.Project) (*projectv1.Project, uint64, bool, error) {
-	seq := p.Revision
-	for range maxCatchUp {
-		msg, err := s.stream.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(ProjectSubject(project)))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return p, seq, true, nil
-		}
-		if err != nil {
-			return nil, 0, false, fmt.Errorf("read project %s after %d: %w", project, seq, err)
-		}
-		ev, err := events.Decode(msg.Data)
-		if err != nil {
-			return nil, 0, false, fmt.Errorf("read project %s at %d: %w", project, msg.Sequence, err)
-		}
-		ev.Sequence, ev.Subject = msg.Sequence, msg.Subject
-		next, ok := foldEvent(project, p, ev)
-		if !ok {
-			return nil, 0, false, nil
-		}
-		p, seq = next, msg.Sequence
-	}
-	return nil, 0, false, nil
-}
-
-// projectAt returns the project as of the revision the next append to its subject expects,
-// and that revision: the view's entry when it shows everything this replica appended (l.last),
-// else the project as this replica's own appends left it (l.proj), else (a race lost to
-// another replica, whose events only the view folds) the view's entry once it has applied
-// l.last.
-func (s *Service) projectAt(ctx context.Context, project string, l *projectLock) (*projectv1.Project, uint64, error) {
-	p, ok := s.projects.Get(projectKey(project))
+			return p, p.Revision, nil
+		},
+		Prepare: func(ctx context.Context, p *projectv1.Project, rev uint64) error {
+			if p == nil || !decides(p) {
+				return nil
+			}
+			return s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, rev) })
+		},
+		Decide: func(p *projectv1.Project) ([]proto.Message, error) {
+			if p == nil {
+				// Deleted by the events that beat this command.
+				return nil, apierr.NotFound("project", project)
+			}
+			msg, err := build(p)
+			if err != nil {
+				return nil, err
+			}
+			return []proto.Message{msg}, nil
+		},
+	}.Run(ctx)
 	switch {
-	case ok && p.Revision >= l.last:
-		return p, p.Revision, nil
-	case l.proj != nil && l.proj.Revision == l.last:
-		return l.proj, l.last, nil
-	case l.last == 0:
-		return nil, 0, apierr.NotFound("project", project)
+	case errors.Is(err, events.ErrBusy):
+		// Nothing was appended: Aborted lets a bind release its claim at once.
+		return 0, apierr.Aborted("project %s is busy with other commands: %w", project, ctx.Err())
+	case errors.Is(err, errUnchanged):
+		return 0, err
+	case err != nil:
+		return 0, apierr.Internal(err)
 	}
-	if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, l.last) }); err != nil {
-		return nil, 0, err
-	}
-	if p, ok = s.projects.Get(projectKey(project)); !ok {
-		return nil, 0, apierr.NotFound("project", project)
-	}
-	return p, p.Revision, nil
+	return res.Sequence, nil
 }
 
-// foldProject returns p after msg, which this replica appended at seq, as the projects view
-// will show it (nil: unknown, or the project is gone).
-func foldProject(project string, p *projectv1.Project, msg proto.Message, seq uint64) *projectv1.Project {
-	next, _ := foldEvent(project, p, &events.Event{Envelope: &eventv1.Envelope{Time: timestamppb.New(time.Now())}, Payload: msg,
-		Subject: ProjectSubject(project), Sequence: seq})
-	return next
-}
+// maxCatchUp bounds how many events of another replica appendProject folds before leaving it
+// to the projects view.
+const maxCatchUp = 32
 
 // foldEvent applies ev to p (nil: absent) with the projection's own code and returns the next
 // project (nil: gone); ok is false when ev does not fold into it.
@@ -184,25 +119,6 @@ func foldEvent(project string, p *projectv1.Project, ev *events.Event) (next *pr
 func (s *Service) projectSettled(project string, last uint64) bool {
 	p, ok := s.projects.Get(projectKey(project))
 	return !ok || p.Revision >= last
-}
-
-// projectHead reads the last event of project's subject from the stream: its sequence, and
-// whether the project exists after it (the subject is not empty and does not end with the
-// project's deletion).
-func (s *Service) projectHead(ctx context.Context, project string) (uint64, bool, error) {
-	msg, err := s.stream.GetLastMsgForSubject(ctx, ProjectSubject(project))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read project %s: %w", project, err)
-	}
-	ev, err := events.Decode(msg.Data)
-	if err != nil {
-		return 0, false, fmt.Errorf("read project %s: %w", project, err)
-	}
-	_, deleted := ev.Payload.(*projectv1.ProjectDeleted)
-	return msg.Sequence, !deleted, nil
 }
 
 func (s *Service) updateQuota(ctx context.Context, project, cluster, namespace string, hardIn map[string]string) (*projectv1.NamespaceBinding, error) {

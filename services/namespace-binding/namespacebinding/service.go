@@ -153,7 +153,7 @@ type Service struct {
 	rounds *passes
 
 	// locks serializes each project's commands in this replica (appendProject).
-	locks *projectLocks
+	locks *events.Locks[*projectv1.Project]
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -169,7 +169,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		ready: make(chan struct{}), now: time.Now,
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
-	s.locks = newProjectLocks(s.projectSettled)
+	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
