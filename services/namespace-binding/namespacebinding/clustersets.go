@@ -308,23 +308,11 @@ func (s *ClusterSetAPI) CreateClusterSet(ctx context.Context, req *connect.Reque
 	if _, ok := s.clusterSets.Get(clusterSetKey(m.Name)); ok {
 		return nil, apierr.AlreadyExists("cluster set", m.Name)
 	}
-	// A name is free when its subject is empty or ends in the set's deletion: the view may not
-	// yet show a creation appended a moment ago, and expecting the subject exactly as it is lets
-	// only one of two concurrent creations append.
-	subject := subjects.ClusterSet(m.Name)
-	last, prev, err := events.Last(ctx, s.placementStream, subject)
+	seq, err := s.create(ctx, s.placementStream, subjects.ClusterSet(m.Name), m.Name,
+		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetDeleted); return gone },
+		&placementv1.ClusterSetCreated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}}, apierr.AlreadyExists("cluster set", m.Name))
 	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	if _, gone := payloadOf(prev).(*placementv1.ClusterSetDeleted); prev != nil && !gone {
-		return nil, apierr.AlreadyExists("cluster set", m.Name)
-	}
-	seq, err := s.store.Append(ctx, subject, m.Name, events.At(last), &placementv1.ClusterSetCreated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}})
-	if events.IsConflict(err) {
-		return nil, apierr.AlreadyExists("cluster set", m.Name)
-	}
-	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	out, err := s.awaitClusterSet(ctx, m.Name, seq)
 	if err != nil {
@@ -456,20 +444,11 @@ func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request
 	if _, ok := s.setBindings.Get(key); ok {
 		return nil, apierr.AlreadyExists("cluster set binding", what)
 	}
-	subject := subjects.ClusterSetBinding(m.Project, m.ClusterSet)
-	last, prev, err := events.Last(ctx, s.placementStream, subject)
+	seq, err := s.create(ctx, s.placementStream, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
+		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetUnbound); return gone },
+		&placementv1.ClusterSetBound{Project: m.Project, ClusterSet: m.ClusterSet}, apierr.AlreadyExists("cluster set binding", what))
 	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	if _, gone := payloadOf(prev).(*placementv1.ClusterSetUnbound); prev != nil && !gone {
-		return nil, apierr.AlreadyExists("cluster set binding", what)
-	}
-	seq, err := s.store.Append(ctx, subject, key, events.At(last), &placementv1.ClusterSetBound{Project: m.Project, ClusterSet: m.ClusterSet})
-	if events.IsConflict(err) {
-		return nil, apierr.AlreadyExists("cluster set binding", what)
-	}
-	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	b, ok, err := viewapi.Await(ctx, s.setBindings, key, seq)
 	if err != nil {
@@ -492,17 +471,13 @@ func (s *ClusterSetAPI) UnbindClusterSet(ctx context.Context, req *connect.Reque
 	}
 	key := setBindingKey(m.Project, m.ClusterSet)
 	what := m.Project + "/" + m.ClusterSet
-	cur, ok := s.setBindings.Get(key)
-	if !ok {
-		return nil, apierr.NotFound("cluster set binding", what)
-	}
-	_, err := s.store.Append(ctx, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key, events.At(cur.Revision),
-		&placementv1.ClusterSetUnbound{Project: m.Project, ClusterSet: m.ClusterSet})
-	if events.IsConflict(err) {
-		return nil, apierr.Concurrent("cluster set binding %s", what)
-	}
+	cur, err := remove(ctx, s.store, s.setBindings, key, subjects.ClusterSetBinding(m.Project, m.ClusterSet),
+		func(*placementv1.ClusterSetBinding) proto.Message {
+			return &placementv1.ClusterSetUnbound{Project: m.Project, ClusterSet: m.ClusterSet}
+		},
+		apierr.NotFound("cluster set binding", what), apierr.Concurrent("cluster set binding %s", what))
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	if err := viewapi.AwaitPast(ctx, s.setBindings, key, cur.Revision); err != nil {
 		return nil, err

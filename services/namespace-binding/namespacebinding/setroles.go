@@ -136,21 +136,12 @@ func (s *ClusterSetAPI) BindClusterSetRole(ctx context.Context, req *connect.Req
 	if _, ok := s.setRoles.Get(key); ok {
 		return nil, apierr.AlreadyExists("cluster set role binding", what)
 	}
-	subject := setRoleSubject(m.ClusterSet, m.Subject, m.Role)
-	last, prev, err := events.Last(ctx, s.placementStream, subject)
-	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	if _, gone := payloadOf(prev).(*placementv1.ClusterSetRoleUnbound); prev != nil && !gone {
-		return nil, apierr.AlreadyExists("cluster set role binding", what)
-	}
 	b := &placementv1.ClusterSetRoleBinding{ClusterSet: m.ClusterSet, Subject: m.Subject, Role: m.Role}
-	seq, err := s.store.Append(ctx, subject, key, events.At(last), &placementv1.ClusterSetRoleBound{Binding: b})
-	if events.IsConflict(err) {
-		return nil, apierr.AlreadyExists("cluster set role binding", what)
-	}
+	seq, err := s.create(ctx, s.placementStream, setRoleSubject(m.ClusterSet, m.Subject, m.Role), key,
+		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetRoleUnbound); return gone },
+		&placementv1.ClusterSetRoleBound{Binding: b}, apierr.AlreadyExists("cluster set role binding", what))
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	out, ok, err := viewapi.Await(ctx, s.setRoles, key, seq)
 	if err != nil {
@@ -172,17 +163,13 @@ func (s *ClusterSetAPI) UnbindClusterSetRole(ctx context.Context, req *connect.R
 		return nil, err
 	}
 	key, what := setRoleKey(m.ClusterSet, m.Subject, m.Role), describeSetRole(m.ClusterSet, m.Subject, m.Role)
-	cur, ok := s.setRoles.Get(key)
-	if !ok {
-		return nil, apierr.NotFound("cluster set role binding", what)
-	}
-	_, err := s.store.Append(ctx, setRoleSubject(m.ClusterSet, m.Subject, m.Role), key, events.At(cur.Revision),
-		&placementv1.ClusterSetRoleUnbound{ClusterSet: m.ClusterSet, Subject: m.Subject, Role: m.Role})
-	if events.IsConflict(err) {
-		return nil, apierr.Concurrent("cluster set role binding %s", what)
-	}
+	cur, err := remove(ctx, s.store, s.setRoles, key, setRoleSubject(m.ClusterSet, m.Subject, m.Role),
+		func(*placementv1.ClusterSetRoleBinding) proto.Message {
+			return &placementv1.ClusterSetRoleUnbound{ClusterSet: m.ClusterSet, Subject: m.Subject, Role: m.Role}
+		},
+		apierr.NotFound("cluster set role binding", what), apierr.Concurrent("cluster set role binding %s", what))
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	if err := viewapi.AwaitPast(ctx, s.setRoles, key, cur.Revision); err != nil {
 		return nil, err
