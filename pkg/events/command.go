@@ -49,7 +49,8 @@ type Command[S any] struct {
 	// checks it against the state; a race lost after that is returned, not retried.
 	Expected uint64
 	// MaxConflicts is how many lost races are decided again; the next one is returned (0:
-	// DefaultConflicts).
+	// DefaultConflicts, negative: none, for a write whose lost race has an answer of its own,
+	// such as a creation's AlreadyExists).
 	MaxConflicts int
 
 	// Prepare, when set, runs after each Load and before Decide, for what Decide reads beside
@@ -120,7 +121,7 @@ func (c Command[S]) Run(ctx context.Context) (Result[S], error) {
 		}()
 	}
 	maxConflicts := c.MaxConflicts
-	if maxConflicts <= 0 {
+	if maxConflicts == 0 {
 		maxConflicts = DefaultConflicts
 	}
 	var min uint64

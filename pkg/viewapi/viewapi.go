@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
@@ -130,6 +131,59 @@ func AwaitPast[T Object](ctx context.Context, c *view.Cache[T], key string, rev 
 	return apiwait.Visible(ctx, "change", func(ctx context.Context) error {
 		return c.WaitFor(ctx, key, func(v T, ok bool) bool { return !ok || v.GetRevision() > rev })
 	})
+}
+
+// Create appends ev to subject (in stream) as the creation of an aggregate that may have lived
+// there before: only when the subject is empty or its last event ended that life (ended). The
+// view may not yet show a creation appended a moment ago, so the subject itself is read, and
+// expecting it exactly as it is lets only one of two concurrent creations append; the other
+// answers exists, as it would had it come second. It returns the event's sequence.
+func Create(ctx context.Context, store *events.Store, stream jetstream.Stream, subject, aggregateID string, ended func(last proto.Message) bool, ev proto.Message, exists error) (uint64, error) {
+	res, err := events.Command[*events.Event]{
+		Store: store, Subject: subject, AggregateID: aggregateID, MaxConflicts: -1,
+		Load: func(ctx context.Context, _ uint64) (*events.Event, uint64, error) {
+			seq, last, err := events.Last(ctx, stream, subject)
+			return last, seq, err
+		},
+		Decide: func(last *events.Event) ([]proto.Message, error) {
+			if last != nil && !ended(last.Payload) {
+				return nil, exists
+			}
+			return []proto.Message{ev}, nil
+		},
+	}.Run(ctx)
+	switch {
+	case events.IsConflict(err):
+		return 0, exists
+	case err != nil:
+		return 0, apierr.Internal(err)
+	}
+	return res.Sequence, nil
+}
+
+// Remove appends the event end returns for the object load returns (or answers load's error:
+// none, or not at the expected revision), expecting the object's revision. A lost race answers
+// concurrent (nil: apierr.Internal's Aborted), for the caller to read again. It returns the
+// object removed.
+func Remove[T Object](ctx context.Context, store *events.Store, subject, aggregateID string, load func() (T, error), end func(cur T) proto.Message, concurrent error) (T, error) {
+	res, err := events.Command[T]{
+		Store: store, Subject: subject, AggregateID: aggregateID, MaxConflicts: -1,
+		Load: func(context.Context, uint64) (T, uint64, error) {
+			cur, err := load()
+			if err != nil {
+				return cur, 0, err
+			}
+			return cur, cur.GetRevision(), nil
+		},
+		Decide: func(cur T) ([]proto.Message, error) { return []proto.Message{end(cur)}, nil },
+	}.Run(ctx)
+	switch {
+	case events.IsConflict(err) && concurrent != nil:
+		return res.State, concurrent
+	case err != nil:
+		return res.State, apierr.Internal(err)
+	}
+	return res.State, nil
 }
 
 // ErrStop ends a watch without an error when send returns it (what is watched is gone).

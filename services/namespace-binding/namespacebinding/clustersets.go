@@ -308,7 +308,7 @@ func (s *ClusterSetAPI) CreateClusterSet(ctx context.Context, req *connect.Reque
 	if _, ok := s.clusterSets.Get(clusterSetKey(m.Name)); ok {
 		return nil, apierr.AlreadyExists("cluster set", m.Name)
 	}
-	seq, err := s.create(ctx, s.placementStream, subjects.ClusterSet(m.Name), m.Name,
+	seq, err := viewapi.Create(ctx, s.store, s.placementStream, subjects.ClusterSet(m.Name), m.Name,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetDeleted); return gone },
 		&placementv1.ClusterSetCreated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}}, apierr.AlreadyExists("cluster set", m.Name))
 	if err != nil {
@@ -381,18 +381,14 @@ func (s *ClusterSetAPI) DeleteClusterSet(ctx context.Context, req *connect.Reque
 		return nil, apierr.FailedPrecondition("cluster set %q is built in and cannot be deleted", m.Name)
 	}
 	sets := s.clusterSetKind()
-	cur, err := sets.Current(m.Name, m.ExpectedRevision)
-	if err != nil {
-		return nil, err
-	}
 	// Bindings of the set stay, as OCM's ManagedClusterSetBindings do: they report the set
 	// missing, and come back to life if it is created again.
-	_, err = s.store.Append(ctx, subjects.ClusterSet(m.Name), m.Name, events.At(cur.Revision), &placementv1.ClusterSetDeleted{Name: m.Name})
-	if events.IsConflict(err) {
-		return nil, apierr.Concurrent("cluster set %q", m.Name)
-	}
+	cur, err := viewapi.Remove(ctx, s.store, subjects.ClusterSet(m.Name), m.Name,
+		func() (*placementv1.ClusterSet, error) { return sets.Current(m.Name, m.ExpectedRevision) },
+		func(*placementv1.ClusterSet) proto.Message { return &placementv1.ClusterSetDeleted{Name: m.Name} },
+		apierr.Concurrent("cluster set %q", m.Name))
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	if err := sets.AwaitPast(ctx, m.Name, cur.Revision); err != nil {
 		return nil, err
@@ -444,7 +440,7 @@ func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request
 	if _, ok := s.setBindings.Get(key); ok {
 		return nil, apierr.AlreadyExists("cluster set binding", what)
 	}
-	seq, err := s.create(ctx, s.placementStream, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
+	seq, err := viewapi.Create(ctx, s.store, s.placementStream, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetUnbound); return gone },
 		&placementv1.ClusterSetBound{Project: m.Project, ClusterSet: m.ClusterSet}, apierr.AlreadyExists("cluster set binding", what))
 	if err != nil {
@@ -471,11 +467,17 @@ func (s *ClusterSetAPI) UnbindClusterSet(ctx context.Context, req *connect.Reque
 	}
 	key := setBindingKey(m.Project, m.ClusterSet)
 	what := m.Project + "/" + m.ClusterSet
-	cur, err := remove(ctx, s.store, s.setBindings, key, subjects.ClusterSetBinding(m.Project, m.ClusterSet),
+	cur, err := viewapi.Remove(ctx, s.store, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
+		func() (*placementv1.ClusterSetBinding, error) {
+			if cur, ok := s.setBindings.Get(key); ok {
+				return cur, nil
+			}
+			return nil, apierr.NotFound("cluster set binding", what)
+		},
 		func(*placementv1.ClusterSetBinding) proto.Message {
 			return &placementv1.ClusterSetUnbound{Project: m.Project, ClusterSet: m.ClusterSet}
 		},
-		apierr.NotFound("cluster set binding", what), apierr.Concurrent("cluster set binding %s", what))
+		apierr.Concurrent("cluster set binding %s", what))
 	if err != nil {
 		return nil, err
 	}

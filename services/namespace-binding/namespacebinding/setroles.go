@@ -137,7 +137,7 @@ func (s *ClusterSetAPI) BindClusterSetRole(ctx context.Context, req *connect.Req
 		return nil, apierr.AlreadyExists("cluster set role binding", what)
 	}
 	b := &placementv1.ClusterSetRoleBinding{ClusterSet: m.ClusterSet, Subject: m.Subject, Role: m.Role}
-	seq, err := s.create(ctx, s.placementStream, setRoleSubject(m.ClusterSet, m.Subject, m.Role), key,
+	seq, err := viewapi.Create(ctx, s.store, s.placementStream, setRoleSubject(m.ClusterSet, m.Subject, m.Role), key,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetRoleUnbound); return gone },
 		&placementv1.ClusterSetRoleBound{Binding: b}, apierr.AlreadyExists("cluster set role binding", what))
 	if err != nil {
@@ -163,11 +163,17 @@ func (s *ClusterSetAPI) UnbindClusterSetRole(ctx context.Context, req *connect.R
 		return nil, err
 	}
 	key, what := setRoleKey(m.ClusterSet, m.Subject, m.Role), describeSetRole(m.ClusterSet, m.Subject, m.Role)
-	cur, err := remove(ctx, s.store, s.setRoles, key, setRoleSubject(m.ClusterSet, m.Subject, m.Role),
+	cur, err := viewapi.Remove(ctx, s.store, setRoleSubject(m.ClusterSet, m.Subject, m.Role), key,
+		func() (*placementv1.ClusterSetRoleBinding, error) {
+			if cur, ok := s.setRoles.Get(key); ok {
+				return cur, nil
+			}
+			return nil, apierr.NotFound("cluster set role binding", what)
+		},
 		func(*placementv1.ClusterSetRoleBinding) proto.Message {
 			return &placementv1.ClusterSetRoleUnbound{ClusterSet: m.ClusterSet, Subject: m.Subject, Role: m.Role}
 		},
-		apierr.NotFound("cluster set role binding", what), apierr.Concurrent("cluster set role binding %s", what))
+		apierr.Concurrent("cluster set role binding %s", what))
 	if err != nil {
 		return nil, err
 	}
