@@ -58,24 +58,12 @@ func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[r
 	if err := s.checkInherits(t.Name, t.Inherits); err != nil {
 		return nil, err
 	}
-	subject := TemplateSubject(t.Name)
-	// A name may be reused after deletion: expect the subject exactly as it is now, so that of
-	// two concurrent creations only one appends.
-	// The view may not yet show a creation appended a moment ago: the subject must be empty or
-	// end in a deletion.
-	last, prev, err := events.Last(ctx, s.stream, subject)
+	// A name may be reused after deletion: the subject must be empty or end in a deletion.
+	seq, err := viewapi.Create(ctx, s.store, s.stream, TemplateSubject(t.Name), t.Name,
+		func(last proto.Message) bool { _, gone := last.(*rbacv1.RoleTemplateDeleted); return gone },
+		&rbacv1.RoleTemplateCreated{Template: stored(t)}, apierr.AlreadyExists("role template", t.Name))
 	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	if _, gone := payloadOf(prev).(*rbacv1.RoleTemplateDeleted); prev != nil && !gone {
-		return nil, apierr.AlreadyExists("role template", t.Name)
-	}
-	seq, err := s.store.Append(ctx, subject, t.Name, events.At(last), &rbacv1.RoleTemplateCreated{Template: stored(t)})
-	if events.IsConflict(err) {
-		return nil, apierr.AlreadyExists("role template", t.Name)
-	}
-	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	out, err := s.awaitTemplate(ctx, t.Name, seq)
 	if err != nil {
@@ -183,22 +171,27 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 		return nil, err
 	}
 	templates := s.templateKind()
-	cur, err := templates.Current(m.Name, m.ExpectedRevision)
+	cur, err := viewapi.Remove(ctx, s.store, TemplateSubject(m.Name), m.Name,
+		func() (*rbacv1.RoleTemplate, error) {
+			cur, err := templates.Current(m.Name, m.ExpectedRevision)
+			if err != nil {
+				return nil, err
+			}
+			// Deleting an inherited template would silently shrink what its heirs grant.
+			var heirs []string
+			for _, t := range s.templates.List(nil) {
+				if slices.Contains(t.Inherits, m.Name) {
+					heirs = append(heirs, t.Name)
+				}
+			}
+			if len(heirs) > 0 {
+				return nil, apierr.FailedPrecondition("role template %q is inherited by %s: remove it from their inherits first", m.Name, strings.Join(heirs, ", "))
+			}
+			return cur, nil
+		},
+		func(*rbacv1.RoleTemplate) proto.Message { return &rbacv1.RoleTemplateDeleted{Name: m.Name} }, nil)
 	if err != nil {
 		return nil, err
-	}
-	// Deleting an inherited template would silently shrink what its heirs grant.
-	var heirs []string
-	for _, t := range s.templates.List(nil) {
-		if slices.Contains(t.Inherits, m.Name) {
-			heirs = append(heirs, t.Name)
-		}
-	}
-	if len(heirs) > 0 {
-		return nil, apierr.FailedPrecondition("role template %q is inherited by %s: remove it from their inherits first", m.Name, strings.Join(heirs, ", "))
-	}
-	if _, err := s.store.Append(ctx, TemplateSubject(m.Name), m.Name, events.At(cur.Revision), &rbacv1.RoleTemplateDeleted{Name: m.Name}); err != nil {
-		return nil, apierr.Internal(err)
 	}
 	if err := templates.AwaitPast(ctx, m.Name, cur.Revision); err != nil {
 		return nil, err
@@ -271,14 +264,6 @@ func (s *Service) authorizeBinding(ctx context.Context, project string, t *rbacv
 	return nil
 }
 
-// payloadOf is the payload of an event that may be nil.
-func payloadOf(e *events.Event) any {
-	if e == nil {
-		return nil
-	}
-	return e.Payload
-}
-
 // refuseBuiltin refuses to change the built-in project roles: the authorization of the API
 // itself rests on them.
 func refuseBuiltin(name, what string) error {
@@ -315,20 +300,11 @@ func (s *Service) BindProjectRole(ctx context.Context, req *connect.Request[rbac
 		b.Creator, b.CreateTime = identity.ActorFrom(ctx), timestamppb.New(s.now())
 		return connect.NewResponse(&rbacv1.BindProjectRoleResponse{Binding: b, Plan: plan}), nil
 	}
-	subject := BindingSubject(m.Project, m.Subject, m.RoleTemplate)
-	last, prev, err := events.Last(ctx, s.stream, subject)
+	seq, err := viewapi.Create(ctx, s.store, s.stream, BindingSubject(m.Project, m.Subject, m.RoleTemplate), key,
+		func(last proto.Message) bool { _, gone := last.(*rbacv1.ProjectRoleUnbound); return gone },
+		&rbacv1.ProjectRoleBound{Binding: b}, apierr.AlreadyExists("project role binding", describeBinding(m.Project, m.Subject, m.RoleTemplate)))
 	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	if _, gone := payloadOf(prev).(*rbacv1.ProjectRoleUnbound); prev != nil && !gone {
-		return nil, apierr.AlreadyExists("project role binding", describeBinding(m.Project, m.Subject, m.RoleTemplate))
-	}
-	seq, err := s.store.Append(ctx, subject, key, events.At(last), &rbacv1.ProjectRoleBound{Binding: b})
-	if events.IsConflict(err) {
-		return nil, apierr.AlreadyExists("project role binding", describeBinding(m.Project, m.Subject, m.RoleTemplate))
-	}
-	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	out, _, err := viewapi.Await(ctx, s.bindings, key, seq)
 	if err != nil {
@@ -355,9 +331,12 @@ func (s *Service) UnbindProjectRole(ctx context.Context, req *connect.Request[rb
 	if m.DryRun {
 		return connect.NewResponse(&rbacv1.UnbindProjectRoleResponse{Plan: plan}), nil
 	}
-	if _, err := s.store.Append(ctx, BindingSubject(m.Project, m.Subject, m.RoleTemplate), key, events.At(cur.Revision),
-		&rbacv1.ProjectRoleUnbound{Project: m.Project, Subject: m.Subject, RoleTemplate: m.RoleTemplate}); err != nil {
-		return nil, apierr.Internal(err)
+	if _, err := viewapi.Remove(ctx, s.store, BindingSubject(m.Project, m.Subject, m.RoleTemplate), key,
+		func() (*rbacv1.ProjectRoleBinding, error) { return cur, nil },
+		func(*rbacv1.ProjectRoleBinding) proto.Message {
+			return &rbacv1.ProjectRoleUnbound{Project: m.Project, Subject: m.Subject, RoleTemplate: m.RoleTemplate}
+		}, nil); err != nil {
+		return nil, err
 	}
 	if err := viewapi.AwaitPast(ctx, s.bindings, key, cur.Revision); err != nil {
 		return nil, err
