@@ -228,13 +228,19 @@ func (s *Registry) DeregisterCluster(ctx context.Context, req *connect.Request[c
 		return nil, err
 	}
 	clusters := s.clusterKind()
-	cur, err := clusters.Current(m.Name, m.ExpectedRevision)
+	// A lost race is the caller's to resolve, as the deregistration of a cluster that changed
+	// meanwhile may no longer be wanted.
+	res, err := events.Command[*clusterv1.Cluster]{
+		Store: s.store, Subject: subjects.Cluster(m.Name), AggregateIDOf: (*clusterv1.Cluster).GetId, MaxConflicts: -1,
+		Load: clusters.Load(m.Name, m.ExpectedRevision),
+		Decide: func(cur *clusterv1.Cluster) ([]proto.Message, error) {
+			return []proto.Message{&clusterv1.ClusterDeregistered{Id: cur.Id}}, nil
+		},
+	}.Run(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := s.store.Append(ctx, subjects.Cluster(m.Name), cur.Id, events.At(cur.Revision), &clusterv1.ClusterDeregistered{Id: cur.Id}); err != nil {
 		return nil, apierr.Internal(err)
 	}
+	cur := res.State
 	// The event is the truth: agent authentication checks the registry, so a leftover token of
 	// a deregistered cluster admits nobody. Removing the secrets is hygiene.
 	if secrets, err := s.getSecretsSealed(ctx, cur.Id); err == nil {
