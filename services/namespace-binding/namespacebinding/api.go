@@ -2,12 +2,10 @@ package namespacebinding
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"connectrpc.com/connect"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,7 +13,6 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/authz"
-	"github.com/fleetstream/fleetstream/pkg/events"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
@@ -38,29 +35,11 @@ func (s *ProjectAPI) CreateProject(ctx context.Context, req *connect.Request[pro
 	// A name is free when its subject is empty or ends with the project's deletion. Reading the
 	// stream rather than the view keeps a lagging view from letting a second creation through;
 	// the expectation makes concurrent creations race for one append.
-	subject := ProjectSubject(m.Name)
-	var last uint64
-	msg, err := s.stream.GetLastMsgForSubject(ctx, subject)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return nil, apierr.Internal(fmt.Errorf("read project %s: %w", m.Name, err))
-	default:
-		ev, err := events.Decode(msg.Data)
-		if err != nil {
-			return nil, apierr.Internal(fmt.Errorf("read project %s: %w", m.Name, err))
-		}
-		if _, deleted := ev.Payload.(*projectv1.ProjectDeleted); !deleted {
-			return nil, apierr.AlreadyExists("project", m.Name)
-		}
-		last = msg.Sequence
-	}
-	seq, err := s.store.Append(ctx, subject, m.Name, events.At(last), &projectv1.ProjectCreated{Name: m.Name, DisplayName: m.DisplayName, Labels: m.Labels})
-	if events.IsConflict(err) {
-		return nil, apierr.AlreadyExists("project", m.Name)
-	}
+	seq, err := viewapi.Create(ctx, s.store, s.stream, ProjectSubject(m.Name), m.Name,
+		func(last proto.Message) bool { _, deleted := last.(*projectv1.ProjectDeleted); return deleted },
+		&projectv1.ProjectCreated{Name: m.Name, DisplayName: m.DisplayName, Labels: m.Labels}, apierr.AlreadyExists("project", m.Name))
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, seq) }); err != nil {
 		return nil, err

@@ -207,20 +207,11 @@ func (s *PlacementAPI) CreatePlacement(ctx context.Context, req *connect.Request
 	if _, ok := s.placements.Get(placementKey(spec.Project, spec.Name)); ok {
 		return nil, apierr.AlreadyExists("placement", what)
 	}
-	subject := subjects.Placement(spec.Project, spec.Name)
-	last, prev, err := events.Last(ctx, s.placementStream, subject)
+	seq, err := viewapi.Create(ctx, s.store, s.placementStream, subjects.Placement(spec.Project, spec.Name), placementKey(spec.Project, spec.Name),
+		func(last proto.Message) bool { _, gone := last.(*placementv1.PlacementDeleted); return gone },
+		&placementv1.PlacementCreated{Placement: spec}, apierr.AlreadyExists("placement", what))
 	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	if _, gone := payloadOf(prev).(*placementv1.PlacementDeleted); prev != nil && !gone {
-		return nil, apierr.AlreadyExists("placement", what)
-	}
-	seq, err := s.store.Append(ctx, subject, placementKey(spec.Project, spec.Name), events.At(last), &placementv1.PlacementCreated{Placement: spec})
-	if events.IsConflict(err) {
-		return nil, apierr.AlreadyExists("placement", what)
-	}
-	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	s.kickScheduler()
 	out, err := s.awaitPlacement(ctx, spec.Project, spec.Name, seq)
@@ -239,23 +230,35 @@ func (s *PlacementAPI) UpdatePlacement(ctx context.Context, req *connect.Request
 	}
 	spec := placementSpec(req.Msg.Placement)
 	key := placementKey(spec.Project, spec.Name)
-	cur, ok := s.placements.Get(key)
-	if !ok {
-		return nil, apierr.NotFound("placement", spec.Project+"/"+spec.Name)
-	}
-	if rev := req.Msg.ExpectedRevision; rev != 0 && rev != cur.Revision {
-		return nil, apierr.RevisionMismatch("placement", spec.Project+"/"+spec.Name, cur.Revision, rev)
-	}
-	if proto.Equal(placementSpec(cur), spec) {
-		return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: s.presentPlacement(cur)}), nil
-	}
-	seq, err := s.store.Append(ctx, subjects.Placement(spec.Project, spec.Name), key, events.At(cur.Revision), &placementv1.PlacementUpdated{Placement: spec})
-	if events.IsConflict(err) {
+	// A lost race is the caller's to resolve (Aborted), with or without an expected revision.
+	res, err := events.Command[*placementv1.Placement]{
+		Store: s.store, Subject: subjects.Placement(spec.Project, spec.Name), AggregateID: key, MaxConflicts: -1,
+		Load: func(context.Context, uint64) (*placementv1.Placement, uint64, error) {
+			cur, ok := s.placements.Get(key)
+			if !ok {
+				return nil, 0, apierr.NotFound("placement", spec.Project+"/"+spec.Name)
+			}
+			if rev := req.Msg.ExpectedRevision; rev != 0 && rev != cur.Revision {
+				return nil, 0, apierr.RevisionMismatch("placement", spec.Project+"/"+spec.Name, cur.Revision, rev)
+			}
+			return cur, cur.Revision, nil
+		},
+		Decide: func(cur *placementv1.Placement) ([]proto.Message, error) {
+			if proto.Equal(placementSpec(cur), spec) {
+				return nil, nil
+			}
+			return []proto.Message{&placementv1.PlacementUpdated{Placement: spec}}, nil
+		},
+	}.Run(ctx)
+	switch {
+	case events.IsConflict(err):
 		return nil, apierr.Concurrent("placement %s/%s", spec.Project, spec.Name)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, apierr.Internal(err)
+	case len(res.Events) == 0:
+		return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: s.presentPlacement(res.State)}), nil
 	}
+	seq := res.Sequence
 	s.kickScheduler()
 	out, err := s.awaitPlacement(ctx, spec.Project, spec.Name, seq)
 	if err != nil {
@@ -274,25 +277,30 @@ func (s *PlacementAPI) DeletePlacement(ctx context.Context, req *connect.Request
 		return nil, err
 	}
 	key := placementKey(m.Project, m.Name)
-	cur, ok := s.placements.Get(key)
-	if !ok {
-		return nil, apierr.NotFound("placement", m.Project+"/"+m.Name)
-	}
-	if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-		return nil, apierr.RevisionMismatch("placement", m.Project+"/"+m.Name, cur.Revision, m.ExpectedRevision)
-	}
-	// Deleting a placement that namespaces follow would strand their bindings (or release
-	// them all at once); as with a project that owns namespaces, unbinding comes first.
-	if followers := s.followersOf(m.Project, m.Name); len(followers) > 0 {
-		return nil, apierr.FailedPrecondition("placement %s/%s is followed by namespace(s) %s: unbind them first (fleetctl namespace unbind NAME --project %s --placement %s)",
-			m.Project, m.Name, strings.Join(followers, ", "), m.Project, m.Name)
-	}
-	_, err := s.store.Append(ctx, subjects.Placement(m.Project, m.Name), key, events.At(cur.Revision), &placementv1.PlacementDeleted{Project: m.Project, Name: m.Name})
-	if events.IsConflict(err) {
-		return nil, apierr.Concurrent("placement %s/%s", m.Project, m.Name)
-	}
+	cur, err := viewapi.Remove(ctx, s.store, subjects.Placement(m.Project, m.Name), key,
+		func() (*placementv1.Placement, error) {
+			cur, ok := s.placements.Get(key)
+			if !ok {
+				return nil, apierr.NotFound("placement", m.Project+"/"+m.Name)
+			}
+			if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+				return nil, apierr.RevisionMismatch("placement", m.Project+"/"+m.Name, cur.Revision, m.ExpectedRevision)
+			}
+			// Deleting a placement that namespaces follow would strand their bindings (or
+			// release them all at once); as with a project that owns namespaces, unbinding
+			// comes first.
+			if followers := s.followersOf(m.Project, m.Name); len(followers) > 0 {
+				return nil, apierr.FailedPrecondition("placement %s/%s is followed by namespace(s) %s: unbind them first (fleetctl namespace unbind NAME --project %s --placement %s)",
+					m.Project, m.Name, strings.Join(followers, ", "), m.Project, m.Name)
+			}
+			return cur, nil
+		},
+		func(*placementv1.Placement) proto.Message {
+			return &placementv1.PlacementDeleted{Project: m.Project, Name: m.Name}
+		},
+		apierr.Concurrent("placement %s/%s", m.Project, m.Name))
 	if err != nil {
-		return nil, apierr.Internal(err)
+		return nil, err
 	}
 	if err := viewapi.AwaitPast(ctx, s.placements, key, cur.Revision); err != nil {
 		return nil, err
