@@ -270,36 +270,43 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 		return nil, err
 	}
 	p := specOf(req.Msg.Policy)
-	cur, err := a.policies().Current(p.Name, req.Msg.ExpectedRevision)
-	if err != nil {
-		return nil, err
-	}
-	if proto.Equal(p, specOf(cur)) {
-		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: a.s.lifecycles.withStatus(cur)}), nil
-	}
-	moved := sourceKey(p) != sourceKey(cur)
 	release := func() {}
 	wctx, cancel := context.WithTimeout(ctx, policyWriteTimeout) // as in CreateImportPolicy
 	defer cancel()
-	if moved {
-		var err error
-		if release, err = a.claimSource(wctx, p); err != nil {
-			return nil, err
-		}
-	}
-	seq, err := a.s.store.Append(wctx, subjects.ImportPolicy(p.Name), p.Name, events.At(cur.Revision), &clusterv1.ImportPolicyUpdated{Policy: p})
-	if err != nil {
-		if events.IsConflict(err) {
-			release() // certainly not appended
-			return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", p.Name, err)
-		}
+	res, err := events.Command[*clusterv1.ImportPolicy]{
+		Store: a.s.store, Subject: subjects.ImportPolicy(p.Name), AggregateID: p.Name, MaxConflicts: -1,
+		Load: a.policies().Load(p.Name, req.Msg.ExpectedRevision),
+		Decide: func(cur *clusterv1.ImportPolicy) ([]proto.Message, error) {
+			if proto.Equal(p, specOf(cur)) {
+				return nil, nil
+			}
+			return []proto.Message{&clusterv1.ImportPolicyUpdated{Policy: p}}, nil
+		},
+		// A policy moving to another source claims it first, as a creation does.
+		BeforeAppend: func(ctx context.Context, cur *clusterv1.ImportPolicy, _ proto.Message) error {
+			if sourceKey(p) == sourceKey(cur) {
+				return nil
+			}
+			var err error
+			release, err = a.claimSource(ctx, p)
+			return err
+		},
+	}.Run(wctx)
+	switch {
+	case events.IsConflict(err):
+		release() // certainly not appended
+		return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", p.Name, err)
+	case err != nil:
 		// The event may have landed: the new source's claim stays (taken over at once if the
 		// policy turns out to keep its old source: claimHeld).
 		return nil, apierr.Internal(err)
+	case len(res.Events) == 0:
+		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: a.s.lifecycles.withStatus(res.State)}), nil
 	}
-	if moved {
+	if cur := res.State; sourceKey(p) != sourceKey(cur) {
 		a.releaseSource(sourceKey(cur), p.Name)
 	}
+	seq := res.Sequence
 	out, err := a.await(ctx, p.Name, seq)
 	if err != nil {
 		return nil, err
@@ -315,17 +322,20 @@ func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.R
 		return nil, err
 	}
 	policies := a.policies()
-	cur, err := policies.Current(req.Msg.Name, req.Msg.ExpectedRevision)
-	if err != nil {
-		return nil, err
-	}
-	_, err = a.s.store.Append(ctx, subjects.ImportPolicy(cur.Name), cur.Name, events.At(cur.Revision), &clusterv1.ImportPolicyDeleted{Name: cur.Name})
+	res, err := events.Command[*clusterv1.ImportPolicy]{
+		Store: a.s.store, Subject: subjects.ImportPolicy(req.Msg.Name), AggregateID: req.Msg.Name, MaxConflicts: -1,
+		Load: policies.Load(req.Msg.Name, req.Msg.ExpectedRevision),
+		Decide: func(cur *clusterv1.ImportPolicy) ([]proto.Message, error) {
+			return []proto.Message{&clusterv1.ImportPolicyDeleted{Name: cur.Name}}, nil
+		},
+	}.Run(ctx)
 	if events.IsConflict(err) {
-		return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", cur.Name, err)
+		return nil, apierr.Aborted("import policy %q changed meanwhile, read it again: %w", req.Msg.Name, err)
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}
+	cur := res.State
 	a.releaseSource(sourceKey(cur), cur.Name)
 	if err := policies.AwaitPast(ctx, cur.Name, cur.Revision); err != nil {
 		return nil, err
