@@ -33,6 +33,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
 )
 
@@ -65,6 +66,14 @@ type simCluster struct {
 	rbDeleted      atomic.Int64
 	nsApplied      atomic.Int64
 
+	// placementNS is the namespace following the placement scenario's placement; pnsApplied
+	// and pnsDeleted are the UnixNano of its first apply and delete since the last reset, and
+	// labelledAt that of the last UpdateCluster call changing the cluster's label.
+	placementNS atomic.Pointer[string]
+	pnsApplied  atomic.Int64
+	pnsDeleted  atomic.Int64
+	labelledAt  atomic.Int64
+
 	// misbehaviour is how this cluster misbehaves (misbehave.go), "" for a well-behaved one;
 	// refused counts the permission violations NATS reported to its connection.
 	misbehaviour string
@@ -80,6 +89,11 @@ func (c *simCluster) resetTimes() {
 	c.rbApplied.Store(0)
 	c.rbDeleted.Store(0)
 	c.nsApplied.Store(0)
+}
+
+func (c *simCluster) resetPlacementTimes() {
+	c.pnsApplied.Store(0)
+	c.pnsDeleted.Store(0)
 }
 
 // holdsRoleBinding reports whether the fake cluster holds any RoleBinding in ns.
@@ -291,10 +305,18 @@ func (c *simCluster) deleteReactor(action k8stesting.Action) (bool, runtime.Obje
 			return true, nil, err
 		}
 	}
+	if gvr == namespacesGVR && c.placementWatched(da.GetName()) {
+		c.pnsDeleted.CompareAndSwap(0, time.Now().UnixNano())
+	}
 	if gvr == roleBindingsGVR && c.watched(da.GetNamespace()) {
 		c.rbDeleted.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	return true, nil, nil
+}
+
+func (c *simCluster) placementWatched(ns string) bool {
+	w := c.placementNS.Load()
+	return w != nil && *w == ns
 }
 
 func (c *simCluster) watched(ns string) bool {
@@ -306,6 +328,9 @@ func (c *simCluster) watched(ns string) bool {
 // the watched namespace, or of the watched namespace itself.
 func (c *simCluster) noteApplied(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
 	now := time.Now().UnixNano()
+	if gvr == namespacesGVR && c.placementWatched(obj.GetName()) {
+		c.pnsApplied.CompareAndSwap(0, now)
+	}
 	switch {
 	case gvr == roleBindingsGVR && c.watched(obj.GetNamespace()) && bindsSubject(obj, simSubject):
 		c.rbApplied.CompareAndSwap(0, now)
@@ -368,11 +393,21 @@ func (c *simCluster) start(ctx context.Context, natsURL, token string, o options
 	if c.misbehaviour == misFlood {
 		heartbeat /= 10
 	}
-	a, err := member.NewWithClients(member.Config{
+	var agentJS jetstream.JetStream = js
+	if c.misbehaviour == misNoAck {
+		agentJS = silentStatusJS{js}
+	}
+	cfg := member.Config{
 		ClusterName:       c.name,
 		HeartbeatInterval: heartbeat,
 		Version:           "fleetsim",
-	}, js, kube, c.dyn, log)
+	}
+	if o.has("endpoints") {
+		// As the in-cluster agent with --endpointslices=all; without the scenario no informer
+		// on EndpointSlices, so the other scenarios cost what they did.
+		cfg.EndpointSlices = &endpointslices.Filter{Kind: "all"}
+	}
+	a, err := member.NewWithClients(cfg, agentJS, kube, c.dyn, log)
 	if err != nil {
 		nc.Close()
 		return err

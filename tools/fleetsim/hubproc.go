@@ -26,6 +26,8 @@ type childHub struct {
 	dir     string
 	apiURL  string
 	natsURL string
+	// xdsAddr is where the hub serves xDS (host:port).
+	xdsAddr string
 	// pprofURL serves the hub's /debug/pprof/ ("" unless asked for).
 	pprofURL string
 	// exited receives why fleetd stopped when nobody asked it to.
@@ -46,14 +48,16 @@ func startChildHub(ctx context.Context, path, token string, pprof bool) (*childH
 	if err := os.WriteFile(tokens, []byte(token+",admin\n"), 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
 	api, nats := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	h := &childHub{path: path, dir: dir, apiURL: "http://" + api, natsURL: "nats://" + nats, exited: make(chan error, 1),
+	// Its own xDS port too: fleetd's default (18000) is shared by every hub on the machine.
+	xds := fmt.Sprintf("127.0.0.1:%d", ports[3])
+	h := &childHub{path: path, dir: dir, apiURL: "http://" + api, natsURL: "nats://" + nats, xdsAddr: xds, exited: make(chan error, 1),
 		args: []string{"--data-dir", filepath.Join(dir, "data"), "--listen", api,
-			"--nats-listen", nats, "--token-file", tokens, "--platform-admins", "admin", "--log-level", "error"}}
+			"--nats-listen", nats, "--xds-listen", xds, "--token-file", tokens, "--platform-admins", "admin", "--log-level", "error"}}
 	if pprof {
 		addr := fmt.Sprintf("127.0.0.1:%d", ports[2])
 		h.args, h.pprofURL = append(h.args, "--pprof-listen", addr), "http://"+addr

@@ -46,6 +46,8 @@ type options struct {
 	idle       time.Duration
 	profile    string
 	misbehave  map[string]int
+	services   int
+	results    string
 }
 
 func main() {
@@ -66,7 +68,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.namespaces, "namespaces", 5, "namespaces each simulated cluster holds (besides default and kube-system)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 5*time.Second, "heartbeat interval of every simulated agent")
 	fs.Float64Var(&o.ramp, "ramp", 100, "clusters registered and connected per second; 0 for as fast as the hub answers")
-	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, storm, steady (grant and steady need join; storm needs grant and -fleetd)")
+	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, storm, placement, endpoints, steady (all but join need join; storm needs grant and -fleetd)")
+	fs.IntVar(&o.services, "services", 5, "endpoints scenario: services (one EndpointSlice each) every cluster reports")
+	fs.StringVar(&o.results, "results", "", "append one JSON line of this run's figures to this file (what tools/fleetsim/plot reads)")
 	fs.IntVar(&o.rounds, "rounds", 3, "grant scenario: rounds of grant then revoke")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long one phase (all Connected, all applied) may take before what is missing is reported lost")
 	fs.BoolVar(&o.embedded, "embedded", true, "start fleetd in this process (embedded NATS, temporary data directory)")
@@ -76,7 +80,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the hub and the simulated agents: debug, info, warn or error")
 	fs.StringVar(&o.fleetd, "fleetd", "", "run this fleetd binary as a child process (instead of in process), so the hub's CPU and memory are measured apart from the simulator")
 	fs.DurationVar(&o.idle, "idle", 30*time.Second, "steady scenario: how long the idle fleet is measured")
-	fs.StringVar(&misbehave, "misbehave", "", "extra misbehaving clusters, kind=N comma separated: reconnect (every second), flood (heartbeats 10x as often), inventory (30,000 namespaces), foreign (publishes and subscribes on another cluster's subjects); not timed, checked to converge")
+	fs.StringVar(&misbehave, "misbehave", "", "extra misbehaving clusters, kind=N comma separated: reconnect (every second), flood (heartbeats 10x as often), inventory (30,000 namespaces), foreign (publishes and subscribes on another cluster's subjects), noack (never writes an applied status); not timed, checked to converge and to show on the hub")
 	fs.StringVar(&o.profile, "hub-profile", "", "with -fleetd: save a CPU profile of the hub over the steady scenario's idle window to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -87,10 +91,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	for _, s := range strings.Split(scenarios, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "join", "grant", "storm", "steady":
+		case "join", "grant", "storm", "placement", "endpoints", "steady":
 			o.scenarios = append(o.scenarios, s)
 		default:
-			return o, fmt.Errorf("-scenario: unknown scenario %q (join, grant, storm, steady)", s)
+			return o, fmt.Errorf("-scenario: unknown scenario %q (join, grant, storm, placement, endpoints, steady)", s)
 		}
 	}
 	switch {
@@ -106,6 +110,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-idle: must be positive")
 	case o.profile != "" && (o.fleetd == "" || !o.has("steady")):
 		return o, errors.New("-hub-profile needs -fleetd and the steady scenario")
+	case o.services < 1 || o.services > 60_000:
+		return o, errors.New("-services: 1 to 60,000")
 	case o.rounds < 1:
 		return o, errors.New("-rounds: at least 1")
 	case !o.embedded && (o.apiURL == "" || o.natsURL == "" || o.tokenFile == ""):
@@ -116,6 +122,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if (o.has("grant") || o.has("steady")) && !o.has("join") {
 		return o, errors.New("-scenario: grant and steady need join (the clusters they run on)")
+	}
+	if (o.has("placement") || o.has("endpoints")) && !o.has("join") {
+		return o, errors.New("-scenario: placement and endpoints need join (the clusters they run on)")
 	}
 	return o, nil
 }
@@ -142,6 +151,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if jerr := enc.Encode(res); jerr != nil && err == nil {
 			err = jerr
 		}
+		if o.results != "" {
+			if rerr := appendResult(o.results, res); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
 	}
 	return err
+}
+
+// appendResult appends res as one JSON line to path: runs at several sizes collect in one file
+// for tools/fleetsim/plot.
+func appendResult(path string, res *Result) error {
+	line, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("-results: %w", err)
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("-results: %w", err)
+	}
+	return f.Close()
 }

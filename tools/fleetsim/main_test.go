@@ -20,8 +20,8 @@ import (
 
 // The simulator end to end at 20 clusters against an in-process fleetd: every cluster
 // registered and Connected, and in a grant round every cluster's agent applied the RoleBinding
-// and removed it again on revoke, while four more clusters misbehave (one of each kind). Nothing
-// may be lost.
+// and removed it again on revoke, while five more clusters misbehave (one of each kind). Nothing
+// may be lost, and each misbehaving cluster must show on the hub.
 func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts fleetd and 20 simulated agents")
@@ -32,7 +32,7 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"-clusters", "20", "-namespaces", "3", "-heartbeat", "1s", "-ramp", "0",
 		"-rounds", "1", "-timeout", "60s", "-log-level", "error", "-scenario", "join,grant,steady", "-idle", "1s",
-		"-misbehave", "reconnect=1,flood=1,inventory=1,foreign=1"}, &stdout, &stderr)
+		"-misbehave", "reconnect=1,flood=1,inventory=1,foreign=1,noack=1"}, &stdout, &stderr)
 	t.Log(stderr.String())
 	if err != nil {
 		t.Fatal(err)
@@ -45,19 +45,22 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 		t.Fatalf("lost: %v", res.Lost)
 	}
 	// Join counts the misbehaving clusters too; grant times the well-behaved only.
-	if res.Join == nil || res.Join.Register.N != n+4 || res.Join.Connected.N != n+4 || res.Join.AllConnectedMS <= 0 {
+	if res.Join == nil || res.Join.Register.N != n+5 || res.Join.Connected.N != n+5 || res.Join.AllConnectedMS <= 0 {
 		t.Fatalf("join: not every cluster registered and Connected: %+v", res.Join)
 	}
 	if res.Grant == nil || len(res.Grant.Rounds) != 1 || res.Grant.Measured != n || res.Grant.Grant.N != n || res.Grant.Revoke.N != n {
 		t.Fatalf("grant: not every cluster applied and removed the RoleBinding: %+v", res.Grant)
 	}
 	// The misbehaving clusters converged anyway, and what they tried shows: the foreign one
-	// was refused by NATS, the flooding one stands out on /metrics (else they are in Lost).
-	if len(res.Misbehaving) != 4 {
+	// was refused by NATS, the flooding one stands out on /metrics, the huge inventory is on
+	// the cluster, and the silent one's binding is not shown applied (else they are in Lost).
+	if len(res.Misbehaving) != 5 {
 		t.Fatalf("misbehaving: %+v", res.Misbehaving)
 	}
 	for _, m := range res.Misbehaving {
-		if m.Converged != 1 || (m.Kind == misForeign && m.Refused == 0) || (m.Kind == misFlood && m.HeartbeatRatio < 2) {
+		if m.Converged != 1 || (m.Kind == misForeign && m.Refused == 0) || (m.Kind == misFlood && m.HeartbeatRatio < 2) ||
+			(m.Kind == misInventory && m.NamespaceCount < bigInventory && !m.OutOfLimits) ||
+			(m.Kind == misNoAck && !strings.HasPrefix(m.BindingPhase, "PENDING")) {
 			t.Fatalf("misbehaving %s: %+v", m.Kind, m)
 		}
 	}
@@ -67,6 +70,50 @@ func TestTwentyClustersJoinAndGrant(t *testing.T) {
 	// Below minP99Samples there is no p99, only the maximum, and the table says so.
 	if res.Grant.Grant.P99 != nil || !strings.Contains(stderr.String(), "max of 20") {
 		t.Fatalf("a p99 of %d samples was reported: %+v", n, res.Grant.Grant)
+	}
+}
+
+// A namespace follows a placement that selects clusters by a label: when every cluster's label
+// flips, the clusters that left the decision delete it (unbind policy DELETE) and those that
+// joined apply it; and EndpointSlices reported by every agent are served by GetServiceEndpoints
+// and reach an xDS client after an update. The results line is what the plot reads.
+func TestPlacementAndEndpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetd and 10 simulated agents")
+	}
+	const n = 10
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	results := filepath.Join(t.TempDir(), "results.jsonl")
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-clusters", "10", "-namespaces", "2", "-heartbeat", "1s", "-ramp", "0",
+		"-rounds", "2", "-timeout", "45s", "-log-level", "error", "-scenario", "join,placement,endpoints", "-services", "3",
+		"-results", results}, &stdout, &stderr)
+	t.Log(stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Lost) > 0 {
+		t.Fatalf("lost: %v", res.Lost)
+	}
+	// Two rounds, half the fleet joining and half leaving in each.
+	if p := res.Placement; p == nil || len(p.Rounds) != 2 || p.Measured != n || p.Selected.N != n || p.Deselected.N != n || p.BindAllAppliedMS <= 0 {
+		t.Fatalf("placement: %+v", res.Placement)
+	}
+	if e := res.Endpoints; e == nil || len(e.Rounds) != 2 || e.Served.N != 2*n || e.XDS.N != 2*n || e.LoadAllServedMS <= 0 {
+		t.Fatalf("endpoints: %+v", res.Endpoints)
+	}
+	b, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line Result
+	if err := json.Unmarshal(b, &line); err != nil || line.Clusters != n || line.Placement == nil {
+		t.Fatalf("results line: %v %s", err, b)
 	}
 }
 
@@ -82,6 +129,8 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 		{[]string{"-scenario", "join,grant,storm"}, "storm needs grant"},
 		{[]string{"-scenario", "join,storm", "-fleetd", "bin/fleetd"}, "storm needs grant"},
 		{[]string{"-idle", "0s"}, "-idle"},
+		{[]string{"-scenario", "placement"}, "placement and endpoints need join"},
+		{[]string{"-services", "0"}, "-services"},
 		{[]string{"-misbehave", "flood"}, "not kind=N"},
 		{[]string{"-misbehave", "flood=0"}, "not kind=N"},
 		{[]string{"-misbehave", "sleepy=1"}, `unknown kind "sleepy"`},

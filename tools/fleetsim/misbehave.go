@@ -10,10 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 )
 
 // Ways a simulated cluster can misbehave (-misbehave kind=N,…) while the rest of the fleet is
@@ -30,12 +35,22 @@ const (
 	// misForeign: besides running normally, the agent publishes a heartbeat on another
 	// cluster's subject and subscribes to another cluster's desired state, every second.
 	misForeign = "foreign"
+	// misNoAck: the agent never acknowledges anything. In our protocol the only
+	// acknowledgements an agent gives are its `applied` statuses (bucket applied): the
+	// desired-state feed (pkg/kvfeed) is core NATS and its replays use ordered consumers, so
+	// neither has an ack to withhold. This agent applies what it is given but never writes a
+	// status: every write to the applied bucket is dropped as if it never happened. The hub
+	// must show its namespace binding as not applied (Pending, waiting for the agent) while
+	// the rest of the fleet goes on.
+	misNoAck = "noack"
 )
 
 // bigInventory is the namespace count of a misInventory cluster.
 const bigInventory = 30_000
 
-func misbehaviours() []string { return []string{misFlood, misForeign, misInventory, misReconnect} }
+func misbehaviours() []string {
+	return []string{misFlood, misForeign, misInventory, misNoAck, misReconnect}
+}
 
 // parseMisbehave reads "kind=N,kind=N".
 func parseMisbehave(s string) (map[string]int, error) {
@@ -79,6 +94,14 @@ type MisbehaviourResult struct {
 	// (fleet_cluster_agent_heartbeats_total on /metrics) over a well-behaved cluster's: how
 	// the flood shows.
 	HeartbeatRatio float64 `json:"heartbeat_ratio,omitempty"`
+	// NamespaceCount is, for misInventory, the namespaces the hub shows for the cluster
+	// (GetCluster's status.namespace_count), and OutOfLimits whether it shows the cluster's
+	// AgentWithinLimits=False: a huge inventory is visible one way or the other.
+	NamespaceCount int32 `json:"namespace_count,omitempty"`
+	OutOfLimits    bool  `json:"out_of_limits,omitempty"`
+	// BindingPhase is, for misNoAck, the phase the hub shows for the cluster's namespace
+	// binding (with its reason): not Available, since the agent never said it applied it.
+	BindingPhase string `json:"binding_phase,omitempty"`
 }
 
 // misbehave starts c's misbehaviour once its agent runs; it stops with ctx.
@@ -125,7 +148,10 @@ func (c *simCluster) permissionErrorHandler() nats.Option {
 // fleet holds (ns bound; a RoleBinding held exactly when wantRoleBinding), waiting up to
 // timeout, and what was refused; a cluster that never converges, or a foreign one that was
 // never refused, is lost.
-func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluster, ns string, wantRoleBinding bool, timeout, heartbeatWindow time.Duration, res *Result) {
+// A huge inventory must show on the cluster (its namespace count, or AgentWithinLimits=False),
+// and an agent that never acknowledges must show as such: its namespace binding not Available
+// while a well-behaved cluster's is.
+func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluster, project, ns string, wantRoleBinding bool, timeout, heartbeatWindow time.Duration, res *Result) {
 	byKind := map[string]*MisbehaviourResult{}
 	deadline := time.Now().Add(timeout)
 	for _, c := range bad {
@@ -159,6 +185,44 @@ func checkMisbehaving(ctx context.Context, h *hub, good string, bad []*simCluste
 				res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s's flood not visible on /metrics (ratio %.1f, %v)", c.misbehaviour, c.name, ratio, err))
 			}
 			r.HeartbeatRatio = ratio
+		}
+		if c.misbehaviour == misInventory {
+			var err error
+			for {
+				r.NamespaceCount, r.OutOfLimits, err = inventoryShown(ctx, h, c.name)
+				if (err == nil && (r.NamespaceCount >= bigInventory || r.OutOfLimits)) || time.Now().After(deadline) || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if r.NamespaceCount < bigInventory && !r.OutOfLimits {
+				res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s's %d namespaces not visible on the hub (namespace count %d, not out of limits, %v)",
+					c.misbehaviour, c.name, bigInventory, r.NamespaceCount, err))
+			}
+		}
+		if c.misbehaviour == misNoAck {
+			// The good cluster's binding Available first: the hub's view has caught up, so the
+			// silent one's Pending is its silence, not the view's lag.
+			var goodPhase, phase projectv1.BindingPhase
+			var reason string
+			var err error
+			for {
+				goodPhase, _, err = bindingPhase(ctx, h, project, good, ns)
+				if err == nil && goodPhase == projectv1.BindingPhase_BINDING_PHASE_AVAILABLE {
+					phase, reason, err = bindingPhase(ctx, h, project, c.name, ns)
+				}
+				if (err == nil && goodPhase == projectv1.BindingPhase_BINDING_PHASE_AVAILABLE) || time.Now().After(deadline) || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			r.BindingPhase = strings.TrimPrefix(phase.String(), "BINDING_PHASE_") + " (" + reason + ")"
+			switch {
+			case err != nil || goodPhase != projectv1.BindingPhase_BINDING_PHASE_AVAILABLE:
+				res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): the well-behaved %s's binding never Available (%s, %v)", c.misbehaviour, good, goodPhase, err))
+			case phase == projectv1.BindingPhase_BINDING_PHASE_AVAILABLE:
+				res.Lost = append(res.Lost, fmt.Sprintf("misbehaving (%s): %s never acknowledged, yet the hub shows its binding Available", c.misbehaviour, c.name))
+			}
 		}
 		if c.misbehaviour == misForeign {
 			for c.refused.Load() == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -225,4 +289,50 @@ func heartbeatCounts(ctx context.Context, apiURL string) (map[string]float64, er
 		}
 	}
 	return counts, sc.Err()
+}
+
+// silentStatusJS is the JetStream handle of a misNoAck agent: everything as usual, except that
+// what the agent writes into the applied bucket (its acknowledgements) never arrives.
+type silentStatusJS struct{ jetstream.JetStream }
+
+func (j silentStatusJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := j.JetStream.KeyValue(ctx, bucket)
+	if err != nil || bucket != subjects.AppliedBucket {
+		return kv, err
+	}
+	return silentKV{kv}, nil
+}
+
+// silentKV swallows writes: the agent believes them done (so it does not retry), the hub never
+// sees them.
+type silentKV struct{ jetstream.KeyValue }
+
+func (silentKV) Put(context.Context, string, []byte) (uint64, error) { return 0, nil }
+
+func (silentKV) Delete(context.Context, string, ...jetstream.KVDeleteOpt) error { return nil }
+
+// bindingPhase returns the phase the hub shows for project's binding of ns on cluster.
+func bindingPhase(ctx context.Context, h *hub, project, cluster, ns string) (projectv1.BindingPhase, string, error) {
+	resp, err := h.projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: cluster}))
+	if err != nil {
+		return 0, "", err
+	}
+	for _, b := range resp.Msg.GetBindings() {
+		if b.GetNamespace() == ns {
+			return b.GetPhase(), b.GetReason(), nil
+		}
+	}
+	return 0, "", fmt.Errorf("no binding of %s on %s", ns, cluster)
+}
+
+// inventoryShown returns the namespace count the hub shows for cluster and whether it reports
+// the agent out of its limits (AgentWithinLimits=False): either way a huge inventory is seen.
+func inventoryShown(ctx context.Context, h *hub, cluster string) (int32, bool, error) {
+	resp, err := h.clusters.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: cluster}))
+	if err != nil {
+		return 0, false, err
+	}
+	cl := resp.Msg.GetCluster()
+	cond := clusterimport.Condition(cl, subjects.ConditionAgentWithinLimits)
+	return cl.GetStatus().GetNamespaceCount(), cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_FALSE, nil
 }

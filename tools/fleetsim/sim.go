@@ -21,6 +21,8 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -37,15 +39,19 @@ const apiWorkers = 8
 
 // Result is what fleetsim prints. Durations are in milliseconds.
 type Result struct {
-	Hub                  string        `json:"hub"`
-	Clusters             int           `json:"clusters"`
-	NamespacesPerCluster int           `json:"namespaces_per_cluster"`
-	HeartbeatMS          float64       `json:"heartbeat_ms"`
-	Ramp                 float64       `json:"ramp_per_second"`
-	Join                 *JoinResult   `json:"join,omitempty"`
-	Grant                *GrantResult  `json:"grant,omitempty"`
-	Steady               *SteadyResult `json:"steady,omitempty"`
-	Storm                *StormResult  `json:"storm,omitempty"`
+	// Started is when the run began (UTC, RFC 3339).
+	Started              string           `json:"started"`
+	Hub                  string           `json:"hub"`
+	Clusters             int              `json:"clusters"`
+	NamespacesPerCluster int              `json:"namespaces_per_cluster"`
+	HeartbeatMS          float64          `json:"heartbeat_ms"`
+	Ramp                 float64          `json:"ramp_per_second"`
+	Join                 *JoinResult      `json:"join,omitempty"`
+	Grant                *GrantResult     `json:"grant,omitempty"`
+	Steady               *SteadyResult    `json:"steady,omitempty"`
+	Storm                *StormResult     `json:"storm,omitempty"`
+	Placement            *PlacementResult `json:"placement,omitempty"`
+	Endpoints            *EndpointsResult `json:"endpoints,omitempty"`
 	// Misbehaving is what became of the -misbehave clusters, per kind.
 	Misbehaving []MisbehaviourResult `json:"misbehaving,omitempty"`
 	// JetStream consumers after the scenarios (embedded hub only): in total, and on the stream
@@ -103,13 +109,19 @@ type GrantRound struct {
 }
 
 type hub struct {
-	name     string
-	apiURL   string
-	natsURL  string
-	clusters clusterv1connect.ClusterServiceClient
-	projects projectv1connect.ProjectServiceClient
-	rbac     rbacv1connect.RBACServiceClient
-	inst     *fleetd.Instance
+	name       string
+	apiURL     string
+	natsURL    string
+	clusters   clusterv1connect.ClusterServiceClient
+	projects   projectv1connect.ProjectServiceClient
+	rbac       rbacv1connect.RBACServiceClient
+	sets       placementv1connect.ClusterSetServiceClient
+	placements placementv1connect.PlacementServiceClient
+	endpoints  endpointv1connect.EndpointServiceClient
+	// xdsAddr is the hub's xDS server (host:port), "" when it serves none.
+	xdsAddr string
+	token   string
+	inst    *fleetd.Instance
 	// child is the hub when it runs as a child process (-fleetd).
 	child *childHub
 	stop  func()
@@ -129,6 +141,7 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 		}
 		h.stop, h.stopped, h.child = child.stop, child.exited, child
 		h.name = "fleetd as a child process (embedded NATS)"
+		h.xdsAddr = child.xdsAddr
 		apiURL, natsURL, token = child.apiURL, child.natsURL, embeddedToken
 	} else if o.embedded {
 		dir, err := os.MkdirTemp("", "fleetsim-")
@@ -144,6 +157,7 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 			DataDir:    filepath.Join(dir, "data"),
 			Server:     server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
 			NATSListen: "127.0.0.1:0",
+			XDSListen:  "127.0.0.1:0",
 			Authz:      authz.Config{PlatformAdmins: []string{"admin"}},
 		}, log.Named("fleetd"))
 		if err != nil {
@@ -161,7 +175,7 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 			h.stop()
 			return nil, ctx.Err()
 		}
-		h.inst, h.name = inst, "embedded fleetd (embedded NATS)"
+		h.inst, h.name, h.xdsAddr = inst, "embedded fleetd (embedded NATS)", inst.XDSAddr
 		h.stopped = make(chan error, 1)
 		go func() { h.stopped <- inst.Wait() }()
 		apiURL, natsURL, token = "http://"+inst.Addr, inst.NATS.ClientURL(), embeddedToken
@@ -183,6 +197,10 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 	h.clusters = clusterv1connect.NewClusterServiceClient(hc, apiURL)
 	h.projects = projectv1connect.NewProjectServiceClient(hc, apiURL)
 	h.rbac = rbacv1connect.NewRBACServiceClient(hc, apiURL)
+	h.sets = placementv1connect.NewClusterSetServiceClient(hc, apiURL)
+	h.placements = placementv1connect.NewPlacementServiceClient(hc, apiURL)
+	h.endpoints = endpointv1connect.NewEndpointServiceClient(hc, apiURL)
+	h.token = token
 	return h, nil
 }
 
@@ -215,7 +233,7 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 		}
 	}()
 
-	res := &Result{Hub: h.name, Clusters: o.clusters, NamespacesPerCluster: o.namespaces,
+	res := &Result{Started: time.Now().UTC().Format(time.RFC3339), Hub: h.name, Clusters: o.clusters, NamespacesPerCluster: o.namespaces,
 		HeartbeatMS: ms(o.heartbeat), Ramp: o.ramp}
 	// Names unique per run, so runs against one long-lived hub do not collide.
 	run := randomID()
@@ -252,6 +270,12 @@ func simulate(ctx context.Context, o options) (*Result, error) {
 	}
 	if err == nil && o.has("storm") {
 		err = stormScenario(agentsCtx, o, h, clusters, "fleetsim-"+run, res)
+	}
+	if err == nil && o.has("placement") {
+		err = placementScenario(agentsCtx, o, h, clusters, run, res)
+	}
+	if err == nil && o.has("endpoints") {
+		err = endpointsScenario(agentsCtx, o, h, clusters, run, res)
 	}
 	if err == nil && o.has("steady") {
 		err = steadyScenario(agentsCtx, o, h, res)
@@ -394,7 +418,7 @@ func grantScenario(ctx context.Context, o options, h *hub, clusters, bad []*simC
 	if len(bad) > 0 {
 		// After the last round the grant is revoked: no RoleBinding anywhere.
 		// Over three of a well-behaved agent's heartbeat intervals, a flooding one sends 30.
-		defer checkMisbehaving(ctx, h, clusters[0].name, bad, ns, false, time.Minute, 3*o.heartbeat, res)
+		defer checkMisbehaving(ctx, h, clusters[0].name, bad, project, ns, false, time.Minute, 3*o.heartbeat, res)
 	}
 	// A cluster lost in one phase is listed and left out of the next ones, so the rest of the
 	// fleet is still measured (and what breaks first at a size is seen, not only that it broke).

@@ -73,6 +73,18 @@ func writeTable(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "storm: hub stopped → agent reconnected\t%.0f ms\t%s\t%.0f ms until all reconnected\n", st.Reconnected.P50, st.Reconnected.tail(), st.AllReconnectedMS)
 		fmt.Fprintf(tw, "storm: grant after it → applied\t%.1f ms\t%s\t%d shown not Connected\n", st.GrantAfter.P50, st.GrantAfter.tail(), st.NotConnected)
 	}
+	if p := r.Placement; p != nil {
+		fmt.Fprintf(tw, "placement: namespace bound → applied on every decided cluster\t\t\t%.0f ms\n", p.BindAllAppliedMS)
+		fmt.Fprintf(tw, "placement: label change → namespace applied (%d rounds, %d clusters)\t%.1f ms\t%s\t\n", len(p.Rounds), p.Measured, p.Selected.P50, p.Selected.tail())
+		fmt.Fprintf(tw, "placement: label change → namespace removed\t%.1f ms\t%s\t\n", p.Deselected.P50, p.Deselected.tail())
+	}
+	if e := r.Endpoints; e != nil {
+		fmt.Fprintf(tw, "endpoints: %d services per cluster reported → all served\t\t\t%.0f ms\n", e.Services, e.LoadAllServedMS)
+		fmt.Fprintf(tw, "endpoints: slice updated → served by GetServiceEndpoints (%d rounds)\t%.1f ms\t%s\t\n", len(e.Rounds), e.Served.P50, e.Served.tail())
+		if e.XDS.N > 0 {
+			fmt.Fprintf(tw, "endpoints: slice updated → received by an xDS client\t%.1f ms\t%s\t\n", e.XDS.P50, e.XDS.tail())
+		}
+	}
 	if st := r.Steady; st != nil {
 		sim := ""
 		if st.SimCPUPercent > 0 {
@@ -87,6 +99,12 @@ func writeTable(w io.Writer, r *Result) {
 		}
 		if m.Kind == misFlood {
 			refused = fmt.Sprintf(", %.1fx a well-behaved cluster's heartbeats on /metrics", m.HeartbeatRatio)
+		}
+		if m.Kind == misInventory {
+			refused = fmt.Sprintf(", hub shows %d namespaces (out of limits: %t)", m.NamespaceCount, m.OutOfLimits)
+		}
+		if m.Kind == misNoAck {
+			refused = ", hub shows its binding " + m.BindingPhase
 		}
 		fmt.Fprintf(tw, "misbehaving: %s\t\t\t%d of %d converged%s\n", m.Kind, m.Converged, m.Clusters, refused)
 	}
