@@ -138,19 +138,26 @@ bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
 		| grep -v -e '^?' -e '^PASS$$' | tee $(BIN)/bench.txt
 	@echo "(saved to bin/bench.txt; compare runs with benchstat)"
 
-# `make scale`: the fleet simulator (tools/fleetsim) against an in-process fleetd, once per size.
-SIZES        ?= 20 100
-SCALE_ROUNDS ?= 3
-SCALE_IDLE   ?= 30s
-SCALE_ARGS   ?=
+# `make scale`: the fleet simulator (tools/fleetsim) against fleetd as a child process, once per
+# size; each size's figures are appended as one JSON line to bin/scale-results.jsonl (delete it
+# to start over) and drawn against N into bin/scale.svg (tools/fleetsim/plot).
+SIZES           ?= 20 100
+SCALE_ROUNDS    ?= 3
+SCALE_IDLE      ?= 30s
+SCALE_SERVICES  ?= 1000
+SCALE_SCENARIOS ?= join,grant,storm,placement,endpoints,steady
+SCALE_ARGS      ?=
 
 .PHONY: scale
-scale: build ## the fleet simulator against fleetd (a child process), once per size: join, grant → applied on every cluster, a hub restart under the fleet, an idle fleet's hub CPU and RSS (SIZES="100 1000" SCALE_ROUNDS=3 SCALE_IDLE=30s SCALE_ARGS=...)
+scale: build ## the fleet simulator against fleetd (a child process), once per size: join, grant → applied on every cluster, a hub restart under the fleet, a namespace following a placement, EndpointSlices → served, an idle fleet's hub CPU and RSS; plotted into bin/scale.svg (SIZES="100 1000" SCALE_ROUNDS=3 SCALE_IDLE=30s SCALE_SERVICES=1000 SCALE_SCENARIOS=... SCALE_ARGS=...)
 	$(GO) build -o $(BIN)/fleetsim ./tools/fleetsim
 	@for n in $(SIZES); do \
-		echo "==> fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd bin/fleetd -scenario join,grant,storm,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) (JSON in bin/scale-$$n.json)"; \
-		$(BIN)/fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd $(BIN)/fleetd -scenario join,grant,storm,steady -idle $(SCALE_IDLE) $(SCALE_ARGS) > $(BIN)/scale-$$n.json || exit 1; \
+		echo "==> fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd bin/fleetd -scenario $(SCALE_SCENARIOS) -services $(SCALE_SERVICES) -idle $(SCALE_IDLE) $(SCALE_ARGS) (JSON in bin/scale-$$n.json)"; \
+		$(BIN)/fleetsim -clusters $$n -rounds $(SCALE_ROUNDS) -fleetd $(BIN)/fleetd -scenario $(SCALE_SCENARIOS) -services $(SCALE_SERVICES) -idle $(SCALE_IDLE) \
+			-results $(BIN)/scale-results.jsonl $(SCALE_ARGS) > $(BIN)/scale-$$n.json || exit 1; \
 	done
+	$(GO) run ./tools/fleetsim/plot -o $(BIN)/scale.svg $(BIN)/scale-results.jsonl
+	@echo "==> figures against N: bin/scale.svg (from bin/scale-results.jsonl)"
 
 ##@ Code generation and lint
 

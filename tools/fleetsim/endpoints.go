@@ -38,7 +38,10 @@ type EndpointsResult struct {
 	Served Dist `json:"served"`
 	// XDS is the same until an xDS client (ADS, state of the world) subscribed to the service's
 	// ClusterLoadAssignment received the new address; unset when the hub serves no xDS.
-	XDS      Dist             `json:"xds,omitzero"`
+	XDS Dist `json:"xds,omitzero"`
+	// Query is how long each GetServiceEndpoints call of the polling took: Served is stamped
+	// when a call returns, so it is exact to within one call.
+	Query    Dist             `json:"query"`
 	Measured int              `json:"measured_clusters"`
 	Rounds   []EndpointsRound `json:"rounds"`
 }
@@ -126,7 +129,7 @@ func endpointsScenario(ctx context.Context, o options, h *hub, clusters []*simCl
 		}
 		defer ads.close()
 	}
-	var served, viaXDS []time.Duration
+	var served, viaXDS, queries []time.Duration
 	for r := 1; r <= o.rounds; r++ {
 		j := (r - 1) % o.services
 		svc := serviceName(j)
@@ -140,10 +143,50 @@ func endpointsScenario(ctx context.Context, o options, h *hub, clusters []*simCl
 		}
 		updated := make([]time.Time, len(clusters))
 		servedAt := make([]time.Time, len(clusters))
+		var mu sync.Mutex
+		// The poller runs from before the first update, so a cluster updated early is not timed
+		// from when the last one was.
+		pollCtx, stopPoll := context.WithTimeout(ctx, o.timeout)
+		polled := make(chan error, 1)
+		go func() {
+			missing := len(clusters)
+			for missing > 0 && pollCtx.Err() == nil {
+				q0 := time.Now()
+				resp, err := h.endpoints.GetServiceEndpoints(pollCtx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{Namespace: ns, Name: svc}))
+				if err != nil {
+					if pollCtx.Err() != nil {
+						break
+					}
+					polled <- fmt.Errorf("endpoints: get %s/%s: %w", ns, svc, err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				queries = append(queries, now.Sub(q0))
+				for _, ce := range resp.Msg.GetClusters() {
+					i, ok := index[ce.GetClusterName()]
+					if !ok || !servedAt[i].IsZero() {
+						continue
+					}
+					for _, a := range ce.GetAddresses() {
+						if a.GetIp() == want[ce.GetClusterName()] {
+							servedAt[i] = now
+							missing--
+							break
+						}
+					}
+				}
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+			polled <- nil
+		}()
 		t0 := time.Now()
 		err := forEach(ctx, len(clusters), 0, func(i int) error {
 			c := clusters[i]
+			mu.Lock()
 			updated[i] = time.Now()
+			mu.Unlock()
 			_, err := c.kube.DiscoveryV1().EndpointSlices(ns).Update(ctx, endpointSlice(ns, c.name, j, endpointIP(i, r)), metav1.UpdateOptions{})
 			if err != nil {
 				return fmt.Errorf("endpoints: update slice of %s on %s: %w", svc, c.name, err)
@@ -151,31 +194,16 @@ func endpointsScenario(ctx context.Context, o options, h *hub, clusters []*simCl
 			return nil
 		})
 		if err != nil {
+			stopPoll()
+			<-polled
 			return err
 		}
-		missing := len(clusters)
-		deadline := time.Now().Add(o.timeout)
-		for missing > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-			resp, err := h.endpoints.GetServiceEndpoints(ctx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{Namespace: ns, Name: svc}))
-			if err != nil {
-				return fmt.Errorf("endpoints: get %s/%s: %w", ns, svc, err)
-			}
-			now := time.Now()
-			for _, ce := range resp.Msg.GetClusters() {
-				i, ok := index[ce.GetClusterName()]
-				if !ok || !servedAt[i].IsZero() {
-					continue
-				}
-				for _, a := range ce.GetAddresses() {
-					if a.GetIp() == want[ce.GetClusterName()] {
-						servedAt[i] = now
-						missing--
-						break
-					}
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
+		err = <-polled
+		stopPoll()
+		if err != nil {
+			return err
 		}
+		deadline := time.Now().Add(o.timeout)
 		round := EndpointsRound{}
 		var last time.Time
 		for i, at := range servedAt {
@@ -210,7 +238,7 @@ func endpointsScenario(ctx context.Context, o options, h *hub, clusters []*simCl
 		}
 		er.Rounds = append(er.Rounds, round)
 		er.Measured = len(clusters)
-		er.Served, er.XDS = newDist(served), newDist(viaXDS)
+		er.Served, er.XDS, er.Query = newDist(served), newDist(viaXDS), newDist(queries)
 	}
 	return nil
 }

@@ -138,10 +138,10 @@ func placementScenario(ctx context.Context, o options, h *hub, clusters []*simCl
 		joinedAt, lostJoin, joined = waitAll(ctx, out, o.timeout, func(c *simCluster) int64 { return c.pnsApplied.Load() })
 		leftAt, lostLeave, left = waitAll(ctx, in, o.timeout, func(c *simCluster) int64 { return c.pnsDeleted.Load() })
 		for _, c := range lostJoin {
-			res.Lost = append(res.Lost, fmt.Sprintf("placement round %d: %s selected but never applied namespace %s", r, c, ns))
+			res.Lost = append(res.Lost, fmt.Sprintf("placement round %d: %s selected but never applied namespace %s (%s)", r, c, ns, diagnose(ctx, h, project, c, ns)))
 		}
 		for _, c := range lostLeave {
-			res.Lost = append(res.Lost, fmt.Sprintf("placement round %d: %s deselected but never removed namespace %s", r, c, ns))
+			res.Lost = append(res.Lost, fmt.Sprintf("placement round %d: %s deselected but never removed namespace %s (%s)", r, c, ns, diagnose(ctx, h, project, c, ns)))
 		}
 		for i, c := range joined {
 			selected = append(selected, joinedAt[i].Sub(time.Unix(0, c.labelledAt.Load())))
@@ -165,6 +165,37 @@ func placementScenario(ctx context.Context, o options, h *hub, clusters []*simCl
 		pr.Selected, pr.Deselected = newDist(selected), newDist(deselected)
 	}
 	return nil
+}
+
+// diagnose says where a lost cluster's namespace stopped: whether the placement's decision
+// holds the cluster, and the hub's binding of the namespace there.
+func diagnose(ctx context.Context, h *hub, project, cluster, ns string) string {
+	decided := "not in the decision"
+	d, err := h.placements.GetPlacementDecisions(ctx, connect.NewRequest(&placementv1.GetPlacementDecisionsRequest{Project: project, Name: placementName}))
+	if err != nil {
+		decided = "decision: " + err.Error()
+	} else {
+		for _, g := range d.Msg.GetDecisions().GetGroups() {
+			for _, p := range g.GetPages() {
+				for _, c := range p.GetClusters() {
+					if c.GetClusterName() == cluster {
+						decided = "in the decision"
+					}
+				}
+			}
+		}
+	}
+	binding := "no binding"
+	b, err := h.projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: cluster}))
+	if err != nil {
+		binding = "bindings: " + err.Error()
+	}
+	for _, nb := range b.Msg.GetBindings() {
+		if nb.GetNamespace() == ns {
+			binding = fmt.Sprintf("binding %s %s: %s", nb.GetPhase(), nb.GetReason(), nb.GetMessage())
+		}
+	}
+	return decided + "; " + binding
 }
 
 // holdsNamespace reports whether the fake cluster holds namespace ns.
