@@ -7,7 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
-	"k8s.io/apimachinery/pkg/api/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
@@ -204,7 +204,7 @@ func (c *simCluster) holdsNamespace(ns string) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.IsNotFound(err):
+	case apierrors.IsNotFound(err):
 		return false, nil
 	}
 	return false, err
