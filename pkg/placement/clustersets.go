@@ -1,51 +1,62 @@
 package placement
 
-import "sort"
+import (
+	"math/bits"
+	"slices"
+)
 
 // availableClusters is where a round starts, before any filter: OCM's
 // GetValidManagedClusterSetBindings, GetEligibleClusterSets and
 // GetAvailableClusters. It returns the indexes of the members of the sets
 // bound to the project (and named by the placement, if it names any),
-// ascending, and what the PlacementSatisfied condition says of the sets.
-func (f *Fleet) availableClusters(p *Placement, st *PlacementState) ([]int, satisfaction) {
-	bound := map[string]bool{}
+// ascending, in sc's candidate buffer, and what the PlacementSatisfied
+// condition says of the sets.
+func (f *Fleet) availableClusters(p *Placement, st *PlacementState, sc *roundScratch) ([]int, satisfaction) {
+	// A project binds a handful of sets: a sorted, deduplicated slice is
+	// cheaper than a map per round.
+	bound := sc.bound[:0]
 	for _, s := range st.BoundClusterSets {
 		if _, ok := f.members[s]; ok {
-			bound[s] = true
+			bound = append(bound, s)
 		}
 	}
-	eligible := make([]string, 0, len(bound))
-	if len(p.ClusterSets) == 0 {
-		for s := range bound {
-			eligible = append(eligible, s)
-		}
-	} else {
-		seen := map[string]bool{}
+	slices.Sort(bound)
+	bound = slices.Compact(bound)
+	sc.bound = bound
+	eligible := bound
+	if len(p.ClusterSets) > 0 {
+		eligible = sc.eligible[:0]
 		for _, s := range p.ClusterSets {
-			if bound[s] && !seen[s] {
-				seen[s] = true
+			if _, ok := slices.BinarySearch(bound, s); ok {
 				eligible = append(eligible, s)
 			}
 		}
+		slices.Sort(eligible)
+		eligible = slices.Compact(eligible)
+		sc.eligible = eligible
 	}
-	sort.Strings(eligible)
-	// Sets overlap (a label-selector set and an exclusive one): mark, then
-	// list in index order, so the filters see each cluster once, in name order.
-	available := make([]bool, len(f.clusters))
-	n := 0
-	for _, s := range eligible {
-		for _, i := range f.members[s] {
-			if !available[i] {
-				available[i] = true
-				n++
+	// Sets overlap (a label-selector set and an exclusive one): OR their
+	// bits, then list in index order, so the filters see each cluster once,
+	// in name order.
+	out := sc.candidates[:0]
+	switch len(eligible) {
+	case 0:
+	case 1:
+		out = append(out, f.members[eligible[0]]...)
+	default:
+		words := sc.words
+		for _, s := range eligible {
+			for w, b := range f.memberBits[s] {
+				words[w] |= b
 			}
 		}
-	}
-	out := make([]int, 0, n)
-	for i, ok := range available {
-		if ok {
-			out = append(out, i)
+		for w, b := range words {
+			for b != 0 {
+				out = append(out, w*64+bits.TrailingZeros64(b))
+				b &= b - 1
+			}
+			words[w] = 0
 		}
 	}
-	return out, satisfaction{specSets: p.ClusterSets, eligible: eligible, bindings: len(bound), available: n}
+	return out, satisfaction{specSets: p.ClusterSets, eligible: eligible, bindings: len(bound), available: len(out)}
 }

@@ -2,9 +2,10 @@ package placement
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,27 +25,104 @@ func (m *misconfig) Error() string { return m.field + ": " + m.msg }
 // helpers.ClusterSelector). Decision groups have no CEL, as in OCM.
 type selector struct {
 	label labels.Selector
+	// claim is nil when the claim selector is empty (it matches every
+	// cluster): most placements select on labels only.
 	claim labels.Selector
 	cel   []*celProgram
 }
 
 // matches tests cluster i of f; the CEL expressions, the costly part, last.
-func (s selector) matches(f *Fleet, i int) bool {
-	c := &f.clusters[i]
-	return s.label.Matches(c.labelSet) && s.claim.Matches(c.claimSet) &&
+func (s *selector) matches(f *Fleet, i int) bool {
+	return s.label.Matches(f.labelSets[i]) && (s.claim == nil || s.claim.Matches(f.claimSets[i])) &&
 		(len(s.cel) == 0 || celMatches(s.cel, f, i))
 }
 
-func compileSelector(ls metav1.LabelSelector, cs ClaimSelector, field string) (selector, *misconfig) {
-	l, err := metav1.LabelSelectorAsSelector(&ls)
+// compileSelector compiles a label and a claim selector. field names the
+// selector in a misconfig; it is called only then, so a valid placement
+// formats no field paths.
+func compileSelector(ls *metav1.LabelSelector, cs *ClaimSelector, field func() string) (selector, *misconfig) {
+	l, err := labelSelector(ls)
 	if err != nil {
-		return selector{}, &misconfig{field: field + ".label_selector", msg: err.Error()}
+		return selector{}, &misconfig{field: field() + ".label_selector", msg: err.Error()}
 	}
-	c, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: cs.MatchExpressions})
+	s := selector{label: l}
+	if len(cs.MatchExpressions) > 0 {
+		if s.claim, err = labelSelector(&metav1.LabelSelector{MatchExpressions: cs.MatchExpressions}); err != nil {
+			return selector{}, &misconfig{field: field() + ".claim_selector", msg: err.Error()}
+		}
+	}
+	return s, nil
+}
+
+// selectorCacheSize bounds the selector memo; past it, it starts over.
+const selectorCacheSize = 4096
+
+// labelSelectors memoises metav1.LabelSelectorAsSelector by the selector's
+// content. The caller hands Schedule a placement built afresh each round,
+// and validating its keys and values (regular expressions, field paths) was
+// a tenth of a re-decision and half its allocations; the result depends on
+// the content only and is never modified (Matches reads it), so the memo
+// cannot change a decision. Only selectors that compile are kept: an
+// invalid one is reported afresh, with apimachinery's own message. Like
+// celPrograms it outlives fleets, which are rebuilt on every change.
+var labelSelectors = struct {
+	sync.Mutex
+	m map[string]labels.Selector
+}{m: map[string]labels.Selector{}}
+
+func labelSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if len(ls.MatchLabels)+len(ls.MatchExpressions) == 0 {
+		return labels.Everything(), nil
+	}
+	var kb [256]byte
+	key := appendSelectorKey(kb[:0], ls)
+	labelSelectors.Lock()
+	sel, ok := labelSelectors.m[string(key)]
+	labelSelectors.Unlock()
+	if ok {
+		return sel, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ls)
 	if err != nil {
-		return selector{}, &misconfig{field: field + ".claim_selector", msg: err.Error()}
+		return nil, err
 	}
-	return selector{label: l, claim: c}, nil
+	labelSelectors.Lock()
+	if len(labelSelectors.m) >= selectorCacheSize {
+		labelSelectors.m = map[string]labels.Selector{}
+	}
+	labelSelectors.m[string(key)] = sel
+	labelSelectors.Unlock()
+	return sel, nil
+}
+
+// appendSelectorKey appends an encoding of ls that two selectors share only
+// if they have the same match labels and the same expressions in the same
+// order: every string is length-prefixed, the labels sorted by key.
+func appendSelectorKey(b []byte, ls *metav1.LabelSelector) []byte {
+	var kb [8]string
+	keys := kb[:0]
+	for k := range ls.MatchLabels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = strconv.AppendInt(b, int64(len(keys)), 10)
+	for _, k := range keys {
+		b = appendString(appendString(b, k), ls.MatchLabels[k])
+	}
+	b = strconv.AppendInt(append(b, '|'), int64(len(ls.MatchExpressions)), 10)
+	for _, e := range ls.MatchExpressions {
+		b = appendString(appendString(b, e.Key), string(e.Operator))
+		b = strconv.AppendInt(append(b, '|'), int64(len(e.Values)), 10)
+		for _, v := range e.Values {
+			b = appendString(b, v)
+		}
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = strconv.AppendInt(append(b, '|'), int64(len(s)), 10)
+	return append(append(b, ':'), s...)
 }
 
 // coordKey is a comparable ScoreCoordinate, so configurations merge as OCM's
@@ -97,8 +175,8 @@ func compile(p *Placement) (*compiled, *misconfig) {
 		return nil, m
 	}
 	for i, g := range ds.Groups {
-		s, m := compileSelector(g.GroupClusterSelector.LabelSelector, g.GroupClusterSelector.ClaimSelector,
-			fmt.Sprintf("decision_strategy.groups[%d].group_cluster_selector", i))
+		s, m := compileSelector(&g.GroupClusterSelector.LabelSelector, &g.GroupClusterSelector.ClaimSelector,
+			func() string { return fmt.Sprintf("decision_strategy.groups[%d].group_cluster_selector", i) })
 		if m != nil {
 			return nil, m
 		}
@@ -112,24 +190,39 @@ func compile(p *Placement) (*compiled, *misconfig) {
 // coordinate; weight 0 drops a prioritizer before its name is checked (so an
 // unknown built-in at weight 0 is not an error, as in OCM).
 func compilePrioritizers(pp *PrioritizerPolicy) ([]weighted, *misconfig) {
-	weights := map[coordKey]int32{}
+	// A policy names a few coordinates: a slice searched in place is
+	// OCM's map without a map per round.
+	type coordWeight struct {
+		k coordKey
+		w int32
+	}
+	weights := make([]coordWeight, 0, 2+len(pp.Configurations))
+	set := func(k coordKey, w int32) {
+		for i := range weights {
+			if weights[i].k == k {
+				weights[i].w = w
+				return
+			}
+		}
+		weights = append(weights, coordWeight{k, w})
+	}
 	switch pp.Mode {
 	case "", PrioritizerPolicyModeAdditive:
-		weights[coordKey{typ: ScoreCoordinateTypeBuiltIn, builtIn: PrioritizerBalance}] = 1
-		weights[coordKey{typ: ScoreCoordinateTypeBuiltIn, builtIn: PrioritizerSteady}] = 1
+		set(coordKey{typ: ScoreCoordinateTypeBuiltIn, builtIn: PrioritizerBalance}, 1)
+		set(coordKey{typ: ScoreCoordinateTypeBuiltIn, builtIn: PrioritizerSteady}, 1)
 	case PrioritizerPolicyModeExact:
 	default:
 		return nil, &misconfig{field: "prioritizer_policy.mode", msg: fmt.Sprintf("incorrect prioritizer policy mode: %s", pp.Mode)}
 	}
 	for i, cfg := range pp.Configurations {
-		f := fmt.Sprintf("prioritizer_policy.configurations[%d]", i)
+		f := func(s string) string { return fmt.Sprintf("prioritizer_policy.configurations[%d]%s", i, s) }
 		sc := cfg.ScoreCoordinate
 		if sc == nil {
-			return nil, &misconfig{field: f + ".score_coordinate", msg: "scoreCoordinate field is required"}
+			return nil, &misconfig{field: f(".score_coordinate"), msg: "scoreCoordinate field is required"}
 		}
 		// OCM's CRD bounds the weight; its scheduler would take any value.
 		if cfg.Weight < MinWeight || cfg.Weight > MaxWeight {
-			return nil, &misconfig{field: f + ".weight", msg: fmt.Sprintf("must be in [%d, %d], got %d", MinWeight, MaxWeight, cfg.Weight)}
+			return nil, &misconfig{field: f(".weight"), msg: fmt.Sprintf("must be in [%d, %d], got %d", MinWeight, MaxWeight, cfg.Weight)}
 		}
 		k := coordKey{typ: sc.Type}
 		switch sc.Type {
@@ -138,19 +231,20 @@ func compilePrioritizers(pp *PrioritizerPolicy) ([]weighted, *misconfig) {
 			k.builtIn = sc.BuiltIn
 		case ScoreCoordinateTypeAddOn:
 			if sc.AddOn == nil {
-				return nil, &misconfig{field: f + ".score_coordinate.add_on", msg: "addOn should not be empty"}
+				return nil, &misconfig{field: f(".score_coordinate.add_on"), msg: "addOn should not be empty"}
 			}
 			if sc.AddOn.ResourceName == "" || sc.AddOn.ScoreName == "" {
-				return nil, &misconfig{field: f + ".score_coordinate.add_on", msg: "resource_name and score_name are required"}
+				return nil, &misconfig{field: f(".score_coordinate.add_on"), msg: "resource_name and score_name are required"}
 			}
 			k.resource, k.score = sc.AddOn.ResourceName, sc.AddOn.ScoreName
 		default:
-			return nil, &misconfig{field: f + ".score_coordinate.type", msg: fmt.Sprintf("unknown type %q, want BuiltIn or AddOn", sc.Type)}
+			return nil, &misconfig{field: f(".score_coordinate.type"), msg: fmt.Sprintf("unknown type %q, want BuiltIn or AddOn", sc.Type)}
 		}
-		weights[k] = cfg.Weight
+		set(k, cfg.Weight)
 	}
-	var out []weighted
-	for k, w := range weights {
+	out := make([]weighted, 0, len(weights))
+	for _, kw := range weights {
+		k, w := kw.k, kw.w
 		if w == 0 {
 			continue
 		}
@@ -167,7 +261,7 @@ func compilePrioritizers(pp *PrioritizerPolicy) ([]weighted, *misconfig) {
 	}
 	// OCM ranges over a map; the sum does not depend on the order, but the
 	// reported per-prioritizer scores should, so sort by name.
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	slices.SortFunc(out, func(a, b weighted) int { return strings.Compare(a.name, b.name) })
 	return out, nil
 }
 

@@ -148,13 +148,14 @@ func compileCEL(expr string) (*celProgram, error) {
 	return p, nil
 }
 
-// compileCELSelector compiles a predicate's expressions, or names the first bad one.
-func compileCELSelector(exprs []string, field string) ([]*celProgram, *misconfig) {
+// compileCELSelector compiles a predicate's expressions, or names the first
+// bad one; field names the predicate's selector, called only then.
+func compileCELSelector(exprs []string, field func() string) ([]*celProgram, *misconfig) {
 	var out []*celProgram
 	for i, e := range exprs {
 		p, err := compileCEL(e)
 		if err != nil {
-			return nil, &misconfig{field: fmt.Sprintf("%s.cel_expressions[%d]", field, i), msg: err.Error()}
+			return nil, &misconfig{field: fmt.Sprintf("%s.cel_selector.cel_expressions[%d]", field(), i), msg: err.Error()}
 		}
 		out = append(out, p)
 	}

@@ -16,9 +16,20 @@ func (predicates) filter(r *round, candidates []int) ([]int, time.Time) {
 		return candidates, time.Time{}
 	}
 	kept := candidates[:0]
+	if len(sels) == 1 && sels[0].claim == nil && len(sels[0].cel) == 0 {
+		// The common placement, one label selector: matching is most of a
+		// round, so its loop carries nothing else.
+		label, sets := sels[0].label, r.fleet.labelSets
+		for _, i := range candidates {
+			if label.Matches(sets[i]) {
+				kept = append(kept, i)
+			}
+		}
+		return kept, time.Time{}
+	}
 	for _, i := range candidates {
-		for _, s := range sels {
-			if s.matches(r.fleet, i) {
+		for k := range sels {
+			if sels[k].matches(r.fleet, i) {
 				kept = append(kept, i)
 				break
 			}
@@ -29,14 +40,15 @@ func (predicates) filter(r *round, candidates []int) ([]int, time.Time) {
 
 // compilePredicates compiles each predicate's selectors, or names the first bad one.
 func compilePredicates(p *Placement) ([]selector, *misconfig) {
-	var out []selector
-	for i, pr := range p.Predicates {
-		f := fmt.Sprintf("predicates[%d].required_cluster_selector", i)
-		s, m := compileSelector(pr.RequiredClusterSelector.LabelSelector, pr.RequiredClusterSelector.ClaimSelector, f)
+	out := make([]selector, 0, len(p.Predicates))
+	for i := range p.Predicates {
+		f := func() string { return fmt.Sprintf("predicates[%d].required_cluster_selector", i) }
+		rcs := &p.Predicates[i].RequiredClusterSelector
+		s, m := compileSelector(&rcs.LabelSelector, &rcs.ClaimSelector, f)
 		if m != nil {
 			return nil, m
 		}
-		if s.cel, m = compileCELSelector(pr.RequiredClusterSelector.CELSelector.CELExpressions, f+".cel_selector"); m != nil {
+		if s.cel, m = compileCELSelector(rcs.CELSelector.CELExpressions, f); m != nil {
 			return nil, m
 		}
 		out = append(out, s)

@@ -15,6 +15,10 @@ func (taintToleration) filter(r *round, candidates []int) ([]int, time.Time) {
 	kept := candidates[:0]
 	var next time.Time
 	for _, i := range candidates {
+		if !r.fleet.tainted[i] {
+			kept = append(kept, i)
+			continue
+		}
 		ok, requeue := clusterTolerated(&r.fleet.clusters[i], r.placement.Tolerations, r.inDecision[i], r.state.Now)
 		if !ok {
 			continue
@@ -28,23 +32,23 @@ func (taintToleration) filter(r *round, candidates []int) ([]int, time.Time) {
 // validateTolerations names the first toleration OCM would reject.
 func validateTolerations(tols []Toleration) *misconfig {
 	for i, t := range tols {
-		f := fmt.Sprintf("tolerations[%d]", i)
+		f := func(s string) string { return fmt.Sprintf("tolerations[%d]%s", i, s) }
 		switch t.Operator {
 		case "", TolerationOpEqual, TolerationOpExists:
 		default:
-			return &misconfig{field: f + ".operator", msg: fmt.Sprintf("unknown operator %q, want Equal or Exists", t.Operator)}
+			return &misconfig{field: f(".operator"), msg: fmt.Sprintf("unknown operator %q, want Equal or Exists", t.Operator)}
 		}
 		switch t.Effect {
 		case "", TaintEffectNoSelect, TaintEffectNoSelectIfNew, TaintEffectPreferNoSelect:
 		default:
-			return &misconfig{field: f + ".effect", msg: fmt.Sprintf("unknown effect %q", t.Effect)}
+			return &misconfig{field: f(".effect"), msg: fmt.Sprintf("unknown effect %q", t.Effect)}
 		}
 		// OCM's TaintToleration messages, verbatim.
 		if t.Key == "" && t.Operator != TolerationOpExists {
-			return &misconfig{field: f + ".key", msg: "If the key is empty, operator must be Exists."}
+			return &misconfig{field: f(".key"), msg: "If the key is empty, operator must be Exists."}
 		}
 		if t.Operator == TolerationOpExists && t.Value != "" {
-			return &misconfig{field: f + ".value", msg: "If the operator is Exists, the value should be empty."}
+			return &misconfig{field: f(".value"), msg: "If the operator is Exists, the value should be empty."}
 		}
 	}
 	return nil

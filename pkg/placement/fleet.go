@@ -2,7 +2,9 @@ package placement
 
 import (
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,21 +17,33 @@ import (
 // re-deciding 1,000 placements after one cluster change cheap.
 type Fleet struct {
 	clusters []fleetCluster // sorted by name: ties then break by index
-	byName   map[string]int
+	// labelSets, claimSets and tainted are by cluster index, apart from
+	// clusters: every round reads them for every available cluster, and
+	// packed they stay in cache where the clusters' structs did not.
+	labelSets []labels.Set
+	claimSets []labels.Set
+	tainted   []bool // the cluster has a taint
+	byName    map[string]int
 	// members maps each existing set to its member indexes, ascending.
 	members map[string][]int
-	scores  map[AddOnScoreKey]AddOnScore
+	// memberBits holds the same membership as bit sets (bit i: cluster i),
+	// so a round over several bound sets ORs a few words per 64 clusters
+	// instead of marking every member.
+	memberBits map[string][]uint64
+	scores     map[AddOnScoreKey]AddOnScore
 	// cel holds the clusters as CEL sees them, built on first use.
 	cel celInputs
+	// scratch recycles a round's working slices (*roundScratch): re-deciding
+	// every placement after a change is thousands of rounds against one
+	// fleet, and allocating them afresh each time was a fifth of the work.
+	scratch sync.Pool
 }
 
 // fleetCluster is a Cluster with what the scheduler derives from it, computed once.
 type fleetCluster struct {
 	Cluster
-	labelSet labels.Set
-	claimSet labels.Set
-	alloc    [2]float64 // by resIndex
-	hasRes   [2]bool    // allocatable AND capacity present, as OCM requires
+	alloc  [2]float64 // by resIndex
+	hasRes [2]bool    // allocatable AND capacity present, as OCM requires
 }
 
 func resIndex(r ResourceName) int {
@@ -46,23 +60,28 @@ func resIndex(r ResourceName) int {
 // caller must not modify them afterwards; a changed cluster is a new map.
 func NewFleet(clusters []Cluster, sets []ClusterSet, scores []AddOnScore) (*Fleet, error) {
 	f := &Fleet{
-		clusters: make([]fleetCluster, len(clusters)),
-		byName:   make(map[string]int, len(clusters)),
-		members:  make(map[string][]int, len(sets)),
-		scores:   make(map[AddOnScoreKey]AddOnScore, len(scores)),
+		clusters:   make([]fleetCluster, len(clusters)),
+		labelSets:  make([]labels.Set, len(clusters)),
+		claimSets:  make([]labels.Set, len(clusters)),
+		tainted:    make([]bool, len(clusters)),
+		byName:     make(map[string]int, len(clusters)),
+		members:    make(map[string][]int, len(sets)),
+		memberBits: make(map[string][]uint64, len(sets)),
+		scores:     make(map[AddOnScoreKey]AddOnScore, len(scores)),
 	}
 	for i := range clusters {
 		f.clusters[i] = fleetCluster{Cluster: clusters[i]}
 	}
-	sort.Slice(f.clusters, func(i, j int) bool { return f.clusters[i].Name < f.clusters[j].Name })
+	slices.SortFunc(f.clusters, func(a, b fleetCluster) int { return strings.Compare(a.Name, b.Name) })
 	for i := range f.clusters {
 		c := &f.clusters[i]
 		if _, dup := f.byName[c.Name]; dup {
 			return nil, fmt.Errorf("new fleet: duplicate cluster %q", c.Name)
 		}
 		f.byName[c.Name] = i
-		c.labelSet = labels.Set(c.Labels)
-		c.claimSet = labels.Set(c.Claims)
+		f.labelSets[i] = labels.Set(c.Labels)
+		f.claimSets[i] = labels.Set(c.Claims)
+		f.tainted[i] = len(c.Taints) > 0
 		for _, r := range []ResourceName{ResourceCPU, ResourceMemory} {
 			a, okA := c.Allocatable[r]
 			_, okC := c.Capacity[r]
@@ -81,12 +100,20 @@ func NewFleet(clusters []Cluster, sets []ClusterSet, scores []AddOnScore) (*Flee
 			return nil, fmt.Errorf("new fleet: cluster set %q: %w", s.Name, err)
 		}
 		f.members[s.Name] = m
+		bits := make([]uint64, wordsFor(len(f.clusters)))
+		for _, i := range m {
+			bits[i/64] |= 1 << (i % 64)
+		}
+		f.memberBits[s.Name] = bits
 	}
 	for _, sc := range scores {
 		f.scores[sc.AddOnScoreKey] = sc
 	}
 	return f, nil
 }
+
+// wordsFor is the length of a bit set over n clusters.
+func wordsFor(n int) int { return (n + 63) / 64 }
 
 func quantityFloat(q resource.Quantity) float64 { return q.AsApproximateFloat64() }
 
@@ -112,7 +139,7 @@ func (f *Fleet) selectMembers(s ClusterSet) ([]int, error) {
 			return nil, fmt.Errorf("label selector: %w", err)
 		}
 		for i := range f.clusters {
-			if sel.Matches(f.clusters[i].labelSet) {
+			if sel.Matches(f.labelSets[i]) {
 				out = append(out, i)
 			}
 		}

@@ -1,6 +1,6 @@
 package placement
 
-import "sort"
+import "slices"
 
 // groups is OCM's generateDecisionGroups + generateDecision: clusters go to
 // the first group whose selector matches them (in decision order), the rest
@@ -20,7 +20,8 @@ func (f *Fleet) groups(c *compiled, p *Placement, sel []int, cds []ClusterDecisi
 		// compile already validated the value, so the error cannot occur.
 		length, _ := groupLength(p.DecisionStrategy.ClustersPerDecisionGroup, len(sel))
 		divide := func(name string, matched []int) {
-			sort.Slice(matched, func(a, b int) bool { return cds[matched[a]].ClusterName < cds[matched[b]].ClusterName })
+			// The fleet is in name order, so a cluster's index orders by name.
+			slices.SortFunc(matched, func(a, b int) int { return sel[a] - sel[b] })
 			for len(matched) > 0 {
 				n := min(length, len(matched))
 				raw = append(raw, rawGroup{name: name, members: matched[:n:n]})
@@ -50,6 +51,8 @@ func (f *Fleet) groups(c *compiled, p *Placement, sel []int, cds []ClusterDecisi
 		raw = []rawGroup{{}}
 	}
 	out := make([]DecisionGroupStatus, len(raw))
+	// Every page is a window on one array: a cluster is in exactly one page.
+	all := make([]ClusterDecision, 0, len(sel))
 	for gi, g := range raw {
 		gs := DecisionGroupStatus{
 			DecisionGroupIndex: int32(gi), //nolint:gosec // bounded by cluster count
@@ -58,11 +61,11 @@ func (f *Fleet) groups(c *compiled, p *Placement, sel []int, cds []ClusterDecisi
 		}
 		for start := 0; start < len(g.members) || start == 0; start += MaxDecisionsPerPage {
 			end := min(start+MaxDecisionsPerPage, len(g.members))
-			pg := DecisionPage{Clusters: make([]ClusterDecision, 0, end-start)}
+			from := len(all)
 			for _, r := range g.members[start:end] {
-				pg.Clusters = append(pg.Clusters, cds[r])
+				all = append(all, cds[r])
 			}
-			gs.Pages = append(gs.Pages, pg)
+			gs.Pages = append(gs.Pages, DecisionPage{Clusters: all[from:len(all):len(all)]})
 			if end == len(g.members) {
 				break
 			}

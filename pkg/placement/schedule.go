@@ -1,11 +1,12 @@
 package placement
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -25,8 +26,11 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		return nil, fmt.Errorf("schedule placement %s/%s: %w", p.Project, p.Name, errNoNow)
 	}
 
+	sc := f.getScratch()
+	defer f.putScratch(sc)
+
 	// The bound sets narrow the fleet to the available clusters; the filters then narrow those.
-	candidates, sat := f.availableClusters(p, &st)
+	candidates, sat := f.availableClusters(p, &st, sc)
 	d := &Decision{}
 
 	c, mis := compile(p)
@@ -38,14 +42,14 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		return d, nil
 	}
 
-	inDecision := make([]bool, len(f.clusters))
 	for _, n := range st.PreviousDecision {
 		if i, ok := f.byName[n]; ok {
-			inDecision[i] = true
+			sc.inDecision[i] = true
+			sc.prev = append(sc.prev, i)
 		}
 	}
 
-	r := &round{fleet: f, placement: p, compiled: c, state: st, inDecision: inDecision}
+	r := &round{fleet: f, placement: p, compiled: c, state: st, inDecision: sc.inDecision}
 
 	// Filters: each keeps, in name order, the candidates that pass.
 	feasible := candidates
@@ -60,31 +64,33 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 	}
 
 	// Prioritizers: each scores the feasible clusters; the total is Σ score×weight.
-	scores := make([][]int64, len(c.prioritizers))
-	totals := make([]int64, len(feasible))
-	buf := make([]int64, len(c.prioritizers)*len(feasible))
+	nf, np := len(feasible), len(c.prioritizers)
+	totals := sc.int64s(&sc.totals, nf)
+	buf := sc.int64s(&sc.scores, np*nf)
+	if np > 0 {
+		d.Prioritizers = make([]PrioritizerResult, np)
+	}
 	for k, pr := range c.prioritizers {
-		s := buf[k*len(feasible) : (k+1)*len(feasible) : (k+1)*len(feasible)]
+		s := buf[k*nf : (k+1)*nf : (k+1)*nf]
 		next = earliest(next, pr.rule.score(r, feasible, s))
-		scores[k] = s
 		for j, v := range s {
 			totals[j] += v * int64(pr.weight)
 		}
-		d.Prioritizers = append(d.Prioritizers, PrioritizerResult{Name: pr.name, Weight: pr.weight})
+		d.Prioritizers[k] = PrioritizerResult{Name: pr.name, Weight: pr.weight}
 	}
 
 	// Sort by total desc, then by name: feasible is in name order, so the
 	// position breaks ties (OCM's sort.SliceStable with the same rule).
-	order := make([]int, len(feasible))
-	for j := range order {
-		order[j] = j
+	order := sc.order[:0]
+	for j, t := range totals {
+		order = append(order, ranked{total: t, j: j})
 	}
-	sort.Slice(order, func(a, b int) bool {
-		ta, tb := totals[order[a]], totals[order[b]]
-		if ta != tb {
-			return ta > tb
+	sc.order = order
+	slices.SortFunc(order, func(a, b ranked) int {
+		if a.total != b.total {
+			return cmp.Compare(b.total, a.total)
 		}
-		return order[a] < order[b]
+		return cmp.Compare(a.j, b.j)
 	})
 
 	n := len(order)
@@ -97,19 +103,22 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		unscheduled = want - n
 	}
 	d.Clusters = make([]ClusterDecision, n)
-	selIdx := make([]int, n)
+	// One array holds every selected cluster's scores.
+	perCluster := make([]int64, n*np)
+	selIdx := sc.sel[:0]
 	for r := 0; r < n; r++ {
-		j := order[r]
+		j := order[r].j
 		cd := ClusterDecision{ClusterName: f.clusters[feasible[j]].Name, Total: totals[j]}
-		if len(scores) > 0 {
-			cd.Scores = make([]int64, len(scores))
-			for k := range scores {
-				cd.Scores[k] = scores[k][j]
+		if np > 0 {
+			cd.Scores = perCluster[r*np : (r+1)*np : (r+1)*np]
+			for k := range np {
+				cd.Scores[k] = buf[k*nf+j]
 			}
 		}
 		d.Clusters[r] = cd
-		selIdx[r] = feasible[j]
+		selIdx = append(selIdx, feasible[j])
 	}
+	sc.sel = selIdx
 	d.NumberOfSelectedClusters = int32(n) //nolint:gosec // n ≤ number of clusters
 	d.DecisionGroups = f.groups(c, p, selIdx, d.Clusters)
 	d.NextEvaluation = next
@@ -172,4 +181,52 @@ func misconfiguredCondition(m *misconfig) Condition {
 	}
 	return Condition{Type: ConditionPlacementMisconfigured, Status: ConditionTrue,
 		Reason: ReasonMisconfigured, Message: m.Error(), Field: m.field}
+}
+
+// roundScratch is one round's working memory, recycled through the fleet's
+// pool; nothing in a Decision points into it.
+type roundScratch struct {
+	candidates []int    // cap = number of clusters: the filters narrow it in place
+	inDecision []bool   // by cluster; only the entries listed in prev are true
+	prev       []int    // clusters marked in inDecision, to unmark them
+	words      []uint64 // a zeroed bit set over the clusters
+	bound      []string
+	eligible   []string
+	totals     []int64
+	scores     []int64
+	order      []ranked
+	sel        []int
+}
+
+// ranked is a feasible cluster's total beside its position, so sorting
+// compares in place rather than through the totals slice.
+type ranked struct {
+	total int64
+	j     int
+}
+
+func (f *Fleet) getScratch() *roundScratch {
+	if sc, ok := f.scratch.Get().(*roundScratch); ok {
+		return sc
+	}
+	n := len(f.clusters)
+	return &roundScratch{candidates: make([]int, 0, n), inDecision: make([]bool, n), words: make([]uint64, wordsFor(n))}
+}
+
+func (f *Fleet) putScratch(sc *roundScratch) {
+	for _, i := range sc.prev {
+		sc.inDecision[i] = false
+	}
+	sc.prev = sc.prev[:0]
+	f.scratch.Put(sc)
+}
+
+// int64s returns *buf resized to n and zeroed, growing it if needed.
+func (sc *roundScratch) int64s(buf *[]int64, n int) []int64 {
+	if cap(*buf) < n {
+		*buf = make([]int64, n)
+	}
+	s := (*buf)[:n]
+	clear(s)
+	return s
 }
