@@ -3,7 +3,12 @@ package placement
 import (
 	"math/bits"
 	"slices"
+	"strconv"
 )
+
+// availCacheSize bounds how many lists of available clusters a fleet keeps:
+// past it, a combination of sets is computed afresh each round.
+const availCacheSize = 64
 
 // availableClusters is where a round starts, before any filter: OCM's
 // GetValidManagedClusterSetBindings, GetEligibleClusterSets and
@@ -44,6 +49,19 @@ func (f *Fleet) availableClusters(p *Placement, st *PlacementState, sc *roundScr
 	case 1:
 		out = append(out, f.members[eligible[0]]...)
 	default:
+		key := sc.key[:0]
+		for _, s := range eligible {
+			key = append(strconv.AppendInt(key, int64(len(s)), 10), ':')
+			key = append(key, s...)
+		}
+		sc.key = key
+		f.avail.Lock()
+		m, ok := f.avail.m[string(key)]
+		f.avail.Unlock()
+		if ok {
+			out = append(out, m...)
+			break
+		}
 		words := sc.words
 		for _, s := range eligible {
 			for w, b := range f.memberBits[s] {
@@ -57,6 +75,14 @@ func (f *Fleet) availableClusters(p *Placement, st *PlacementState, sc *roundScr
 			}
 			words[w] = 0
 		}
+		f.avail.Lock()
+		if f.avail.m == nil {
+			f.avail.m = map[string][]int{}
+		}
+		if len(f.avail.m) < availCacheSize {
+			f.avail.m[string(key)] = slices.Clone(out)
+		}
+		f.avail.Unlock()
 	}
 	return out, satisfaction{specSets: p.ClusterSets, eligible: eligible, bindings: len(bound), available: len(out)}
 }

@@ -17,9 +17,11 @@ import (
 // re-deciding 1,000 placements after one cluster change cheap.
 type Fleet struct {
 	clusters []fleetCluster // sorted by name: ties then break by index
-	// labelSets, claimSets and tainted are by cluster index, apart from
-	// clusters: every round reads them for every available cluster, and
-	// packed they stay in cache where the clusters' structs did not.
+	// names, labelSets, claimSets and tainted are by cluster index, apart
+	// from clusters: every round reads them for every available or
+	// feasible cluster, and packed they stay in cache where the clusters'
+	// structs did not.
+	names     []string
 	labelSets []labels.Set
 	claimSets []labels.Set
 	tainted   []bool // the cluster has a taint
@@ -33,6 +35,12 @@ type Fleet struct {
 	scores     map[AddOnScoreKey]AddOnScore
 	// cel holds the clusters as CEL sees them, built on first use.
 	cel celInputs
+	// avail memoises availableClusters' member lists by eligible sets:
+	// a project's placements share their bound sets.
+	avail struct {
+		sync.Mutex
+		m map[string][]int
+	}
 	// scratch recycles a round's working slices (*roundScratch): re-deciding
 	// every placement after a change is thousands of rounds against one
 	// fleet, and allocating them afresh each time was a fifth of the work.
@@ -61,6 +69,7 @@ func resIndex(r ResourceName) int {
 func NewFleet(clusters []Cluster, sets []ClusterSet, scores []AddOnScore) (*Fleet, error) {
 	f := &Fleet{
 		clusters:   make([]fleetCluster, len(clusters)),
+		names:      make([]string, len(clusters)),
 		labelSets:  make([]labels.Set, len(clusters)),
 		claimSets:  make([]labels.Set, len(clusters)),
 		tainted:    make([]bool, len(clusters)),
@@ -79,6 +88,7 @@ func NewFleet(clusters []Cluster, sets []ClusterSet, scores []AddOnScore) (*Flee
 			return nil, fmt.Errorf("new fleet: duplicate cluster %q", c.Name)
 		}
 		f.byName[c.Name] = i
+		f.names[i] = c.Name
 		f.labelSets[i] = labels.Set(c.Labels)
 		f.claimSets[i] = labels.Set(c.Claims)
 		f.tainted[i] = len(c.Taints) > 0

@@ -21,7 +21,7 @@ func (p addOnScore) score(r *round, feasible []int, out []int64) time.Time {
 	var expiry time.Time
 	k := AddOnScoreKey{ResourceName: p.coord.ResourceName, ScoreName: p.coord.ScoreName}
 	for j, i := range feasible {
-		k.Cluster = r.fleet.clusters[i].Name
+		k.Cluster = r.fleet.names[i]
 		sc, ok := r.fleet.scores[k]
 		if !ok || (sc.ValidUntil != nil && r.state.Now.After(*sc.ValidUntil)) {
 			continue // absent or expired: 0

@@ -19,7 +19,7 @@ func (balance) score(r *round, feasible []int, out []int64) time.Time {
 	}
 	for j, i := range feasible {
 		out[j] = MaxClusterScore
-		if cnt, ok := r.state.OtherDecisions[r.fleet.clusters[i].Name]; ok && maxCount > 0 {
+		if cnt, ok := r.state.OtherDecisions[r.fleet.names[i]]; ok && maxCount > 0 {
 			usage := float64(cnt) / float64(maxCount)
 			// OCM truncates before doubling: 2*int64(100*(0.5-usage)).
 			out[j] = 2 * int64(float64(MaxClusterScore)*(0.5-usage))

@@ -79,21 +79,7 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		d.Prioritizers[k] = PrioritizerResult{Name: pr.name, Weight: pr.weight}
 	}
 
-	// Sort by total desc, then by name: feasible is in name order, so the
-	// position breaks ties (OCM's sort.SliceStable with the same rule).
-	order := sc.order[:0]
-	for j, t := range totals {
-		order = append(order, ranked{total: t, j: j})
-	}
-	sc.order = order
-	slices.SortFunc(order, func(a, b ranked) int {
-		if a.total != b.total {
-			return cmp.Compare(b.total, a.total)
-		}
-		return cmp.Compare(a.j, b.j)
-	})
-
-	n := len(order)
+	n := nf
 	unscheduled := 0
 	if p.NumberOfClusters != nil {
 		want := int(*p.NumberOfClusters)
@@ -102,13 +88,14 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		}
 		unscheduled = want - n
 	}
+	order := sc.rank(totals, n)
 	d.Clusters = make([]ClusterDecision, n)
 	// One array holds every selected cluster's scores.
 	perCluster := make([]int64, n*np)
 	selIdx := sc.sel[:0]
 	for r := 0; r < n; r++ {
 		j := order[r].j
-		cd := ClusterDecision{ClusterName: f.clusters[feasible[j]].Name, Total: totals[j]}
+		cd := ClusterDecision{ClusterName: f.names[feasible[j]], Total: totals[j]}
 		if np > 0 {
 			cd.Scores = perCluster[r*np : (r+1)*np : (r+1)*np]
 			for k := range np {
@@ -190,6 +177,7 @@ type roundScratch struct {
 	inDecision []bool   // by cluster; only the entries listed in prev are true
 	prev       []int    // clusters marked in inDecision, to unmark them
 	words      []uint64 // a zeroed bit set over the clusters
+	key        []byte
 	bound      []string
 	eligible   []string
 	totals     []int64
@@ -203,6 +191,56 @@ type roundScratch struct {
 type ranked struct {
 	total int64
 	j     int
+}
+
+// before is the decision order: total desc, then by name. Feasible clusters
+// are in name order, so the position breaks ties (OCM's sort.SliceStable
+// with the same rule).
+func (a ranked) before(b ranked) bool {
+	return a.total > b.total || (a.total == b.total && a.j < b.j)
+}
+
+// topInsertMax is the most clusters rank keeps by insertion rather than
+// by sorting every feasible cluster.
+const topInsertMax = 32
+
+// rank returns the first n positions of totals in the decision order. A
+// placement usually wants a few clusters of many feasible ones: those are
+// kept by insertion, one comparison for most clusters, instead of a sort
+// of all of them; the result is the same.
+func (sc *roundScratch) rank(totals []int64, n int) []ranked {
+	out := sc.order[:0]
+	if n > topInsertMax || n >= len(totals) {
+		for j, t := range totals {
+			out = append(out, ranked{total: t, j: j})
+		}
+		slices.SortFunc(out, func(a, b ranked) int {
+			if a.total != b.total {
+				return cmp.Compare(b.total, a.total)
+			}
+			return cmp.Compare(a.j, b.j)
+		})
+		sc.order = out
+		return out[:n]
+	}
+	for j, t := range totals {
+		x := ranked{total: t, j: j}
+		if len(out) == n {
+			if n == 0 || !x.before(out[n-1]) {
+				continue
+			}
+			out = out[:n-1]
+		}
+		k := len(out)
+		out = append(out, x)
+		for k > 0 && x.before(out[k-1]) {
+			out[k] = out[k-1]
+			k--
+		}
+		out[k] = x
+	}
+	sc.order = out
+	return out
 }
 
 func (f *Fleet) getScratch() *roundScratch {
