@@ -196,7 +196,8 @@ func compilePrioritizers(pp *PrioritizerPolicy) ([]weighted, *misconfig) {
 		k coordKey
 		w int32
 	}
-	weights := make([]coordWeight, 0, 2+len(pp.Configurations))
+	var wb [8]coordWeight
+	weights := wb[:0]
 	set := func(k coordKey, w int32) {
 		for i := range weights {
 			if weights[i].k == k {

@@ -25,6 +25,7 @@ type Fleet struct {
 	labelSets []labels.Set
 	claimSets []labels.Set
 	tainted   []bool // the cluster has a taint
+	resources []clusterResources
 	byName    map[string]int
 	// members maps each existing set to its member indexes, ascending.
 	members map[string][]int
@@ -47,11 +48,16 @@ type Fleet struct {
 	scratch sync.Pool
 }
 
-// fleetCluster is a Cluster with what the scheduler derives from it, computed once.
+// fleetCluster is a Cluster as the fleet holds it; what the scheduler
+// derives from it is packed by index in Fleet.
 type fleetCluster struct {
 	Cluster
-	alloc  [2]float64 // by resIndex
-	hasRes [2]bool    // allocatable AND capacity present, as OCM requires
+}
+
+// clusterResources is what the resource prioritizers read of a cluster.
+type clusterResources struct {
+	alloc [2]float64 // by resIndex
+	has   [2]bool    // allocatable AND capacity present, as OCM requires
 }
 
 func resIndex(r ResourceName) int {
@@ -73,6 +79,7 @@ func NewFleet(clusters []Cluster, sets []ClusterSet, scores []AddOnScore) (*Flee
 		labelSets:  make([]labels.Set, len(clusters)),
 		claimSets:  make([]labels.Set, len(clusters)),
 		tainted:    make([]bool, len(clusters)),
+		resources:  make([]clusterResources, len(clusters)),
 		byName:     make(map[string]int, len(clusters)),
 		members:    make(map[string][]int, len(sets)),
 		memberBits: make(map[string][]uint64, len(sets)),
@@ -96,8 +103,8 @@ func NewFleet(clusters []Cluster, sets []ClusterSet, scores []AddOnScore) (*Flee
 			a, okA := c.Allocatable[r]
 			_, okC := c.Capacity[r]
 			if okA && okC {
-				c.alloc[resIndex(r)] = quantityFloat(a)
-				c.hasRes[resIndex(r)] = true
+				f.resources[i].alloc[resIndex(r)] = quantityFloat(a)
+				f.resources[i].has[resIndex(r)] = true
 			}
 		}
 	}

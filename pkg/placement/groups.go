@@ -28,7 +28,10 @@ func (f *Fleet) groups(c *compiled, p *Placement, sel []int, cds []ClusterDecisi
 				matched = matched[n:]
 			}
 		}
-		taken := make([]bool, len(sel))
+		var taken []bool // nil: no named groups, nothing taken
+		if len(p.DecisionStrategy.Groups) > 0 {
+			taken = make([]bool, len(sel))
+		}
 		for gi, g := range p.DecisionStrategy.Groups {
 			var matched []int
 			for r, i := range sel {
@@ -39,9 +42,9 @@ func (f *Fleet) groups(c *compiled, p *Placement, sel []int, cds []ClusterDecisi
 			}
 			divide(g.GroupName, matched)
 		}
-		var rest []int
+		rest := make([]int, 0, len(sel))
 		for r := range sel {
-			if !taken[r] {
+			if taken == nil || !taken[r] {
 				rest = append(rest, r)
 			}
 		}

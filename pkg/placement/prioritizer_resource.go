@@ -22,7 +22,7 @@ func (p resourceAllocatable) score(r *round, feasible []int, out []int64) time.T
 	res := resIndex(p.res)
 	minA, maxA, any := math.Inf(1), math.Inf(-1), false
 	for _, i := range feasible {
-		if c := &r.fleet.clusters[i]; c.hasRes[res] {
+		if c := &r.fleet.resources[i]; c.has[res] {
 			any = true
 			minA = math.Min(minA, c.alloc[res])
 			maxA = math.Max(maxA, c.alloc[res])
@@ -32,8 +32,8 @@ func (p resourceAllocatable) score(r *round, feasible []int, out []int64) time.T
 		return time.Time{}
 	}
 	for j, i := range feasible {
-		c := &r.fleet.clusters[i]
-		if !c.hasRes[res] {
+		c := &r.fleet.resources[i]
+		if !c.has[res] {
 			continue // OCM leaves it unscored: it adds 0
 		}
 		if maxA-minA != 0 {

@@ -49,7 +49,8 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 		}
 	}
 
-	r := &round{fleet: f, placement: p, compiled: c, state: st, inDecision: sc.inDecision}
+	sc.round = round{fleet: f, placement: p, compiled: c, state: st, inDecision: sc.inDecision}
+	r := &sc.round
 
 	// Filters: each keeps, in name order, the candidates that pass.
 	feasible := candidates
@@ -173,6 +174,7 @@ func misconfiguredCondition(m *misconfig) Condition {
 // roundScratch is one round's working memory, recycled through the fleet's
 // pool; nothing in a Decision points into it.
 type roundScratch struct {
+	round      round
 	candidates []int    // cap = number of clusters: the filters narrow it in place
 	inDecision []bool   // by cluster; only the entries listed in prev are true
 	prev       []int    // clusters marked in inDecision, to unmark them
@@ -256,6 +258,7 @@ func (f *Fleet) putScratch(sc *roundScratch) {
 		sc.inDecision[i] = false
 	}
 	sc.prev = sc.prev[:0]
+	sc.round = round{} // hold on to no placement or state
 	f.scratch.Put(sc)
 }
 
