@@ -153,11 +153,16 @@ type compiled struct {
 // early on an empty list) and leaves others to CRD validation; Fleetstream
 // has no CRD layer, so everything is checked here, always.
 func compile(p *Placement) (*compiled, *misconfig) {
-	c := &compiled{}
+	return compileInto(p, &compiled{})
+}
+
+// compileInto is compile reusing c's slices: a round compiles into its
+// scratch, so a valid placement costs no allocation there.
+func compileInto(p *Placement, c *compiled) (*compiled, *misconfig) {
 	if p.NumberOfClusters != nil && *p.NumberOfClusters < 0 {
 		return nil, &misconfig{field: "number_of_clusters", msg: fmt.Sprintf("must not be negative, got %d", *p.NumberOfClusters)}
 	}
-	ps, m := compilePredicates(p)
+	ps, m := compilePredicates(p, c.predicates[:0])
 	if m != nil {
 		return nil, m
 	}
@@ -165,12 +170,13 @@ func compile(p *Placement) (*compiled, *misconfig) {
 	if m := validateTolerations(p.Tolerations); m != nil {
 		return nil, m
 	}
-	ws, m := compilePrioritizers(&p.PrioritizerPolicy)
+	ws, m := compilePrioritizers(&p.PrioritizerPolicy, c.prioritizers[:0])
 	if m != nil {
 		return nil, m
 	}
 	c.prioritizers = ws
 	ds := &p.DecisionStrategy
+	c.groups = c.groups[:0]
 	if _, m := groupLength(ds.ClustersPerDecisionGroup, 0); m != nil {
 		return nil, m
 	}
@@ -189,7 +195,7 @@ func compile(p *Placement) (*compiled, *misconfig) {
 // from Balance 1 and Steady 1, Exact from nothing; configurations override by
 // coordinate; weight 0 drops a prioritizer before its name is checked (so an
 // unknown built-in at weight 0 is not an error, as in OCM).
-func compilePrioritizers(pp *PrioritizerPolicy) ([]weighted, *misconfig) {
+func compilePrioritizers(pp *PrioritizerPolicy, out []weighted) ([]weighted, *misconfig) {
 	// A policy names a few coordinates: a slice searched in place is
 	// OCM's map without a map per round.
 	type coordWeight struct {
@@ -243,7 +249,6 @@ func compilePrioritizers(pp *PrioritizerPolicy) ([]weighted, *misconfig) {
 		}
 		set(k, cfg.Weight)
 	}
-	out := make([]weighted, 0, len(weights))
 	for _, kw := range weights {
 		k, w := kw.k, kw.w
 		if w == 0 {

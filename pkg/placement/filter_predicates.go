@@ -39,8 +39,7 @@ func (predicates) filter(r *round, candidates []int) ([]int, time.Time) {
 }
 
 // compilePredicates compiles each predicate's selectors, or names the first bad one.
-func compilePredicates(p *Placement) ([]selector, *misconfig) {
-	out := make([]selector, 0, len(p.Predicates))
+func compilePredicates(p *Placement, out []selector) ([]selector, *misconfig) {
 	for i := range p.Predicates {
 		f := func() string { return fmt.Sprintf("predicates[%d].required_cluster_selector", i) }
 		rcs := &p.Predicates[i].RequiredClusterSelector

@@ -123,12 +123,20 @@ func TestMemoisedSelectorsSelectAsCompiled(t *testing.T) {
 }
 
 // TestRoundsDoNotShareState: rounds recycle their working memory through
-// the fleet; deciding placements in any order, or concurrently, gives each
-// the decision it gets alone on a new fleet.
+// the fleet; deciding placements in any order, or concurrently, with
+// misconfigured ones among them, gives each the decision it gets alone on
+// a new fleet.
 func TestRoundsDoNotShareState(t *testing.T) {
 	r := newRedecideCase(t)
 	ctx := context.Background()
 	alone := make([][]string, 50)
+	for i := 0; i < len(alone); i += 7 {
+		// A misconfigured placement leaves its round half compiled.
+		bad := Placement{Predicates: []Predicate{{}, {RequiredClusterSelector: ClusterSelector{
+			LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "not a value"}}}}}}
+		bad.Predicates[0] = r.placements[i].Predicates[0]
+		r.placements[i] = bad
+	}
 	for i := range alone {
 		f, err := NewFleet(r.clusters, r.sets, r.scores)
 		if err != nil {
@@ -137,6 +145,9 @@ func TestRoundsDoNotShareState(t *testing.T) {
 		d, err := f.Schedule(ctx, &r.placements[i], r.states[i])
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c, _ := d.Condition(ConditionPlacementMisconfigured); (c.Status == ConditionTrue) != (i%7 == 0) {
+			t.Fatalf("placement %d: %+v", i, c)
 		}
 		alone[i] = d.ClusterNames()
 	}

@@ -33,7 +33,7 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 	candidates, sat := f.availableClusters(p, &st, sc)
 	d := &Decision{}
 
-	c, mis := compile(p)
+	c, mis := compileInto(p, &sc.compiled)
 	if mis != nil {
 		// OCM: a Misconfigured status leaves the schedule result empty, the
 		// decision is written empty and Satisfied says nothing matched.
@@ -175,6 +175,7 @@ func misconfiguredCondition(m *misconfig) Condition {
 // pool; nothing in a Decision points into it.
 type roundScratch struct {
 	round      round
+	compiled   compiled
 	candidates []int    // cap = number of clusters: the filters narrow it in place
 	inDecision []bool   // by cluster; only the entries listed in prev are true
 	prev       []int    // clusters marked in inDecision, to unmark them
