@@ -32,6 +32,24 @@ type Change struct {
 	Update func(cur proto.Message) proto.Message
 }
 
+// ChangeOf returns the Change of key by f, typed as the view's entries: f gets the current entry
+// (nil when absent) and returns the next one, nil to delete it. Every projection of one entry
+// type would otherwise write the same assertion and nil check around its own function.
+func ChangeOf[T proto.Message](key string, f func(cur T) T) Change {
+	return Change{Key: key, Update: func(cur proto.Message) proto.Message {
+		var c T
+		if cur != nil {
+			c, _ = cur.(T)
+		}
+		next := f(c)
+		// A nil pointer of T is a non-nil proto.Message: the deletion is told by validity.
+		if any(next) == nil || !next.ProtoReflect().IsValid() {
+			return nil
+		}
+		return next
+	}}
+}
+
 // Projection describes a view: which events feed it and how each one changes entries.
 type Projection struct {
 	// Name identifies the view in logs and dead letters (fleet.dlq.<stream>.view-<Name>).

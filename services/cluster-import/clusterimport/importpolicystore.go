@@ -49,13 +49,7 @@ func applyImportPolicy(ev *events.Event) ([]view.Change, error) {
 	}
 	at := ev.GetTime()
 	set := func(f func(cur *clusterv1.ImportPolicy) *clusterv1.ImportPolicy) []view.Change {
-		return []view.Change{{Key: importPolicyKey(name), Update: func(cur proto.Message) proto.Message {
-			c, _ := cur.(*clusterv1.ImportPolicy)
-			if next := f(c); next != nil {
-				return next
-			}
-			return nil
-		}}}
+		return []view.Change{view.ChangeOf(importPolicyKey(name), f)}
 	}
 	switch p := ev.Payload.(type) {
 	case *clusterv1.ImportPolicyCreated:

@@ -65,14 +65,13 @@ func applyCluster(ev *events.Event) ([]view.Change, error) {
 	}
 	at := ev.GetTime()
 	change := func(f func(c *clusterv1.Cluster) *clusterv1.Cluster) []view.Change {
-		return []view.Change{{Key: clusterKey(name), Update: func(cur proto.Message) proto.Message {
-			c, _ := cur.(*clusterv1.Cluster)
+		return []view.Change{view.ChangeOf(clusterKey(name), func(c *clusterv1.Cluster) *clusterv1.Cluster {
 			if next := f(c); next != nil {
 				next.UpdateTime = at
 				return next
 			}
 			return nil
-		}}}
+		})}
 	}
 	switch p := ev.Payload.(type) {
 	case *clusterv1.ClusterRegistered:

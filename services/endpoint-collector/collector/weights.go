@@ -51,8 +51,7 @@ func applyWeights(ev *events.Event) ([]view.Change, error) {
 	}
 	ns, name := parts[0], parts[1]
 	change := func(f func(w *endpointv1.ServiceWeights)) []view.Change {
-		return []view.Change{{Key: viewKey(ns, name), Update: func(cur proto.Message) proto.Message {
-			w, _ := cur.(*endpointv1.ServiceWeights)
+		return []view.Change{view.ChangeOf(viewKey(ns, name), func(w *endpointv1.ServiceWeights) *endpointv1.ServiceWeights {
 			if w == nil {
 				w = &endpointv1.ServiceWeights{Namespace: ns, Name: name}
 			}
@@ -61,7 +60,7 @@ func applyWeights(ev *events.Event) ([]view.Change, error) {
 				return nil // back to defaults everywhere: no entry
 			}
 			return w
-		}}}
+		})}
 	}
 	switch p := ev.Payload.(type) {
 	case *endpointv1.EndpointWeightSet:

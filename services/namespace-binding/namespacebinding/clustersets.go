@@ -76,13 +76,7 @@ func applyClusterSet(ev *events.Event) ([]view.Change, error) {
 	}
 	at := ev.GetTime()
 	update := func(f func(cur *placementv1.ClusterSet) *placementv1.ClusterSet) []view.Change {
-		return []view.Change{{Key: clusterSetKey(name), Update: func(cur proto.Message) proto.Message {
-			c, _ := cur.(*placementv1.ClusterSet)
-			if next := f(c); next != nil {
-				return next
-			}
-			return nil // an untyped nil: the engine deletes the entry
-		}}}
+		return []view.Change{view.ChangeOf(clusterSetKey(name), f)}
 	}
 	switch p := ev.Payload.(type) {
 	case *placementv1.ClusterSetCreated:

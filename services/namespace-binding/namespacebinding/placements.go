@@ -64,13 +64,7 @@ func applyPlacement(ev *events.Event) ([]view.Change, error) {
 	}
 	at := ev.GetTime()
 	change := func(f func(cur *placementv1.Placement) *placementv1.Placement) []view.Change {
-		return []view.Change{{Key: placementKey(project, name), Update: func(cur proto.Message) proto.Message {
-			c, _ := cur.(*placementv1.Placement)
-			if next := f(c); next != nil {
-				return next
-			}
-			return nil
-		}}}
+		return []view.Change{view.ChangeOf(placementKey(project, name), f)}
 	}
 	check := func(p *placementv1.Placement) error {
 		if p.GetProject() != project || p.GetName() != name {

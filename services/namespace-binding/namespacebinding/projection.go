@@ -67,13 +67,7 @@ func applyProject(ev *events.Event) ([]view.Change, error) {
 	}
 	at := ev.GetTime()
 	update := func(f func(p *projectv1.Project) *projectv1.Project) []view.Change {
-		return []view.Change{{Key: projectKey(name), Update: func(cur proto.Message) proto.Message {
-			p, _ := cur.(*projectv1.Project)
-			if next := f(p); next != nil {
-				return next
-			}
-			return nil
-		}}}
+		return []view.Change{view.ChangeOf(projectKey(name), f)}
 	}
 	switch p := ev.Payload.(type) {
 	case *projectv1.ProjectCreated:
@@ -127,19 +121,12 @@ func applyBinding(ev *events.Event) ([]view.Change, error) {
 	// same applies f to the current binding when it is the one the event is about; a stale
 	// event (the binding was replaced since) changes nothing.
 	same := func(id, cluster, namespace string, f func(b *projectv1.NamespaceBinding) *projectv1.NamespaceBinding) []view.Change {
-		return []view.Change{{Key: bindingKey(cluster, namespace), Update: func(cur proto.Message) proto.Message {
-			b, _ := cur.(*projectv1.NamespaceBinding)
-			if b == nil {
-				return nil
-			}
-			if b.Id != id {
+		return []view.Change{view.ChangeOf(bindingKey(cluster, namespace), func(b *projectv1.NamespaceBinding) *projectv1.NamespaceBinding {
+			if b == nil || b.Id != id {
 				return b
 			}
-			if next := f(b); next != nil {
-				return next
-			}
-			return nil // an untyped nil: the engine deletes the entry
-		}}}
+			return f(b)
+		})}
 	}
 	switch p := ev.Payload.(type) {
 	case *projectv1.ProjectCreated, *projectv1.ProjectDeleted, *projectv1.ProjectBudgetSet:

@@ -78,13 +78,7 @@ func applyTemplateEvent(ev *events.Event) ([]view.Change, error) {
 		return nil, fmt.Errorf("template subject %s: %w", ev.Subject, err)
 	}
 	change := func(f func(cur *rbacv1.RoleTemplate) *rbacv1.RoleTemplate) []view.Change {
-		return []view.Change{{Key: templateKey(name), Update: func(cur proto.Message) proto.Message {
-			c, _ := cur.(*rbacv1.RoleTemplate)
-			if next := f(c); next != nil {
-				return next
-			}
-			return nil
-		}}}
+		return []view.Change{view.ChangeOf(templateKey(name), f)}
 	}
 	switch p := ev.Payload.(type) {
 	case *rbacv1.RoleTemplateCreated:
