@@ -114,6 +114,16 @@ func (p *Printer) Note(format string, args ...any) {
 	fmt.Fprintf(w, format+"\n", args...)
 }
 
+// PrintOrNote reports what a command did (deleted, unbound, revoked): with JSON or YAML the
+// whole response, so a script sees what the server answered; with a table only the note.
+func (p *Printer) PrintOrNote(resp proto.Message, format string, args ...any) error {
+	if p.Format != formatTable {
+		return p.Print(resp)
+	}
+	p.Note(format, args...)
+	return nil
+}
+
 // writeDoc writes a JSON document indented, or converted to YAML.
 func (p *Printer) writeDoc(data []byte) error {
 	var out []byte
