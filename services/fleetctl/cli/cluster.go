@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -87,17 +85,12 @@ func newClusterRegisterCommand(f *factory) *cobra.Command {
 					return err
 				}
 			}
-			client, err := newClient(f, clusterv1connect.NewClusterServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.RegisterCluster,
+				req, "register cluster %q", req.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.RegisterCluster(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("register cluster %q: %w", req.Name, err)
-			}
-			return printRegistered(f.printer(), resp.Msg)
+			return printRegistered(f.printer(), resp)
 		},
 	}
 	flags.add(cmd, "")
@@ -131,17 +124,12 @@ func newClusterListCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl cluster list -l 'env=prod,tier!=edge'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, clusterv1connect.NewClusterServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.ListClusters,
+				&clusterv1.ListClustersRequest{LabelSelector: selector}, "list clusters")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{LabelSelector: selector}))
-			if err != nil {
-				return fmt.Errorf("list clusters: %w", err)
-			}
-			clusters := resp.Msg.GetClusters()
+			clusters := resp.GetClusters()
 			// Sorted here so the order does not depend on the server's storage.
 			sort.Slice(clusters, func(i, j int) bool { return clusters[i].GetName() < clusters[j].GetName() })
 			return f.printer().PrintList(Messages(clusters), clusterColumns(time.Now)...)
@@ -158,32 +146,27 @@ func newClusterGetCommand(f *factory) *cobra.Command {
 		Short: "Show one cluster",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, clusterv1connect.NewClusterServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.GetCluster,
+				&clusterv1.GetClusterRequest{Name: args[0], IncludeInventory: inventory}, "get cluster %q", args[0])
 			if err != nil {
 				return err
-			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: args[0], IncludeInventory: inventory}))
-			if err != nil {
-				return fmt.Errorf("get cluster %q: %w", args[0], err)
 			}
 			p := f.printer()
 			if !inventory {
-				return p.Print(resp.Msg.GetCluster(), clusterColumns(time.Now)...)
+				return p.Print(resp.GetCluster(), clusterColumns(time.Now)...)
 			}
 			if p.Format != formatTable {
-				return p.Print(resp.Msg)
+				return p.Print(resp)
 			}
-			if err := p.Print(resp.Msg.GetCluster(), clusterColumns(time.Now)...); err != nil {
+			if err := p.Print(resp.GetCluster(), clusterColumns(time.Now)...); err != nil {
 				return err
 			}
-			if len(resp.Msg.GetInventory().GetNamespaces()) == 0 {
+			if len(resp.GetInventory().GetNamespaces()) == 0 {
 				p.Note("\nNo namespace inventory reported by the cluster's agent yet.")
 				return nil
 			}
 			p.Note("")
-			return p.PrintList(Messages(resp.Msg.GetInventory().GetNamespaces()), inventoryColumns()...)
+			return p.PrintList(Messages(resp.GetInventory().GetNamespaces()), inventoryColumns()...)
 		},
 	}
 	cmd.Flags().BoolVar(&inventory, "inventory", false, "also show the namespaces the cluster's agent last reported")
@@ -210,17 +193,12 @@ func newClusterUpdateCommand(f *factory) *cobra.Command {
 				return err
 			}
 			req.ExpectedRevision = revision
-			client, err := newClient(f, clusterv1connect.NewClusterServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.UpdateCluster,
+				req, "update cluster %q", req.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.UpdateCluster(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("update cluster %q: %w", req.Name, err)
-			}
-			return f.printer().Print(resp.Msg.GetCluster(), clusterColumns(time.Now)...)
+			return f.printer().Print(resp.GetCluster(), clusterColumns(time.Now)...)
 		},
 	}
 	flags.add(cmd, "; replaces all")
@@ -281,22 +259,12 @@ func newClusterDeregisterCommand(f *factory) *cobra.Command {
 		Short: "Remove a cluster from the fleet",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, clusterv1connect.NewClusterServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.DeregisterCluster,
+				&clusterv1.DeregisterClusterRequest{Name: args[0], ExpectedRevision: revision}, "deregister cluster %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: args[0], ExpectedRevision: revision}))
-			if err != nil {
-				return fmt.Errorf("deregister cluster %q: %w", args[0], err)
-			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
-			p.Note("cluster %q deregistered", args[0])
-			return nil
+			return f.printer().PrintOrNote(resp, "cluster %q deregistered", args[0])
 		},
 	}
 	cmd.Flags().Uint64Var(&revision, "expected-revision", 0, "deregister only if the cluster's revision still equals this (0: unconditionally)")
@@ -310,44 +278,16 @@ func newClusterWatchCommand(f *factory) *cobra.Command {
 		Short: "Print the clusters, then every change, until interrupted",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, clusterv1connect.NewClusterServiceClient)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.watchContext(cmd.Context())
-			defer cancel()
-			return watchClusters(ctx, client, selector, f.printer())
+			cols := append([]Column{Col("EVENT", func(e *clusterv1.WatchClustersResponse) string {
+				return strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_")
+			})}, ColumnsOf(func(e *clusterv1.WatchClustersResponse) *clusterv1.Cluster { return e.GetCluster() }, clusterColumns(time.Now)...)...)
+			return watch(cmd.Context(), f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.WatchClusters,
+				&clusterv1.WatchClustersRequest{LabelSelector: selector}, f.printer().Stream(cols...),
+				"watch clusters: server closed the stream", "watch clusters")
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, Kubernetes syntax (env=prod,tier!=edge)")
 	return cmd
-}
-
-func watchClusters(ctx context.Context, client clusterv1connect.ClusterServiceClient, selector string, p *Printer) error {
-	stream, err := client.WatchClusters(ctx, connect.NewRequest(&clusterv1.WatchClustersRequest{LabelSelector: selector}))
-	if err != nil {
-		return fmt.Errorf("watch clusters: %w", err)
-	}
-	defer stream.Close()
-	cols := append([]Column{Col("EVENT", func(e *clusterv1.WatchClustersResponse) string {
-		return strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_")
-	})}, ColumnsOf(func(e *clusterv1.WatchClustersResponse) *clusterv1.Cluster { return e.GetCluster() }, clusterColumns(time.Now)...)...)
-	out := p.Stream(cols...)
-	for stream.Receive() {
-		if err := out.Print(stream.Msg()); err != nil {
-			return err
-		}
-	}
-	err = stream.Err()
-	// Interrupt (Ctrl-C) and an explicit --timeout are how a watch is meant to end.
-	if err != nil && ctx.Err() != nil {
-		return nil
-	}
-	if err == nil {
-		// The server ended the stream, e.g. on shutdown; the user must know the watch stopped.
-		return errors.New("watch clusters: server closed the stream")
-	}
-	return fmt.Errorf("watch clusters: %w", err)
 }
 
 // clusterColumns are the table columns of a cluster. now is read per row so that ages stay
