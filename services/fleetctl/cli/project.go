@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -41,17 +40,12 @@ func newProjectCreateCommand(f *factory) *cobra.Command {
 			if req.Labels, err = parseKeyValues("label", labels); err != nil {
 				return err
 			}
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.CreateProject,
+				req, "create project %q", req.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.CreateProject(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("create project %q: %w", req.Name, err)
-			}
-			return f.printer().Print(resp.Msg.GetProject(), projectColumns()...)
+			return f.printer().Print(resp.GetProject(), projectColumns()...)
 		},
 	}
 	cmd.Flags().StringVar(&displayName, "display-name", "", "human-readable name")
@@ -67,17 +61,12 @@ func newProjectListCommand(f *factory) *cobra.Command {
 		Short:   "List projects with their namespace counts",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListProjects,
+				&projectv1.ListProjectsRequest{LabelSelector: selector}, "list projects")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListProjects(ctx, connect.NewRequest(&projectv1.ListProjectsRequest{LabelSelector: selector}))
-			if err != nil {
-				return fmt.Errorf("list projects: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetProjects()), projectColumns()...)
+			return f.printer().PrintList(Messages(resp.GetProjects()), projectColumns()...)
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, Kubernetes syntax (org=web)")
@@ -90,18 +79,13 @@ func newProjectGetCommand(f *factory) *cobra.Command {
 		Short: "Show a project, its quota sums and its budgets per cluster",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.GetProject,
+				&projectv1.GetProjectRequest{Name: args[0]}, "get project %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetProject(ctx, connect.NewRequest(&projectv1.GetProjectRequest{Name: args[0]}))
-			if err != nil {
-				return fmt.Errorf("get project %q: %w", args[0], err)
-			}
 			p := f.printer()
-			project := resp.Msg.GetProject()
+			project := resp.GetProject()
 			if err := p.Print(project, projectColumns()...); err != nil || p.Format != formatTable {
 				return err
 			}
@@ -138,19 +122,13 @@ func newProjectBudgetCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.SetProjectBudget,
+				&projectv1.SetProjectBudgetRequest{Project: args[0], Cluster: cluster, Hard: limits}, "set budget of project %q on cluster %q", args[0], cluster)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.SetProjectBudget(ctx, connect.NewRequest(&projectv1.SetProjectBudgetRequest{
-				Project: args[0], Cluster: cluster, Hard: limits}))
-			if err != nil {
-				return fmt.Errorf("set budget of project %q on cluster %q: %w", args[0], cluster, err)
-			}
 			p := f.printer()
-			project := resp.Msg.GetProject()
+			project := resp.GetProject()
 			if p.Format != formatTable {
 				return p.Print(project)
 			}
@@ -193,24 +171,19 @@ func newProjectDeleteCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.DeleteProject,
+				&projectv1.DeleteProjectRequest{Name: args[0], Force: force, UnbindPolicy: pol}, "delete project %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.DeleteProject(ctx, connect.NewRequest(&projectv1.DeleteProjectRequest{Name: args[0], Force: force, UnbindPolicy: pol}))
-			if err != nil {
-				return fmt.Errorf("delete project %q: %w", args[0], err)
-			}
 			p := f.printer()
 			if p.Format != formatTable {
-				return p.Print(resp.Msg)
+				return p.Print(resp)
 			}
 			p.Note("project %q deleted", args[0])
-			if n := len(resp.Msg.GetUnbound()); n > 0 {
+			if n := len(resp.GetUnbound()); n > 0 {
 				p.Note("%d namespace binding(s) unbound:", n)
-				return p.PrintList(Messages(resp.Msg.GetUnbound()), bindingColumns()...)
+				return p.PrintList(Messages(resp.GetUnbound()), bindingColumns()...)
 			}
 			return nil
 		},
