@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -92,24 +91,19 @@ func newNamespaceBindCommand(f *factory) *cobra.Command {
 					return fmt.Errorf("--unbind-policy: %w", err)
 				}
 			}
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.BindNamespace,
+				req, "bind namespace %q of %s", args[0], t.where())
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.BindNamespace(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("bind namespace %q of %s: %w", args[0], t.where(), err)
-			}
 			p := f.printer()
 			if t.placement == "" {
-				return p.Print(resp.Msg.GetBinding(), bindingColumns()...)
+				return p.Print(resp.GetBinding(), bindingColumns()...)
 			}
 			if p.Format != formatTable {
-				return p.Print(resp.Msg)
+				return p.Print(resp)
 			}
-			if bs := resp.Msg.GetPlacementBindings(); len(bs) > 0 {
+			if bs := resp.GetPlacementBindings(); len(bs) > 0 {
 				if err := writeTable(p.Out, Messages(bs), bindingColumns()); err != nil {
 					return err
 				}
@@ -144,18 +138,12 @@ func newNamespaceQuotaCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UpdateQuota,
+				&projectv1.UpdateQuotaRequest{Project: t.project, Cluster: t.cluster, Namespace: args[0], Hard: limits}, "update quota of namespace %q of cluster %q", args[0], t.cluster)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.UpdateQuota(ctx, connect.NewRequest(&projectv1.UpdateQuotaRequest{
-				Project: t.project, Cluster: t.cluster, Namespace: args[0], Hard: limits}))
-			if err != nil {
-				return fmt.Errorf("update quota of namespace %q of cluster %q: %w", args[0], t.cluster, err)
-			}
-			return f.printer().Print(resp.Msg.GetBinding(), bindingColumns()...)
+			return f.printer().Print(resp.GetBinding(), bindingColumns()...)
 		},
 	}
 	t.add(cmd)
@@ -182,26 +170,20 @@ func newNamespaceUnbindCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UnbindNamespace,
+				&projectv1.UnbindNamespaceRequest{Project: t.project, Cluster: t.cluster, Placement: t.placement, Namespace: args[0], Policy: pol}, "unbind namespace %q of %s", args[0], t.where())
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{
-				Project: t.project, Cluster: t.cluster, Placement: t.placement, Namespace: args[0], Policy: pol}))
-			if err != nil {
-				return fmt.Errorf("unbind namespace %q of %s: %w", args[0], t.where(), err)
-			}
 			p := f.printer()
-			if t.placement != "" && resp.Msg.GetBinding() == nil {
+			if t.placement != "" && resp.GetBinding() == nil {
 				if p.Format != formatTable {
-					return p.Print(resp.Msg)
+					return p.Print(resp)
 				}
 				p.Note("namespace %q no longer follows placement %q", args[0], t.placement)
 				return nil
 			}
-			return p.Print(resp.Msg.GetBinding(), bindingColumns()...)
+			return p.Print(resp.GetBinding(), bindingColumns()...)
 		},
 	}
 	t.add(cmd)
@@ -218,17 +200,12 @@ func newNamespaceListCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl namespace list --project team-a\n  fleetctl namespace list --cluster c1",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListNamespaceBindings,
+				&projectv1.ListNamespaceBindingsRequest{Project: t.project, Cluster: t.cluster}, "list namespace bindings")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: t.project, Cluster: t.cluster}))
-			if err != nil {
-				return fmt.Errorf("list namespace bindings: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetBindings()), bindingColumns()...)
+			return f.printer().PrintList(Messages(resp.GetBindings()), bindingColumns()...)
 		},
 	}
 	cmd.Flags().StringVarP(&t.project, "project", "p", "", "only this project's bindings")
@@ -244,17 +221,12 @@ func newNamespaceIdleCommand(f *factory) *cobra.Command {
 			"cluster that is already in use assigns none of its namespaces; bind them explicitly.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, projectv1connect.NewProjectServiceClient)
+			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListIdleNamespaces,
+				&projectv1.ListIdleNamespacesRequest{Cluster: args[0]}, "list idle namespaces of cluster %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListIdleNamespaces(ctx, connect.NewRequest(&projectv1.ListIdleNamespacesRequest{Cluster: args[0]}))
-			if err != nil {
-				return fmt.Errorf("list idle namespaces of cluster %q: %w", args[0], err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetNamespaces()),
+			return f.printer().PrintList(Messages(resp.GetNamespaces()),
 				Col("CLUSTER", (*projectv1.IdleNamespace).GetCluster),
 				Col("NAMESPACE", (*projectv1.IdleNamespace).GetName),
 				Col("PHASE", (*projectv1.IdleNamespace).GetPhase),
