@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -179,17 +178,12 @@ func newRoleCreateCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.CreateRoleTemplate,
+				&rbacv1.CreateRoleTemplateRequest{Template: t}, "create role template %q", t.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.CreateRoleTemplate(ctx, connect.NewRequest(&rbacv1.CreateRoleTemplateRequest{Template: t}))
-			if err != nil {
-				return fmt.Errorf("create role template %q: %w", t.Name, err)
-			}
-			return f.printer().Print(resp.Msg.GetTemplate(), roleColumns(time.Now)...)
+			return f.printer().Print(resp.GetTemplate(), roleColumns(time.Now)...)
 		},
 	}
 	flags.add(cmd, "")
@@ -227,18 +221,12 @@ func newRoleUpdateCommand(f *factory) *cobra.Command {
 				return fmt.Errorf("nothing to update: give at least one of --rule, --inherits, --display-name, --locked, -f")
 			}
 			sort.Strings(paths)
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UpdateRoleTemplate,
+				&rbacv1.UpdateRoleTemplateRequest{Template: t, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}, ExpectedRevision: revision}, "update role template %q", t.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.UpdateRoleTemplate(ctx, connect.NewRequest(&rbacv1.UpdateRoleTemplateRequest{
-				Template: t, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}, ExpectedRevision: revision}))
-			if err != nil {
-				return fmt.Errorf("update role template %q: %w", t.Name, err)
-			}
-			return f.printer().Print(resp.Msg.GetTemplate(), roleColumns(time.Now)...)
+			return f.printer().Print(resp.GetTemplate(), roleColumns(time.Now)...)
 		},
 	}
 	flags.add(cmd, "; replaces all")
@@ -253,22 +241,12 @@ func newRoleDeleteCommand(f *factory) *cobra.Command {
 		Short: "Delete a role template; its ClusterRoles and RoleBindings are removed everywhere",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.DeleteRoleTemplate,
+				&rbacv1.DeleteRoleTemplateRequest{Name: args[0], ExpectedRevision: revision}, "delete role template %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.DeleteRoleTemplate(ctx, connect.NewRequest(&rbacv1.DeleteRoleTemplateRequest{Name: args[0], ExpectedRevision: revision}))
-			if err != nil {
-				return fmt.Errorf("delete role template %q: %w", args[0], err)
-			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
-			p.Note("role template %q deleted", args[0])
-			return nil
+			return f.printer().PrintOrNote(resp, "role template %q deleted", args[0])
 		},
 	}
 	cmd.Flags().Uint64Var(&revision, "expected-revision", 0, "delete only if the template's revision still equals this (0: unconditionally)")
@@ -281,18 +259,13 @@ func newRoleGetCommand(f *factory) *cobra.Command {
 		Short: "Show one role template with its effective rules",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.GetRoleTemplate,
+				&rbacv1.GetRoleTemplateRequest{Name: args[0]}, "get role template %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetRoleTemplate(ctx, connect.NewRequest(&rbacv1.GetRoleTemplateRequest{Name: args[0]}))
-			if err != nil {
-				return fmt.Errorf("get role template %q: %w", args[0], err)
-			}
 			p := f.printer()
-			t := resp.Msg.GetTemplate()
+			t := resp.GetTemplate()
 			if err := p.Print(t, roleColumns(time.Now)...); err != nil || p.Format != formatTable {
 				return err
 			}
@@ -309,17 +282,12 @@ func newRoleListCommand(f *factory) *cobra.Command {
 		Short:   "List role templates",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.ListRoleTemplates,
+				&rbacv1.ListRoleTemplatesRequest{}, "list role templates")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListRoleTemplates(ctx, connect.NewRequest(&rbacv1.ListRoleTemplatesRequest{}))
-			if err != nil {
-				return fmt.Errorf("list role templates: %w", err)
-			}
-			list := resp.Msg.GetTemplates()
+			list := resp.GetTemplates()
 			sort.Slice(list, func(i, j int) bool { return list[i].GetName() < list[j].GetName() })
 			return f.printer().PrintList(Messages(list), roleColumns(time.Now)...)
 		},
@@ -339,24 +307,19 @@ func newRoleStatusCommand(f *factory) *cobra.Command {
 
 // printPropagation asks for and prints a propagation status.
 func printPropagation(cmd *cobra.Command, f *factory, req *rbacv1.GetPropagationStatusRequest) error {
-	client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+	resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.GetPropagationStatus,
+		req, "propagation status")
 	if err != nil {
 		return err
-	}
-	ctx, cancel := f.requestContext(cmd.Context())
-	defer cancel()
-	resp, err := client.GetPropagationStatus(ctx, connect.NewRequest(req))
-	if err != nil {
-		return fmt.Errorf("propagation status: %w", err)
 	}
 	p := f.printer()
 	if p.Format != formatTable {
-		return p.Print(resp.Msg)
+		return p.Print(resp)
 	}
-	if err := p.PrintList(Messages(resp.Msg.GetClusters()), propagationColumns()...); err != nil {
+	if err := p.PrintList(Messages(resp.GetClusters()), propagationColumns()...); err != nil {
 		return err
 	}
-	p.Note("\n%d up to date, %d pending, %d failed", resp.Msg.GetUpToDate(), resp.Msg.GetPending(), resp.Msg.GetFailed())
+	p.Note("\n%d up to date, %d pending, %d failed", resp.GetUpToDate(), resp.GetPending(), resp.GetFailed())
 	return nil
 }
 
