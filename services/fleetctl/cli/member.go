@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
@@ -84,22 +83,16 @@ func newMemberAddCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.BindProjectRole,
+				&rbacv1.BindProjectRoleRequest{Project: args[0], Subject: s, RoleTemplate: role, DryRun: dryRun}, "add %s to project %q as %s", formatSubject(s), args[0], role)
 			if err != nil {
 				return err
-			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.BindProjectRole(ctx, connect.NewRequest(&rbacv1.BindProjectRoleRequest{
-				Project: args[0], Subject: s, RoleTemplate: role, DryRun: dryRun}))
-			if err != nil {
-				return fmt.Errorf("add %s to project %q as %s: %w", formatSubject(s), args[0], role, err)
 			}
 			verb := "granted"
 			if dryRun {
 				verb = "would be granted (dry run)"
 			}
-			return printRoleChange(f.printer(), resp.Msg,
+			return printRoleChange(f.printer(), resp,
 				fmt.Sprintf("%s %s role %q in project %q", formatSubject(s), verb, role, args[0]))
 		},
 	}
@@ -127,22 +120,16 @@ func newMemberRemoveCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UnbindProjectRole,
+				&rbacv1.UnbindProjectRoleRequest{Project: args[0], Subject: s, RoleTemplate: role, DryRun: dryRun}, "remove %s from project %q as %s", formatSubject(s), args[0], role)
 			if err != nil {
 				return err
-			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.UnbindProjectRole(ctx, connect.NewRequest(&rbacv1.UnbindProjectRoleRequest{
-				Project: args[0], Subject: s, RoleTemplate: role, DryRun: dryRun}))
-			if err != nil {
-				return fmt.Errorf("remove %s from project %q as %s: %w", formatSubject(s), args[0], role, err)
 			}
 			verb := "revoked"
 			if dryRun {
 				verb = "would be revoked (dry run)"
 			}
-			return printRoleChange(f.printer(), resp.Msg,
+			return printRoleChange(f.printer(), resp,
 				fmt.Sprintf("role %q of %s in project %q %s", role, formatSubject(s), args[0], verb))
 		},
 	}
@@ -195,17 +182,12 @@ func newMemberListCommand(f *factory) *cobra.Command {
 			if len(args) == 1 {
 				req.Project = args[0]
 			}
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.ListProjectRoleBindings,
+				req, "list project role bindings")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListProjectRoleBindings(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("list project role bindings: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetBindings()), memberColumns()...)
+			return f.printer().PrintList(Messages(resp.GetBindings()), memberColumns()...)
 		},
 	}
 	subject.add(cmd)
