@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -38,26 +37,21 @@ func newAccessWhoCanCommand(f *factory) *cobra.Command {
 			if len(args) == 4 {
 				req.Verb, req.Resource = args[2], args[3]
 			}
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.WhoCan,
+				req, "who can in %s/%s", args[0], args[1])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.WhoCan(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("who can in %s/%s: %w", args[0], args[1], err)
-			}
 			p := f.printer()
 			if p.Format != formatTable {
-				return p.Print(resp.Msg)
+				return p.Print(resp)
 			}
-			if resp.Msg.GetProject() == "" {
+			if resp.GetProject() == "" {
 				p.Note("%s/%s belongs to no project: Fleetstream grants nothing there.", args[0], args[1])
 				return nil
 			}
-			p.Note("%s/%s belongs to project %q", args[0], args[1], resp.Msg.GetProject())
-			return p.PrintList(Messages(resp.Msg.GetGrants()), grantColumns(false)...)
+			p.Note("%s/%s belongs to project %q", args[0], args[1], resp.GetProject())
+			return p.PrintList(Messages(resp.GetGrants()), grantColumns(false)...)
 		},
 	}
 	cmd.Flags().StringVar(&apiGroup, "api-group", "", `API group of RESOURCE ("" is the core group)`)
@@ -85,22 +79,17 @@ func newAccessAtCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, rbacv1connect.NewRBACServiceClient)
+			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.AccessAt,
+				&rbacv1.AccessAtRequest{Subject: s, Time: timestamppb.New(when)}, "access of %s at %s", formatSubject(s), when.Format(time.RFC3339))
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.AccessAt(ctx, connect.NewRequest(&rbacv1.AccessAtRequest{Subject: s, Time: timestamppb.New(when)}))
-			if err != nil {
-				return fmt.Errorf("access of %s at %s: %w", formatSubject(s), when.Format(time.RFC3339), err)
-			}
 			p := f.printer()
 			if p.Format != formatTable {
-				return p.Print(resp.Msg)
+				return p.Print(resp)
 			}
 			p.Note("%s at %s:", formatSubject(s), when.UTC().Format(time.RFC3339))
-			return p.PrintList(Messages(resp.Msg.GetGrants()), grantColumns(true)...)
+			return p.PrintList(Messages(resp.GetGrants()), grantColumns(true)...)
 		},
 	}
 	subject.add(cmd)
