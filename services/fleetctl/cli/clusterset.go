@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -52,17 +51,12 @@ func newClusterSetCreateCommand(f *factory) *cobra.Command {
 				}
 				req.Selector = &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR, LabelSelector: ls}
 			}
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.CreateClusterSet,
+				req, "create cluster set %q", req.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.CreateClusterSet(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("create cluster set %q: %w", req.Name, err)
-			}
-			return f.printer().Print(resp.Msg.GetClusterSet(), clusterSetColumns()...)
+			return f.printer().Print(resp.GetClusterSet(), clusterSetColumns()...)
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, Kubernetes syntax (env=prod); '' selects every cluster")
@@ -89,17 +83,12 @@ func newClusterSetListCommand(f *factory) *cobra.Command {
 		Short:   "List cluster sets with their member counts",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.ListClusterSets,
+				&placementv1.ListClusterSetsRequest{}, "list cluster sets")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListClusterSets(ctx, connect.NewRequest(&placementv1.ListClusterSetsRequest{}))
-			if err != nil {
-				return fmt.Errorf("list cluster sets: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetClusterSets()), clusterSetColumns()...)
+			return f.printer().PrintList(Messages(resp.GetClusterSets()), clusterSetColumns()...)
 		},
 	}
 }
@@ -110,18 +99,13 @@ func newClusterSetGetCommand(f *factory) *cobra.Command {
 		Short: "Show a cluster set and its members",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.GetClusterSet,
+				&placementv1.GetClusterSetRequest{Name: args[0]}, "get cluster set %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetClusterSet(ctx, connect.NewRequest(&placementv1.GetClusterSetRequest{Name: args[0]}))
-			if err != nil {
-				return fmt.Errorf("get cluster set %q: %w", args[0], err)
-			}
 			p := f.printer()
-			set := resp.Msg.GetClusterSet()
+			set := resp.GetClusterSet()
 			if err := p.Print(set, clusterSetColumns()...); err != nil || p.Format != formatTable {
 				return err
 			}
@@ -140,22 +124,12 @@ func newClusterSetDeleteCommand(f *factory) *cobra.Command {
 		Short: "Delete a cluster set (platform admins); its bindings stay and show it missing",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.DeleteClusterSet,
+				&placementv1.DeleteClusterSetRequest{Name: args[0]}, "delete cluster set %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.DeleteClusterSet(ctx, connect.NewRequest(&placementv1.DeleteClusterSetRequest{Name: args[0]}))
-			if err != nil {
-				return fmt.Errorf("delete cluster set %q: %w", args[0], err)
-			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
-			p.Note("cluster set %q deleted", args[0])
-			return nil
+			return f.printer().PrintOrNote(resp, "cluster set %q deleted", args[0])
 		},
 	}
 }
@@ -176,18 +150,13 @@ func newClusterSetBindCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl clusterset bind eu --project team-a",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.BindClusterSet,
+				&placementv1.BindClusterSetRequest{Project: project, ClusterSet: args[0]}, "bind cluster set %q to project %q", args[0], project)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.BindClusterSet(ctx, connect.NewRequest(&placementv1.BindClusterSetRequest{Project: project, ClusterSet: args[0]}))
-			if err != nil {
-				return fmt.Errorf("bind cluster set %q to project %q: %w", args[0], project, err)
-			}
 			p := f.printer()
-			b := resp.Msg.GetBinding()
+			b := resp.GetBinding()
 			if err := p.Print(b, setBindingColumns()...); err != nil || p.Format != formatTable {
 				return err
 			}
@@ -208,22 +177,12 @@ func newClusterSetUnbindCommand(f *factory) *cobra.Command {
 		Short: "Withdraw a cluster set from a project (platform admins; the set's admins in projects where they manage placements)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UnbindClusterSet,
+				&placementv1.UnbindClusterSetRequest{Project: project, ClusterSet: args[0]}, "unbind cluster set %q from project %q", args[0], project)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.UnbindClusterSet(ctx, connect.NewRequest(&placementv1.UnbindClusterSetRequest{Project: project, ClusterSet: args[0]}))
-			if err != nil {
-				return fmt.Errorf("unbind cluster set %q from project %q: %w", args[0], project, err)
-			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
-			p.Note("cluster set %q unbound from project %q", args[0], project)
-			return nil
+			return f.printer().PrintOrNote(resp, "cluster set %q unbound from project %q", args[0], project)
 		},
 	}
 	projectFlag(cmd, &project, true)
@@ -237,17 +196,12 @@ func newClusterSetBindingsCommand(f *factory) *cobra.Command {
 		Short: "List cluster set bindings (of one project with --project); you see those of your projects and of the sets you hold a role on",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.ListClusterSetBindings,
+				&placementv1.ListClusterSetBindingsRequest{Project: project}, "list cluster set bindings")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListClusterSetBindings(ctx, connect.NewRequest(&placementv1.ListClusterSetBindingsRequest{Project: project}))
-			if err != nil {
-				return fmt.Errorf("list cluster set bindings: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetBindings()), setBindingColumns()...)
+			return f.printer().PrintList(Messages(resp.GetBindings()), setBindingColumns()...)
 		},
 	}
 	projectFlag(cmd, &project, false)
