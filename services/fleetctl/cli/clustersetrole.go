@@ -1,9 +1,6 @@
 package cli
 
 import (
-	"fmt"
-
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
@@ -54,18 +51,12 @@ func newClusterSetRoleBindCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.BindClusterSetRole,
+				&placementv1.BindClusterSetRoleRequest{ClusterSet: args[0], Subject: s, Role: fl.role}, "grant %s %s on cluster set %q", formatSubject(s), fl.role, args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.BindClusterSetRole(ctx, connect.NewRequest(&placementv1.BindClusterSetRoleRequest{
-				ClusterSet: args[0], Subject: s, Role: fl.role}))
-			if err != nil {
-				return fmt.Errorf("grant %s %s on cluster set %q: %w", formatSubject(s), fl.role, args[0], err)
-			}
-			return f.printer().Print(resp.Msg.GetBinding(), setRoleColumns()...)
+			return f.printer().Print(resp.GetBinding(), setRoleColumns()...)
 		},
 	}
 	fl.add(cmd)
@@ -84,23 +75,12 @@ func newClusterSetRoleUnbindCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UnbindClusterSetRole,
+				&placementv1.UnbindClusterSetRoleRequest{ClusterSet: args[0], Subject: s, Role: fl.role}, "revoke %s %s on cluster set %q", formatSubject(s), fl.role, args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.UnbindClusterSetRole(ctx, connect.NewRequest(&placementv1.UnbindClusterSetRoleRequest{
-				ClusterSet: args[0], Subject: s, Role: fl.role}))
-			if err != nil {
-				return fmt.Errorf("revoke %s %s on cluster set %q: %w", formatSubject(s), fl.role, args[0], err)
-			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
-			p.Note("role %q of %s on cluster set %q revoked", fl.role, formatSubject(s), args[0])
-			return nil
+			return f.printer().PrintOrNote(resp, "role %q of %s on cluster set %q revoked", fl.role, formatSubject(s), args[0])
 		},
 	}
 	fl.add(cmd)
@@ -118,17 +98,12 @@ func newClusterSetRoleListCommand(f *factory) *cobra.Command {
 			if len(args) == 1 {
 				req.ClusterSet = args[0]
 			}
-			client, err := newClient(f, placementv1connect.NewClusterSetServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.ListClusterSetRoleBindings,
+				req, "list cluster set role bindings")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListClusterSetRoleBindings(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("list cluster set role bindings: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetBindings()), setRoleColumns()...)
+			return f.printer().PrintList(Messages(resp.GetBindings()), setRoleColumns()...)
 		},
 	}
 }
