@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -46,17 +45,12 @@ func newAddOnScoreSetCommand(f *factory) *cobra.Command {
 			if validFor > 0 {
 				req.ValidUntil = timestamppb.New(time.Now().Add(validFor))
 			}
-			client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.SetAddOnScore,
+				req, "set add-on score %s/%s of cluster %q", req.ResourceName, req.ScoreName, req.Cluster)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.SetAddOnScore(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("set add-on score %s/%s of cluster %q: %w", req.ResourceName, req.ScoreName, req.Cluster, err)
-			}
-			return f.printer().Print(resp.Msg.GetScore(), addOnScoreColumns()...)
+			return f.printer().Print(resp.GetScore(), addOnScoreColumns()...)
 		},
 	}
 	cmd.Flags().DurationVar(&validFor, "valid-for", 0, "how long the score holds, e.g. 10m (default: until replaced)")
