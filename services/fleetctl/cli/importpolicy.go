@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -36,17 +34,12 @@ func newImportPolicyCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.CreateImportPolicy,
+				&clusterv1.CreateImportPolicyRequest{Policy: p}, "create import policy %q", p.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: p}))
-			if err != nil {
-				return fmt.Errorf("create import policy %q: %w", p.Name, err)
-			}
-			return f.printer().Print(resp.Msg.Policy, policyColumns()...)
+			return f.printer().Print(resp.Policy, policyColumns()...)
 		},
 	}
 	create.Flags().StringVarP(&file, "filename", "f", "", "the import policy")
@@ -55,21 +48,16 @@ func newImportPolicyCommand(f *factory) *cobra.Command {
 		Short: "Show an import policy",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.GetImportPolicy,
+				&clusterv1.GetImportPolicyRequest{Name: args[0]}, "get import policy %q", args[0])
 			if err != nil {
 				return err
-			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetImportPolicy(ctx, connect.NewRequest(&clusterv1.GetImportPolicyRequest{Name: args[0]}))
-			if err != nil {
-				return fmt.Errorf("get import policy %q: %w", args[0], err)
 			}
 			p := f.printer()
-			if err := p.Print(resp.Msg.Policy, policyColumns()...); err != nil || p.Format != formatTable {
+			if err := p.Print(resp.Policy, policyColumns()...); err != nil || p.Format != formatTable {
 				return err
 			}
-			notePolicyConditions(p, resp.Msg.Policy.GetStatus())
+			notePolicyConditions(p, resp.Policy.GetStatus())
 			return nil
 		},
 	}
@@ -78,21 +66,12 @@ func newImportPolicyCommand(f *factory) *cobra.Command {
 		Short: "List import policies",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.ListImportPolicies,
+				&clusterv1.ListImportPoliciesRequest{}, "list import policies")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListImportPolicies(ctx, connect.NewRequest(&clusterv1.ListImportPoliciesRequest{}))
-			if err != nil {
-				return fmt.Errorf("list import policies: %w", err)
-			}
-			items := make([]proto.Message, len(resp.Msg.Policies))
-			for i, p := range resp.Msg.Policies {
-				items[i] = p
-			}
-			return f.printer().PrintList(items, policyColumns()...)
+			return f.printer().PrintList(Messages(resp.Policies), policyColumns()...)
 		},
 	}
 	del := &cobra.Command{
@@ -100,14 +79,9 @@ func newImportPolicyCommand(f *factory) *cobra.Command {
 		Short: "Delete an import policy: the clusters it created are deregistered, adopted ones stay",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
-			if err != nil {
+			if _, err := call(cmd.Context(), f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.DeleteImportPolicy,
+				&clusterv1.DeleteImportPolicyRequest{Name: args[0]}, "delete import policy %q", args[0]); err != nil {
 				return err
-			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			if _, err := client.DeleteImportPolicy(ctx, connect.NewRequest(&clusterv1.DeleteImportPolicyRequest{Name: args[0]})); err != nil {
-				return fmt.Errorf("delete import policy %q: %w", args[0], err)
 			}
 			fmt.Fprintf(f.streams.Out, "import policy %q deleted\n", args[0])
 			return nil
@@ -125,21 +99,12 @@ func newImportLifecyclesCommand(f *factory) *cobra.Command {
 			"  fleetctl import lifecycles capi -o yaml   # every condition's reason and message",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.ListImportLifecycles,
+				&clusterv1.ListImportLifecyclesRequest{Policy: args[0]}, "list lifecycles of import policy %q", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListImportLifecycles(ctx, connect.NewRequest(&clusterv1.ListImportLifecyclesRequest{Policy: args[0]}))
-			if err != nil {
-				return fmt.Errorf("list lifecycles of import policy %q: %w", args[0], err)
-			}
-			items := make([]proto.Message, len(resp.Msg.Lifecycles))
-			for i, lc := range resp.Msg.Lifecycles {
-				items[i] = lc
-			}
-			return f.printer().PrintList(items, lifecycleColumns()...)
+			return f.printer().PrintList(Messages(resp.Lifecycles), lifecycleColumns()...)
 		},
 	}
 }
@@ -294,21 +259,16 @@ func newImportPreviewCommand(f *factory) *cobra.Command {
 				}
 				req.References[key] = string(js)
 			}
-			client, err := newClient(f, clusterv1connect.NewImportPolicyServiceClient)
+			resp, err := call(cmd.Context(), f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.PreviewImportPolicy,
+				req, "preview import policy %q", req.Policy.Name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.PreviewImportPolicy(ctx, connect.NewRequest(req))
-			if err != nil {
-				return fmt.Errorf("preview import policy %q: %w", req.Policy.Name, err)
-			}
-			if err := f.printer().Print(resp.Msg, previewColumns()...); err != nil {
+			if err := f.printer().Print(resp, previewColumns()...); err != nil {
 				return err
 			}
-			if len(resp.Msg.Errors) > 0 {
-				return fmt.Errorf("the policy has %d problem(s)", len(resp.Msg.Errors))
+			if len(resp.Errors) > 0 {
+				return fmt.Errorf("the policy has %d problem(s)", len(resp.Errors))
 			}
 			return nil
 		},
