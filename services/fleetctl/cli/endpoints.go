@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
@@ -135,22 +134,16 @@ func newEndpointsGetCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, endpointv1connect.NewEndpointServiceClient)
+			resp, err := call(cmd.Context(), f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.GetServiceEndpoints,
+				&endpointv1.GetServiceEndpointsRequest{Namespace: ns, Name: name, Filter: filter, PortName: q.port}, "get endpoints of %s", args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetServiceEndpoints(ctx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{
-				Namespace: ns, Name: name, Filter: filter, PortName: q.port}))
-			if err != nil {
-				return fmt.Errorf("get endpoints of %s: %w", args[0], err)
-			}
 			p := f.printer()
 			if p.Format != formatTable {
-				return p.Print(resp.Msg)
+				return p.Print(resp)
 			}
-			return p.PrintList(Messages(addressRows(resp.Msg.GetClusters())), addressColumns()...)
+			return p.PrintList(Messages(addressRows(resp.GetClusters())), addressColumns()...)
 		},
 	}
 	q.add(cmd)
@@ -165,17 +158,12 @@ func newEndpointsListCommand(f *factory) *cobra.Command {
 		Short:   "List the services that have endpoints in any cluster",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, endpointv1connect.NewEndpointServiceClient)
+			resp, err := call(cmd.Context(), f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.ListServices,
+				&endpointv1.ListServicesRequest{Namespace: namespace}, "list services")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListServices(ctx, connect.NewRequest(&endpointv1.ListServicesRequest{Namespace: namespace}))
-			if err != nil {
-				return fmt.Errorf("list services: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetServices()),
+			return f.printer().PrintList(Messages(resp.GetServices()),
 				Col("NAMESPACE", (*endpointv1.ServiceSummary).GetNamespace),
 				Col("NAME", (*endpointv1.ServiceSummary).GetName),
 				Col("CLUSTERS", func(s *endpointv1.ServiceSummary) string { return strings.Join(s.GetClusters(), ",") }),
@@ -200,18 +188,6 @@ func newEndpointsWatchCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, endpointv1connect.NewEndpointServiceClient)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.watchContext(cmd.Context())
-			defer cancel()
-			stream, err := client.WatchServiceEndpoints(ctx, connect.NewRequest(&endpointv1.WatchServiceEndpointsRequest{
-				Namespace: ns, Name: name, Filter: filter, PortName: q.port}))
-			if err != nil {
-				return fmt.Errorf("watch endpoints of %s: %w", args[0], err)
-			}
-			defer stream.Close()
 			now := time.Now
 			out := f.printer().Stream(
 				Col("TIME", func(*endpointv1.WatchServiceEndpointsResponse) string { return now().Format(time.TimeOnly) }),
@@ -220,19 +196,9 @@ func newEndpointsWatchCommand(f *factory) *cobra.Command {
 				}),
 				Col("CLUSTERS", watchClustersCell),
 			)
-			for stream.Receive() {
-				if err := out.Print(stream.Msg()); err != nil {
-					return err
-				}
-			}
-			err = stream.Err()
-			if err != nil && ctx.Err() != nil {
-				return nil
-			}
-			if err == nil {
-				return errors.New("watch endpoints: server closed the stream")
-			}
-			return fmt.Errorf("watch endpoints of %s: %w", args[0], err)
+			return watch(cmd.Context(), f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.WatchServiceEndpoints,
+				&endpointv1.WatchServiceEndpointsRequest{Namespace: ns, Name: name, Filter: filter, PortName: q.port}, out,
+				"watch endpoints: server closed the stream", "watch endpoints of %s", args[0])
 		},
 	}
 	q.add(cmd)
@@ -292,27 +258,23 @@ func newEndpointsWeightCommand(f *factory) *cobra.Command {
 			case ip == "" && clear:
 				return errors.New("--clear needs --ip; set a cluster back with --weight 100")
 			}
-			client, err := newClient(f, endpointv1connect.NewEndpointServiceClient)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
 			var weights *endpointv1.ServiceWeights
 			if ip != "" {
-				resp, err := client.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{
-					Namespace: ns, Name: name, Ip: ip, Cluster: cluster, Weight: uint32(weight), Clear: clear}))
+				resp, err := call(cmd.Context(), f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
+					&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: ip, Cluster: cluster, Weight: uint32(weight), Clear: clear},
+					"set weight of %s in %s", ip, args[0])
 				if err != nil {
-					return fmt.Errorf("set weight of %s in %s: %w", ip, args[0], err)
+					return err
 				}
-				weights = resp.Msg.GetWeights()
+				weights = resp.GetWeights()
 			} else {
-				resp, err := client.SetClusterWeight(ctx, connect.NewRequest(&endpointv1.SetClusterWeightRequest{
-					Namespace: ns, Name: name, Cluster: cluster, Weight: uint32(weight)}))
+				resp, err := call(cmd.Context(), f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetClusterWeight,
+					&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: cluster, Weight: uint32(weight)},
+					"set weight of cluster %s for %s", cluster, args[0])
 				if err != nil {
-					return fmt.Errorf("set weight of cluster %s for %s: %w", cluster, args[0], err)
+					return err
 				}
-				weights = resp.Msg.GetWeights()
+				weights = resp.GetWeights()
 			}
 			p := f.printer()
 			if p.Format != formatTable {
