@@ -112,22 +112,17 @@ func (f *factory) defaultXDSServer() (string, error) {
 
 // servicePorts asks the API for the ports of ns/name, as xDS resource names spell them.
 func (f *factory) servicePorts(cmd *cobra.Command, ns, name string) ([]string, error) {
-	client, err := newClient(f, endpointv1connect.NewEndpointServiceClient)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := f.requestContext(cmd.Context())
-	defer cancel()
-	resp, err := client.GetServiceEndpoints(ctx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{
-		Namespace: ns, Name: name, Filter: endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL}))
+	resp, err := call(cmd.Context(), f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.GetServiceEndpoints,
+		&endpointv1.GetServiceEndpointsRequest{Namespace: ns, Name: name, Filter: endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL},
+		"look up the ports of %s/%s (or give --port)", ns, name)
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		return nil, fmt.Errorf("%s/%s has no endpoints in any cluster: give --port to print a bootstrap anyway", ns, name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up the ports of %s/%s (or give --port): %w", ns, name, err)
+		return nil, err
 	}
 	var out []string
-	for _, c := range resp.Msg.GetClusters() {
+	for _, c := range resp.GetClusters() {
 		for _, a := range c.GetAddresses() {
 			if a.GetPort() == 0 || a.GetProtocol() != "TCP" {
 				continue // what xDS serves no Cluster for
