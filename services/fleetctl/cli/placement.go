@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
@@ -63,14 +61,10 @@ func newPlacementCreateCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl placement create -f placement.yaml\n\n" + placementExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writePlacements(f, file, project, false, func(client placementv1connect.PlacementServiceClient, p *placementv1.Placement) (*placementv1.Placement, error) {
-				ctx, cancel := f.requestContext(cmd.Context())
-				defer cancel()
-				resp, err := client.CreatePlacement(ctx, connect.NewRequest(&placementv1.CreatePlacementRequest{Placement: p}))
-				if err != nil {
-					return nil, fmt.Errorf("create placement %s/%s: %w", p.Project, p.Name, err)
-				}
-				return resp.Msg.GetPlacement(), nil
+			return writePlacements(f, file, project, false, func(p *placementv1.Placement) (*placementv1.Placement, error) {
+				resp, err := call(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.CreatePlacement,
+					&placementv1.CreatePlacementRequest{Placement: p}, "create placement %s/%s", p.Project, p.Name)
+				return resp.GetPlacement(), err
 			})
 		},
 	}
@@ -92,14 +86,10 @@ func newPlacementUpdateCommand(f *factory) *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// One revision cannot be the current one of two placements.
-			return writePlacements(f, file, project, revision != 0, func(client placementv1connect.PlacementServiceClient, p *placementv1.Placement) (*placementv1.Placement, error) {
-				ctx, cancel := f.requestContext(cmd.Context())
-				defer cancel()
-				resp, err := client.UpdatePlacement(ctx, connect.NewRequest(&placementv1.UpdatePlacementRequest{Placement: p, ExpectedRevision: revision}))
-				if err != nil {
-					return nil, fmt.Errorf("update placement %s/%s: %w", p.Project, p.Name, err)
-				}
-				return resp.Msg.GetPlacement(), nil
+			return writePlacements(f, file, project, revision != 0, func(p *placementv1.Placement) (*placementv1.Placement, error) {
+				resp, err := call(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.UpdatePlacement,
+					&placementv1.UpdatePlacementRequest{Placement: p, ExpectedRevision: revision}, "update placement %s/%s", p.Project, p.Name)
+				return resp.GetPlacement(), err
 			})
 		},
 	}
@@ -118,7 +108,7 @@ func placementFileFlags(cmd *cobra.Command, file, project *string) {
 // last document stores nothing, then writes them in order and prints what the server stored.
 // With single, a file of several placements is refused.
 func writePlacements(f *factory, file, project string, single bool,
-	write func(placementv1connect.PlacementServiceClient, *placementv1.Placement) (*placementv1.Placement, error)) error {
+	write func(*placementv1.Placement) (*placementv1.Placement, error)) error {
 	ps, err := readPlacements(f, file, project)
 	if err != nil {
 		return err
@@ -126,13 +116,9 @@ func writePlacements(f *factory, file, project string, single bool,
 	if single && len(ps) > 1 {
 		return fmt.Errorf("%s holds %d placements; --expected-revision applies to one", file, len(ps))
 	}
-	client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
-	if err != nil {
-		return err
-	}
 	var stored []*placementv1.Placement
 	for _, p := range ps {
-		got, err := write(client, p)
+		got, err := write(p)
 		if err != nil {
 			// What was written before the failure is shown, so a rerun can be adjusted.
 			if len(stored) > 0 {
@@ -182,18 +168,13 @@ func newPlacementGetCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.GetPlacement,
+				&placementv1.GetPlacementRequest{Project: proj, Name: name}, "get placement %s/%s", proj, name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetPlacement(ctx, connect.NewRequest(&placementv1.GetPlacementRequest{Project: proj, Name: name}))
-			if err != nil {
-				return fmt.Errorf("get placement %s/%s: %w", proj, name, err)
-			}
 			p := f.printer()
-			pl := resp.Msg.GetPlacement()
+			pl := resp.GetPlacement()
 			if err := p.Print(pl, placementColumns(time.Now)...); err != nil || p.Format != formatTable {
 				return err
 			}
@@ -213,17 +194,12 @@ func newPlacementListCommand(f *factory) *cobra.Command {
 		Short:   "List placements (of one project with --project); you see those of your projects",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.ListPlacements,
+				&placementv1.ListPlacementsRequest{Project: project}, "list placements")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.ListPlacements(ctx, connect.NewRequest(&placementv1.ListPlacementsRequest{Project: project}))
-			if err != nil {
-				return fmt.Errorf("list placements: %w", err)
-			}
-			return f.printer().PrintList(Messages(resp.Msg.GetPlacements()), placementColumns(time.Now)...)
+			return f.printer().PrintList(Messages(resp.GetPlacements()), placementColumns(time.Now)...)
 		},
 	}
 	cmd.Flags().StringVarP(&project, "project", "p", "", "only this project's placements")
@@ -244,22 +220,12 @@ func newPlacementDeleteCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.DeletePlacement,
+				&placementv1.DeletePlacementRequest{Project: proj, Name: name, ExpectedRevision: revision}, "delete placement %s/%s", proj, name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.DeletePlacement(ctx, connect.NewRequest(&placementv1.DeletePlacementRequest{Project: proj, Name: name, ExpectedRevision: revision}))
-			if err != nil {
-				return fmt.Errorf("delete placement %s/%s: %w", proj, name, err)
-			}
-			p := f.printer()
-			if p.Format != formatTable {
-				return p.Print(resp.Msg)
-			}
-			p.Note("placement %s/%s deleted", proj, name)
-			return nil
+			return f.printer().PrintOrNote(resp, "placement %s/%s deleted", proj, name)
 		},
 	}
 	placementRefFlag(cmd, &project)
@@ -284,17 +250,12 @@ func newPlacementDecisionsCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
+			resp, err := call(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.GetPlacementDecisions,
+				&placementv1.GetPlacementDecisionsRequest{Project: proj, Name: name}, "get decisions of placement %s/%s", proj, name)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := f.requestContext(cmd.Context())
-			defer cancel()
-			resp, err := client.GetPlacementDecisions(ctx, connect.NewRequest(&placementv1.GetPlacementDecisionsRequest{Project: proj, Name: name}))
-			if err != nil {
-				return fmt.Errorf("get decisions of placement %s/%s: %w", proj, name, err)
-			}
-			return printDecisions(f.printer(), resp.Msg.GetDecisions())
+			return printDecisions(f.printer(), resp.GetDecisions())
 		},
 	}
 	placementRefFlag(cmd, &project)
@@ -403,31 +364,9 @@ func newPlacementWatchCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(f, placementv1connect.NewPlacementServiceClient)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.watchContext(cmd.Context())
-			defer cancel()
-			stream, err := client.WatchPlacementDecisions(ctx, connect.NewRequest(&placementv1.WatchPlacementDecisionsRequest{Project: proj, Name: name}))
-			if err != nil {
-				return fmt.Errorf("watch placement %s/%s: %w", proj, name, err)
-			}
-			defer stream.Close()
-			out := f.printer().Stream(watchDecisionColumns(time.Now)...)
-			for stream.Receive() {
-				if err := out.Print(stream.Msg()); err != nil {
-					return err
-				}
-			}
-			err = stream.Err()
-			if err != nil && ctx.Err() != nil {
-				return nil
-			}
-			if err == nil {
-				return errors.New("watch placement: server closed the stream")
-			}
-			return fmt.Errorf("watch placement %s/%s: %w", proj, name, err)
+			return watch(cmd.Context(), f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.WatchPlacementDecisions,
+				&placementv1.WatchPlacementDecisionsRequest{Project: proj, Name: name}, f.printer().Stream(watchDecisionColumns(time.Now)...),
+				"watch placement: server closed the stream", "watch placement %s/%s", proj, name)
 		},
 	}
 	placementRefFlag(cmd, &project)
