@@ -54,8 +54,19 @@ func watch[C, Req, Resp any](ctx context.Context, f *factory, newC clientConstru
 	}
 	ctx, cancel := f.watchContext(ctx)
 	defer cancel()
+	_, bounded := ctx.Deadline()
+	// ended tells the end the user asked for from a failure. Connect sends the server the
+	// deadline, so the server may enforce --timeout a moment before the client does and answer
+	// deadline_exceeded while ctx is still live; and a server with nothing to send yet may not
+	// have answered the request when the time runs out.
+	ended := func(err error) bool {
+		return ctx.Err() != nil || bounded && connect.CodeOf(err) == connect.CodeDeadlineExceeded
+	}
 	stream, err := method(client, ctx, connect.NewRequest(req))
 	if err != nil {
+		if ended(err) {
+			return nil
+		}
 		return fmt.Errorf("%s: %w", fmt.Sprintf(what, args...), err)
 	}
 	defer stream.Close()
@@ -67,7 +78,7 @@ func watch[C, Req, Resp any](ctx context.Context, f *factory, newC clientConstru
 		}
 	}
 	err = stream.Err()
-	if err != nil && ctx.Err() != nil {
+	if err != nil && ended(err) {
 		return nil
 	}
 	if err == nil {

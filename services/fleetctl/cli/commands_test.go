@@ -174,6 +174,11 @@ func commandCases() []commandCase {
 				&clusterv1.WatchClustersResponse{Type: clusterv1.WatchClustersResponse_EVENT_TYPE_DELETED, Cluster: goldenCluster("c2")},
 			}},
 
+		{name: "cluster-watch-timeout", holdStreams: true, args: []string{"--timeout", "500ms", "cluster", "watch"},
+			answers: []proto.Message{&clusterv1.WatchClustersResponse{Type: clusterv1.WatchClustersResponse_EVENT_TYPE_ADDED, Cluster: cluster}}},
+		// A server with nothing to send has not even answered the request when the time runs out.
+		{name: "cluster-watch-timeout-quiet", holdStreams: true, args: []string{"--timeout", "200ms", "cluster", "watch", "-l", "env=none"}},
+
 		// import
 		{name: "import-preview", formats: true,
 			args: []string{"import", "preview", "-f", "testdata/commands/policy.yaml", "--source", "testdata/commands/source.yaml", "--ref", "kubeconfig=testdata/commands/source.yaml"},
