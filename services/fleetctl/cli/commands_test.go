@@ -586,3 +586,24 @@ func TestCommandErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHelp pins every command's usage and flags with their defaults, the interface scripts
+// are written against: a renamed flag or a changed default must be a deliberate -update.
+func TestHelp(t *testing.T) {
+	root := NewRootCommand(IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}})
+	for _, path := range append([]string{""}, leafCommands(root)...) {
+		name := "fleetctl"
+		if path != "" {
+			name = strings.ReplaceAll(path, " ", "-")
+		}
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+				append(strings.Fields(path), "--help"))
+			if code != 0 || errOut.Len() != 0 {
+				t.Fatalf("exit %d, stderr %q", code, errOut.String())
+			}
+			checkGolden(t, filepath.Join("testdata", "help", name+".golden"), out.String())
+		})
+	}
+}
