@@ -1,7 +1,9 @@
 // Package cli implements the fleetctl commands. Every command group lives in one file and builds
-// on two shared pieces: the client factory (client.go), which turns the global flags into
-// authenticated Connect clients, and the printer (printer.go), which renders API messages as
-// JSON, YAML or tables.
+// on three shared pieces: the client factory (client.go), which turns the global flags into
+// authenticated Connect clients; call and watch (call.go), the skeleton of a command that sends
+// a request or watches a stream; and the printer (printer.go), which renders API messages as
+// JSON, YAML or tables. A new command is tested in commands_test.go: a golden case of its
+// flags and output, and a commandSpec for its error paths.
 package cli
 
 import (
