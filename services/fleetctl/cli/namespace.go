@@ -177,11 +177,7 @@ func newNamespaceUnbindCommand(f *factory) *cobra.Command {
 			}
 			p := f.printer()
 			if t.placement != "" && resp.GetBinding() == nil {
-				if p.Format != formatTable {
-					return p.Print(resp)
-				}
-				p.Note("namespace %q no longer follows placement %q", args[0], t.placement)
-				return nil
+				return p.PrintOrNote(resp, "namespace %q no longer follows placement %q", args[0], t.placement)
 			}
 			return p.Print(resp.GetBinding(), bindingColumns()...)
 		},
