@@ -2,91 +2,67 @@ package namespacebinding
 
 import (
 	"context"
+	"fmt"
 	"strings"
-	"time"
+	"sync"
 
-	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
-// recordInterval is how often queued bindings are looked at: agent reports come in bursts.
-const recordInterval = 100 * time.Millisecond
-
-// runStatus records the phase transitions agents cause in the bindings view, as
+// statusRecorder records the phase transitions agents cause in the bindings view, as
 // NamespaceBindingStatusChanged events: the API derives the live phase on every read, but other
 // services (rbac-sync withholds RoleBindings from a namespace that is another project's) read
-// the view. Only changes of phase, or of a failure's reason, are recorded; usage never is.
-func (s *Service) runStatus(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.StatusResync)
-	defer t.Stop()
-	tick := time.NewTicker(recordInterval)
-	defer tick.Stop()
-	queue := map[string]bool{}
-	// Appended and not yet in the view: binding id → phase/reason recorded.
-	pending := map[string]string{}
-	for {
-		// Subscribe first, then look at everything: nothing falls in between.
-		sctx, cancel := context.WithCancel(ctx)
-		applied := s.applied.Updates(sctx, 8192)
-		desired := s.desired.Updates(sctx, 8192)
-		bindings := s.bindings.Updates(sctx, 8192)
-		for _, e := range s.bindings.Entries(nil) {
-			queue[e.Key] = true
-		}
-		resubscribe := false
-		for !resubscribe {
-			select {
-			case <-ctx.Done():
-				cancel()
-				return nil
-			case c, ok := <-applied:
-				if !ok {
-					resubscribe = true
-					break
-				}
-				if bk := bindingKeyOfDesired(strings.TrimPrefix(c.Key, keys.Encode(subjects.DesiredNamespacesBucket)+".")); bk != "" {
-					queue[bk] = true
-				}
-			case c, ok := <-desired:
-				if !ok {
-					resubscribe = true
-					break
-				}
-				if bk := bindingKeyOfDesired(c.Key); bk != "" {
-					queue[bk] = true
-				}
-			case c, ok := <-bindings:
-				if !ok {
-					resubscribe = true
-					break
-				}
-				queue[c.Key] = true
-			case <-t.C:
-				resubscribe = true // a full pass now and then, whatever was missed
-			case <-tick.C:
-				for key := range queue {
-					delete(queue, key)
-					s.recordStatus(ctx, key, pending)
-				}
-			}
-		}
-		cancel()
-	}
+// the view. Only changes of phase, or of a failure's reason, are recorded; usage never is. It is
+// keyed by binding (bindings view key): a change of the binding, of its desired objects or of
+// their agent's reports queues it, and every binding is looked at each StatusResync.
+func (s *Service) statusRecorder() *reconcile.Controller {
+	return reconcile.New(reconcile.Config{Name: "namespace-binding-status", Keys: func() []string { return keysOf(s.bindings) },
+		Resync: s.cfg.StatusResync, Log: s.log}, &statusRecorder{s: s, pending: map[string]string{}})
 }
 
-// recordStatus appends the binding's live phase if the view records another one.
-func (s *Service) recordStatus(ctx context.Context, key string, pending map[string]string) {
+// runStatus runs the status recorder.
+func (s *Service) runStatus(ctx context.Context) error {
+	return s.recorder.Run(ctx, reconcile.Watch(s.bindings, nil), reconcile.Watch(s.desired, bindingOfDesired), reconcile.Watch(s.applied, bindingOfApplied))
+}
+
+// keysOf lists every key of a cache.
+func keysOf[T proto.Message](c *view.Cache[T]) []string {
+	entries := c.Entries(nil)
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.Key
+	}
+	return out
+}
+
+type statusRecorder struct {
+	s  *Service
+	mu sync.Mutex
+	// pending are the statuses appended and not yet in the view: binding id → phase/reason
+	// recorded, so a reconcile before the view shows one does not append it again.
+	pending map[string]string
+}
+
+// Reconcile appends the binding's live phase if the view records another one.
+func (r *statusRecorder) Reconcile(ctx context.Context, key string) error {
+	s := r.s
 	b, ok := s.bindings.Get(key)
 	if !ok {
-		return
+		return nil
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
-		delete(pending, b.Id)
-		return
+		delete(r.pending, b.Id)
+		return nil
 	}
 	live := s.present(b)
 	state := live.Phase.String()
@@ -98,23 +74,37 @@ func (s *Service) recordStatus(ctx context.Context, key string, pending map[stri
 		stored += "/" + b.Reason
 	}
 	if state == stored {
-		delete(pending, b.Id)
-		return
+		delete(r.pending, b.Id)
+		return nil
 	}
-	if pending[b.Id] == state {
-		return
+	if r.pending[b.Id] == state {
+		return nil
 	}
 	ev := &projectv1.NamespaceBindingStatusChanged{BindingId: b.Id, Project: b.Project, Cluster: b.Cluster, Namespace: b.Namespace,
 		Phase: live.Phase, Reason: live.Reason, Message: live.Message}
 	// Any expectation: the event states an observation and is ignored unless it names the
 	// current binding; replicas recording the same transition twice change nothing.
 	if _, err := s.store.Append(ctx, bindingSubject(b.Cluster, b.Namespace), b.Id, events.Any, ev); err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("record binding status", zap.String("cluster", b.Cluster), zap.String("namespace", b.Namespace), zap.Error(err))
-		}
-		return
+		return fmt.Errorf("record status of namespace %s on cluster %s: %w", b.Namespace, b.Cluster, err)
 	}
-	pending[b.Id] = state
+	r.pending[b.Id] = state
+	return nil
+}
+
+// bindingOfDesired and bindingOfApplied queue the binding a desired object (or its agent's
+// report) belongs to.
+func bindingOfDesired(u view.Update[*desiredv1.DesiredObject]) []string {
+	if bk := bindingKeyOfDesired(u.Key); bk != "" {
+		return []string{bk}
+	}
+	return nil
+}
+
+func bindingOfApplied(u view.Update[*desiredv1.AppliedStatus]) []string {
+	if bk := bindingKeyOfDesired(strings.TrimPrefix(u.Key, keys.Encode(subjects.DesiredNamespacesBucket)+".")); bk != "" {
+		return []string{bk}
+	}
+	return nil
 }
 
 // bindingKeyOfDesired returns the bindings view key a desired key belongs to, or "".

@@ -25,6 +25,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/protectedns"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -154,6 +155,9 @@ type Service struct {
 
 	// locks serializes each project's commands in this replica (appendProject).
 	locks *events.Locks[*projectv1.Project]
+
+	// The hub loops (pkg/reconcile).
+	recorder *reconcile.Controller
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -170,6 +174,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
+	s.recorder = s.statusRecorder()
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -267,6 +272,11 @@ func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
 	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
 	srv.ReadyWhen("namespace-binding", s.ready)
+	for _, c := range []*reconcile.Controller{s.recorder} {
+		for _, m := range c.Collectors() {
+			_ = srv.Registry().Register(m)
+		}
+	}
 }
 
 // Run runs the projections, caches, the claim repair, the release of unbound namespaces and
