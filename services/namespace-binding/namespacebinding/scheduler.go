@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -389,4 +390,52 @@ func anyClosed(chs []<-chan struct{}) bool {
 		}
 	}
 	return false
+}
+
+// passes counts the placement scheduler's rounds, so a caller
+// can wait for a whole round that began after it asked (WaitSchedulingRound).
+type passes struct {
+	mu            sync.Mutex
+	started, done uint64
+	changed       chan struct{}
+}
+
+func newPasses() *passes { return &passes{changed: make(chan struct{})} }
+
+func (p *passes) start() {
+	p.mu.Lock()
+	p.started++
+	p.mu.Unlock()
+}
+
+func (p *passes) finish() {
+	p.mu.Lock()
+	p.done = p.started
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// next is the pass a caller asking now waits for: the first to begin after the call.
+func (p *passes) next() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started + 1
+}
+
+// wait blocks until pass want has finished.
+func (p *passes) wait(ctx context.Context, want uint64) error {
+	for {
+		p.mu.Lock()
+		done, ch := p.done, p.changed
+		p.mu.Unlock()
+		if done >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
 }

@@ -148,8 +148,6 @@ type Service struct {
 	ready chan struct{}
 	gate  apiwait.Gate
 	now   func() time.Time
-	// passes counts the release loop's passes (WaitReleasePass).
-	passes *passes
 	// rounds counts the placement scheduler's rounds (WaitSchedulingRound).
 	rounds *passes
 
@@ -158,6 +156,7 @@ type Service struct {
 
 	// The hub loops (pkg/reconcile).
 	recorder *reconcile.Controller
+	release  *reconcile.Controller
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -169,12 +168,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), passes: newPasses(), rounds: newPasses(),
+	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), rounds: newPasses(),
 		ready: make(chan struct{}), now: time.Now,
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
-	s.recorder = s.statusRecorder()
+	s.recorder, s.release = s.statusRecorder(), s.releaser()
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -272,7 +271,7 @@ func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
 	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
 	srv.ReadyWhen("namespace-binding", s.ready)
-	for _, c := range []*reconcile.Controller{s.recorder} {
+	for _, c := range []*reconcile.Controller{s.recorder, s.release} {
 		for _, m := range c.Collectors() {
 			_ = srv.Registry().Register(m)
 		}
