@@ -44,6 +44,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
 )
 
 const (
@@ -234,25 +235,36 @@ func splitBindingKey(key string) (cluster, namespace string) {
 	return parts[0], parts[1]
 }
 
-// runRepair reconciles the claims bucket with the bindings view, which the stream defines:
+// repairer reconciles the claims bucket with the bindings view, which the stream defines:
 // claims whose bind never completed, or whose binding was unbound, are released; bindings
-// without a claim (a lost bucket) get theirs back.
-func (s *Service) runRepair(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.RepairInterval)
-	defer t.Stop()
-	for {
-		if err := s.repairClaims(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("claim repair", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+// without a claim (a lost bucket) get theirs back. It is keyed by (cluster, namespace) (the key
+// of both) and driven by time alone: a claim becomes orphan when ClaimGrace passes, so every
+// claim and every live binding is looked at each RepairInterval.
+func (s *Service) repairer() *reconcile.Controller {
+	return reconcile.New(reconcile.Config{Name: "namespace-binding-repair", Keys: s.repairCandidates, Resync: s.cfg.RepairInterval, Log: s.log},
+		reconcile.Func(s.repairClaim))
 }
 
-func (s *Service) repairClaims(ctx context.Context) error {
+// runRepair runs the repairer.
+func (s *Service) runRepair(ctx context.Context) error { return s.repair.Run(ctx) }
+
+func (s *Service) repairCandidates() []string {
+	out := keysOf(s.claims)
+	for _, e := range s.bindings.Entries(func(_ string, b *projectv1.NamespaceBinding) bool {
+		return b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
+	}) {
+		out = append(out, e.Key)
+	}
+	return out
+}
+
+// repairClaim releases the claim at key if it is orphan, or restores the claim of a live binding
+// that has none. What the caches show decides whether to look closer; the decision itself is
+// made again on a bindings view that has caught up with the stream.
+func (s *Service) repairClaim(ctx context.Context, key string) error {
+	if !s.needsRepair(key) {
+		return nil
+	}
 	// Decide from a bindings view that has caught up with the stream as it is now: a claim is
 	// orphan only if its binding event is not in the stream.
 	info, err := s.stream.Info(ctx)
@@ -265,41 +277,40 @@ func (s *Service) repairClaims(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	released := 0
-	for _, c := range s.claims.Entries(nil) {
+	if c, ok := s.claims.GetEntry(key); ok {
 		if !s.orphan(c.Key, c.Value) {
-			continue
+			return nil
 		}
 		if err := s.claimsKV.Delete(ctx, c.Key, jetstream.LastRevision(c.KVRevision)); err != nil {
-			s.log.Warn("release orphan claim", zap.String("key", c.Key), zap.Error(err))
-			continue
+			return fmt.Errorf("release orphan claim %s: %w", c.Key, err)
 		}
-		released++
 		s.log.Info("released orphan claim", zap.String("key", c.Key), zap.String("project", c.Value.Project), zap.String("binding", c.Value.BindingId))
+		return nil
 	}
-	restored := 0
-	for _, b := range s.bindings.List(func(_ string, b *projectv1.NamespaceBinding) bool {
-		return b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
-	}) {
-		key := bindingKey(b.Cluster, b.Namespace)
-		if _, ok := s.claims.Get(key); ok {
-			continue
-		}
-		data, err := proto.Marshal(&projectv1.Claim{Project: b.Project, BindingId: b.Id, CreateTime: timestamppb.New(s.now())})
-		if err != nil {
-			return fmt.Errorf("marshal claim: %w", err)
-		}
-		if _, err := s.claimsKV.Create(ctx, key, data); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue // claimed meanwhile; the next round judges that claim
-			}
-			s.log.Warn("restore claim", zap.String("key", key), zap.Error(err))
-			continue
-		}
-		restored++
+	b, ok := s.bindings.Get(key)
+	if !ok || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+		return nil
 	}
-	if released+restored > 0 {
-		s.log.Info("claims repaired", zap.Int("released", released), zap.Int("restored", restored))
+	data, err := proto.Marshal(&projectv1.Claim{Project: b.Project, BindingId: b.Id, CreateTime: timestamppb.New(s.now())})
+	if err != nil {
+		return fmt.Errorf("marshal claim: %w", err)
 	}
+	if _, err := s.claimsKV.Create(ctx, key, data); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil // claimed meanwhile; the next resync judges that claim
+		}
+		return fmt.Errorf("restore claim %s: %w", key, err)
+	}
+	s.log.Info("restored claim", zap.String("key", key), zap.String("project", b.Project), zap.String("binding", b.Id))
 	return nil
+}
+
+// needsRepair reports whether the caches show an orphan claim at key, or a live binding without
+// a claim.
+func (s *Service) needsRepair(key string) bool {
+	if c, ok := s.claims.Get(key); ok {
+		return s.orphan(key, c)
+	}
+	b, ok := s.bindings.Get(key)
+	return ok && b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
 }

@@ -157,6 +157,7 @@ type Service struct {
 	// The hub loops (pkg/reconcile).
 	recorder *reconcile.Controller
 	release  *reconcile.Controller
+	repair   *reconcile.Controller
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -173,7 +174,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
-	s.recorder, s.release = s.statusRecorder(), s.releaser()
+	s.recorder, s.release, s.repair = s.statusRecorder(), s.releaser(), s.repairer()
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -271,7 +272,7 @@ func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
 	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
 	srv.ReadyWhen("namespace-binding", s.ready)
-	for _, c := range []*reconcile.Controller{s.recorder, s.release} {
+	for _, c := range []*reconcile.Controller{s.recorder, s.release, s.repair} {
 		for _, m := range c.Collectors() {
 			_ = srv.Registry().Register(m)
 		}
