@@ -20,6 +20,7 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
@@ -93,8 +94,12 @@ func applyPlacementNamespace(ev *events.Event) ([]view.Change, error) {
 }
 
 func placementNamespaceIndex(_ string, n *placementv1.PlacementNamespace) []string {
-	return []string{byProject(n.Project), byPlacement(n.Project, n.Placement)}
+	return []string{byProject(n.Project), byPlacement(n.Project, n.Placement), byFollowingNamespace(n.Namespace)}
 }
+
+// byFollowingNamespace finds the following namespaces of one name in every project: a binding
+// of that name that goes frees the cluster for them.
+func byFollowingNamespace(ns string) string { return "ns\x00" + ns }
 
 func byPlacement(project, placement string) string { return "pl\x00" + project + "\x00" + placement }
 
@@ -186,7 +191,6 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 		s.log.Warn("bind namespace to placement: some clusters wait for the follower", zap.String("project", m.Project),
 			zap.String("namespace", m.Namespace), zap.Error(err))
 	}
-	s.kickFollower()
 	s.log.Info("namespace follows placement", zap.String("project", m.Project), zap.String("namespace", m.Namespace),
 		zap.String("placement", m.Placement), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&projectv1.BindNamespaceResponse{PlacementBindings: s.placementBindings(n)}), nil
@@ -293,60 +297,66 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 	return connect.NewResponse(&projectv1.UnbindNamespaceResponse{}), nil
 }
 
-// kickFollower asks for a follower round now.
-func (s *Service) kickFollower() {
-	select {
-	case s.followKick <- struct{}{}:
-	default:
-	}
-}
-
-// followRetry bounds how often a cluster whose binding failed is tried again while nothing
-// changes (a budget that does not fit, an unreachable view).
+// followRetry is how long a following namespace whose bind or quota change failed waits before
+// it is tried again while nothing changes (a budget that does not fit, an unreachable view).
 const followRetry = 5 * time.Second
 
-// runFollow keeps the bindings of every following namespace in line with its placement's
-// decision, and releases the bindings of namespaces that stopped following.
+// followResync is how often every following namespace is looked at with nothing changing.
+const followResync = time.Minute
+
+// follower keeps the bindings of every following namespace in line with its placement's
+// decision, and releases the bindings of namespaces that stopped following. It is keyed by
+// following namespace (keys.Join(project, namespace), the placement-namespaces key): a change
+// of the following, of its placement's decision or of a binding of that namespace name queues
+// it. It runs only in the replica holding PlacementLease.
+func (s *Service) newFollower() *reconcile.Controller {
+	return reconcile.New(reconcile.Config{Name: "namespace-binding-follow", Keys: s.followCandidates, Resync: followResync,
+		BaseDelay: followRetry, MaxDelay: followRetry, Log: s.log}, reconcile.Func(s.followKey))
+}
+
+// runFollow runs the follower.
 func (s *Service) runFollow(ctx context.Context) error {
-	for {
-		changed := []<-chan struct{}{s.decisions.Changed(), s.placementNamespaces.Changed(), s.bindings.Changed()}
-		retry := false
-		for _, n := range s.placementNamespaces.List(nil) {
-			if err := s.follow(ctx, n); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				retry = true
-				s.log.Warn("namespace following placement", zap.String("project", n.Project), zap.String("namespace", n.Namespace),
-					zap.String("placement", n.Placement), zap.Error(err))
-			}
-		}
-		if err := s.releaseStrays(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			retry = true
-			s.log.Warn("release bindings of namespaces that stopped following", zap.Error(err))
-		}
-		var after <-chan time.Time
-		if retry || s.followBackoff.pending(s.now()) {
-			after = time.After(followRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.followKick:
-		case <-after:
-		case <-changed[0]:
-		case <-changed[1]:
-		case <-changed[2]:
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(schedulerDebounce):
+	return s.follower.Run(ctx, reconcile.Watch(s.placementNamespaces, nil), reconcile.Watch(s.decisions, s.followersOfDecision),
+		reconcile.Watch(s.bindings, s.followersOfBinding))
+}
+
+// followCandidates are every following namespace and every namespace with a binding a
+// placement made (perhaps a stray).
+func (s *Service) followCandidates() []string {
+	s.followBackoff.pending(s.now()) // forgets waits nobody re-armed
+	out := keysOf(s.placementNamespaces)
+	for _, b := range s.bindings.Lookup(placedTerm) {
+		out = append(out, keys.Join(b.Project, b.Namespace))
+	}
+	return out
+}
+
+func (s *Service) followersOfDecision(u view.Update[*placementv1.PlacementDecisions]) []string {
+	return s.placementNamespaces.Keys(byPlacement(u.Value.GetProject(), u.Value.GetName()))
+}
+
+func (s *Service) followersOfBinding(u view.Update[*projectv1.NamespaceBinding]) []string {
+	b := u.Value
+	return append(s.placementNamespaces.Keys(byFollowingNamespace(b.GetNamespace())), keys.Join(b.GetProject(), b.GetNamespace()))
+}
+
+// followKey follows the placement of the namespace at key, if it follows one, and releases the
+// bindings of that namespace that placements made and it no longer follows.
+func (s *Service) followKey(ctx context.Context, key string) error {
+	parts, err := keys.Split(key)
+	if err != nil || len(parts) != 2 {
+		return nil // never queued: not a following namespace's key
+	}
+	var errs []error
+	if n, ok := s.placementNamespaces.Get(key); ok {
+		if err := s.follow(ctx, n); err != nil {
+			errs = append(errs, err)
 		}
 	}
+	if err := s.releaseStrays(ctx, parts[0], parts[1]); err != nil {
+		errs = append(errs, fmt.Errorf("release bindings of namespace %s/%s that stopped following: %w", parts[0], parts[1], err))
+	}
+	return errors.Join(errs...)
 }
 
 // follow binds n on every decided cluster and releases it from clusters the decision left.
@@ -417,12 +427,12 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 	return nil
 }
 
-// releaseStrays unbinds, with KEEP, placement-made bindings whose namespace no longer follows
-// that placement: what an UnbindNamespace that stopped half-way left.
-func (s *Service) releaseStrays(ctx context.Context) error {
+// releaseStrays unbinds, with KEEP, the placement-made bindings of a project's namespace that
+// no longer follows their placement: what an UnbindNamespace that stopped half-way left.
+func (s *Service) releaseStrays(ctx context.Context, project, namespace string) error {
 	var errs []error
-	for _, b := range s.bindings.Lookup(placedTerm) {
-		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+	for _, b := range s.bindings.Lookup(byProjectNamespace(project, namespace)) {
+		if b.Placement == "" || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 			continue
 		}
 		if n, ok := s.placementNamespaces.Get(keys.Join(b.Project, b.Namespace)); ok && n.Placement == b.Placement {

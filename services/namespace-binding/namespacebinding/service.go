@@ -142,7 +142,6 @@ type Service struct {
 	addOnScores         *view.Cache[*placementv1.AddOnScore]
 	placementNamespaces *view.Cache[*placementv1.PlacementNamespace]
 	schedKick           chan struct{}
-	followKick          chan struct{}
 	followBackoff       backoff
 
 	ready chan struct{}
@@ -158,6 +157,7 @@ type Service struct {
 	recorder *reconcile.Controller
 	release  *reconcile.Controller
 	repair   *reconcile.Controller
+	follower *reconcile.Controller
 }
 
 // New ensures the service's streams and buckets and builds it; Run starts it.
@@ -171,10 +171,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	}
 	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), rounds: newPasses(),
 		ready: make(chan struct{}), now: time.Now,
-		schedKick: make(chan struct{}, 1), followKick: make(chan struct{}, 1)}
+		schedKick: make(chan struct{}, 1)}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
-	s.recorder, s.release, s.repair = s.statusRecorder(), s.releaser(), s.repairer()
+	s.recorder, s.release, s.repair, s.follower = s.statusRecorder(), s.releaser(), s.repairer(), s.newFollower()
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -272,7 +272,7 @@ func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
 	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
 	srv.ReadyWhen("namespace-binding", s.ready)
-	for _, c := range []*reconcile.Controller{s.recorder, s.release, s.repair} {
+	for _, c := range []*reconcile.Controller{s.recorder, s.release, s.repair, s.follower} {
 		for _, m := range c.Collectors() {
 			_ = srv.Registry().Register(m)
 		}
