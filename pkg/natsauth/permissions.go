@@ -220,6 +220,9 @@ var serviceGrants = map[string][]grant{
 		// Which clusters' agents are over its limits: its own key of each cluster.
 		{stream: kv(subjects.AgentLimitsBucket), access: read | ensure | write, subjects: []string{"$KV." + subjects.AgentLimitsBucket + ".*." + ServiceEndpointCollector}},
 		readBucket(subjects.ClustersBucket),
+		// When each agent was last heard, as cluster-import recorded it: where a restarted
+		// collector starts from, heartbeats not being stored.
+		readBucket(subjects.ClusterStatusBucket),
 		// A cluster's last event confirms its deregistration before its endpoints are evicted.
 		{stream: subjects.ClusterStream, access: read},
 		deadLetter(subjects.AgentStreamName+".endpoint-collector", viewDeadLetters(subjects.EndpointStream)),
@@ -237,7 +240,9 @@ var serviceGrants = map[string][]grant{
 var serviceCoreSubscribes = map[string][]string{
 	// Secrets agents report for import policies and hosted agents' credential requests: kept in
 	// memory only, never in a stream.
-	ServiceClusterImport: {subjects.AgentSecretPrefix + ".>", subjects.HostedCredentialsPrefix + ".*"},
+	ServiceClusterImport: {subjects.AgentSecretPrefix + ".>", subjects.HostedCredentialsPrefix + ".*", subjects.AgentLiveHeartbeats},
+	// Agents' heartbeats: when each cluster was last heard, for staleness and eviction.
+	ServiceEndpointCollector: {subjects.AgentLiveHeartbeats},
 }
 
 // serviceCorePublishes are the core NATS subjects (no stream) a service publishes to.
@@ -351,6 +356,8 @@ func AgentPermissions(cluster string) Permissions {
 	enc := keys.Encode(cluster)
 	pub := []string{
 		subjects.AgentPrefixFor(cluster) + ".>",
+		// Its heartbeats, on core NATS (never stored).
+		subjects.AgentLiveHeartbeat(cluster),
 		"$JS.API.INFO",
 		"$JS.FC.>",
 		"$JS.API.STREAM.INFO.KV_" + subjects.AppliedBucket,

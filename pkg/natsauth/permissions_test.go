@@ -50,6 +50,10 @@ func TestPermissionTable(t *testing.T) {
 		{"endpoint-collector", svc(natsauth.ServiceEndpointCollector), []check{
 			{"$JS.API.CONSUMER.MSG.NEXT.FLEET_AGENT.endpoint-collector", false, true},
 			{"fleet.agent.c1.heartbeat", false, false},
+			{"fleet.live.*.heartbeat", true, true},
+			{"fleet.live.c1.heartbeat", false, false},
+			{"$JS.API.DIRECT.GET.KV_cluster-status.$KV.cluster-status.c1", false, true},
+			{"$KV.cluster-status.c1", false, false},
 			{"$KV.endpoints.ns.svc", false, true},
 			{"$KV.agent-limits.c1.endpoint-collector", false, true},
 			{"$KV.agent-limits.c1.cluster-import-heartbeat", false, false},
@@ -83,10 +87,19 @@ func TestPermissionTable(t *testing.T) {
 			{"$JS.API.STREAM.PURGE.FLEET_AGENT", false, true},
 			{"fleet.agentsecret.c1.ns.s", true, true},
 			{"fleet.agentsecret.c1.ns.s", false, false},
+			// Every agent's heartbeats, read, never forged.
+			{"fleet.live.*.heartbeat", true, true},
+			{"fleet.live.c1.heartbeat", false, false},
 		}},
 		{"agent c1", natsauth.AgentPermissions("c1"), []check{
 			{"fleet.agent.c1.heartbeat", false, true},
 			{"fleet.agent.c2.heartbeat", false, false},
+			// Its heartbeats on core NATS: its own, not another cluster's, and never reading any.
+			{"fleet.live.c1.heartbeat", false, true},
+			{"fleet.live.c2.heartbeat", false, false},
+			{"fleet.live.c1.inventory", false, false},
+			{"fleet.live.c1.heartbeat", true, false},
+			{"fleet.live.*.heartbeat", true, false},
 			// Its namespace inventory, in chunks when large (pkg/nsinventory).
 			{"fleet.agent.c1.inventory", false, true},
 			{"fleet.agent.c1.inventory.7", false, true},

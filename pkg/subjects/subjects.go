@@ -54,6 +54,19 @@ func AgentPrefixFor(cluster string) string { return AgentPrefix + "." + keys.Enc
 // AgentHeartbeat returns the subject of cluster's heartbeats.
 func AgentHeartbeat(cluster string) string { return AgentPrefixFor(cluster) + ".heartbeat" }
 
+// LivePrefix is where agents' heartbeats go, on core NATS: never stored, each superseded by the
+// next. Stored on FLEET_AGENT (as agents before this one still do) they were most of an idle
+// hub's CPU: 200 stored messages, deliveries and acks a second at 1,000 clusters (docs/scale.md).
+const LivePrefix = "fleet.live"
+
+// AgentLiveHeartbeat returns the core NATS subject of cluster's heartbeats.
+func AgentLiveHeartbeat(cluster string) string {
+	return LivePrefix + "." + keys.Encode(cluster) + ".heartbeat"
+}
+
+// AgentLiveHeartbeats matches every cluster's heartbeats on core NATS.
+const AgentLiveHeartbeats = LivePrefix + ".*.heartbeat"
+
 // AgentInventory returns the subject of cluster's namespace inventory (its chunk 0).
 func AgentInventory(cluster string) string { return AgentPrefixFor(cluster) + ".inventory" }
 

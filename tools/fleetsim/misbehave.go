@@ -127,6 +127,7 @@ func (c *simCluster) misbehave(ctx context.Context, victim string) {
 	case misForeign:
 		tick(func() {
 			_ = c.nc.Publish(subjects.AgentHeartbeat(victim), []byte("not yours"))
+			_ = c.nc.Publish(subjects.AgentLiveHeartbeat(victim), []byte("not yours"))
 			if sub, err := c.nc.SubscribeSync(subjects.FeedSubject(subjects.DesiredRBACBucket, keys.Encode(victim)+".>")); err == nil {
 				_ = c.nc.Flush()
 				_ = sub.Unsubscribe()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/version"
 
@@ -68,7 +69,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 		Resources:         h.resources.Current(),
 		Hosted:            a.cfg.Hosted,
 	}
-	err = a.appendReport(ctx, subjects.AgentHeartbeat(a.cfg.ClusterName), hb)
+	err = a.publishHeartbeat(hb)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Shutting down.
@@ -98,4 +99,22 @@ func (h *heartbeater) serverVersion(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("decode /version: %w", err)
 	}
 	return info.GitVersion, nil
+}
+
+// publishHeartbeat sends hb on core NATS (subjects.LivePrefix): not stored, so there is no ack
+// to wait for, and one lost is made good by the next. Disconnected, it fails rather than queue
+// in the reconnect buffer: a heartbeat is about now, not about when the connection comes back.
+func (a *Agent) publishHeartbeat(hb *agentv1.Heartbeat) error {
+	nc := a.js.Conn()
+	if !nc.IsConnected() {
+		return fmt.Errorf("publish heartbeat: nats connection %s", nc.Status())
+	}
+	data, err := proto.Marshal(hb)
+	if err != nil {
+		return fmt.Errorf("publish heartbeat: %w", err)
+	}
+	if err := nc.Publish(subjects.AgentLiveHeartbeat(a.cfg.ClusterName), data); err != nil {
+		return fmt.Errorf("publish heartbeat: %w", err)
+	}
+	return nil
 }

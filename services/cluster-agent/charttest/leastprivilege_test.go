@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -185,7 +186,7 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 			return nil
 		})
 		testkit.Eventually(t, converge, func() error {
-			hb, err := latest[*agentv1.Heartbeat](ctx, j.JS, subjects.AgentHeartbeat(lpCluster))
+			hb, err := nextHeartbeat(ctx, j.JS.Conn(), lpCluster)
 			if err != nil {
 				return err
 			}
@@ -539,6 +540,27 @@ func mustCreateNode(t *testing.T, ctx context.Context, admin kubernetes.Interfac
 	}}}
 	_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 	must(t, "node status", err)
+}
+
+// nextHeartbeat waits (up to 15 s) for the next heartbeat of cluster's agent: heartbeats go on
+// core NATS and are not stored, so there is no last one to read.
+func nextHeartbeat(ctx context.Context, nc *nats.Conn, cluster string) (*agentv1.Heartbeat, error) {
+	sub, err := nc.SubscribeSync(subjects.AgentLiveHeartbeat(cluster))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat of %s: %w", cluster, err)
+	}
+	hb := &agentv1.Heartbeat{}
+	if err := proto.Unmarshal(m.Data, hb); err != nil {
+		return nil, fmt.Errorf("heartbeat of %s: %w", cluster, err)
+	}
+	return hb, nil
 }
 
 // latest returns the payload of the last report on subject.

@@ -112,6 +112,7 @@ const reasonInvalidHeartbeat = "InvalidHeartbeat"
 type limitMetrics struct {
 	heartbeats       *prometheus.CounterVec
 	heartbeatFields  *prometheus.CounterVec
+	liveDropped      *prometheus.CounterVec
 	reportsPurged    *prometheus.CounterVec
 	inventoryEntries *prometheus.CounterVec
 }
@@ -123,6 +124,8 @@ func newLimitMetrics() limitMetrics {
 		// the hub is bounded by the heartbeats it need not write (liveness.go, nothingNew).
 		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_heartbeats_total",
 			Help: "Agent heartbeats received, by cluster."}, []string{"cluster"}),
+		liveDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_heartbeats_dropped_total",
+			Help: "Heartbeats from core NATS not recorded, by reason: malformed, or failed (the agent's next one is)."}, []string{"reason"}),
 		heartbeatFields: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_heartbeat_fields_refused_total",
 			Help: "Heartbeat fields dropped for being out of bounds or malformed, by cluster and field."}, []string{"cluster", "field"}),
 		reportsPurged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_reports_purged_total",
@@ -133,7 +136,7 @@ func newLimitMetrics() limitMetrics {
 }
 
 func (m limitMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.heartbeats, m.heartbeatFields, m.reportsPurged, m.inventoryEntries}
+	return []prometheus.Collector{m.heartbeats, m.heartbeatFields, m.liveDropped, m.reportsPurged, m.inventoryEntries}
 }
 
 // reportHeartbeat records what checkHeartbeat found in the newest heartbeat of cluster name.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -45,6 +47,8 @@ func (s *Registry) runHeartbeats(ctx context.Context) error {
 	}, s.log, s.handleHeartbeat)
 }
 
+// handleHeartbeat handles a heartbeat stored on FLEET_AGENT, as agents before the live subject
+// sent them (and tests still append them).
 func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	ev, err := events.DecodeMsg(m)
 	if err != nil {
@@ -54,16 +58,6 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if !ok {
 		return consumer.Permanent(fmt.Errorf("unexpected %s on %s", ev.Type, m.Subject()))
 	}
-	// What is out of bounds is dropped here, before anything is stored (agentlimits.go).
-	hb, problems := checkHeartbeat(raw)
-	tok, err := subjectToken(m.Subject(), 2)
-	if err != nil {
-		return consumer.Permanent(err)
-	}
-	name, err := keys.Decode(tok)
-	if err != nil {
-		return consumer.Permanent(err)
-	}
 	md, err := m.Metadata()
 	if err != nil {
 		return consumer.Permanent(err)
@@ -72,6 +66,94 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	seen := md.Timestamp
 	if s.now().Sub(seen) > s.cfg.UnreachableAfter {
 		return nil // an old heartbeat replayed after a restart says nothing about now
+	}
+	if err := s.heartbeat(ctx, m.Subject(), raw, seen); err != nil {
+		if errors.Is(err, errMalformedHeartbeat) {
+			return consumer.Permanent(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// errMalformedHeartbeat marks a heartbeat that can never be handled.
+var errMalformedHeartbeat = errors.New("malformed heartbeat")
+
+// runLiveHeartbeats handles the heartbeats agents send on core NATS (subjects.LivePrefix), one
+// replica each (a queue group), with heartbeatWorkers workers. Nothing is stored or
+// redelivered: a heartbeat that fails is made good by the agent's next one, since each carries
+// everything. Seen is this replica's clock when it arrives, as JetStream's receive time was.
+func (s *Registry) runLiveHeartbeats(ctx context.Context) error {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	msgs := make(chan *nats.Msg, liveHeartbeatBuffer)
+	sub, err := s.js.Conn().ChanQueueSubscribe(subjects.AgentLiveHeartbeats, liveHeartbeatQueue, msgs)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", subjects.AgentLiveHeartbeats, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var wg sync.WaitGroup
+	for range heartbeatWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m := <-msgs:
+					s.handleLiveHeartbeat(ctx, m)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// The live heartbeats' queue group, and how many may wait for a worker (a few seconds of a
+// 10,000-cluster fleet reconnecting at once; past it the client drops them as a slow consumer,
+// and the agents' next ones count).
+const (
+	liveHeartbeatQueue  = "cluster-import"
+	liveHeartbeatBuffer = 16384
+)
+
+// handleLiveHeartbeat handles one heartbeat from core NATS. What fails is counted and logged at
+// debug level only: in a JetStream outage every heartbeat of the fleet fails alike.
+func (s *Registry) handleLiveHeartbeat(ctx context.Context, m *nats.Msg) {
+	raw := &agentv1.Heartbeat{}
+	err := proto.Unmarshal(m.Data, raw)
+	if err != nil {
+		err = fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
+	} else {
+		err = s.heartbeat(ctx, m.Subject, raw, s.now())
+	}
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.Is(err, errMalformedHeartbeat):
+		s.metrics.liveDropped.WithLabelValues("malformed").Inc()
+		s.log.Debug("malformed heartbeat dropped", zap.String("subject", m.Subject), zap.Error(err))
+	default:
+		s.metrics.liveDropped.WithLabelValues("failed").Inc()
+		s.log.Debug("heartbeat not recorded; the agent's next one will be", zap.String("subject", m.Subject), zap.Error(err))
+	}
+}
+
+// heartbeat records raw, received on subject at seen.
+func (s *Registry) heartbeat(ctx context.Context, subject string, raw *agentv1.Heartbeat, seen time.Time) error {
+	// What is out of bounds is dropped here, before anything is stored (agentlimits.go).
+	hb, problems := checkHeartbeat(raw)
+	tok, err := subjectToken(subject, 2)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
+	}
+	name, err := keys.Decode(tok)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
 	}
 	st := &clusterv1.AgentStatus{ClusterName: name, KubernetesVersion: hb.KubernetesVersion,
 		AgentVersion: hb.AgentVersion, SessionId: hb.SessionId, LastSeen: timestamppb.New(seen), Hosted: hb.Hosted}

@@ -256,6 +256,7 @@ func (s *Registry) run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return s.runHeartbeats(ctx) })
+	g.Go(func() error { return s.runLiveHeartbeats(ctx) })
 	g.Go(func() error { return s.runReportBudget(ctx) })
 	g.Go(func() error { return s.runInventoryChecks(ctx) })
 	g.Go(func() error { return s.runLiveness(ctx) })

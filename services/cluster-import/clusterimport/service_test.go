@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -302,7 +303,30 @@ func heartbeat(t *testing.T, js jetstream.JetStream, cluster, version string) {
 	}
 }
 
+// liveHeartbeat sends a heartbeat as agents do now: on core NATS, not stored.
+func liveHeartbeat(t *testing.T, js jetstream.JetStream, cluster, version string) {
+	t.Helper()
+	data, err := proto.Marshal(&agentv1.Heartbeat{ClusterName: cluster, KubernetesVersion: version, Time: timestamppb.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Publish(subjects.AgentLiveHeartbeat(cluster), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Liveness is the same whether heartbeats come on core NATS (agents now) or stored on
+// FLEET_AGENT (agents before, during an upgrade).
 func TestAgentLivenessTaintsAndUntaints(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		beat func(t *testing.T, js jetstream.JetStream, cluster, version string)
+	}{{"live", liveHeartbeat}, {"stored", heartbeat}} {
+		t.Run(tc.name, func(t *testing.T) { testAgentLivenessTaintsAndUntaints(t, tc.beat) })
+	}
+}
+
+func testAgentLivenessTaintsAndUntaints(t *testing.T, heartbeat func(t *testing.T, js jetstream.JetStream, cluster, version string)) {
 	e := start(t, nil, clusterimport.Config{UnreachableAfter: 1500 * time.Millisecond, CheckInterval: 100 * time.Millisecond})
 	ctx := testkit.Context(t, 60*time.Second)
 	register(t, e, "c1", nil)
@@ -347,6 +371,9 @@ func TestMalformedReportIsDeadLetteredAndServiceKeepsServing(t *testing.T) {
 	e := start(t, nil, clusterimport.Config{})
 	ctx := testkit.Context(t, 30*time.Second)
 	register(t, e, "c1", nil)
+	if err := e.js.JS.Conn().Publish(subjects.AgentLiveHeartbeat("c1"), []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.js.JS.Publish(ctx, subjects.AgentHeartbeat("c1"), []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}

@@ -291,6 +291,13 @@ func (in *ingester) handle(subject string, data []byte, ts time.Time) error {
 	return nil // another report kind this collector does not read
 }
 
+// seen records that cluster's agent was heard at ts (known from elsewhere than a report).
+func (in *ingester) seen(cluster string, ts time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.touch(in.cluster(cluster), ts)
+}
+
 // touch records that cluster's agent was heard at ts. A silence longer than the evict delay
 // means the cluster was (or would have been) evicted: until its agent's next relist completes
 // it is served as stale, since whatever changed meanwhile has not been reported yet. Judged on

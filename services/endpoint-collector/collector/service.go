@@ -19,11 +19,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
@@ -328,6 +330,18 @@ func (c *Collector) awaitReady(ctx context.Context) error {
 // nats.go's ordered consumer, whose replacement of a consumer lost with a NATS node takes 10 s
 // per attempt (issue 14): reports would stall that long after the node died.
 func (c *Collector) consume(ctx context.Context) error {
+	// Heartbeats go on core NATS (subjects.LivePrefix) and are not in the replay: every replica
+	// hears them live, and starts from when cluster-import last recorded each agent.
+	sub, err := c.js.Conn().Subscribe(subjects.AgentLiveHeartbeats, func(m *nats.Msg) {
+		if err := c.ingest.handle(m.Subject, nil, time.Now()); err != nil {
+			c.metrics.malformed.Inc()
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", subjects.AgentLiveHeartbeats, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	c.seedLastSeen(ctx)
 	r, err := consumer.NewOrdered(ctx, c.js, subjects.AgentStreamName, []string{
 		subjects.AgentPrefix + ".*." + kindHeartbeat,
 		subjects.AgentPrefix + ".*." + kindSlice + ".>",
@@ -536,3 +550,45 @@ func viewKey(ns, name string) string { return keys.Join(ns, name) }
 func Projections() []view.Projection {
 	return []view.Projection{weightsProjection()}
 }
+
+// seedLastSeen starts each cluster's last-seen from cluster-import's cluster-status bucket: a
+// restarted collector does not replay heartbeats (they are not stored), and judging silence by
+// the replayed slices alone would take every quiet cluster for evicted (stale until its agent
+// relists). Without the bucket (no cluster-import yet) it starts from the replay, as before.
+func (c *Collector) seedLastSeen(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, seedTimeout)
+	defer cancel()
+	kv, err := c.js.KeyValue(ctx, subjects.ClusterStatusBucket)
+	if err != nil {
+		c.log.Info("no agent last-seen times to start from", zap.Error(err))
+		return
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		c.log.Warn("agent last-seen times not read", zap.Error(err))
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			c.log.Warn("agent last-seen times read in part", zap.Int("clusters", n), zap.Error(ctx.Err()))
+			return
+		case e := <-w.Updates():
+			if e == nil {
+				c.log.Info("started from the agents' last-seen times", zap.Int("clusters", n))
+				return
+			}
+			st := &clusterv1.AgentStatus{}
+			if proto.Unmarshal(e.Value(), st) != nil || st.GetClusterName() == "" || st.GetLastSeen() == nil {
+				continue
+			}
+			c.ingest.seen(st.GetClusterName(), st.GetLastSeen().AsTime())
+			n++
+		}
+	}
+}
+
+// seedTimeout bounds the read of the last-seen times at start.
+const seedTimeout = 10 * time.Second
