@@ -102,6 +102,8 @@ func bucketConfig(name, desc string) jetstream.KeyValueConfig {
 // Registry is the cluster registry. It serves clusterv1connect.ClusterServiceHandler itself, and
 // the subscriber and import-policy APIs through Subscribers and ImportPolicies.
 type Registry struct {
+	// valid remembers each cluster's last heartbeat fields found valid (liveness.go).
+	valid validHeartbeats
 	clusterv1connect.UnimplementedClusterServiceHandler
 
 	cfg    Config
