@@ -183,35 +183,38 @@ func BenchmarkSliceUpdates(b *testing.B) {
 			}
 			return msgs
 		}
-		initial, updates, again := round(1), round(2), round(3)
+		// The bus is measured before and after the collector (bus, ours, bus), each on a
+		// round of its own, so neither side always runs first on a machine whose load drifts.
+		initial, updates, again, after := round(1), round(2), round(3), round(4)
 		n := len(updates)
 		publishAll(b, pubJS, initial)
-
-		// Baseline: the bus alone, on the first update round.
-		cons, err := js.JS.OrderedConsumer(ctx, subjects.AgentStreamName, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{"fleet.agent.*.endpointslice.>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var got atomic.Int64
-		done := make(chan struct{})
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			if got.Add(1) == int64(n) {
-				close(done)
+		bus := func(msgs []*nats.Msg) float64 {
+			cons, err := js.JS.OrderedConsumer(ctx, subjects.AgentStreamName, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{"fleet.agent.*.endpointslice.>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
-		if err != nil {
-			b.Fatal(err)
+			var got atomic.Int64
+			done := make(chan struct{})
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				if got.Add(1) == int64(n) {
+					close(done)
+				}
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Stop()
+			start := time.Now()
+			publishAll(b, pubJS, msgs)
+			select {
+			case <-done:
+			case <-time.After(3 * time.Minute):
+				b.Fatal("bus baseline did not finish")
+			}
+			return float64(n) / time.Since(start).Seconds()
 		}
-		start := time.Now()
-		publishAll(b, pubJS, updates)
-		select {
-		case <-done:
-		case <-time.After(3 * time.Minute):
-			b.Fatal("bus baseline did not finish")
-		}
-		busRate := float64(n) / time.Since(start).Seconds()
-		cc.Stop()
+		busBefore := bus(updates)
 
 		// The collector: it loads the 50,000 slices, then the second update round.
 		h := startCollector(b, js.JS, Config{})
@@ -271,7 +274,20 @@ func BenchmarkSliceUpdates(b *testing.B) {
 				complete <- sn.key[strings.IndexByte(sn.key, '/')+1:]
 			}
 		}
-		start = time.Now()
+		// A CPU profile of the timed window alone (-test.cpuprofile also covers making the
+		// reports and the bus rounds): FLEETSTREAM_BENCH_WINDOW_CPUPROFILE=<file>.
+		if f := os.Getenv("FLEETSTREAM_BENCH_WINDOW_CPUPROFILE"); f != "" {
+			pf, err := os.Create(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pf.Close()
+			if err := pprof.StartCPUProfile(pf); err != nil {
+				b.Fatal(err)
+			}
+			defer pprof.StopCPUProfile()
+		}
+		start := time.Now()
 		publishAll(b, pubJS, again)
 		deadline := time.Now().Add(3 * time.Minute)
 		for queried.Load() < services {
@@ -280,6 +296,7 @@ func BenchmarkSliceUpdates(b *testing.B) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		pprof.StopCPUProfile()
 		qcancel()
 		queriers.Wait()
 		rate := float64(n) / time.Duration(queryDone.Load()-start.UnixNano()).Seconds()
@@ -294,13 +311,17 @@ func BenchmarkSliceUpdates(b *testing.B) {
 			}
 			return nil
 		})
+		h.stop()
+		busAfter := bus(after)
+		busRate := (busBefore + busAfter) / 2
 		b.ReportMetric(rate, "updates/s")
 		b.ReportMetric(busRate, "bus-updates/s")
+		b.ReportMetric(busBefore, "bus-before/s")
+		b.ReportMetric(busAfter, "bus-after/s")
 		b.ReportMetric(rate/busRate, "ratio")
 		b.ReportMetric(rate/50000, "vs-goal")
 		b.ReportMetric(swapRate, "swap-updates/s")
 		b.ReportMetric(swapRate/busRate, "swap-ratio")
-		h.stop()
 	}
 }
 
