@@ -91,23 +91,39 @@ func (r *responseCodec) lookupGzipped(p []byte) *gzipped {
 	return nil
 }
 
+// gzipWriter is a writer that makes cached gzip encodings and the buffer it writes to. The
+// writer stays pointed at its own buffer between uses: a flate writer's Reset clears ~600 KB of
+// tables, which for a response of a few KB costs more than compressing it, so it is reset once
+// per encoding, not again to let go of the buffer.
+type gzipWriter struct {
+	buf bytes.Buffer
+	zw  *gzip.Writer
+}
+
 // gzipWriters holds the writers that make cached gzip encodings (a flate writer allocates
 // ~600 KB of tables: made once, not per encoding).
-var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
+var gzipWriters = sync.Pool{New: func() any {
+	w := &gzipWriter{}
+	w.zw = gzip.NewWriter(&w.buf)
+	return w
+}}
+
+// maxPooledGzipBuf bounds the buffer a pooled writer keeps (a rare large response's is dropped).
+const maxPooledGzipBuf = 64 << 10
 
 // bytes returns the gzip of g.raw, made on first use (at the default level, as Connect's gzip)
 // and charged to the entries holding g.
 func (g *gzipped) bytes(r *responseCodec) []byte {
 	g.once.Do(func() {
-		var buf bytes.Buffer
-		buf.Grow(len(g.raw)/3 + 64)
-		zw := gzipWriters.Get().(*gzip.Writer)
-		zw.Reset(&buf)
-		_, _ = zw.Write(g.raw) // a bytes.Buffer does not fail
-		_ = zw.Close()
-		zw.Reset(io.Discard)
-		gzipWriters.Put(zw)
-		g.gz = bytes.Clone(buf.Bytes())
+		w := gzipWriters.Get().(*gzipWriter)
+		w.buf.Reset()
+		w.zw.Reset(&w.buf)
+		_, _ = w.zw.Write(g.raw) // a bytes.Buffer does not fail
+		_ = w.zw.Close()
+		g.gz = bytes.Clone(w.buf.Bytes())
+		if w.buf.Cap() <= maxPooledGzipBuf {
+			gzipWriters.Put(w)
+		}
 		r.gzipsCached.Add(1)
 
 		r.mu.Lock()

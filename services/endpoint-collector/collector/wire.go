@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 	"unsafe"
 
@@ -185,7 +186,8 @@ func (st *Store) decodeReport(data []byte, name string) (reportHeader, *slice, e
 		fqdn     bool
 		pbuf     [4]port
 		ports    = pbuf[:0]
-		epsBytes [][]byte
+		ebuf     [16][]byte
+		epsBytes = ebuf[:0]
 	)
 	err = fields(value, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error {
 		switch {
@@ -230,8 +232,10 @@ func (st *Store) decodeReport(data []byte, name string) (reportHeader, *slice, e
 	// Every endpoint is decoded, also those of a report that is dropped or has no addresses:
 	// the generated code rejects the whole report if one of them is malformed.
 	shared := st.ports.share(ports)
-	eps := make([]endpoint, 0, len(epsBytes))
-	targets := make([]byte, 0, 32*len(epsBytes))
+	sc := getDecodeScratch(len(epsBytes))
+	defer sc.put()
+	eps, targets := sc.eps, sc.targets
+	defer func() { sc.eps, sc.targets = eps[:0], targets[:0] }() // what append grew is kept too
 	for _, b := range epsBytes {
 		ep, ok, err := st.decodeEndpoint(b, &targets)
 		if err != nil {
@@ -252,6 +256,38 @@ func (st *Store) decodeReport(data []byte, name string) (reportHeader, *slice, e
 		return h, nil, errSlowPath // the slow path says why
 	}
 	return h, s, nil
+}
+
+// decodeScratch is what decodeReport decodes a slice's endpoints into before newSlice copies
+// them into the slice's buf: taken from a pool, since a report's endpoints and targets were two
+// allocations as large as the slice itself, every report.
+type decodeScratch struct {
+	eps     []endpoint
+	targets []byte
+}
+
+// maxPooledEndpoints bounds the scratch a pool keeps: a rare slice of thousands of endpoints
+// does not pin its arrays.
+const maxPooledEndpoints = 1024
+
+var decodeScratches = sync.Pool{New: func() any { return &decodeScratch{} }}
+
+func getDecodeScratch(n int) *decodeScratch {
+	sc := decodeScratches.Get().(*decodeScratch)
+	if cap(sc.eps) < n {
+		sc.eps = make([]endpoint, 0, n)
+	}
+	if cap(sc.targets) < 32*n {
+		sc.targets = make([]byte, 0, 32*n)
+	}
+	return sc
+}
+
+func (sc *decodeScratch) put() {
+	if cap(sc.eps) > maxPooledEndpoints || cap(sc.targets) > 32*maxPooledEndpoints {
+		return
+	}
+	decodeScratches.Put(sc)
 }
 
 func (st *Store) decodePort(data []byte) (port, error) {
