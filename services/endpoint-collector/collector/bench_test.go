@@ -673,7 +673,8 @@ func benchmarkMemoryPerEndpoint(b *testing.B, eps, services int, owned bool) {
 	for range b.N {
 		ctx, cancel := context.WithCancel(context.Background())
 		before := liveHeap()
-		c := newCollector(Config{}, quietLogger())
+		// 50,000 slices per cluster: over the default per-cluster limit, which would refuse half.
+		c := newCollector(Config{Limits: Limits{MaxEndpointSlicesPerCluster: 1 << 30, MaxEndpointsPerCluster: 1 << 30}}, quietLogger())
 		if owned {
 			var o owning
 			for _, cl := range clusters {
