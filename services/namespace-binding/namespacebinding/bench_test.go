@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,9 @@ func benchmarkBindNamespaces(b *testing.B, projects, writers int) {
 	// binds write too; taken from iteration 0, which runs ours first.
 	var sample *rawBindCase
 	var ours, apiDone, raw time.Duration
+	// The process's CPU time (user + system, every goroutine: hub, NATS server, callers) while
+	// each side runs: on a shared machine its ratio says what the wall-clock ratio cannot.
+	var oursCPU, rawCPU time.Duration
 	for it := range b.N {
 		b.StopTimer()
 		j := testkit.StartJetStream(b)
@@ -85,6 +89,7 @@ func benchmarkBindNamespaces(b *testing.B, projects, writers int) {
 			all := watchAll(b, ctx, desired, objects)
 
 			b.StartTimer()
+			cpu0 := processCPU(b)
 			start := time.Now()
 			var next atomic.Int64
 			var failed atomic.Int64
@@ -118,6 +123,7 @@ func benchmarkBindNamespaces(b *testing.B, projects, writers int) {
 			case <-ctx.Done():
 				b.Fatal("desired objects did not all arrive")
 			}
+			oursCPU += processCPU(b) - cpu0
 			b.StopTimer()
 			if sample != nil {
 				return
@@ -145,11 +151,15 @@ func benchmarkBindNamespaces(b *testing.B, projects, writers int) {
 		}
 		// Baseline: the same binds in raw nats.go, with the same guarantees, on the same server
 		// with the hub running (idle), as ours runs beside the raw side's data when second.
-		runRaw := func() { raw += rawBinds(b, j.JS, *sample) }
+		runRaw := func() {
+			cpu0 := processCPU(b)
+			raw += rawBinds(b, j.JS, *sample)
+			rawCPU += processCPU(b) - cpu0
+		}
 
 		// ABBA: ours first in iterations 0 and 3 (mod 4), the raw binds first in 1 and 2, so
 		// neither always meets a fresh server or one already holding the other's data.
-		oursBefore, rawBefore := ours, raw
+		oursBefore, rawBefore, oursCPUBefore, rawCPUBefore := ours, raw, oursCPU, rawCPU
 		order := "ours first"
 		if it%4 == 0 || it%4 == 3 {
 			runOurs()
@@ -159,8 +169,10 @@ func benchmarkBindNamespaces(b *testing.B, projects, writers int) {
 			runRaw()
 			runOurs()
 		}
-		b.Logf("iteration %d, %s: ours %s, raw %s, ratio %.2f", it, order, (ours - oursBefore).Round(time.Millisecond),
-			(raw - rawBefore).Round(time.Millisecond), (raw-rawBefore).Seconds()/(ours-oursBefore).Seconds())
+		b.Logf("iteration %d, %s: ours %s, raw %s, ratio %.2f; CPU per bind: ours %s, raw %s (raw/ours %.2f)", it, order, (ours - oursBefore).Round(time.Millisecond),
+			(raw - rawBefore).Round(time.Millisecond), (raw-rawBefore).Seconds()/(ours-oursBefore).Seconds(),
+			((oursCPU - oursCPUBefore) / namespaces).Round(time.Microsecond), ((rawCPU - rawCPUBefore) / namespaces).Round(time.Microsecond),
+			(rawCPU-rawCPUBefore).Seconds()/(oursCPU-oursCPUBefore).Seconds())
 	}
 	n := float64(b.N)
 	oursRate := float64(objects) * n / ours.Seconds()
@@ -171,9 +183,21 @@ func benchmarkBindNamespaces(b *testing.B, projects, writers int) {
 	b.ReportMetric(float64(namespaces)*n/raw.Seconds(), "raw-binds/s")
 	b.ReportMetric(rawRate, "raw-desired-objects/s")
 	b.ReportMetric(oursRate/rawRate, "ratio")
+	b.ReportMetric(oursCPU.Seconds()*1e6/(float64(namespaces)*n), "cpu-us/bind")
+	b.ReportMetric(rawCPU.Seconds()*1e6/(float64(namespaces)*n), "raw-cpu-us/bind")
+	b.ReportMetric(rawCPU.Seconds()/oursCPU.Seconds(), "cpu-ratio")
 	b.Logf("%d×%d binds (%d desired objects, %d B each) over %d clusters and %d projects, %d callers, order ABBA: ours all desired in %s per iteration (%.0f objects/s, API done in %s); raw binds: %s (%.0f objects/s); ratio %.2f",
 		b.N, namespaces, objects, len(sample.quota), clusters, projects, writers, (ours / time.Duration(b.N)).Round(time.Millisecond), oursRate,
 		(apiDone / time.Duration(b.N)).Round(time.Millisecond), (raw / time.Duration(b.N)).Round(time.Millisecond), rawRate, oursRate/rawRate)
+}
+
+// processCPU is the user and system CPU time this process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rawBindCase is one case of BenchmarkBindNamespaces for rawBinds, with the bytes ours wrote:
