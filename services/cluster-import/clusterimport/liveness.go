@@ -67,13 +67,14 @@ func (s *Registry) handleHeartbeat(ctx context.Context, m jetstream.Msg) error {
 	if s.now().Sub(seen) > s.cfg.UnreachableAfter {
 		return nil // an old heartbeat replayed after a restart says nothing about now
 	}
-	if err := s.heartbeat(ctx, m.Subject(), raw, seen); err != nil {
-		if errors.Is(err, errMalformedHeartbeat) {
-			return consumer.Permanent(err)
-		}
-		return err
+	b, err := s.prepareHeartbeat(m.Subject(), raw, seen)
+	if err == nil && b != nil {
+		err = s.applyHeartbeat(ctx, b)
 	}
-	return nil
+	if errors.Is(err, errMalformedHeartbeat) {
+		return consumer.Permanent(err)
+	}
+	return err
 }
 
 // errMalformedHeartbeat marks a heartbeat that can never be handled.
@@ -89,8 +90,18 @@ func (s *Registry) runLiveHeartbeats(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	msgs := make(chan *nats.Msg, liveHeartbeatBuffer)
-	sub, err := s.js.Conn().ChanQueueSubscribe(subjects.AgentLiveHeartbeats, liveHeartbeatQueue, msgs)
+	// Most heartbeats say nothing new and are done with in the subscription's own callback;
+	// only those that write go to a worker. Handing every one to a worker woke a goroutine per
+	// heartbeat, which on a quiet hub cost more than the handling (docs/scale.md).
+	work := make(chan *preparedHeartbeat, liveHeartbeatBuffer)
+	sub, err := s.js.Conn().QueueSubscribe(subjects.AgentLiveHeartbeats, liveHeartbeatQueue, func(m *nats.Msg) {
+		if b := s.prepareLiveHeartbeat(m); b != nil {
+			select {
+			case work <- b:
+			case <-ctx.Done():
+			}
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", subjects.AgentLiveHeartbeats, err)
 	}
@@ -104,8 +115,8 @@ func (s *Registry) runLiveHeartbeats(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					return
-				case m := <-msgs:
-					s.handleLiveHeartbeat(ctx, m)
+				case b := <-work:
+					s.liveHeartbeatDone(ctx, b, s.applyHeartbeat(ctx, b))
 				}
 			}
 		}()
@@ -122,37 +133,58 @@ const (
 	liveHeartbeatBuffer = 16384
 )
 
-// handleLiveHeartbeat handles one heartbeat from core NATS. What fails is counted and logged at
-// debug level only: in a JetStream outage every heartbeat of the fleet fails alike.
-func (s *Registry) handleLiveHeartbeat(ctx context.Context, m *nats.Msg) {
+// prepareLiveHeartbeat decodes and checks one heartbeat from core NATS, and returns it if it
+// has something to write (nil if not, or if it is malformed).
+func (s *Registry) prepareLiveHeartbeat(m *nats.Msg) *preparedHeartbeat {
 	raw := &agentv1.Heartbeat{}
+	var b *preparedHeartbeat
 	err := proto.Unmarshal(m.Data, raw)
 	if err != nil {
 		err = fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
 	} else {
-		err = s.heartbeat(ctx, m.Subject, raw, s.now())
+		b, err = s.prepareHeartbeat(m.Subject, raw, s.now())
 	}
+	if err != nil {
+		s.liveHeartbeatDone(context.Background(), &preparedHeartbeat{subject: m.Subject}, err)
+		return nil
+	}
+	return b
+}
+
+// liveHeartbeatDone counts and logs (at debug level only: in a JetStream outage every heartbeat
+// of the fleet fails alike) what became of a heartbeat from core NATS.
+func (s *Registry) liveHeartbeatDone(ctx context.Context, b *preparedHeartbeat, err error) {
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case errors.Is(err, errMalformedHeartbeat):
 		s.metrics.liveDropped.WithLabelValues("malformed").Inc()
-		s.log.Debug("malformed heartbeat dropped", zap.String("subject", m.Subject), zap.Error(err))
+		s.log.Debug("malformed heartbeat dropped", zap.String("subject", b.subject), zap.Error(err))
 	default:
 		s.metrics.liveDropped.WithLabelValues("failed").Inc()
-		s.log.Debug("heartbeat not recorded; the agent's next one will be", zap.String("subject", m.Subject), zap.Error(err))
+		s.log.Debug("heartbeat not recorded; the agent's next one will be", zap.String("subject", b.subject), zap.Error(err))
 	}
 }
 
-// heartbeat records raw, received on subject at seen.
-func (s *Registry) heartbeat(ctx context.Context, subject string, raw *agentv1.Heartbeat, seen time.Time) error {
+// preparedHeartbeat is a checked heartbeat that has something to write.
+type preparedHeartbeat struct {
+	subject, tok, name string
+	raw, hb            *agentv1.Heartbeat
+	problems           []string
+	st                 *clusterv1.AgentStatus
+	seen               time.Time
+}
+
+// prepareHeartbeat checks raw, received on subject at seen, and counts it; it returns nil when
+// the heartbeat has nothing to write (nothingNew), else what applyHeartbeat writes.
+func (s *Registry) prepareHeartbeat(subject string, raw *agentv1.Heartbeat, seen time.Time) (*preparedHeartbeat, error) {
 	// What is out of bounds is dropped here, before anything is stored (agentlimits.go).
 	tok, err := subjectToken(subject, 2)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
+		return nil, fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
 	}
 	name, err := keys.Decode(tok)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
+		return nil, fmt.Errorf("%w: %v", errMalformedHeartbeat, err)
 	}
 	hb, problems := raw, []string(nil)
 	if !s.valid.sameAs(tok, raw) {
@@ -167,8 +199,14 @@ func (s *Registry) heartbeat(ctx context.Context, subject string, raw *agentv1.H
 	}
 	s.metrics.heartbeats.WithLabelValues(name).Inc()
 	if s.nothingNew(tok, name, st, hb, problems) {
-		return nil
+		return nil, nil
 	}
+	return &preparedHeartbeat{subject: subject, tok: tok, name: name, raw: raw, hb: hb, problems: problems, st: st, seen: seen}, nil
+}
+
+// applyHeartbeat records a prepared heartbeat and moves its facts onto its cluster.
+func (s *Registry) applyHeartbeat(ctx context.Context, b *preparedHeartbeat) error {
+	tok, name, raw, hb, problems, st, seen := b.tok, b.name, b.raw, b.hb, b.problems, b.st, b.seen
 	newest, err := s.recordHeartbeat(ctx, tok, st)
 	if err != nil {
 		return err
