@@ -165,12 +165,18 @@ func (c *Collector) runLimitStatus(ctx context.Context) error {
 	}
 	kv, err := c.js.KeyValue(ctx, subjects.AgentLimitsBucket)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("agent limits bucket: %w", err)
 	}
 	s := c.limitStatus
 	// What a previous run left: every cluster with an entry is checked once.
 	lister, err := kv.ListKeysFiltered(ctx, "*."+keys.Encode(limitsReader))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("agent limits bucket: %w", err)
 	}
 	stale := map[string]string{} // key → cluster
