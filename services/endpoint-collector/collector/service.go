@@ -284,6 +284,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	kv, err := c.js.KeyValue(ctx, subjects.EndpointWeightsBucket)
 	if err != nil {
+		if ctx.Err() != nil {
+			return g.Wait() // stopped while starting
+		}
 		return fmt.Errorf("weights bucket: %w", err)
 	}
 	c.weights = view.NewCache(c.js, kv, func() *endpointv1.ServiceWeights { return &endpointv1.ServiceWeights{} }, c.log)
