@@ -43,6 +43,13 @@ func (r *recorder) Reconcile(_ context.Context, key string) error {
 	return nil
 }
 
+// changes returns a channel closed at the next reconcile.
+func (r *recorder) changes() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
 func (r *recorder) fail(key string, fail bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -257,8 +264,8 @@ func TestOnlyTheLeaseHolderReconciles(t *testing.T) {
 	ctx := testkit.Context(t, 30*time.Second)
 	holder, other := a, b
 	select {
-	case <-a.r.changed:
-	case <-b.r.changed:
+	case <-a.r.changes():
+	case <-b.r.changes():
 		holder, other = b, a
 	case <-ctx.Done():
 		t.Fatal("nobody reconciled")
