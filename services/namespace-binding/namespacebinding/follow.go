@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -406,12 +407,21 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 		if !s.followBackoff.ready(n, c, s.now()) {
 			continue // failed a moment ago; tried again after followRetry
 		}
-		if _, err := s.bind(ctx, n.Project, c, n.Namespace, n.Hard, n.Placement); err != nil && connect.CodeOf(err) != connect.CodeAlreadyExists {
+		_, err := s.bind(ctx, n.Project, c, n.Namespace, n.Hard, n.Placement)
+		switch {
+		case err != nil && connect.CodeOf(err) != connect.CodeAlreadyExists:
 			s.followBackoff.failed(n, c, s.now())
 			errs = append(errs, fmt.Errorf("bind namespace %s/%s on cluster %s: %w", n.Project, n.Namespace, c, err))
-		} else {
-			s.followBackoff.succeeded(n, c)
+			continue
+		case err != nil:
+			// Bound meanwhile by someone else (the follower and BindNamespace's own pass race
+			// for the same clusters): wait until the view shows it, so a caller presenting the
+			// bindings next sees it too.
+			wctx, cancel := context.WithTimeout(ctx, apiwait.Patience)
+			_ = s.bindings.WaitFor(wctx, bindingKey(c, n.Namespace), func(_ *projectv1.NamespaceBinding, ok bool) bool { return ok })
+			cancel()
 		}
+		s.followBackoff.succeeded(n, c)
 	}
 	for _, b := range s.bindings.Lookup(byProjectNamespace(n.Project, n.Namespace)) {
 		if b.Placement != n.Placement || want[b.Cluster] || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
