@@ -387,8 +387,11 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 		case ok && b.Project != n.Project:
 			continue // another project's: shown as Failed, bound once it lets go
 		case ok && b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING:
-			if b.Placement == n.Placement && !proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: n.Hard}) &&
-				s.followBackoff.ready(n, c, s.now()) {
+			quotaDiffers := b.Placement == n.Placement && !proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: n.Hard})
+			if quotaDiffers && !s.followBackoff.ready(n, c, s.now()) {
+				s.follower.AddAfter(keys.Join(n.Project, n.Namespace), followRetry) // as for a bind, below
+			}
+			if quotaDiffers && s.followBackoff.ready(n, c, s.now()) {
 				if _, err := s.updateQuota(ctx, n.Project, c, n.Namespace, n.Hard); err != nil {
 					s.followBackoff.failed(n, c, s.now())
 					errs = append(errs, fmt.Errorf("quota of namespace %s on cluster %s: %w", n.Namespace, c, err))
@@ -405,7 +408,11 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 			return nil // replacing a Terminating binding: only if the following still stands
 		}
 		if !s.followBackoff.ready(n, c, s.now()) {
-			continue // failed a moment ago; tried again after followRetry
+			// Failed a moment ago (perhaps in BindNamespace's own pass): tried again after
+			// followRetry. Nothing the follower watches need change meanwhile (a budget raised
+			// is a project change), so the key is queued for then.
+			s.follower.AddAfter(keys.Join(n.Project, n.Namespace), followRetry)
+			continue
 		}
 		_, err := s.bind(ctx, n.Project, c, n.Namespace, n.Hard, n.Placement)
 		switch {

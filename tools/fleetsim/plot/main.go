@@ -198,7 +198,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("usage: plot [-o FILE] RESULTS.jsonl...")
+		return errors.New("usage: plot [-o FILE] RESULTS.jsonl [RESULTS.jsonl ...]")
 	}
 	var runs []*result
 	for _, path := range fs.Args() {
