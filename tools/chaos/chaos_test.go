@@ -692,7 +692,7 @@ func (e *env) partitionAgent(t *testing.T) {
 	})
 	converged := time.Since(rec)
 	// The taint goes with the first heartbeat cluster-import hears after the reconnect: the
-	// agent's next one (every 5 s; those of the partition were not published) may come after
+	// agent's next one (every 10 s; those of the partition were not published) may come after
 	// the RoleBindings converged, so it is waited for, not checked at once.
 	e.eventually(t, 20*time.Second, cluster+" no longer tainted unreachable", func(ctx context.Context) error {
 		if u, err := e.unreachable(ctx, cluster); err != nil || u {

@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fleetstream/fleetstream/pkg/liveness"
 )
 
 type options struct {
@@ -66,7 +68,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.clusters, "clusters", 10, "simulated member clusters")
 	fs.IntVar(&o.namespaces, "namespaces", 5, "namespaces each simulated cluster holds (besides default and kube-system)")
-	fs.DurationVar(&o.heartbeat, "heartbeat", 5*time.Second, "heartbeat interval of every simulated agent")
+	fs.DurationVar(&o.heartbeat, "heartbeat", liveness.HeartbeatInterval, "heartbeat interval of every simulated agent (the agent's default)")
 	fs.Float64Var(&o.ramp, "ramp", 100, "clusters registered and connected per second; 0 for as fast as the hub answers")
 	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, storm, placement, endpoints, steady (all but join need join; storm needs grant and -fleetd)")
 	fs.IntVar(&o.services, "services", 5, "endpoints scenario: services (one EndpointSlice each) every cluster reports")

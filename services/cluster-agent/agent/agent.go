@@ -18,11 +18,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/liveness"
 )
 
 // Defaults for zero Config fields.
 const (
-	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultHeartbeatInterval = liveness.HeartbeatInterval
 	DefaultInventoryResync   = 5 * time.Minute
 	DefaultInventoryDebounce = 500 * time.Millisecond
 	DefaultResourcesDebounce = time.Second
@@ -35,7 +36,7 @@ const (
 type Config struct {
 	// ClusterName is the member cluster's name in the registry; it scopes every subject.
 	ClusterName string
-	// HeartbeatInterval is how often a heartbeat is published (default 5s).
+	// HeartbeatInterval is how often a heartbeat is published (default liveness.HeartbeatInterval, 10s).
 	HeartbeatInterval time.Duration
 	// InventoryResync republishes the namespace inventory even without changes (default 5m), so
 	// a reader that lost it catches up.

@@ -479,6 +479,50 @@ func TestSurvivesNATSOutage(t *testing.T) {
 	})
 }
 
+// An agent heartbeats as soon as its NATS connection is back, not an interval later: after an
+// outage long enough for the hub to mark the cluster lost, that heartbeat is what marks it
+// connected again.
+func TestHeartbeatsOnReconnect(t *testing.T) {
+	t.Parallel()
+	j, k := testkit.StartJetStream(t), testkit.StartKube(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	ensureStream(t, ctx, j.JS)
+
+	agentNC, agentJS := j.Connect(t)
+	// An interval no test waits out: every heartbeat after the first comes from the reconnect.
+	startAgent(t, agent.Config{HeartbeatInterval: time.Hour}, agentJS, k)
+	var before report[*agentv1.Heartbeat]
+	testkit.Eventually(t, 15*time.Second, func() (err error) {
+		before, err = latestHeartbeat(ctx, j.JS)
+		return err
+	})
+
+	cfg := j.Server.Config()
+	j.Server.Stop()
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if agentNC.IsConnected() {
+			return errors.New("agent still connected")
+		}
+		return nil
+	})
+	s, err := natsembed.Start(cfg)
+	if err != nil {
+		t.Fatalf("restart nats: %v", err)
+	}
+	t.Cleanup(s.Stop)
+
+	testkit.Eventually(t, 30*time.Second, func() error {
+		hb, err := latestHeartbeat(ctx, j.JS)
+		if err != nil {
+			return err
+		}
+		if hb.seq <= before.seq {
+			return errors.New("no heartbeat since the reconnect")
+		}
+		return nil
+	})
+}
+
 // An agent whose Kubernetes identity may not list what it watches still heartbeats: the hub
 // must not see a live agent as dead because of its RBAC on the member cluster. The inventory
 // waits for its cache instead of reporting an empty list.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,9 +20,11 @@ import (
 // at most this much: the heartbeat says the agent is alive, whatever the apiserver does.
 const versionTimeout = 3 * time.Second
 
-// heartbeater publishes a Heartbeat at once, then every HeartbeatInterval and whenever the
-// Ready nodes' resources change. A failed publish is not retried on its own: the next tick is
-// the retry, and a stale heartbeat is worthless.
+// heartbeater publishes a Heartbeat at once, then every HeartbeatInterval, whenever the
+// Ready nodes' resources change and whenever the NATS connection is back: a hub that marked
+// the cluster lost during an outage learns it is back at once, not up to an interval later. A
+// failed publish is not retried on its own: the next tick is the retry, and a stale heartbeat
+// is worthless.
 type heartbeater struct {
 	agent     *Agent
 	resources *nodeResources
@@ -33,6 +36,9 @@ type heartbeater struct {
 func (h *heartbeater) Run(ctx context.Context) error {
 	t := time.NewTicker(h.agent.cfg.HeartbeatInterval)
 	defer t.Stop()
+	nc := h.agent.js.Conn()
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
 	for {
 		h.beat(ctx)
 		select {
@@ -41,6 +47,8 @@ func (h *heartbeater) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-h.resources.Changed():
 			// The hub learns of the change now; the next periodic beat is a full interval on.
+			t.Reset(h.agent.cfg.HeartbeatInterval)
+		case <-reconnected:
 			t.Reset(h.agent.cfg.HeartbeatInterval)
 		}
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/kubecreds"
 	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/liveness"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
@@ -46,7 +47,7 @@ const Lease = "cluster-agent.hosted"
 const (
 	// DefaultInClusterGrace matches cluster-import's default UnreachableAfter: an in-cluster
 	// agent silent for that long has lost the cluster to the hosted agents.
-	DefaultInClusterGrace = 30 * time.Second
+	DefaultInClusterGrace = liveness.UnreachableAfter
 	DefaultRetry          = 5 * time.Second
 	requestTimeout        = 10 * time.Second
 )

@@ -7,7 +7,7 @@ import "flag"
 // NATS auth callout are the binary's own: fleetd keeps its key in its data dir and
 // authenticates NATS clients in process.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&c.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 30s)")
+	fs.DurationVar(&c.UnreachableAfter, "unreachable-after", 0, "time without heartbeat before a cluster is tainted unreachable (default 40s)")
 	c.AgentLimits.RegisterFlags(fs)
 	fs.DurationVar(&c.PolicyClaimGrace, "policy-claim-grace", 0, "age after which an import policy's claim on its source, the policy never created, may be taken over (default 2m)")
 	c.Credentials.RegisterFlags(fs)

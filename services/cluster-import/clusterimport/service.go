@@ -18,6 +18,7 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	"github.com/fleetstream/fleetstream/pkg/kubecreds"
+	"github.com/fleetstream/fleetstream/pkg/liveness"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/sealed"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -61,7 +62,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.UnreachableAfter == 0 {
-		c.UnreachableAfter = 30 * time.Second
+		c.UnreachableAfter = liveness.UnreachableAfter
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = min(c.UnreachableAfter/4, 5*time.Second)

@@ -36,6 +36,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/liveness"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -45,7 +46,7 @@ import (
 // Config tunes the collector. Zero fields take the defaults.
 type Config struct {
 	// StaleAfter is how long a cluster's agent may be silent before its endpoints are flagged
-	// stale (still served). Default 30s.
+	// stale (still served). Default liveness.UnreachableAfter (40s).
 	StaleAfter time.Duration
 	// EvictAfter is how long before they are no longer served. Default 5m.
 	EvictAfter time.Duration
@@ -81,7 +82,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.StaleAfter <= 0 {
-		c.StaleAfter = 30 * time.Second
+		c.StaleAfter = liveness.UnreachableAfter
 	}
 	if c.EvictAfter <= 0 {
 		c.EvictAfter = 5 * time.Minute
