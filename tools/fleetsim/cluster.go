@@ -78,9 +78,10 @@ type simCluster struct {
 	// refused counts the permission violations NATS reported to its connection.
 	misbehaviour string
 	refused      atomic.Int64
-	// natsConnected is the UnixNano of its agent's first NATS connection (0: not yet), and
-	// reconnected that of its last reconnection.
+	// natsConnected is the UnixNano of its agent's first NATS connection (0: not yet),
+	// disconnected and reconnected those of its last disconnection and reconnection.
 	natsConnected atomic.Int64
+	disconnected  atomic.Int64
 	reconnected   atomic.Int64
 }
 
@@ -378,6 +379,7 @@ func (c *simCluster) start(ctx context.Context, natsURL, token string, o options
 		c.permissionErrorHandler(),
 		nats.ConnectHandler(func(*nats.Conn) { c.natsConnected.CompareAndSwap(0, time.Now().UnixNano()) }),
 		nats.ReconnectHandler(func(*nats.Conn) { c.reconnected.Store(time.Now().UnixNano()) }),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { c.disconnected.Store(time.Now().UnixNano()) }),
 	)
 	if err != nil {
 		return fmt.Errorf("cluster %s: connect to nats: %w", c.name, err)

@@ -45,6 +45,7 @@ type options struct {
 	tokenFile  string
 	logLevel   string
 	fleetd     string
+	stormCmd   string
 	idle       time.Duration
 	profile    string
 	misbehave  map[string]int
@@ -70,7 +71,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.namespaces, "namespaces", 5, "namespaces each simulated cluster holds (besides default and kube-system)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", liveness.HeartbeatInterval, "heartbeat interval of every simulated agent (the agent's default)")
 	fs.Float64Var(&o.ramp, "ramp", 100, "clusters registered and connected per second; 0 for as fast as the hub answers")
-	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, storm, placement, endpoints, steady (all but join need join; storm needs grant and -fleetd)")
+	fs.StringVar(&scenarios, "scenario", "join,grant", "scenarios to run, comma separated: join, grant, storm, placement, endpoints, steady (all but join need join; storm needs grant, and -fleetd or -storm-cmd)")
 	fs.IntVar(&o.services, "services", 5, "endpoints scenario: services (one EndpointSlice each) every cluster reports")
 	fs.StringVar(&o.results, "results", "", "append one JSON line of this run's figures to this file (what tools/fleetsim/plot reads)")
 	fs.IntVar(&o.rounds, "rounds", 3, "grant scenario: rounds of grant then revoke")
@@ -83,6 +84,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.fleetd, "fleetd", "", "run this fleetd binary as a child process (instead of in process), so the hub's CPU and memory are measured apart from the simulator")
 	fs.DurationVar(&o.idle, "idle", 30*time.Second, "steady scenario: how long the idle fleet is measured")
 	fs.StringVar(&misbehave, "misbehave", "", "extra misbehaving clusters, kind=N comma separated: reconnect (every second), flood (heartbeats 10x as often), inventory (30,000 namespaces), foreign (publishes and subscribes on another cluster's subjects), noack (never writes an applied status); not timed, checked to converge and to show on the hub")
+	fs.StringVar(&o.stormCmd, "storm-cmd", "", "storm scenario without -fleetd: a shell command that restarts a NATS node (or the hub) under the fleet and returns once it is started again, e.g. 'docker restart fleetstream-nats-1-1'")
 	fs.StringVar(&o.profile, "hub-profile", "", "with -fleetd: save a CPU profile of the hub over the steady scenario's idle window to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -119,8 +121,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	case !o.embedded && (o.apiURL == "" || o.natsURL == "" || o.tokenFile == ""):
 		return o, errors.New("-embedded=false needs -api-url, -nats-url and -token-file")
 	}
-	if o.has("storm") && (!o.has("grant") || o.fleetd == "") {
-		return o, errors.New("-scenario: storm needs grant (it grants again after the storm) and -fleetd (it restarts the hub)")
+	if o.has("storm") && (!o.has("grant") || (o.fleetd == "") == (o.stormCmd == "")) {
+		return o, errors.New("-scenario: storm needs grant (it grants again after the storm) and one of -fleetd (it restarts the hub) or -storm-cmd (the command that restarts a NATS node)")
 	}
 	if (o.has("grant") || o.has("steady")) && !o.has("join") {
 		return o, errors.New("-scenario: grant and steady need join (the clusters they run on)")

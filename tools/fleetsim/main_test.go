@@ -128,6 +128,7 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 		{[]string{"-scenario", "steady"}, "grant and steady need join"},
 		{[]string{"-scenario", "join,grant,storm"}, "storm needs grant"},
 		{[]string{"-scenario", "join,storm", "-fleetd", "bin/fleetd"}, "storm needs grant"},
+		{[]string{"-scenario", "join,grant,storm", "-fleetd", "bin/fleetd", "-storm-cmd", "true"}, "one of -fleetd"},
 		{[]string{"-idle", "0s"}, "-idle"},
 		{[]string{"-scenario", "placement"}, "placement and endpoints need join"},
 		{[]string{"-services", "0"}, "-services"},

@@ -69,8 +69,9 @@ func writeTable(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "revoke → RoleBinding removed\t%.1f ms\t%s\t\n", g.Revoke.P50, g.Revoke.tail())
 	}
 	if st := r.Storm; st != nil {
-		fmt.Fprintf(tw, "storm: hub restarted, down\t\t\t%.0f ms\n", st.HubDownMS)
-		fmt.Fprintf(tw, "storm: hub stopped → agent reconnected\t%.0f ms\t%s\t%.0f ms until all reconnected\n", st.Reconnected.P50, st.Reconnected.tail(), st.AllReconnectedMS)
+		fmt.Fprintf(tw, "storm: %s, down\t\t\t%.0f ms\n", st.Restarted, st.HubDownMS)
+		fmt.Fprintf(tw, "storm: stopped → agent reconnected (%d disconnected)\t%.0f ms\t%s\t%.0f ms until all reconnected\n", st.Disconnected, st.Reconnected.P50, st.Reconnected.tail(), st.AllReconnectedMS)
+		fmt.Fprintf(tw, "storm: stopped → hub shows every cluster Connected\t\t\t%.0f ms\n", st.AllConnectedMS)
 		fmt.Fprintf(tw, "storm: grant after it → applied\t%.1f ms\t%s\t%d shown not Connected\n", st.GrantAfter.P50, st.GrantAfter.tail(), st.NotConnected)
 	}
 	if p := r.Placement; p != nil {
