@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -87,6 +88,9 @@ type JoinResult struct {
 	NATSConnected Dist `json:"nats_connected"`
 	// AllConnectedMS is from the first registration until every cluster was Connected.
 	AllConnectedMS float64 `json:"all_connected_ms"`
+	// RegisterRetries counts registration calls that timed out or found the hub unavailable and
+	// were made again (Register times the one that succeeded).
+	RegisterRetries int64 `json:"register_retries"`
 }
 
 // GrantResult is the grant scenario: a project namespace bound on every cluster, then rounds
@@ -338,17 +342,17 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 		watchErr <- stream.Err()
 	}()
 	start := time.Now()
+	var retries atomic.Int64
 	err := forEach(ctx, len(clusters), o.ramp, func(i int) error {
 		c := clusters[i]
-		t0 := time.Now()
-		reg, err := h.clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{
-			Name: c.name, Labels: map[string]string{"fleetsim": "true"}}))
+		t0, reg, err := registerCluster(ctx, h, c.name, o.timeout, &retries)
 		if err != nil {
-			return fmt.Errorf("register %s: %w", c.name, err)
+			return err
 		}
 		regLatency[i], registered[i] = time.Since(t0), time.Now()
-		return c.start(ctx, h.natsURL, reg.Msg.AgentToken, o, victim, log.Named(c.name))
+		return c.start(ctx, h.natsURL, reg.AgentToken, o, victim, log.Named(c.name))
 	})
+
 	if err != nil {
 		return err
 	}
@@ -362,7 +366,7 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 	}
 	stopWatch()
 	<-allConnectedOrStopped(allConnected, watchErr)
-	j := &JoinResult{Register: newDist(regLatency)}
+	j := &JoinResult{Register: newDist(regLatency), RegisterRetries: retries.Load()}
 	var connected []time.Duration
 	var last time.Time
 	for i, at := range connectedAt {
@@ -388,6 +392,33 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 	}
 	res.Join = j
 	return nil
+}
+
+// registerCluster registers name and returns when its successful call started and what it
+// answered. A call that timed out or found the hub unavailable is made again, as a client
+// would (until timeout); since the agent token is handed out only once, a registration that
+// may have landed is first deregistered. Every retry is counted.
+func registerCluster(ctx context.Context, h *hub, name string, timeout time.Duration, retries *atomic.Int64) (time.Time, *clusterv1.RegisterClusterResponse, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		t0 := time.Now()
+		reg, err := h.clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{
+			Name: name, Labels: map[string]string{"fleetsim": "true"}}))
+		if err == nil {
+			return t0, reg.Msg, nil
+		}
+		code := connect.CodeOf(err)
+		if code != connect.CodeDeadlineExceeded && code != connect.CodeUnavailable || time.Now().After(deadline) || ctx.Err() != nil {
+			return t0, nil, fmt.Errorf("register %s: %w", name, err)
+		}
+		retries.Add(1)
+		if err := retryTransient(ctx, time.Until(deadline), func() error {
+			_, err := h.clusters.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: name}))
+			return err
+		}); err != nil {
+			return t0, nil, fmt.Errorf("register %s: deregister the registration that timed out: %w", name, err)
+		}
+	}
 }
 
 // grantScenario binds a project namespace on every cluster, then grants and revokes a project

@@ -59,7 +59,7 @@ func writeTable(w io.Writer, r *Result) {
 		r.Clusters, r.NamespacesPerCluster, time.Duration(r.HeartbeatMS*float64(time.Millisecond)), r.Ramp, r.Hub)
 	fmt.Fprintln(tw, "figure\tp50\ttail\tall")
 	if j := r.Join; j != nil {
-		fmt.Fprintf(tw, "registration call\t%.1f ms\t%s\t\n", j.Register.P50, j.Register.tail())
+		fmt.Fprintf(tw, "registration call\t%.1f ms\t%s\t%d retried after a timeout\n", j.Register.P50, j.Register.tail(), j.RegisterRetries)
 		fmt.Fprintf(tw, "registered → agent's NATS connection accepted\t%.0f ms\t%s\t\n", j.NATSConnected.P50, j.NATSConnected.tail())
 		fmt.Fprintf(tw, "registered → Connected (per cluster)\t%.0f ms\t%s\t%.0f ms until all Connected\n", j.Connected.P50, j.Connected.tail(), j.AllConnectedMS)
 	}
