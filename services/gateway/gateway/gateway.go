@@ -12,8 +12,10 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -102,6 +104,29 @@ type Gateway struct {
 	upstreams []*upstream
 	requests  *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
+	ids       *requestIDs
+}
+
+// requestIDs hands out request ids: random (version 4) UUIDs, as uuid.NewString makes, cut
+// from 4 KiB of crypto/rand at a time instead of a getrandom system call per request.
+type requestIDs struct {
+	mu   sync.Mutex
+	rand *bufio.Reader
+}
+
+func newRequestIDs() *requestIDs {
+	return &requestIDs{rand: bufio.NewReaderSize(rand.Reader, 4096)}
+}
+
+func (r *requestIDs) next() string {
+	r.mu.Lock()
+	id, err := uuid.NewRandomFromReader(r.rand)
+	r.mu.Unlock()
+	if err != nil {
+		// crypto/rand does not fail on Linux; should it, an id from a fresh read is as good.
+		return uuid.NewString()
+	}
+	return id.String()
 }
 
 // upstream is one service process (or load balancer) behind the gateway.
@@ -146,6 +171,7 @@ func New(cfg Config, authn *server.Authenticator, reg prometheus.Registerer, log
 		maxBytes: cfg.MaxRequestBytes,
 		poll:     cfg.PollInterval,
 		routes:   map[string]*upstream{},
+		ids:      newRequestIDs(),
 	}
 	if g.maxBytes <= 0 {
 		g.maxBytes = server.DefaultMaxRequestBytes
@@ -229,7 +255,57 @@ func (g *Gateway) newUpstream(base *url.URL, transport, unaryTransport *http.Tra
 	}
 	u.proxy = g.reverseProxy(u, base, transport)
 	u.unaryProxy = g.reverseProxy(u, base, unaryTransport)
+	u.unaryProxy.ModifyResponse = bufferUnaryAnswer
 	return u
+}
+
+// bufferUnaryAnswer reads a Connect unary answer that came without a Content-Length (a Go
+// server chunks every answer above 2 KiB that its handler did not give a length, as connect-go
+// does not) whole when it fits in a copy buffer, and gives it its length. Streamed,
+// ReverseProxy would treat it as a stream: a timer goroutine per call flushing the headers on
+// their own, then a write per chunk, where with a length the headers and the body leave in one
+// write (ServeHTTP's final flush). A longer answer is streamed after what was read.
+func bufferUnaryAnswer(res *http.Response) error {
+	if res.ContentLength != -1 || len(res.Trailer) > 0 || res.Body == nil || res.Body == http.NoBody {
+		return nil
+	}
+	buf := copyBuffers.Get()
+	n, err := io.ReadFull(res.Body, buf)
+	switch err {
+	case io.EOF, io.ErrUnexpectedEOF:
+		// All of it: the body is done, and its connection back in the pool.
+		_ = res.Body.Close()
+		res.Body = &bufferedBody{Reader: bytes.NewReader(buf[:n]), buf: buf}
+		res.ContentLength = int64(n)
+		res.TransferEncoding = nil
+		res.Header.Set("Content-Length", strconv.Itoa(n))
+	case nil:
+		res.Body = &bufferedBody{Reader: io.MultiReader(bytes.NewReader(buf), res.Body), buf: buf, rest: res.Body}
+	default:
+		copyBuffers.Put(buf)
+		return fmt.Errorf("read answer: %w", err)
+	}
+	return nil
+}
+
+// bufferedBody is an answer read (at least partly) into a pooled copy buffer, which Close
+// returns; rest is the unread remainder, if any.
+type bufferedBody struct {
+	io.Reader
+	buf  []byte
+	rest io.ReadCloser
+}
+
+func (b *bufferedBody) Close() error {
+	var err error
+	if b.rest != nil {
+		err = b.rest.Close()
+	}
+	if b.buf != nil {
+		copyBuffers.Put(b.buf)
+		b.buf = nil
+	}
+	return err
 }
 
 func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport *http.Transport) *httputil.ReverseProxy {
@@ -362,7 +438,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(RequestIDHeader)
 	badID := id != "" && !validRequestID.MatchString(id)
 	if id == "" || badID {
-		id = uuid.NewString()
+		id = g.ids.next()
 	}
 	rw.Header().Set(RequestIDHeader, id)
 	var (

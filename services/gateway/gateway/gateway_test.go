@@ -555,3 +555,39 @@ func TestNewRejectsBadRoutes(t *testing.T) {
 		t.Error("a route without = accepted")
 	}
 }
+
+// A unary answer above 2 KiB, which the service's net/http server sends chunked (connect-go
+// gives it no length), reaches the client whole and with its length: the gateway reads it
+// first rather than relaying it as a stream (a flush per chunk).
+func TestLargeUnaryAnswerArrivesWithItsLength(t *testing.T) {
+	f := newFixture(t)
+	name := strings.Repeat("n", 3000)
+	req, err := http.NewRequest(http.MethodPost, f.gw+clusterv1connect.ClusterServiceRegisterClusterProcedure,
+		strings.NewReader(`{"name":"`+name+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	// No Accept-Encoding: the service would gzip an answer this large, and the client would
+	// then hide the length it got.
+	res, err := (&http.Client{Transport: &http.Transport{DisableCompression: true}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP %d %.200s", res.StatusCode, body)
+	}
+	var answer struct{ Cluster struct{ Name string } }
+	if err := json.Unmarshal(body, &answer); err != nil || answer.Cluster.Name != name {
+		t.Fatalf("answer of %d bytes does not carry the name (%v)", len(body), err)
+	}
+	if res.ContentLength != int64(len(body)) || len(res.TransferEncoding) != 0 {
+		t.Errorf("Content-Length %d, Transfer-Encoding %v for an answer of %d bytes: want its length", res.ContentLength, res.TransferEncoding, len(body))
+	}
+}

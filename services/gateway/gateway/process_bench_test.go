@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,7 +49,10 @@ import (
 // skipped, saying so; `make bench-gateway` installs it first where it can.
 //
 // FLEETSTREAM_BENCH_GATEWAY_CPUPROFILE=file builds the gateway with the gatewayprofile tag and
-// writes the gateway process's CPU profile of the timed calls (all rounds) to file.
+// writes the gateway process's CPU profile of the timed calls to file;
+// FLEETSTREAM_BENCH_GATEWAY_ENV="K=V ..." adds to the gateway process's environment
+// (GOMAXPROCS=1, GODEBUG=..., for experiments); FLEETSTREAM_BENCH_GATEWAYS="name=/path/to/gateway
+// ..." adds other gateway binaries as further sides of the same run (gateway-name).
 func BenchmarkProcessLatency(b *testing.B) {
 	const (
 		samples = 3000 // per side: p99 is the 30th slowest
@@ -80,16 +84,28 @@ func BenchmarkProcessLatency(b *testing.B) {
 		b.Fatalf("go build cmd/gateway: %v: %s", err, out)
 	}
 	gwAddr, gwProc := startGatewayProc(b, bin, backend, tokens, profile)
-	hpAddr := startHAProxyProc(b, haproxy, backend, dir)
+	hpAddr, hpProc := startHAProxyProc(b, haproxy, backend, dir)
 
 	type side struct {
 		name, url string
+		pid       int // the proxy's process; 0 for direct
 		lat       []time.Duration
 	}
 	sides := []*side{
 		{name: "direct", url: "http://" + backend + proc},
-		{name: "haproxy", url: "http://" + hpAddr + proc},
-		{name: "gateway", url: "http://" + gwAddr + proc},
+		{name: "haproxy", url: "http://" + hpAddr + proc, pid: hpProc.Pid},
+		{name: "gateway", url: "http://" + gwAddr + proc, pid: gwProc.Pid},
+	}
+	// Other gateway binaries (another commit's, say) as further sides of the same run: a
+	// change is only measurable against its predecessor interleaved with it, as runs on this
+	// machine differ more than most changes do.
+	for _, nb := range strings.Fields(os.Getenv("FLEETSTREAM_BENCH_GATEWAYS")) {
+		name, other, ok := strings.Cut(nb, "=")
+		if !ok {
+			b.Fatalf("FLEETSTREAM_BENCH_GATEWAYS: %q: want name=/path/to/gateway", nb)
+		}
+		addr, p := startGatewayProc(b, other, backend, tokens, "")
+		sides = append(sides, &side{name: "gateway-" + name, url: "http://" + addr + proc, pid: p.Pid})
 	}
 	// One idle connection per side, kept alive; no Accept-Encoding, so that the backend never
 	// spends time compressing (the answer is below connect's 1 KiB threshold anyway).
@@ -138,14 +154,19 @@ func BenchmarkProcessLatency(b *testing.B) {
 		}
 	}
 	if profile != "" {
+		_ = os.Remove(profile) // a previous run's (b.N=1 runs first) is not this one's
 		if err := gwProc.Signal(syscall.SIGUSR1); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ResetTimer()
 	for range b.N {
+		cpu0 := map[string]time.Duration{}
 		for _, s := range sides {
 			s.lat = s.lat[:0]
+			if s.pid != 0 {
+				cpu0[s.name] = processCPU(s.pid)
+			}
 		}
 		for round := 0; len(sides[0].lat) < samples; round++ {
 			for i := range sides {
@@ -157,6 +178,13 @@ func BenchmarkProcessLatency(b *testing.B) {
 					}
 					s.lat = append(s.lat, d)
 				}
+			}
+		}
+		// CPU time (user and system) each proxy process spent per call it proxied: what its
+		// latency costs in work, as opposed to waiting.
+		for _, s := range sides {
+			if c, ok := cpu0[s.name]; ok && c >= 0 {
+				b.ReportMetric(float64(processCPU(s.pid)-c)/float64(time.Microsecond)/float64(len(s.lat)), s.name+"-cpu-µs/call")
 			}
 		}
 		q := func(s []time.Duration, q float64) float64 {
@@ -177,7 +205,9 @@ func BenchmarkProcessLatency(b *testing.B) {
 				b.ReportMetric(added[s.name], s.name+"-added-"+p.name+"-µs")
 			}
 			if added["haproxy"] > 0 {
-				b.ReportMetric(added["gateway"]/added["haproxy"], "gateway/haproxy-"+p.name)
+				for _, s := range sides[2:] {
+					b.ReportMetric(added[s.name]/added["haproxy"], s.name+"/haproxy-"+p.name)
+				}
 			}
 		}
 	}
@@ -199,6 +229,28 @@ func BenchmarkProcessLatency(b *testing.B) {
 	}
 }
 
+// processCPU is the user and system CPU time process pid has used, from /proc (-1 where there is
+// none: then no CPU figure is reported).
+func processCPU(pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The fields after the command, which is in parentheses and may hold spaces: utime and
+	// stime are the 12th and 13th of them, in clock ticks (USER_HZ, 100 on Linux).
+	_, rest, ok := strings.Cut(string(stat), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
 // haproxyBinary finds haproxy: in PATH, or in /usr/sbin (where Debian puts it, which a
 // non-root PATH often lacks).
 func haproxyBinary() (string, error) {
@@ -213,7 +265,7 @@ func haproxyBinary() (string, error) {
 
 // startBenchBackend serves EndpointService on pkg/server on a loopback port and returns its
 // address.
-func startBenchBackend(ctx context.Context, b *testing.B, tokens string) string {
+func startBenchBackend(ctx context.Context, b testing.TB, tokens string) string {
 	b.Helper()
 	// Production logging (JSON, info), written nowhere.
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
@@ -275,8 +327,9 @@ func startGatewayProc(b *testing.B, bin, backend, tokens, profile string) (strin
 	addr := freeLoopbackAddr(b)
 	cmd := exec.Command(bin, "--listen", addr, "--token-file", tokens,
 		"--route", "fleetstream.endpoint.v1.EndpointService=http://"+backend)
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("FLEETSTREAM_BENCH_GATEWAY_ENV"))...)
 	if profile != "" {
-		cmd.Env = append(os.Environ(), "FLEETSTREAM_GATEWAY_CPUPROFILE="+profile)
+		cmd.Env = append(cmd.Env, "FLEETSTREAM_GATEWAY_CPUPROFILE="+profile)
 	}
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("start gateway: %v", err)
@@ -292,7 +345,7 @@ func startGatewayProc(b *testing.B, bin, backend, tokens, profile string) (strin
 // startHAProxyProc runs haproxy in front of backend as an expert would for this path: mode
 // http, keep-alive to the client and to the backend, idle backend connections reused by any
 // client (http-reuse always), no logging; its default threads (one per CPU).
-func startHAProxyProc(b *testing.B, bin, backend, dir string) string {
+func startHAProxyProc(b *testing.B, bin, backend, dir string) (string, *os.Process) {
 	b.Helper()
 	addr := freeLoopbackAddr(b)
 	cfg := fmt.Sprintf(`global
@@ -329,7 +382,7 @@ backend services
 		_ = cmd.Wait()
 	})
 	waitReady(b, "haproxy", "http://"+addr+"/readyz")
-	return addr
+	return addr, cmd.Process
 }
 
 func waitReady(b *testing.B, name, url string) {
