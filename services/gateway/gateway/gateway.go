@@ -77,6 +77,8 @@ type Config struct {
 	MaxRequestBytes int64
 	// PollInterval is how often each upstream's /readyz is polled; 0 means DefaultPollInterval.
 	PollInterval time.Duration
+	// AccessLog receives the access log, one line per request; nil means the gateway's logger.
+	AccessLog *zap.Logger
 }
 
 // ParseRoute parses one --route value, service=url.
@@ -95,10 +97,11 @@ var serviceName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z
 // Gateway is the proxy. Build it with New, serve Handler (or Mount it on a server.Server) and
 // run Run to keep the upstreams' health current.
 type Gateway struct {
-	log      *zap.Logger
-	authn    *server.Authenticator
-	maxBytes int64
-	poll     time.Duration
+	log       *zap.Logger
+	accessLog *zap.Logger
+	authn     *server.Authenticator
+	maxBytes  int64
+	poll      time.Duration
 	// routes and upstreams are fixed after New; only each upstream's health changes.
 	routes    map[string]*upstream
 	upstreams []*upstream
@@ -166,18 +169,22 @@ func New(cfg Config, authn *server.Authenticator, reg prometheus.Registerer, log
 		return nil, errors.New("gateway: no routes: pass --route <package>.<Service>=http://host:port for every service")
 	}
 	g := &Gateway{
-		log:      log,
-		authn:    authn,
-		maxBytes: cfg.MaxRequestBytes,
-		poll:     cfg.PollInterval,
-		routes:   map[string]*upstream{},
-		ids:      newRequestIDs(),
+		log:       log,
+		accessLog: cfg.AccessLog,
+		authn:     authn,
+		maxBytes:  cfg.MaxRequestBytes,
+		poll:      cfg.PollInterval,
+		routes:    map[string]*upstream{},
+		ids:       newRequestIDs(),
 	}
 	if g.maxBytes <= 0 {
 		g.maxBytes = server.DefaultMaxRequestBytes
 	}
 	if g.poll <= 0 {
 		g.poll = DefaultPollInterval
+	}
+	if g.accessLog == nil {
+		g.accessLog = log
 	}
 	// One transport for every upstream: cleartext HTTP/2 only (prior knowledge), so gRPC's
 	// trailers and long server streams work and many calls share a few connections.
@@ -246,7 +253,7 @@ func New(cfg Config, authn *server.Authenticator, reg prometheus.Registerer, log
 	return g, nil
 }
 
-func (g *Gateway) newUpstream(base *url.URL, transport, unaryTransport *http.Transport) *upstream {
+func (g *Gateway) newUpstream(base *url.URL, transport *http.Transport, unaryTransport http.RoundTripper) *upstream {
 	u := &upstream{
 		name:   base.Host,
 		base:   base,
@@ -308,7 +315,7 @@ func (b *bufferedBody) Close() error {
 	return err
 }
 
-func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport *http.Transport) *httputil.ReverseProxy {
+func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(base)
@@ -449,7 +456,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.requests.WithLabelValues(upstreamName, strconv.Itoa(rw.status())).Inc()
 		g.duration.WithLabelValues(upstreamName).Observe(time.Since(start).Seconds())
 		// Never the Authorization header, nor any other header: they may carry secrets.
-		g.log.Info("request",
+		g.accessLog.Info("request",
 			zap.String("method", r.Method),
 			zap.String("procedure", r.URL.Path),
 			zap.String("upstream", upstreamName),

@@ -76,8 +76,19 @@ func run(args []string) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	accessLog, accessBuf, err := newAccessLog(logLevel, logConsole, os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 2
+	}
+	gwCfg.AccessLog = accessLog
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	flushCtx, stopFlush := context.WithCancel(context.Background())
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); accessBuf.run(flushCtx, accessLogFlush) }()
+	// The last lines are written before the process ends, whatever ends it but a kill.
+	defer func() { stopFlush(); <-flushed }()
 	if err := serve(ctx, srvCfg, gwCfg, log); err != nil {
 		log.Error("exiting", zap.Error(err))
 		return 1
