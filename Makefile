@@ -138,6 +138,24 @@ bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
 		| grep -v -e '^?' -e '^PASS$$' | tee $(BIN)/bench.txt
 	@echo "(saved to bin/bench.txt; compare runs with benchstat)"
 
+# `make bench-gateway`: the latency the gateway process adds to a Connect unary call against
+# what haproxy adds on the same path (docs/benchmarks.md, "Gateway"); ~10 s a run. haproxy is
+# the baseline: installed with apt-get when missing and possible (root), else the benchmark
+# skips, saying why.
+GATEWAY_BENCH_COUNT ?= 3
+
+.PHONY: bench-gateway
+bench-gateway: ## the gateway process's added latency against haproxy's (GATEWAY_BENCH_COUNT=3 runs)
+	@command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "==> installing haproxy, the benchmark's baseline"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq --no-install-recommends haproxy >/dev/null 2>&1 \
+	      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends haproxy; } \
+	      || echo "haproxy could not be installed: the benchmark will skip"; \
+	  else echo "haproxy is not installed (apt-get install -y haproxy as root): the benchmark will skip"; fi; }
+	cd services/gateway && $(GO) test -run '^$$' -bench ProcessLatency -benchtime 1x -count $(GATEWAY_BENCH_COUNT) ./gateway
+
 # `make scale`: the fleet simulator (tools/fleetsim) against fleetd as a child process, once per
 # size; each size's figures are appended as one JSON line to bin/scale-results.jsonl (delete it
 # to start over) and drawn against N into bin/scale.svg (tools/fleetsim/plot).
