@@ -5,8 +5,8 @@
 //
 // It proxies with net/http/httputil.ReverseProxy: gRPC, gRPC-Web and streams over cleartext
 // HTTP/2 (h2c) to the upstreams, so trailers and server streams pass through unchanged, and
-// Connect unary calls over HTTP/1.1 keep-alive connections, their small bodies read whole
-// first so that each goes upstream in one write. It never parses a message. The
+// Connect unary calls over HTTP/1.1 keep-alive connections, their small bodies and answers
+// read whole first so that each leaves in one write. It never parses a message. The
 // services still authenticate and authorize every call themselves: the gateway only rejects
 // early what they would reject anyway.
 package gateway
@@ -198,7 +198,7 @@ func New(cfg Config, authn *server.Authenticator, reg prometheus.Registerer, log
 	}
 	// Connect's unary calls (JSON or protobuf bodies) need neither trailers nor streams: they go
 	// over HTTP/1.1 keep-alive connections, which cost a loopback hop about half of what the
-	// HTTP/2 framing and its extra goroutines do (BenchmarkGatewayLatency).
+	// HTTP/2 framing and its extra goroutines do (BenchmarkGatewayLatency, BenchmarkProcessLatency).
 	unaryTransport := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 64,
