@@ -20,6 +20,11 @@ teardown() {
   if [ $rc != 0 ]; then
     echo "==> chaos failed; the last lines of every container's log:" >&2
     compose logs --no-color --tail=30 >&2 || true
+    # A failure of a scenario's first seconds is often explained by a warning long before the
+    # last lines: every hub service's warnings and errors, for the next one to read in CI's log.
+    echo "==> chaos failed; every hub service's warnings and errors:" >&2
+    compose logs --no-color cluster-import cluster-import-2 namespace-binding namespace-binding-2 rbac-sync rbac-sync-2 \
+      endpoint-collector endpoint-collector-2 gateway 2>/dev/null | grep -E '"level":"(warn|error)"|\b(WARN|ERROR)\b' | tail -n 400 >&2 || true
   fi
   echo "==> tearing down"
   compose down -v --remove-orphans >/dev/null 2>&1 || compose down -v --remove-orphans || true
