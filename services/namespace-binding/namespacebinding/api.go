@@ -63,7 +63,7 @@ func (s *ProjectAPI) DeleteProject(ctx context.Context, req *connect.Request[pro
 	// Placements and the namespaces following them are the project's too; deleting the project
 	// under them would leave a scheduler deciding, and a follower binding, for a project that is
 	// gone (and back, should the name be reused).
-	if n := s.placements.Count(byProject(m.Name)); n > 0 {
+	if n := s.placements.PlacementCount(m.Name); n > 0 {
 		return nil, apierr.FailedPrecondition("project %q has %d placement(s) (and may have namespaces following them): unbind those namespaces (fleetctl namespace unbind NAME --project %s --placement P) and delete the placements first",
 			m.Name, n, m.Name)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/placement"
 )
 
 var (
@@ -477,7 +478,7 @@ func TestClusterSetsSurviveRestartAndRebuild(t *testing.T) {
 	}{{"restart", false}, {"rebuild from the stream", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.dropBucket {
-				for _, b := range []string{namespacebinding.ClusterSetsBucket, namespacebinding.ClusterSetBindingsBucket, namespacebinding.ClusterSetRolesBucket} {
+				for _, b := range []string{placement.ClusterSetsBucket, placement.ClusterSetBindingsBucket, placement.ClusterSetRolesBucket} {
 					if err := j.JS.DeleteKeyValue(context.Background(), b); err != nil {
 						t.Fatal(err)
 					}

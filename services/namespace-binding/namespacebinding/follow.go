@@ -46,6 +46,22 @@ const ReasonOverBudget = "OverBudget"
 // before it became protected.
 const ReasonProtectedNamespace = "ProtectedNamespace"
 
+// placements is what the follower and the project API read of placement (package placement,
+// which the Service wires): whether a placement exists, and the clusters it decided.
+type placements interface {
+	// PlacementExists reports whether project's placement name is in the view.
+	PlacementExists(project, name string) bool
+	// PlacementCount is how many placements project has.
+	PlacementCount(project string) int
+	// PlacementGone confirms from the stream that the placement was deleted (or never
+	// created), for a reader whose view may lag.
+	PlacementGone(ctx context.Context, project, name string) bool
+	// DecidedClusters lists the clusters of the placement's decision; false before its first.
+	DecidedClusters(project, name string) ([]string, bool)
+	// WatchDecisions queues the keys that keys returns for a placement whose decision changes.
+	WatchDecisions(keys func(project, name string) []string) reconcile.Source
+}
+
 // connectMessage is an error's message without Connect's code prefix.
 func connectMessage(err error) string {
 	var ce *connect.Error
@@ -94,6 +110,19 @@ func applyPlacementNamespace(ev *events.Event) ([]view.Change, error) {
 	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
 }
 
+// twoTokens splits the <a>.<b> tail of subject after prefix.
+func twoTokens(subject, prefix string) (string, string, error) {
+	tok, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return "", "", fmt.Errorf("subject %s is not under %s", subject, prefix)
+	}
+	parts, err := keys.Split(tok)
+	if err != nil || len(parts) != 2 {
+		return "", "", fmt.Errorf("subject %s: want two tokens after %s: %v", subject, prefix, err)
+	}
+	return parts[0], parts[1], nil
+}
+
 func placementNamespaceIndex(_ string, n *placementv1.PlacementNamespace) []string {
 	return []string{byProject(n.Project), byPlacement(n.Project, n.Placement), byFollowingNamespace(n.Namespace)}
 }
@@ -130,7 +159,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {
 		return nil, apierr.NotFound("project", m.Project)
 	}
-	if _, ok := s.placements.Get(placementKey(m.Project, m.Placement)); !ok {
+	if !s.placements.PlacementExists(m.Project, m.Placement) {
 		return nil, apierr.NotFound("placement", m.Project+"/"+m.Placement)
 	}
 	policy := m.UnbindPolicy
@@ -174,7 +203,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	// DeletePlacement checks for followers in the view, this call for the placement in its view:
 	// both can pass. Ask the stream now that the following is recorded, and take it back if the
 	// placement went meanwhile.
-	if s.placementGone(ctx, m.Project, m.Placement) {
+	if s.placements.PlacementGone(ctx, m.Project, m.Placement) {
 		if n, ok := s.placementNamespaces.Get(key); ok && n.Revision == seq {
 			_, _ = s.store.Append(ctx, subject, key, events.At(seq),
 				&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: projectv1.UnbindPolicy_UNBIND_POLICY_KEEP})
@@ -214,7 +243,7 @@ func (s *Service) placementBindings(n *placementv1.PlacementNamespace) []*projec
 // from being bound). They are computed, never stored: the moment
 // the owner lets go, the follower binds and the entry becomes a real binding.
 func (s *Service) blockedBindings(n *placementv1.PlacementNamespace) []*projectv1.NamespaceBinding {
-	d, ok := s.decisions.Get(placementKey(n.Project, n.Placement))
+	decided, ok := s.placements.DecidedClusters(n.Project, n.Placement)
 	if !ok {
 		return nil
 	}
@@ -226,7 +255,7 @@ func (s *Service) blockedBindings(n *placementv1.PlacementNamespace) []*projectv
 			Reason: reason, Message: msg})
 	}
 	protected := s.cfg.Protected.Reason(n.Namespace)
-	for _, c := range sorted(decidedClusters(d)) {
+	for _, c := range sorted(decided) {
 		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
 		switch {
 		case ok && b.Project != n.Project:
@@ -317,7 +346,7 @@ func (s *Service) newFollower() *reconcile.Controller {
 
 // runFollow runs the follower.
 func (s *Service) runFollow(ctx context.Context) error {
-	return s.follower.Run(ctx, reconcile.Watch(s.placementNamespaces, nil), reconcile.Watch(s.decisions, s.followersOfDecision),
+	return s.follower.Run(ctx, reconcile.Watch(s.placementNamespaces, nil), s.placements.WatchDecisions(s.followersOfDecision),
 		reconcile.Watch(s.bindings, s.followersOfBinding))
 }
 
@@ -332,8 +361,8 @@ func (s *Service) followCandidates() []string {
 	return out
 }
 
-func (s *Service) followersOfDecision(u view.Update[*placementv1.PlacementDecisions]) []string {
-	return s.placementNamespaces.Keys(byPlacement(u.Value.GetProject(), u.Value.GetName()))
+func (s *Service) followersOfDecision(project, placement string) []string {
+	return s.placementNamespaces.Keys(byPlacement(project, placement))
 }
 
 func (s *Service) followersOfBinding(u view.Update[*projectv1.NamespaceBinding]) []string {
@@ -372,16 +401,16 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 	if _, ok := s.projects.Get(projectKey(n.Project)); !ok {
 		return nil
 	}
-	d, _ := s.decisions.Get(placementKey(n.Project, n.Placement))
+	decided, _ := s.placements.DecidedClusters(n.Project, n.Placement)
 	want := map[string]bool{}
-	for _, c := range decidedClusters(d) {
+	for _, c := range decided {
 		want[c] = true
 	}
 	// A namespace that became protected after it started following stays recorded, but no
 	// binding is made for it any more (shown as Failed; bind would refuse it anyway).
 	protected := s.cfg.Protected.Reason(n.Namespace) != ""
 	var errs []error
-	for _, c := range sorted(decidedClusters(d)) {
+	for _, c := range sorted(decided) {
 		b, ok := s.bindings.Get(bindingKey(c, n.Namespace))
 		switch {
 		case ok && b.Project != n.Project:
@@ -473,6 +502,12 @@ func (s *Service) releaseStrays(ctx context.Context, project, namespace string) 
 		return errs[0]
 	}
 	return nil
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
 }
 
 // withBlocked adds the Failed entries of following namespaces to a project's binding list.

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/placement"
 )
 
 // Stream, subjects and buckets namespace-binding owns (names in pkg/subjects: rbac-sync reads
@@ -23,6 +24,13 @@ const (
 	ProjectsBucket = subjects.ProjectsBucket
 	BindingsBucket = subjects.NamespaceBindingsBucket
 	ClaimsBucket   = subjects.NamespaceClaimsBucket
+)
+
+// FLEET_PLACEMENT is placement's (package placement) but for the namespaces that follow a
+// placement, which this service records and follows (follow.go).
+const (
+	PlacementStream = placement.Stream
+	PlacementPrefix = placement.SubjectPrefix
 )
 
 // ProjectSubject is where every command on project name and its bindings is appended.

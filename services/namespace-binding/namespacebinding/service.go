@@ -1,6 +1,8 @@
 // Package namespacebinding is the project service: projects, the namespaces they own on member
 // clusters (bindings, claimed atomically per (cluster, namespace)), their quotas, and the
-// desired Namespace and ResourceQuota objects the clusters' agents apply.
+// desired Namespace and ResourceQuota objects the clusters' agents apply. It also wires
+// placement (package placement: cluster sets, placements, their decisions and scheduler), whose
+// decisions its follower turns into bindings for the namespaces that follow a placement.
 //
 // See docs/namespaces.md for the design: events, views, the claim protocol and its repair, and
 // how binding phases and project sums are derived from what agents report.
@@ -9,6 +11,7 @@ package namespacebinding
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,7 +23,6 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/lease"
@@ -30,6 +32,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/placement"
 )
 
 // Config tunes the service.
@@ -51,9 +54,7 @@ type Config struct {
 	// (it is also compared on every change).
 	StatusResync time.Duration
 	// ScoreRefresh is the least time between two stored decisions of a placement that change
-	// only its scores or its timer (default 10 s): a decision whose clusters stand is stored
-	// at once if the last such store is older, else when ScoreRefresh has passed, so score
-	// churn costs at most one event per placement per ScoreRefresh.
+	// only its scores or its timer (placement.Config.ScoreRefresh, default 10 s).
 	ScoreRefresh time.Duration
 	// Protected are the namespaces no project may bind on any cluster (--protected-namespaces);
 	// the zero List protects the defaults (kube-*, default, and Fleetstream's own).
@@ -76,9 +77,6 @@ func (c *Config) defaults() {
 	if c.StatusResync == 0 {
 		c.StatusResync = time.Minute
 	}
-	if c.ScoreRefresh == 0 {
-		c.ScoreRefresh = 10 * time.Second
-	}
 }
 
 const actor = "system:namespace-binding"
@@ -98,15 +96,16 @@ func Topology() topology.Topology {
 }
 
 // Service is namespace-binding: the state its APIs share (streams, views and caches, the claims
-// bucket, the project locks) and the loops that run on it. Each Connect API it serves is a type
-// of its own over that state, named for the API: ProjectAPI, ClusterSetAPI and PlacementAPI.
+// bucket, the project locks) and the loops that run on it. It serves ProjectService through
+// ProjectAPI, and wires placement, which serves ClusterSetService and PlacementService.
 type Service struct {
 	cfg    Config
 	js     jetstream.JetStream
 	log    *zap.Logger
 	store  *events.Store
 	stream jetstream.Stream
-	// placementStream is FLEET_PLACEMENT: cluster sets and set bindings.
+	// placementStream is FLEET_PLACEMENT, where the namespaces that follow a placement are
+	// recorded (the rest of it is placement's).
 	placementStream jetstream.Stream
 	// clusterStream is cluster-import's FLEET_CLUSTER, read to confirm deregistrations; opened
 	// on first use by the release loop, its only user.
@@ -115,14 +114,8 @@ type Service struct {
 	projectsView *view.Engine
 	bindingsView *view.Engine
 	desiredView  *view.Engine
-	setsView     *view.Engine
-	setBindsView *view.Engine
-	setRolesView *view.Engine
-	// Placements, their decisions, add-on scores and the namespaces following placements.
-	placementsView *view.Engine
-	decisionsView  *view.Engine
-	scoresView     *view.Engine
-	followersView  *view.Engine
+	// followersView projects the namespaces that follow a placement.
+	followersView *view.Engine
 
 	projects  *view.Cache[*projectv1.Project]
 	bindings  *view.Cache[*projectv1.NamespaceBinding]
@@ -133,22 +126,17 @@ type Service struct {
 	inventory *view.Cache[*clusterv1.NamespaceInventory]
 	claimsKV  jetstream.KeyValue
 
-	clusterSets *view.Cache[*placementv1.ClusterSet]
-	setBindings *view.Cache[*placementv1.ClusterSetBinding]
-	setRoles    *view.Cache[*placementv1.ClusterSetRoleBinding]
-
-	placements          *view.Cache[*placementv1.Placement]
-	decisions           *view.Cache[*placementv1.PlacementDecisions]
-	addOnScores         *view.Cache[*placementv1.AddOnScore]
 	placementNamespaces *view.Cache[*placementv1.PlacementNamespace]
-	schedKick           chan struct{}
 	followBackoff       backoff
+
+	// placement is the placement component, which this service runs, mounts and schedules
+	// (under PlacementLease); the follower and the project API read it through placements.
+	placement  *placement.Service
+	placements placements
 
 	ready chan struct{}
 	gate  apiwait.Gate
 	now   func() time.Time
-	// rounds counts the placement scheduler's rounds (WaitSchedulingRound).
-	rounds *passes
 
 	// locks serializes each project's commands in this replica (appendProject).
 	locks *events.Locks[*projectv1.Project]
@@ -169,9 +157,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), rounds: newPasses(),
-		ready: make(chan struct{}), now: time.Now,
-		schedKick: make(chan struct{}, 1)}
+	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor),
+		ready: make(chan struct{}), now: time.Now}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
 	s.recorder, s.release, s.repair, s.follower = s.statusRecorder(), s.releaser(), s.repairer(), s.newFollower()
@@ -182,13 +169,16 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.placementStream, err = js.Stream(ctx, PlacementStream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", PlacementStream, err)
 	}
+	if s.placement, err = placement.New(ctx, js, placement.Config{Replicas: cfg.Replicas, ScoreRefresh: cfg.ScoreRefresh},
+		placement.Deps{Store: s.store, Gate: s.gate, Projects: placementHub{s}, Followers: placementHub{s}, Clusters: registry{s}}, s.log); err != nil {
+		return nil, err
+	}
+	s.placements = s.placement
 	for _, e := range []struct {
 		dst *(*view.Engine)
 		p   view.Projection
 	}{{&s.projectsView, projectsProjection()}, {&s.bindingsView, bindingsProjection()}, {&s.desiredView, desiredProjection()},
-		{&s.setsView, clusterSetsProjection()}, {&s.setBindsView, setBindingsProjection()}, {&s.setRolesView, setRolesProjection()},
-		{&s.placementsView, placementsProjection()}, {&s.decisionsView, decisionsProjection()},
-		{&s.scoresView, addOnScoresProjection()}, {&s.followersView, placementNamespacesProjection()}} {
+		{&s.followersView, placementNamespacesProjection()}} {
 		if *e.dst, err = view.NewEngine(js, e.p, s.log, view.WithReplicas(cfg.Replicas)); err != nil {
 			return nil, err
 		}
@@ -242,26 +232,10 @@ func claimIndex(key string, c *projectv1.Claim) []string {
 // bindings of their namespaces (api.go, budget.go, watch.go).
 type ProjectAPI struct{ *Service }
 
-// ClusterSetAPI serves fleetstream.placement.v1.ClusterSetService (clustersets.go).
-type ClusterSetAPI struct{ *Service }
-
-// PlacementAPI serves fleetstream.placement.v1.PlacementService (placements.go).
-type PlacementAPI struct{ *Service }
-
-var (
-	_ projectv1connect.ProjectServiceHandler      = (*ProjectAPI)(nil)
-	_ placementv1connect.ClusterSetServiceHandler = (*ClusterSetAPI)(nil)
-	_ placementv1connect.PlacementServiceHandler  = (*PlacementAPI)(nil)
-)
+var _ projectv1connect.ProjectServiceHandler = (*ProjectAPI)(nil)
 
 // Projects returns the ProjectService API.
 func (s *Service) Projects() *ProjectAPI { return &ProjectAPI{s} }
-
-// ClusterSets returns the ClusterSetService API.
-func (s *Service) ClusterSets() *ClusterSetAPI { return &ClusterSetAPI{s} }
-
-// Placements returns the PlacementService API.
-func (s *Service) Placements() *PlacementAPI { return &PlacementAPI{s} }
 
 // Ready is closed when the views have caught up and the API answers from current state.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
@@ -269,8 +243,7 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Mount registers the APIs and readiness on srv.
 func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(projectv1connect.NewProjectServiceHandler(s.Projects(), srv.HandlerOptions()...))
-	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
-	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
+	s.placement.Mount(srv)
 	srv.ReadyWhen("namespace-binding", s.ready)
 	for _, c := range []*reconcile.Controller{s.recorder, s.release, s.repair, s.follower} {
 		for _, m := range c.Collectors() {
@@ -279,14 +252,15 @@ func (s *Service) Mount(srv *server.Server) {
 	}
 }
 
-// Run runs the projections, caches, the claim repair, the release of unbound namespaces and
-// the recording of binding phases until ctx is done.
+// Run runs the projections, caches, placement, the claim repair, the release of unbound
+// namespaces, the recording of binding phases, and the placement scheduler with the follower,
+// until ctx is done.
 func (s *Service) Run(ctx context.Context) error { return server.Stopped(ctx, s.run(ctx)) }
 
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.setsView, s.setBindsView, s.setRolesView,
-		s.placementsView, s.decisionsView, s.scoresView, s.followersView}
+	g.Go(func() error { return s.placement.Run(ctx) })
+	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.followersView}
 	for _, e := range engines {
 		g.Go(func() error { return e.Run(ctx) })
 	}
@@ -307,23 +281,13 @@ func (s *Service) run(ctx context.Context) error {
 		g.Go(func() error { return s.applied.Run(ctx) })
 		g.Go(func() error { return s.clusters.Run(ctx) })
 		g.Go(func() error { return s.inventory.Run(ctx) })
-		g.Go(func() error { return s.clusterSets.Run(ctx) })
-		g.Go(func() error { return s.setBindings.Run(ctx) })
-		g.Go(func() error { return s.setRoles.Run(ctx) })
-		g.Go(func() error { return s.placements.Run(ctx) })
-		g.Go(func() error { return s.decisions.Run(ctx) })
-		g.Go(func() error { return s.addOnScores.Run(ctx) })
 		g.Go(func() error { return s.placementNamespaces.Run(ctx) })
+		// placement is ready once its caches are and the built-in cluster sets exist.
 		for _, ch := range []<-chan struct{}{s.projects.Ready(), s.bindings.Ready(), s.desired.Ready(), s.applied.Ready(),
-			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.clusterSets.Ready(), s.setBindings.Ready(), s.setRoles.Ready(),
-			s.placements.Ready(), s.decisions.Ready(), s.addOnScores.Ready(), s.placementNamespaces.Ready()} {
+			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.placementNamespaces.Ready(), s.placement.Ready()} {
 			if !wait(ctx, ch) {
 				return nil
 			}
-		}
-		// `default` and `global` exist before the API answers, as rbac-sync's built-in roles do.
-		if err := s.ensureClusterSets(ctx); err != nil {
-			return err
 		}
 		close(s.ready)
 		g.Go(func() error { return s.runRepair(ctx) })
@@ -359,45 +323,12 @@ func (s *Service) openCaches(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	setsKV, err := open(ClusterSetsBucket)
+	followersKV, err := open(subjects.PlacementNamespacesBucket)
 	if err != nil {
 		return err
 	}
-	setBindsKV, err := open(ClusterSetBindingsBucket)
-	if err != nil {
-		return err
-	}
-	for _, c := range []struct {
-		bucket string
-		open   func(kv jetstream.KeyValue)
-	}{
-		{ClusterSetRolesBucket, func(kv jetstream.KeyValue) {
-			s.setRoles = view.NewCache(s.js, kv, func() *placementv1.ClusterSetRoleBinding { return &placementv1.ClusterSetRoleBinding{} }, s.log,
-				view.WithIndex(setRoleIndex))
-		}},
-		{subjects.PlacementsBucket, func(kv jetstream.KeyValue) {
-			s.placements = view.NewCache(s.js, kv, func() *placementv1.Placement { return &placementv1.Placement{} }, s.log, view.WithIndex(placementIndex))
-		}},
-		{subjects.PlacementDecisionsBucket, func(kv jetstream.KeyValue) {
-			s.decisions = view.NewCache(s.js, kv, func() *placementv1.PlacementDecisions { return &placementv1.PlacementDecisions{} }, s.log)
-		}},
-		{subjects.AddOnScoresBucket, func(kv jetstream.KeyValue) {
-			s.addOnScores = view.NewCache(s.js, kv, func() *placementv1.AddOnScore { return &placementv1.AddOnScore{} }, s.log)
-		}},
-		{subjects.PlacementNamespacesBucket, func(kv jetstream.KeyValue) {
-			s.placementNamespaces = view.NewCache(s.js, kv, func() *placementv1.PlacementNamespace { return &placementv1.PlacementNamespace{} }, s.log,
-				view.WithIndex(placementNamespaceIndex))
-		}},
-	} {
-		kv, err := open(c.bucket)
-		if err != nil {
-			return err
-		}
-		c.open(kv)
-	}
-	s.clusterSets = view.NewCache(s.js, setsKV, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }, s.log)
-	s.setBindings = view.NewCache(s.js, setBindsKV, func() *placementv1.ClusterSetBinding { return &placementv1.ClusterSetBinding{} }, s.log,
-		view.WithIndex(setBindingIndex))
+	s.placementNamespaces = view.NewCache(s.js, followersKV, func() *placementv1.PlacementNamespace { return &placementv1.PlacementNamespace{} }, s.log,
+		view.WithIndex(placementNamespaceIndex))
 	s.projects = view.NewCache(s.js, projectsKV, func() *projectv1.Project { return &projectv1.Project{} }, s.log)
 	s.bindings = view.NewCache(s.js, bindingsKV, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, s.log, view.WithIndex(bindingIndex))
 	s.desired = view.NewCache(s.js, desiredKV, func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, s.log)
@@ -439,14 +370,53 @@ const PlacementLease = "namespace-binding.placement"
 func (s *Service) runPlacementLoops(ctx context.Context) error {
 	return lease.Run(ctx, s.js, PlacementLease, lease.DefaultHolder(), lease.DefaultTTL, func(ctx context.Context) error {
 		g, ctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return s.runScheduler(ctx) })
+		g.Go(func() error { return s.placement.RunScheduler(ctx) })
 		g.Go(func() error { return s.runFollow(ctx) })
 		return g.Wait()
 	}, lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas))
 }
 
-// Projections are the service's views, for tools that check a running fleet's buckets
-// against a rebuild from the streams (view.Verify; make chaos).
+// Projections are the service's views, placement's included, for tools that check a running
+// fleet's buckets against a rebuild from the streams (view.Verify; make chaos).
 func Projections() []view.Projection {
-	return []view.Projection{projectsProjection(), bindingsProjection(), desiredProjection(), clusterSetsProjection(), setBindingsProjection(), setRolesProjection(), placementsProjection(), decisionsProjection(), addOnScoresProjection(), placementNamespacesProjection()}
+	return slices.Concat([]view.Projection{projectsProjection(), bindingsProjection(), desiredProjection()},
+		placement.Projections(), []view.Projection{placementNamespacesProjection()})
+}
+
+// placementHub is what placement reads of this service (placement.Projects and
+// placement.Followers).
+type placementHub struct{ s *Service }
+
+func (h placementHub) ProjectExists(name string) bool {
+	_, ok := h.s.projects.Get(projectKey(name))
+	return ok
+}
+
+func (h placementHub) FollowersOf(project, placement string) []string {
+	return h.s.followersOf(project, placement)
+}
+
+// registry is this service's cache of the registry as placement reads it (placement.Clusters),
+// looked up on every call: the cache opens once the service runs, and placement reads it only
+// after (its API waits for the service's gate, its scheduler runs once the service is ready).
+type registry struct{ s *Service }
+
+func (r registry) List(keep func(string, *clusterv1.Cluster) bool) []*clusterv1.Cluster {
+	return r.s.clusters.List(keep)
+}
+
+func (r registry) GetFresh(ctx context.Context, key string) (*clusterv1.Cluster, bool, error) {
+	return r.s.clusters.GetFresh(ctx, key)
+}
+
+func (r registry) Changed() <-chan struct{} { return r.s.clusters.Changed() }
+
+func (r registry) Current(ctx context.Context) (uint64, error) { return r.s.clusters.Current(ctx) }
+
+// payloadOf is the payload of an event that may be nil.
+func payloadOf(e *events.Event) any {
+	if e == nil {
+		return nil
+	}
+	return e.Payload
 }

@@ -1,4 +1,4 @@
-package namespacebinding
+package placement
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
-	"github.com/fleetstream/fleetstream/pkg/placement"
+	core "github.com/fleetstream/fleetstream/pkg/placement"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
@@ -49,8 +49,8 @@ func placementsProjection() view.Projection {
 	return view.Projection{
 		Name:     "placement-placements",
 		Version:  1,
-		Stream:   PlacementStream,
-		Subjects: []string{PlacementPrefix + ".placement.>"},
+		Stream:   Stream,
+		Subjects: []string{SubjectPrefix + ".placement.>"},
 		Bucket:   bucketConfig(subjects.PlacementsBucket, "Placements (projection of FLEET_PLACEMENT)."),
 		New:      func() proto.Message { return &placementv1.Placement{} },
 		Apply:    applyPlacement,
@@ -58,7 +58,7 @@ func placementsProjection() view.Projection {
 }
 
 func applyPlacement(ev *events.Event) ([]view.Change, error) {
-	project, name, err := twoTokens(ev.Subject, PlacementPrefix+".placement.")
+	project, name, err := twoTokens(ev.Subject, SubjectPrefix+".placement.")
 	if err != nil {
 		return nil, err
 	}
@@ -104,8 +104,8 @@ func decisionsProjection() view.Projection {
 	return view.Projection{
 		Name:     "placement-decisions",
 		Version:  1,
-		Stream:   PlacementStream,
-		Subjects: []string{PlacementPrefix + ".decision.>"},
+		Stream:   Stream,
+		Subjects: []string{SubjectPrefix + ".decision.>"},
 		Bucket:   bucketConfig(subjects.PlacementDecisionsBucket, "Placement decisions (projection of FLEET_PLACEMENT)."),
 		New:      func() proto.Message { return &placementv1.PlacementDecisions{} },
 		Apply:    applyDecisions,
@@ -113,7 +113,7 @@ func decisionsProjection() view.Projection {
 }
 
 func applyDecisions(ev *events.Event) ([]view.Change, error) {
-	project, name, err := twoTokens(ev.Subject, PlacementPrefix+".decision.")
+	project, name, err := twoTokens(ev.Subject, SubjectPrefix+".decision.")
 	if err != nil {
 		return nil, err
 	}
@@ -140,8 +140,8 @@ func addOnScoresProjection() view.Projection {
 	return view.Projection{
 		Name:     "placement-addon-scores",
 		Version:  1,
-		Stream:   PlacementStream,
-		Subjects: []string{PlacementPrefix + ".addonscore.>"},
+		Stream:   Stream,
+		Subjects: []string{SubjectPrefix + ".addonscore.>"},
 		Bucket:   bucketConfig(subjects.AddOnScoresBucket, "Add-on placement scores (projection of FLEET_PLACEMENT)."),
 		New:      func() proto.Message { return &placementv1.AddOnScore{} },
 		Apply:    applyAddOnScore,
@@ -195,13 +195,13 @@ func (s *PlacementAPI) CreatePlacement(ctx context.Context, req *connect.Request
 	}
 	spec := placementSpec(req.Msg.Placement)
 	what := spec.Project + "/" + spec.Name
-	if _, ok := s.projects.Get(projectKey(spec.Project)); !ok {
+	if !s.projects.ProjectExists(spec.Project) {
 		return nil, apierr.NotFound("project", spec.Project)
 	}
 	if _, ok := s.placements.Get(placementKey(spec.Project, spec.Name)); ok {
 		return nil, apierr.AlreadyExists("placement", what)
 	}
-	seq, err := viewapi.Create(ctx, s.store, s.placementStream, subjects.Placement(spec.Project, spec.Name), placementKey(spec.Project, spec.Name),
+	seq, err := viewapi.Create(ctx, s.store, s.stream, subjects.Placement(spec.Project, spec.Name), placementKey(spec.Project, spec.Name),
 		func(last proto.Message) bool { _, gone := last.(*placementv1.PlacementDeleted); return gone },
 		&placementv1.PlacementCreated{Placement: spec}, apierr.AlreadyExists("placement", what))
 	if err != nil {
@@ -283,7 +283,7 @@ func (s *PlacementAPI) DeletePlacement(ctx context.Context, req *connect.Request
 			// Deleting a placement that namespaces follow would strand their bindings (or
 			// release them all at once); as with a project that owns namespaces, unbinding
 			// comes first.
-			if followers := s.followersOf(m.Project, m.Name); len(followers) > 0 {
+			if followers := s.followers.FollowersOf(m.Project, m.Name); len(followers) > 0 {
 				return nil, apierr.FailedPrecondition("placement %s/%s is followed by namespace(s) %s: unbind them first (fleetctl namespace unbind NAME --project %s --placement %s)",
 					m.Project, m.Name, strings.Join(followers, ", "), m.Project, m.Name)
 			}
@@ -398,7 +398,7 @@ func (s *PlacementAPI) WatchPlacementDecisions(ctx context.Context, req *connect
 	var shown []string
 	send := func(d *placementv1.PlacementDecisions) error {
 		now := decidedClusters(d)
-		added, removed := placement.Diff(shown, now)
+		added, removed := core.Diff(shown, now)
 		shown = now
 		return stream.Send(&placementv1.WatchPlacementDecisionsResponse{Decisions: d, Added: added, Removed: removed})
 	}
@@ -432,8 +432,8 @@ func (s *PlacementAPI) SetAddOnScore(ctx context.Context, req *connect.Request[p
 			v.Add(f.field, "at most 253 characters")
 		}
 	}
-	if m.Score < int32(placement.MinClusterScore) || m.Score > int32(placement.MaxClusterScore) {
-		v.Add("score", "must be in [%d, %d], got %d", placement.MinClusterScore, placement.MaxClusterScore, m.Score)
+	if m.Score < int32(core.MinClusterScore) || m.Score > int32(core.MaxClusterScore) {
+		v.Add("score", "must be in [%d, %d], got %d", core.MinClusterScore, core.MaxClusterScore, m.Score)
 	}
 	if m.ValidUntil != nil {
 		if err := m.ValidUntil.CheckValid(); err != nil {

@@ -1,4 +1,4 @@
-package namespacebinding
+package placement
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
-	"github.com/fleetstream/fleetstream/pkg/placement"
+	core "github.com/fleetstream/fleetstream/pkg/placement"
 )
 
 // Conversions between the placement API (fleetstream.placement.v1) and the scheduler core
@@ -45,27 +45,27 @@ func validatePlacementSpec(v *apierr.Violations, field string, p *placementv1.Pl
 		validateSelector(v, f+".label_selector", toMetaSelector(cs.GetLabelSelector()))
 		validateSelector(v, f+".claim_selector", claimAsLabelSelector(cs.GetClaimSelector()))
 		for j, e := range cs.GetCelSelector().GetCelExpressions() {
-			if err := placement.CheckCELExpression(e); err != nil {
+			if err := core.CheckCELExpression(e); err != nil {
 				v.Add(fmt.Sprintf("%s.cel_selector.cel_expressions[%d]", f, j), "%v", err)
 			}
 		}
 	}
 	for i, t := range p.Tolerations {
 		f := fmt.Sprintf("%s.tolerations[%d]", field, i)
-		switch placement.TolerationOperator(t.Operator) {
-		case "", placement.TolerationOpEqual, placement.TolerationOpExists:
+		switch core.TolerationOperator(t.Operator) {
+		case "", core.TolerationOpEqual, core.TolerationOpExists:
 		default:
 			v.Add(f+".operator", "unknown operator %q: Equal or Exists", t.Operator)
 		}
-		switch placement.TaintEffect(t.Effect) {
-		case "", placement.TaintEffectNoSelect, placement.TaintEffectNoSelectIfNew, placement.TaintEffectPreferNoSelect:
+		switch core.TaintEffect(t.Effect) {
+		case "", core.TaintEffectNoSelect, core.TaintEffectNoSelectIfNew, core.TaintEffectPreferNoSelect:
 		default:
 			v.Add(f+".effect", "unknown effect %q: NoSelect, NoSelectIfNew or PreferNoSelect", t.Effect)
 		}
-		if t.Key == "" && t.Operator != string(placement.TolerationOpExists) {
+		if t.Key == "" && t.Operator != string(core.TolerationOpExists) {
 			v.Add(f+".key", "required unless the operator is Exists")
 		}
-		if t.Operator == string(placement.TolerationOpExists) && t.Value != "" {
+		if t.Operator == string(core.TolerationOpExists) && t.Value != "" {
 			v.Add(f+".value", "must be empty with operator Exists")
 		}
 		if t.TolerationSeconds != nil && *t.TolerationSeconds < 0 {
@@ -73,15 +73,15 @@ func validatePlacementSpec(v *apierr.Violations, field string, p *placementv1.Pl
 		}
 	}
 	pp := p.GetPrioritizerPolicy()
-	switch placement.PrioritizerPolicyMode(pp.GetMode()) {
-	case "", placement.PrioritizerPolicyModeAdditive, placement.PrioritizerPolicyModeExact:
+	switch core.PrioritizerPolicyMode(pp.GetMode()) {
+	case "", core.PrioritizerPolicyModeAdditive, core.PrioritizerPolicyModeExact:
 	default:
 		v.Add(field+".prioritizer_policy.mode", "unknown mode %q: Additive or Exact", pp.GetMode())
 	}
 	for i, c := range pp.GetConfigurations() {
 		f := fmt.Sprintf("%s.prioritizer_policy.configurations[%d]", field, i)
-		if c.Weight != nil && (*c.Weight < placement.MinWeight || *c.Weight > placement.MaxWeight) {
-			v.Add(f+".weight", "must be in [%d, %d], got %d", placement.MinWeight, placement.MaxWeight, *c.Weight)
+		if c.Weight != nil && (*c.Weight < core.MinWeight || *c.Weight > core.MaxWeight) {
+			v.Add(f+".weight", "must be in [%d, %d], got %d", core.MinWeight, core.MaxWeight, *c.Weight)
 		}
 		sc := c.GetScoreCoordinate()
 		switch {
@@ -165,33 +165,33 @@ func placementSpec(p *placementv1.Placement) *placementv1.Placement {
 }
 
 // toCorePlacement converts a validated placement for the scheduler.
-func toCorePlacement(p *placementv1.Placement) *placement.Placement {
-	out := &placement.Placement{Project: p.Project, Name: p.Name, ClusterSets: p.ClusterSets, NumberOfClusters: p.NumberOfClusters}
+func toCorePlacement(p *placementv1.Placement) *core.Placement {
+	out := &core.Placement{Project: p.Project, Name: p.Name, ClusterSets: p.ClusterSets, NumberOfClusters: p.NumberOfClusters}
 	for _, pr := range p.Predicates {
 		cs := pr.GetRequiredClusterSelector()
-		out.Predicates = append(out.Predicates, placement.Predicate{RequiredClusterSelector: placement.ClusterSelector{
+		out.Predicates = append(out.Predicates, core.Predicate{RequiredClusterSelector: core.ClusterSelector{
 			LabelSelector: derefSelector(toMetaSelector(cs.GetLabelSelector())),
 			ClaimSelector: toCoreClaims(cs.GetClaimSelector()),
-			CELSelector:   placement.CELSelector{CELExpressions: cs.GetCelSelector().GetCelExpressions()},
+			CELSelector:   core.CELSelector{CELExpressions: cs.GetCelSelector().GetCelExpressions()},
 		}})
 	}
 	for _, t := range p.Tolerations {
-		out.Tolerations = append(out.Tolerations, placement.Toleration{Key: t.Key, Operator: placement.TolerationOperator(t.Operator),
-			Value: t.Value, Effect: placement.TaintEffect(t.Effect), TolerationSeconds: t.TolerationSeconds})
+		out.Tolerations = append(out.Tolerations, core.Toleration{Key: t.Key, Operator: core.TolerationOperator(t.Operator),
+			Value: t.Value, Effect: core.TaintEffect(t.Effect), TolerationSeconds: t.TolerationSeconds})
 	}
 	pp := p.GetPrioritizerPolicy()
-	out.PrioritizerPolicy.Mode = placement.PrioritizerPolicyMode(pp.GetMode())
+	out.PrioritizerPolicy.Mode = core.PrioritizerPolicyMode(pp.GetMode())
 	for _, c := range pp.GetConfigurations() {
 		w := int32(1) // OCM's CRD default
 		if c.Weight != nil {
 			w = *c.Weight
 		}
-		cfg := placement.PrioritizerConfig{Weight: w}
+		cfg := core.PrioritizerConfig{Weight: w}
 		if sc := c.GetScoreCoordinate(); sc != nil {
-			cfg.ScoreCoordinate = &placement.ScoreCoordinate{Type: placement.ScoreCoordinateTypeBuiltIn, BuiltIn: sc.BuiltIn}
+			cfg.ScoreCoordinate = &core.ScoreCoordinate{Type: core.ScoreCoordinateTypeBuiltIn, BuiltIn: sc.BuiltIn}
 			if sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_ADD_ON {
-				cfg.ScoreCoordinate = &placement.ScoreCoordinate{Type: placement.ScoreCoordinateTypeAddOn,
-					AddOn: &placement.AddOnScoreCoordinate{ResourceName: sc.GetAddOn().GetResourceName(), ScoreName: sc.GetAddOn().GetScoreName()}}
+				cfg.ScoreCoordinate = &core.ScoreCoordinate{Type: core.ScoreCoordinateTypeAddOn,
+					AddOn: &core.AddOnScoreCoordinate{ResourceName: sc.GetAddOn().GetResourceName(), ScoreName: sc.GetAddOn().GetScoreName()}}
 			}
 		}
 		out.PrioritizerPolicy.Configurations = append(out.PrioritizerPolicy.Configurations, cfg)
@@ -202,8 +202,8 @@ func toCorePlacement(p *placementv1.Placement) *placement.Placement {
 	}
 	for _, g := range ds.GetGroups() {
 		gs := g.GetGroupClusterSelector()
-		out.DecisionStrategy.Groups = append(out.DecisionStrategy.Groups, placement.DecisionGroup{GroupName: g.GroupName,
-			GroupClusterSelector: placement.GroupClusterSelector{
+		out.DecisionStrategy.Groups = append(out.DecisionStrategy.Groups, core.DecisionGroup{GroupName: g.GroupName,
+			GroupClusterSelector: core.GroupClusterSelector{
 				LabelSelector: derefSelector(toMetaSelector(gs.GetLabelSelector())),
 				ClaimSelector: toCoreClaims(gs.GetClaimSelector()),
 			}})
@@ -218,31 +218,31 @@ func derefSelector(ls *metav1.LabelSelector) metav1.LabelSelector {
 	return *ls
 }
 
-func toCoreClaims(cs *placementv1.ClaimSelector) placement.ClaimSelector {
+func toCoreClaims(cs *placementv1.ClaimSelector) core.ClaimSelector {
 	ls := claimAsLabelSelector(cs)
 	if ls == nil {
-		return placement.ClaimSelector{}
+		return core.ClaimSelector{}
 	}
-	return placement.ClaimSelector{MatchExpressions: ls.MatchExpressions}
+	return core.ClaimSelector{MatchExpressions: ls.MatchExpressions}
 }
 
 // toCoreCluster converts a registry entry for the scheduler. Taints without an effect are
 // NoSelect (the safe reading); resources the agent reported unparsable are left out.
-func toCoreCluster(c *clusterv1.Cluster) placement.Cluster {
-	out := placement.Cluster{Name: c.Name, Labels: c.Labels, Claims: c.Claims}
+func toCoreCluster(c *clusterv1.Cluster) core.Cluster {
+	out := core.Cluster{Name: c.Name, Labels: c.Labels, Claims: c.Claims}
 	for _, t := range c.Taints {
-		eff := placement.TaintEffectNoSelect
+		eff := core.TaintEffectNoSelect
 		switch t.Effect {
 		case clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT_IF_NEW:
-			eff = placement.TaintEffectNoSelectIfNew
+			eff = core.TaintEffectNoSelectIfNew
 		case clusterv1.TaintEffect_TAINT_EFFECT_PREFER_NO_SELECT:
-			eff = placement.TaintEffectPreferNoSelect
+			eff = core.TaintEffectPreferNoSelect
 		}
 		var added time.Time
 		if t.TimeAdded != nil {
 			added = t.TimeAdded.AsTime()
 		}
-		out.Taints = append(out.Taints, placement.Taint{Key: t.Key, Value: t.Value, Effect: eff, TimeAdded: added})
+		out.Taints = append(out.Taints, core.Taint{Key: t.Key, Value: t.Value, Effect: eff, TimeAdded: added})
 	}
 	if r := c.GetStatus().GetResources(); r != nil {
 		out.Allocatable, out.Capacity = quantities(r.Allocatable), quantities(r.Capacity)
@@ -250,21 +250,21 @@ func toCoreCluster(c *clusterv1.Cluster) placement.Cluster {
 	return out
 }
 
-func quantities(m map[string]string) map[placement.ResourceName]resource.Quantity {
+func quantities(m map[string]string) map[core.ResourceName]resource.Quantity {
 	if len(m) == 0 {
 		return nil
 	}
-	out := make(map[placement.ResourceName]resource.Quantity, len(m))
+	out := make(map[core.ResourceName]resource.Quantity, len(m))
 	for k, v := range m {
 		if q, err := resource.ParseQuantity(v); err == nil {
-			out[placement.ResourceName(k)] = q
+			out[core.ResourceName(k)] = q
 		}
 	}
 	return out
 }
 
-func toCoreScore(s *placementv1.AddOnScore) placement.AddOnScore {
-	out := placement.AddOnScore{AddOnScoreKey: placement.AddOnScoreKey{Cluster: s.Cluster, ResourceName: s.ResourceName, ScoreName: s.ScoreName},
+func toCoreScore(s *placementv1.AddOnScore) core.AddOnScore {
+	out := core.AddOnScore{AddOnScoreKey: core.AddOnScoreKey{Cluster: s.Cluster, ResourceName: s.ResourceName, ScoreName: s.ScoreName},
 		Score: s.Score}
 	if s.ValidUntil != nil {
 		t := s.ValidUntil.AsTime()
@@ -275,7 +275,7 @@ func toCoreScore(s *placementv1.AddOnScore) placement.AddOnScore {
 
 // toDecisions renders the scheduler's decision as the API's, keeping the transition times of
 // conditions whose status did not change since prev.
-func toDecisions(project, name string, d *placement.Decision, prev *placementv1.PlacementDecisions, now time.Time) *placementv1.PlacementDecisions {
+func toDecisions(project, name string, d *core.Decision, prev *placementv1.PlacementDecisions, now time.Time) *placementv1.PlacementDecisions {
 	out := &placementv1.PlacementDecisions{Project: project, Name: name, DecideTime: timestamppb.New(now), Status: toStatus(d, prev.GetStatus(), now)}
 	for _, p := range d.Prioritizers {
 		out.Prioritizers = append(out.Prioritizers, &placementv1.PrioritizerWeight{Name: p.Name, Weight: p.Weight})
@@ -294,7 +294,7 @@ func toDecisions(project, name string, d *placement.Decision, prev *placementv1.
 	return out
 }
 
-func toStatus(d *placement.Decision, prev *placementv1.PlacementStatus, now time.Time) *placementv1.PlacementStatus {
+func toStatus(d *core.Decision, prev *placementv1.PlacementStatus, now time.Time) *placementv1.PlacementStatus {
 	st := &placementv1.PlacementStatus{NumberOfSelectedClusters: d.NumberOfSelectedClusters}
 	for _, g := range d.DecisionGroups {
 		st.DecisionGroups = append(st.DecisionGroups, &placementv1.DecisionGroupStatus{DecisionGroupIndex: g.DecisionGroupIndex,

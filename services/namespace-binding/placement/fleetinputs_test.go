@@ -1,4 +1,4 @@
-package namespacebinding
+package placement
 
 import (
 	"crypto/sha256"
@@ -131,7 +131,7 @@ func everyClusterSum(clusters []*clusterv1.Cluster, sets []*placementv1.ClusterS
 // see (a condition: what a joining or reconnecting fleet makes by the thousand). "every-cluster"
 // encodes every cluster again, as refreshFleet did; "by-revision" only the changed one.
 //
-//	go test -run '^$' -bench FleetRefresh ./namespacebinding/
+//	go test -run '^$' -bench FleetRefresh ./placement/
 func BenchmarkFleetRefresh(b *testing.B) {
 	sets := []*placementv1.ClusterSet{{Name: "default"}}
 	for _, n := range []int{1000, 5000} {

@@ -1,4 +1,4 @@
-package namespacebinding
+package placement
 
 import (
 	"crypto/sha256"
@@ -10,7 +10,7 @@ import (
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
-	"github.com/fleetstream/fleetstream/pkg/placement"
+	core "github.com/fleetstream/fleetstream/pkg/placement"
 )
 
 // fleetInputs turns the clusters, sets and scores the scheduler reads into its fleet and the
@@ -31,19 +31,19 @@ type fleetInputs struct {
 type clusterInput struct {
 	rev   uint64
 	facts []byte // deterministic encoding of schedulingFacts, what the fingerprint covers
-	core  placement.Cluster
+	core  core.Cluster
 }
 
 // build returns the fleet of clusters, sets and scores, and its fingerprint. When the
 // fingerprint equals prevSum, the fleet is not rebuilt and build returns nil for it.
-func (fi *fleetInputs) build(clusters []*clusterv1.Cluster, sets []*placementv1.ClusterSet, scores []*placementv1.AddOnScore, prevSum *[32]byte) (*placement.Fleet, [32]byte, error) {
+func (fi *fleetInputs) build(clusters []*clusterv1.Cluster, sets []*placementv1.ClusterSet, scores []*placementv1.AddOnScore, prevSum *[32]byte) (*core.Fleet, [32]byte, error) {
 	if fi.byName == nil {
 		fi.byName = make(map[string]clusterInput, len(clusters))
 	}
 	opts := proto.MarshalOptions{Deterministic: true}
 	h := sha256.New()
 	seen := make(map[string]struct{}, len(clusters))
-	core := make([]placement.Cluster, len(clusters))
+	coreClusters := make([]core.Cluster, len(clusters))
 	for i, c := range clusters {
 		in, ok := fi.byName[c.Name]
 		// Revision 0 is a cluster not (yet) from the event store: never trusted to be unchanged.
@@ -54,7 +54,7 @@ func (fi *fleetInputs) build(clusters []*clusterv1.Cluster, sets []*placementv1.
 		}
 		seen[c.Name] = struct{}{}
 		writeLen(h, in.facts)
-		core[i] = in.core
+		coreClusters[i] = in.core
 	}
 	for name := range fi.byName {
 		if _, ok := seen[name]; !ok {
@@ -76,15 +76,15 @@ func (fi *fleetInputs) build(clusters []*clusterv1.Cluster, sets []*placementv1.
 	if prevSum != nil && sum == *prevSum {
 		return nil, sum, nil
 	}
-	coreSets := make([]placement.ClusterSet, len(sets))
+	coreSets := make([]core.ClusterSet, len(sets))
 	for i, c := range sets {
 		coreSets[i] = toPlacementSet(c)
 	}
-	coreScores := make([]placement.AddOnScore, len(scores))
+	coreScores := make([]core.AddOnScore, len(scores))
 	for i, sc := range scores {
 		coreScores[i] = toCoreScore(sc)
 	}
-	f, err := placement.NewFleet(core, coreSets, coreScores)
+	f, err := core.NewFleet(coreClusters, coreSets, coreScores)
 	if err != nil {
 		return nil, sum, fmt.Errorf("placement fleet: %w", err)
 	}

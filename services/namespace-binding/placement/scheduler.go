@@ -1,4 +1,4 @@
-package namespacebinding
+package placement
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
-	"github.com/fleetstream/fleetstream/pkg/placement"
+	core "github.com/fleetstream/fleetstream/pkg/placement"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -45,7 +45,7 @@ const schedulerDebounce = 50 * time.Millisecond
 
 type schedulerState struct {
 	fleetSum [32]byte
-	fleet    *placement.Fleet
+	fleet    *core.Fleet
 	// fleetInputs are the change channels of the caches the fleet was built from: while none
 	// has fired, the fleet (and its fingerprint) stands, and a round woken by a decision or a
 	// placement does not walk every cluster again.
@@ -105,7 +105,9 @@ func (s *Service) kickScheduler() {
 	}
 }
 
-func (s *Service) runScheduler(ctx context.Context) error {
+// RunScheduler runs the scheduler until ctx is done. One replica at a time: the caller holds
+// the lease (namespace-binding's PlacementLease) for as long as it runs.
+func (s *Service) RunScheduler(ctx context.Context) error {
 	st := &schedulerState{decided: map[string][32]byte{}, next: map[string]time.Time{}, scoreStored: map[string]time.Time{}}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -202,7 +204,7 @@ func (s *Service) scheduleRound(ctx context.Context, st *schedulerState) (time.T
 	// whoever follows it (namespaces, subscribers) lets go.
 	for _, d := range s.decisions.List(nil) {
 		key := placementKey(d.Project, d.Name)
-		if live[key] || !s.placementGone(ctx, d.Project, d.Name) {
+		if live[key] || !s.PlacementGone(ctx, d.Project, d.Name) {
 			continue
 		}
 		if _, err := s.store.Append(ctx, subjects.PlacementDecision(d.Project, d.Name), key, events.At(d.Revision),
@@ -238,7 +240,7 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 	for _, b := range s.setBindings.Lookup(byProject(p.Project)) {
 		bound = append(bound, b.ClusterSet)
 	}
-	d, err := st.fleet.Schedule(ctx, toCorePlacement(p), placement.PlacementState{
+	d, err := st.fleet.Schedule(ctx, toCorePlacement(p), core.PlacementState{
 		BoundClusterSets: bound, PreviousDecision: prev, OtherDecisions: counts, Now: now})
 	if err != nil {
 		for _, c := range prev {
@@ -270,17 +272,17 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 		}
 		st.scoreStored[key] = now
 	}
-	added, removed := placement.DecisionDiff(prev, d)
+	added, removed := core.DecisionDiff(prev, d)
 	expect := events.At(cur.GetRevision())
 	if !hasCur {
 		// A placement this replica's view still shows may just have been deleted (its
 		// decision's removal already folded): never bring its decision back.
-		if s.placementGone(ctx, p.Project, p.Name) {
+		if s.PlacementGone(ctx, p.Project, p.Name) {
 			restore()
 			return nil
 		}
 		// The subject may end in a deleted placement's last event: expect exactly that.
-		last, _, err := events.Last(ctx, s.placementStream, subjects.PlacementDecision(p.Project, p.Name))
+		last, _, err := events.Last(ctx, s.stream, subjects.PlacementDecision(p.Project, p.Name))
 		if err != nil {
 			restore()
 			return err
@@ -368,11 +370,11 @@ func sorted(s []string) []string {
 	return out
 }
 
-// placementGone confirms from the stream that a placement with a decision but no entry in this
-// replica's view was deleted: another replica may have decided a placement created a moment
+// PlacementGone confirms from the stream that a placement was deleted (or never created), for
+// a reader whose view may lag: another replica may have decided a placement created a moment
 // ago, before this replica's view of placements shows it.
-func (s *Service) placementGone(ctx context.Context, project, name string) bool {
-	_, last, err := events.Last(ctx, s.placementStream, subjects.Placement(project, name))
+func (s *Service) PlacementGone(ctx context.Context, project, name string) bool {
+	_, last, err := events.Last(ctx, s.stream, subjects.Placement(project, name))
 	if err != nil {
 		s.log.Warn("confirm placement deletion", zap.String("project", project), zap.String("placement", name), zap.Error(err))
 		return false
@@ -390,6 +392,28 @@ func anyClosed(chs []<-chan struct{}) bool {
 		}
 	}
 	return false
+}
+
+// WaitSchedulingRound blocks until the scheduler has made a whole round that began after the
+// call, with the clusters, sets, set bindings, placements, decisions and add-on scores as they
+// are in their buckets now: whatever those inputs make it decide has then been appended. It
+// asks for the round itself, since a round that changes nothing is otherwise not due. For
+// tests, before asserting that a decision did not change (namespace-binding's tests reach it
+// through the Service's WaitSchedulingRound, compiled into its test binary alone); only the
+// replica running RunScheduler schedules, so on another one it waits until ctx is done.
+func (s *Service) WaitSchedulingRound(ctx context.Context) error {
+	for _, current := range []func(context.Context) (uint64, error){s.clusters.Current, s.clusterSets.Current,
+		s.setBindings.Current, s.placements.Current, s.decisions.Current, s.addOnScores.Current} {
+		if _, err := current(ctx); err != nil {
+			return err
+		}
+	}
+	want := s.rounds.next()
+	s.kickScheduler()
+	if err := s.rounds.wait(ctx, want); err != nil {
+		return fmt.Errorf("wait for a scheduling round: %w", err)
+	}
+	return nil
 }
 
 // passes counts the placement scheduler's rounds, so a caller

@@ -1,4 +1,4 @@
-package namespacebinding
+package placement
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
-	"github.com/fleetstream/fleetstream/pkg/placement"
+	core "github.com/fleetstream/fleetstream/pkg/placement"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
@@ -27,8 +27,8 @@ import (
 // aggregate per set (fleet.placement.clusterset.<set>) and one per binding
 // (fleet.placement.binding.<project>.<set>), each folded into its own view.
 const (
-	PlacementStream          = subjects.PlacementStream
-	PlacementPrefix          = subjects.PlacementPrefix
+	Stream                   = subjects.PlacementStream
+	SubjectPrefix            = subjects.PlacementPrefix
 	ClusterSetsBucket        = subjects.ClusterSetsBucket
 	ClusterSetBindingsBucket = subjects.ClusterSetBindingsBucket
 )
@@ -45,14 +45,14 @@ func setBindingIndex(_ string, b *placementv1.ClusterSetBinding) []string {
 // every cluster without the exclusive label, and every cluster.
 func builtinClusterSets() []*placementv1.ClusterSet {
 	return []*placementv1.ClusterSet{
-		{Name: placement.DefaultClusterSet, Selector: &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL}},
-		{Name: placement.GlobalClusterSet, Selector: &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR,
+		{Name: core.DefaultClusterSet, Selector: &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL}},
+		{Name: core.GlobalClusterSet, Selector: &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR,
 			LabelSelector: &placementv1.LabelSelector{}}},
 	}
 }
 
 func isBuiltinClusterSet(name string) bool {
-	return name == placement.DefaultClusterSet || name == placement.GlobalClusterSet
+	return name == core.DefaultClusterSet || name == core.GlobalClusterSet
 }
 
 // clusterSetsProjection folds the set subjects into bucket placement-clustersets. Every event
@@ -61,8 +61,8 @@ func clusterSetsProjection() view.Projection {
 	return view.Projection{
 		Name:     "placement-clustersets",
 		Version:  1,
-		Stream:   PlacementStream,
-		Subjects: []string{PlacementPrefix + ".clusterset.>"},
+		Stream:   Stream,
+		Subjects: []string{SubjectPrefix + ".clusterset.>"},
 		Bucket:   bucketConfig(ClusterSetsBucket, "Cluster sets (projection of FLEET_PLACEMENT)."),
 		New:      func() proto.Message { return &placementv1.ClusterSet{} },
 		Apply:    applyClusterSet,
@@ -70,7 +70,7 @@ func clusterSetsProjection() view.Projection {
 }
 
 func applyClusterSet(ev *events.Event) ([]view.Change, error) {
-	name, err := subjectName(ev.Subject, PlacementPrefix+".clusterset.")
+	name, err := subjectName(ev.Subject, SubjectPrefix+".clusterset.")
 	if err != nil {
 		return nil, err
 	}
@@ -109,8 +109,8 @@ func setBindingsProjection() view.Projection {
 	return view.Projection{
 		Name:     "placement-clusterset-bindings",
 		Version:  1,
-		Stream:   PlacementStream,
-		Subjects: []string{PlacementPrefix + ".binding.>"},
+		Stream:   Stream,
+		Subjects: []string{SubjectPrefix + ".binding.>"},
 		Bucket:   bucketConfig(ClusterSetBindingsBucket, "Cluster set bindings (projection of FLEET_PLACEMENT)."),
 		New:      func() proto.Message { return &placementv1.ClusterSetBinding{} },
 		Apply:    applySetBinding,
@@ -118,7 +118,7 @@ func setBindingsProjection() view.Projection {
 }
 
 func applySetBinding(ev *events.Event) ([]view.Change, error) {
-	tok, ok := strings.CutPrefix(ev.Subject, PlacementPrefix+".binding.")
+	tok, ok := strings.CutPrefix(ev.Subject, SubjectPrefix+".binding.")
 	if !ok {
 		return nil, fmt.Errorf("subject %s is not a set binding's", ev.Subject)
 	}
@@ -166,7 +166,7 @@ func (s *Service) ensureClusterSet(ctx context.Context, want, cur *placementv1.C
 	key, subject := clusterSetKey(want.Name), subjects.ClusterSet(want.Name)
 	switch {
 	case !ok:
-		last, prev, err := events.Last(ctx, s.placementStream, subject)
+		last, prev, err := events.Last(ctx, s.stream, subject)
 		if err != nil {
 			return 0, err
 		}
@@ -201,7 +201,7 @@ func validateSetSelector(v *apierr.Violations, field string, sel *placementv1.Cl
 	case placementv1.SelectorType_SELECTOR_TYPE_UNSPECIFIED, placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL:
 		out.Type = placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL
 		if out.LabelSelector != nil {
-			v.Add(field+".label_selector", "only with type LABEL_SELECTOR: an EXCLUSIVE_LABEL set holds the clusters labelled %s=<set name>", placement.ClusterSetLabel)
+			v.Add(field+".label_selector", "only with type LABEL_SELECTOR: an EXCLUSIVE_LABEL set holds the clusters labelled %s=<set name>", core.ClusterSetLabel)
 		}
 	case placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR:
 		if out.LabelSelector != nil {
@@ -216,24 +216,24 @@ func validateSetSelector(v *apierr.Violations, field string, sel *placementv1.Cl
 }
 
 func toMetaSelector(ls *placementv1.LabelSelector) *metav1.LabelSelector {
-	return placement.MetaSelector(ls)
+	return core.MetaSelector(ls)
 }
 
-func toPlacementSet(c *placementv1.ClusterSet) placement.ClusterSet { return placement.SetFromProto(c) }
+func toPlacementSet(c *placementv1.ClusterSet) core.ClusterSet { return core.SetFromProto(c) }
 
 // fleet indexes the registry's clusters against sets with the scheduler's own membership rules,
 // so a set's members here are exactly those a placement picks from.
-func (s *Service) fleet(sets []*placementv1.ClusterSet) (*placement.Fleet, error) {
+func (s *Service) fleet(sets []*placementv1.ClusterSet) (*core.Fleet, error) {
 	list := s.clusters.List(nil)
-	clusters := make([]placement.Cluster, len(list))
+	clusters := make([]core.Cluster, len(list))
 	for i, c := range list {
-		clusters[i] = placement.Cluster{Name: c.Name, Labels: c.Labels}
+		clusters[i] = core.Cluster{Name: c.Name, Labels: c.Labels}
 	}
-	ps := make([]placement.ClusterSet, len(sets))
+	ps := make([]core.ClusterSet, len(sets))
 	for i, c := range sets {
 		ps[i] = toPlacementSet(c)
 	}
-	f, err := placement.NewFleet(clusters, ps, nil)
+	f, err := core.NewFleet(clusters, ps, nil)
 	if err != nil {
 		return nil, apierr.Internal(fmt.Errorf("cluster set membership: %w", err))
 	}
@@ -302,7 +302,7 @@ func (s *ClusterSetAPI) CreateClusterSet(ctx context.Context, req *connect.Reque
 	if _, ok := s.clusterSets.Get(clusterSetKey(m.Name)); ok {
 		return nil, apierr.AlreadyExists("cluster set", m.Name)
 	}
-	seq, err := viewapi.Create(ctx, s.store, s.placementStream, subjects.ClusterSet(m.Name), m.Name,
+	seq, err := viewapi.Create(ctx, s.store, s.stream, subjects.ClusterSet(m.Name), m.Name,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetDeleted); return gone },
 		&placementv1.ClusterSetCreated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}}, apierr.AlreadyExists("cluster set", m.Name))
 	if err != nil {
@@ -426,7 +426,7 @@ func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request
 	}
 	// The set need not exist (OCM binds a set by name; the binding's status tells), the project
 	// must: a binding is the project's.
-	if _, ok := s.projects.Get(projectKey(m.Project)); !ok {
+	if !s.projects.ProjectExists(m.Project) {
 		return nil, apierr.NotFound("project", m.Project)
 	}
 	key := setBindingKey(m.Project, m.ClusterSet)
@@ -434,7 +434,7 @@ func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request
 	if _, ok := s.setBindings.Get(key); ok {
 		return nil, apierr.AlreadyExists("cluster set binding", what)
 	}
-	seq, err := viewapi.Create(ctx, s.store, s.placementStream, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
+	seq, err := viewapi.Create(ctx, s.store, s.stream, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetUnbound); return gone },
 		&placementv1.ClusterSetBound{Project: m.Project, ClusterSet: m.ClusterSet}, apierr.AlreadyExists("cluster set binding", what))
 	if err != nil {

@@ -1,4 +1,4 @@
-package namespacebinding
+package placement
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // set's admins and viewers may do; this service only records the bindings.
 const ClusterSetRolesBucket = subjects.ClusterSetRolesBucket
 
-const setRolePrefix = PlacementPrefix + ".setrole."
+const setRolePrefix = SubjectPrefix + ".setrole."
 
 // subjectKindToken names a subject kind as Kubernetes does, in keys and messages.
 func subjectKindToken(k rbacv1.SubjectKind) string {
@@ -64,7 +64,7 @@ func setRolesProjection() view.Projection {
 	return view.Projection{
 		Name:     ClusterSetRolesBucket,
 		Version:  1,
-		Stream:   PlacementStream,
+		Stream:   Stream,
 		Subjects: []string{setRolePrefix + ">"},
 		Bucket:   bucketConfig(ClusterSetRolesBucket, "Cluster set role bindings (projection of FLEET_PLACEMENT)."),
 		New:      func() proto.Message { return &placementv1.ClusterSetRoleBinding{} },
@@ -137,7 +137,7 @@ func (s *ClusterSetAPI) BindClusterSetRole(ctx context.Context, req *connect.Req
 		return nil, apierr.AlreadyExists("cluster set role binding", what)
 	}
 	b := &placementv1.ClusterSetRoleBinding{ClusterSet: m.ClusterSet, Subject: m.Subject, Role: m.Role}
-	seq, err := viewapi.Create(ctx, s.store, s.placementStream, setRoleSubject(m.ClusterSet, m.Subject, m.Role), key,
+	seq, err := viewapi.Create(ctx, s.store, s.stream, setRoleSubject(m.ClusterSet, m.Subject, m.Role), key,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetRoleUnbound); return gone },
 		&placementv1.ClusterSetRoleBound{Binding: b}, apierr.AlreadyExists("cluster set role binding", what))
 	if err != nil {

@@ -1,0 +1,322 @@
+// Package placement is namespace-binding's placement: cluster sets, their bindings to projects
+// and their roles, placements, the scheduler that decides them, its decisions and the add-on
+// scores it reads (docs/placement.md). The scheduling itself, pure, is pkg/placement (imported
+// here as core); this package keeps its inputs and outputs in views, serves ClusterSetService
+// and PlacementService, and runs the scheduler.
+//
+// namespace-binding's Service wires it: it ensures the stream, gives it what it reads of the rest
+// of that service through small interfaces (Projects, Followers, Clusters), so this package
+// never imports namespacebinding, runs it, mounts its APIs, and runs its scheduler under the
+// placement lease beside the follower of namespaces that follow placements, which reads the
+// decisions back (DecidedClusters, WatchDecisions).
+package placement
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/apiwait"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// Config tunes placement.
+type Config struct {
+	// Replicas of the view buckets (1 single node, 3 production).
+	Replicas int
+	// ScoreRefresh is the least time between two stored decisions of a placement that change
+	// only its scores or its timer (default 10 s): a decision whose clusters stand is stored
+	// at once if the last such store is older, else when ScoreRefresh has passed, so score
+	// churn costs at most one event per placement per ScoreRefresh.
+	ScoreRefresh time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.ScoreRefresh == 0 {
+		c.ScoreRefresh = 10 * time.Second
+	}
+}
+
+// Projects is what placement reads of the projects: a placement and a set binding are a
+// project's.
+type Projects interface {
+	// ProjectExists reports whether the project exists.
+	ProjectExists(name string) bool
+}
+
+// Followers is what placement reads of the namespaces that follow placements: a placement
+// they follow is not deleted.
+type Followers interface {
+	// FollowersOf lists the namespaces that follow project's placement.
+	FollowersOf(project, placement string) []string
+}
+
+// Clusters is cluster-import's registry as placement reads it: the wiring service's cache of
+// the clusters view (a *view.Cache[*clusterv1.Cluster] has these methods). It is read only once
+// the API is admitted (Deps.Gate) or the scheduler runs.
+type Clusters interface {
+	List(keep func(key string, c *clusterv1.Cluster) bool) []*clusterv1.Cluster
+	GetFresh(ctx context.Context, key string) (*clusterv1.Cluster, bool, error)
+	Changed() <-chan struct{}
+	Current(ctx context.Context) (uint64, error)
+}
+
+// Deps is what the wiring service gives placement.
+type Deps struct {
+	// Store appends placement's events, with the wiring service's actor.
+	Store *events.Store
+	// Gate admits API calls once the wiring service is ready, its caches included.
+	Gate      apiwait.Gate
+	Projects  Projects
+	Followers Followers
+	Clusters  Clusters
+}
+
+// Service is placement: its views and their caches, the APIs it serves on them (ClusterSetAPI,
+// PlacementAPI) and the scheduler.
+type Service struct {
+	cfg       Config
+	js        jetstream.JetStream
+	log       *zap.Logger
+	store     *events.Store
+	gate      apiwait.Gate
+	projects  Projects
+	followers Followers
+	clusters  Clusters
+	// stream is FLEET_PLACEMENT.
+	stream jetstream.Stream
+
+	// engines project the views of Projections, in that order.
+	engines []*view.Engine
+
+	clusterSets *view.Cache[*placementv1.ClusterSet]
+	setBindings *view.Cache[*placementv1.ClusterSetBinding]
+	setRoles    *view.Cache[*placementv1.ClusterSetRoleBinding]
+	placements  *view.Cache[*placementv1.Placement]
+	decisions   *view.Cache[*placementv1.PlacementDecisions]
+	addOnScores *view.Cache[*placementv1.AddOnScore]
+
+	schedKick chan struct{}
+	// rounds counts the scheduler's rounds (WaitSchedulingRound).
+	rounds *passes
+	now    func() time.Time
+	ready  chan struct{}
+}
+
+// New builds placement on the stream the wiring service ensured (Stream); Run starts it.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, deps Deps, log *zap.Logger) (*Service, error) {
+	cfg.defaults()
+	s := &Service{cfg: cfg, js: js, log: log, store: deps.Store, gate: deps.Gate,
+		projects: deps.Projects, followers: deps.Followers, clusters: deps.Clusters,
+		schedKick: make(chan struct{}, 1), rounds: newPasses(), now: time.Now, ready: make(chan struct{})}
+	var err error
+	if s.stream, err = js.Stream(ctx, Stream); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", Stream, err)
+	}
+	for _, p := range Projections() {
+		e, err := view.NewEngine(js, p, log, view.WithReplicas(cfg.Replicas))
+		if err != nil {
+			return nil, err
+		}
+		s.engines = append(s.engines, e)
+	}
+	return s, nil
+}
+
+// ClusterSetAPI serves fleetstream.placement.v1.ClusterSetService (clustersets.go,
+// setroles.go).
+type ClusterSetAPI struct{ *Service }
+
+// PlacementAPI serves fleetstream.placement.v1.PlacementService (placements.go).
+type PlacementAPI struct{ *Service }
+
+var (
+	_ placementv1connect.ClusterSetServiceHandler = (*ClusterSetAPI)(nil)
+	_ placementv1connect.PlacementServiceHandler  = (*PlacementAPI)(nil)
+)
+
+// ClusterSets returns the ClusterSetService API.
+func (s *Service) ClusterSets() *ClusterSetAPI { return &ClusterSetAPI{s} }
+
+// Placements returns the PlacementService API.
+func (s *Service) Placements() *PlacementAPI { return &PlacementAPI{s} }
+
+// Mount registers the APIs on srv. Readiness is the wiring service's (Deps.Gate).
+func (s *Service) Mount(srv *server.Server) {
+	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
+	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
+}
+
+// Ready is closed once the caches have caught up and the built-in cluster sets exist.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run runs the projections and caches until ctx is done. The scheduler runs apart
+// (RunScheduler), under the wiring service's lease.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, e := range s.engines {
+		g.Go(func() error { return e.Run(ctx) })
+	}
+	g.Go(func() error {
+		// The caches open the view buckets, which the engines create on start.
+		for _, e := range s.engines {
+			if !wait(ctx, e.Ready()) {
+				return nil
+			}
+		}
+		caches, err := s.openCaches(ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range caches {
+			g.Go(func() error { return c.Run(ctx) })
+		}
+		for _, c := range caches {
+			if !wait(ctx, c.Ready()) {
+				return nil
+			}
+		}
+		// `default` and `global` exist before the API answers, as rbac-sync's built-in roles do.
+		if err := s.ensureClusterSets(ctx); err != nil {
+			return err
+		}
+		close(s.ready)
+		return nil
+	})
+	return g.Wait()
+}
+
+// cache is a view.Cache of any type, as Run runs it.
+type cache interface {
+	Run(ctx context.Context) error
+	Ready() <-chan struct{}
+}
+
+func (s *Service) openCaches(ctx context.Context) ([]cache, error) {
+	for _, c := range []struct {
+		bucket string
+		open   func(kv jetstream.KeyValue)
+	}{
+		{ClusterSetsBucket, func(kv jetstream.KeyValue) {
+			s.clusterSets = view.NewCache(s.js, kv, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }, s.log)
+		}},
+		{ClusterSetBindingsBucket, func(kv jetstream.KeyValue) {
+			s.setBindings = view.NewCache(s.js, kv, func() *placementv1.ClusterSetBinding { return &placementv1.ClusterSetBinding{} }, s.log,
+				view.WithIndex(setBindingIndex))
+		}},
+		{ClusterSetRolesBucket, func(kv jetstream.KeyValue) {
+			s.setRoles = view.NewCache(s.js, kv, func() *placementv1.ClusterSetRoleBinding { return &placementv1.ClusterSetRoleBinding{} }, s.log,
+				view.WithIndex(setRoleIndex))
+		}},
+		{subjects.PlacementsBucket, func(kv jetstream.KeyValue) {
+			s.placements = view.NewCache(s.js, kv, func() *placementv1.Placement { return &placementv1.Placement{} }, s.log, view.WithIndex(placementIndex))
+		}},
+		{subjects.PlacementDecisionsBucket, func(kv jetstream.KeyValue) {
+			s.decisions = view.NewCache(s.js, kv, func() *placementv1.PlacementDecisions { return &placementv1.PlacementDecisions{} }, s.log)
+		}},
+		{subjects.AddOnScoresBucket, func(kv jetstream.KeyValue) {
+			s.addOnScores = view.NewCache(s.js, kv, func() *placementv1.AddOnScore { return &placementv1.AddOnScore{} }, s.log)
+		}},
+	} {
+		kv, err := s.js.KeyValue(ctx, c.bucket)
+		if err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", c.bucket, err)
+		}
+		c.open(kv)
+	}
+	return []cache{s.clusterSets, s.setBindings, s.setRoles, s.placements, s.decisions, s.addOnScores}, nil
+}
+
+// Projections are placement's views, in the order namespace-binding lists them.
+func Projections() []view.Projection {
+	return []view.Projection{clusterSetsProjection(), setBindingsProjection(), setRolesProjection(), placementsProjection(), decisionsProjection(), addOnScoresProjection()}
+}
+
+func bucketConfig(name, desc string) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage}
+}
+
+// Index terms of the caches.
+func byProject(p string) string { return "p\x00" + p }
+
+func subjectName(subject, prefix string) (string, error) {
+	tok, ok := strings.CutPrefix(subject, prefix)
+	if !ok || tok == "" || strings.Contains(tok, ".") {
+		return "", fmt.Errorf("subject %s is not under %s", subject, prefix)
+	}
+	name, err := keys.Decode(tok)
+	if err != nil {
+		return "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	return name, nil
+}
+
+func wait(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// What the wiring service reads back: whether a placement exists, and what it decided.
+
+// PlacementExists reports whether project's placement name is in the view.
+func (s *Service) PlacementExists(project, name string) bool {
+	_, ok := s.placements.Get(placementKey(project, name))
+	return ok
+}
+
+// PlacementCount is how many placements project has.
+func (s *Service) PlacementCount(project string) int { return s.placements.Count(byProject(project)) }
+
+// DecidedClusters lists the clusters of the placement's decision, best first within each group,
+// groups in order; false before its first decision.
+func (s *Service) DecidedClusters(project, name string) ([]string, bool) {
+	d, ok := s.decisions.Get(placementKey(project, name))
+	return decidedClusters(d), ok
+}
+
+// WatchDecisions is a reconcile source queuing, whenever a placement's decision changes, the
+// keys that keys returns for that placement.
+func (s *Service) WatchDecisions(keys func(project, name string) []string) reconcile.Source {
+	return reconcile.Watch(s.decisions, func(u view.Update[*placementv1.PlacementDecisions]) []string {
+		return keys(u.Value.GetProject(), u.Value.GetName())
+	})
+}
+
+// maxAttempts bounds the retries of a command that lost an optimistic-concurrency race.
+const maxAttempts = 10
+
+// clusterRegistered is NotFound unless cluster is in cluster-import's registry. A cluster
+// registered a moment ago counts even before this replica's cache of the registry has caught up:
+// a client that registers and then scores must not be told the cluster does not exist.
+func (s *Service) clusterRegistered(ctx context.Context, cluster string) error {
+	_, ok, err := s.clusters.GetFresh(ctx, keys.Encode(cluster))
+	switch {
+	case err != nil:
+		return apierr.Internal(fmt.Errorf("look up cluster %q: %w", cluster, err))
+	case !ok:
+		return apierr.NotFound("cluster", cluster)
+	}
+	return nil
+}
+
+func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
+	return apiwait.Visible(ctx, "change", wait)
+}
