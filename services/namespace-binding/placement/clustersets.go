@@ -3,43 +3,24 @@ package placement
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
-	"github.com/fleetstream/fleetstream/pkg/keys"
 	core "github.com/fleetstream/fleetstream/pkg/placement"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
-	"github.com/fleetstream/fleetstream/pkg/view"
 	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
-// Cluster sets and set bindings (docs/placement.md): their own stream, FLEET_PLACEMENT, one
-// aggregate per set (fleet.placement.clusterset.<set>) and one per binding
-// (fleet.placement.binding.<project>.<set>), each folded into its own view.
-const (
-	Stream                   = subjects.PlacementStream
-	SubjectPrefix            = subjects.PlacementPrefix
-	ClusterSetsBucket        = subjects.ClusterSetsBucket
-	ClusterSetBindingsBucket = subjects.ClusterSetBindingsBucket
-)
-
-func clusterSetKey(name string) string { return keys.Encode(name) }
-
-func setBindingKey(project, set string) string { return keys.Join(project, set) }
-
-func setBindingIndex(_ string, b *placementv1.ClusterSetBinding) []string {
-	return []string{byProject(b.Project)}
-}
+// ClusterSetAPI: cluster sets, the built-in ones, and their bindings to projects
+// (docs/placement.md, Cluster sets). Roles on sets are in setroles.go.
 
 // builtinClusterSets are the sets that exist from the start (OCM's `default` and `global`):
 // every cluster without the exclusive label, and every cluster.
@@ -53,98 +34,6 @@ func builtinClusterSets() []*placementv1.ClusterSet {
 
 func isBuiltinClusterSet(name string) bool {
 	return name == core.DefaultClusterSet || name == core.GlobalClusterSet
-}
-
-// clusterSetsProjection folds the set subjects into bucket placement-clustersets. Every event
-// on a set's subject touches its entry, so its revision is the subject's last sequence.
-func clusterSetsProjection() view.Projection {
-	return view.Projection{
-		Name:     "placement-clustersets",
-		Version:  1,
-		Stream:   Stream,
-		Subjects: []string{SubjectPrefix + ".clusterset.>"},
-		Bucket:   bucketConfig(ClusterSetsBucket, "Cluster sets (projection of FLEET_PLACEMENT)."),
-		New:      func() proto.Message { return &placementv1.ClusterSet{} },
-		Apply:    applyClusterSet,
-	}
-}
-
-func applyClusterSet(ev *events.Event) ([]view.Change, error) {
-	name, err := subjectName(ev.Subject, SubjectPrefix+".clusterset.")
-	if err != nil {
-		return nil, err
-	}
-	at := ev.GetTime()
-	update := func(f func(cur *placementv1.ClusterSet) *placementv1.ClusterSet) []view.Change {
-		return []view.Change{view.ChangeOf(clusterSetKey(name), f)}
-	}
-	switch p := ev.Payload.(type) {
-	case *placementv1.ClusterSetCreated:
-		if p.GetClusterSet().GetName() != name {
-			return nil, fmt.Errorf("ClusterSetCreated for %q on subject of %q", p.GetClusterSet().GetName(), name)
-		}
-		return update(func(*placementv1.ClusterSet) *placementv1.ClusterSet {
-			return &placementv1.ClusterSet{Name: name, Selector: p.ClusterSet.Selector, CreateTime: at, UpdateTime: at}
-		}), nil
-	case *placementv1.ClusterSetUpdated:
-		if p.GetClusterSet().GetName() != name {
-			return nil, fmt.Errorf("ClusterSetUpdated for %q on subject of %q", p.GetClusterSet().GetName(), name)
-		}
-		return update(func(cur *placementv1.ClusterSet) *placementv1.ClusterSet {
-			if cur == nil {
-				return nil
-			}
-			cur.Selector, cur.UpdateTime = p.ClusterSet.Selector, at
-			return cur
-		}), nil
-	case *placementv1.ClusterSetDeleted:
-		return update(func(*placementv1.ClusterSet) *placementv1.ClusterSet { return nil }), nil
-	}
-	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
-}
-
-// setBindingsProjection folds the binding subjects into bucket placement-clusterset-bindings,
-// key <project>.<set> as in the subject.
-func setBindingsProjection() view.Projection {
-	return view.Projection{
-		Name:     "placement-clusterset-bindings",
-		Version:  1,
-		Stream:   Stream,
-		Subjects: []string{SubjectPrefix + ".binding.>"},
-		Bucket:   bucketConfig(ClusterSetBindingsBucket, "Cluster set bindings (projection of FLEET_PLACEMENT)."),
-		New:      func() proto.Message { return &placementv1.ClusterSetBinding{} },
-		Apply:    applySetBinding,
-	}
-}
-
-func applySetBinding(ev *events.Event) ([]view.Change, error) {
-	tok, ok := strings.CutPrefix(ev.Subject, SubjectPrefix+".binding.")
-	if !ok {
-		return nil, fmt.Errorf("subject %s is not a set binding's", ev.Subject)
-	}
-	parts, err := keys.Split(tok)
-	if err != nil || len(parts) != 2 {
-		return nil, fmt.Errorf("subject %s is not a set binding's: %v", ev.Subject, err)
-	}
-	project, set := parts[0], parts[1]
-	change := func(next *placementv1.ClusterSetBinding) []view.Change {
-		return []view.Change{{Key: setBindingKey(project, set), Update: func(proto.Message) proto.Message {
-			if next == nil {
-				return nil
-			}
-			return proto.Clone(next)
-		}}}
-	}
-	switch p := ev.Payload.(type) {
-	case *placementv1.ClusterSetBound:
-		if p.Project != project || p.ClusterSet != set {
-			return nil, fmt.Errorf("ClusterSetBound for %s/%s on subject of %s/%s", p.Project, p.ClusterSet, project, set)
-		}
-		return change(&placementv1.ClusterSetBinding{Project: project, ClusterSet: set, CreateTime: ev.GetTime()}), nil
-	case *placementv1.ClusterSetUnbound:
-		return change(nil), nil
-	}
-	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
 }
 
 // ensureClusterSets creates the built-in sets, or brings them back to their selectors, through
@@ -181,45 +70,6 @@ func (s *Service) ensureClusterSet(ctx context.Context, want, cur *placementv1.C
 	}
 	return 0, nil
 }
-
-// payloadOf is the payload of an event that may be nil.
-func payloadOf(e *events.Event) any {
-	if e == nil {
-		return nil
-	}
-	return e.Payload
-}
-
-// validateSetSelector checks a set's selector and returns it canonical: the type always set,
-// a label selector only with LABEL_SELECTOR. A nil selector is OCM's default, EXCLUSIVE_LABEL.
-func validateSetSelector(v *apierr.Violations, field string, sel *placementv1.ClusterSetSelector) *placementv1.ClusterSetSelector {
-	out := proto.CloneOf(sel)
-	if out == nil {
-		out = &placementv1.ClusterSetSelector{}
-	}
-	switch out.Type {
-	case placementv1.SelectorType_SELECTOR_TYPE_UNSPECIFIED, placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL:
-		out.Type = placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL
-		if out.LabelSelector != nil {
-			v.Add(field+".label_selector", "only with type LABEL_SELECTOR: an EXCLUSIVE_LABEL set holds the clusters labelled %s=<set name>", core.ClusterSetLabel)
-		}
-	case placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR:
-		if out.LabelSelector != nil {
-			if _, err := metav1.LabelSelectorAsSelector(toMetaSelector(out.LabelSelector)); err != nil {
-				v.Add(field+".label_selector", "%v", err)
-			}
-		}
-	default:
-		v.Add(field+".type", "unknown type %d: EXCLUSIVE_LABEL or LABEL_SELECTOR", out.Type)
-	}
-	return out
-}
-
-func toMetaSelector(ls *placementv1.LabelSelector) *metav1.LabelSelector {
-	return core.MetaSelector(ls)
-}
-
-func toPlacementSet(c *placementv1.ClusterSet) core.ClusterSet { return core.SetFromProto(c) }
 
 // fleet indexes the registry's clusters against sets with the scheduler's own membership rules,
 // so a set's members here are exactly those a placement picks from.

@@ -1,161 +1,27 @@
 package placement
 
 import (
-	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/fleetstream/fleetstream/pkg/apierr"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	core "github.com/fleetstream/fleetstream/pkg/placement"
 )
 
 // Conversions between the placement API (fleetstream.placement.v1) and the scheduler core
-// (pkg/placement), and the API's validation.
+// (pkg/placement).
 
-// validatePlacementSpec checks what OCM's CRD schema checks (names, enums, ranges, formats) and
-// the syntax of every selector, with field paths under field. What OCM's scheduler reports as
-// PlacementMisconfigured instead of refusing (an unknown built-in prioritizer name) is left to
-// the scheduler, so a placement written for a prioritizer this version lacks can still be stored.
-func validatePlacementSpec(v *apierr.Violations, field string, p *placementv1.Placement) {
-	v.DNSLabel(field+".project", p.GetProject())
-	v.DNSLabel(field+".name", p.GetName())
-	if p == nil {
-		return
-	}
-	for i, s := range p.ClusterSets {
-		v.DNSLabel(fmt.Sprintf("%s.cluster_sets[%d]", field, i), s)
-	}
-	if p.NumberOfClusters != nil && *p.NumberOfClusters < 0 {
-		v.Add(field+".number_of_clusters", "must not be negative, got %d", *p.NumberOfClusters)
-	}
-	for i, pr := range p.Predicates {
-		f := fmt.Sprintf("%s.predicates[%d].required_cluster_selector", field, i)
-		cs := pr.GetRequiredClusterSelector()
-		validateSelector(v, f+".label_selector", toMetaSelector(cs.GetLabelSelector()))
-		validateSelector(v, f+".claim_selector", claimAsLabelSelector(cs.GetClaimSelector()))
-		for j, e := range cs.GetCelSelector().GetCelExpressions() {
-			if err := core.CheckCELExpression(e); err != nil {
-				v.Add(fmt.Sprintf("%s.cel_selector.cel_expressions[%d]", f, j), "%v", err)
-			}
-		}
-	}
-	for i, t := range p.Tolerations {
-		f := fmt.Sprintf("%s.tolerations[%d]", field, i)
-		switch core.TolerationOperator(t.Operator) {
-		case "", core.TolerationOpEqual, core.TolerationOpExists:
-		default:
-			v.Add(f+".operator", "unknown operator %q: Equal or Exists", t.Operator)
-		}
-		switch core.TaintEffect(t.Effect) {
-		case "", core.TaintEffectNoSelect, core.TaintEffectNoSelectIfNew, core.TaintEffectPreferNoSelect:
-		default:
-			v.Add(f+".effect", "unknown effect %q: NoSelect, NoSelectIfNew or PreferNoSelect", t.Effect)
-		}
-		if t.Key == "" && t.Operator != string(core.TolerationOpExists) {
-			v.Add(f+".key", "required unless the operator is Exists")
-		}
-		if t.Operator == string(core.TolerationOpExists) && t.Value != "" {
-			v.Add(f+".value", "must be empty with operator Exists")
-		}
-		if t.TolerationSeconds != nil && *t.TolerationSeconds < 0 {
-			v.Add(f+".toleration_seconds", "must not be negative, got %d", *t.TolerationSeconds)
-		}
-	}
-	pp := p.GetPrioritizerPolicy()
-	switch core.PrioritizerPolicyMode(pp.GetMode()) {
-	case "", core.PrioritizerPolicyModeAdditive, core.PrioritizerPolicyModeExact:
-	default:
-		v.Add(field+".prioritizer_policy.mode", "unknown mode %q: Additive or Exact", pp.GetMode())
-	}
-	for i, c := range pp.GetConfigurations() {
-		f := fmt.Sprintf("%s.prioritizer_policy.configurations[%d]", field, i)
-		if c.Weight != nil && (*c.Weight < core.MinWeight || *c.Weight > core.MaxWeight) {
-			v.Add(f+".weight", "must be in [%d, %d], got %d", core.MinWeight, core.MaxWeight, *c.Weight)
-		}
-		sc := c.GetScoreCoordinate()
-		switch {
-		case sc == nil:
-			v.Add(f+".score_coordinate", "required")
-		case sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_ADD_ON:
-			if sc.GetAddOn().GetResourceName() == "" {
-				v.Add(f+".score_coordinate.add_on.resource_name", "required")
-			}
-			if sc.GetAddOn().GetScoreName() == "" {
-				v.Add(f+".score_coordinate.add_on.score_name", "required")
-			}
-		case sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_UNSPECIFIED,
-			sc.Type == placementv1.ScoreCoordinateType_SCORE_COORDINATE_TYPE_BUILT_IN:
-			if sc.BuiltIn == "" {
-				v.Add(f+".score_coordinate.built_in", "required: Balance, Steady, ResourceAllocatableCPU or ResourceAllocatableMemory")
-			}
-		default:
-			v.Add(f+".score_coordinate.type", "unknown type %d: BUILT_IN or ADD_ON", sc.Type)
-		}
-	}
-	ds := p.GetDecisionStrategy()
-	if n := ds.GetClustersPerDecisionGroup(); n != "" {
-		if _, err := parseGroupSize(n); err != nil {
-			v.Add(field+".decision_strategy.clusters_per_decision_group", "%v", err)
-		}
-	}
-	for i, g := range ds.GetGroups() {
-		f := fmt.Sprintf("%s.decision_strategy.groups[%d]", field, i)
-		if g.GroupName != "" && !groupName.MatchString(g.GroupName) {
-			v.Add(f+".group_name", "%q: want OCM's group name pattern %s", g.GroupName, groupName)
-		}
-		gs := g.GetGroupClusterSelector()
-		validateSelector(v, f+".group_cluster_selector.label_selector", toMetaSelector(gs.GetLabelSelector()))
-		validateSelector(v, f+".group_cluster_selector.claim_selector", claimAsLabelSelector(gs.GetClaimSelector()))
-	}
+func toMetaSelector(ls *placementv1.LabelSelector) *metav1.LabelSelector {
+	return core.MetaSelector(ls)
 }
 
-// groupName is OCM's DecisionGroup.GroupName pattern (its CRD schema), so every OCM group name
-// is accepted as it is.
-var groupName = regexp.MustCompile(`^[a-zA-Z0-9][-A-Za-z0-9_.]{0,61}[a-zA-Z0-9]$`)
-
-func validateSelector(v *apierr.Violations, field string, ls *metav1.LabelSelector) {
-	if ls == nil {
-		return
-	}
-	if _, err := metav1.LabelSelectorAsSelector(ls); err != nil {
-		v.Add(field, "%v", err)
-	}
-}
-
-func claimAsLabelSelector(cs *placementv1.ClaimSelector) *metav1.LabelSelector {
-	if cs == nil {
-		return nil
-	}
-	return toMetaSelector(&placementv1.LabelSelector{MatchExpressions: cs.MatchExpressions})
-}
-
-// parseGroupSize reads clusters_per_decision_group: a positive count or a percentage in
-// (0%, 100%].
-func parseGroupSize(s string) (intstr.IntOrString, error) {
-	if pct, ok := strings.CutSuffix(s, "%"); ok {
-		f, err := strconv.ParseFloat(pct, 64)
-		if err != nil || f <= 0 || f > 100 {
-			return intstr.IntOrString{}, fmt.Errorf("%q: want a count like 3 or a percentage in (0%%, 100%%] like 25%%", s)
-		}
-		return intstr.FromString(s), nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return intstr.IntOrString{}, fmt.Errorf("%q: want a count like 3 or a percentage in (0%%, 100%%] like 25%%", s)
-	}
-	return intstr.FromInt32(int32(n)), nil
-}
+func toPlacementSet(c *placementv1.ClusterSet) core.ClusterSet { return core.SetFromProto(c) }
 
 // placementSpec returns p's spec only: what a PlacementCreated/Updated event carries.
 func placementSpec(p *placementv1.Placement) *placementv1.Placement {

@@ -370,19 +370,6 @@ func sorted(s []string) []string {
 	return out
 }
 
-// PlacementGone confirms from the stream that a placement was deleted (or never created), for
-// a reader whose view may lag: another replica may have decided a placement created a moment
-// ago, before this replica's view of placements shows it.
-func (s *Service) PlacementGone(ctx context.Context, project, name string) bool {
-	_, last, err := events.Last(ctx, s.stream, subjects.Placement(project, name))
-	if err != nil {
-		s.log.Warn("confirm placement deletion", zap.String("project", project), zap.String("placement", name), zap.Error(err))
-		return false
-	}
-	_, deleted := payloadOf(last).(*placementv1.PlacementDeleted)
-	return last == nil || deleted
-}
-
 func anyClosed(chs []<-chan struct{}) bool {
 	for _, ch := range chs {
 		select {

@@ -14,7 +14,6 @@ package placement
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -241,30 +240,6 @@ func (s *Service) openCaches(ctx context.Context) ([]cache, error) {
 	return []cache{s.clusterSets, s.setBindings, s.setRoles, s.placements, s.decisions, s.addOnScores}, nil
 }
 
-// Projections are placement's views, in the order namespace-binding lists them.
-func Projections() []view.Projection {
-	return []view.Projection{clusterSetsProjection(), setBindingsProjection(), setRolesProjection(), placementsProjection(), decisionsProjection(), addOnScoresProjection()}
-}
-
-func bucketConfig(name, desc string) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage}
-}
-
-// Index terms of the caches.
-func byProject(p string) string { return "p\x00" + p }
-
-func subjectName(subject, prefix string) (string, error) {
-	tok, ok := strings.CutPrefix(subject, prefix)
-	if !ok || tok == "" || strings.Contains(tok, ".") {
-		return "", fmt.Errorf("subject %s is not under %s", subject, prefix)
-	}
-	name, err := keys.Decode(tok)
-	if err != nil {
-		return "", fmt.Errorf("subject %s: %w", subject, err)
-	}
-	return name, nil
-}
-
 func wait(ctx context.Context, ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -284,6 +259,19 @@ func (s *Service) PlacementExists(project, name string) bool {
 
 // PlacementCount is how many placements project has.
 func (s *Service) PlacementCount(project string) int { return s.placements.Count(byProject(project)) }
+
+// PlacementGone confirms from the stream that a placement was deleted (or never created), for
+// a reader whose view may lag: another replica may have decided a placement created a moment
+// ago, before this replica's view of placements shows it.
+func (s *Service) PlacementGone(ctx context.Context, project, name string) bool {
+	_, last, err := events.Last(ctx, s.stream, subjects.Placement(project, name))
+	if err != nil {
+		s.log.Warn("confirm placement deletion", zap.String("project", project), zap.String("placement", name), zap.Error(err))
+		return false
+	}
+	_, deleted := payloadOf(last).(*placementv1.PlacementDeleted)
+	return last == nil || deleted
+}
 
 // DecidedClusters lists the clusters of the placement's decision, best first within each group,
 // groups in order; false before its first decision.
@@ -315,6 +303,14 @@ func (s *Service) clusterRegistered(ctx context.Context, cluster string) error {
 		return apierr.NotFound("cluster", cluster)
 	}
 	return nil
+}
+
+// payloadOf is the payload of an event that may be nil.
+func payloadOf(e *events.Event) any {
+	if e == nil {
+		return nil
+	}
+	return e.Payload
 }
 
 func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {

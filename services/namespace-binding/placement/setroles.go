@@ -3,7 +3,6 @@ package placement
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
@@ -11,24 +10,15 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/authz"
-	"github.com/fleetstream/fleetstream/pkg/events"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
-	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
-	"github.com/fleetstream/fleetstream/pkg/view"
 	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
-// Cluster set roles (docs/placement.md, "Cluster set roles"): one aggregate per binding,
-// subject fleet.placement.setrole.<set>.<kind>.<name>.<role>, folded into bucket
-// placement-clusterset-roles under the same key. pkg/authz reads that view to decide what a
-// set's admins and viewers may do; this service only records the bindings.
-const ClusterSetRolesBucket = subjects.ClusterSetRolesBucket
-
-const setRolePrefix = SubjectPrefix + ".setrole."
+// ClusterSetAPI: role bindings on cluster sets (docs/placement.md, "Cluster set roles").
 
 // subjectKindToken names a subject kind as Kubernetes does, in keys and messages.
 func subjectKindToken(k rbacv1.SubjectKind) string {
@@ -51,73 +41,6 @@ func setRoleSubject(set string, s *rbacv1.Subject, role string) string {
 
 func describeSetRole(set string, s *rbacv1.Subject, role string) string {
 	return fmt.Sprintf("%s/%s:%s:%s", set, subjectKindToken(s.GetKind()), s.GetName(), role)
-}
-
-func bySet(set string) string { return "s\x00" + set }
-
-func setRoleIndex(_ string, b *placementv1.ClusterSetRoleBinding) []string {
-	return []string{bySet(b.ClusterSet)}
-}
-
-// setRolesProjection folds the set role subjects into bucket placement-clusterset-roles.
-func setRolesProjection() view.Projection {
-	return view.Projection{
-		Name:     ClusterSetRolesBucket,
-		Version:  1,
-		Stream:   Stream,
-		Subjects: []string{setRolePrefix + ">"},
-		Bucket:   bucketConfig(ClusterSetRolesBucket, "Cluster set role bindings (projection of FLEET_PLACEMENT)."),
-		New:      func() proto.Message { return &placementv1.ClusterSetRoleBinding{} },
-		Apply:    applySetRole,
-	}
-}
-
-func applySetRole(ev *events.Event) ([]view.Change, error) {
-	key, ok := strings.CutPrefix(ev.Subject, setRolePrefix)
-	if !ok {
-		return nil, fmt.Errorf("subject %s is not a set role binding's", ev.Subject)
-	}
-	if parts, err := keys.Split(key); err != nil || len(parts) != 4 {
-		return nil, fmt.Errorf("subject %s is not a set role binding's: %v", ev.Subject, err)
-	}
-	switch p := ev.Payload.(type) {
-	case *placementv1.ClusterSetRoleBound:
-		b := p.GetBinding()
-		if k := setRoleKey(b.GetClusterSet(), b.GetSubject(), b.GetRole()); k != key {
-			return nil, fmt.Errorf("ClusterSetRoleBound of %s on subject %s", k, ev.Subject)
-		}
-		return []view.Change{{Key: key, Update: func(proto.Message) proto.Message {
-			return &placementv1.ClusterSetRoleBinding{ClusterSet: b.ClusterSet, Subject: b.Subject, Role: b.Role,
-				CreateTime: ev.GetTime(), Creator: ev.GetActor()}
-		}}}, nil
-	case *placementv1.ClusterSetRoleUnbound:
-		return []view.Change{{Key: key, Update: func(proto.Message) proto.Message { return nil }}}, nil
-	}
-	return nil, fmt.Errorf("unexpected event %s on %s", ev.GetType(), ev.Subject)
-}
-
-// validateSetRoleRef checks a set role binding's identity, with field paths.
-func validateSetRoleRef(v *apierr.Violations, set string, s *rbacv1.Subject, role string) {
-	v.DNSLabel("cluster_set", set)
-	switch {
-	case s == nil:
-		v.Add("subject", "required")
-	case s.Kind != rbacv1.SubjectKind_SUBJECT_KIND_USER && s.Kind != rbacv1.SubjectKind_SUBJECT_KIND_GROUP:
-		// A service account is a Kubernetes identity: it never calls Fleetstream's API.
-		v.Add("subject.kind", "USER or GROUP: set roles are rights on Fleetstream's API")
-	default:
-		if strings.TrimSpace(s.Name) == "" {
-			v.Add("subject.name", "required")
-		} else if len(s.Name) > 253 {
-			v.Add("subject.name", "at most 253 characters")
-		}
-		if s.Namespace != "" {
-			v.Add("subject.namespace", "only a ServiceAccount has a namespace")
-		}
-	}
-	if _, ok := roles.ClusterSetRoleRules(role); !ok {
-		v.Add("role", "%q is not a set role: %s or %s", role, roles.ClusterSetAdmin, roles.ClusterSetView)
-	}
 }
 
 func (s *ClusterSetAPI) BindClusterSetRole(ctx context.Context, req *connect.Request[placementv1.BindClusterSetRoleRequest]) (*connect.Response[placementv1.BindClusterSetRoleResponse], error) {
