@@ -61,6 +61,21 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.LogConsole, "log-console", false, "human-readable logs instead of JSON")
 }
 
+// Validate checks the shared flags' values, naming the flag of a bad one.
+func (o *Options) Validate() error {
+	if err := NATSURLs("nats-url", o.NATSURL); err != nil {
+		return err
+	}
+	if err := o.Server.Validate(); err != nil {
+		return err
+	}
+	// JetStream keeps at most 5 replicas of a stream; 0 is the services' default, 1.
+	if o.Replicas < 0 || o.Replicas > 5 {
+		return fmt.Errorf("--replicas %d: want 1 to 5", o.Replicas)
+	}
+	return nil
+}
+
 // RetentionUsage documents --stream-retention (fleetd has the same flag).
 const RetentionUsage = "override a stream's retention, `STREAM=max-age=DURATION,max-bytes=SIZE` (repeat per stream; " +
 	"default: domain event streams are kept forever, FLEET_DLQ 30 days; give every service that ensures the stream the same value; see docs/events.md)"
@@ -159,20 +174,14 @@ type Env struct {
 // in env.Group by Main); anything else long-lived it may run in env.Group itself.
 type StartFunc func(ctx context.Context, env *Env) ([]server.Component, error)
 
-// Main parses flags, sets everything up, calls start and runs the components it returns. It
-// returns the process exit code.
-func Main(name string, args []string, addFlags func(fs *flag.FlagSet), start StartFunc) int {
+// Main parses the shared flags and the service's (flags), checks them, sets everything up,
+// calls start and runs the components it returns. It returns the process exit code: 2 for a
+// bad flag, with the error naming it.
+func Main(name string, args []string, flags Flags, start StartFunc) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var o Options
-	o.Register(fs)
-	if addFlags != nil {
-		addFlags(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := Parse(fs, args, &o, flags); !ok {
+		return code
 	}
 	log, err := logging.New(o.LogLevel, o.LogConsole)
 	if err != nil {
@@ -188,6 +197,24 @@ func Main(name string, args []string, addFlags func(fs *flag.FlagSet), start Sta
 		return 1
 	}
 	return 0
+}
+
+// Parse registers the shared flags (o) and the service's into fs, parses args and checks the
+// values; with ok false the process exits with code (0 for -help, else 2, the error printed).
+func Parse(fs *flag.FlagSet, args []string, o *Options, flags Flags) (code int, ok bool) {
+	o.Register(fs)
+	flags.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if err := errors.Join(o.Validate(), flags.Validate()); err != nil {
+		fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+		return 2, false
+	}
+	return 0, true
 }
 
 func run(ctx context.Context, name string, o *Options, log *zap.Logger, start StartFunc) error {

@@ -36,10 +36,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/client-go/rest"
@@ -61,6 +63,21 @@ func (p *Policy) RegisterFlags(fs *flag.FlagSet) {
 	p.AllowedProxies = splitList(os.Getenv("FLEETSTREAM_CREDENTIALS_ALLOWED_PROXIES"))
 	fs.Func("credentials-allowed-proxies", "comma-separated proxies (host or host:port) a stored kubeconfig's proxy-url may name; empty refuses every proxy-url (env FLEETSTREAM_CREDENTIALS_ALLOWED_PROXIES)",
 		func(s string) error { p.AllowedProxies = splitList(s); return nil })
+}
+
+// Validate checks --credentials-allowed-proxies: each entry a host or host:port, not a URL.
+func (p Policy) Validate() error {
+	for _, a := range p.AllowedProxies {
+		if strings.Contains(a, "/") || strings.Contains(a, "@") {
+			return fmt.Errorf("--credentials-allowed-proxies %q: want a host or host:port, not a URL", a)
+		}
+		if _, port, err := net.SplitHostPort(a); err == nil {
+			if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+				return fmt.Errorf("--credentials-allowed-proxies %q: port %q is not a number from 0 to 65535", a, port)
+			}
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {

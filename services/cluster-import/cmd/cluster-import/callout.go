@@ -39,6 +39,16 @@ func (o *calloutOptions) register(fs *flag.FlagSet) {
 		"NATS system account user (password: the --nats-token-file) that closes a deregistered cluster's agent's and a deleted subscriber's open connections on every server; empty leaves them open until --nats-callout-valid-for ends")
 }
 
+func (o *calloutOptions) validate() error {
+	switch {
+	case o.validFor < 0:
+		return fmt.Errorf("--nats-callout-valid-for %v: must not be negative", o.validFor)
+	case o.issuerSeedFile != "" && o.account == "":
+		return fmt.Errorf("--nats-callout-account is required with --nats-callout-issuer-seed-file")
+	}
+	return nil
+}
+
 // kicker connects as the system account user, when one is configured: revocation then reaches
 // open connections on every server of the NATS cluster.
 func (o *calloutOptions) kicker(ctx context.Context, env *daemon.Env) (natsauth.Kicker, error) {

@@ -21,28 +21,21 @@ func main() {
 		os.Exit(rotate(os.Args[2:]))
 	}
 	var o options
-	os.Exit(daemon.Main("cluster-import", os.Args[1:], o.register, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
-		cfg, callout, keyFile := o.cfg, &o.callout, o.keyFile
-		cfg.Replicas = env.Options.Replicas
-		cfg.Retention = env.Options.Retention
-		switch {
-		case keyFile != "":
-			ring, err := sealed.LoadKeyring(keyFile)
+	os.Exit(daemon.Main("cluster-import", os.Args[1:], &o, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+		cfg, callout := o.cfg, &o.callout
+		if o.keyFile != "" {
+			ring, err := sealed.LoadKeyring(o.keyFile)
 			if err != nil {
 				return nil, err
 			}
 			cfg.Keyring = ring
-		case env.Options.Server.InsecureDev:
-			cfg.PlaintextCredentials = true
-		default:
-			return nil, errors.New("--credentials-key-file is required (it seals cluster credentials at rest); only --insecure-dev runs without one")
 		}
 		kicker, err := callout.kicker(ctx, env)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Kicker = kicker
-		svc, err := clusterimport.New(ctx, env.JS, cfg, env.Log)
+		svc, err := clusterimport.NewFromEnv(ctx, env, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -62,10 +55,16 @@ type options struct {
 	keyFile string
 }
 
-func (o *options) register(fs *flag.FlagSet) {
+func (o *options) RegisterFlags(fs *flag.FlagSet) {
 	o.callout.register(fs)
 	o.cfg.RegisterFlags(fs)
 	fs.StringVar(&o.keyFile, "credentials-key-file", os.Getenv("FLEETSTREAM_CREDENTIALS_KEY_FILE"), keyFileUsage)
+}
+
+// Validate checks the flags' values; --credentials-key-file is required unless --insecure-dev,
+// which the registry itself checks once it knows the daemon's flags.
+func (o *options) Validate() error {
+	return errors.Join(o.cfg.Validate(), o.callout.validate())
 }
 
 const keyFileUsage = "file of keys that seal cluster credentials at rest, one `key-id:base64-32-bytes` per line; the first seals, all open (env FLEETSTREAM_CREDENTIALS_KEY_FILE)"

@@ -28,7 +28,7 @@ func TestBinaryFlagsReachFleetd(t *testing.T) {
 	var d daemon.Options
 	d.Register(bin)
 	var o options
-	o.register(bin)
+	o.RegisterFlags(bin)
 
 	daemonFlags := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	var d2 daemon.Options

@@ -5,9 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
-	"fmt"
-	"net"
 	"os"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
@@ -18,36 +17,34 @@ import (
 
 func main() {
 	var o options
-	os.Exit(daemon.Main("endpoint-collector", os.Args[1:], o.register, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
-		cfg, xdsListen := o.cfg, o.xdsListen
-		cfg.Replicas = env.Options.Replicas
-		cfg.Retention = env.Options.Retention
-		c, err := collector.New(ctx, env.JS, cfg, env.Log)
+	os.Exit(daemon.Main("endpoint-collector", os.Args[1:], &o, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+		c, err := collector.NewFromEnv(ctx, env, o.cfg)
 		if err != nil {
 			return nil, err
 		}
-		c.UseOwnership(env.Authz) // endpoints merge per owning project, from the authorizer's bindings view
-		if xdsListen == "" {
+		x, _, err := xds.Listen(ctx, env, c, o.xdsListen)
+		switch {
+		case err != nil:
+			return nil, err
+		case x == nil: // no --xds-listen
 			return []server.Component{c}, nil
 		}
-		ln, err := net.Listen("tcp", xdsListen)
-		if err != nil {
-			return nil, fmt.Errorf("--xds-listen %s: %w", xdsListen, err)
-		}
-		x := xds.New(c, env.Server.Authenticator(), env.Authz, env.Log)
-		env.Group.Go(func() error { return x.Serve(ctx, ln) })
 		return []server.Component{c, x}, nil
 	}))
 }
 
 // options are the binary's flags: the collector's own (fleetd takes the same ones) and where
-// to serve xDS.
+// to serve xDS (fleetd too, with a default of its own).
 type options struct {
 	cfg       collector.Config
 	xdsListen string
 }
 
-func (o *options) register(fs *flag.FlagSet) {
+func (o *options) RegisterFlags(fs *flag.FlagSet) {
 	o.cfg.RegisterFlags(fs)
-	fs.StringVar(&o.xdsListen, "xds-listen", os.Getenv("FLEETSTREAM_XDS_LISTEN"), "host:port of the xDS server (gRPC: ADS, EDS, CDS, LDS, RDS) for proxies; empty serves no xDS")
+	xds.RegisterListenFlag(fs, &o.xdsListen, os.Getenv("FLEETSTREAM_XDS_LISTEN"))
+}
+
+func (o *options) Validate() error {
+	return errors.Join(o.cfg.Validate(), xds.ValidateListen(o.xdsListen))
 }

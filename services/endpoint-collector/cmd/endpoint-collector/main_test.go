@@ -14,13 +14,13 @@ import (
 // fails: fleetd would not get it.
 func TestBinaryFlagsReachFleetd(t *testing.T) {
 	binaryOnly := map[string]string{
-		"xds-listen": "fleetd has its daemonFlags, serving xDS by default",
+		"xds-listen": "fleetd registers it with xds.RegisterListenFlag too, serving xDS by default",
 	}
 	bin := flag.NewFlagSet("endpoint-collector", flag.ContinueOnError)
 	var d daemon.Options
 	d.Register(bin)
 	var o options
-	o.register(bin)
+	o.RegisterFlags(bin)
 
 	daemonFlags := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	var d2 daemon.Options

@@ -13,10 +13,8 @@ import (
 
 func main() {
 	var cfg namespacebinding.Config
-	os.Exit(daemon.Main("namespace-binding", os.Args[1:], cfg.RegisterFlags, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
-		cfg.Replicas = env.Options.Replicas
-		cfg.Retention = env.Options.Retention
-		svc, err := namespacebinding.New(ctx, env.JS, cfg, env.Log)
+	os.Exit(daemon.Main("namespace-binding", os.Args[1:], &cfg, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+		svc, err := namespacebinding.NewFromEnv(ctx, env, cfg)
 		if err != nil {
 			return nil, err
 		}

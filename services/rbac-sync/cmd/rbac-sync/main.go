@@ -13,10 +13,8 @@ import (
 
 func main() {
 	var cfg rbacsync.Config
-	os.Exit(daemon.Main("rbac-sync", os.Args[1:], cfg.Snapshots.RegisterFlags, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
-		cfg.Replicas = env.Options.Replicas
-		cfg.Retention = env.Options.Retention
-		svc, err := rbacsync.New(ctx, env.JS, cfg, env.Log)
+	os.Exit(daemon.Main("rbac-sync", os.Args[1:], &cfg, func(ctx context.Context, env *daemon.Env) ([]server.Component, error) {
+		svc, err := rbacsync.NewFromEnv(ctx, env, cfg)
 		if err != nil {
 			return nil, err
 		}
