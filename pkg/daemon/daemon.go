@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -63,7 +64,7 @@ func (o *Options) Register(fs *flag.FlagSet) {
 
 // Validate checks the shared flags' values, naming the flag of a bad one.
 func (o *Options) Validate() error {
-	if err := NATSURLs("nats-url", o.NATSURL); err != nil {
+	if err := flagcheck.NATSURLs("nats-url", o.NATSURL); err != nil {
 		return err
 	}
 	if err := o.Server.Validate(); err != nil {

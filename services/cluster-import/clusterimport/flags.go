@@ -6,6 +6,7 @@ import (
 	"flag"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 )
 
 // RegisterFlags adds the registry's flags to fs: cluster-import's and fleetd's, so both take
@@ -22,10 +23,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate checks the values of the flags RegisterFlags adds, naming the flag of a bad one.
 func (c *Config) Validate() error {
 	return errors.Join(
-		daemon.NotNegative("unreachable-after", c.UnreachableAfter),
-		daemon.NotNegative("policy-claim-grace", c.PolicyClaimGrace),
-		daemon.NotNegative("max-agent-report-subjects-per-cluster", c.AgentLimits.MaxReportSubjectsPerCluster),
-		daemon.NotNegative("max-agent-report-bytes-per-cluster", c.AgentLimits.MaxReportBytesPerCluster),
+		flagcheck.NotNegative("unreachable-after", c.UnreachableAfter),
+		flagcheck.NotNegative("policy-claim-grace", c.PolicyClaimGrace),
+		flagcheck.NotNegative("max-agent-report-subjects-per-cluster", c.AgentLimits.MaxReportSubjectsPerCluster),
+		flagcheck.NotNegative("max-agent-report-bytes-per-cluster", c.AgentLimits.MaxReportBytesPerCluster),
 		c.Credentials.Validate(),
 	)
 }

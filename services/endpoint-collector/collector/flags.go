@@ -6,6 +6,7 @@ import (
 	"flag"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 )
 
 // RegisterFlags adds the collector's flags to fs: endpoint-collector's and fleetd's, so both
@@ -32,15 +33,15 @@ func (c *Config) Validate() error {
 		evict = errors.New("--evict-after must not be shorter than --stale-after: endpoints are flagged stale before they go")
 	}
 	return errors.Join(
-		daemon.NotNegative("stale-after", c.StaleAfter),
-		daemon.NotNegative("evict-after", c.EvictAfter),
+		flagcheck.NotNegative("stale-after", c.StaleAfter),
+		flagcheck.NotNegative("evict-after", c.EvictAfter),
 		evict,
-		daemon.NotNegative("weight-cleanup-after", c.WeightCleanupAfter),
-		daemon.NotNegative("view-flush-interval", c.ViewFlushInterval),
-		daemon.NotNegative("workers", c.Workers),
+		flagcheck.NotNegative("weight-cleanup-after", c.WeightCleanupAfter),
+		flagcheck.NotNegative("view-flush-interval", c.ViewFlushInterval),
+		flagcheck.NotNegative("workers", c.Workers),
 		cacheBytes,
-		daemon.NotNegative("max-endpoint-slices-per-cluster", c.Limits.MaxEndpointSlicesPerCluster),
-		daemon.NotNegative("max-endpoints-per-cluster", c.Limits.MaxEndpointsPerCluster),
+		flagcheck.NotNegative("max-endpoint-slices-per-cluster", c.Limits.MaxEndpointSlicesPerCluster),
+		flagcheck.NotNegative("max-endpoints-per-cluster", c.Limits.MaxEndpointsPerCluster),
 	)
 }
 

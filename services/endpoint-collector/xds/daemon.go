@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 )
 
 // ListenUsage documents --xds-listen, which endpoint-collector and fleetd both take (with their
@@ -19,7 +20,7 @@ func RegisterListenFlag(fs *flag.FlagSet, addr *string, def string) {
 }
 
 // ValidateListen checks --xds-listen.
-func ValidateListen(addr string) error { return daemon.HostPort("xds-listen", addr, false) }
+func ValidateListen(addr string) error { return flagcheck.HostPort("xds-listen", addr, false) }
 
 // Listen serves src's endpoints as xDS on addr, authenticated and authorized as env's APIs are:
 // the xDS wiring of endpoint-collector's binary and of fleetd. It binds before it returns, so a

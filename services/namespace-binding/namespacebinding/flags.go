@@ -6,6 +6,7 @@ import (
 	"flag"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 )
 
 // RegisterFlags adds the project service's flags to fs: namespace-binding's and fleetd's, so
@@ -20,8 +21,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // (--protected-namespaces is checked as it is parsed).
 func (c *Config) Validate() error {
 	return errors.Join(
-		daemon.NotNegative("claim-grace", c.ClaimGrace),
-		daemon.NotNegative("placement-score-refresh", c.ScoreRefresh),
+		flagcheck.NotNegative("claim-grace", c.ClaimGrace),
+		flagcheck.NotNegative("placement-score-refresh", c.ScoreRefresh),
 	)
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 )
 
 // RegisterFlags adds rbac-sync's flags to fs: its binary's and fleetd's, so both take the same
@@ -17,8 +18,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate checks the values of the flags RegisterFlags adds, naming the flag of a bad one.
 func (c *Config) Validate() error {
 	return errors.Join(
-		daemon.NotNegative("access-snapshot-max-age", c.Snapshots.MaxAge),
-		daemon.NotNegative("access-snapshots-kept", c.Snapshots.Keep),
+		flagcheck.NotNegative("access-snapshot-max-age", c.Snapshots.MaxAge),
+		flagcheck.NotNegative("access-snapshots-kept", c.Snapshots.Keep),
 	)
 }
 

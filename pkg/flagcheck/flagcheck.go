@@ -1,8 +1,10 @@
-package daemon
+// Package flagcheck holds the checks of flag values the services' Validate methods share: each
+// error names the flag and the value, so it is the whole message. A flag's value is an
+// operator's setting, never a secret (files hold those, and only their paths are flags).
+package flagcheck
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,33 +13,16 @@ import (
 	"time"
 )
 
-// Flags are a service's options as its binary and fleetd both take them: each service's Config
-// registers its flags and checks the values given, naming the flag of a bad one.
-type Flags interface {
-	RegisterFlags(fs *flag.FlagSet)
-	Validate() error
-}
-
-// NoFlags is the Flags of a binary with no flags of its own.
-type NoFlags struct{}
-
-func (NoFlags) RegisterFlags(*flag.FlagSet) {}
-func (NoFlags) Validate() error             { return nil }
-
-// The checks below name the flag and the value, so the error is the whole message: a flag's
-// value is an operator's setting, never a secret (files hold those, and only their paths are
-// flags).
-
 // NotNegative is an error for a negative v of --name: durations, counts and sizes whose 0
 // means "the default".
-func NotNegative[T ~int | ~int64 | ~uint64](name string, v T) error {
+func NotNegative[T ~int | ~int64](name string, v T) error {
 	if v < 0 {
 		return fmt.Errorf("--%s %v: must not be negative (0 takes the default)", name, formatValue(v))
 	}
 	return nil
 }
 
-func formatValue[T ~int | ~int64 | ~uint64](v T) string {
+func formatValue[T ~int | ~int64](v T) string {
 	if d, ok := any(v).(time.Duration); ok {
 		return d.String()
 	}
