@@ -20,34 +20,51 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/fleetstream/fleetstream/pkg/kubecreds"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/version"
-	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
-	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
-	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
 )
 
+// options are the binary's flags: the agents' own (hosted.Config, which fleetd takes too),
+// and which cluster, NATS and logging, which are the binary's.
 type options struct {
-	cluster           string
-	natsURL           string
-	natsTokenFile     string
-	kubeconfig        string
-	heartbeatInterval time.Duration
-	inventoryResync   time.Duration
-	desiredWorkers    int
-	desiredResync     time.Duration
-	endpointSlices    string
-	clusterID         string
-	importResend      time.Duration
-	hosted            bool
-	inClusterGrace    time.Duration
-	credentials       kubecreds.Policy
-	logLevel          string
-	logDev            bool
+	agents        hosted.Config
+	cluster       string
+	natsURL       string
+	natsTokenFile string
+	kubeconfig    string
+	clusterID     string
+	hosted        bool
+	logLevel      string
+	logDev        bool
+}
+
+func (o *options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.cluster, "cluster", "", "name of this member cluster in the registry (required without --hosted)")
+	fs.BoolVar(&o.hosted, "hosted", false, "run on the hub the agents of every cluster that has stored credentials and no agent of its own; --nats-token-file is then the hosted-agent service's token")
+	o.agents.RegisterFlags(fs)
+	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
+	fs.StringVar(&o.natsTokenFile, "nats-token-file", "", "file holding the agent's NATS token (optional)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; in-cluster config when empty")
+	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster's registry id, sent with EndpointSlice reports (optional; the collector also reads it from the registry)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.logDev, "log-dev", false, "human-readable console logs")
+}
+
+func (o *options) Validate() error {
+	var mode error
+	switch {
+	case o.hosted && (o.cluster != "" || o.kubeconfig != "" || o.clusterID != ""):
+		mode = errors.New("--hosted runs the agents of many clusters: --cluster, --cluster-id and --kubeconfig do not apply")
+	case o.hosted && o.natsTokenFile == "":
+		mode = errors.New("--hosted needs --nats-token-file: the hosted-agent service's NATS token")
+	case !o.hosted && o.cluster == "":
+		mode = errors.New("--cluster is required (or --hosted)")
+	}
+	return errors.Join(mode, flagcheck.NATSURLs("nats-url", o.natsURL), o.agents.Validate())
 }
 
 func main() {
@@ -59,48 +76,15 @@ func main() {
 
 func run(args []string) error {
 	var o options
-	// --protected-namespaces is parsed straight into it.
-	var memberCfg member.Config
 	fs := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
-	fs.StringVar(&o.cluster, "cluster", "", "name of this member cluster in the registry (required without --hosted)")
-	fs.BoolVar(&o.hosted, "hosted", false, "run on the hub the agents of every cluster that has stored credentials and no agent of its own; --nats-token-file is then the hosted-agent service's token")
-	fs.DurationVar(&o.inClusterGrace, "in-cluster-grace", hosted.DefaultInClusterGrace, "with --hosted: leave a cluster to its own agent while that sent a heartbeat within this")
-	o.credentials.RegisterFlags(fs)
-	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
-	fs.StringVar(&o.natsTokenFile, "nats-token-file", "", "file holding the agent's NATS token (optional)")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; in-cluster config when empty")
-	fs.DurationVar(&o.heartbeatInterval, "heartbeat-interval", agent.DefaultHeartbeatInterval, "how often to publish a heartbeat")
-	fs.DurationVar(&o.inventoryResync, "inventory-resync", agent.DefaultInventoryResync, "how often to republish the namespace inventory without changes")
-	fs.IntVar(&o.desiredWorkers, "desired-workers", desired.DefaultWorkers, "desired objects applied in parallel")
-	fs.DurationVar(&o.desiredResync, "desired-resync", desired.DefaultResyncPeriod, "how often every desired object is re-applied and prune re-run without events")
-	fs.StringVar(&o.endpointSlices, "endpointslices", "all", "EndpointSlices to report for multi-cluster endpoint collection: all, label=<key>[=<value>] or annotation=<key>[=<value>] on the Service, or off")
-	fs.StringVar(&o.clusterID, "cluster-id", "", "the cluster's registry id, sent with EndpointSlice reports (optional; the collector also reads it from the registry)")
-	fs.DurationVar(&o.importResend, "import-secret-resend", agent.DefaultSecretResend, "how often Secrets that import policies reference are sent to the hub again (the hub keeps them only in memory)")
-	memberCfg.Protected.RegisterFlags(fs)
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&o.logDev, "log-dev", false, "human-readable console logs")
+	o.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	switch {
-	case o.hosted && (o.cluster != "" || o.kubeconfig != "" || o.clusterID != ""):
-		return errors.New("--hosted runs the agents of many clusters: --cluster, --cluster-id and --kubeconfig do not apply")
-	case !o.hosted && o.cluster == "":
-		return errors.New("--cluster is required (or --hosted)")
+	if err := o.Validate(); err != nil {
+		return err
 	}
-	memberCfg.HeartbeatInterval = o.heartbeatInterval
-	memberCfg.InventoryResync = o.inventoryResync
-	memberCfg.DesiredWorkers = o.desiredWorkers
-	memberCfg.DesiredResync = o.desiredResync
-	memberCfg.ImportSecretResend = o.importResend
-	memberCfg.Version = version.Version
-	if o.endpointSlices != "off" {
-		f, err := endpointslices.ParseFilter(o.endpointSlices)
-		if err != nil {
-			return fmt.Errorf("--endpointslices: %w", err)
-		}
-		memberCfg.EndpointSlices = &f
-	}
+	o.agents.Member.Version = version.Version
 
 	log, err := logging.New(o.logLevel, o.logDev)
 	if err != nil {
@@ -112,7 +96,7 @@ func run(args []string) error {
 	defer stop()
 
 	if o.hosted {
-		return runHosted(ctx, o, memberCfg, log)
+		return runHosted(ctx, o, log)
 	}
 	kubeCfg, err := kubeConfig(o.kubeconfig)
 	if err != nil {
@@ -127,6 +111,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	memberCfg := o.agents.Member
 	memberCfg.ClusterName, memberCfg.ClusterID = o.cluster, o.clusterID
 	a, err := member.New(memberCfg, js, kubeCfg, log)
 	if err != nil {
@@ -137,10 +122,7 @@ func run(args []string) error {
 
 // runHosted runs the agents of every cluster with stored credentials and no agent of its own
 // (package hosted), connected to NATS as the hosted-agent service.
-func runHosted(ctx context.Context, o options, memberCfg member.Config, log *zap.Logger) error {
-	if o.natsTokenFile == "" {
-		return errors.New("--hosted needs --nats-token-file: the hosted-agent service's NATS token")
-	}
+func runHosted(ctx context.Context, o options, log *zap.Logger) error {
 	token, err := readToken(o.natsTokenFile)
 	if err != nil {
 		return err
@@ -162,9 +144,9 @@ func runHosted(ctx context.Context, o options, memberCfg member.Config, log *zap
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	sup, err := hosted.New(hosted.Config{
-		NATSURL: o.natsURL, ServiceToken: token, Member: memberCfg, InClusterGrace: o.inClusterGrace, Credentials: o.credentials,
-	}, js, log)
+	cfg := o.agents
+	cfg.NATSURL, cfg.ServiceToken = o.natsURL, token
+	sup, err := hosted.New(cfg, js, log)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
+)
+
+// TestBinaryFlagsReachFleetd: every flag of the binary is hosted.Config's (which fleetd
+// registers for the agents it hosts: services/fleetd/cmd/fleetd's TestFlagsOfEveryService) or
+// listed below with why fleetd has no use for it. A flag registered here and nowhere else
+// fails: fleetd's hosted agents would not get it.
+func TestBinaryFlagsReachFleetd(t *testing.T) {
+	binaryOnly := map[string]string{
+		"cluster":         "an in-cluster agent's own cluster; fleetd hosts many",
+		"cluster-id":      "as --cluster",
+		"kubeconfig":      "as --cluster; hosted agents use stored credentials",
+		"hosted":          "fleetd has --hosted-agents",
+		"nats-url":        "fleetd's hosted agents connect in process",
+		"nats-token-file": "as --nats-url",
+		"log-level":       "fleetd has its own",
+		"log-dev":         "fleetd logs for humans always",
+	}
+	bin := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
+	var o options
+	o.RegisterFlags(bin)
+	svc := flag.NewFlagSet("hosted", flag.ContinueOnError)
+	var cfg hosted.Config
+	cfg.RegisterFlags(svc)
+	bin.VisitAll(func(f *flag.Flag) {
+		if binaryOnly[f.Name] == "" && svc.Lookup(f.Name) == nil {
+			t.Errorf("--%s is registered by the binary, not by hosted.Config.RegisterFlags: fleetd does not get it", f.Name)
+		}
+	})
+	for name := range binaryOnly {
+		if bin.Lookup(name) == nil {
+			t.Errorf("binaryOnly lists --%s, which the binary no longer has", name)
+		}
+	}
+}
+
+// TestValidate: a bad flag value is refused before the agent starts, with the flag named.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in the error; "" for none
+	}{
+		{[]string{"--cluster=c1"}, ""},
+		{[]string{"--hosted", "--nats-token-file=/t"}, ""},
+		{[]string{"--cluster=c1", "--endpointslices=off"}, ""},
+		{nil, "--cluster is required"},
+		{[]string{"--hosted", "--cluster=c1", "--nats-token-file=/t"}, "--cluster, --cluster-id and --kubeconfig do not apply"},
+		{[]string{"--hosted"}, "--hosted needs --nats-token-file"},
+		{[]string{"--cluster=c1", "--heartbeat-interval=-1s"}, "--heartbeat-interval -1s: must not be negative"},
+		{[]string{"--cluster=c1", "--desired-workers=-2"}, "--desired-workers -2: must not be negative"},
+		{[]string{"--cluster=c1", "--in-cluster-grace=-1m"}, "--in-cluster-grace -1m0s"},
+		{[]string{"--cluster=c1", "--nats-url=http://hub:4222"}, `--nats-url "http://hub:4222": scheme "http"`},
+		{[]string{"--cluster=c1", "--nats-url="}, "--nats-url is required"},
+		{[]string{"--cluster=c1", "--credentials-allowed-proxies=http://proxy:3128"}, "--credentials-allowed-proxies"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var o options
+			fs := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
+			o.RegisterFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := o.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate = %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestEndpointSlicesFlag: --endpointslices parses into the member config (off is none) and a
+// malformed filter is refused as the flag is parsed.
+func TestEndpointSlicesFlag(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{
+		{"", "all"}, {"off", "off"}, {"label=mesh", "label=mesh"}, {"annotation=a=b", "annotation=a=b"},
+	} {
+		var o options
+		fs := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
+		o.RegisterFlags(fs)
+		args := []string{"--cluster=c1"}
+		if tc.arg != "" {
+			args = append(args, "--endpointslices="+tc.arg)
+		}
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		got := "off"
+		if f := o.agents.Member.EndpointSlices; f != nil {
+			got = f.String()
+		}
+		if got != tc.want {
+			t.Errorf("--endpointslices=%s: filter %s, want %s", tc.arg, got, tc.want)
+		}
+	}
+	var o options
+	fs := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	o.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--endpointslices=label="}); err == nil || !strings.Contains(err.Error(), "-endpointslices") {
+		t.Errorf("--endpointslices=label= parsed: %v", err)
+	}
+}
