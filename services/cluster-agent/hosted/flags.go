@@ -11,7 +11,7 @@ import (
 // the same names and defaults. They are every hosted agent's (Member) and the supervisor's;
 // NATS is the binary's (fleetd's hosted agents connect in process).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&c.InClusterGrace, "in-cluster-grace", DefaultInClusterGrace, "with --hosted: leave a cluster to its own agent while that sent a heartbeat within this")
+	fs.DurationVar(&c.InClusterGrace, "in-cluster-grace", DefaultInClusterGrace, "a hosted agent leaves its cluster to the cluster's own agent while that sent a heartbeat within this")
 	c.Credentials.RegisterFlags(fs)
 	c.Member.RegisterFlags(fs)
 }

@@ -20,6 +20,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/server"
@@ -66,6 +68,29 @@ type Config struct {
 	Retention topology.Retentions
 }
 
+// Validate checks the configuration as fleetd's flags give it, naming the flag of a bad value:
+// fleetd's own and every service's, as each service's binary checks them.
+func (c *Config) Validate() error {
+	var dataDir error
+	if c.DataDir == "" {
+		dataDir = errors.New("--data-dir is required")
+	}
+	var hostedAgents error
+	if c.HostedAgents {
+		hostedAgents = c.Hosted.Validate()
+	}
+	return errors.Join(dataDir,
+		c.Server.Validate(),
+		flagcheck.HostPort("nats-listen", c.NATSListen, false),
+		xds.ValidateListen(c.XDSListen),
+		c.ClusterImport.Validate(),
+		c.NamespaceBinding.Validate(),
+		c.RBAC.Validate(),
+		c.Endpoints.Validate(),
+		hostedAgents,
+	)
+}
+
 // Instance is a running fleetd.
 type Instance struct {
 	NATS          *natsembed.Server
@@ -94,8 +119,8 @@ type Instance struct {
 // Start starts the embedded server and every service and returns once the HTTP listener is
 // bound; Ready tells when the services have caught up.
 func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("fleetd: --data-dir is required")
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("fleetd: %w", err)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleetd: data dir: %w", err)
@@ -105,8 +130,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		return nil, err
 	}
 	cfg.ClusterImport.Keyring = keyring
-	cfg.ClusterImport.Retention, cfg.NamespaceBinding.Retention = cfg.Retention, cfg.Retention
-	cfg.RBAC.Retention, cfg.Endpoints.Retention = cfg.Retention, cfg.Retention
 	host, port, err := splitHostPort(cfg.NATSListen)
 	if err != nil {
 		return nil, fmt.Errorf("fleetd: --nats-listen: %w", err)
@@ -187,32 +210,45 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		_ = ln.Close()
 		return nil, err
 	}
-	if inst.ClusterImport, err = clusterimport.New(ctx, inst.JS, cfg.ClusterImport, log); err != nil {
-		return fail(err)
-	}
-	inst.clusterImport.Store(inst.ClusterImport)
-	if inst.NamespaceBinding, err = namespacebinding.New(ctx, inst.JS, cfg.NamespaceBinding, log); err != nil {
-		return fail(err)
-	}
-	if inst.RBAC, err = rbacsync.New(ctx, inst.JS, cfg.RBAC, log); err != nil {
-		return fail(err)
-	}
-	if inst.Endpoints, err = collector.New(ctx, inst.JS, cfg.Endpoints, log); err != nil {
-		return fail(err)
-	}
-	// One authorizer for every API of the process, run last (below): it mirrors views the
-	// services above create. Built now because the collector merges endpoints per owning
-	// project from its namespace-bindings mirror.
+	// One authorizer for every API of the process (and the xDS server's), run last (below): it
+	// mirrors views the services create. Built first because the collector merges endpoints
+	// per owning project from its namespace-bindings mirror.
 	azCfg := cfg.Authz
 	if cfg.Server.InsecureDev {
 		azCfg = azCfg.ForInsecureDev()
 	}
 	az := authz.New(inst.JS, azCfg, log)
-	inst.Endpoints.UseOwnership(az)
-	readies := server.Start(ctx, g, srv, inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints)
+	// Every service is built as its own binary builds it (NewFromEnv), on this process's
+	// connection, server, authorizer and group.
+	env := &daemon.Env{Options: &daemon.Options{Server: cfg.Server, Retention: cfg.Retention},
+		Log: log, Conn: inst.Conn, JS: inst.JS, Server: srv, Authz: az, Group: g}
+	if inst.ClusterImport, err = clusterimport.NewFromEnv(ctx, env, cfg.ClusterImport); err != nil {
+		return fail(err)
+	}
+	inst.clusterImport.Store(inst.ClusterImport)
+	if inst.NamespaceBinding, err = namespacebinding.NewFromEnv(ctx, env, cfg.NamespaceBinding); err != nil {
+		return fail(err)
+	}
+	if inst.RBAC, err = rbacsync.NewFromEnv(ctx, env, cfg.RBAC); err != nil {
+		return fail(err)
+	}
+	if inst.Endpoints, err = collector.NewFromEnv(ctx, env, cfg.Endpoints); err != nil {
+		return fail(err)
+	}
+	if inst.XDS, inst.XDSAddr, err = xds.Listen(ctx, env, inst.Endpoints, cfg.XDSListen); err != nil {
+		return fail(fmt.Errorf("fleetd: %w", err))
+	}
+	components := []server.Component{inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints}
+	if inst.XDS != nil {
+		components = append(components, inst.XDS)
+	}
+	readies := server.Start(ctx, g, srv, components...)
 	if cfg.HostedAgents {
-		// One policy for what a kubeconfig may hold: the one cluster-import checked it with.
+		// The settings fleetd's hosted agents share with its services (one flag each): one
+		// policy for what a kubeconfig may hold, the one cluster-import checked it with; and
+		// the agents refuse the namespaces the API refuses.
 		cfg.Hosted.Credentials = cfg.ClusterImport.Credentials
+		cfg.Hosted.Member.Protected = cfg.NamespaceBinding.Protected
 		if inst.Hosted, err = startHosted(ctx, g, ns, cfg.Hosted, hostedToken, log); err != nil {
 			return fail(err)
 		}
@@ -221,16 +257,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })
 	readies = append(readies, az.Ready())
-	if cfg.XDSListen != "" {
-		xln, err := net.Listen("tcp", cfg.XDSListen)
-		if err != nil {
-			return fail(fmt.Errorf("fleetd: --xds-listen %s: %w", cfg.XDSListen, err))
-		}
-		inst.XDSAddr = xln.Addr().String()
-		inst.XDS = xds.New(inst.Endpoints, srv.Authenticator(), az, log)
-		readies = append(readies, server.Start(ctx, g, srv, inst.XDS)...)
-		g.Go(func() error { return inst.XDS.Serve(ctx, xln) })
-	}
 	inst.ready = allClosed(readies...)
 	g.Go(func() error { return srv.ServeListener(ctx, ln) })
 	ok = true

@@ -11,18 +11,19 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/pkg/version"
-	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
-	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 )
 
@@ -53,9 +54,6 @@ func run(args []string) int {
 		return rotate(args[1:])
 	}
 	var cfg fleetd.Config
-	// Hosted agents report the EndpointSlices of every Service, as an in-cluster agent does by
-	// default.
-	cfg.Hosted.Member = member.Config{EndpointSlices: &endpointslices.Filter{Kind: "all"}, Version: version.Version}
 	var logLevel string
 	fs := newFlagSet(&cfg, &logLevel)
 	pprofListen := fs.String("pprof-listen", "", "host:port serving Go's /debug/pprof/ (CPU, heap and goroutine profiles, e.g. for make scale); empty serves none. It has no authentication: keep it on loopback")
@@ -65,8 +63,11 @@ func run(args []string) int {
 		}
 		return 2
 	}
-	// The agents this process hosts refuse what its API refuses.
-	cfg.Hosted.Member.Protected = cfg.NamespaceBinding.Protected
+	if err := errors.Join(cfg.Validate(), flagcheck.HostPort("pprof-listen", *pprofListen, false)); err != nil {
+		fmt.Fprintln(os.Stderr, "fleetd:", err)
+		return 2
+	}
+	cfg.Hosted.Member.Version = version.Version
 	log, err := logging.New(logLevel, true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleetd:", err)
@@ -102,8 +103,8 @@ func run(args []string) int {
 }
 
 // newFlagSet registers fleetd's flags into cfg and logLevel: its own (data dir, embedded NATS,
-// key file, hosted agents, xDS listener) and every service's, by the function the service's
-// binary registers them with.
+// key file, hosted agents) and every service's, by the function the service's binary
+// registers them with (the xDS listener's too, with a default that serves it).
 func newFlagSet(cfg *fleetd.Config, logLevel *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
@@ -115,15 +116,35 @@ func newFlagSet(cfg *fleetd.Config, logLevel *string) *flag.FlagSet {
 	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
 	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
 	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
-	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "host:port of the xDS server (gRPC) serving every service's endpoints to proxies; empty serves no xDS")
+	xds.RegisterListenFlag(fs, &cfg.XDSListen, "127.0.0.1:18000")
 	cfg.Authz.RegisterFlags(fs)
 	// Each service's flags as its own binary registers them: same names, same defaults.
 	cfg.ClusterImport.RegisterFlags(fs)
 	cfg.Endpoints.RegisterFlags(fs)
 	cfg.Retention = topology.Retentions{}
 	fs.Var(cfg.Retention, "stream-retention", daemon.RetentionUsage)
-	cfg.RBAC.Snapshots.RegisterFlags(fs)
+	cfg.RBAC.RegisterFlags(fs)
 	cfg.NamespaceBinding.RegisterFlags(fs)
+	// The hosted agents' flags (cluster-agent --hosted's). Two are cluster-import's and
+	// namespace-binding's too, with the same meaning, so fleetd has one flag for both: what the
+	// registry lets a stored kubeconfig hold is what the hosted agents accept, and the namespaces
+	// the API refuses are those the agents never write (Start copies them over).
+	addFlags(fs, cfg.Hosted.RegisterFlags, "credentials-allowed-proxies", "protected-namespaces")
 	fs.StringVar(logLevel, "log-level", "info", "debug, info, warn or error")
 	return fs
+}
+
+// addFlags registers a service's flags into fs. A name fs already has is taken as the same
+// setting, registered once, only if shared lists it; any other clash panics (flag redefined):
+// two services' flags of one name and different meanings need the newer one's service name as
+// a prefix (docs/architecture.md, "a new flag of a service").
+func addFlags(fs *flag.FlagSet, register func(*flag.FlagSet), shared ...string) {
+	own := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	register(own)
+	own.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) != nil && slices.Contains(shared, f.Name) {
+			return
+		}
+		fs.Var(f.Value, f.Name, f.Usage)
+	})
 }

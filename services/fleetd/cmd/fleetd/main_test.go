@@ -1,11 +1,19 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
@@ -15,7 +23,7 @@ import (
 // service's RegisterFlags, with the same name, default and usage. Each binary's test
 // (TestBinaryFlagsReachFleetd) checks its flags are those plus the daemon's and a listed few,
 // so a flag added to a service and not to fleetd fails one of the two. Two services' flags of
-// one name would panic here (flag redefined).
+// one name panic here (flag redefined) unless addFlags is told they are one setting.
 func TestFlagsOfEveryService(t *testing.T) {
 	var cfg fleetd.Config
 	var logLevel string
@@ -23,11 +31,15 @@ func TestFlagsOfEveryService(t *testing.T) {
 	services := []struct {
 		name     string
 		register func(*flag.FlagSet)
+		// ownDefault: fleetd's default differs on purpose (it serves xDS by default).
+		ownDefault bool
 	}{
-		{"cluster-import", new(clusterimport.Config).RegisterFlags},
-		{"endpoint-collector", new(collector.Config).RegisterFlags},
-		{"namespace-binding", new(namespacebinding.Config).RegisterFlags},
-		{"rbac-sync", new(rbacsync.Config).Snapshots.RegisterFlags},
+		{name: "cluster-import", register: new(clusterimport.Config).RegisterFlags},
+		{name: "endpoint-collector", register: new(collector.Config).RegisterFlags},
+		{name: "endpoint-collector xDS", register: func(fs *flag.FlagSet) { xds.RegisterListenFlag(fs, new(string), "") }, ownDefault: true},
+		{name: "namespace-binding", register: new(namespacebinding.Config).RegisterFlags},
+		{name: "rbac-sync", register: new(rbacsync.Config).RegisterFlags},
+		{name: "cluster-agent --hosted", register: new(hosted.Config).RegisterFlags},
 	}
 	for _, s := range services {
 		t.Run(s.name, func(t *testing.T) {
@@ -40,7 +52,7 @@ func TestFlagsOfEveryService(t *testing.T) {
 				switch {
 				case got == nil:
 					t.Errorf("fleetd has no --%s", want.Name)
-				case got.DefValue != want.DefValue || got.Usage != want.Usage:
+				case got.Usage != want.Usage || got.DefValue != want.DefValue && !s.ownDefault:
 					t.Errorf("fleetd's --%s = %q (%s), %s's = %q (%s)", want.Name, got.DefValue, got.Usage, s.name, want.DefValue, want.Usage)
 				}
 			})
@@ -51,9 +63,109 @@ func TestFlagsOfEveryService(t *testing.T) {
 	}
 	// The flags the issue found missing.
 	for _, name := range []string{"claim-grace", "policy-claim-grace", "stale-after", "evict-after", "weight-cleanup-after",
-		"view-flush-interval", "no-view-writes", "workers", "response-cache-bytes"} {
+		"view-flush-interval", "no-view-writes", "workers", "response-cache-bytes",
+		"in-cluster-grace", "heartbeat-interval", "endpointslices", "desired-workers"} {
 		if fd.Lookup(name) == nil {
 			t.Errorf("fleetd has no --%s", name)
 		}
+	}
+}
+
+// TestFlagsReachServices: a value given to fleetd reaches the service's config, and a flag two
+// services share (one setting) reaches both once fleetd starts them.
+func TestFlagsReachServices(t *testing.T) {
+	var cfg fleetd.Config
+	var logLevel string
+	fs := newFlagSet(&cfg, &logLevel)
+	err := fs.Parse([]string{"--data-dir=/d", "--claim-grace=3m", "--policy-claim-grace=4m", "--stale-after=5s",
+		"--heartbeat-interval=7s", "--endpointslices=label=mesh", "--in-cluster-grace=9s",
+		"--protected-namespaces=infra-*", "--credentials-allowed-proxies=proxy:3128", "--access-snapshots-kept=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"claim-grace", cfg.NamespaceBinding.ClaimGrace, 3 * time.Minute},
+		{"policy-claim-grace", cfg.ClusterImport.PolicyClaimGrace, 4 * time.Minute},
+		{"stale-after", cfg.Endpoints.StaleAfter, 5 * time.Second},
+		{"heartbeat-interval", cfg.Hosted.Member.HeartbeatInterval, 7 * time.Second},
+		{"endpointslices", cfg.Hosted.Member.EndpointSlices.String(), "label=mesh"},
+		{"in-cluster-grace", cfg.Hosted.InClusterGrace, 9 * time.Second},
+		{"protected-namespaces", cfg.NamespaceBinding.Protected.String(), "infra-*"},
+		{"credentials-allowed-proxies", cfg.ClusterImport.Credentials.AllowedProxies, []string{"proxy:3128"}},
+		{"access-snapshots-kept", cfg.RBAC.Snapshots.Keep, 3},
+	} {
+		if s, ok := c.want.([]string); ok {
+			if !slices.Equal(c.got.([]string), s) {
+				t.Errorf("--%s: got %v, want %v", c.name, c.got, c.want)
+			}
+		} else if c.got != c.want {
+			t.Errorf("--%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+// TestValidateFlags: fleetd refuses a bad value of its own flags and of every service's before
+// it starts anything, naming the flag.
+func TestValidateFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data-dir="}, "--data-dir is required"},
+		{[]string{"--listen=8080"}, `--listen "8080": want host:port`},
+		{[]string{"--nats-listen=localhost:nats"}, `--nats-listen "localhost:nats": port "nats"`},
+		{[]string{"--xds-listen=:99999"}, `--xds-listen ":99999": port "99999"`},
+		{[]string{"--max-request-bytes=-1"}, "--max-request-bytes -1: must not be negative"},
+		{[]string{"--oidc-issuer-url=http://idp", "--oidc-client-id=x"}, "--oidc-issuer-url"},
+		{[]string{"--claim-grace=-1s"}, "--claim-grace -1s: must not be negative"},
+		{[]string{"--placement-score-refresh=-1s"}, "--placement-score-refresh -1s"},
+		{[]string{"--policy-claim-grace=-2m"}, "--policy-claim-grace -2m0s"},
+		{[]string{"--unreachable-after=-1s"}, "--unreachable-after -1s"},
+		{[]string{"--max-agent-report-bytes-per-cluster=-5"}, "--max-agent-report-bytes-per-cluster -5"},
+		{[]string{"--credentials-allowed-proxies=https://p"}, "--credentials-allowed-proxies"},
+		{[]string{"--stale-after=-1s"}, "--stale-after -1s"},
+		{[]string{"--stale-after=2m", "--evict-after=1m"}, "--evict-after must not be shorter than --stale-after"},
+		{[]string{"--workers=-1"}, "--workers -1"},
+		{[]string{"--response-cache-bytes=-2"}, "--response-cache-bytes"},
+		{[]string{"--max-endpoints-per-cluster=-1"}, "--max-endpoints-per-cluster -1"},
+		{[]string{"--access-snapshot-max-age=-1h"}, "--access-snapshot-max-age -1h0m0s"},
+		{[]string{"--in-cluster-grace=-1s"}, "--in-cluster-grace -1s"},
+		{[]string{"--desired-resync=-1s"}, "--desired-resync -1s"},
+		// The hosted agents' flags count only with hosted agents.
+		{[]string{"--hosted-agents=false", "--in-cluster-grace=-1s"}, ""},
+		{nil, ""},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var cfg fleetd.Config
+			var logLevel string
+			fs := newFlagSet(&cfg, &logLevel)
+			if err := fs.Parse(append([]string{"--data-dir=/d"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate = %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunRefusesBadFlags: a bad value exits 2 before anything starts (no data dir is made).
+func TestRunRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir() + "/data"
+	if code := run([]string{"--data-dir=" + dir, "--claim-grace=-1s", "--listen=127.0.0.1:0", "--nats-listen=127.0.0.1:0", "--xds-listen="}); code != 2 {
+		t.Fatalf("run = %d, want 2", code)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data dir was made (%v): fleetd started before checking its flags", err)
 	}
 }
