@@ -29,7 +29,7 @@ echo "==> make build"
 make build >/dev/null
 start=$(date +%s)
 # Own process group (setsid), so cleanup stops make and fleetd together, and nothing else.
-setsid make run DATA="$data" LISTEN="$listen" FLEETD_ARGS="--nats-listen 127.0.0.1:14299" >"$log" 2>&1 &
+setsid make run DATA="$data" LISTEN="$listen" FLEETD_ARGS="--nats-listen 127.0.0.1:14299 --xds-listen 127.0.0.1:18299" >"$log" 2>&1 &
 pid=$!
 echo "==> make run (pid $pid), waiting up to ${timeout}s for bin/fleetctl cluster list"
 until out=$(FLEETSTREAM_TOKEN_FILE="$data/tokens" bin/fleetctl --server "http://$listen" --timeout 2s cluster list 2>&1); do
