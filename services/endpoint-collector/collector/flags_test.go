@@ -1,45 +1,26 @@
 package collector
 
 import (
-	"flag"
-	"strings"
 	"testing"
+
+	"github.com/fleetstream/fleetstream/pkg/flagcheck/flagchecktest"
 )
 
 // TestValidate: every flag's bad value is refused with the flag named; good ones and the
 // defaults pass.
 func TestValidate(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string // in the error; "" for none
-	}{
-		{nil, ""},
-		{[]string{"--stale-after=10s", "--evict-after=1m", "--response-cache-bytes=-1", "--workers=4"}, ""},
-		{[]string{"--stale-after=10m"}, ""}, // the default --evict-after rises to it, as before
-		{[]string{"--stale-after=-1s"}, "--stale-after -1s: must not be negative"},
-		{[]string{"--evict-after=-1s"}, "--evict-after -1s"},
-		{[]string{"--stale-after=1m", "--evict-after=30s"}, "--evict-after must not be shorter than --stale-after"},
-		{[]string{"--weight-cleanup-after=-1h"}, "--weight-cleanup-after -1h0m0s"},
-		{[]string{"--view-flush-interval=-1ms"}, "--view-flush-interval -1ms"},
-		{[]string{"--workers=-1"}, "--workers -1"},
-		{[]string{"--response-cache-bytes=-2"}, "--response-cache-bytes: want -1"},
-		{[]string{"--max-endpoint-slices-per-cluster=-1"}, "--max-endpoint-slices-per-cluster -1"},
-		{[]string{"--max-endpoints-per-cluster=-1"}, "--max-endpoints-per-cluster -1"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var c Config
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			c.RegisterFlags(fs)
-			if err := fs.Parse(tc.args); err != nil {
-				t.Fatal(err)
-			}
-			err := c.Validate()
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("Validate: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("Validate = %v, want an error with %q", err, tc.want)
-			}
-		})
-	}
+	flagchecktest.Run(t, func() *Config { return new(Config) }, []flagchecktest.Case{
+		{Args: nil, Want: ""},
+		{Args: []string{"--stale-after=10s", "--evict-after=1m", "--response-cache-bytes=-1", "--workers=4"}, Want: ""},
+		{Args: []string{"--stale-after=10m"}, Want: ""}, // the default --evict-after rises to it, as before
+		{Args: []string{"--stale-after=-1s"}, Want: "--stale-after -1s: must not be negative"},
+		{Args: []string{"--evict-after=-1s"}, Want: "--evict-after -1s"},
+		{Args: []string{"--stale-after=1m", "--evict-after=30s"}, Want: "--evict-after must not be shorter than --stale-after"},
+		{Args: []string{"--weight-cleanup-after=-1h"}, Want: "--weight-cleanup-after -1h0m0s"},
+		{Args: []string{"--view-flush-interval=-1ms"}, Want: "--view-flush-interval -1ms"},
+		{Args: []string{"--workers=-1"}, Want: "--workers -1"},
+		{Args: []string{"--response-cache-bytes=-2"}, Want: "--response-cache-bytes: want -1"},
+		{Args: []string{"--max-endpoint-slices-per-cluster=-1"}, Want: "--max-endpoint-slices-per-cluster -1"},
+		{Args: []string{"--max-endpoints-per-cluster=-1"}, Want: "--max-endpoints-per-cluster -1"},
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetstream/fleetstream/pkg/flagcheck/flagchecktest"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 )
 
@@ -43,39 +44,20 @@ func TestBinaryFlagsReachFleetd(t *testing.T) {
 
 // TestValidate: a bad flag value is refused before the agent starts, with the flag named.
 func TestValidate(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string // in the error; "" for none
-	}{
-		{[]string{"--cluster=c1"}, ""},
-		{[]string{"--hosted", "--nats-token-file=/t"}, ""},
-		{[]string{"--cluster=c1", "--endpointslices=off"}, ""},
-		{nil, "--cluster is required"},
-		{[]string{"--hosted", "--cluster=c1", "--nats-token-file=/t"}, "--cluster, --cluster-id and --kubeconfig do not apply"},
-		{[]string{"--hosted"}, "--hosted needs --nats-token-file"},
-		{[]string{"--cluster=c1", "--heartbeat-interval=-1s"}, "--heartbeat-interval -1s: must not be negative"},
-		{[]string{"--cluster=c1", "--desired-workers=-2"}, "--desired-workers -2: must not be negative"},
-		{[]string{"--cluster=c1", "--in-cluster-grace=-1m"}, "--in-cluster-grace -1m0s"},
-		{[]string{"--cluster=c1", "--nats-url=http://hub:4222"}, `--nats-url "http://hub:4222": scheme "http"`},
-		{[]string{"--cluster=c1", "--nats-url="}, "--nats-url is required"},
-		{[]string{"--cluster=c1", "--credentials-allowed-proxies=http://proxy:3128"}, "--credentials-allowed-proxies"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var o options
-			fs := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
-			o.RegisterFlags(fs)
-			if err := fs.Parse(tc.args); err != nil {
-				t.Fatal(err)
-			}
-			err := o.Validate()
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("Validate: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("Validate = %v, want an error with %q", err, tc.want)
-			}
-		})
-	}
+	flagchecktest.Run(t, func() *options { return new(options) }, []flagchecktest.Case{
+		{Args: []string{"--cluster=c1"}, Want: ""},
+		{Args: []string{"--hosted", "--nats-token-file=/t"}, Want: ""},
+		{Args: []string{"--cluster=c1", "--endpointslices=off"}, Want: ""},
+		{Args: nil, Want: "--cluster is required"},
+		{Args: []string{"--hosted", "--cluster=c1", "--nats-token-file=/t"}, Want: "--cluster, --cluster-id and --kubeconfig do not apply"},
+		{Args: []string{"--hosted"}, Want: "--hosted needs --nats-token-file"},
+		{Args: []string{"--cluster=c1", "--heartbeat-interval=-1s"}, Want: "--heartbeat-interval -1s: must not be negative"},
+		{Args: []string{"--cluster=c1", "--desired-workers=-2"}, Want: "--desired-workers -2: must not be negative"},
+		{Args: []string{"--cluster=c1", "--in-cluster-grace=-1m"}, Want: "--in-cluster-grace -1m0s"},
+		{Args: []string{"--cluster=c1", "--nats-url=http://hub:4222"}, Want: `--nats-url "http://hub:4222": scheme "http"`},
+		{Args: []string{"--cluster=c1", "--nats-url="}, Want: "--nats-url is required"},
+		{Args: []string{"--cluster=c1", "--credentials-allowed-proxies=http://proxy:3128"}, Want: "--credentials-allowed-proxies"},
+	})
 }
 
 // TestEndpointSlicesFlag: --endpointslices parses into the member config (off is none) and a

@@ -107,6 +107,11 @@ func run(args []string) int {
 // registers them with (the xDS listener's too, with a default that serves it).
 func newFlagSet(cfg *fleetd.Config, logLevel *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("fleetd", flag.ContinueOnError)
+	registerFlags(fs, cfg, logLevel)
+	return fs
+}
+
+func registerFlags(fs *flag.FlagSet, cfg *fleetd.Config, logLevel *string) {
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
 	fs.StringVar(&cfg.Server.Listen, "listen", "127.0.0.1:8080", "host:port of the HTTP listener for every API, /healthz, /readyz and /metrics")
 	fs.StringVar(&cfg.Server.TokenFile, "token-file", "", "bearer tokens allowed to call the APIs, one `token,user` per line")
@@ -131,7 +136,6 @@ func newFlagSet(cfg *fleetd.Config, logLevel *string) *flag.FlagSet {
 	// the API refuses are those the agents never write (Start copies them over).
 	addFlags(fs, cfg.Hosted.RegisterFlags, "credentials-allowed-proxies", "protected-namespaces")
 	fs.StringVar(logLevel, "log-level", "info", "debug, info, warn or error")
-	return fs
 }
 
 // addFlags registers a service's flags into fs. A name fs already has is taken as the same

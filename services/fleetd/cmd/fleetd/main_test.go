@@ -6,10 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetstream/fleetstream/pkg/flagcheck/flagchecktest"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
@@ -113,51 +113,46 @@ func TestFlagsReachServices(t *testing.T) {
 // TestValidateFlags: fleetd refuses a bad value of its own flags and of every service's before
 // it starts anything, naming the flag.
 func TestValidateFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--data-dir="}, "--data-dir is required"},
-		{[]string{"--listen=8080"}, `--listen "8080": want host:port`},
-		{[]string{"--nats-listen=localhost:nats"}, `--nats-listen "localhost:nats": port "nats"`},
-		{[]string{"--xds-listen=:99999"}, `--xds-listen ":99999": port "99999"`},
-		{[]string{"--max-request-bytes=-1"}, "--max-request-bytes -1: must not be negative"},
-		{[]string{"--oidc-issuer-url=http://idp", "--oidc-client-id=x"}, "--oidc-issuer-url"},
-		{[]string{"--claim-grace=-1s"}, "--claim-grace -1s: must not be negative"},
-		{[]string{"--placement-score-refresh=-1s"}, "--placement-score-refresh -1s"},
-		{[]string{"--policy-claim-grace=-2m"}, "--policy-claim-grace -2m0s"},
-		{[]string{"--unreachable-after=-1s"}, "--unreachable-after -1s"},
-		{[]string{"--max-agent-report-bytes-per-cluster=-5"}, "--max-agent-report-bytes-per-cluster -5"},
-		{[]string{"--credentials-allowed-proxies=https://p"}, "--credentials-allowed-proxies"},
-		{[]string{"--stale-after=-1s"}, "--stale-after -1s"},
-		{[]string{"--stale-after=2m", "--evict-after=1m"}, "--evict-after must not be shorter than --stale-after"},
-		{[]string{"--workers=-1"}, "--workers -1"},
-		{[]string{"--response-cache-bytes=-2"}, "--response-cache-bytes"},
-		{[]string{"--max-endpoints-per-cluster=-1"}, "--max-endpoints-per-cluster -1"},
-		{[]string{"--access-snapshot-max-age=-1h"}, "--access-snapshot-max-age -1h0m0s"},
-		{[]string{"--in-cluster-grace=-1s"}, "--in-cluster-grace -1s"},
-		{[]string{"--desired-resync=-1s"}, "--desired-resync -1s"},
+	flagchecktest.Run(t, func() *fleetdFlags { return new(fleetdFlags) }, []flagchecktest.Case{
+		{Args: []string{"--data-dir="}, Want: "--data-dir is required"},
+		{Args: []string{"--listen=8080"}, Want: `--listen "8080": want host:port`},
+		{Args: []string{"--nats-listen=localhost:nats"}, Want: `--nats-listen "localhost:nats": port "nats"`},
+		{Args: []string{"--xds-listen=:99999"}, Want: `--xds-listen ":99999": port "99999"`},
+		{Args: []string{"--max-request-bytes=-1"}, Want: "--max-request-bytes -1: must not be negative"},
+		{Args: []string{"--oidc-issuer-url=http://idp", "--oidc-client-id=x"}, Want: "--oidc-issuer-url"},
+		{Args: []string{"--claim-grace=-1s"}, Want: "--claim-grace -1s: must not be negative"},
+		{Args: []string{"--placement-score-refresh=-1s"}, Want: "--placement-score-refresh -1s"},
+		{Args: []string{"--policy-claim-grace=-2m"}, Want: "--policy-claim-grace -2m0s"},
+		{Args: []string{"--unreachable-after=-1s"}, Want: "--unreachable-after -1s"},
+		{Args: []string{"--max-agent-report-bytes-per-cluster=-5"}, Want: "--max-agent-report-bytes-per-cluster -5"},
+		{Args: []string{"--credentials-allowed-proxies=https://p"}, Want: "--credentials-allowed-proxies"},
+		{Args: []string{"--stale-after=-1s"}, Want: "--stale-after -1s"},
+		{Args: []string{"--stale-after=2m", "--evict-after=1m"}, Want: "--evict-after must not be shorter than --stale-after"},
+		{Args: []string{"--workers=-1"}, Want: "--workers -1"},
+		{Args: []string{"--response-cache-bytes=-2"}, Want: "--response-cache-bytes"},
+		{Args: []string{"--max-endpoints-per-cluster=-1"}, Want: "--max-endpoints-per-cluster -1"},
+		{Args: []string{"--access-snapshot-max-age=-1h"}, Want: "--access-snapshot-max-age -1h0m0s"},
+		{Args: []string{"--in-cluster-grace=-1s"}, Want: "--in-cluster-grace -1s"},
+		{Args: []string{"--desired-resync=-1s"}, Want: "--desired-resync -1s"},
 		// The hosted agents' flags count only with hosted agents.
-		{[]string{"--hosted-agents=false", "--in-cluster-grace=-1s"}, ""},
-		{nil, ""},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var cfg fleetd.Config
-			var logLevel string
-			fs := newFlagSet(&cfg, &logLevel)
-			if err := fs.Parse(append([]string{"--data-dir=/d"}, tc.args...)); err != nil {
-				t.Fatal(err)
-			}
-			err := cfg.Validate()
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("Validate: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("Validate = %v, want an error with %q", err, tc.want)
-			}
-		})
-	}
+		{Args: []string{"--hosted-agents=false", "--in-cluster-grace=-1s"}, Want: ""},
+		{Args: nil, Want: ""},
+	})
 }
+
+// fleetdFlags are fleetd's flags as flagchecktest takes them, with a data dir unless a case
+// empties it.
+type fleetdFlags struct {
+	cfg      fleetd.Config
+	logLevel string
+}
+
+func (f *fleetdFlags) RegisterFlags(fs *flag.FlagSet) {
+	registerFlags(fs, &f.cfg, &f.logLevel)
+	_ = fs.Set("data-dir", "/d")
+}
+
+func (f *fleetdFlags) Validate() error { return f.cfg.Validate() }
 
 // TestRunRefusesBadFlags: a bad value exits 2 before anything starts (no data dir is made).
 func TestRunRefusesBadFlags(t *testing.T) {
