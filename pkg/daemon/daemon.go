@@ -49,11 +49,7 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.NATSURL, "nats-url", envOr("FLEETSTREAM_NATS_URL", nats.DefaultURL), "NATS server URLs, comma-separated")
 	fs.StringVar(&o.NATSTokenFile, "nats-token-file", os.Getenv("FLEETSTREAM_NATS_TOKEN_FILE"), "file holding the NATS token (with --nats-user: the user's password)")
 	fs.StringVar(&o.NATSUser, "nats-user", os.Getenv("FLEETSTREAM_NATS_USER"), "NATS user to connect as (the auth callout responder's static user); empty connects with the token")
-	fs.StringVar(&o.Server.Listen, "listen", envOr("FLEETSTREAM_LISTEN", "127.0.0.1:8080"), "host:port of the HTTP listener (APIs, /healthz, /readyz, /metrics)")
-	fs.StringVar(&o.Server.TokenFile, "token-file", os.Getenv("FLEETSTREAM_TOKEN_FILE"), "bearer tokens allowed to call the APIs (token,user per line)")
-	fs.BoolVar(&o.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
-	o.Server.OIDC.RegisterFlags(fs)
-	fs.IntVar(&o.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
+	o.Server.RegisterFlags(fs, server.EnvDefaults())
 	o.Authz.RegisterFlags(fs)
 	fs.IntVar(&o.Replicas, "replicas", 1, "replicas of the streams and buckets this service owns (3 on a production cluster)")
 	o.Retention = topology.Retentions{}

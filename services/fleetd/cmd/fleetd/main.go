@@ -113,14 +113,12 @@ func newFlagSet(cfg *fleetd.Config, logLevel *string) *flag.FlagSet {
 
 func registerFlags(fs *flag.FlagSet, cfg *fleetd.Config, logLevel *string) {
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for JetStream's store (required; state survives restarts)")
-	fs.StringVar(&cfg.Server.Listen, "listen", "127.0.0.1:8080", "host:port of the HTTP listener for every API, /healthz, /readyz and /metrics")
-	fs.StringVar(&cfg.Server.TokenFile, "token-file", "", "bearer tokens allowed to call the APIs, one `token,user` per line")
-	fs.BoolVar(&cfg.Server.InsecureDev, "insecure-dev", false, "serve the APIs without authentication (development only)")
-	cfg.Server.OIDC.RegisterFlags(fs)
+	// Not from the environment, unlike a service's: fleetctl reads FLEETSTREAM_TOKEN_FILE as
+	// its own token, which must not become the server's list.
+	cfg.Server.RegisterFlags(fs, server.Config{Listen: "127.0.0.1:8080"})
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
 	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
 	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
-	fs.IntVar(&cfg.Server.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted; larger ones are refused with resource_exhausted")
 	xds.RegisterListenFlag(fs, &cfg.XDSListen, "127.0.0.1:18000")
 	cfg.Authz.RegisterFlags(fs)
 	// Each service's flags as its own binary registers them: same names, same defaults.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/gateway/gateway"
@@ -54,11 +55,8 @@ func run(args []string) int {
 		logLevel   string
 		logConsole bool
 	)
-	fs.StringVar(&srvCfg.Listen, "listen", envOr("FLEETSTREAM_LISTEN", "127.0.0.1:8080"), "host:port of the HTTP listener (APIs, /healthz, /readyz, /metrics)")
-	fs.StringVar(&srvCfg.TokenFile, "token-file", os.Getenv("FLEETSTREAM_TOKEN_FILE"), "bearer tokens allowed to call the APIs (token,user per line); the services' own file")
-	fs.BoolVar(&srvCfg.InsecureDev, "insecure-dev", false, "forward calls without authenticating them (development only)")
-	srvCfg.OIDC.RegisterFlags(fs)
-	fs.IntVar(&srvCfg.MaxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request body accepted; larger ones are refused with resource_exhausted")
+	// The services' own listener flags and defaults (the token file is theirs too).
+	srvCfg.RegisterFlags(fs, server.EnvDefaults())
 	fs.Var(routeFlag(gwCfg.Routes), "route", "`service=url`: send calls of this fully-qualified service to this upstream, e.g. fleetstream.cluster.v1.ClusterService=http://cluster-import:8080 (repeat for every service)")
 	fs.DurationVar(&gwCfg.PollInterval, "upstream-check-interval", gateway.DefaultPollInterval, "how often each upstream's /readyz is polled")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
@@ -67,6 +65,10 @@ func run(args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if err := errors.Join(srvCfg.Validate(), flagcheck.NotNegative("upstream-check-interval", gwCfg.PollInterval)); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 2
 	}
 	gwCfg.MaxRequestBytes = int64(srvCfg.MaxRequestBytes)
@@ -113,11 +115,4 @@ func serve(ctx context.Context, srvCfg server.Config, gwCfg gateway.Config, log 
 	g.Go(func() error { return gw.Run(ctx) })
 	g.Go(func() error { return srv.Serve(ctx) })
 	return g.Wait()
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
