@@ -174,7 +174,7 @@ type StartFunc func(ctx context.Context, env *Env) ([]server.Component, error)
 // Main parses the shared flags and the service's (flags), checks them, sets everything up,
 // calls start and runs the components it returns. It returns the process exit code: 2 for a
 // bad flag, with the error naming it.
-func Main(name string, args []string, flags Flags, start StartFunc) int {
+func Main(name string, args []string, flags flagcheck.Flags, start StartFunc) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var o Options
 	if code, ok := Parse(fs, args, &o, flags); !ok {
@@ -198,7 +198,7 @@ func Main(name string, args []string, flags Flags, start StartFunc) int {
 
 // Parse registers the shared flags (o) and the service's into fs, parses args and checks the
 // values; with ok false the process exits with code (0 for -help, else 2, the error printed).
-func Parse(fs *flag.FlagSet, args []string, o *Options, flags Flags) (code int, ok bool) {
+func Parse(fs *flag.FlagSet, args []string, o *Options, flags flagcheck.Flags) (code int, ok bool) {
 	o.Register(fs)
 	flags.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {

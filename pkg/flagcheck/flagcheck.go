@@ -5,6 +5,7 @@ package flagcheck
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,6 +13,13 @@ import (
 	"strings"
 	"time"
 )
+
+// Flags are a service's options as its binary and fleetd both take them: each service's Config
+// registers its flags and checks the values given, naming the flag of a bad one.
+type Flags interface {
+	RegisterFlags(fs *flag.FlagSet)
+	Validate() error
+}
 
 // NotNegative is an error for a negative v of --name: durations, counts and sizes whose 0
 // means "the default".

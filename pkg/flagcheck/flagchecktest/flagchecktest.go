@@ -7,13 +7,9 @@ import (
 	"io"
 	"strings"
 	"testing"
-)
 
-// Flags are a service's options (daemon.Flags).
-type Flags interface {
-	RegisterFlags(fs *flag.FlagSet)
-	Validate() error
-}
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
+)
 
 // Case is one command line and what Validate must say of it.
 type Case struct {
@@ -23,7 +19,7 @@ type Case struct {
 }
 
 // Run runs every case on options from newFlags.
-func Run[F Flags](t *testing.T, newFlags func() F, cases []Case) {
+func Run[F flagcheck.Flags](t *testing.T, newFlags func() F, cases []Case) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.Args, " "), func(t *testing.T) {
