@@ -396,10 +396,12 @@ func joinScenario(ctx context.Context, o options, h *hub, clusters []*simCluster
 
 // registerCluster registers name and returns when its successful call started and what it
 // answered. A call that timed out or found the hub unavailable is made again, as a client
-// would (until timeout); since the agent token is handed out only once, a registration that
-// may have landed is first deregistered. Every retry is counted.
+// would (until timeout). The agent token is handed out only once, so when a call that timed out
+// had in fact landed (the next answers AlreadyExists), the registration is deregistered and
+// made again. Every retry is counted.
 func registerCluster(ctx context.Context, h *hub, name string, timeout time.Duration, retries *atomic.Int64) (time.Time, *clusterv1.RegisterClusterResponse, error) {
 	deadline := time.Now().Add(timeout)
+	retried := false
 	for {
 		t0 := time.Now()
 		reg, err := h.clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{
@@ -408,15 +410,24 @@ func registerCluster(ctx context.Context, h *hub, name string, timeout time.Dura
 			return t0, reg.Msg, nil
 		}
 		code := connect.CodeOf(err)
-		if code != connect.CodeDeadlineExceeded && code != connect.CodeUnavailable || time.Now().After(deadline) || ctx.Err() != nil {
+		transient := code == connect.CodeDeadlineExceeded || code == connect.CodeUnavailable
+		if !transient && !(retried && code == connect.CodeAlreadyExists) || time.Now().After(deadline) || ctx.Err() != nil {
 			return t0, nil, fmt.Errorf("register %s: %w", name, err)
 		}
 		retries.Add(1)
-		if err := retryTransient(ctx, time.Until(deadline), func() error {
-			_, err := h.clusters.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: name}))
-			return err
-		}); err != nil {
-			return t0, nil, fmt.Errorf("register %s: deregister the registration that timed out: %w", name, err)
+		retried = true
+		if code == connect.CodeAlreadyExists {
+			if err := retryTransient(ctx, time.Until(deadline), func() error {
+				_, err := h.clusters.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: name}))
+				return err
+			}); err != nil {
+				return t0, nil, fmt.Errorf("register %s: deregister the registration whose answer was lost: %w", name, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return t0, nil, ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }
