@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // What only the tests of this module need: compiled into the test binary alone, so the
@@ -61,4 +63,25 @@ func (s *Registry) WaitImportPass(ctx context.Context, agentSeq, secretReports u
 		case <-tick.C:
 		}
 	}
+}
+
+// LivenessRetries is the liveness controller's fleet_workqueue_retries_total: how many times a
+// cluster's check failed and was queued again.
+func (s *Registry) LivenessRetries() (float64, error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range s.livenessController().Collectors() {
+		if err := reg.Register(c); err != nil {
+			return 0, err
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "fleet_workqueue_retries_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue(), nil
+		}
+	}
+	return 0, fmt.Errorf("no retries metric")
 }

@@ -22,6 +22,7 @@ import (
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -478,6 +479,44 @@ func (s *Registry) recentEnough(key string, st *clusterv1.AgentStatus) bool {
 		cur.AgentVersion == st.AgentVersion && cur.SessionId == st.SessionId && cur.Hosted == st.Hosted
 }
 
+// livenessLoop marks a cluster's agent lost (ClusterAgentLost: condition false, taint
+// unreachable) once it has been silent for UnreachableAfter. It is a controller keyed by
+// cluster (clusters view key): a change of the cluster (connected, lost, registered) or of its
+// stored status (a heartbeat recorded) queues it, and a connected cluster not yet due is queued
+// again at the moment it will be, its last heartbeat plus UnreachableAfter; nothing scans the
+// fleet on a tick.
+//
+// Every replica runs it, without a lease, as before: the append expects the cluster's revision
+// the decision was made on, so of replicas deciding alike one appends and the others find the
+// cluster changed.
+type livenessLoop struct {
+	once sync.Once
+	c    *reconcile.Controller
+	// started is when this replica began to hear heartbeats (the registry ready): the
+	// restart grace counts from it.
+	started time.Time
+}
+
+// livenessResync is how often every connected cluster is looked at again whatever changed: a
+// safety net only, since each is queued at its own deadline.
+const livenessResync = time.Minute
+
+// livenessController returns the liveness controller, built on first use (Mount registers its
+// metrics before Run starts it).
+func (s *Registry) livenessController() *reconcile.Controller {
+	l := &s.liveness
+	l.once.Do(func() {
+		l.c = reconcile.New(reconcile.Config{Name: "cluster-import-liveness", Keys: s.connectedClusters, Resync: livenessResync,
+			// A failed append is tried again at most CheckInterval later, as often as the
+			// scan that came before it did, but sooner at first and without holding the others.
+			MaxDelay: s.cfg.CheckInterval, Timeout: livenessTimeout, Log: s.log}, reconcile.Func(s.checkLiveness))
+	})
+	return l.c
+}
+
+// livenessTimeout bounds one cluster's check (its append, in a bus outage).
+const livenessTimeout = 10 * time.Second
+
 // runLiveness taints clusters whose agent went silent.
 func (s *Registry) runLiveness(ctx context.Context) error {
 	select {
@@ -485,44 +524,67 @@ func (s *Registry) runLiveness(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	t := time.NewTicker(s.cfg.CheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			s.checkLiveness(ctx)
-		}
-	}
+	s.liveness.started = s.now()
+	return s.livenessController().Run(ctx, reconcile.Watch(s.clusters, nil), reconcile.Watch(s.status, nil))
 }
 
-func (s *Registry) checkLiveness(ctx context.Context) {
-	now := s.now()
-	for _, c := range s.clusters.List(nil) {
-		cond := Condition(c, ConditionAgentConnected)
-		if cond == nil || cond.Status != clusterv1.ConditionStatus_CONDITION_STATUS_TRUE {
-			continue // never connected or already marked lost
-		}
-		lastSeen := cond.LastTransitionTime.AsTime()
-		if st, ok := s.status.Get(clusterKey(c.Name)); ok && st.LastSeen.AsTime().After(lastSeen) {
-			lastSeen = st.LastSeen.AsTime()
-		}
-		if now.Sub(lastSeen) < s.cfg.UnreachableAfter {
-			continue
-		}
-		_, err := s.store.Append(ctx, subjects.Cluster(c.Name), c.Id, events.At(c.Revision), &clusterv1.ClusterAgentLost{
-			Id: c.Id, LastSeen: timestamppb.New(lastSeen), Time: timestamppb.New(now),
-		})
-		switch {
-		case err == nil:
-			s.log.Warn("cluster agent lost", zap.String("cluster", c.Name), zap.Time("lastSeen", lastSeen))
-		case events.IsConflict(err):
-			// Changed meanwhile (maybe a heartbeat): judged again on the next tick.
-		default:
-			s.log.Error("mark cluster unreachable", zap.String("cluster", c.Name), zap.Error(err))
-		}
+// connectedClusters are the keys of the clusters whose agent counts as connected: the only
+// ones liveness may have to act on.
+func (s *Registry) connectedClusters() []string {
+	entries := s.clusters.Entries(func(_ string, c *clusterv1.Cluster) bool { return connected(c) })
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.Key
 	}
+	return out
+}
+
+func connected(c *clusterv1.Cluster) bool {
+	cond := Condition(c, ConditionAgentConnected)
+	return cond != nil && cond.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE
+}
+
+// checkLiveness marks the cluster at key lost if its agent has been silent for
+// UnreachableAfter, or queues it again for when it will have been.
+//
+// Silent since the newest of its last heartbeat and the moment this replica started to hear
+// heartbeats: heartbeats are not stored, so those sent while no replica ran are lost, and a
+// cluster whose agent kept beating must not be marked lost after a restart for want of them
+// (Kubernetes' node lifecycle controller likewise gives every node its grace period from its
+// own start). A cluster whose agent went silent before the restart is marked lost
+// UnreachableAfter after it, with its true last-seen time.
+func (s *Registry) checkLiveness(ctx context.Context, key string) error {
+	c, ok := s.clusters.Get(key)
+	if !ok || !connected(c) {
+		return nil // never connected, already marked lost, or gone
+	}
+	lastSeen := Condition(c, ConditionAgentConnected).LastTransitionTime.AsTime()
+	if st, ok := s.status.Get(key); ok && st.LastSeen.AsTime().After(lastSeen) {
+		lastSeen = st.LastSeen.AsTime()
+	}
+	due := lastSeen
+	if s.liveness.started.After(due) {
+		due = s.liveness.started
+	}
+	due = due.Add(s.cfg.UnreachableAfter)
+	now := s.now()
+	if now.Before(due) {
+		s.livenessController().AddAfter(key, due.Sub(now))
+		return nil
+	}
+	_, err := s.store.Append(ctx, subjects.Cluster(c.Name), c.Id, events.At(c.Revision), &clusterv1.ClusterAgentLost{
+		Id: c.Id, LastSeen: timestamppb.New(lastSeen), Time: timestamppb.New(now),
+	})
+	switch {
+	case events.IsConflict(err):
+		// Changed meanwhile (a heartbeat, another replica's mark): the change queues the
+		// cluster again through the clusters cache, and it is judged then.
+		return nil
+	case err != nil:
+		return fmt.Errorf("mark cluster %s unreachable: %w", c.Name, err)
+	}
+	s.log.Warn("cluster agent lost", zap.String("cluster", c.Name), zap.Time("lastSeen", lastSeen))
+	return nil
 }
 
 // validHeartbeats remembers, per cluster, the fields of its last heartbeat that checkHeartbeat

@@ -134,6 +134,8 @@ type Registry struct {
 	subs            subscriberStore
 	// lifecycles imports clusters from the sources agents report.
 	lifecycles *lifecycles
+	// liveness marks silent clusters lost (liveness.go).
+	liveness livenessLoop
 
 	ready chan struct{}
 	gate  apiwait.Gate
@@ -200,7 +202,7 @@ func (s *Registry) Mount(srv *server.Server) {
 	srv.Handle(clusterv1connect.NewSubscriberServiceHandler(s.Subscribers(), srv.HandlerOptions()...))
 	srv.Handle(clusterv1connect.NewImportPolicyServiceHandler(s.ImportPolicies(), srv.HandlerOptions()...))
 	srv.ReadyWhen("cluster-import", s.ready)
-	for _, m := range s.metrics.collectors() {
+	for _, m := range append(s.metrics.collectors(), s.livenessController().Collectors()...) {
 		_ = srv.Registry().Register(m)
 	}
 }
