@@ -31,7 +31,8 @@ import (
 type Config struct {
 	// UnreachableAfter is how long without a heartbeat before a cluster is tainted unreachable.
 	UnreachableAfter time.Duration
-	// CheckInterval is how often liveness is evaluated.
+	// CheckInterval is the longest a failed liveness check waits before it is tried again
+	// (each cluster is checked when it is due, not on an interval).
 	CheckInterval time.Duration
 	// Replicas of streams and buckets (1 single node, 3 production).
 	Replicas int
