@@ -85,3 +85,7 @@ func (s *Registry) LivenessRetries() (float64, error) {
 	}
 	return 0, fmt.Errorf("no retries metric")
 }
+
+// SyncLiveness returns once every connected cluster has been checked since the call (and
+// marked lost if it was due): tests call it before asserting that one was not.
+func (s *Registry) SyncLiveness(ctx context.Context) error { return s.livenessController().Sync(ctx) }

@@ -102,7 +102,7 @@ func TestLivenessAfterARestartWaitsItsGraceBeforeMarkingLost(t *testing.T) {
 	// Down for longer than UnreachableAfter: every stored last-seen time is older than that.
 	time.Sleep(unreachable + 500*time.Millisecond)
 	restarted := time.Now()
-	start(t, j, cfg)
+	e = start(t, j, cfg)
 	// The beating agent's next heartbeat reaches the new registry half its grace after it
 	// started (an agent reconnecting, then its heartbeat interval), and more follow.
 	stopBeating := keepBeating(t, j.JS, "beating", unreachable/2, unreachable/4)
@@ -118,6 +118,9 @@ func TestLivenessAfterARestartWaitsItsGraceBeforeMarkingLost(t *testing.T) {
 	// The silent cluster's grace has passed, and so has the one the beating cluster had before
 	// its first heartbeat after the restart: it was never marked lost (which would have
 	// appended ClusterAgentLost, and ClusterAgentConnected after it at its next heartbeat).
+	if err := e.svc.SyncLiveness(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if seq, p := lastClusterEvent(t, ctx, j.JS, "beating"); seq != connectedAt {
 		t.Fatalf("beating cluster: last event %T at %d, want still the ClusterAgentConnected at %d from before the restart", p, seq, connectedAt)
 	}
