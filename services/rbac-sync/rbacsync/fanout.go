@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -121,6 +122,8 @@ type fanout struct {
 	// when it last did.
 	markerAge time.Duration
 	lastPurge time.Time
+	// loadStall is how long a load of the bucket may receive nothing before it is made again.
+	loadStall time.Duration
 
 	mu               sync.RWMutex
 	m                *model
@@ -145,8 +148,8 @@ type fanout struct {
 func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 	return &fanout{
 		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL, collectEvery: DefaultCollectInterval,
-		markerAge: DefaultMarkerPurgeAfter,
-		written:   map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
+		markerAge: DefaultMarkerPurgeAfter, loadStall: defaultLoadStall,
+		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
 		ready: make(chan struct{}), progress: make(chan struct{}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete, collect).",
@@ -177,7 +180,7 @@ func (f *fanout) Run(ctx context.Context) error {
 // until the lease is lost). Each term starts from the bucket as it is: a writer's picture of it
 // is only right while it is the only writer.
 func (f *fanout) term(ctx context.Context, lead bool) error {
-	w, err := f.load(ctx)
+	w, err := f.loadRetrying(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -207,34 +210,109 @@ func (f *fanout) term(ctx context.Context, lead bool) error {
 	}
 }
 
+// loadRetrying loads the bucket, again after a failure NATS may get over: a request that timed
+// out or found no responders while the server is busy (a hub restarted under 10,000
+// reconnecting agents timed the watch's consumer out, and rbac-sync stopped, taking fleetd with
+// it: docs/scale.md), a stream without a leader for a moment, or a load that makes no progress
+// for loadStall (a request sent while the connection was down may never be answered). Anything
+// else is returned.
+func (f *fanout) loadRetrying(ctx context.Context) (jetstream.KeyWatcher, error) {
+	delay := 100 * time.Millisecond
+	for {
+		w, err := f.load(ctx)
+		if err == nil || ctx.Err() != nil || !(events.Transient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errLoadStalled)) {
+			return w, err
+		}
+		f.log.Warn("desired-rbac not loaded; retrying", zap.Error(err), zap.Duration("in", delay))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// errLoadStalled: a load received nothing for loadStall.
+var errLoadStalled = errors.New("load desired-rbac: no progress")
+
+// defaultLoadStall is how long a load may receive nothing before it is made again.
+const defaultLoadStall = 30 * time.Second
+
 // load reads the desired bucket into memory: what is written is compared against, so nothing
 // unchanged is rewritten even right after a restart. It returns the watch, which goes on with
-// the bucket's changes after the initial values.
+// the bucket's changes after the initial values. The watch lives until ctx ends or it is
+// stopped; a load that stalls is abandoned (its watch with it) and errLoadStalled returned.
 func (f *fanout) load(ctx context.Context) (jetstream.KeyWatcher, error) {
 	f.kvPrefix = "$KV." + f.kv.Bucket() + "."
-	w, err := f.kv.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load desired-rbac: %w", err)
+	wctx, cancel := context.WithCancel(ctx)
+	stall := time.AfterFunc(f.loadStall, cancel)
+	type result struct {
+		w   jetstream.KeyWatcher
+		err error
+	}
+	created := make(chan result, 1)
+	go func() {
+		w, err := f.kv.WatchAll(wctx)
+		created <- result{w, err}
+	}()
+	var w jetstream.KeyWatcher
+	select {
+	case r := <-created:
+		if r.err != nil {
+			cancel()
+			if stall.Stop() || ctx.Err() != nil {
+				return nil, fmt.Errorf("load desired-rbac: %w", r.err)
+			}
+			return nil, errLoadStalled
+		}
+		w = r.w
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.written, f.writtenByCluster, f.writtenByPlace = map[string]*written{}, map[string]map[string]target{}, map[place]map[string]target{}
 	for {
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
 			_ = w.Stop()
-			return nil, ctx.Err()
+			cancel()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, errLoadStalled
 		case e, ok := <-w.Updates():
 			if !ok {
+				cancel()
 				return nil, errors.New("load desired-rbac: watch closed")
 			}
 			if e == nil {
+				if !stall.Stop() {
+					// The stall fired just now: the watch is being torn down.
+					_ = w.Stop()
+					return nil, errLoadStalled
+				}
 				f.log.Info("desired state loaded", zap.Int("keys", len(f.written)))
-				return w, nil
+				return &cancelWatch{KeyWatcher: w, cancel: cancel}, nil
 			}
+			stall.Reset(f.loadStall)
 			f.record(e)
 		}
 	}
+}
+
+// cancelWatch releases the load's context when the watch is stopped.
+type cancelWatch struct {
+	jetstream.KeyWatcher
+	cancel context.CancelFunc
+}
+
+func (w *cancelWatch) Stop() error {
+	err := w.KeyWatcher.Stop()
+	w.cancel()
+	return err
 }
 
 // record takes one entry of the desired bucket; the caller holds f.mu.
