@@ -464,7 +464,7 @@ func (r *registry) apply(ctx context.Context, u view.Update[*clusterv1.Cluster])
 	}
 	name := u.Value.Name
 	ci := r.c.store.cluster(name)
-	ci.fromRegistry.Store(true)
+	r.c.store.registered(ci)
 	back := ci.deregistered.Swap(false)
 	if ci.setID(u.Value.Id) && !back {
 		for _, key := range r.c.ingest.servicesOf(name) {
@@ -496,10 +496,7 @@ func (r *registry) sweepUnregistered(ctx context.Context, cache *view.Cache[*clu
 		case <-changed:
 		}
 		changed = cache.Changed() // before the sweep: a change during it wakes the next one
-		for _, ci := range r.c.store.Clusters() {
-			if ci.fromRegistry.Load() || ci.deregistered.Load() {
-				continue
-			}
+		for _, ci := range r.c.store.Unregistered() {
 			if _, ok := cache.Get(keys.Encode(ci.name)); ok || !r.deregistered(ctx, ci.name) {
 				continue
 			}

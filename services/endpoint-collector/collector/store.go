@@ -619,6 +619,10 @@ type Store struct {
 
 	cmu      sync.RWMutex
 	clusters map[string]*clusterInfo
+	// unregistered are the clusters the registry has not shown (yet): normally none, so the
+	// sweep for deregistrations the registry view cannot show is no pass over the fleet
+	// (docs/scale.md: at 10,000 clusters it was a seventh of the hub's CPU during a join).
+	unregistered map[string]*clusterInfo
 
 	version atomic.Uint64
 	// addresses is the (endpoint, port) pairs of every service and cluster, evicted included:
@@ -630,7 +634,7 @@ type Store struct {
 // NewStore returns an empty store.
 func NewStore() *Store {
 	return &Store{strs: newStrtab(), services: newTable(func(sn *snapshot) string { return sn.key }), owned: newTable(serviceOf),
-		clusters: map[string]*clusterInfo{},
+		clusters: map[string]*clusterInfo{}, unregistered: map[string]*clusterInfo{},
 		hub:      hub{watchers: map[string]map[*watcher]struct{}{}}}
 }
 
@@ -649,18 +653,31 @@ func (st *Store) cluster(name string) *clusterInfo {
 	}
 	c = &clusterInfo{name: name}
 	st.clusters[name] = c
+	st.unregistered[name] = c
 	return c
 }
 
-// Clusters returns every cluster the store has heard of.
-func (st *Store) Clusters() []*clusterInfo {
+// registered marks c as shown by the registry (its id outranks the agent's from now on).
+func (st *Store) registered(c *clusterInfo) {
+	if c.fromRegistry.Swap(true) {
+		return
+	}
+	st.cmu.Lock()
+	delete(st.unregistered, c.name)
+	st.cmu.Unlock()
+}
+
+// Unregistered returns the clusters the store has heard of that the registry has not shown and
+// that are not known to be deregistered.
+func (st *Store) Unregistered() []*clusterInfo {
 	st.cmu.RLock()
 	defer st.cmu.RUnlock()
-	out := make([]*clusterInfo, 0, len(st.clusters))
-	for _, c := range st.clusters {
-		out = append(out, c)
+	var out []*clusterInfo
+	for _, c := range st.unregistered {
+		if !c.fromRegistry.Load() && !c.deregistered.Load() {
+			out = append(out, c)
+		}
 	}
-	slices.SortFunc(out, func(a, b *clusterInfo) int { return cmp.Compare(a.name, b.name) })
 	return out
 }
 
