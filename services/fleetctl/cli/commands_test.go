@@ -335,9 +335,65 @@ func commandCases() []commandCase {
 		// events: no API call; what it refuses.
 		{name: "events-tail-needs-subscriber", args: []string{"events", "tail", "--stream", "FLEET_RBAC"}},
 
+		// apply, diff, export: the fleet is read with List calls, then written object by object
+		// (--concurrency 1 keeps the requests in a fixed order).
+		{name: "apply", args: []string{"apply", "-f", "-", "--token-dir", "testdata/no-such-dir-is-written", "--concurrency", "1"}, stdin: applyStdin,
+			answers: applyAnswers()},
+		{name: "apply-dry-run", args: []string{"apply", "-f", "-", "--dry-run"}, stdin: applyStdin, answers: applyAnswers()},
+		{name: "apply-needs-token-dir", args: []string{"apply", "-f", "-"}, stdin: applyStdin + "---\napiVersion: fleetstream.io/v1alpha1\nkind: Cluster\nmetadata: {name: us-1}\n", answers: applyAnswers()},
+		{name: "apply-needs-file", args: []string{"apply"}},
+		{name: "apply-bad-manifest", args: []string{"apply", "-f", "-"}, stdin: "apiVersion: fleetstream.io/v1alpha1\nkind: Cluster\nmetadata: {name: eu-1}\nspec:\n  taints: [{key: a, efect: TAINT_EFFECT_NO_SELECT}]\n"},
+		{name: "diff", args: []string{"diff", "-f", "-"}, stdin: applyStdin, answers: applyAnswers()},
+		{name: "diff-bad-manifest", args: []string{"diff", "-f", "-"}, stdin: "kind: Cluster\n"},
+		{name: "export", args: []string{"export"}, answers: []proto.Message{
+			&clusterv1.ListClustersResponse{Clusters: []*clusterv1.Cluster{goldenCluster("eu-1")}},
+			&rbacv1.ListRoleTemplatesResponse{Templates: []*rbacv1.RoleTemplate{{Name: "project-owner"}, {Name: "reader", Rules: []*rbacv1.PolicyRule{{Verbs: []string{"get"}, Resources: []string{"pods"}}}, Revision: 4}}},
+			&rbacv1.ListProjectRoleBindingsResponse{Bindings: []*rbacv1.ProjectRoleBinding{{Project: "team-a", RoleTemplate: "reader", Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_GROUP, Name: "devs"}}}},
+			&placementv1.ListClusterSetsResponse{ClusterSets: []*placementv1.ClusterSet{{Name: "default"}, {Name: "europe", Selector: &placementv1.ClusterSetSelector{Type: placementv1.SelectorType_SELECTOR_TYPE_EXCLUSIVE_LABEL}}}},
+			&placementv1.ListClusterSetBindingsResponse{Bindings: []*placementv1.ClusterSetBinding{{Project: "team-a", ClusterSet: "europe"}}},
+			&projectv1.ListProjectsResponse{Projects: []*projectv1.Project{goldenProject()}},
+			&projectv1.ListNamespaceBindingsResponse{Bindings: []*projectv1.NamespaceBinding{goldenBinding("c1", "")}}}},
+		{name: "export-project-kind", args: []string{"export", "--project", "team-a", "--kind", "NamespaceBinding"},
+			answers: []proto.Message{&projectv1.ListNamespaceBindingsResponse{Bindings: []*projectv1.NamespaceBinding{goldenBinding("c1", ""), goldenBinding("c2", "eu-3"), goldenBinding("c3", "eu-3")}}}},
+		{name: "export-bad-kind", args: []string{"export", "--kind", "Widget"}},
+
 		// global flags
 		{name: "global-bad-output", args: []string{"-o", "xml", "cluster", "list"}},
 		{name: "global-unknown-command", args: []string{"cluster", "frobnicate"}},
+	}
+}
+
+// applyStdin declares a cluster the fake fleet holds with other labels, a new project and a
+// namespace binding in it.
+const applyStdin = `apiVersion: fleetstream.io/v1alpha1
+kind: Cluster
+metadata:
+  name: eu-1
+  labels: {env: prod}
+spec:
+  claims: {region: eu-west-1}
+  taints:
+  - {key: maintenance, value: "true", effect: TAINT_EFFECT_NO_SELECT_IF_NEW}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: Project
+metadata: {name: team-b}
+spec:
+  displayName: Team B
+  budgets:
+  - {cluster: eu-1, hard: {cpu: "8"}}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: NamespaceBinding
+metadata: {name: web, project: team-b}
+spec: {cluster: eu-1, hard: {cpu: "2"}}
+`
+
+func applyAnswers() []proto.Message {
+	return []proto.Message{
+		&clusterv1.ListClustersResponse{Clusters: []*clusterv1.Cluster{goldenCluster("eu-1")}},
+		&projectv1.ListProjectsResponse{},
+		&projectv1.ListNamespaceBindingsResponse{},
 	}
 }
 

@@ -61,6 +61,9 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.AddCommand(newAccessCommand(f))
 	root.AddCommand(newEndpointsCommand(f))
 	root.AddCommand(newEventsCommand(f))
+	root.AddCommand(newApplyCommand(f))
+	root.AddCommand(newDiffCommand(f))
+	root.AddCommand(newExportCommand(f))
 	return root
 }
 
@@ -86,6 +89,13 @@ func Run(ctx context.Context, streams IOStreams, args []string) int {
 	root := NewRootCommand(streams)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
+		var exit *exitError
+		if errors.As(err, &exit) {
+			if exit.err != nil {
+				PrintError(streams.ErrOut, exit.err)
+			}
+			return exit.code
+		}
 		PrintError(streams.ErrOut, err)
 		return 1
 	}

@@ -98,7 +98,7 @@ var kinds = []*Kind{
 		Name: "NamespaceBinding", Spec: &projectv1.NamespaceBinding{},
 		Fields:      []string{"cluster", "placement", "hard", "unbind_policy"},
 		Project:     true,
-		Rank:        2,
+		Rank:        4,
 		Description: "Gives the namespace metadata.name of one cluster (spec.cluster), or of every cluster a placement decides (spec.placement), to a project, with optional hard limits.",
 	},
 	{
@@ -106,7 +106,7 @@ var kinds = []*Kind{
 		Fields:       []string{"subject", "role_template"},
 		Project:      true,
 		NameOptional: true,
-		Rank:         3,
+		Rank:         4,
 		Description:  "Grants a subject a role template in every namespace of a project, on every cluster.",
 	},
 }

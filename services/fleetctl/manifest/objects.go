@@ -276,6 +276,7 @@ func Marshal(o *Object) ([]byte, error) {
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
+	enc.CompactSeqIndent() // "- " inside the indentation, as kubectl writes lists
 	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Key(), err)
 	}

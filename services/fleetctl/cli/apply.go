@@ -1,0 +1,414 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/spf13/cobra"
+
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/services/fleetctl/manifest"
+)
+
+// exitError ends fleetctl with code: diff's 1 for "there are differences", which is no failure
+// to print. err, when set, is printed as any error is.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+const applyExample = `  # fleet.yaml
+  apiVersion: fleetstream.io/v1alpha1
+  kind: Cluster
+  metadata:
+    name: eu-1
+    labels: {region: eu}
+  spec:
+    claims: {cloud: aws}
+  ---
+  apiVersion: fleetstream.io/v1alpha1
+  kind: Project
+  metadata: {name: team-a}
+  spec:
+    displayName: Team A
+    budgets:
+    - cluster: eu-1
+      hard: {cpu: "8"}
+  ---
+  apiVersion: fleetstream.io/v1alpha1
+  kind: NamespaceBinding
+  metadata: {name: web, project: team-a}
+  spec:
+    cluster: eu-1
+    hard: {cpu: "2"}
+
+  fleetctl apply -f fleet.yaml --token-dir ./agent-tokens
+  fleetctl apply -f fleet/            # every .yaml, .yml and .json below fleet/
+  fleetctl export | fleetctl apply -f - --dry-run`
+
+// manifestFlags are the flags of the commands that read manifests.
+type manifestFlags struct {
+	files []string
+}
+
+func (m *manifestFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVarP(&m.files, "filename", "f", nil, "manifest file, directory (read recursively) or - for standard input; repeatable")
+}
+
+func (m *manifestFlags) read(f *factory) ([]*manifest.Object, error) {
+	if len(m.files) == 0 {
+		return nil, errors.New("--filename (-f) is required")
+	}
+	return manifest.Read(m.files, f.streams.In)
+}
+
+// plannedObject is one declared object and what applying it does.
+type plannedObject struct {
+	obj *manifest.Object
+	// level orders apply: every object of a lower level is applied before any of a higher
+	// one. It is the kind's rank, and among role templates the depth of inheritance, since a
+	// template can inherit only from one that exists.
+	level   int
+	live    *liveObject
+	outcome string
+	err     error
+}
+
+// plan reads the fleet and decides, for every declared object, what apply would do. Objects
+// of a project that is neither declared nor in the fleet are refused here, rather than by the
+// API halfway through.
+func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir string) ([]*plannedObject, *fleetState, error) {
+	want := map[string]bool{"Project": true}
+	for _, o := range objs {
+		want[o.Kind.Name] = true
+	}
+	state, err := readFleet(ctx, f, want, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	declaredProjects := map[string]bool{}
+	for _, o := range objs {
+		if o.Kind.Name == "Project" {
+			declaredProjects[o.Name] = true
+		}
+	}
+	out := make([]*plannedObject, len(objs))
+	for i, o := range objs {
+		p := &plannedObject{obj: o, live: state.byKey[o.Key()]}
+		if o.Kind.Project && !declaredProjects[o.Project] && state.byKey["Project/"+o.Project] == nil {
+			p.err = fmt.Errorf("project %s is neither declared nor in the fleet", o.Project)
+		} else {
+			p.outcome, p.err = planObject(o, p.live, tokenDir)
+		}
+		out[i] = p
+	}
+	depth := inheritanceDepths(objs)
+	for _, p := range out {
+		p.level = p.obj.Kind.Rank * 1000
+		if p.obj.Kind.Name == "RoleTemplate" {
+			p.level += depth[p.obj.Name]
+		}
+	}
+	// Apply order: by level, then as declared.
+	slices.SortStableFunc(out, func(a, b *plannedObject) int { return a.level - b.level })
+	return out, state, nil
+}
+
+// inheritanceDepths gives each declared role template the length of its longest chain of
+// declared templates it inherits from (0 for none). Decoding has refused cycles.
+func inheritanceDepths(objs []*manifest.Object) map[string]int {
+	inherits := map[string][]string{}
+	for _, o := range objs {
+		if t, ok := o.Spec.(*rbacv1.RoleTemplate); ok {
+			inherits[o.Name] = t.Inherits
+		}
+	}
+	depth := map[string]int{}
+	var visit func(string, int) int
+	visit = func(n string, guard int) int {
+		if d, ok := depth[n]; ok || guard > len(inherits) {
+			return d
+		}
+		d := 0
+		for _, m := range inherits[n] {
+			if _, declared := inherits[m]; declared {
+				d = max(d, visit(m, guard+1)+1)
+			}
+		}
+		depth[n] = d
+		return d
+	}
+	for n := range inherits {
+		visit(n, 0)
+	}
+	return depth
+}
+
+func newApplyCommand(f *factory) *cobra.Command {
+	var (
+		mf          manifestFlags
+		tokenDir    string
+		dryRun      bool
+		concurrency int
+	)
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE|DIR|-",
+		Short: "Create and update what manifests declare",
+		Long: "Apply makes the fleet hold what the manifests declare (apiVersion " + manifest.APIVersion + "; kinds " + kindList() + "). " +
+			"It reads every manifest first and changes nothing when one is invalid, names a project that is neither declared nor in the fleet, or asks for a change the API cannot make. " +
+			"Objects are applied in dependency order (clusters, role templates and cluster sets, then projects, then bindings), each reported as created, configured or unchanged; " +
+			"a second apply of the same manifests reports every object unchanged. " +
+			"Updates are conditional on the revision apply read, so a change made by someone else meanwhile fails the object (aborted) instead of being overwritten; apply again to decide on fresh state. " +
+			"An object that fails leaves the others applied; a rerun finishes the rest. " +
+			"A newly registered cluster's agent token is written to --token-dir/<cluster>.token (mode 0600) and never printed.",
+		Example: applyExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if concurrency < 1 {
+				return fmt.Errorf("--concurrency %d: must be at least 1", concurrency)
+			}
+			objs, err := mf.read(f)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			planned, _, err := plan(ctx, f, objs, tokenDir)
+			if err != nil {
+				return err
+			}
+			var refused int
+			for _, p := range planned {
+				if p.err != nil {
+					refused++
+					fmt.Fprintf(f.streams.ErrOut, "%s: %s: %v\n", p.obj.Source, p.obj.Key(), p.err)
+				}
+			}
+			if refused > 0 {
+				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", refused, len(planned))
+			}
+			if dryRun {
+				for _, p := range planned {
+					fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", p.obj.Key(), p.outcome)
+				}
+				return nil
+			}
+			failed := applyPlanned(ctx, f, planned, tokenDir, concurrency)
+			if failed > 0 {
+				return fmt.Errorf("%d of %d objects failed; apply again to finish", failed, len(planned))
+			}
+			return nil
+		},
+	}
+	mf.add(cmd)
+	cmd.Flags().StringVar(&tokenDir, "token-dir", "", "directory the agent tokens of newly registered clusters are written to, as <cluster>.token (required when a Cluster is created)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be done without changing anything")
+	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "objects of one dependency level applied at once")
+	return cmd
+}
+
+// applyPlanned applies the planned objects level by level (a level's objects at most
+// concurrency at a time, the next level once it is done), printing each outcome in declared
+// order, and returns how many failed. Above 1,000 objects a progress line goes to stderr every
+// few seconds.
+func applyPlanned(ctx context.Context, f *factory, planned []*plannedObject, tokenDir string, concurrency int) int {
+	var done atomic.Int64
+	if len(planned) >= 1000 {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(2 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					fmt.Fprintf(f.streams.ErrOut, "applied %d of %d objects\n", done.Load(), len(planned))
+				}
+			}
+		}()
+	}
+	failed := 0
+	for start := 0; start < len(planned); {
+		end := start
+		for end < len(planned) && planned[end].level == planned[start].level {
+			end++
+		}
+		level := planned[start:end]
+		sem := make(chan struct{}, concurrency)
+		var wg sync.WaitGroup
+		for _, p := range level {
+			if p.outcome == outcomeUnchanged {
+				done.Add(1)
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				p.err = applyObject(ctx, f, p.obj, p.live, tokenDir)
+				done.Add(1)
+			}()
+		}
+		wg.Wait()
+		for _, p := range level {
+			if p.err != nil {
+				failed++
+				var b bytes.Buffer
+				PrintError(&b, p.err)
+				fmt.Fprintf(f.streams.ErrOut, "%s: %s", p.obj.Key(), b.String())
+				continue
+			}
+			fmt.Fprintf(f.streams.Out, "%s %s\n", p.obj.Key(), p.outcome)
+		}
+		start = end
+	}
+	return failed
+}
+
+func kindList() string {
+	var names []string
+	for _, k := range manifest.Kinds() {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func newDiffCommand(f *factory) *cobra.Command {
+	var mf manifestFlags
+	cmd := &cobra.Command{
+		Use:   "diff -f FILE|DIR|-",
+		Short: "Show what apply would change, as a unified diff",
+		Long: "Diff prints, for every declared object that apply would create or change, a unified diff from the object as the fleet holds it (live/) to the manifest (declared/), both in manifest form. " +
+			"It exits 0 when apply would change nothing, 1 when it would change something and 2 on an error, as kubectl diff does, so CI can gate on it.",
+		Example: "  fleetctl diff -f fleet/ && echo 'in sync'",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			objs, err := mf.read(f)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			planned, _, err := plan(cmd.Context(), f, objs, "")
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			changed := false
+			for _, p := range planned {
+				d, err := diffObject(p.obj, p.live)
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				if d != "" {
+					changed = true
+					io.WriteString(f.streams.Out, d)
+				}
+			}
+			if changed {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	mf.add(cmd)
+	return cmd
+}
+
+// diffObject is the unified diff from live (nil: absent) to declared, empty when apply would
+// leave the object unchanged.
+func diffObject(declared *manifest.Object, live *liveObject) (string, error) {
+	if live != nil && sameObject(declared, live.obj) {
+		return "", nil
+	}
+	want, err := manifest.Marshal(declared)
+	if err != nil {
+		return "", err
+	}
+	var have []byte
+	from := "live/" + declared.Key()
+	if live != nil {
+		// What the API does not keep (annotations, the name of a binding) is not a
+		// difference: take it from the manifest.
+		l := *live.obj
+		l.Annotations = declared.Annotations
+		if l.Name == "" {
+			l.Name = declared.Name
+		}
+		if have, err = manifest.Marshal(&l); err != nil {
+			return "", err
+		}
+	} else {
+		from = "/dev/null"
+	}
+	return difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: lines(have), B: lines(want),
+		FromFile: from, ToFile: "declared/" + declared.Key(), Context: 3,
+	})
+}
+
+// lines splits a document into lines that keep their newline; none for an empty document
+// (difflib's SplitLines would make it one empty line, a context line in every creation).
+func lines(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	l := strings.SplitAfter(string(b), "\n")
+	if l[len(l)-1] == "" {
+		l = l[:len(l)-1]
+	}
+	return l
+}
+
+func newExportCommand(f *factory) *cobra.Command {
+	var (
+		project string
+		kinds   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Print the fleet as manifests that apply cleanly",
+		Long: "Export prints what the fleet holds as " + manifest.APIVersion + " manifests, in apply order: the whole fleet, one project (--project: the project and what belongs to it) or some kinds (--kind). " +
+			"Applying the output to an empty fleet rebuilds it: every List answers the same, ids, revisions and times aside. " +
+			"Built-in role templates and cluster sets, the claims agents report and the taints the registry manages are left out, since no manifest declares them.",
+		Example: "  fleetctl export > fleet.yaml\n  fleetctl export --project team-a\n  fleetctl export --kind Cluster,RoleTemplate",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var want map[string]bool
+			if len(kinds) > 0 {
+				want = map[string]bool{}
+				for _, k := range kinds {
+					if manifest.KindNamed(k) == nil {
+						return fmt.Errorf("--kind %q: want one of %s", k, kindList())
+					}
+					want[k] = true
+				}
+			}
+			state, err := readFleet(cmd.Context(), f, want, project)
+			if err != nil {
+				return err
+			}
+			return manifest.Encode(f.streams.Out, state.objects())
+		},
+	}
+	cmd.Flags().StringVar(&project, "project", "", "export only this project and what belongs to it")
+	cmd.Flags().StringSliceVar(&kinds, "kind", nil, "export only these kinds (comma-separated or repeated)")
+	return cmd
+}

@@ -1,0 +1,310 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/encoding/prototext"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+)
+
+const fleetManifests = `apiVersion: fleetstream.io/v1alpha1
+kind: Cluster
+metadata:
+  name: eu-1
+  labels: {region: eu, tier: gold}
+spec:
+  claims: {cloud: aws}
+  taints:
+  - {key: maintenance, value: "true", effect: TAINT_EFFECT_NO_SELECT_IF_NEW}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: Cluster
+metadata: {name: us-1, labels: {region: us}}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: RoleTemplate
+metadata: {name: reader}
+spec:
+  displayName: Reader
+  rules:
+  - {verbs: [get, list], apiGroups: [""], resources: [pods]}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: RoleTemplate
+metadata: {name: operator, annotations: {owner: platform}}
+spec:
+  inherits: [reader]
+  rules:
+  - {verbs: [delete], apiGroups: [""], resources: [pods]}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: ClusterSet
+metadata: {name: europe}
+spec:
+  selector:
+    type: SELECTOR_TYPE_LABEL_SELECTOR
+    labelSelector: {matchLabels: {region: eu}}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: Project
+metadata: {name: team-a, labels: {org: web}}
+spec:
+  displayName: Team A
+  budgets:
+  - cluster: eu-1
+    hard: {cpu: "8"}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: ClusterSetBinding
+metadata: {project: team-a}
+spec: {clusterSet: europe}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: NamespaceBinding
+metadata: {name: web, project: team-a}
+spec:
+  cluster: eu-1
+  hard: {cpu: "2"}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: NamespaceBinding
+metadata: {name: web, project: team-a}
+spec: {cluster: us-1}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: ProjectRoleBinding
+metadata: {project: team-a}
+spec:
+  subject: {kind: SUBJECT_KIND_GROUP, name: web-devs}
+  roleTemplate: operator
+`
+
+// TestApplyEndToEnd runs apply, diff and export against the real cluster-import,
+// namespace-binding and rbac-sync: every kind created, an unchanged rerun, an update, diff's
+// exit codes, the refusals that change nothing, and an export that rebuilds the fleet on an
+// empty hub.
+func TestApplyEndToEnd(t *testing.T) {
+	h := startRBACHub(t)
+	dir := t.TempDir()
+	fleetDir := filepath.Join(dir, "fleet")
+	if err := os.MkdirAll(filepath.Join(fleetDir, "team-a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Fleet-wide objects in one file, the project's in its folder: a directory is read whole.
+	parts := strings.SplitN(fleetManifests, "kind: Project\n", 2)
+	writeFile(t, filepath.Join(fleetDir, "fleet.yaml"), strings.TrimSuffix(parts[0], "apiVersion: fleetstream.io/v1alpha1\n"))
+	writeFile(t, filepath.Join(fleetDir, "team-a", "project.yaml"), "apiVersion: fleetstream.io/v1alpha1\nkind: Project\n"+parts[1])
+	tokens := filepath.Join(dir, "tokens")
+
+	// Registering clusters without somewhere to put their tokens: refused, nothing written.
+	r := h.run(t, "apply", "-f", fleetDir)
+	if r.code != 1 || !strings.Contains(r.stderr, "Cluster/eu-1: registering a cluster hands out its agent token once: give --token-dir to receive it") ||
+		!strings.Contains(r.stderr, "error: 2 of 10 objects cannot be applied; nothing was changed") {
+		t.Fatalf("apply without --token-dir: exit %d\n%s", r.code, r.stderr)
+	}
+	if out := h.run(t, "cluster", "list").ok(t).stdout; strings.Contains(out, "eu-1") {
+		t.Fatalf("a refused apply registered a cluster:\n%s", out)
+	}
+
+	// diff before anything exists: every object is new, exit 1.
+	r = h.run(t, "diff", "-f", fleetDir)
+	if r.code != 1 || !strings.Contains(r.stdout, "--- /dev/null\n+++ declared/Cluster/eu-1\n") {
+		t.Fatalf("diff of a new fleet: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	r = h.run(t, "apply", "-f", fleetDir, "--token-dir", tokens).ok(t)
+	want := `Cluster/eu-1 created
+Cluster/us-1 created
+RoleTemplate/reader created
+ClusterSet/europe created
+RoleTemplate/operator created
+Project/team-a created
+ClusterSetBinding/team-a/europe created
+NamespaceBinding/team-a/cluster=eu-1/web created
+NamespaceBinding/team-a/cluster=us-1/web created
+ProjectRoleBinding/team-a/operator/group:web-devs created
+`
+	if r.stdout != want {
+		t.Fatalf("first apply:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	for _, c := range []string{"eu-1", "us-1"} {
+		info, err := os.Stat(filepath.Join(tokens, c+".token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode().Perm() != 0o600 {
+			t.Errorf("%s.token has mode %v, want 0600", c, info.Mode().Perm())
+		}
+		token, _ := os.ReadFile(filepath.Join(tokens, c+".token"))
+		if len(strings.TrimSpace(string(token))) < 16 || strings.Contains(r.stdout+r.stderr, strings.TrimSpace(string(token))) {
+			t.Errorf("%s's agent token is missing or was printed", c)
+		}
+	}
+
+	// The same manifests again: nothing to do, and diff agrees.
+	r = h.run(t, "apply", "-f", fleetDir, "--token-dir", tokens).ok(t)
+	if got := strings.Count(r.stdout, " unchanged\n"); got != 10 {
+		t.Fatalf("second apply: %d unchanged, want 10:\n%s", got, r.stdout)
+	}
+	if r := h.run(t, "diff", "-f", fleetDir); r.code != 0 || r.stdout != "" {
+		t.Fatalf("diff of an applied fleet: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Change a label, a quota, a budget and a template's rules.
+	changed := strings.NewReplacer(
+		"labels: {region: eu, tier: gold}", "labels: {region: eu, tier: silver}",
+		"cluster: eu-1\n  hard: {cpu: \"2\"}", "cluster: eu-1\n  hard: {cpu: \"4\"}",
+		"hard: {cpu: \"8\"}", "hard: {cpu: \"16\"}",
+		"verbs: [get, list]", "verbs: [get, list, watch]",
+	).Replace(fleetManifests)
+	changedFile := filepath.Join(dir, "changed.yaml")
+	writeFile(t, changedFile, changed)
+	r = h.run(t, "diff", "-f", changedFile)
+	if r.code != 1 {
+		t.Fatalf("diff of a change: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, line := range []string{"--- live/Cluster/eu-1\n+++ declared/Cluster/eu-1\n", "-    tier: gold\n+    tier: silver\n", "-      cpu: \"8\"\n+      cpu: \"16\"\n", "+    - watch\n"} {
+		if !strings.Contains(r.stdout, line) {
+			t.Errorf("diff lacks %q:\n%s", line, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "us-1") {
+		t.Errorf("diff shows an unchanged object:\n%s", r.stdout)
+	}
+	r = h.run(t, "apply", "-f", changedFile).ok(t)
+	for _, line := range []string{"Cluster/eu-1 configured", "Cluster/us-1 unchanged", "RoleTemplate/reader configured", "RoleTemplate/operator unchanged",
+		"Project/team-a configured", "NamespaceBinding/team-a/cluster=eu-1/web configured", "NamespaceBinding/team-a/cluster=us-1/web unchanged"} {
+		if !strings.Contains(r.stdout, line+"\n") {
+			t.Errorf("apply of a change lacks %q:\n%s", line, r.stdout)
+		}
+	}
+	if r := h.run(t, "diff", "-f", changedFile); r.code != 0 {
+		t.Fatalf("diff after applying the change: exit %d\n%s", r.code, r.stdout)
+	}
+
+	// What the API cannot do is refused before anything is written.
+	writeFile(t, filepath.Join(dir, "bad.yaml"), strings.Replace(changed, "displayName: Team A", "displayName: Team B", 1)+
+		"---\napiVersion: fleetstream.io/v1alpha1\nkind: NamespaceBinding\nmetadata: {name: api, project: team-x}\nspec: {cluster: eu-1}\n")
+	r = h.run(t, "apply", "-f", filepath.Join(dir, "bad.yaml"))
+	if r.code != 1 || !strings.Contains(r.stderr, "Project/team-a: spec.displayName: a project's display name cannot be changed") ||
+		!strings.Contains(r.stderr, "NamespaceBinding/team-x/cluster=eu-1/api: project team-x is neither declared nor in the fleet") {
+		t.Fatalf("apply of impossible changes: exit %d\n%s", r.code, r.stderr)
+	}
+	// diff says 2 for an error.
+	if r := h.run(t, "diff", "-f", filepath.Join(dir, "missing.yaml")); r.code != 2 {
+		t.Fatalf("diff of a missing file: exit %d, want 2", r.code)
+	}
+
+	// Export, apply the export to an empty hub: every List answers the same.
+	export := h.run(t, "export").ok(t).stdout
+	exportFile := filepath.Join(dir, "export.yaml")
+	writeFile(t, exportFile, export)
+	if r := h.run(t, "diff", "-f", exportFile); r.code != 0 {
+		t.Fatalf("the export differs from the fleet it came from: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	h2 := startRBACHub(t)
+	h2.run(t, "apply", "-f", exportFile, "--token-dir", filepath.Join(dir, "tokens2")).ok(t)
+	if again := h2.run(t, "export").ok(t).stdout; again != export {
+		t.Errorf("export of the rebuilt fleet differs:\n%s\nwant:\n%s", again, export)
+	}
+	original, rebuilt := listFleet(t, h), listFleet(t, h2)
+	for i := range original {
+		if !proto.Equal(original[i], rebuilt[i]) {
+			t.Errorf("the rebuilt fleet answers %T differently:\n%s\nwant:\n%s", original[i], prototext.Format(rebuilt[i]), prototext.Format(original[i]))
+		}
+	}
+
+	// Exporting one project.
+	r = h.run(t, "export", "--project", "team-a").ok(t)
+	if strings.Contains(r.stdout, "kind: Cluster\n") || !strings.Contains(r.stdout, "kind: ProjectRoleBinding\n") {
+		t.Errorf("export --project team-a:\n%s", r.stdout)
+	}
+}
+
+// listFleet answers every List call of the kinds manifests declare, with what differs between
+// two fleets built alike (ids, revisions and times) cleared.
+func listFleet(t *testing.T, h *hubEnv) []proto.Message {
+	t.Helper()
+	ctx := context.Background()
+	opt := connect.WithInterceptors(bearerAuth{token: e2eToken})
+	clusters := clusterv1connect.NewClusterServiceClient(http.DefaultClient, h.url, opt)
+	projects := projectv1connect.NewProjectServiceClient(http.DefaultClient, h.url, opt)
+	rbac := rbacv1connect.NewRBACServiceClient(http.DefaultClient, h.url, opt)
+	sets := placementv1connect.NewClusterSetServiceClient(http.DefaultClient, h.url, opt)
+	var out []proto.Message
+	add := func(m proto.Message, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clearVolatile(m.ProtoReflect())
+		// The registry keeps its own taints and the user's in the order they came, which
+		// differs between a fleet built over time and one built at once.
+		if l, ok := m.(*clusterv1.ListClustersResponse); ok {
+			for _, c := range l.Clusters {
+				slices.SortFunc(c.Taints, func(a, b *clusterv1.Taint) int { return strings.Compare(a.Key, b.Key) })
+			}
+		}
+		out = append(out, m)
+	}
+	add(msg(clusters.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))))
+	add(msg(projects.ListProjects(ctx, connect.NewRequest(&projectv1.ListProjectsRequest{}))))
+	add(msg(projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{}))))
+	add(msg(rbac.ListRoleTemplates(ctx, connect.NewRequest(&rbacv1.ListRoleTemplatesRequest{}))))
+	add(msg(rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{}))))
+	add(msg(sets.ListClusterSets(ctx, connect.NewRequest(&placementv1.ListClusterSetsRequest{}))))
+	add(msg(sets.ListClusterSetBindings(ctx, connect.NewRequest(&placementv1.ListClusterSetBindingsRequest{}))))
+	return out
+}
+
+func msg[T any](res *connect.Response[T], err error) (proto.Message, error) {
+	if err != nil {
+		return nil, err
+	}
+	return any(res.Msg).(proto.Message), nil
+}
+
+// clearVolatile clears, everywhere in m, ids, revisions and times: what two fleets built from
+// the same manifests do not share.
+func clearVolatile(m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := string(fd.Name())
+		if name == "id" || name == "revision" || strings.HasSuffix(name, "_id") || strings.HasSuffix(name, "_time") || name == "time_added" ||
+			(fd.Kind() == protoreflect.MessageKind && fd.Message().FullName() == "google.protobuf.Timestamp") {
+			m.Clear(fd)
+			return true
+		}
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Kind() == protoreflect.MessageKind {
+				v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool { clearVolatile(e.Message()); return true })
+			}
+		case fd.IsList():
+			if fd.Kind() == protoreflect.MessageKind {
+				for i := 0; i < v.List().Len(); i++ {
+					clearVolatile(v.List().Get(i).Message())
+				}
+			}
+		case fd.Kind() == protoreflect.MessageKind:
+			clearVolatile(v.Message())
+		}
+		return true
+	})
+}

@@ -1,0 +1,409 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/services/fleetctl/manifest"
+)
+
+// The fleet as manifests: fleetState reads what the API holds, every kind rendered as the
+// manifest that declares it (what export prints and what apply and diff compare with), and
+// applyObject makes one declared object so. Objects are compared in their manifest form, so an
+// object is "unchanged" exactly when export would print what the manifest says.
+
+// liveObject is an object as the API holds it.
+type liveObject struct {
+	obj *manifest.Object
+	// revision is the API's revision of the object, passed back as expected_revision so that
+	// an update made on a stale read fails instead of overwriting a change made since.
+	revision uint64
+}
+
+// fleetState is the fleet's objects by manifest key, in export order.
+type fleetState struct {
+	byKey map[string]*liveObject
+	keys  []string
+}
+
+func (s *fleetState) add(obj *manifest.Object, revision uint64) {
+	k := obj.Key()
+	if _, ok := s.byKey[k]; ok {
+		return
+	}
+	s.byKey[k] = &liveObject{obj: obj, revision: revision}
+	s.keys = append(s.keys, k)
+}
+
+// objects returns the live objects in apply order (kind rank, then the API's order).
+func (s *fleetState) objects() []*manifest.Object {
+	out := make([]*manifest.Object, 0, len(s.keys))
+	for _, k := range s.keys {
+		out = append(out, s.byKey[k].obj)
+	}
+	slices.SortStableFunc(out, func(a, b *manifest.Object) int { return a.Kind.Rank - b.Kind.Rank })
+	return out
+}
+
+// readFleet lists the kinds wanted (nil: every kind) from the API, limited to one project when
+// project is given (fleet-wide kinds are then left out).
+func readFleet(ctx context.Context, f *factory, want map[string]bool, project string) (*fleetState, error) {
+	s := &fleetState{byKey: map[string]*liveObject{}}
+	wants := func(kind string) bool {
+		if want != nil && !want[kind] {
+			return false
+		}
+		return project == "" || manifest.KindNamed(kind).Project || kind == "Project"
+	}
+	kind := manifest.KindNamed
+	if wants("Cluster") {
+		res, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.ListClusters,
+			&clusterv1.ListClustersRequest{}, "list clusters")
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range res.Clusters {
+			s.add(clusterObject(c), c.Revision)
+		}
+	}
+	if wants("RoleTemplate") {
+		res, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.ListRoleTemplates,
+			&rbacv1.ListRoleTemplatesRequest{}, "list role templates")
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range res.Templates {
+			if roles.IsBuiltin(t.Name) {
+				continue // part of every fleet, not declared
+			}
+			s.add(&manifest.Object{Kind: kind("RoleTemplate"), Name: t.Name, Spec: kind("RoleTemplate").Clean(t)}, t.Revision)
+		}
+	}
+	if wants("ClusterSet") {
+		res, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.ListClusterSets,
+			&placementv1.ListClusterSetsRequest{}, "list cluster sets")
+		if err != nil {
+			return nil, err
+		}
+		for _, cs := range res.ClusterSets {
+			if cs.Name == "default" || cs.Name == "global" {
+				continue // built in
+			}
+			s.add(&manifest.Object{Kind: kind("ClusterSet"), Name: cs.Name, Spec: kind("ClusterSet").Clean(cs)}, cs.Revision)
+		}
+	}
+	if wants("Project") {
+		res, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListProjects,
+			&projectv1.ListProjectsRequest{}, "list projects")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range res.Projects {
+			if project != "" && p.Name != project {
+				continue
+			}
+			s.add(&manifest.Object{Kind: kind("Project"), Name: p.Name, Labels: p.Labels, Spec: kind("Project").Clean(p)}, p.Revision)
+		}
+	}
+	if wants("ClusterSetBinding") {
+		res, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.ListClusterSetBindings,
+			&placementv1.ListClusterSetBindingsRequest{Project: project}, "list cluster set bindings")
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range res.Bindings {
+			s.add(&manifest.Object{Kind: kind("ClusterSetBinding"), Project: b.Project, Spec: &placementv1.ClusterSetBinding{ClusterSet: b.ClusterSet}}, b.Revision)
+		}
+	}
+	if wants("NamespaceBinding") {
+		res, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListNamespaceBindings,
+			&projectv1.ListNamespaceBindingsRequest{Project: project}, "list namespace bindings")
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range res.Bindings {
+			if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
+				continue // unbound already
+			}
+			spec := &projectv1.NamespaceBinding{Cluster: b.Cluster, Hard: b.Hard}
+			if b.Placement != "" {
+				// One manifest declares the namespace on every cluster of the placement; the
+				// first cluster's binding stands for them all.
+				spec = &projectv1.NamespaceBinding{Placement: b.Placement, Hard: b.Hard, UnbindPolicy: b.UnbindPolicy}
+			}
+			s.add(&manifest.Object{Kind: kind("NamespaceBinding"), Name: b.Namespace, Project: b.Project, Spec: spec}, b.Revision)
+		}
+	}
+	if wants("ProjectRoleBinding") {
+		res, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.ListProjectRoleBindings,
+			&rbacv1.ListProjectRoleBindingsRequest{Project: project}, "list project role bindings")
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range res.Bindings {
+			s.add(&manifest.Object{Kind: kind("ProjectRoleBinding"), Project: b.Project,
+				Spec: &rbacv1.ProjectRoleBinding{Subject: b.Subject, RoleTemplate: b.RoleTemplate}}, b.Revision)
+		}
+	}
+	return s, nil
+}
+
+// clusterObject is a cluster's manifest: what an admin declares, without the claims its agent
+// reports and the taints the registry manages.
+func clusterObject(c *clusterv1.Cluster) *manifest.Object {
+	spec := &clusterv1.Cluster{}
+	for k, v := range c.Claims {
+		if !strings.HasSuffix(k, ".fleetstream.io") {
+			if spec.Claims == nil {
+				spec.Claims = map[string]string{}
+			}
+			spec.Claims[k] = v
+		}
+	}
+	for _, t := range c.Taints {
+		if !strings.HasPrefix(t.Key, "fleetstream.io/") {
+			spec.Taints = append(spec.Taints, &clusterv1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+		}
+	}
+	return &manifest.Object{Kind: manifest.KindNamed("Cluster"), Name: c.Name, Labels: c.Labels, Spec: spec}
+}
+
+// sameObject reports whether declared and live say the same: their specs as a manifest holds
+// them and, for kinds whose labels the API keeps, their labels.
+func sameObject(declared, live *manifest.Object) bool {
+	k := declared.Kind
+	if k.Labels && !maps.Equal(declared.Labels, live.Labels) {
+		return false
+	}
+	return proto.Equal(k.Clean(declared.Spec), k.Clean(live.Spec))
+}
+
+// Apply outcomes, as kubectl words them.
+const (
+	outcomeCreated    = "created"
+	outcomeConfigured = "configured"
+	outcomeUnchanged  = "unchanged"
+	outcomePruned     = "pruned"
+)
+
+// planObject says what applying o to live would do, or why it cannot be done; it writes
+// nothing. Every refusal is found here, before the first write, so that an apply that cannot
+// finish does not start.
+func planObject(o *manifest.Object, live *liveObject, tokenDir string) (string, error) {
+	if live == nil {
+		if o.Kind.Name == "Cluster" && tokenDir == "" {
+			return "", errors.New("registering a cluster hands out its agent token once: give --token-dir to receive it")
+		}
+		return outcomeCreated, nil
+	}
+	if sameObject(o, live.obj) {
+		return outcomeUnchanged, nil
+	}
+	switch o.Kind.Name {
+	case "Project":
+		p, l := o.Spec.(*projectv1.Project), live.obj.Spec.(*projectv1.Project)
+		if p.DisplayName != l.DisplayName {
+			return "", fmt.Errorf("spec.displayName: a project's display name cannot be changed (the API has no project update); it is %q", l.DisplayName)
+		}
+		if !maps.Equal(o.Labels, live.obj.Labels) {
+			return "", errors.New("metadata.labels: a project's labels cannot be changed (the API has no project update)")
+		}
+	case "NamespaceBinding":
+		b, l := o.Spec.(*projectv1.NamespaceBinding), live.obj.Spec.(*projectv1.NamespaceBinding)
+		if b.Placement != "" && (b.UnbindPolicy != l.UnbindPolicy || !maps.Equal(b.Hard, l.Hard)) {
+			return "", errors.New("spec: the quota and unbind policy of a namespace that follows a placement cannot be changed in place; unbind it and bind it again")
+		}
+	}
+	return outcomeConfigured, nil
+}
+
+// applyObject makes o as declared: created when live is nil, else updated from live.
+func applyObject(ctx context.Context, f *factory, o *manifest.Object, live *liveObject, tokenDir string) error {
+	if live == nil {
+		return createObject(ctx, f, o, tokenDir)
+	}
+	return updateObject(ctx, f, o, live)
+}
+
+func createObject(ctx context.Context, f *factory, o *manifest.Object, tokenDir string) error {
+	switch s := o.Spec.(type) {
+	case *clusterv1.Cluster:
+		res, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.RegisterCluster,
+			&clusterv1.RegisterClusterRequest{Name: o.Name, Labels: o.Labels, Claims: s.Claims, Taints: s.Taints}, "register cluster %s", o.Name)
+		if err != nil {
+			return err
+		}
+		return writeAgentToken(tokenDir, o.Name, res.AgentToken)
+	case *rbacv1.RoleTemplate:
+		t := proto.Clone(s).(*rbacv1.RoleTemplate)
+		t.Name = o.Name
+		_, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.CreateRoleTemplate,
+			&rbacv1.CreateRoleTemplateRequest{Template: t}, "create role template %s", o.Name)
+		return err
+	case *placementv1.ClusterSet:
+		_, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.CreateClusterSet,
+			&placementv1.CreateClusterSetRequest{Name: o.Name, Selector: s.Selector}, "create cluster set %s", o.Name)
+		return err
+	case *projectv1.Project:
+		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.CreateProject,
+			&projectv1.CreateProjectRequest{Name: o.Name, DisplayName: s.DisplayName, Labels: o.Labels}, "create project %s", o.Name)
+		if err != nil {
+			return err
+		}
+		for _, b := range s.Budgets {
+			if err := setBudget(ctx, f, o.Name, b.Cluster, b.Hard); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *placementv1.ClusterSetBinding:
+		_, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.BindClusterSet,
+			&placementv1.BindClusterSetRequest{Project: o.Project, ClusterSet: s.ClusterSet}, "bind cluster set %s to project %s", s.ClusterSet, o.Project)
+		return err
+	case *projectv1.NamespaceBinding:
+		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.BindNamespace,
+			&projectv1.BindNamespaceRequest{Project: o.Project, Cluster: s.Cluster, Placement: s.Placement, Namespace: o.Name, Hard: s.Hard, UnbindPolicy: s.UnbindPolicy},
+			"bind namespace %s", o.Name)
+		return err
+	case *rbacv1.ProjectRoleBinding:
+		_, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.BindProjectRole,
+			&rbacv1.BindProjectRoleRequest{Project: o.Project, Subject: s.Subject, RoleTemplate: s.RoleTemplate}, "bind role %s in project %s", s.RoleTemplate, o.Project)
+		return err
+	}
+	return fmt.Errorf("%s: kind %s cannot be created", o.Key(), o.Kind.Name)
+}
+
+func setBudget(ctx context.Context, f *factory, project, cluster string, hard map[string]string) error {
+	_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.SetProjectBudget,
+		&projectv1.SetProjectBudgetRequest{Project: project, Cluster: cluster, Hard: hard}, "set the budget of project %s on cluster %s", project, cluster)
+	return err
+}
+
+// updateObject changes live into o. Updates carry live's revision where the API takes one, so
+// a change someone made after apply read the fleet fails with aborted rather than being
+// overwritten; a rerun reads it and decides again.
+func updateObject(ctx context.Context, f *factory, o *manifest.Object, live *liveObject) error {
+	switch s := o.Spec.(type) {
+	case *clusterv1.Cluster:
+		_, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.UpdateCluster,
+			&clusterv1.UpdateClusterRequest{Name: o.Name, Labels: o.Labels, Claims: s.Claims, Taints: s.Taints,
+				UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"labels", "claims", "taints"}},
+				ExpectedRevision: live.revision}, "update cluster %s", o.Name)
+		return err
+	case *rbacv1.RoleTemplate:
+		t := proto.Clone(s).(*rbacv1.RoleTemplate)
+		t.Name = o.Name
+		_, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UpdateRoleTemplate,
+			&rbacv1.UpdateRoleTemplateRequest{Template: t,
+				UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"display_name", "rules", "inherits", "locked"}},
+				ExpectedRevision: live.revision}, "update role template %s", o.Name)
+		return err
+	case *placementv1.ClusterSet:
+		_, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UpdateClusterSet,
+			&placementv1.UpdateClusterSetRequest{Name: o.Name, Selector: s.Selector, ExpectedRevision: live.revision}, "update cluster set %s", o.Name)
+		return err
+	case *projectv1.Project:
+		// Budgets are set per cluster: the declared ones that differ, and an empty budget for
+		// each cluster the manifest no longer budgets.
+		want := map[string]map[string]string{}
+		for _, b := range s.Budgets {
+			want[b.Cluster] = b.Hard
+		}
+		have := map[string]map[string]string{}
+		for _, b := range live.obj.Spec.(*projectv1.Project).Budgets {
+			have[b.Cluster] = b.Hard
+		}
+		for _, c := range slices.Sorted(maps.Keys(want)) {
+			if !maps.Equal(want[c], have[c]) {
+				if err := setBudget(ctx, f, o.Name, c, want[c]); err != nil {
+					return err
+				}
+			}
+		}
+		for _, c := range slices.Sorted(maps.Keys(have)) {
+			if _, ok := want[c]; !ok {
+				if err := setBudget(ctx, f, o.Name, c, nil); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case *projectv1.NamespaceBinding:
+		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UpdateQuota,
+			&projectv1.UpdateQuotaRequest{Project: o.Project, Cluster: s.Cluster, Namespace: o.Name, Hard: s.Hard}, "update the quota of namespace %s", o.Name)
+		return err
+	}
+	// Bindings are what they bind: a different one is a different key, never an update.
+	return fmt.Errorf("%s: kind %s cannot be updated", o.Key(), o.Kind.Name)
+}
+
+// deleteObject removes a live object (prune).
+func deleteObject(ctx context.Context, f *factory, o *manifest.Object, live *liveObject, cascade bool) error {
+	switch s := o.Spec.(type) {
+	case *clusterv1.Cluster:
+		_, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.DeregisterCluster,
+			&clusterv1.DeregisterClusterRequest{Name: o.Name, ExpectedRevision: live.revision}, "deregister cluster %s", o.Name)
+		return err
+	case *rbacv1.RoleTemplate:
+		_, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.DeleteRoleTemplate,
+			&rbacv1.DeleteRoleTemplateRequest{Name: o.Name, ExpectedRevision: live.revision}, "delete role template %s", o.Name)
+		return err
+	case *placementv1.ClusterSet:
+		_, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.DeleteClusterSet,
+			&placementv1.DeleteClusterSetRequest{Name: o.Name, ExpectedRevision: live.revision}, "delete cluster set %s", o.Name)
+		return err
+	case *projectv1.Project:
+		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.DeleteProject,
+			&projectv1.DeleteProjectRequest{Name: o.Name, Force: cascade}, "delete project %s", o.Name)
+		return err
+	case *placementv1.ClusterSetBinding:
+		_, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UnbindClusterSet,
+			&placementv1.UnbindClusterSetRequest{Project: o.Project, ClusterSet: s.ClusterSet}, "unbind cluster set %s from project %s", s.ClusterSet, o.Project)
+		return err
+	case *projectv1.NamespaceBinding:
+		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UnbindNamespace,
+			&projectv1.UnbindNamespaceRequest{Project: o.Project, Cluster: s.Cluster, Placement: s.Placement, Namespace: o.Name}, "unbind namespace %s", o.Name)
+		return err
+	case *rbacv1.ProjectRoleBinding:
+		_, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UnbindProjectRole,
+			&rbacv1.UnbindProjectRoleRequest{Project: o.Project, Subject: s.Subject, RoleTemplate: s.RoleTemplate}, "unbind role %s in project %s", s.RoleTemplate, o.Project)
+		return err
+	}
+	return fmt.Errorf("%s: kind %s cannot be deleted", o.Key(), o.Kind.Name)
+}
+
+// writeAgentToken stores a newly registered cluster's agent token as <dir>/<cluster>.token,
+// readable by its owner only. The token is shown nowhere else: apply's output goes into CI
+// logs, which are no place for a credential.
+func writeAgentToken(dir, cluster, token string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--token-dir: %w", err)
+	}
+	path := filepath.Join(dir, cluster+".token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("cluster %s is registered but its agent token could not be written (deregister and apply again to get a new one): %w", cluster, err)
+	}
+	return nil
+}
+
+// isNotFound reports whether err is the API's not_found.
+func isNotFound(err error) bool { return connect.CodeOf(err) == connect.CodeNotFound }
