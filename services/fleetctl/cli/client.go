@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -37,6 +36,12 @@ type factory struct {
 	tokenFile string
 	output    string
 	timeout   time.Duration
+	// contextName is --context; the context itself is read once, when a command first
+	// needs it (activeContext).
+	contextName string
+	ctxLoaded   bool
+	ctx         *fleetContext
+	ctxErr      error
 }
 
 func (f *factory) addFlags(root *cobra.Command) {
@@ -48,6 +53,7 @@ func (f *factory) addFlags(root *cobra.Command) {
 	fl.StringVar(&f.token, "token", "", "bearer token for the API (env "+envToken+")")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token as the first field of its first token,user line, the format of kube-apiserver's --token-auth-file (env "+envTokenFile+")")
 	fl.StringVarP(&f.output, "output", "o", formatTable, "output format: json, yaml or table")
+	fl.StringVar(&f.contextName, "context", "", "context of the configuration file to use instead of the current one (env "+envConfig+" names the file)")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "time limit of each request; for watch, of the whole watch and only when given (0 means none)")
 }
 
@@ -62,6 +68,13 @@ func (f *factory) validate() error {
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout %s: must not be negative", f.timeout)
 	}
+	// A --context that names no context is a mistake even when flags or the environment
+	// say everything it would have.
+	if f.changed("context") {
+		if _, err := f.activeContext(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -70,11 +83,27 @@ func (f *factory) changed(name string) bool {
 	return f.root.PersistentFlags().Changed(name)
 }
 
-// serverURL is the API base URL from --server, else the environment, else the default.
+// serverFromContext reports whether the server comes from the context: neither --server nor
+// the environment names one.
+func (f *factory) serverFromContext() bool {
+	return !f.changed("server") && os.Getenv(envServer) == ""
+}
+
+// serverURL is the API base URL from --server, else the environment, else the context, else
+// the default.
 func (f *factory) serverURL() (string, error) {
 	raw := f.server
 	if v, ok := os.LookupEnv(envServer); ok && v != "" && !f.changed("server") {
 		raw = v
+	}
+	if f.serverFromContext() {
+		ctx, err := f.activeContext()
+		if err != nil {
+			return "", err
+		}
+		if ctx != nil && ctx.Server != "" {
+			raw = ctx.Server
+		}
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -104,6 +133,20 @@ func (f *factory) bearerToken() (string, error) {
 	}
 	if p := os.Getenv(envTokenFile); p != "" {
 		return readTokenFile(p)
+	}
+	// A context's credentials go only to the context's server: with the server named by a
+	// flag or the environment they would reach a fleet the context does not describe.
+	if f.serverFromContext() {
+		ctx, err := f.activeContext()
+		if err != nil {
+			return "", err
+		}
+		if ctx != nil && ctx.Token != "" {
+			return ctx.Token, nil
+		}
+		if ctx != nil && ctx.TokenFile != "" {
+			return readTokenFile(ctx.TokenFile)
+		}
 	}
 	return "", nil
 }
@@ -162,7 +205,11 @@ func newClient[C any](f *factory, ctor func(connect.HTTPClient, string, ...conne
 	}
 	// No http.Client timeout: it would cut watches short. Requests are bounded through their
 	// context instead (see requestContext).
-	return ctor(&http.Client{}, base, opts...), nil
+	hc, err := f.httpClient()
+	if err != nil {
+		return zero, err
+	}
+	return ctor(hc, base, opts...), nil
 }
 
 // requestContext bounds a unary call by --timeout.

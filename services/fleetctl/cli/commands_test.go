@@ -41,6 +41,10 @@ type commandCase struct {
 	formats bool
 	// holdStreams keeps a watch open after its answers, until the client ends it.
 	holdStreams bool
+	// config is the configuration file the case starts with (every case gets its own,
+	// empty unless given); showConfig appends the file as the command left it to the golden.
+	config     string
+	showConfig bool
 }
 
 // Fixed times, so that the golden files hold the same columns every day. Columns that show an
@@ -357,11 +361,31 @@ func commandCases() []commandCase {
 			answers: []proto.Message{&projectv1.ListNamespaceBindingsResponse{Bindings: []*projectv1.NamespaceBinding{goldenBinding("c1", ""), goldenBinding("c2", "eu-3"), goldenBinding("c3", "eu-3")}}}},
 		{name: "export-bad-kind", args: []string{"export", "--kind", "Widget"}},
 
+		// config: the file is the case's own.
+		{name: "config-set-context", args: []string{"config", "set-context", "staging", "--context-server", "https://fleet.staging.example:8080", "--context-token-file", "/run/secrets/staging", "--use"},
+			config: goldenConfig, showConfig: true},
+		{name: "config-set-context-token-clears-file", args: []string{"config", "set-context", "prod", "--context-token", "s3cret"}, config: goldenConfig, showConfig: true},
+		{name: "config-use-context", args: []string{"config", "use-context", "dev"}, config: goldenConfig, showConfig: true},
+		{name: "config-use-context-unknown", args: []string{"config", "use-context", "nope"}, config: goldenConfig},
+		{name: "config-get-contexts", args: []string{"config", "get-contexts"}, config: goldenConfig},
+		{name: "config-get-contexts-flag", args: []string{"config", "get-contexts", "--context", "dev"}, config: goldenConfig},
+		{name: "config-bad-file", args: []string{"config", "get-contexts"}, config: "contexts:\n- name: a\n  sever: https://x\n"},
+
 		// global flags
 		{name: "global-bad-output", args: []string{"-o", "xml", "cluster", "list"}},
 		{name: "global-unknown-command", args: []string{"cluster", "frobnicate"}},
 	}
 }
+
+const goldenConfig = `currentContext: prod
+contexts:
+- name: dev
+  server: http://127.0.0.1:8080
+- name: prod
+  server: https://fleet.example:8080
+  tokenFile: /run/secrets/prod
+  certificateAuthority: /etc/fleet/ca.pem
+`
 
 // applyStdin declares a cluster the fake fleet holds with other labels, a new project and a
 // namespace binding in it.
@@ -417,7 +441,19 @@ func TestCommands(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				api.reset(tc.answers, nil)
 				api.holdStreams(tc.holdStreams)
+				cfg := filepath.Join(t.TempDir(), "config.yaml")
+				t.Setenv(envConfig, cfg)
+				if tc.config != "" {
+					if err := os.WriteFile(cfg, []byte(tc.config), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
 				got := runGolden(t, api, tc.stdin, args)
+				if tc.showConfig {
+					data, _ := os.ReadFile(cfg)
+					got += "--- config\n" + string(data)
+				}
+				got = strings.ReplaceAll(got, cfg, "$"+envConfig)
 				checkGolden(t, filepath.Join("testdata", "commands", name+".golden"), got)
 			})
 		}
@@ -579,6 +615,13 @@ func commandSpecs() map[string]commandSpec {
 		"endpoints weight":       {pos: []string{"shop/cart"}, flags: []string{"--ip", "10.0.0.1", "--weight", "5"}, missing: one},
 		"endpoints xds-config":   {pos: []string{"shop/cart"}, missing: one, serverError: "error: shop/cart has no endpoints in any cluster: give --port to print a bootstrap anyway\n"},
 		"events tail":            {serverError: "-"},
+		"apply":                  {flags: []string{"-f", "testdata/commands/fleet.yaml"}},
+		// diff exits 2 on an error (1 means "there are differences"); its goldens cover it.
+		"diff":                   {flags: []string{"-f", "testdata/commands/fleet.yaml"}, serverError: "-"},
+		"export":                 {},
+		"config set-context":     {pos: []string{"c"}, missing: one, serverError: "-"},
+		"config use-context":     {pos: []string{"c"}, missing: one, serverError: "-"},
+		"config get-contexts":    {serverError: "-"},
 	}
 }
 

@@ -64,6 +64,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.AddCommand(newApplyCommand(f))
 	root.AddCommand(newDiffCommand(f))
 	root.AddCommand(newExportCommand(f))
+	root.AddCommand(newConfigCommand(f))
 	return root
 }
 
