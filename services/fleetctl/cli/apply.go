@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -95,15 +97,19 @@ type plannedObject struct {
 // plan reads the fleet and decides, for every declared object, what apply would do. Objects
 // of a project that is neither declared nor in the fleet are refused here, rather than by the
 // API halfway through.
-func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir string) ([]*plannedObject, *fleetState, error) {
+func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir, applySet string, prune bool) ([]*plannedObject, *fleetState, error) {
 	want := map[string]bool{"Project": true}
 	for _, o := range objs {
 		want[o.Kind.Name] = true
+	}
+	if prune {
+		want = nil // every kind: what the manifests no longer declare is in any of them
 	}
 	state, err := readFleet(ctx, f, want, "")
 	if err != nil {
 		return nil, nil, err
 	}
+	objs = withApplySetLabel(objs, state, applySet)
 	declaredProjects := map[string]bool{}
 	for _, o := range objs {
 		if o.Kind.Name == "Project" {
@@ -130,6 +136,94 @@ func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir str
 	// Apply order: by level, then as declared.
 	slices.SortStableFunc(out, func(a, b *plannedObject) int { return a.level - b.level })
 	return out, state, nil
+}
+
+// partOfLabel marks the clusters and projects of an apply set, as kubectl's
+// applyset.kubernetes.io/part-of does (KEP-3659). Objects of a project belong to the set of
+// their project; role templates and cluster sets carry no labels in the API, so no set owns
+// them and prune leaves them alone.
+const partOfLabel = "applyset.fleetstream.io/part-of"
+
+// withApplySetLabel gives the declared clusters and projects the label of applySet; without
+// one, the label they carry in the fleet, so an apply without --applyset neither removes nor
+// changes it.
+func withApplySetLabel(objs []*manifest.Object, state *fleetState, applySet string) []*manifest.Object {
+	out := make([]*manifest.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+		if !o.Kind.Labels {
+			continue
+		}
+		value := applySet
+		if value == "" {
+			live := state.byKey[o.Key()]
+			if live == nil || live.obj.Labels[partOfLabel] == "" {
+				continue
+			}
+			value = live.obj.Labels[partOfLabel]
+		}
+		c := *o
+		c.Labels = maps.Clone(o.Labels)
+		if c.Labels == nil {
+			c.Labels = map[string]string{}
+		}
+		c.Labels[partOfLabel] = value
+		out[i] = &c
+	}
+	return out
+}
+
+// prunable returns the objects of applySet the manifests no longer declare, in delete order
+// (bindings before projects before clusters): clusters and projects labelled as the set's, and
+// whatever belongs to a project of the set or to a project the manifests declare. A project
+// that would go while holding namespaces is refused unless cascade, which deletes them with it.
+func prunable(objs []*manifest.Object, state *fleetState, applySet string, cascade bool) ([]*liveObject, []error) {
+	declared := map[string]bool{}
+	projects := map[string]bool{}
+	for _, o := range objs {
+		declared[o.Key()] = true
+		if o.Kind.Name == "Project" {
+			projects[o.Name] = true
+		}
+	}
+	for _, k := range state.keys {
+		l := state.byKey[k].obj
+		if l.Kind.Name == "Project" && l.Labels[partOfLabel] == applySet {
+			projects[l.Name] = true
+		}
+	}
+	namespaces := map[string]int{}
+	for _, k := range state.keys {
+		if l := state.byKey[k].obj; l.Kind.Name == "NamespaceBinding" {
+			namespaces[l.Project]++
+		}
+	}
+	var out []*liveObject
+	var errs []error
+	for _, k := range state.keys {
+		live := state.byKey[k]
+		l := live.obj
+		if declared[k] {
+			continue
+		}
+		member := false
+		switch {
+		case l.Kind.Project:
+			member = projects[l.Project]
+		case l.Kind.Labels:
+			member = l.Labels[partOfLabel] == applySet
+		}
+		if !member {
+			continue
+		}
+		if l.Kind.Name == "Project" && namespaces[l.Name] > 0 && !cascade {
+			errs = append(errs, fmt.Errorf("%s: prune would delete the project with its %d namespace binding(s); give --cascade to unbind them with it", k, namespaces[l.Name]))
+			continue
+		}
+		out = append(out, live)
+	}
+	slices.SortStableFunc(out, func(a, b *liveObject) int { return b.obj.Kind.Rank - a.obj.Kind.Rank })
+	return out, errs
 }
 
 // inheritanceDepths gives each declared role template the length of its longest chain of
@@ -168,6 +262,9 @@ func newApplyCommand(f *factory) *cobra.Command {
 		tokenDir    string
 		dryRun      bool
 		concurrency int
+		prune       bool
+		cascade     bool
+		applySet    string
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|-",
@@ -185,34 +282,57 @@ func newApplyCommand(f *factory) *cobra.Command {
 			if concurrency < 1 {
 				return fmt.Errorf("--concurrency %d: must be at least 1", concurrency)
 			}
+			if prune && applySet == "" {
+				return errors.New("--prune needs --applyset: the set whose objects the manifests no longer declare are deleted")
+			}
+			if cascade && !prune {
+				return errors.New("--cascade applies only with --prune")
+			}
+			if applySet != "" && !dnsLabelRE.MatchString(applySet) {
+				return fmt.Errorf("--applyset %q: want a DNS label", applySet)
+			}
 			objs, err := mf.read(f)
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			planned, _, err := plan(ctx, f, objs, tokenDir)
+			planned, state, err := plan(ctx, f, objs, tokenDir, applySet, prune)
 			if err != nil {
 				return err
 			}
-			var refused int
+			var pruned []*liveObject
+			var refusals []error
+			if prune {
+				pruned, refusals = prunable(objs, state, applySet, cascade)
+			}
 			for _, p := range planned {
 				if p.err != nil {
-					refused++
-					fmt.Fprintf(f.streams.ErrOut, "%s: %s: %v\n", p.obj.Source, p.obj.Key(), p.err)
+					refusals = append(refusals, fmt.Errorf("%s: %s: %w", p.obj.Source, p.obj.Key(), p.err))
 				}
 			}
-			if refused > 0 {
-				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", refused, len(planned))
+			if len(refusals) > 0 {
+				for _, err := range refusals {
+					fmt.Fprintln(f.streams.ErrOut, err)
+				}
+				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", len(refusals), len(planned)+len(pruned))
 			}
 			if dryRun {
 				for _, p := range planned {
 					fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", p.obj.Key(), p.outcome)
 				}
+				for _, l := range pruned {
+					fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", l.obj.Key(), outcomePruned)
+				}
 				return nil
 			}
 			failed := applyPlanned(ctx, f, planned, tokenDir, concurrency)
+			if failed == 0 {
+				// Only once everything declared is in place: a failed apply must not leave
+				// the fleet with less than it had.
+				failed += prunePlanned(ctx, f, pruned, cascade, concurrency)
+			}
 			if failed > 0 {
-				return fmt.Errorf("%d of %d objects failed; apply again to finish", failed, len(planned))
+				return fmt.Errorf("%d of %d objects failed; apply again to finish", failed, len(planned)+len(pruned))
 			}
 			return nil
 		},
@@ -221,8 +341,52 @@ func newApplyCommand(f *factory) *cobra.Command {
 	cmd.Flags().StringVar(&tokenDir, "token-dir", "", "directory the agent tokens of newly registered clusters are written to, as <cluster>.token (required when a Cluster is created)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be done without changing anything")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "objects of one dependency level applied at once")
+	cmd.Flags().StringVar(&applySet, "applyset", "", "name of the apply set: the declared clusters and projects are labelled "+partOfLabel+"=NAME, and with --prune the set's objects the manifests no longer declare are deleted")
+	cmd.Flags().BoolVar(&prune, "prune", false, "delete the objects of --applyset that the manifests no longer declare (the set's clusters and projects, and what belongs to its projects or to the declared ones; role templates and cluster sets are never pruned); list them first with --dry-run")
+	cmd.Flags().BoolVar(&cascade, "cascade", false, "with --prune: delete a project that still holds namespaces, unbinding them (otherwise refused)")
 	return cmd
 }
+
+// prunePlanned deletes the pruned objects level by level (bindings first), printing each,
+// and returns how many failed.
+func prunePlanned(ctx context.Context, f *factory, pruned []*liveObject, cascade bool, concurrency int) int {
+	failed := 0
+	for start := 0; start < len(pruned); {
+		end := start
+		for end < len(pruned) && pruned[end].obj.Kind.Rank == pruned[start].obj.Kind.Rank {
+			end++
+		}
+		level := pruned[start:end]
+		errs := make([]error, len(level))
+		sem := make(chan struct{}, concurrency)
+		var wg sync.WaitGroup
+		for i, l := range level {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				errs[i] = deleteObject(ctx, f, l.obj, l, cascade)
+			}()
+		}
+		wg.Wait()
+		for i, l := range level {
+			if errs[i] != nil {
+				failed++
+				var b bytes.Buffer
+				PrintError(&b, errs[i])
+				fmt.Fprintf(f.streams.ErrOut, "%s: %s", l.obj.Key(), b.String())
+				continue
+			}
+			fmt.Fprintf(f.streams.Out, "%s %s\n", l.obj.Key(), outcomePruned)
+		}
+		start = end
+	}
+	return failed
+}
+
+// dnsLabelRE is an RFC 1123 label.
+var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // applyPlanned applies the planned objects level by level (a level's objects at most
 // concurrency at a time, the next level once it is done), printing each outcome in declared
@@ -307,7 +471,7 @@ func newDiffCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			planned, _, err := plan(cmd.Context(), f, objs, "")
+			planned, _, err := plan(cmd.Context(), f, objs, "", "", false)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}

@@ -308,3 +308,68 @@ func clearVolatile(m protoreflect.Message) {
 		return true
 	})
 }
+
+// TestApplyPrune: an apply set's objects that the manifests no longer declare are listed by
+// --dry-run and deleted by --prune, bindings first; a project still holding namespaces only
+// with --cascade; objects outside the set stay.
+func TestApplyPrune(t *testing.T) {
+	h := startRBACHub(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	doc := func(kind, meta, spec string) string {
+		return "---\napiVersion: fleetstream.io/v1alpha1\nkind: " + kind + "\nmetadata: " + meta + "\nspec: " + spec + "\n"
+	}
+	v2 := doc("Cluster", "{name: eu-1}", "{}") +
+		doc("Project", "{name: team-a}", "{displayName: A}") +
+		doc("NamespaceBinding", "{name: web, project: team-a}", "{cluster: eu-1}")
+	v1 := v2 + doc("Cluster", "{name: eu-2}", "{}") +
+		doc("NamespaceBinding", "{name: api, project: team-a}", "{cluster: eu-2}") +
+		doc("Project", "{name: team-b}", "{displayName: B}") +
+		doc("NamespaceBinding", "{name: db, project: team-b}", "{cluster: eu-1}")
+	writeFile(t, filepath.Join(dir, "v1.yaml"), v1)
+	writeFile(t, filepath.Join(dir, "v2.yaml"), v2)
+	h.run(t, "apply", "-f", filepath.Join(dir, "v1.yaml"), "--applyset", "prod", "--token-dir", tokens).ok(t)
+	// Outside the set: made by hand.
+	h.run(t, "cluster", "register", "manual").ok(t)
+	h.run(t, "project", "create", "other").ok(t)
+	h.run(t, "namespace", "bind", "tools", "--project", "other", "--cluster", "eu-1").ok(t)
+
+	if r := h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--prune"); r.code != 1 || !strings.Contains(r.stderr, "--prune needs --applyset") {
+		t.Fatalf("--prune without --applyset: exit %d %s", r.code, r.stderr)
+	}
+	r := h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--dry-run")
+	if r.code != 1 || !strings.Contains(r.stderr, "Project/team-b: prune would delete the project with its 1 namespace binding(s); give --cascade to unbind them with it") {
+		t.Fatalf("prune of a project holding namespaces: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--cascade", "--dry-run").ok(t)
+	want := `Cluster/eu-1 unchanged (dry run)
+Project/team-a unchanged (dry run)
+NamespaceBinding/team-a/cluster=eu-1/web unchanged (dry run)
+NamespaceBinding/team-b/cluster=eu-1/db pruned (dry run)
+NamespaceBinding/team-a/cluster=eu-2/api pruned (dry run)
+Project/team-b pruned (dry run)
+Cluster/eu-2 pruned (dry run)
+`
+	if r.stdout != want {
+		t.Fatalf("prune dry run:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	before := h.run(t, "export").ok(t).stdout
+	if !strings.Contains(before, "name: team-b") {
+		t.Fatalf("the dry run changed the fleet:\n%s", before)
+	}
+	r = h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--cascade").ok(t)
+	if !strings.Contains(r.stdout, "Project/team-b pruned\nCluster/eu-2 pruned\n") {
+		t.Fatalf("prune:\n%s", r.stdout)
+	}
+	after := h.run(t, "export").ok(t).stdout
+	for _, gone := range []string{"name: team-b", "name: eu-2", "name: api", "name: db"} {
+		if strings.Contains(after, gone) {
+			t.Errorf("pruned object still there (%s):\n%s", gone, after)
+		}
+	}
+	for _, kept := range []string{"name: manual", "name: other", "name: tools", "name: web"} {
+		if !strings.Contains(after, kept) {
+			t.Errorf("object outside the set or still declared was pruned (%s):\n%s", kept, after)
+		}
+	}
+}

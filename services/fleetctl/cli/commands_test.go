@@ -617,11 +617,11 @@ func commandSpecs() map[string]commandSpec {
 		"events tail":            {serverError: "-"},
 		"apply":                  {flags: []string{"-f", "testdata/commands/fleet.yaml"}},
 		// diff exits 2 on an error (1 means "there are differences"); its goldens cover it.
-		"diff":                   {flags: []string{"-f", "testdata/commands/fleet.yaml"}, serverError: "-"},
-		"export":                 {},
-		"config set-context":     {pos: []string{"c"}, missing: one, serverError: "-"},
-		"config use-context":     {pos: []string{"c"}, missing: one, serverError: "-"},
-		"config get-contexts":    {serverError: "-"},
+		"diff":                {flags: []string{"-f", "testdata/commands/fleet.yaml"}, serverError: "-"},
+		"export":              {},
+		"config set-context":  {pos: []string{"c"}, missing: one, serverError: "-"},
+		"config use-context":  {pos: []string{"c"}, missing: one, serverError: "-"},
+		"config get-contexts": {serverError: "-"},
 	}
 }
 

@@ -225,6 +225,9 @@ func planObject(o *manifest.Object, live *liveObject, tokenDir string) (string, 
 			return "", fmt.Errorf("spec.displayName: a project's display name cannot be changed (the API has no project update); it is %q", l.DisplayName)
 		}
 		if !maps.Equal(o.Labels, live.obj.Labels) {
+			if o.Labels[partOfLabel] != live.obj.Labels[partOfLabel] {
+				return "", fmt.Errorf("the project exists outside apply set %s and cannot join it: the API cannot change a project's labels", o.Labels[partOfLabel])
+			}
 			return "", errors.New("metadata.labels: a project's labels cannot be changed (the API has no project update)")
 		}
 	case "NamespaceBinding":
