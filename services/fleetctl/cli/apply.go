@@ -458,20 +458,28 @@ func kindList() string {
 }
 
 func newDiffCommand(f *factory) *cobra.Command {
-	var mf manifestFlags
+	var (
+		mf       manifestFlags
+		applySet string
+		prune    bool
+	)
 	cmd := &cobra.Command{
 		Use:   "diff -f FILE|DIR|-",
 		Short: "Show what apply would change, as a unified diff",
-		Long: "Diff prints, for every declared object that apply would create or change, a unified diff from the object as the fleet holds it (live/) to the manifest (declared/), both in manifest form. " +
+		Long: "Diff prints, for every declared object that apply would create or change, a unified diff from the object as the fleet holds it (live/) to the manifest (declared/), both in manifest form; " +
+			"with --applyset and --prune, also the objects apply --prune would delete (to /dev/null). " +
 			"It exits 0 when apply would change nothing, 1 when it would change something and 2 on an error, as kubectl diff does, so CI can gate on it.",
-		Example: "  fleetctl diff -f fleet/ && echo 'in sync'",
+		Example: "  fleetctl diff -f fleet/ && echo 'in sync'\n  fleetctl diff -f fleet/ --applyset prod --prune",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if prune && applySet == "" {
+				return &exitError{code: 2, err: errors.New("--prune needs --applyset")}
+			}
 			objs, err := mf.read(f)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			planned, _, err := plan(cmd.Context(), f, objs, "", "", false)
+			planned, state, err := plan(cmd.Context(), f, objs, "", applySet, prune)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -486,6 +494,23 @@ func newDiffCommand(f *factory) *cobra.Command {
 					io.WriteString(f.streams.Out, d)
 				}
 			}
+			if prune {
+				// A project that prune would refuse is still shown: diff says what the
+				// manifests ask for; apply says what it will not do.
+				pruned, _ := prunable(objs, state, applySet, true)
+				for _, l := range pruned {
+					have, err := manifest.Marshal(l.obj)
+					if err != nil {
+						return &exitError{code: 2, err: err}
+					}
+					d, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: lines(have), FromFile: "live/" + l.obj.Key(), ToFile: "/dev/null", Context: 3})
+					if err != nil {
+						return &exitError{code: 2, err: err}
+					}
+					changed = true
+					io.WriteString(f.streams.Out, d)
+				}
+			}
 			if changed {
 				return &exitError{code: 1}
 			}
@@ -493,6 +518,8 @@ func newDiffCommand(f *factory) *cobra.Command {
 		},
 	}
 	mf.add(cmd)
+	cmd.Flags().StringVar(&applySet, "applyset", "", "the apply set, as given to apply")
+	cmd.Flags().BoolVar(&prune, "prune", false, "also show the objects of --applyset that apply --prune would delete")
 	return cmd
 }
 

@@ -353,6 +353,10 @@ Cluster/eu-2 pruned (dry run)
 	if r.stdout != want {
 		t.Fatalf("prune dry run:\n%s\nwant:\n%s", r.stdout, want)
 	}
+	r = h.run(t, "diff", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune")
+	if r.code != 1 || !strings.Contains(r.stdout, "--- live/Project/team-b\n+++ /dev/null\n") || strings.Contains(r.stdout, "other") {
+		t.Fatalf("diff --prune: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	before := h.run(t, "export").ok(t).stdout
 	if !strings.Contains(before, "name: team-b") {
 		t.Fatalf("the dry run changed the fleet:\n%s", before)
@@ -360,6 +364,9 @@ Cluster/eu-2 pruned (dry run)
 	r = h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--cascade").ok(t)
 	if !strings.Contains(r.stdout, "Project/team-b pruned\nCluster/eu-2 pruned\n") {
 		t.Fatalf("prune:\n%s", r.stdout)
+	}
+	if r := h.run(t, "diff", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune"); r.code != 0 {
+		t.Fatalf("diff --prune after the prune: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	after := h.run(t, "export").ok(t).stdout
 	for _, gone := range []string{"name: team-b", "name: eu-2", "name: api", "name: db"} {
