@@ -217,10 +217,11 @@ kubectl: ## build the pinned kubectl into ./bin (for make demo; a few minutes th
 	fi
 
 .PHONY: generate
-generate: tools ## buf lint, then regenerate pkg/gen and docs/events.md from proto/ (commit the result)
+generate: tools ## buf lint, then regenerate pkg/gen, docs/events.md and docs/schemas (manifest JSON Schemas) from proto/ (commit the result)
 	PATH=$(BIN):$$PATH $(BIN)/buf lint
 	PATH=$(BIN):$$PATH $(BIN)/buf generate
 	@$(MAKE) event-catalogue OUT=docs/events.md
+	$(GO) run github.com/fleetstream/fleetstream/services/fleetctl schema --out-dir docs/schemas
 
 # The event catalogue is rendered from the protos' descriptors, comments included.
 OUT ?= docs/events.md

@@ -361,6 +361,9 @@ func commandCases() []commandCase {
 			answers: []proto.Message{&projectv1.ListNamespaceBindingsResponse{Bindings: []*projectv1.NamespaceBinding{goldenBinding("c1", ""), goldenBinding("c2", "eu-3"), goldenBinding("c3", "eu-3")}}}},
 		{name: "export-bad-kind", args: []string{"export", "--kind", "Widget"}},
 
+		{name: "schema", args: []string{"schema", "NamespaceBinding"}},
+		{name: "schema-unknown-kind", args: []string{"schema", "Widget"}},
+
 		// config: the file is the case's own.
 		{name: "config-set-context", args: []string{"config", "set-context", "staging", "--context-server", "https://fleet.staging.example:8080", "--context-token-file", "/run/secrets/staging", "--use"},
 			config: goldenConfig, showConfig: true},
@@ -622,6 +625,7 @@ func commandSpecs() map[string]commandSpec {
 		"config set-context":  {pos: []string{"c"}, missing: one, serverError: "-"},
 		"config use-context":  {pos: []string{"c"}, missing: one, serverError: "-"},
 		"config get-contexts": {serverError: "-"},
+		"schema":              {pos: []string{"Cluster"}, missing: one, serverError: "-"},
 	}
 }
 

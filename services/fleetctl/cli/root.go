@@ -65,6 +65,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.AddCommand(newDiffCommand(f))
 	root.AddCommand(newExportCommand(f))
 	root.AddCommand(newConfigCommand(f))
+	root.AddCommand(newSchemaCommand(f))
 	return root
 }
 

@@ -75,6 +75,12 @@ func TestReadmeCommandsRunAsWritten(t *testing.T) {
 				"bin/fleetctl import ": importFiles,
 			},
 		},
+		{
+			heading: "## Fleet as code",
+			before: map[string]func(t *testing.T, w *tourDir){
+				"examples/gitops": gitopsExample,
+			},
+		},
 	}
 	for _, sec := range sections {
 		t.Run(strings.TrimLeft(sec.heading, "# "), func(t *testing.T) {
@@ -280,8 +286,38 @@ func newTourDir(t *testing.T, fleetctl string) *tourDir {
 			w.env = append(w.env, kv)
 		}
 	}
-	w.env = append(w.env, "FLEETSTREAM_SERVER="+w.api, "FLEETSTREAM_TOKEN_FILE=.data/tokens")
+	// Contexts go to the tour's own configuration file, not the developer's.
+	w.env = append(w.env, "FLEETSTREAM_SERVER="+w.api, "FLEETSTREAM_TOKEN_FILE=.data/tokens",
+		"FLEETSTREAM_CONFIG="+filepath.Join(dir, ".data", "fleetctl.yaml"))
 	return w
+}
+
+// gitopsExample copies examples/gitops into the tour, where a checkout has it.
+func gitopsExample(t *testing.T, w *tourDir) {
+	t.Helper()
+	src := "../../../examples/gitops"
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		dst := filepath.Join(w.dir, "examples", "gitops", rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, data, info.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 var curlRE = regexp.MustCompile(`(^|[\s|;&(])curl `)
