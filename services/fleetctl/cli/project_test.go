@@ -44,7 +44,7 @@ type hubService interface {
 // newHubService builds an extra hub service on the hub's JetStream.
 type newHubService func(ctx context.Context, js *testkit.JetStream) (hubService, error)
 
-func startHub(t *testing.T, extra ...newHubService) *hubEnv {
+func startHub(t testing.TB, extra ...newHubService) *hubEnv {
 	t.Helper()
 	ctx := testkit.Context(t, 2*time.Minute)
 	js := testkit.StartJetStream(t)
