@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/services/fleetctl/manifest"
 )
 
@@ -260,7 +261,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 	var (
 		mf          manifestFlags
 		tokenDir    string
-		dryRun      bool
+		dryRun      string
 		concurrency int
 		prune       bool
 		cascade     bool
@@ -281,6 +282,11 @@ func newApplyCommand(f *factory) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if concurrency < 1 {
 				return fmt.Errorf("--concurrency %d: must be at least 1", concurrency)
+			}
+			switch dryRun {
+			case dryRunNone, dryRunClient, dryRunServer:
+			default:
+				return fmt.Errorf("--dry-run %q: want client or server", dryRun)
 			}
 			if prune && applySet == "" {
 				return errors.New("--prune needs --applyset: the set whose objects the manifests no longer declare are deleted")
@@ -316,7 +322,10 @@ func newApplyCommand(f *factory) *cobra.Command {
 				}
 				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", len(refusals), len(planned)+len(pruned))
 			}
-			if dryRun {
+			if dryRun == dryRunServer {
+				return serverDryRun(ctx, f, planned, pruned, state)
+			}
+			if dryRun == dryRunClient {
 				for _, p := range planned {
 					fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", p.obj.Key(), p.outcome)
 				}
@@ -339,12 +348,82 @@ func newApplyCommand(f *factory) *cobra.Command {
 	}
 	mf.add(cmd)
 	cmd.Flags().StringVar(&tokenDir, "token-dir", "", "directory the agent tokens of newly registered clusters are written to, as <cluster>.token (required when a Cluster is created)")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be done without changing anything")
+	cmd.Flags().StringVar(&dryRun, "dry-run", dryRunNone, "print what would be done without changing anything: client (the plan apply makes from what it read; the default of a bare --dry-run) or server (also ask the services that can answer: the RoleBindings a ProjectRoleBinding would create or delete, per cluster)")
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = dryRunClient
 	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "objects of one dependency level applied at once")
 	cmd.Flags().StringVar(&applySet, "applyset", "", "name of the apply set: the declared clusters and projects are labelled "+partOfLabel+"=NAME, and with --prune the set's objects the manifests no longer declare are deleted")
 	cmd.Flags().BoolVar(&prune, "prune", false, "delete the objects of --applyset that the manifests no longer declare (the set's clusters and projects, and what belongs to its projects or to the declared ones; role templates and cluster sets are never pruned); list them first with --dry-run")
 	cmd.Flags().BoolVar(&cascade, "cascade", false, "with --prune: delete a project that still holds namespaces, unbinding them (otherwise refused)")
 	return cmd
+}
+
+const (
+	dryRunNone   = "none"
+	dryRunClient = "client"
+	dryRunServer = "server"
+)
+
+// serverDryRun prints the plan as --dry-run=client does, and under each project role binding
+// apply would make or prune the RoleBindings rbac-sync says would change on which cluster. The
+// other services have no dry run yet: their objects show the client plan, marked so. A binding
+// whose project or template the same apply creates cannot be asked about before they exist.
+func serverDryRun(ctx context.Context, f *factory, planned []*plannedObject, pruned []*liveObject, state *fleetState) error {
+	ask := func(o *manifest.Object, bind bool) {
+		b := o.Spec.(*rbacv1.ProjectRoleBinding)
+		var plan []*rbacv1.PlannedChange
+		var err error
+		if bind {
+			var res *rbacv1.BindProjectRoleResponse
+			res, err = call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.BindProjectRole,
+				&rbacv1.BindProjectRoleRequest{Project: o.Project, Subject: b.Subject, RoleTemplate: b.RoleTemplate, DryRun: true}, "dry run of %s", o.Key())
+			plan = res.GetPlan()
+		} else {
+			var res *rbacv1.UnbindProjectRoleResponse
+			res, err = call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UnbindProjectRole,
+				&rbacv1.UnbindProjectRoleRequest{Project: o.Project, Subject: b.Subject, RoleTemplate: b.RoleTemplate, DryRun: true}, "dry run of %s", o.Key())
+			plan = res.GetPlan()
+		}
+		if err != nil {
+			var buf bytes.Buffer
+			PrintError(&buf, err)
+			fmt.Fprintf(f.streams.Out, "  %s", buf.String())
+			return
+		}
+		if len(plan) == 0 {
+			fmt.Fprintln(f.streams.Out, "  no RoleBinding changes on any cluster")
+		}
+		for _, c := range plan {
+			fmt.Fprintf(f.streams.Out, "  %s %s %s/%s\n", strings.ToLower(strings.TrimPrefix(c.GetAction().String(), "CHANGE_ACTION_")), c.GetCluster(), c.GetNamespace(), c.GetName())
+		}
+	}
+	newTemplates := map[string]bool{}
+	for _, p := range planned {
+		if p.obj.Kind.Name == "RoleTemplate" && p.outcome == outcomeCreated {
+			newTemplates[p.obj.Name] = true
+		}
+	}
+	for _, p := range planned {
+		o := p.obj
+		prb, isPRB := o.Spec.(*rbacv1.ProjectRoleBinding)
+		switch {
+		case !isPRB || p.outcome != outcomeCreated:
+			fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", o.Key(), p.outcome)
+		case state.byKey["Project/"+o.Project] == nil || newTemplates[prb.RoleTemplate]:
+			fmt.Fprintf(f.streams.Out, "%s %s (dry run; its project or role template is created by this apply, so the RoleBindings cannot be planned yet)\n", o.Key(), p.outcome)
+		default:
+			fmt.Fprintf(f.streams.Out, "%s %s (server dry run)\n", o.Key(), p.outcome)
+			ask(o, true)
+		}
+	}
+	for _, l := range pruned {
+		if _, isPRB := l.obj.Spec.(*rbacv1.ProjectRoleBinding); isPRB {
+			fmt.Fprintf(f.streams.Out, "%s %s (server dry run)\n", l.obj.Key(), outcomePruned)
+			ask(l.obj, false)
+			continue
+		}
+		fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", l.obj.Key(), outcomePruned)
+	}
+	return nil
 }
 
 // prunePlanned deletes the pruned objects level by level (bindings first), printing each,

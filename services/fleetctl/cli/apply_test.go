@@ -199,6 +199,17 @@ ProjectRoleBinding/team-a/operator/group:web-devs created
 		t.Fatalf("diff after applying the change: exit %d\n%s", r.code, r.stdout)
 	}
 
+	// A server dry run asks rbac-sync which RoleBindings a new project role binding makes.
+	writeFile(t, filepath.Join(dir, "bob.yaml"), changed+"---\napiVersion: fleetstream.io/v1alpha1\nkind: ProjectRoleBinding\nmetadata: {project: team-a}\nspec: {subject: {kind: SUBJECT_KIND_USER, name: bob}, roleTemplate: reader}\n")
+	r = h.run(t, "apply", "-f", filepath.Join(dir, "bob.yaml"), "--dry-run=server").ok(t)
+	if !strings.Contains(r.stdout, "ProjectRoleBinding/team-a/reader/user:bob created (server dry run)\n  create eu-1 web/") ||
+		!strings.Contains(r.stdout, "Cluster/eu-1 unchanged (dry run)\n") {
+		t.Errorf("server dry run:\n%s", r.stdout)
+	}
+	if r := h.run(t, "member", "list", "team-a"); strings.Contains(r.stdout, "bob") {
+		t.Errorf("the server dry run bound bob:\n%s", r.stdout)
+	}
+
 	// What the API cannot do is refused before anything is written.
 	writeFile(t, filepath.Join(dir, "bad.yaml"), strings.Replace(changed, "displayName: Team A", "displayName: Team B", 1)+
 		"---\napiVersion: fleetstream.io/v1alpha1\nkind: NamespaceBinding\nmetadata: {name: api, project: team-x}\nspec: {cluster: eu-1}\n")
