@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -94,6 +95,22 @@ metadata: {project: team-a}
 spec:
   subject: {kind: SUBJECT_KIND_GROUP, name: web-devs}
   roleTemplate: operator
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: Placement
+metadata: {name: best-eu, project: team-a}
+spec:
+  clusterSets: [europe]
+  numberOfClusters: 1
+  predicates:
+  - requiredClusterSelector: {labelSelector: {matchLabels: {region: eu}}}
+  tolerations:
+  - {operator: Exists}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: NamespaceBinding
+metadata: {name: shop, project: team-a}
+spec: {placement: best-eu, hard: {cpu: "1"}}
 `
 
 // TestApplyEndToEnd runs apply, diff and export against the real cluster-import,
@@ -116,7 +133,7 @@ func TestApplyEndToEnd(t *testing.T) {
 	// Registering clusters without somewhere to put their tokens: refused, nothing written.
 	r := h.run(t, "apply", "-f", fleetDir)
 	if r.code != 1 || !strings.Contains(r.stderr, "Cluster/eu-1: registering a cluster hands out its agent token once: give --token-dir to receive it") ||
-		!strings.Contains(r.stderr, "error: 2 of 10 objects cannot be applied; nothing was changed") {
+		!strings.Contains(r.stderr, "error: 2 of 12 objects cannot be applied; nothing was changed") {
 		t.Fatalf("apply without --token-dir: exit %d\n%s", r.code, r.stderr)
 	}
 	if out := h.run(t, "cluster", "list").ok(t).stdout; strings.Contains(out, "eu-1") {
@@ -137,9 +154,11 @@ ClusterSet/europe created
 RoleTemplate/operator created
 Project/team-a created
 ClusterSetBinding/team-a/europe created
+Placement/team-a/best-eu created
 NamespaceBinding/team-a/cluster=eu-1/web created
 NamespaceBinding/team-a/cluster=us-1/web created
 ProjectRoleBinding/team-a/operator/group:web-devs created
+NamespaceBinding/team-a/placement=best-eu/shop created
 `
 	if r.stdout != want {
 		t.Fatalf("first apply:\n%s\nwant:\n%s", r.stdout, want)
@@ -158,10 +177,16 @@ ProjectRoleBinding/team-a/operator/group:web-devs created
 		}
 	}
 
+	// A namespace that follows a placement is listed through its bindings, which the scheduler
+	// makes once it has decided.
+	waitFor(t, 30*time.Second, "shop bound on the placement's cluster", func() bool {
+		return strings.Contains(h.run(t, "namespace", "list", "--project", "team-a").ok(t).stdout, "shop")
+	})
+
 	// The same manifests again: nothing to do, and diff agrees.
 	r = h.run(t, "apply", "-f", fleetDir, "--token-dir", tokens).ok(t)
-	if got := strings.Count(r.stdout, " unchanged\n"); got != 10 {
-		t.Fatalf("second apply: %d unchanged, want 10:\n%s", got, r.stdout)
+	if got := strings.Count(r.stdout, " unchanged\n"); got != 12 {
+		t.Fatalf("second apply: %d unchanged, want 12:\n%s", got, r.stdout)
 	}
 	if r := h.run(t, "diff", "-f", fleetDir); r.code != 0 || r.stdout != "" {
 		t.Fatalf("diff of an applied fleet: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -173,6 +198,8 @@ ProjectRoleBinding/team-a/operator/group:web-devs created
 		"cluster: eu-1\n  hard: {cpu: \"2\"}", "cluster: eu-1\n  hard: {cpu: \"4\"}",
 		"hard: {cpu: \"8\"}", "hard: {cpu: \"16\"}",
 		"verbs: [get, list]", "verbs: [get, list, watch]",
+		"numberOfClusters: 1", "numberOfClusters: 2",
+		"placement: best-eu, hard: {cpu: \"1\"}", "placement: best-eu, hard: {cpu: \"3\"}",
 	).Replace(fleetManifests)
 	changedFile := filepath.Join(dir, "changed.yaml")
 	writeFile(t, changedFile, changed)
@@ -190,19 +217,20 @@ ProjectRoleBinding/team-a/operator/group:web-devs created
 	}
 	r = h.run(t, "apply", "-f", changedFile).ok(t)
 	for _, line := range []string{"Cluster/eu-1 configured", "Cluster/us-1 unchanged", "RoleTemplate/reader configured", "RoleTemplate/operator unchanged",
-		"Project/team-a configured", "NamespaceBinding/team-a/cluster=eu-1/web configured", "NamespaceBinding/team-a/cluster=us-1/web unchanged"} {
+		"Project/team-a configured", "Placement/team-a/best-eu configured", "NamespaceBinding/team-a/cluster=eu-1/web configured", "NamespaceBinding/team-a/cluster=us-1/web unchanged", "NamespaceBinding/team-a/placement=best-eu/shop configured"} {
 		if !strings.Contains(r.stdout, line+"\n") {
 			t.Errorf("apply of a change lacks %q:\n%s", line, r.stdout)
 		}
 	}
-	if r := h.run(t, "diff", "-f", changedFile); r.code != 0 {
-		t.Fatalf("diff after applying the change: exit %d\n%s", r.code, r.stdout)
-	}
+	// The placement's bindings follow the new quota as the follower gets to them.
+	waitFor(t, 30*time.Second, "diff after applying the change to come back clean", func() bool {
+		return h.run(t, "diff", "-f", changedFile).code == 0
+	})
 
 	// A server dry run asks rbac-sync which RoleBindings a new project role binding makes.
 	writeFile(t, filepath.Join(dir, "bob.yaml"), changed+"---\napiVersion: fleetstream.io/v1alpha1\nkind: ProjectRoleBinding\nmetadata: {project: team-a}\nspec: {subject: {kind: SUBJECT_KIND_USER, name: bob}, roleTemplate: reader}\n")
 	r = h.run(t, "apply", "-f", filepath.Join(dir, "bob.yaml"), "--dry-run=server").ok(t)
-	if !strings.Contains(r.stdout, "ProjectRoleBinding/team-a/reader/user:bob created (server dry run)\n  create eu-1 web/") ||
+	if !strings.Contains(r.stdout, "ProjectRoleBinding/team-a/reader/user:bob created (server dry run)\n") || !strings.Contains(r.stdout, "\n  create eu-1 web/fleetstream:reader\n") ||
 		!strings.Contains(r.stdout, "Cluster/eu-1 unchanged (dry run)\n") {
 		t.Errorf("server dry run:\n%s", r.stdout)
 	}
@@ -232,10 +260,30 @@ ProjectRoleBinding/team-a/operator/group:web-devs created
 	}
 	h2 := startRBACHub(t)
 	h2.run(t, "apply", "-f", exportFile, "--token-dir", filepath.Join(dir, "tokens2")).ok(t)
-	if again := h2.run(t, "export").ok(t).stdout; again != export {
+	// The rebuilt fleet's scheduler decides the placement, and binds the namespace that follows
+	// it, in its own time.
+	var again string
+	var original, rebuilt []proto.Message
+	same := func() bool {
+		again = h2.run(t, "export").ok(t).stdout
+		if again != export {
+			return false
+		}
+		original, rebuilt = listFleet(t, h), listFleet(t, h2)
+		for i := range original {
+			if !proto.Equal(original[i], rebuilt[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !same() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if again != export {
 		t.Errorf("export of the rebuilt fleet differs:\n%s\nwant:\n%s", again, export)
 	}
-	original, rebuilt := listFleet(t, h), listFleet(t, h2)
 	for i := range original {
 		if !proto.Equal(original[i], rebuilt[i]) {
 			t.Errorf("the rebuilt fleet answers %T differently:\n%s\nwant:\n%s", original[i], prototext.Format(rebuilt[i]), prototext.Format(original[i]))
@@ -249,6 +297,18 @@ ProjectRoleBinding/team-a/operator/group:web-devs created
 	}
 }
 
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // listFleet answers every List call of the kinds manifests declare, with what differs between
 // two fleets built alike (ids, revisions and times) cleared.
 func listFleet(t *testing.T, h *hubEnv) []proto.Message {
@@ -259,6 +319,7 @@ func listFleet(t *testing.T, h *hubEnv) []proto.Message {
 	projects := projectv1connect.NewProjectServiceClient(http.DefaultClient, h.url, opt)
 	rbac := rbacv1connect.NewRBACServiceClient(http.DefaultClient, h.url, opt)
 	sets := placementv1connect.NewClusterSetServiceClient(http.DefaultClient, h.url, opt)
+	placements := placementv1connect.NewPlacementServiceClient(http.DefaultClient, h.url, opt)
 	var out []proto.Message
 	add := func(m proto.Message, err error) {
 		t.Helper()
@@ -282,6 +343,7 @@ func listFleet(t *testing.T, h *hubEnv) []proto.Message {
 	add(msg(rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{}))))
 	add(msg(sets.ListClusterSets(ctx, connect.NewRequest(&placementv1.ListClusterSetsRequest{}))))
 	add(msg(sets.ListClusterSetBindings(ctx, connect.NewRequest(&placementv1.ListClusterSetBindingsRequest{}))))
+	add(msg(placements.ListPlacements(ctx, connect.NewRequest(&placementv1.ListPlacementsRequest{}))))
 	return out
 }
 

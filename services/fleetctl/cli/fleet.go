@@ -134,6 +134,16 @@ func readFleet(ctx context.Context, f *factory, want map[string]bool, project st
 			s.add(&manifest.Object{Kind: kind("ClusterSetBinding"), Project: b.Project, Spec: &placementv1.ClusterSetBinding{ClusterSet: b.ClusterSet}}, b.Revision)
 		}
 	}
+	if wants("Placement") {
+		res, err := call(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.ListPlacements,
+			&placementv1.ListPlacementsRequest{Project: project}, "list placements")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range res.Placements {
+			s.add(&manifest.Object{Kind: kind("Placement"), Name: p.Name, Project: p.Project, Spec: kind("Placement").Clean(p)}, p.Revision)
+		}
+	}
 	if wants("NamespaceBinding") {
 		res, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListNamespaceBindings,
 			&projectv1.ListNamespaceBindingsRequest{Project: project}, "list namespace bindings")
@@ -148,7 +158,7 @@ func readFleet(ctx context.Context, f *factory, want map[string]bool, project st
 			if b.Placement != "" {
 				// One manifest declares the namespace on every cluster of the placement; the
 				// first cluster's binding stands for them all.
-				spec = &projectv1.NamespaceBinding{Placement: b.Placement, Hard: b.Hard, UnbindPolicy: b.UnbindPolicy}
+				spec = &projectv1.NamespaceBinding{Placement: b.Placement, Hard: b.Hard}
 			}
 			s.add(&manifest.Object{Kind: kind("NamespaceBinding"), Name: b.Namespace, Project: b.Project, Spec: spec}, b.Revision)
 		}
@@ -230,11 +240,6 @@ func planObject(o *manifest.Object, live *liveObject, tokenDir string) (string, 
 			}
 			return "", errors.New("metadata.labels: a project's labels cannot be changed (the API has no project update)")
 		}
-	case "NamespaceBinding":
-		b, l := o.Spec.(*projectv1.NamespaceBinding), live.obj.Spec.(*projectv1.NamespaceBinding)
-		if b.Placement != "" && (b.UnbindPolicy != l.UnbindPolicy || !maps.Equal(b.Hard, l.Hard)) {
-			return "", errors.New("spec: the quota and unbind policy of a namespace that follows a placement cannot be changed in place; unbind it and bind it again")
-		}
 	}
 	return outcomeConfigured, nil
 }
@@ -278,6 +283,12 @@ func createObject(ctx context.Context, f *factory, o *manifest.Object, tokenDir 
 			}
 		}
 		return nil
+	case *placementv1.Placement:
+		p := proto.Clone(s).(*placementv1.Placement)
+		p.Project, p.Name = o.Project, o.Name
+		_, err := call(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.CreatePlacement,
+			&placementv1.CreatePlacementRequest{Placement: p}, "create placement %s in project %s", o.Name, o.Project)
+		return err
 	case *placementv1.ClusterSetBinding:
 		_, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.BindClusterSet,
 			&placementv1.BindClusterSetRequest{Project: o.Project, ClusterSet: s.ClusterSet}, "bind cluster set %s to project %s", s.ClusterSet, o.Project)
@@ -350,7 +361,18 @@ func updateObject(ctx context.Context, f *factory, o *manifest.Object, live *liv
 			}
 		}
 		return nil
+	case *placementv1.Placement:
+		p := proto.Clone(s).(*placementv1.Placement)
+		p.Project, p.Name = o.Project, o.Name
+		_, err := call(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.UpdatePlacement,
+			&placementv1.UpdatePlacementRequest{Placement: p, ExpectedRevision: live.revision}, "update placement %s in project %s", o.Name, o.Project)
+		return err
 	case *projectv1.NamespaceBinding:
+		if s.Placement != "" {
+			// Binding a namespace to its placement again changes its quota and unbind policy
+			// on every cluster of the decision.
+			return createObject(ctx, f, o, "")
+		}
 		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UpdateQuota,
 			&projectv1.UpdateQuotaRequest{Project: o.Project, Cluster: s.Cluster, Namespace: o.Name, Hard: s.Hard}, "update the quota of namespace %s", o.Name)
 		return err
@@ -377,6 +399,10 @@ func deleteObject(ctx context.Context, f *factory, o *manifest.Object, live *liv
 	case *projectv1.Project:
 		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.DeleteProject,
 			&projectv1.DeleteProjectRequest{Name: o.Name, Force: cascade}, "delete project %s", o.Name)
+		return err
+	case *placementv1.Placement:
+		_, err := call(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.DeletePlacement,
+			&placementv1.DeletePlacementRequest{Project: o.Project, Name: o.Name, ExpectedRevision: live.revision}, "delete placement %s in project %s", o.Name, o.Project)
 		return err
 	case *placementv1.ClusterSetBinding:
 		_, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UnbindClusterSet,

@@ -440,9 +440,6 @@ func (d *docDecoder) semantics(n *yaml.Node, obj *Object) error {
 		if (s.Cluster == "") == (s.Placement == "") {
 			return d.errorf(n, "spec", "want exactly one of cluster and placement")
 		}
-		if s.UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED && s.Placement == "" {
-			return d.errorf(n, "spec.unbindPolicy", "applies only with placement")
-		}
 	case *rbacv1.ProjectRoleBinding:
 		if s.RoleTemplate == "" {
 			return d.errorf(n, "spec.roleTemplate", "required")

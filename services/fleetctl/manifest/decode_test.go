@@ -81,7 +81,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"not a mapping", "- a\n", "f.yaml:1: document 1: want a mapping with apiVersion, kind, metadata and spec, got a list"},
 		{"unknown version", "apiVersion: fleetstream.io/v2\nkind: Cluster\nmetadata: {name: a}\n", `f.yaml:1: document 1: apiVersion: unknown version "fleetstream.io/v2", want fleetstream.io/v1alpha1`},
 		{"no version", "kind: Cluster\nmetadata: {name: a}\n", "f.yaml:1: document 1: apiVersion: required"},
-		{"unknown kind", head + "kind: Widget\nmetadata: {name: a}\n", `f.yaml:2: document 1: kind: unknown kind "Widget", want one of Cluster, RoleTemplate, ClusterSet, Project, ClusterSetBinding, NamespaceBinding, ProjectRoleBinding`},
+		{"unknown kind", head + "kind: Widget\nmetadata: {name: a}\n", `f.yaml:2: document 1: kind: unknown kind "Widget", want one of Cluster, RoleTemplate, ClusterSet, Project, ClusterSetBinding, Placement, NamespaceBinding, ProjectRoleBinding`},
 		{"unknown top field", head + "kind: Cluster\nmetadata: {name: a}\nstatus: {}\n", "f.yaml:4: document 1: status: unknown field (want apiVersion, kind, metadata and spec)"},
 		{"unknown metadata field", head + "kind: Cluster\nmetadata:\n  name: a\n  namespace: b\n", "f.yaml:5: document 1: metadata.namespace: unknown field (want name, project, labels and annotations)"},
 		{"no name", head + "kind: Cluster\nmetadata: {}\n", "f.yaml:3: document 1: metadata.name: required"},

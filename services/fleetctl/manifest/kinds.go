@@ -95,8 +95,17 @@ var kinds = []*Kind{
 		Description:  "Lets a project place namespaces on the clusters of a cluster set.",
 	},
 	{
+		Name: "Placement", Spec: &placementv1.Placement{},
+		Fields:      []string{"cluster_sets", "number_of_clusters", "predicates", "tolerations", "prioritizer_policy", "decision_strategy"},
+		Project:     true,
+		Rank:        3,
+		Description: "Picks clusters for a project from its bound cluster sets, as an OCM Placement does (the same fields, with the API's enum names); namespaces can follow it.",
+	},
+	{
 		Name: "NamespaceBinding", Spec: &projectv1.NamespaceBinding{},
-		Fields:      []string{"cluster", "placement", "hard", "unbind_policy"},
+		// Not unbind_policy: the API lists a followed namespace only through its bindings,
+		// which do not carry its policy, so apply could neither compare nor export it.
+		Fields:      []string{"cluster", "placement", "hard"},
 		Project:     true,
 		Rank:        4,
 		Description: "Gives the namespace metadata.name of one cluster (spec.cluster), or of every cluster a placement decides (spec.placement), to a project, with optional hard limits.",
