@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -433,6 +432,3 @@ func writeAgentToken(dir, cluster, token string) error {
 	}
 	return nil
 }
-
-// isNotFound reports whether err is the API's not_found.
-func isNotFound(err error) bool { return connect.CodeOf(err) == connect.CodeNotFound }
