@@ -469,8 +469,8 @@ var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // applyPlanned applies the planned objects level by level (a level's objects at most
 // concurrency at a time, the next level once it is done), printing each outcome in declared
-// order, and returns how many failed. Above 1,000 objects a progress line goes to stderr every
-// few seconds.
+// order, and returns how many failed. From 1,000 objects on, a progress line goes to stderr
+// every few seconds and after each level.
 func applyPlanned(ctx context.Context, f *factory, planned []*plannedObject, tokenDir string, concurrency int) int {
 	var done atomic.Int64
 	if len(planned) >= 1000 {
@@ -513,6 +513,9 @@ func applyPlanned(ctx context.Context, f *factory, planned []*plannedObject, tok
 			}()
 		}
 		wg.Wait()
+		if len(planned) >= 1000 {
+			fmt.Fprintf(f.streams.ErrOut, "applied %d of %d objects\n", done.Load(), len(planned))
+		}
 		for _, p := range level {
 			if p.err != nil {
 				failed++

@@ -453,3 +453,29 @@ Cluster/eu-2 pruned (dry run)
 		}
 	}
 }
+
+// TestApplyFailsHalfway: an object the API refuses fails alone, the others are applied, and a
+// rerun of the corrected manifests finishes without redoing them.
+func TestApplyFailsHalfway(t *testing.T) {
+	h := startHub(t)
+	dir := t.TempDir()
+	doc := func(kind, meta, spec string) string {
+		return "---\napiVersion: fleetstream.io/v1alpha1\nkind: " + kind + "\nmetadata: " + meta + "\nspec: " + spec + "\n"
+	}
+	good := doc("Cluster", "{name: c1}", "{}") + doc("Project", "{name: p}", "{}") +
+		doc("NamespaceBinding", "{name: a, project: p}", "{cluster: c1}") +
+		doc("NamespaceBinding", "{name: b, project: p}", "{cluster: c1, hard: {cpu: \"1\"}}")
+	// kube-system is protected: namespace-binding refuses to bind it.
+	writeFile(t, filepath.Join(dir, "bad.yaml"), good+doc("NamespaceBinding", "{name: kube-system, project: p}", "{cluster: c1}"))
+	writeFile(t, filepath.Join(dir, "good.yaml"), good)
+	r := h.run(t, "apply", "-f", filepath.Join(dir, "bad.yaml"), "--token-dir", filepath.Join(dir, "tokens"))
+	if r.code != 1 || !strings.Contains(r.stderr, "NamespaceBinding/p/cluster=c1/kube-system: error: invalid_argument: ") ||
+		!strings.Contains(r.stderr, "error: 1 of 5 objects failed; apply again to finish") ||
+		!strings.Contains(r.stdout, "NamespaceBinding/p/cluster=c1/a created\n") || !strings.Contains(r.stdout, "NamespaceBinding/p/cluster=c1/b created\n") {
+		t.Fatalf("apply with one refused object: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = h.run(t, "apply", "-f", filepath.Join(dir, "good.yaml")).ok(t)
+	if got := strings.Count(r.stdout, " unchanged\n"); got != 4 {
+		t.Fatalf("rerun: %d unchanged, want 4:\n%s", got, r.stdout)
+	}
+}
