@@ -111,6 +111,25 @@ apiVersion: fleetstream.io/v1alpha1
 kind: NamespaceBinding
 metadata: {name: shop, project: team-a}
 spec: {placement: best-eu, hard: {cpu: "1"}}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: Subscriber
+metadata: {name: audit}
+spec: {streams: [FLEET_RBAC, FLEET_NS]}
+---
+apiVersion: fleetstream.io/v1alpha1
+kind: ImportPolicy
+metadata: {name: capi}
+spec:
+  source: {cluster: eu-1, group: cluster.x-k8s.io, version: v1beta1, resource: clusters}
+  references:
+  - {key: kubeconfig, version: v1, resource: secrets, namespaceTemplate: "{{ .source.metadata.namespace }}", nameTemplate: "{{ .source.metadata.name }}-kubeconfig"}
+  nameTemplate: "{{ .source.metadata.name }}"
+  template: |
+    labels: {provider: capi}
+    credentials:
+      kubeconfig: "{{ .references.kubeconfig.data.value }}"
+  creationCondition: "true"
 `
 
 // TestApplyEndToEnd runs apply, diff and export against the real cluster-import,
@@ -133,7 +152,7 @@ func TestApplyEndToEnd(t *testing.T) {
 	// Registering clusters without somewhere to put their tokens: refused, nothing written.
 	r := h.run(t, "apply", "-f", fleetDir)
 	if r.code != 1 || !strings.Contains(r.stderr, "Cluster/eu-1: registering a cluster hands out its agent token once: give --token-dir to receive it") ||
-		!strings.Contains(r.stderr, "error: 2 of 12 objects cannot be applied; nothing was changed") {
+		!strings.Contains(r.stderr, "error: 3 of 14 objects cannot be applied; nothing was changed") {
 		t.Fatalf("apply without --token-dir: exit %d\n%s", r.code, r.stderr)
 	}
 	if out := h.run(t, "cluster", "list").ok(t).stdout; strings.Contains(out, "eu-1") {
@@ -151,8 +170,10 @@ func TestApplyEndToEnd(t *testing.T) {
 Cluster/us-1 created
 RoleTemplate/reader created
 ClusterSet/europe created
+Subscriber/audit created
 RoleTemplate/operator created
 Project/team-a created
+ImportPolicy/capi created
 ClusterSetBinding/team-a/europe created
 Placement/team-a/best-eu created
 NamespaceBinding/team-a/cluster=eu-1/web created
@@ -163,7 +184,7 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 	if r.stdout != want {
 		t.Fatalf("first apply:\n%s\nwant:\n%s", r.stdout, want)
 	}
-	for _, c := range []string{"eu-1", "us-1"} {
+	for _, c := range []string{"eu-1", "us-1", "subscriber-audit"} {
 		info, err := os.Stat(filepath.Join(tokens, c+".token"))
 		if err != nil {
 			t.Fatal(err)
@@ -185,8 +206,8 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 
 	// The same manifests again: nothing to do, and diff agrees.
 	r = h.run(t, "apply", "-f", fleetDir, "--token-dir", tokens).ok(t)
-	if got := strings.Count(r.stdout, " unchanged\n"); got != 12 {
-		t.Fatalf("second apply: %d unchanged, want 12:\n%s", got, r.stdout)
+	if got := strings.Count(r.stdout, " unchanged\n"); got != 14 {
+		t.Fatalf("second apply: %d unchanged, want 14:\n%s", got, r.stdout)
 	}
 	if r := h.run(t, "diff", "-f", fleetDir); r.code != 0 || r.stdout != "" {
 		t.Fatalf("diff of an applied fleet: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -320,6 +341,8 @@ func listFleet(t *testing.T, h *hubEnv) []proto.Message {
 	rbac := rbacv1connect.NewRBACServiceClient(http.DefaultClient, h.url, opt)
 	sets := placementv1connect.NewClusterSetServiceClient(http.DefaultClient, h.url, opt)
 	placements := placementv1connect.NewPlacementServiceClient(http.DefaultClient, h.url, opt)
+	subscribers := clusterv1connect.NewSubscriberServiceClient(http.DefaultClient, h.url, opt)
+	policies := clusterv1connect.NewImportPolicyServiceClient(http.DefaultClient, h.url, opt)
 	var out []proto.Message
 	add := func(m proto.Message, err error) {
 		t.Helper()
@@ -344,6 +367,8 @@ func listFleet(t *testing.T, h *hubEnv) []proto.Message {
 	add(msg(sets.ListClusterSets(ctx, connect.NewRequest(&placementv1.ListClusterSetsRequest{}))))
 	add(msg(sets.ListClusterSetBindings(ctx, connect.NewRequest(&placementv1.ListClusterSetBindingsRequest{}))))
 	add(msg(placements.ListPlacements(ctx, connect.NewRequest(&placementv1.ListPlacementsRequest{}))))
+	add(msg(subscribers.ListSubscribers(ctx, connect.NewRequest(&clusterv1.ListSubscribersRequest{}))))
+	add(msg(policies.ListImportPolicies(ctx, connect.NewRequest(&clusterv1.ListImportPoliciesRequest{}))))
 	return out
 }
 

@@ -84,6 +84,26 @@ func readFleet(ctx context.Context, f *factory, want map[string]bool, project st
 			s.add(clusterObject(c), c.Revision)
 		}
 	}
+	if wants("Subscriber") {
+		res, err := call(ctx, f, clusterv1connect.NewSubscriberServiceClient, clusterv1connect.SubscriberServiceClient.ListSubscribers,
+			&clusterv1.ListSubscribersRequest{}, "list subscribers")
+		if err != nil {
+			return nil, err
+		}
+		for _, sub := range res.Subscribers {
+			s.add(&manifest.Object{Kind: kind("Subscriber"), Name: sub.Name, Spec: kind("Subscriber").Clean(sub)}, 0)
+		}
+	}
+	if wants("ImportPolicy") {
+		res, err := call(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.ListImportPolicies,
+			&clusterv1.ListImportPoliciesRequest{}, "list import policies")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range res.Policies {
+			s.add(&manifest.Object{Kind: kind("ImportPolicy"), Name: p.Name, Spec: kind("ImportPolicy").Clean(p)}, p.Revision)
+		}
+	}
 	if wants("RoleTemplate") {
 		res, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.ListRoleTemplates,
 			&rbacv1.ListRoleTemplatesRequest{}, "list role templates")
@@ -203,7 +223,13 @@ func sameObject(declared, live *manifest.Object) bool {
 	if k.Labels && !maps.Equal(declared.Labels, live.Labels) {
 		return false
 	}
-	return proto.Equal(k.Clean(declared.Spec), k.Clean(live.Spec))
+	d, l := k.Clean(declared.Spec), k.Clean(live.Spec)
+	if ds, ok := d.(*clusterv1.Subscriber); ok {
+		// A set: the API keeps it in its own order.
+		slices.Sort(ds.Streams)
+		slices.Sort(l.(*clusterv1.Subscriber).Streams)
+	}
+	return proto.Equal(d, l)
 }
 
 // Apply outcomes, as kubectl words them.
@@ -222,12 +248,17 @@ func planObject(o *manifest.Object, live *liveObject, tokenDir string) (string, 
 		if o.Kind.Name == "Cluster" && tokenDir == "" {
 			return "", errors.New("registering a cluster hands out its agent token once: give --token-dir to receive it")
 		}
+		if o.Kind.Name == "Subscriber" && tokenDir == "" {
+			return "", errors.New("creating a subscriber hands out its NATS token once: give --token-dir to receive it")
+		}
 		return outcomeCreated, nil
 	}
 	if sameObject(o, live.obj) {
 		return outcomeUnchanged, nil
 	}
 	switch o.Kind.Name {
+	case "Subscriber":
+		return "", errors.New("spec.streams: a subscriber's streams cannot be changed; delete it (prune) and create it again, with a new token")
 	case "Project":
 		p, l := o.Spec.(*projectv1.Project), live.obj.Spec.(*projectv1.Project)
 		if p.DisplayName != l.DisplayName {
@@ -259,7 +290,20 @@ func createObject(ctx context.Context, f *factory, o *manifest.Object, tokenDir 
 		if err != nil {
 			return err
 		}
-		return writeAgentToken(tokenDir, o.Name, res.AgentToken)
+		return writeToken(tokenDir, o.Name, res.AgentToken, "cluster "+o.Name)
+	case *clusterv1.Subscriber:
+		res, err := call(ctx, f, clusterv1connect.NewSubscriberServiceClient, clusterv1connect.SubscriberServiceClient.CreateSubscriber,
+			&clusterv1.CreateSubscriberRequest{Name: o.Name, Streams: s.Streams}, "create subscriber %s", o.Name)
+		if err != nil {
+			return err
+		}
+		return writeToken(tokenDir, "subscriber-"+o.Name, res.Token, "subscriber "+o.Name)
+	case *clusterv1.ImportPolicy:
+		p := proto.Clone(s).(*clusterv1.ImportPolicy)
+		p.Name = o.Name
+		_, err := call(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.CreateImportPolicy,
+			&clusterv1.CreateImportPolicyRequest{Policy: p}, "create import policy %s", o.Name)
+		return err
 	case *rbacv1.RoleTemplate:
 		t := proto.Clone(s).(*rbacv1.RoleTemplate)
 		t.Name = o.Name
@@ -321,6 +365,12 @@ func updateObject(ctx context.Context, f *factory, o *manifest.Object, live *liv
 			&clusterv1.UpdateClusterRequest{Name: o.Name, Labels: o.Labels, Claims: s.Claims, Taints: s.Taints,
 				UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"labels", "claims", "taints"}},
 				ExpectedRevision: live.revision}, "update cluster %s", o.Name)
+		return err
+	case *clusterv1.ImportPolicy:
+		p := proto.Clone(s).(*clusterv1.ImportPolicy)
+		p.Name = o.Name
+		_, err := call(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.UpdateImportPolicy,
+			&clusterv1.UpdateImportPolicyRequest{Policy: p, ExpectedRevision: live.revision}, "update import policy %s", o.Name)
 		return err
 	case *rbacv1.RoleTemplate:
 		t := proto.Clone(s).(*rbacv1.RoleTemplate)
@@ -387,6 +437,14 @@ func deleteObject(ctx context.Context, f *factory, o *manifest.Object, live *liv
 		_, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.DeregisterCluster,
 			&clusterv1.DeregisterClusterRequest{Name: o.Name, ExpectedRevision: live.revision}, "deregister cluster %s", o.Name)
 		return err
+	case *clusterv1.Subscriber:
+		_, err := call(ctx, f, clusterv1connect.NewSubscriberServiceClient, clusterv1connect.SubscriberServiceClient.DeleteSubscriber,
+			&clusterv1.DeleteSubscriberRequest{Name: o.Name}, "delete subscriber %s", o.Name)
+		return err
+	case *clusterv1.ImportPolicy:
+		_, err := call(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.DeleteImportPolicy,
+			&clusterv1.DeleteImportPolicyRequest{Name: o.Name, ExpectedRevision: live.revision}, "delete import policy %s", o.Name)
+		return err
 	case *rbacv1.RoleTemplate:
 		_, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.DeleteRoleTemplate,
 			&rbacv1.DeleteRoleTemplateRequest{Name: o.Name, ExpectedRevision: live.revision}, "delete role template %s", o.Name)
@@ -419,16 +477,16 @@ func deleteObject(ctx context.Context, f *factory, o *manifest.Object, live *liv
 	return fmt.Errorf("%s: kind %s cannot be deleted", o.Key(), o.Kind.Name)
 }
 
-// writeAgentToken stores a newly registered cluster's agent token as <dir>/<cluster>.token,
-// readable by its owner only. The token is shown nowhere else: apply's output goes into CI
-// logs, which are no place for a credential.
-func writeAgentToken(dir, cluster, token string) error {
+// writeToken stores a token the API hands out once (a new cluster's agent token, a new
+// subscriber's NATS token) as <dir>/<file>.token, readable by its owner only. The token is shown
+// nowhere else: apply's output goes into CI logs, which are no place for a credential.
+func writeToken(dir, file, token, what string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("--token-dir: %w", err)
 	}
-	path := filepath.Join(dir, cluster+".token")
+	path := filepath.Join(dir, file+".token")
 	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return fmt.Errorf("cluster %s is registered but its agent token could not be written (deregister and apply again to get a new one): %w", cluster, err)
+		return fmt.Errorf("%s is created but its token could not be written (delete it and apply again to get a new one): %w", what, err)
 	}
 	return nil
 }

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -454,6 +457,29 @@ func (d *docDecoder) semantics(n *yaml.Node, obj *Object) error {
 		if s.ClusterSet == "" {
 			return d.errorf(n, "spec.clusterSet", "required")
 		}
+	case *clusterv1.ImportPolicy:
+		if path := literalCredential(s.Template); path != "" {
+			return d.errorf(n, "spec.template", "%s holds a literal value where a reference is expected ({{ .references.<key>... }}): a secret does not belong in a manifest (the value is not shown)", path)
+		}
 	}
 	return nil
+}
+
+// literalCredential returns the path of the first credential in an import policy's template
+// that is written out rather than taken from a reference, or "" when there is none (or the
+// template is not YAML before rendering, which the API checks).
+func literalCredential(template string) string {
+	var t struct {
+		Credentials map[string]any `yaml:"credentials"`
+	}
+	if yaml.Unmarshal([]byte(template), &t) != nil {
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.Credentials)) {
+		v, ok := t.Credentials[k].(string)
+		if t.Credentials[k] != nil && (!ok || (v != "" && !strings.Contains(v, "{{"))) {
+			return "credentials." + k
+		}
+	}
+	return ""
 }

@@ -81,7 +81,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"not a mapping", "- a\n", "f.yaml:1: document 1: want a mapping with apiVersion, kind, metadata and spec, got a list"},
 		{"unknown version", "apiVersion: fleetstream.io/v2\nkind: Cluster\nmetadata: {name: a}\n", `f.yaml:1: document 1: apiVersion: unknown version "fleetstream.io/v2", want fleetstream.io/v1alpha1`},
 		{"no version", "kind: Cluster\nmetadata: {name: a}\n", "f.yaml:1: document 1: apiVersion: required"},
-		{"unknown kind", head + "kind: Widget\nmetadata: {name: a}\n", `f.yaml:2: document 1: kind: unknown kind "Widget", want one of Cluster, RoleTemplate, ClusterSet, Project, ClusterSetBinding, Placement, NamespaceBinding, ProjectRoleBinding`},
+		{"unknown kind", head + "kind: Widget\nmetadata: {name: a}\n", `f.yaml:2: document 1: kind: unknown kind "Widget", want one of Cluster, RoleTemplate, ClusterSet, Subscriber, ImportPolicy, Project, ClusterSetBinding, Placement, NamespaceBinding, ProjectRoleBinding`},
 		{"unknown top field", head + "kind: Cluster\nmetadata: {name: a}\nstatus: {}\n", "f.yaml:4: document 1: status: unknown field (want apiVersion, kind, metadata and spec)"},
 		{"unknown metadata field", head + "kind: Cluster\nmetadata:\n  name: a\n  namespace: b\n", "f.yaml:5: document 1: metadata.namespace: unknown field (want name, project, labels and annotations)"},
 		{"no name", head + "kind: Cluster\nmetadata: {}\n", "f.yaml:3: document 1: metadata.name: required"},
@@ -98,6 +98,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown enum", head + "kind: Cluster\nmetadata: {name: a}\nspec:\n  taints: [{key: k, effect: NoSchedule}]\n", `f.yaml:5: document 1: spec.taints[0].effect: unknown value "NoSchedule", want one of TAINT_EFFECT_NO_SELECT, TAINT_EFFECT_NO_SELECT_IF_NEW, TAINT_EFFECT_PREFER_NO_SELECT`},
 		{"duplicate key", head + "kind: Cluster\nmetadata: {name: a}\nspec:\n  claims: {a: b}\n  claims: {c: d}\n", "f.yaml:6: document 1: spec.claims: given twice"},
 		{"binding with cluster and placement", head + "kind: NamespaceBinding\nmetadata: {name: web, project: p}\nspec: {cluster: a, placement: b}\n", "f.yaml:1: document 1: spec: want exactly one of cluster and placement"},
+		{"secret where a reference is expected", head + "kind: ImportPolicy\nmetadata: {name: p}\nspec:\n  template: |\n    credentials:\n      token: s3cr3t-t0ken\n", "f.yaml:1: document 1: spec.template: credentials.token holds a literal value where a reference is expected ({{ .references.<key>... }}): a secret does not belong in a manifest (the value is not shown)"},
 		{"second document bad", head + "kind: Cluster\nmetadata: {name: a}\n---\n" + head + "kind: Cluster\nmetadata: {name: b}\nspec: {claims: []}\n", "f.yaml:8: document 2: spec.claims: want a mapping, got a list"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -79,6 +79,18 @@ var kinds = []*Kind{
 		Description: "A named group of clusters (OCM's ManagedClusterSet).",
 	},
 	{
+		Name: "Subscriber", Spec: &clusterv1.Subscriber{},
+		Fields:      []string{"streams"},
+		Rank:        0,
+		Description: "A downstream system's NATS identity, reading the event streams it names. Creating it hands out its token once, which apply writes to --token-dir.",
+	},
+	{
+		Name: "ImportPolicy", Spec: &clusterv1.ImportPolicy{},
+		Fields:      []string{"source", "references", "name_template", "template", "creation_condition"},
+		Rank:        1,
+		Description: "Turns objects of another inventory, which a registered cluster's agent watches, into clusters. Credentials in its template come from references, never literal values.",
+	},
+	{
 		Name: "Project", Spec: &projectv1.Project{},
 		Fields:      []string{"display_name", "budgets"},
 		OutputOnly:  []string{"budgets.allocated"},
