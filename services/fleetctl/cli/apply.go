@@ -141,7 +141,8 @@ func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir, ap
 
 // partOfLabel marks the clusters and projects of an apply set, as kubectl's
 // applyset.kubernetes.io/part-of does (KEP-3659). Objects of a project belong to the set of
-// their project; role templates and cluster sets carry no labels in the API, so no set owns
+// their project; role templates, cluster sets, subscribers and import policies carry no labels
+// in the API, so no set owns
 // them and prune leaves them alone.
 const partOfLabel = "applyset.fleetstream.io/part-of"
 
@@ -272,7 +273,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 		Short: "Create and update what manifests declare",
 		Long: "Apply makes the fleet hold what the manifests declare (apiVersion " + manifest.APIVersion + "; kinds " + kindList() + "). " +
 			"It reads every manifest first and changes nothing when one is invalid, names a project that is neither declared nor in the fleet, or asks for a change the API cannot make. " +
-			"Objects are applied in dependency order (clusters, role templates and cluster sets, then projects, then bindings), each reported as created, configured or unchanged; " +
+			"Objects are applied in dependency order (clusters, role templates, cluster sets and subscribers, then import policies and projects, then cluster set bindings, placements and the namespace and role bindings), each reported as created, configured or unchanged; " +
 			"a second apply of the same manifests reports every object unchanged. " +
 			"Updates are conditional on the revision apply read, so a change made by someone else meanwhile fails the object (aborted) instead of being overwritten; apply again to decide on fresh state. " +
 			"An object that fails leaves the others applied; a rerun finishes the rest. " +
@@ -352,7 +353,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = dryRunClient
 	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "objects of one dependency level applied at once")
 	cmd.Flags().StringVar(&applySet, "applyset", "", "name of the apply set: the declared clusters and projects are labelled "+partOfLabel+"=NAME, and with --prune the set's objects the manifests no longer declare are deleted")
-	cmd.Flags().BoolVar(&prune, "prune", false, "delete the objects of --applyset that the manifests no longer declare (the set's clusters and projects, and what belongs to its projects or to the declared ones; role templates and cluster sets are never pruned); list them first with --dry-run")
+	cmd.Flags().BoolVar(&prune, "prune", false, "delete the objects of --applyset that the manifests no longer declare (the set's clusters and projects, and what belongs to its projects or to the declared ones; role templates, cluster sets, subscribers and import policies have no labels to record the set and are never pruned); list them first with --dry-run")
 	cmd.Flags().BoolVar(&cascade, "cascade", false, "with --prune: delete a project that still holds namespaces, unbinding them (otherwise refused)")
 	return cmd
 }

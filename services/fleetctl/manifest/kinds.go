@@ -206,11 +206,3 @@ func (s Source) String() string {
 	}
 	return fmt.Sprintf("%s:%d: document %d", s.File, s.Line, s.Doc)
 }
-
-// Ref names an object for people: Kind/name, or Kind/project/name in a project.
-func (o *Object) Ref() string {
-	if o.Kind.Project {
-		return o.Kind.Name + "/" + o.Project + "/" + o.Name
-	}
-	return o.Kind.Name + "/" + o.Name
-}
