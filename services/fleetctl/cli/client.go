@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -37,11 +39,15 @@ type factory struct {
 	output    string
 	timeout   time.Duration
 	// contextName is --context; the context itself is read once, when a command first
-	// needs it (activeContext).
+	// needs it (activeContext), and the HTTP client built once (httpClient), so that the
+	// many concurrent calls of an apply share its connections.
 	contextName string
-	ctxLoaded   bool
+	ctxOnce     sync.Once
 	ctx         *fleetContext
 	ctxErr      error
+	hcOnce      sync.Once
+	hc          *http.Client
+	hcErr       error
 }
 
 func (f *factory) addFlags(root *cobra.Command) {

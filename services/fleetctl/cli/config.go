@@ -130,32 +130,36 @@ func (c *fleetConfig) context(name string) *fleetContext {
 // neither is set. A --context naming no context is an error, never a silent fallback to
 // another fleet.
 func (f *factory) activeContext() (*fleetContext, error) {
-	if f.ctxLoaded {
-		return f.ctx, f.ctxErr
-	}
-	f.ctxLoaded = true
-	c, path, err := loadConfig()
-	if err != nil {
-		f.ctxErr = err
-		return nil, err
-	}
-	name := c.CurrentContext
-	if f.changed("context") {
-		name = f.contextName
-	}
-	if name == "" {
-		return nil, nil
-	}
-	f.ctx = c.context(name)
-	if f.ctx == nil {
-		f.ctxErr = fmt.Errorf("context %q is not in %s; see 'fleetctl config get-contexts'", name, path)
-	}
+	f.ctxOnce.Do(func() {
+		c, path, err := loadConfig()
+		if err != nil {
+			f.ctxErr = err
+			return
+		}
+		name := c.CurrentContext
+		if f.changed("context") {
+			name = f.contextName
+		}
+		if name == "" {
+			return
+		}
+		f.ctx = c.context(name)
+		if f.ctx == nil {
+			f.ctxErr = fmt.Errorf("context %q is not in %s; see 'fleetctl config get-contexts'", name, path)
+		}
+	})
 	return f.ctx, f.ctxErr
 }
 
-// httpClient trusts the context's CA, when it names one, besides the system's; only for the
-// context's own server.
+// httpClient is the client every API call of the command uses (built once).
 func (f *factory) httpClient() (*http.Client, error) {
+	f.hcOnce.Do(func() { f.hc, f.hcErr = f.newHTTPClient() })
+	return f.hc, f.hcErr
+}
+
+// newHTTPClient trusts the context's CA, when it names one, besides the system's; only for the
+// context's own server.
+func (f *factory) newHTTPClient() (*http.Client, error) {
 	if !f.serverFromContext() {
 		return &http.Client{}, nil
 	}

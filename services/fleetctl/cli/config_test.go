@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"encoding/pem"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +66,36 @@ func TestContexts(t *testing.T) {
 	}
 	if r := run("config", "get-contexts").ok(t); strings.Contains(r.stdout, "e2e-s3cret") || !strings.Contains(r.stdout, "*         test") {
 		t.Errorf("get-contexts:\n%s", r.stdout)
+	}
+}
+
+// TestContextCertificateAuthority: a context's CA lets fleetctl reach a server whose certificate
+// the system does not trust; without it the call fails on the certificate.
+func TestContextCertificateAuthority(t *testing.T) {
+	e := startClusterService(t)
+	target, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsSrv := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
+	t.Cleanup(tlsSrv.Close)
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envConfig, filepath.Join(dir, "config.yaml"))
+	run := func(args ...string) result {
+		t.Helper()
+		return e.runWith(t, t.Context(), nil, args...)
+	}
+	run("config", "set-context", "tls", "--context-server", tlsSrv.URL, "--context-token-file", e.tokenFile, "--use").ok(t)
+	if r := run("cluster", "list"); r.code != 1 || !strings.Contains(r.stderr, "certificate") {
+		t.Fatalf("without the CA: exit %d\n%s", r.code, r.stderr)
+	}
+	run("config", "set-context", "tls", "--certificate-authority", ca).ok(t)
+	run("cluster", "register", "eu-1").ok(t)
+	if r := run("cluster", "list").ok(t); !strings.Contains(r.stdout, "eu-1") {
+		t.Fatalf("cluster list over TLS:\n%s", r.stdout)
 	}
 }
