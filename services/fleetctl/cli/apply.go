@@ -302,6 +302,10 @@ func newApplyCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if prune && len(objs) == 0 {
+				// An empty read is far more often a wrong path than a wish to empty the set.
+				return fmt.Errorf("--prune with no manifests would delete every object of apply set %s; refusing", applySet)
+			}
 			ctx := cmd.Context()
 			planned, state, err := plan(ctx, f, objs, tokenDir, applySet, prune)
 			if err != nil {

@@ -346,6 +346,7 @@ func commandCases() []commandCase {
 		{name: "apply-dry-run", args: []string{"apply", "-f", "-", "--dry-run"}, stdin: applyStdin, answers: applyAnswers()},
 		{name: "apply-needs-token-dir", args: []string{"apply", "-f", "-"}, stdin: applyStdin + "---\napiVersion: fleetstream.io/v1alpha1\nkind: Cluster\nmetadata: {name: us-1}\n", answers: applyAnswers()},
 		{name: "apply-needs-file", args: []string{"apply"}},
+		{name: "apply-prune-nothing", args: []string{"apply", "-f", "-", "--applyset", "prod", "--prune"}, stdin: "# nothing\n"},
 		{name: "apply-bad-dry-run", args: []string{"apply", "-f", "-", "--dry-run=maybe"}, stdin: applyStdin},
 		{name: "apply-bad-manifest", args: []string{"apply", "-f", "-"}, stdin: "apiVersion: fleetstream.io/v1alpha1\nkind: Cluster\nmetadata: {name: eu-1}\nspec:\n  taints: [{key: a, efect: TAINT_EFFECT_NO_SELECT}]\n"},
 		{name: "diff", args: []string{"diff", "-f", "-"}, stdin: applyStdin, answers: applyAnswers()},
