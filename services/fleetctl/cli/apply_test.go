@@ -423,7 +423,10 @@ func TestApplyPrune(t *testing.T) {
 	v1 := v2 + doc("Cluster", "{name: eu-2}", "{}") +
 		doc("NamespaceBinding", "{name: api, project: team-a}", "{cluster: eu-2}") +
 		doc("Project", "{name: team-b}", "{displayName: B}") +
-		doc("NamespaceBinding", "{name: db, project: team-b}", "{cluster: eu-1}")
+		doc("NamespaceBinding", "{name: db, project: team-b}", "{cluster: eu-1}") +
+		doc("ClusterSetBinding", "{project: team-b}", "{clusterSet: global}") +
+		doc("Placement", "{name: any, project: team-b}", "{numberOfClusters: 1}") +
+		doc("ProjectRoleBinding", "{project: team-b}", "{subject: {kind: SUBJECT_KIND_USER, name: bob}, roleTemplate: project-viewer}")
 	writeFile(t, filepath.Join(dir, "v1.yaml"), v1)
 	writeFile(t, filepath.Join(dir, "v2.yaml"), v2)
 	h.run(t, "apply", "-f", filepath.Join(dir, "v1.yaml"), "--applyset", "prod", "--token-dir", tokens).ok(t)
@@ -445,6 +448,9 @@ Project/team-a unchanged (dry run)
 NamespaceBinding/team-a/cluster=eu-1/web unchanged (dry run)
 NamespaceBinding/team-b/cluster=eu-1/db pruned (dry run)
 NamespaceBinding/team-a/cluster=eu-2/api pruned (dry run)
+ProjectRoleBinding/team-b/project-viewer/user:bob pruned (dry run)
+Placement/team-b/any pruned (dry run)
+ClusterSetBinding/team-b/global pruned (dry run)
 Project/team-b pruned (dry run)
 Cluster/eu-2 pruned (dry run)
 `
@@ -467,7 +473,7 @@ Cluster/eu-2 pruned (dry run)
 		t.Fatalf("diff --prune after the prune: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	after := h.run(t, "export").ok(t).stdout
-	for _, gone := range []string{"name: team-b", "name: eu-2", "name: api", "name: db"} {
+	for _, gone := range []string{"name: team-b", "project: team-b", "name: eu-2", "name: api", "name: db", "name: any"} {
 		if strings.Contains(after, gone) {
 			t.Errorf("pruned object still there (%s):\n%s", gone, after)
 		}
