@@ -635,7 +635,7 @@ type Store struct {
 func NewStore() *Store {
 	return &Store{strs: newStrtab(), services: newTable(func(sn *snapshot) string { return sn.key }), owned: newTable(serviceOf),
 		clusters: map[string]*clusterInfo{}, unregistered: map[string]*clusterInfo{},
-		hub:      hub{watchers: map[string]map[*watcher]struct{}{}}}
+		hub: hub{watchers: map[string]map[*watcher]struct{}{}}}
 }
 
 // cluster returns the shared state of cluster name, creating it.
