@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -62,15 +61,15 @@ func startChildHub(ctx context.Context, path, token string, pprof bool) (*childH
 		addr := fmt.Sprintf("127.0.0.1:%d", ports[2])
 		h.args, h.pprofURL = append(h.args, "--pprof-listen", addr), "http://"+addr
 	}
-	if err := h.launch(ctx); err != nil {
+	if err := h.launch(ctx, 60*time.Second); err != nil {
 		h.stop()
 		return nil, err
 	}
 	return h, nil
 }
 
-// launch starts fleetd and waits until it is ready.
-func (h *childHub) launch(ctx context.Context) error {
+// launch starts fleetd and waits until it is ready, at most patience.
+func (h *childHub) launch(ctx context.Context, patience time.Duration) error {
 	cmd := exec.Command(h.path, h.args...)
 	logf, err := os.OpenFile(filepath.Join(h.dir, "fleetd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -99,7 +98,7 @@ func (h *childHub) launch(ctx context.Context) error {
 		}
 		close(done)
 	}()
-	deadline := time.After(60 * time.Second)
+	deadline := time.After(patience)
 	for {
 		resp, err := http.Get(h.apiURL + "/readyz")
 		if err == nil {
@@ -112,7 +111,7 @@ func (h *childHub) launch(ctx context.Context) error {
 		case <-done:
 			return fmt.Errorf("fleetd exited before it was ready; its log ends:\n%s", logTail(filepath.Join(h.dir, "fleetd.log"), 20))
 		case <-deadline:
-			return errors.New("fleetd not ready within 60s")
+			return fmt.Errorf("fleetd not ready within %s", patience)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -146,9 +145,12 @@ func (h *childHub) terminate() {
 }
 
 // restart stops fleetd and starts it again on the same data directory and ports.
-func (h *childHub) restart(ctx context.Context) error {
+// restart stops fleetd and starts it again on the same data and ports; a hub restarted under a
+// large fleet (it recovers its streams while every agent knocks) may take minutes to be ready,
+// hence patience.
+func (h *childHub) restart(ctx context.Context, patience time.Duration) error {
 	h.terminate()
-	return h.launch(ctx)
+	return h.launch(ctx, patience)
 }
 
 func (h *childHub) stop() {

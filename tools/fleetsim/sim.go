@@ -794,7 +794,7 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 		if out, err := exec.CommandContext(ctx, "sh", "-c", o.stormCmd).CombinedOutput(); err != nil {
 			return fmt.Errorf("storm: %s: %w: %s", o.stormCmd, err, bytes.TrimSpace(out))
 		}
-	} else if err := h.child.restart(ctx); err != nil {
+	} else if err := h.child.restart(ctx, o.timeout); err != nil {
 		return fmt.Errorf("storm: restart the hub: %w", err)
 	}
 	ready := time.Now()
