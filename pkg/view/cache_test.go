@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,14 @@ func TestCacheEntries(t *testing.T) {
 				}
 				if !reflect.DeepEqual(names, wantNames) {
 					t.Errorf("Lookup(%s) = %v, want %v", term, names, wantNames)
+				}
+				var unordered []string
+				for _, v := range c.LookupUnordered(term) {
+					unordered = append(unordered, v.Name)
+				}
+				slices.Sort(unordered)
+				if sortedWant := slices.Sorted(slices.Values(wantNames)); !slices.Equal(unordered, sortedWant) {
+					t.Errorf("LookupUnordered(%s) = %v, want %v in any order", term, unordered, sortedWant)
 				}
 			}
 		})

@@ -459,7 +459,7 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 		}
 		s.followBackoff.succeeded(n, c)
 	}
-	for _, b := range s.bindings.Lookup(byProjectNamespace(n.Project, n.Namespace)) {
+	for _, b := range s.bindings.LookupUnordered(byProjectNamespace(n.Project, n.Namespace)) {
 		if b.Placement != n.Placement || want[b.Cluster] || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 			continue
 		}
@@ -477,7 +477,7 @@ func (s *Service) follow(ctx context.Context, n *placementv1.PlacementNamespace)
 // no longer follows their placement: what an UnbindNamespace that stopped half-way left.
 func (s *Service) releaseStrays(ctx context.Context, project, namespace string) error {
 	var errs []error
-	for _, b := range s.bindings.Lookup(byProjectNamespace(project, namespace)) {
+	for _, b := range s.bindings.LookupUnordered(byProjectNamespace(project, namespace)) {
 		if b.Placement == "" || b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 			continue
 		}
