@@ -97,10 +97,11 @@ type Service struct {
 	store  *events.Store
 	stream jetstream.Stream
 
-	templatesView *view.Engine
-	bindingsView  *view.Engine
-	templates     *view.Cache[*rbacv1.RoleTemplate]
-	bindings      *view.Cache[*rbacv1.ProjectRoleBinding]
+	// views are rbac-sync's own views (declareViews); templates and bindings are their caches,
+	// set once the views are ready.
+	views     *view.Set
+	templates *view.Cache[*rbacv1.RoleTemplate]
+	bindings  *view.Cache[*rbacv1.ProjectRoleBinding]
 	// status mirrors what agents reported about rbac-sync's desired keys: the part of bucket
 	// `applied` under `desired-rbac.` (see appliedPrefix).
 	status *view.Cache[*desiredv1.AppliedStatus]
@@ -123,11 +124,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("rbac stream: %w", err)
 	}
-	if s.templatesView, err = view.NewEngine(js, templatesProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
-		return nil, err
-	}
-	if s.bindingsView, err = view.NewEngine(js, bindingsProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
-		return nil, err
+	if s.views = s.declareViews(js, s.log, view.WithReplicas(cfg.Replicas)); s.views.Err() != nil {
+		return nil, s.views.Err()
 	}
 	s.fan = newFanout(js, s.log)
 	s.fan.replicas = cfg.Replicas
@@ -169,8 +167,7 @@ func (s *Service) Run(ctx context.Context) error { return server.Stopped(ctx, s.
 
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.templatesView.Run(ctx) })
-	g.Go(func() error { return s.bindingsView.Run(ctx) })
+	g.Go(func() error { return s.views.Run(ctx) })
 	g.Go(func() error { return s.status.Run(ctx) })
 	if !s.cfg.Snapshots.Disabled {
 		g.Go(func() error { return s.runSnapshots(ctx) })
@@ -189,37 +186,23 @@ func (s *Service) run(ctx context.Context) error {
 
 // start opens the caches once their buckets exist and starts the fan-out.
 func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
-	for _, ch := range []<-chan struct{}{s.templatesView.Ready(), s.bindingsView.Ready()} {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	templatesKV, err := s.js.KeyValue(ctx, TemplatesBucket)
-	if err != nil {
-		return fmt.Errorf("templates bucket: %w", err)
-	}
-	bindingsKV, err := s.js.KeyValue(ctx, BindingsBucket)
-	if err != nil {
-		return fmt.Errorf("bindings bucket: %w", err)
+	select {
+	case <-s.views.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	// Other services own these and create them when they start; wait for them.
 	clustersKV, err := view.WaitBucket(ctx, s.js, subjects.ClustersBucket, s.log)
 	if err != nil {
 		return err
 	}
-	s.templates = view.NewCache(s.js, templatesKV, func() *rbacv1.RoleTemplate { return &rbacv1.RoleTemplate{} }, s.log)
-	s.bindings = view.NewCache(s.js, bindingsKV, func() *rbacv1.ProjectRoleBinding { return &rbacv1.ProjectRoleBinding{} }, s.log)
 	clusters := view.NewCache(s.js, clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
 	nsBindings := newBindingSource(s.js, s.cfg.NamespaceBindingsBucket, s.log)
 	s.fan.templates, s.fan.bindings, s.fan.clusters, s.fan.namespaces = s.templates, s.bindings, clusters, nsBindings
-	g.Go(func() error { return s.templates.Run(ctx) })
-	g.Go(func() error { return s.bindings.Run(ctx) })
 	g.Go(func() error { return clusters.Run(ctx) })
 	g.Go(func() error { return nsBindings.Run(ctx) })
 	g.Go(func() error { return s.fan.Run(ctx) })
-	for _, ch := range []<-chan struct{}{s.templates.Ready(), s.bindings.Ready(), s.fan.Ready(), s.status.Ready()} {
+	for _, ch := range []<-chan struct{}{s.fan.Ready(), s.status.Ready()} {
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -236,6 +219,13 @@ func (s *Service) start(ctx context.Context, g *errgroup.Group) error {
 
 // Projections are the service's views, for tools that check a running fleet's buckets
 // against a rebuild from the streams (view.Verify; make chaos).
-func Projections() []view.Projection {
-	return []view.Projection{templatesProjection(), bindingsProjection()}
+func Projections() []view.Projection { return new(Service).declareViews(nil, nil).Projections() }
+
+// declareViews is the one place rbac-sync's views are declared: each projection with the cache
+// it is read through. Projections() lists them in this order (tools index it).
+func (s *Service) declareViews(js jetstream.JetStream, log *zap.Logger, opts ...view.Option) *view.Set {
+	set := view.NewSet(js, log, opts...)
+	view.Add(set, templatesProjection(), &s.templates)
+	view.Add(set, bindingsProjection(), &s.bindings)
+	return set
 }
