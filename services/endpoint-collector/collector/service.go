@@ -179,6 +179,9 @@ type Collector struct {
 	refused     *prometheus.CounterVec
 	limitStatus *limitStatus
 
+	// viewSet is the collector's views (declareViews); weightsView and weights are the engine
+	// and cache of its one view, weights set once viewSet is ready.
+	viewSet     *view.Set
 	weightsView *view.Engine
 	weights     *view.Cache[*endpointv1.ServiceWeights]
 	registry    *registry
@@ -214,9 +217,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	c := newCollector(cfg, log)
 	c.js = js
 	c.events = events.NewStore(js, actor)
-	var err error
-	if c.weightsView, err = view.NewEngine(js, weightsProjection(), c.log, view.WithReplicas(cfg.Replicas)); err != nil {
-		return nil, err
+	if c.viewSet = c.declareViews(js, c.log, view.WithReplicas(cfg.Replicas)); c.viewSet.Err() != nil {
+		return nil, c.viewSet.Err()
 	}
 	if !cfg.NoViewWrites {
 		c.kv = &kvWriter{c: c, dirty: map[string]struct{}{}}
@@ -277,21 +279,12 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.queue.ShutDown()
 		return nil
 	})
-	g.Go(func() error { return c.weightsView.Run(ctx) })
+	g.Go(func() error { return c.viewSet.Run(ctx) })
 	select {
-	case <-c.weightsView.Ready():
+	case <-c.viewSet.Ready():
 	case <-ctx.Done():
 		return g.Wait()
 	}
-	kv, err := c.js.KeyValue(ctx, subjects.EndpointWeightsBucket)
-	if err != nil {
-		if ctx.Err() != nil {
-			return g.Wait() // stopped while starting
-		}
-		return fmt.Errorf("weights bucket: %w", err)
-	}
-	c.weights = view.NewCache(c.js, kv, func() *endpointv1.ServiceWeights { return &endpointv1.ServiceWeights{} }, c.log)
-	g.Go(func() error { return c.weights.Run(ctx) })
 	g.Go(func() error { return c.followWeights(ctx) })
 	g.Go(func() error { return c.registry.run(ctx) })
 	g.Go(func() error { return c.consume(ctx) })
@@ -548,8 +541,14 @@ func viewKey(ns, name string) string { return keys.Join(ns, name) }
 
 // Projections are the service's views, for tools that check a running fleet's buckets
 // against a rebuild from the streams (view.Verify; make chaos).
-func Projections() []view.Projection {
-	return []view.Projection{weightsProjection()}
+func Projections() []view.Projection { return new(Collector).declareViews(nil, nil).Projections() }
+
+// declareViews is the one place the collector's views are declared: each projection with the
+// engine and cache it is run and read through. Projections() lists them in this order.
+func (c *Collector) declareViews(js jetstream.JetStream, log *zap.Logger, opts ...view.Option) *view.Set {
+	set := view.NewSet(js, log, opts...)
+	c.weightsView = view.Add(set, weightsProjection(), &c.weights)
+	return set
 }
 
 // seedLastSeen starts each cluster's last-seen from cluster-import's cluster-status bucket: a
