@@ -114,18 +114,18 @@ type Registry struct {
 	store  *events.Store
 	stream jetstream.Stream
 
-	clustersView  *view.Engine
-	inventoryView *view.Engine
-	// Import policies: their view, its cache, and the claims of their sources.
-	importPoliciesView *view.Engine
-	importPolicies     *view.Cache[*clusterv1.ImportPolicy]
-	policySources      jetstream.KeyValue
-	clusters           *view.Cache[*clusterv1.Cluster]
-	inventory          *view.Cache[*clusterv1.NamespaceInventory]
-	status             *view.Cache[*clusterv1.AgentStatus]
-	secrets            jetstream.KeyValue
-	tokens             jetstream.KeyValue
-	statusKV           jetstream.KeyValue
+	// views are the registry's own views (declareViews); clusters, inventory and importPolicies
+	// are their caches, set once views is ready.
+	views          *view.Set
+	importPolicies *view.Cache[*clusterv1.ImportPolicy]
+	clusters       *view.Cache[*clusterv1.Cluster]
+	inventory      *view.Cache[*clusterv1.NamespaceInventory]
+	// policySources are the claims of import policies' sources.
+	policySources jetstream.KeyValue
+	status        *view.Cache[*clusterv1.AgentStatus]
+	secrets       jetstream.KeyValue
+	tokens        jetstream.KeyValue
+	statusKV      jetstream.KeyValue
 	// What hub readers refuse of each cluster's agent (agentlimits.go).
 	limits   *view.Cache[*clusterv1.Condition]
 	limitsKV jetstream.KeyValue
@@ -165,17 +165,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.stream, err = js.Stream(ctx, subjects.ClusterStream); err != nil {
 		return nil, fmt.Errorf("cluster stream: %w", err)
 	}
-	if s.clustersView, err = view.NewEngine(js, clustersProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
-		return nil, err
-	}
-	if s.importPoliciesView, err = view.NewEngine(js, importPoliciesProjection(), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
-		return nil, err
+	if s.views = s.declareViews(js, s.log, view.WithReplicas(cfg.Replicas)); s.views.Err() != nil {
+		return nil, s.views.Err()
 	}
 	if s.policySources, err = js.KeyValue(ctx, subjects.ImportPolicySourcesBucket); err != nil {
 		return nil, fmt.Errorf("import policy sources bucket: %w", err)
-	}
-	if s.inventoryView, err = view.NewEngine(js, inventoryProjectionReporting(s.inventoryChecks.record), s.log, view.WithReplicas(cfg.Replicas)); err != nil {
-		return nil, err
 	}
 	for name, dst := range map[string]*jetstream.KeyValue{
 		subjects.ClusterCredentialsBucket: &s.secrets, subjects.AgentTokensBucket: &s.tokens, subjects.ClusterStatusBucket: &s.statusKV,
@@ -213,45 +207,18 @@ func (s *Registry) Run(ctx context.Context) error { return server.Stopped(ctx, s
 
 func (s *Registry) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.clustersView.Run(ctx) })
-	g.Go(func() error { return s.inventoryView.Run(ctx) })
-	g.Go(func() error { return s.importPoliciesView.Run(ctx) })
-	// The caches open the view buckets, which the engines create on start.
+	g.Go(func() error { return s.views.Run(ctx) })
+	g.Go(func() error { return s.status.Run(ctx) })
+	g.Go(func() error { return s.limits.Run(ctx) })
+	// The loops below read the views' caches, which the set opens once the engines have
+	// created their buckets.
 	select {
-	case <-s.clustersView.Ready():
+	case <-s.views.Ready():
 	case <-ctx.Done():
 		return g.Wait()
 	}
-	for _, ch := range []<-chan struct{}{s.inventoryView.Ready(), s.importPoliciesView.Ready()} {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return g.Wait()
-		}
-	}
-	clustersKV, err := s.js.KeyValue(ctx, subjects.ClustersBucket)
-	if err != nil {
-		return fmt.Errorf("clusters bucket: %w", err)
-	}
-	inventoryKV, err := s.js.KeyValue(ctx, subjects.ClusterInventoryBucket)
-	if err != nil {
-		return fmt.Errorf("inventory bucket: %w", err)
-	}
-	s.clusters = view.NewCache(s.js, clustersKV, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, s.log)
-	s.inventory = view.NewCache(s.js, inventoryKV, func() *clusterv1.NamespaceInventory { return &clusterv1.NamespaceInventory{} }, s.log,
-		view.WithIndex(inventoryIndex))
-	policiesKV, err := s.js.KeyValue(ctx, subjects.ImportPoliciesBucket)
-	if err != nil {
-		return fmt.Errorf("import policies bucket: %w", err)
-	}
-	s.importPolicies = view.NewCache(s.js, policiesKV, func() *clusterv1.ImportPolicy { return &clusterv1.ImportPolicy{} }, s.log)
-	g.Go(func() error { return s.clusters.Run(ctx) })
-	g.Go(func() error { return s.inventory.Run(ctx) })
-	g.Go(func() error { return s.importPolicies.Run(ctx) })
-	g.Go(func() error { return s.status.Run(ctx) })
-	g.Go(func() error { return s.limits.Run(ctx) })
 	g.Go(func() error {
-		for _, ch := range []<-chan struct{}{s.clusters.Ready(), s.inventory.Ready(), s.status.Ready(), s.importPolicies.Ready(), s.limits.Ready()} {
+		for _, ch := range []<-chan struct{}{s.status.Ready(), s.limits.Ready()} {
 			select {
 			case <-ch:
 			case <-ctx.Done():
@@ -274,6 +241,20 @@ func (s *Registry) run(ctx context.Context) error {
 
 // Projections are the service's views, for tools that check a running fleet's buckets
 // against a rebuild from the streams (view.Verify; make chaos).
-func Projections() []view.Projection {
-	return []view.Projection{clustersProjection(), importPoliciesProjection(), inventoryProjection()}
+func Projections() []view.Projection { return new(Registry).declareViews(nil, nil).Projections() }
+
+// declareViews is the one place the registry's views are declared: each projection with the
+// cache it is read through. Projections() lists them in this order (tools index it).
+func (s *Registry) declareViews(js jetstream.JetStream, log *zap.Logger, opts ...view.Option) *view.Set {
+	// A running registry counts what the inventory view drops (agentlimits.go); the view a
+	// tool lists and rebuilds is the same without the count.
+	inventory := inventoryProjection()
+	if s.inventoryChecks != nil {
+		inventory = inventoryProjectionReporting(s.inventoryChecks.record)
+	}
+	set := view.NewSet(js, log, opts...)
+	view.Add(set, clustersProjection(), &s.clusters)
+	view.Add(set, importPoliciesProjection(), &s.importPolicies)
+	view.Add(set, inventory, &s.inventory, view.WithIndex(inventoryIndex))
+	return set
 }
