@@ -38,9 +38,7 @@ const (
 const setRolePrefix = SubjectPrefix + ".setrole."
 
 // Projections are placement's views, in the order namespace-binding lists them.
-func Projections() []view.Projection {
-	return []view.Projection{clusterSetsProjection(), setBindingsProjection(), setRolesProjection(), placementsProjection(), decisionsProjection(), addOnScoresProjection()}
-}
+func Projections() []view.Projection { return new(Service).declareViews(nil, nil).Projections() }
 
 func bucketConfig(name, desc string) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage}

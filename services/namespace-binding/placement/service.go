@@ -99,8 +99,9 @@ type Service struct {
 	// stream is FLEET_PLACEMENT.
 	stream jetstream.Stream
 
-	// engines project the views of Projections, in that order.
-	engines []*view.Engine
+	// views are placement's views (declareViews); the caches below are theirs, set once views
+	// is ready.
+	views *view.Set
 
 	clusterSets *view.Cache[*placementv1.ClusterSet]
 	setBindings *view.Cache[*placementv1.ClusterSetBinding]
@@ -126,12 +127,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, deps Deps, log
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
 	}
-	for _, p := range Projections() {
-		e, err := view.NewEngine(js, p, log, view.WithReplicas(cfg.Replicas))
-		if err != nil {
-			return nil, err
-		}
-		s.engines = append(s.engines, e)
+	if s.views = s.declareViews(js, log, view.WithReplicas(cfg.Replicas)); s.views.Err() != nil {
+		return nil, s.views.Err()
 	}
 	return s, nil
 }
@@ -167,27 +164,10 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // (RunScheduler), under the wiring service's lease.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	for _, e := range s.engines {
-		g.Go(func() error { return e.Run(ctx) })
-	}
+	g.Go(func() error { return s.views.Run(ctx) })
 	g.Go(func() error {
-		// The caches open the view buckets, which the engines create on start.
-		for _, e := range s.engines {
-			if !wait(ctx, e.Ready()) {
-				return nil
-			}
-		}
-		caches, err := s.openCaches(ctx)
-		if err != nil {
-			return err
-		}
-		for _, c := range caches {
-			g.Go(func() error { return c.Run(ctx) })
-		}
-		for _, c := range caches {
-			if !wait(ctx, c.Ready()) {
-				return nil
-			}
+		if !wait(ctx, s.views.Ready()) {
+			return nil
 		}
 		// `default` and `global` exist before the API answers, as rbac-sync's built-in roles do.
 		if err := s.ensureClusterSets(ctx); err != nil {
@@ -199,45 +179,18 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// cache is a view.Cache of any type, as Run runs it.
-type cache interface {
-	Run(ctx context.Context) error
-	Ready() <-chan struct{}
-}
-
-func (s *Service) openCaches(ctx context.Context) ([]cache, error) {
-	for _, c := range []struct {
-		bucket string
-		open   func(kv jetstream.KeyValue)
-	}{
-		{ClusterSetsBucket, func(kv jetstream.KeyValue) {
-			s.clusterSets = view.NewCache(s.js, kv, func() *placementv1.ClusterSet { return &placementv1.ClusterSet{} }, s.log)
-		}},
-		{ClusterSetBindingsBucket, func(kv jetstream.KeyValue) {
-			s.setBindings = view.NewCache(s.js, kv, func() *placementv1.ClusterSetBinding { return &placementv1.ClusterSetBinding{} }, s.log,
-				view.WithIndex(setBindingIndex))
-		}},
-		{ClusterSetRolesBucket, func(kv jetstream.KeyValue) {
-			s.setRoles = view.NewCache(s.js, kv, func() *placementv1.ClusterSetRoleBinding { return &placementv1.ClusterSetRoleBinding{} }, s.log,
-				view.WithIndex(setRoleIndex))
-		}},
-		{subjects.PlacementsBucket, func(kv jetstream.KeyValue) {
-			s.placements = view.NewCache(s.js, kv, func() *placementv1.Placement { return &placementv1.Placement{} }, s.log, view.WithIndex(placementIndex))
-		}},
-		{subjects.PlacementDecisionsBucket, func(kv jetstream.KeyValue) {
-			s.decisions = view.NewCache(s.js, kv, func() *placementv1.PlacementDecisions { return &placementv1.PlacementDecisions{} }, s.log)
-		}},
-		{subjects.AddOnScoresBucket, func(kv jetstream.KeyValue) {
-			s.addOnScores = view.NewCache(s.js, kv, func() *placementv1.AddOnScore { return &placementv1.AddOnScore{} }, s.log)
-		}},
-	} {
-		kv, err := s.js.KeyValue(ctx, c.bucket)
-		if err != nil {
-			return nil, fmt.Errorf("bucket %s: %w", c.bucket, err)
-		}
-		c.open(kv)
-	}
-	return []cache{s.clusterSets, s.setBindings, s.setRoles, s.placements, s.decisions, s.addOnScores}, nil
+// declareViews is the one place placement's views are declared: each projection with the cache
+// it is read through. Projections() lists them in this order, which namespace-binding's
+// Projections() and the tools that index it keep.
+func (s *Service) declareViews(js jetstream.JetStream, log *zap.Logger, opts ...view.Option) *view.Set {
+	set := view.NewSet(js, log, opts...)
+	view.Add(set, clusterSetsProjection(), &s.clusterSets)
+	view.Add(set, setBindingsProjection(), &s.setBindings, view.WithIndex(setBindingIndex))
+	view.Add(set, setRolesProjection(), &s.setRoles, view.WithIndex(setRoleIndex))
+	view.Add(set, placementsProjection(), &s.placements, view.WithIndex(placementIndex))
+	view.Add(set, decisionsProjection(), &s.decisions)
+	view.Add(set, addOnScoresProjection(), &s.addOnScores)
+	return set
 }
 
 func wait(ctx context.Context, ch <-chan struct{}) bool {
