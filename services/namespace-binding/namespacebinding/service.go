@@ -111,11 +111,9 @@ type Service struct {
 	// on first use by the release loop, its only user.
 	clusterStream jetstream.Stream
 
-	projectsView *view.Engine
-	bindingsView *view.Engine
-	desiredView  *view.Engine
-	// followersView projects the namespaces that follow a placement.
-	followersView *view.Engine
+	// views are this service's own views (declareViews): projects, bindings, desired and
+	// placementNamespaces are their caches, set once views is ready.
+	views *view.Set
 
 	projects  *view.Cache[*projectv1.Project]
 	bindings  *view.Cache[*projectv1.NamespaceBinding]
@@ -174,14 +172,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	s.placements = s.placement
-	for _, e := range []struct {
-		dst *(*view.Engine)
-		p   view.Projection
-	}{{&s.projectsView, projectsProjection()}, {&s.bindingsView, bindingsProjection()}, {&s.desiredView, desiredProjection()},
-		{&s.followersView, placementNamespacesProjection()}} {
-		if *e.dst, err = view.NewEngine(js, e.p, s.log, view.WithReplicas(cfg.Replicas)); err != nil {
-			return nil, err
-		}
+	if s.views = s.declareViews(js, s.log, view.WithReplicas(cfg.Replicas)); s.views.Err() != nil {
+		return nil, s.views.Err()
 	}
 	if s.claimsKV, err = js.KeyValue(ctx, ClaimsBucket); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", ClaimsBucket, err)
@@ -260,31 +252,22 @@ func (s *Service) Run(ctx context.Context) error { return server.Stopped(ctx, s.
 func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.placement.Run(ctx) })
-	engines := []*view.Engine{s.projectsView, s.bindingsView, s.desiredView, s.followersView}
-	for _, e := range engines {
-		g.Go(func() error { return e.Run(ctx) })
-	}
+	g.Go(func() error { return s.views.Run(ctx) })
 	g.Go(func() error { return s.claims.Run(ctx) })
 	g.Go(func() error {
-		// The caches open the view buckets, which the engines create on start.
-		for _, e := range engines {
-			if !wait(ctx, e.Ready()) {
-				return nil
-			}
+		// The loops read the views' caches, which the set opens once their engines have
+		// created the buckets.
+		if !wait(ctx, s.views.Ready()) {
+			return nil
 		}
 		if err := s.openCaches(ctx); err != nil {
 			return err
 		}
-		g.Go(func() error { return s.projects.Run(ctx) })
-		g.Go(func() error { return s.bindings.Run(ctx) })
-		g.Go(func() error { return s.desired.Run(ctx) })
 		g.Go(func() error { return s.applied.Run(ctx) })
 		g.Go(func() error { return s.clusters.Run(ctx) })
 		g.Go(func() error { return s.inventory.Run(ctx) })
-		g.Go(func() error { return s.placementNamespaces.Run(ctx) })
 		// placement is ready once its caches are and the built-in cluster sets exist.
-		for _, ch := range []<-chan struct{}{s.projects.Ready(), s.bindings.Ready(), s.desired.Ready(), s.applied.Ready(),
-			s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.placementNamespaces.Ready(), s.placement.Ready()} {
+		for _, ch := range []<-chan struct{}{s.applied.Ready(), s.claims.Ready(), s.clusters.Ready(), s.inventory.Ready(), s.placement.Ready()} {
 			if !wait(ctx, ch) {
 				return nil
 			}
@@ -299,39 +282,13 @@ func (s *Service) run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// openCaches opens the caches of the buckets other components write: the agents' statuses, and
+// cluster-import's registry and inventory.
 func (s *Service) openCaches(ctx context.Context) error {
-	open := func(name string) (jetstream.KeyValue, error) {
-		kv, err := s.js.KeyValue(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("bucket %s: %w", name, err)
-		}
-		return kv, nil
-	}
-	projectsKV, err := open(ProjectsBucket)
+	appliedKV, err := s.js.KeyValue(ctx, subjects.AppliedBucket)
 	if err != nil {
-		return err
+		return fmt.Errorf("bucket %s: %w", subjects.AppliedBucket, err)
 	}
-	bindingsKV, err := open(BindingsBucket)
-	if err != nil {
-		return err
-	}
-	desiredKV, err := open(subjects.DesiredNamespacesBucket)
-	if err != nil {
-		return err
-	}
-	appliedKV, err := open(subjects.AppliedBucket)
-	if err != nil {
-		return err
-	}
-	followersKV, err := open(subjects.PlacementNamespacesBucket)
-	if err != nil {
-		return err
-	}
-	s.placementNamespaces = view.NewCache(s.js, followersKV, func() *placementv1.PlacementNamespace { return &placementv1.PlacementNamespace{} }, s.log,
-		view.WithIndex(placementNamespaceIndex))
-	s.projects = view.NewCache(s.js, projectsKV, func() *projectv1.Project { return &projectv1.Project{} }, s.log)
-	s.bindings = view.NewCache(s.js, bindingsKV, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, s.log, view.WithIndex(bindingIndex))
-	s.desired = view.NewCache(s.js, desiredKV, func() *desiredv1.DesiredObject { return &desiredv1.DesiredObject{} }, s.log)
 	// Only this service's statuses: the bucket also holds every other desired bucket's.
 	s.applied = view.NewCache(s.js, appliedKV, func() *desiredv1.AppliedStatus { return &desiredv1.AppliedStatus{} }, s.log,
 		view.WithFilter(subjects.DesiredNamespacesBucket+".>"))
@@ -379,8 +336,20 @@ func (s *Service) runPlacementLoops(ctx context.Context) error {
 // Projections are the service's views, placement's included, for tools that check a running
 // fleet's buckets against a rebuild from the streams (view.Verify; make chaos).
 func Projections() []view.Projection {
-	return slices.Concat([]view.Projection{projectsProjection(), bindingsProjection(), desiredProjection()},
-		placement.Projections(), []view.Projection{placementNamespacesProjection()})
+	own := new(Service).declareViews(nil, nil).Projections()
+	// Placement's views sit between desired and the followers' view: tools index this order.
+	return slices.Concat(own[:3], placement.Projections(), own[3:])
+}
+
+// declareViews is the one place namespace-binding's own views are declared (placement declares
+// its own): each projection with the cache it is read through.
+func (s *Service) declareViews(js jetstream.JetStream, log *zap.Logger, opts ...view.Option) *view.Set {
+	set := view.NewSet(js, log, opts...)
+	view.Add(set, projectsProjection(), &s.projects)
+	view.Add(set, bindingsProjection(), &s.bindings, view.WithIndex(bindingIndex))
+	view.Add(set, desiredProjection(), &s.desired)
+	view.Add(set, placementNamespacesProjection(), &s.placementNamespaces, view.WithIndex(placementNamespaceIndex))
+	return set
 }
 
 // placementHub is what placement reads of this service (placement.Projects and
