@@ -217,10 +217,11 @@ kubectl: ## build the pinned kubectl into ./bin (for make demo; a few minutes th
 	fi
 
 .PHONY: generate
-generate: tools ## buf lint, then regenerate pkg/gen, docs/events.md and docs/schemas (manifest JSON Schemas) from proto/ (commit the result)
+generate: tools ## buf lint, then regenerate pkg/gen, docs/events.md and docs/schemas (manifest JSON Schemas) from proto/, and docs/metrics.md from the registered collectors (commit the result)
 	PATH=$(BIN):$$PATH $(BIN)/buf lint
 	PATH=$(BIN):$$PATH $(BIN)/buf generate
 	@$(MAKE) event-catalogue OUT=docs/events.md
+	@$(MAKE) metric-catalogue METRICS_OUT=$(CURDIR)/docs/metrics.md
 	$(GO) run github.com/fleetstream/fleetstream/services/fleetctl schema --out-dir docs/schemas
 
 # The event catalogue is rendered from the protos' descriptors, comments included.
@@ -231,6 +232,13 @@ event-catalogue:
 	$(BIN)/buf build --as-file-descriptor-set -o "$$tmp/fleetstream.binpb" && \
 	$(GO) run github.com/fleetstream/fleetstream/pkg/cmd/eventcatalog "$$tmp/fleetstream.binpb" > "$$tmp/events.md" && \
 	mv "$$tmp/events.md" $(OUT)
+
+# The metric catalogue is rendered from the collectors a running fleetd and a gateway register
+# (TestMetricCatalogue, which also fails on its own while docs/metrics.md is stale).
+METRICS_OUT ?= $(CURDIR)/docs/metrics.md
+.PHONY: metric-catalogue
+metric-catalogue:
+	cd services/fleetd && METRIC_CATALOGUE_OUT="$(METRICS_OUT)" $(GO) test -count=1 -run '^TestMetricCatalogue$$' ./fleetd/
 
 # Generates into a scratch directory and compares with pkg/gen, so the check never rewrites a
 # working tree (other people may be editing it) and also catches extra or missing files.
@@ -244,7 +252,11 @@ check-generated: tools
 	$(MAKE) event-catalogue OUT="$$tmp/events.md" && \
 	if ! diff -u docs/events.md "$$tmp/events.md"; then \
 		echo "docs/events.md is stale: run 'make generate' and commit the result" >&2; exit 1; \
-	fi && echo "docs/events.md is up to date"
+	fi && echo "docs/events.md is up to date" && \
+	$(MAKE) metric-catalogue METRICS_OUT="$$tmp/metrics.md" && \
+	if ! diff -u docs/metrics.md "$$tmp/metrics.md"; then \
+		echo "docs/metrics.md is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi && echo "docs/metrics.md is up to date"
 
 .PHONY: lint
 lint: tools ## gofmt, go vet, staticcheck, buf lint, buf breaking and the staleness of the generated code

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
@@ -51,7 +50,7 @@ type Server struct {
 	cfg      Config
 	log      *zap.Logger
 	mux      *http.ServeMux
-	registry *prometheus.Registry
+	registry *Registry
 	opts     []connect.HandlerOption
 	authn    *Authenticator
 
@@ -73,7 +72,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
-	reg := prometheus.NewRegistry()
+	reg := newRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), registry: reg, authn: authn, checks: map[string]Check{}}
 	s.opts = append([]connect.HandlerOption{
@@ -99,7 +98,7 @@ func (s *Server) Authorize(i connect.Interceptor) { s.authz.Store(&i) }
 func (s *Server) Authenticator() *Authenticator { return s.authn }
 
 // Registry is where the process's components register their metrics.
-func (s *Server) Registry() *prometheus.Registry { return s.registry }
+func (s *Server) Registry() *Registry { return s.registry }
 
 // HandlerOptions are the options every Connect handler of this server must be built with.
 func (s *Server) HandlerOptions() []connect.HandlerOption { return s.opts }

@@ -108,6 +108,8 @@ type Instance struct {
 	// XDS is the xDS server and XDSAddr where it listens (with Config.XDSListen).
 	XDS     *xds.Server
 	XDSAddr string
+	// Metrics is the registry /metrics serves, with every service's collectors.
+	Metrics *server.Registry
 
 	cancel        context.CancelFunc
 	lock          *os.File
@@ -145,7 +147,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	inst := &Instance{}
+	inst := &Instance{Metrics: srv.Registry()}
 	if inst.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
