@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -33,6 +34,9 @@ type Update[T proto.Message] struct {
 	Prev  T
 	// Revision is the KV revision of the change; in a snapshot, the revision of the entry.
 	Revision uint64
+	// Time is when the change was stored in the view (its KV message's time): for a projection,
+	// its event's time plus the projection's lag. Zero in a snapshot, which is no change.
+	Time time.Time
 }
 
 // Entry is a cached entry with the KV revision it was stored at, for compare-and-set writes and
@@ -155,7 +159,7 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 		case "PURGE":
 			op = jetstream.KeyValuePurge
 		}
-		c.apply(strings.TrimPrefix(m.Subject(), prefix), op, m.Data(), md.Sequence.Stream)
+		c.apply(strings.TrimPrefix(m.Subject(), prefix), op, m.Data(), md.Sequence.Stream, md.Timestamp)
 		if md.NumPending == 0 {
 			c.markReady()
 		}
@@ -169,7 +173,7 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 func (c *Cache[T]) markReady() { c.readyOnce.Do(func() { close(c.ready) }) }
 
 // apply applies the change at KV revision rev of key.
-func (c *Cache[T]) apply(key string, op jetstream.KeyValueOp, value []byte, rev uint64) {
+func (c *Cache[T]) apply(key string, op jetstream.KeyValueOp, value []byte, rev uint64, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rev > c.seen {
@@ -188,7 +192,7 @@ func (c *Cache[T]) apply(key string, op jetstream.KeyValueOp, value []byte, rev 
 		return
 	}
 	old, had := c.items[key]
-	u := Update[T]{Key: key, Prev: old.Value, Revision: rev}
+	u := Update[T]{Key: key, Prev: old.Value, Revision: rev, Time: at}
 	switch op {
 	case jetstream.KeyValuePut:
 		v := c.newT()

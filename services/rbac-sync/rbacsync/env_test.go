@@ -45,6 +45,7 @@ type env struct {
 	clusters clusterv1connect.ClusterServiceClient
 	projects projectv1connect.ProjectServiceClient
 	desired  jetstream.KeyValue
+	metrics  *server.Registry
 	stop     func()
 }
 
@@ -90,7 +91,7 @@ func start(t testing.TB, j *testkit.JetStream, cfg rbacsync.Config, opts ...star
 	}
 	stopHub := testkit.RunComponents(t, srv, components...)
 	hs := testkit.Serve(t, srv)
-	e := &env{js: j, svc: svc, url: hs.URL, as: map[string]rbacv1connect.RBACServiceClient{}}
+	e := &env{js: j, svc: svc, url: hs.URL, as: map[string]rbacv1connect.RBACServiceClient{}, metrics: srv.Registry()}
 	for _, u := range testUsers {
 		e.as[u] = rbacv1connect.NewRBACServiceClient(testkit.BearerClient(hs.Client(), tokenOf(u)), hs.URL)
 	}

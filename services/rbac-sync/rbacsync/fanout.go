@@ -21,6 +21,7 @@ import (
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/lease"
+	"github.com/fleetstream/fleetstream/pkg/slo"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 )
@@ -140,6 +141,11 @@ type fanout struct {
 	taken, folded [numInputs]uint64
 	progress      chan struct{}
 
+	// since is the time of the earliest change taken since the last plan (zero: none, or only
+	// a snapshot's), when the change the next writes carry out was made; under mu.
+	since time.Time
+	prop  *slo.Propagation
+
 	writes  *prometheus.CounterVec
 	skipped prometheus.Counter
 	rounds  prometheus.Histogram
@@ -150,7 +156,7 @@ func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL, collectEvery: DefaultCollectInterval,
 		markerAge: DefaultMarkerPurgeAfter, loadStall: defaultLoadStall,
 		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
-		ready: make(chan struct{}), progress: make(chan struct{}),
+		ready: make(chan struct{}), progress: make(chan struct{}), prop: slo.NewPropagation(),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete, collect).",
 		}, []string{"op"}),
@@ -164,7 +170,7 @@ func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 }
 
 func (f *fanout) collectors() []prometheus.Collector {
-	return []prometheus.Collector{f.writes, f.skipped, f.rounds}
+	return append([]prometheus.Collector{f.writes, f.skipped, f.rounds}, f.prop.Collectors()...)
 }
 
 // Run fans out while this replica holds lease FanoutLease, and follows the replica that does
@@ -440,6 +446,7 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 
 	f.mu.Lock()
 	f.m = newModel()
+	f.since = time.Time{} // a new session's first round is a resync, not a change
 	f.taken = [numInputs]uint64{inTemplates: tAt, inBindings: bAt, inClusters: cAt, inNamespaces: nAt}
 	for _, u := range cSnap {
 		f.applyCluster(u)
@@ -660,13 +667,13 @@ func (f *fanout) next(ctx context.Context, block bool, tick <-chan time.Time,
 	if !block {
 		select {
 		case u, ok := <-tCh:
-			return f.take(ok, inTemplates, u.Revision, func() []target { return f.applyTemplate(u) }, dirty)
+			return f.take(ok, inTemplates, u.Revision, u.Time, func() []target { return f.applyTemplate(u) }, dirty)
 		case u, ok := <-bCh:
-			return f.take(ok, inBindings, u.Revision, func() []target { return f.applyBinding(u) }, dirty)
+			return f.take(ok, inBindings, u.Revision, u.Time, func() []target { return f.applyBinding(u) }, dirty)
 		case u, ok := <-cCh:
-			return f.take(ok, inClusters, u.Revision, func() []target { return f.applyCluster(u) }, dirty)
+			return f.take(ok, inClusters, u.Revision, u.Time, func() []target { return f.applyCluster(u) }, dirty)
 		case u, ok := <-nCh:
-			return f.take(ok, inNamespaces, u.rev, func() []target { return f.applyNamespace(u) }, dirty)
+			return f.take(ok, inNamespaces, u.rev, u.at, func() []target { return f.applyNamespace(u) }, dirty)
 		default:
 			return false, nil
 		}
@@ -677,21 +684,24 @@ func (f *fanout) next(ctx context.Context, block bool, tick <-chan time.Time,
 	case <-tick:
 		return false, errCollectDue
 	case u, ok := <-tCh:
-		return f.take(ok, inTemplates, u.Revision, func() []target { return f.applyTemplate(u) }, dirty)
+		return f.take(ok, inTemplates, u.Revision, u.Time, func() []target { return f.applyTemplate(u) }, dirty)
 	case u, ok := <-bCh:
-		return f.take(ok, inBindings, u.Revision, func() []target { return f.applyBinding(u) }, dirty)
+		return f.take(ok, inBindings, u.Revision, u.Time, func() []target { return f.applyBinding(u) }, dirty)
 	case u, ok := <-cCh:
-		return f.take(ok, inClusters, u.Revision, func() []target { return f.applyCluster(u) }, dirty)
+		return f.take(ok, inClusters, u.Revision, u.Time, func() []target { return f.applyCluster(u) }, dirty)
 	case u, ok := <-nCh:
-		return f.take(ok, inNamespaces, u.rev, func() []target { return f.applyNamespace(u) }, dirty)
+		return f.take(ok, inNamespaces, u.rev, u.at, func() []target { return f.applyNamespace(u) }, dirty)
 	}
 }
 
-func (f *fanout) take(ok bool, input int, rev uint64, apply func() []target, dirty *[]target) (bool, error) {
+func (f *fanout) take(ok bool, input int, rev uint64, at time.Time, apply func() []target, dirty *[]target) (bool, error) {
 	if !ok {
 		return false, errResubscribe
 	}
 	f.mu.Lock()
+	if !at.IsZero() && (f.since.IsZero() || at.Before(f.since)) {
+		f.since = at
+	}
 	*dirty = append(*dirty, apply()...)
 	f.taken[input] = max(f.taken[input], rev)
 	f.mu.Unlock()
@@ -733,6 +743,8 @@ type op struct {
 	tombstone bool
 	kind      string // put, tombstone, delete, collect (metrics)
 	result    uint64
+	// since is when the change this write carries out was made (zero: a resync's write).
+	since time.Time
 }
 
 // flush recomputes dirty targets and writes those whose object changed, pipelined, retrying
@@ -782,6 +794,13 @@ func (f *fanout) writeAll(ctx context.Context, ops []*op) error {
 func (f *fanout) plan(dirty []target) []*op {
 	seen := make(map[string]bool, len(dirty))
 	var ops []*op
+	since := f.since
+	f.since = time.Time{}
+	defer func() {
+		for _, o := range ops {
+			o.since = since
+		}
+	}()
 	for _, t := range dirty {
 		k := t.key()
 		if seen[k] {
@@ -862,10 +881,37 @@ func (f *fanout) write(ctx context.Context, ops []*op) ([]*op, error) {
 		}
 	}
 	f.mu.Unlock()
+	f.measure(ops)
 	if len(failed) > 0 && firstErr == nil {
 		firstErr = errors.New("unacknowledged writes")
 	}
 	return failed, firstErr
+}
+
+// measure starts the propagation clock of each written grant (a put) and revocation (a
+// tombstone); a deleted key has no agent left to report on it. A status the agent already
+// reported (a fast agent beats this call) is taken at once.
+func (f *fanout) measure(ops []*op) {
+	for _, o := range ops {
+		if o.result == 0 {
+			continue
+		}
+		switch o.kind {
+		case "put", "tombstone":
+			kind := "grant"
+			if o.tombstone {
+				kind = "revoke"
+			}
+			f.prop.Written(o.key, o.result, kind, o.since)
+			if f.status != nil {
+				if st, ok := f.status(appliedPrefix + o.key); ok {
+					f.prop.Reported(o.key, st)
+				}
+			}
+		default:
+			f.prop.Forget(o.key)
+		}
+	}
 }
 
 // Ready is closed after the first full reconcile, or in a follower once its model is built.

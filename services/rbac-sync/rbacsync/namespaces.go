@@ -21,6 +21,8 @@ type nsUpdate struct {
 	// rev is the KV revision of the change in namespace-binding's view (view.Update.Revision).
 	// An update with no key only marks that the subscription has reached rev.
 	rev uint64
+	// at is view.Update.Time: when the change was stored (zero in a snapshot).
+	at time.Time
 }
 
 // namespaceSource is what the fan-out needs of namespace-binding's view.
@@ -191,8 +193,8 @@ func forwardInto(ctx context.Context, ch chan<- nsUpdate, first []nsUpdate, in <
 
 func toNSUpdate(u view.Update[*projectv1.NamespaceBinding]) nsUpdate {
 	if u.Op == view.Delete || !grantsPlace(u.Value) {
-		return nsUpdate{key: u.Key, rev: u.Revision}
+		return nsUpdate{key: u.Key, rev: u.Revision, at: u.Time}
 	}
 	b := u.Value
-	return nsUpdate{key: u.Key, rev: u.Revision, grant: &grantBinding{project: b.Project, place: place{b.Cluster, b.Namespace}}}
+	return nsUpdate{key: u.Key, rev: u.Revision, at: u.Time, grant: &grantBinding{project: b.Project, place: place{b.Cluster, b.Namespace}}}
 }

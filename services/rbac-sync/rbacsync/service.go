@@ -7,6 +7,7 @@ package rbacsync
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -169,6 +170,7 @@ func (s *Service) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.views.Run(ctx) })
 	g.Go(func() error { return s.status.Run(ctx) })
+	g.Go(func() error { s.followApplied(ctx); return nil })
 	if !s.cfg.Snapshots.Disabled {
 		g.Go(func() error { return s.runSnapshots(ctx) })
 	}
@@ -182,6 +184,19 @@ func (s *Service) run(ctx context.Context) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// followApplied hands each applied status agents report on rbac-sync's desired keys to the
+// propagation measure; a subscription cut off for falling behind is made again (a status it
+// missed leaves its key pending, bounded, until the key is written again).
+func (s *Service) followApplied(ctx context.Context) {
+	for ctx.Err() == nil {
+		for u := range s.status.Updates(ctx, subscriptionBuffer) {
+			if u.Op == view.Put {
+				s.fan.prop.Reported(strings.TrimPrefix(u.Key, appliedPrefix), u.Value)
+			}
+		}
+	}
 }
 
 // start opens the caches once their buckets exist and starts the fan-out.

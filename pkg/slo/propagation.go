@@ -1,0 +1,98 @@
+// Package slo measures the promises Fleetstream makes to its users where they are kept.
+package slo
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+)
+
+// PropagationBuckets fit the propagation goals (a grant applied on every cluster within 2 s at
+// p99): fine around the goal, up to the 30 s past which a change is plainly stuck.
+var PropagationBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}
+
+// maxPending bounds the desired keys awaiting an applied status: a hub whose agents are all
+// away must not grow without end. Past it new writes go unmeasured (lost clusters have their
+// own signals); a change already pending still is.
+const maxPending = 1 << 17
+
+// Propagation measures the time from a change to the agent's applied status for the desired
+// object it produced, per kind of change. The writer of a desired bucket calls Written for each
+// object it writes; the reader of the applied bucket calls Reported for each status. Only a
+// writer measures, so replicas following the leader observe nothing.
+type Propagation struct {
+	hist *prometheus.HistogramVec
+	now  func() time.Time
+
+	mu      sync.Mutex
+	pending map[string]pending
+}
+
+type pending struct {
+	rev   uint64
+	kind  string
+	since time.Time
+}
+
+// NewPropagation builds the tracker and its histogram fleetstream_propagation_duration_seconds.
+func NewPropagation() *Propagation {
+	return &Propagation{
+		hist: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fleetstream_propagation_duration_seconds",
+			Help: "Time from a change (its view entry, a projection's lag after its event) until the hub reads the agent's applied status " +
+				"for the desired object it produced, by kind of change (grant, revoke).",
+			Buckets: PropagationBuckets,
+		}, []string{"kind"}),
+		now:     time.Now,
+		pending: map[string]pending{},
+	}
+}
+
+// Collectors are the tracker's metrics, for the service's Mount.
+func (p *Propagation) Collectors() []prometheus.Collector { return []prometheus.Collector{p.hist} }
+
+// Written records that desired key (relative to its bucket) was written at revision rev for a
+// change of kind made at since. A key written again before it is applied keeps the earlier
+// since: the first change is only kept once the agent applies the later object.
+func (p *Propagation) Written(key string, rev uint64, kind string, since time.Time) {
+	if since.IsZero() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	prev, ok := p.pending[key]
+	if !ok && len(p.pending) >= maxPending {
+		return
+	}
+	if ok && prev.since.Before(since) {
+		since = prev.since
+	}
+	p.pending[key] = pending{rev: rev, kind: kind, since: since}
+}
+
+// Forget drops key: it was deleted with no agent left to apply it.
+func (p *Propagation) Forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pending, key)
+}
+
+// Reported takes an applied status for desired key: APPLIED at the pending revision or a later
+// one is one observation. A failure, or a status about an earlier revision, keeps it pending.
+func (p *Propagation) Reported(key string, st *desiredv1.AppliedStatus) {
+	if st.GetPhase() != desiredv1.Phase_PHASE_APPLIED {
+		return
+	}
+	p.mu.Lock()
+	pe, ok := p.pending[key]
+	if !ok || st.GetDesiredRevision() < pe.rev {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.pending, key)
+	p.mu.Unlock()
+	p.hist.WithLabelValues(pe.kind).Observe(max(p.now().Sub(pe.since), 0).Seconds())
+}

@@ -1,0 +1,127 @@
+package rbacsync_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/slo"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
+)
+
+// propagation returns the propagation histogram of kind as /metrics serves it (nil: none yet).
+func propagation(t testing.TB, reg *server.Registry, kind string) *dto.Histogram {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "fleetstream_propagation_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetHistogram()
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// The propagation SLO as an operator alerts on it: a grant, and then its revocation, each
+// observed once when the agent's applied status for the desired object arrives, with the time
+// since the change (so in the bucket that holds it). A status about an older revision, and
+// objects no agent reported on, observe nothing.
+func TestPropagationIsMeasuredAtTheAppliedStatus(t *testing.T) {
+	e := start(t, nil, rbacsync.Config{})
+	ctx := context.Background()
+	applied, err := e.js.JS.KeyValue(ctx, subjects.AppliedBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(key string, rev uint64, absent bool) {
+		t.Helper()
+		data, _ := proto.Marshal(&desiredv1.AppliedStatus{DesiredRevision: rev, Phase: desiredv1.Phase_PHASE_APPLIED, Absent: absent})
+		if _, err := applied.Put(ctx, subjects.AppliedKey(subjects.DesiredRBACBucket, key), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// observed waits for kind's count to reach want and checks that the one new observation
+	// lies between least seconds and the time since start, and in the buckets that hold it.
+	observed := func(kind string, want uint64, least float64, start time.Time) {
+		t.Helper()
+		var h *dto.Histogram
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if h = propagation(t, e.metrics, kind); h == nil || h.GetSampleCount() < want {
+				return fmt.Errorf("%s: %d observations, want %d", kind, h.GetSampleCount(), want)
+			}
+			return nil
+		})
+		if h.GetSampleCount() != want {
+			t.Fatalf("%s: %d observations, want %d", kind, h.GetSampleCount(), want)
+		}
+		most := time.Since(start).Seconds()
+		if want != 1 {
+			return
+		}
+		v := h.GetSampleSum()
+		if v < least || v > most {
+			t.Fatalf("%s took %.3fs by the histogram, want within [%.3f, %.3f]", kind, v, least, most)
+		}
+		if len(h.GetBucket()) != len(slo.PropagationBuckets) {
+			t.Fatalf("%s: %d buckets, want %v", kind, len(h.GetBucket()), slo.PropagationBuckets)
+		}
+		for _, b := range h.GetBucket() {
+			in := uint64(0)
+			if v <= b.GetUpperBound() {
+				in = 1
+			}
+			if b.GetCumulativeCount() != in {
+				t.Fatalf("%s: %.3fs counted %d up to le=%g", kind, v, b.GetCumulativeCount(), b.GetUpperBound())
+			}
+		}
+	}
+
+	e.register(t, "c1")
+	e.createProject(t, "p1")
+	e.createTemplate(t, "dev", nil, rule("", "pods", "get"))
+	e.bindNS(t, "p1", "c1", "web")
+	rb := rbKey("c1", "web", "dev")
+
+	const agentDelay = 300 * time.Millisecond
+	t0 := time.Now()
+	e.bindRole(t, "p1", user("alice"), "dev")
+	e.waitState(t, rb, "subjects:alice")
+	rev := e.get(t, rb).revision
+	report(rb, rev-1, false) // about an older object: the grant is not applied yet
+	time.Sleep(agentDelay)
+	if h := propagation(t, e.metrics, "grant"); h.GetSampleCount() != 0 {
+		t.Fatalf("a status about revision %d observed the grant written at %d", rev-1, rev)
+	}
+	report(rb, rev, false)
+	observed("grant", 1, agentDelay.Seconds(), t0)
+
+	t1 := time.Now()
+	e.unbindRole(t, "p1", user("alice"), "dev")
+	e.waitState(t, rb, "tombstone")
+	time.Sleep(agentDelay)
+	report(rb, e.get(t, rb).revision, true)
+	observed("revoke", 1, agentDelay.Seconds(), t1)
+
+	// The ClusterRole of template dev was written too, but no agent reported on it.
+	time.Sleep(agentDelay)
+	if h := propagation(t, e.metrics, "grant"); h.GetSampleCount() != 1 {
+		t.Fatalf("grant observations %d, want 1 (only the reported RoleBinding)", h.GetSampleCount())
+	}
+}
