@@ -2,6 +2,8 @@
 package slo
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -43,7 +45,7 @@ func NewPropagation() *Propagation {
 		hist: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "fleetstream_propagation_duration_seconds",
 			Help: "Time from a change (its view entry, a projection's lag after its event) until the hub reads the agent's applied status " +
-				"for the desired object it produced, by kind of change (grant, revoke).",
+				"for the desired object it produced, by kind of change (grant, revoke, bind, unbind, quota).",
 			Buckets: PropagationBuckets,
 		}, []string{"kind"}),
 		now:     time.Now,
@@ -51,8 +53,26 @@ func NewPropagation() *Propagation {
 	}
 }
 
-// Collectors are the tracker's metrics, for the service's Mount.
-func (p *Propagation) Collectors() []prometheus.Collector { return []prometheus.Collector{p.hist} }
+// Register registers the histogram on reg, for the service's Mount. Services of one process
+// (fleetd) share one histogram, told apart by kind: a second Register uses the first's.
+func (p *Propagation) Register(reg prometheus.Registerer) error {
+	err := reg.Register(p.hist)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		h, ok := are.ExistingCollector.(*prometheus.HistogramVec)
+		if !ok {
+			return fmt.Errorf("register propagation histogram: %w", err)
+		}
+		p.mu.Lock()
+		p.hist = h
+		p.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("register propagation histogram: %w", err)
+	}
+	return nil
+}
 
 // Written records that desired key (relative to its bucket) was written at revision rev for a
 // change of kind made at since. A key written again before it is applied keeps the earlier
@@ -93,6 +113,7 @@ func (p *Propagation) Reported(key string, st *desiredv1.AppliedStatus) {
 		return
 	}
 	delete(p.pending, key)
+	hist := p.hist
 	p.mu.Unlock()
-	p.hist.WithLabelValues(pe.kind).Observe(max(p.now().Sub(pe.since), 0).Seconds())
+	hist.WithLabelValues(pe.kind).Observe(max(p.now().Sub(pe.since), 0).Seconds())
 }

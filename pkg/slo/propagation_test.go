@@ -48,3 +48,21 @@ func TestPropagation(t *testing.T) {
 		t.Fatalf("grant: %d observations summing %gs, want one of 1.5s (from the first write)", h.GetSampleCount(), h.GetSampleSum())
 	}
 }
+
+// Two services of one process (fleetd) share the histogram: both register, both observe.
+func TestPropagationSharedByServices(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, b := NewPropagation(), NewPropagation()
+	for _, p := range []*Propagation{a, b} {
+		if err := p.Register(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Written("k", 1, "grant", time.Now())
+	a.Reported("k", applied(1))
+	b.Written("k", 1, "bind", time.Now())
+	b.Reported("k", applied(1))
+	if n := testutil.CollectAndCount(reg, "fleetstream_propagation_duration_seconds"); n != 2 {
+		t.Fatalf("%d series on the registry, want grant and bind", n)
+	}
+}

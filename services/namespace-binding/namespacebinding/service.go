@@ -29,6 +29,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/protectedns"
 	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/slo"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/pkg/view"
@@ -99,7 +100,9 @@ func Topology() topology.Topology {
 // bucket, the project locks) and the loops that run on it. It serves ProjectService through
 // ProjectAPI, and wires placement, which serves ClusterSetService and PlacementService.
 type Service struct {
-	cfg    Config
+	cfg Config
+	// prop measures a binding's and a quota's time from change to applied (propagation.go).
+	prop   *slo.Propagation
 	js     jetstream.JetStream
 	log    *zap.Logger
 	store  *events.Store
@@ -155,7 +158,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor),
+	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), prop: slo.NewPropagation(),
 		ready: make(chan struct{}), now: time.Now}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
@@ -242,6 +245,7 @@ func (s *Service) Mount(srv *server.Server) {
 			_ = srv.Registry().Register(m)
 		}
 	}
+	_ = s.prop.Register(srv.Registry())
 }
 
 // Run runs the projections, caches, placement, the claim repair, the release of unbound
@@ -272,6 +276,9 @@ func (s *Service) run(ctx context.Context) error {
 				return nil
 			}
 		}
+		// Subscribed once caught up, so a replay of the buckets is no change to measure.
+		desired, applied := s.desired.Updates(ctx, propagationBuffer), s.applied.Updates(ctx, propagationBuffer)
+		g.Go(func() error { s.measurePropagation(ctx, desired, applied); return nil })
 		close(s.ready)
 		g.Go(func() error { return s.runRepair(ctx) })
 		g.Go(func() error { return s.runRelease(ctx) })

@@ -26,6 +26,7 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
@@ -49,7 +50,9 @@ type env struct {
 	// url and http reach the server without a token (bearerClient adds one).
 	url  string
 	http *http.Client
-	stop func()
+	// metrics is the registry /metrics serves.
+	metrics *server.Registry
+	stop    func()
 }
 
 func start(t testing.TB, j *testkit.JetStream, cfg namespacebinding.Config) *env {
@@ -80,7 +83,7 @@ func startHub(t testing.TB, j *testkit.JetStream, cfg namespacebinding.Config, c
 	hc := testkit.BearerClient(hs.Client(), testToken)
 	e := &env{js: j, svc: svc, client: projectv1connect.NewProjectServiceClient(hc, hs.URL), clusters: clusterv1connect.NewClusterServiceClient(hc, hs.URL),
 		sets: placementv1connect.NewClusterSetServiceClient(hc, hs.URL), pl: placementv1connect.NewPlacementServiceClient(hc, hs.URL),
-		url: hs.URL, http: hs.Client()}
+		url: hs.URL, http: hs.Client(), metrics: srv.Registry()}
 	e.stop = func() { hs.Close(); stopHub() }
 	return e
 }

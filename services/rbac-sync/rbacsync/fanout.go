@@ -141,10 +141,11 @@ type fanout struct {
 	taken, folded [numInputs]uint64
 	progress      chan struct{}
 
-	// since is the time of the earliest change taken since the last plan (zero: none, or only
-	// a snapshot's), when the change the next writes carry out was made; under mu.
-	since time.Time
-	prop  *slo.Propagation
+	// changedAt is, per target key dirtied since the last plan, the time of the earliest change
+	// that dirtied it (none for a snapshot's): when the change its next write carries out was
+	// made. Under mu.
+	changedAt map[string]time.Time
+	prop      *slo.Propagation
 
 	writes  *prometheus.CounterVec
 	skipped prometheus.Counter
@@ -156,7 +157,7 @@ func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL, collectEvery: DefaultCollectInterval,
 		markerAge: DefaultMarkerPurgeAfter, loadStall: defaultLoadStall,
 		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
-		ready: make(chan struct{}), progress: make(chan struct{}), prop: slo.NewPropagation(),
+		ready: make(chan struct{}), progress: make(chan struct{}), prop: slo.NewPropagation(), changedAt: map[string]time.Time{},
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete, collect).",
 		}, []string{"op"}),
@@ -170,7 +171,7 @@ func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 }
 
 func (f *fanout) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{f.writes, f.skipped, f.rounds}, f.prop.Collectors()...)
+	return []prometheus.Collector{f.writes, f.skipped, f.rounds}
 }
 
 // Run fans out while this replica holds lease FanoutLease, and follows the replica that does
@@ -446,7 +447,7 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 
 	f.mu.Lock()
 	f.m = newModel()
-	f.since = time.Time{} // a new session's first round is a resync, not a change
+	clear(f.changedAt) // a new session's first round is a resync, not a change
 	f.taken = [numInputs]uint64{inTemplates: tAt, inBindings: bAt, inClusters: cAt, inNamespaces: nAt}
 	for _, u := range cSnap {
 		f.applyCluster(u)
@@ -502,6 +503,9 @@ func (f *fanout) session(ctx context.Context, lead bool) error {
 			n++
 		}
 		if !lead {
+			f.mu.Lock()
+			clear(f.changedAt) // only the writer measures
+			f.mu.Unlock()
 			f.markFolded()
 			continue
 		}
@@ -699,10 +703,16 @@ func (f *fanout) take(ok bool, input int, rev uint64, at time.Time, apply func()
 		return false, errResubscribe
 	}
 	f.mu.Lock()
-	if !at.IsZero() && (f.since.IsZero() || at.Before(f.since)) {
-		f.since = at
+	ts := apply()
+	if !at.IsZero() {
+		for _, t := range ts {
+			k := t.key()
+			if first, ok := f.changedAt[k]; !ok || at.Before(first) {
+				f.changedAt[k] = at
+			}
+		}
 	}
-	*dirty = append(*dirty, apply()...)
+	*dirty = append(*dirty, ts...)
 	f.taken[input] = max(f.taken[input], rev)
 	f.mu.Unlock()
 	return true, nil
@@ -794,12 +804,11 @@ func (f *fanout) writeAll(ctx context.Context, ops []*op) error {
 func (f *fanout) plan(dirty []target) []*op {
 	seen := make(map[string]bool, len(dirty))
 	var ops []*op
-	since := f.since
-	f.since = time.Time{}
 	defer func() {
 		for _, o := range ops {
-			o.since = since
+			o.since = f.changedAt[o.key]
 		}
+		clear(f.changedAt)
 	}()
 	for _, t := range dirty {
 		k := t.key()

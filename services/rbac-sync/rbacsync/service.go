@@ -161,6 +161,9 @@ func (s *Service) Mount(srv *server.Server) {
 	for _, c := range s.fan.collectors() {
 		srv.Registry().MustRegister(c)
 	}
+	if err := s.fan.prop.Register(srv.Registry()); err != nil {
+		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
 }
 
 // Run runs the projections, the caches of every input and the fan-out until ctx is done.
