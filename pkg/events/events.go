@@ -384,11 +384,11 @@ func IsTTLDisabled(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMessageTTLDisabled
 }
 
-// retryable reports errors after which the publish may or may not have been stored, where
-// a retry with the same message id is safe.
 // Transient reports whether err is JetStream or the connection being briefly unavailable (no
-// leader while one is elected, no responder, a reconnect, a request timeout): the same call can
-// succeed later, so a long-running loop retries it instead of failing.
+// leader while one is elected, no responder, a reconnect, a request timeout) or full of
+// short-lived consumers (a stream at its consumer limit while a fleet reconnects and every
+// agent replays: docs/scale.md, 10,000 clusters): the same call can succeed later, so a
+// long-running loop retries it instead of failing.
 func Transient(err error) bool {
 	for _, t := range []error{nats.ErrTimeout, nats.ErrNoResponders, nats.ErrConnectionClosed, nats.ErrConnectionDraining,
 		nats.ErrConnectionReconnecting, nats.ErrDisconnected, jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled,
@@ -399,9 +399,11 @@ func Transient(err error) bool {
 	}
 	var apiErr *jetstream.APIError
 	// 503 is JetStream's "no leader / cluster not available" family.
-	return errors.As(err, &apiErr) && apiErr.Code == 503
+	return errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit)
 }
 
+// retryable reports errors after which the publish may or may not have been stored, where
+// a retry with the same message id is safe.
 func retryable(err error) bool {
 	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionReconnecting)
