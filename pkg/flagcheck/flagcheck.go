@@ -73,14 +73,29 @@ func NATSURLs(name, v string) error {
 		}
 		u, err := url.Parse(full)
 		if err != nil {
-			return fmt.Errorf("--%s %q: %w", name, s, errors.Unwrap(err))
+			// The URL may carry a password: a value that does not parse is not quoted back, only
+			// what is wrong with it (url.Error's inner error names the part, not the URL).
+			return fmt.Errorf("--%s: a URL that does not parse: %w", name, errors.Unwrap(err))
+		}
+		// A URL may carry user:password; what is quoted back has the password masked.
+		shown := s
+		if u.User != nil {
+			shown = strings.Replace(s, u.User.String()+"@", redactedUser(u)+"@", 1)
 		}
 		if !natsSchemes[u.Scheme] {
-			return fmt.Errorf("--%s %q: scheme %q, want nats, tls, ws or wss", name, s, u.Scheme)
+			return fmt.Errorf("--%s %q: scheme %q, want nats, tls, ws or wss", name, shown, u.Scheme)
 		}
 		if u.Hostname() == "" {
-			return fmt.Errorf("--%s %q: no host", name, s)
+			return fmt.Errorf("--%s %q: no host", name, shown)
 		}
 	}
 	return nil
+}
+
+// redactedUser is u's user with its password, if any, masked.
+func redactedUser(u *url.URL) string {
+	if _, ok := u.User.Password(); ok {
+		return u.User.Username() + ":xxxxx"
+	}
+	return u.User.Username()
 }

@@ -30,7 +30,9 @@ func TestChecks(t *testing.T) {
 		{"empty nats", NATSURLs("nats-url", " "), "--nats-url is required"},
 		{"http scheme", NATSURLs("nats-url", "nats://a:4222,http://b"), `--nats-url "http://b": scheme "http"`},
 		{"no host", NATSURLs("nats-url", "nats://:4222"), `--nats-url "nats://:4222": no host`},
-		{"malformed", NATSURLs("nats-url", "nats://a:4222%"), `--nats-url "nats://a:4222%"`},
+		{"malformed", NATSURLs("nats-url", "nats://a:4222%"), `--nats-url: a URL that does not parse: invalid port ":4222%"`},
+		{"password masked", NATSURLs("nats-url", "http://agent:S3cret@hub:4222"), `--nats-url "http://agent:xxxxx@hub:4222": scheme "http"`},
+		{"user without password", NATSURLs("nats-url", "nats://agent@:4222"), `--nats-url "nats://agent@:4222": no host`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			switch {
