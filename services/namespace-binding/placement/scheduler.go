@@ -141,6 +141,8 @@ func (s *Service) RunScheduler(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.schedKick:
+			// An API write waits on this round: only the short debounce, whatever a round costs.
+			took = 0
 		case <-timer.C:
 		case <-changed[0]:
 		case <-changed[1]:
