@@ -89,7 +89,10 @@ type Cache[T proto.Message] struct {
 	// sent is the KV revision of the last change passed to subscribers.
 	sent    uint64
 	changed chan struct{}
-	subs    map[chan Update[T]]struct{}
+	// subs are the subscribers, each with the channel that ends its ctx watcher when the
+	// subscriber is cut off (else a loop that resubscribes with one long-lived ctx would keep a
+	// goroutine and a buffer per cut-off until that ctx ends).
+	subs map[chan Update[T]]chan struct{}
 }
 
 // cachePull is how many of the bucket's changes a cache keeps buffered.
@@ -103,7 +106,7 @@ func NewCache[T proto.Message](js jetstream.JetStream, kv jetstream.KeyValue, ne
 	}
 	c := &Cache[T]{js: js, kv: kv, newT: newT, log: log, filter: cfg.filter, ready: make(chan struct{}),
 		items: make(map[string]Entry[T]), terms: make(map[string]map[string]struct{}),
-		changed: make(chan struct{}), subs: make(map[chan Update[T]]struct{})}
+		changed: make(chan struct{}), subs: make(map[chan Update[T]]chan struct{})}
 	if cfg.index != nil {
 		index, ok := cfg.index.(func(string, T) []string)
 		if !ok {
@@ -216,13 +219,14 @@ func (c *Cache[T]) apply(key string, op jetstream.KeyValueOp, value []byte, rev 
 	}
 	c.broadcast()
 	c.sent = rev
-	for ch := range c.subs {
+	for ch, cut := range c.subs {
 		select {
 		case ch <- u:
 		default:
 			// A subscriber that cannot keep up is cut off; it resubscribes and gets a snapshot.
 			delete(c.subs, ch)
 			close(ch)
+			close(cut)
 		}
 	}
 }
@@ -462,12 +466,17 @@ func (c *Cache[T]) subscribe(ctx context.Context, buf int, snapshot bool) ([]Upd
 			snap = append(snap, Update[T]{Op: Put, Key: k, Value: e.Value, Revision: e.KVRevision})
 		}
 	}
-	c.subs[ch] = struct{}{}
+	cut := make(chan struct{})
+	c.subs[ch] = cut
 	at := c.sent
 	c.mu.Unlock()
 	sort.Slice(snap, func(i, j int) bool { return snap[i].Key < snap[j].Key })
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-cut:
+			return // cut off: ch is closed and gone from subs already
+		}
 		c.mu.Lock()
 		if _, ok := c.subs[ch]; ok {
 			delete(c.subs, ch)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -446,4 +447,38 @@ func TestCacheGetFreshReadsItsWriters(t *testing.T) {
 			t.Fatalf("GetFresh(%s): %v, %v, %v; want not found", key, v, ok, err)
 		}
 	}
+}
+
+// A subscriber that falls behind is cut off (its channel closed), and what watched its context
+// goes with it: a loop that resubscribes with one long-lived context must not keep a goroutine
+// and a buffer per cut-off until that context ends.
+func TestCutOffSubscribersLeaveNothingBehind(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	kv, err := j.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "CACHECUTOFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := view.NewCache(j.JS, kv, newCluster, zap.NewNop())
+	go func() { _ = c.Run(ctx) }()
+	<-c.Ready()
+	data, _ := proto.Marshal(&clusterv1.Cluster{Name: "x"})
+	before := runtime.NumGoroutine()
+	const n = 50
+	for i := range n {
+		ch := c.Updates(ctx, 1) // one long-lived ctx, as a resubscribing loop has
+		for k := range 3 {
+			if _, err := kv.Put(ctx, fmt.Sprintf("k%d-%d", i, k), data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range ch { // drained until the cut-off closes it
+		}
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if g := runtime.NumGoroutine(); g > before+n/5 {
+			return fmt.Errorf("%d goroutines after %d cut-off subscribers, %d before", g, n, before)
+		}
+		return nil
+	})
 }

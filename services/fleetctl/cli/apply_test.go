@@ -430,6 +430,12 @@ func TestApplyPrune(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "v1.yaml"), v1)
 	writeFile(t, filepath.Join(dir, "v2.yaml"), v2)
 	h.run(t, "apply", "-f", filepath.Join(dir, "v1.yaml"), "--applyset", "prod", "--token-dir", tokens).ok(t)
+	// Another set cannot take the objects of this one over (nothing is written).
+	if r := h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "staging"); r.code != 1 ||
+		!strings.Contains(r.stderr, "Cluster/eu-1: metadata.labels[applyset.fleetstream.io/part-of]: eu-1 belongs to apply set prod, not staging") ||
+		!strings.Contains(r.stderr, "nothing was changed") {
+		t.Fatalf("apply of another set's objects: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	// Outside the set: made by hand.
 	h.run(t, "cluster", "register", "manual").ok(t)
 	h.run(t, "project", "create", "other").ok(t)
@@ -508,5 +514,36 @@ func TestApplyFailsHalfway(t *testing.T) {
 	r = h.run(t, "apply", "-f", filepath.Join(dir, "good.yaml")).ok(t)
 	if got := strings.Count(r.stdout, " unchanged\n"); got != 4 {
 		t.Fatalf("rerun: %d unchanged, want 4:\n%s", got, r.stdout)
+	}
+}
+
+// A token is handed out once: apply never writes it over another token's file (cluster
+// "subscriber-audit" and subscriber "audit" would share one) and refuses before creating the
+// object whose token would have nowhere to go.
+func TestApplyNeverOverwritesATokenFile(t *testing.T) {
+	h := startHub(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	doc := func(kind, meta, spec string) string {
+		return "---\napiVersion: fleetstream.io/v1alpha1\nkind: " + kind + "\nmetadata: " + meta + "\nspec: " + spec + "\n"
+	}
+	writeFile(t, filepath.Join(dir, "fleet.yaml"), doc("Cluster", "{name: subscriber-audit}", "{}")+doc("Subscriber", "{name: audit}", "{streams: [FLEET_RBAC]}"))
+	// Both are applied at once: whichever writes the file first keeps it, the other fails.
+	r := h.run(t, "apply", "-f", filepath.Join(dir, "fleet.yaml"), "--token-dir", tokens)
+	first, err := os.ReadFile(filepath.Join(tokens, "subscriber-audit.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 1 || !strings.Contains(r.stderr, "error: 1 of 2 objects failed") ||
+		!strings.Contains(r.stderr, "subscriber-audit.token: file exists") && !strings.Contains(r.stderr, "subscriber-audit.token, which already exists") {
+		t.Fatalf("apply of a cluster and a subscriber sharing a token file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// The rerun creates nothing whose token would go to that file.
+	r = h.run(t, "apply", "-f", filepath.Join(dir, "fleet.yaml"), "--token-dir", tokens)
+	if after, _ := os.ReadFile(filepath.Join(tokens, "subscriber-audit.token")); string(after) != string(first) {
+		t.Fatalf("a token file was overwritten (rerun exit %d)\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if fi, err := os.Stat(filepath.Join(tokens, "subscriber-audit.token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file mode: %v %v", fi, err)
 	}
 }

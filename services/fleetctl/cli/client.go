@@ -147,6 +147,10 @@ func (f *factory) bearerToken() (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if ctx != nil && ctx.Server == "" && (ctx.Token != "" || ctx.TokenFile != "") {
+			// Its server would be the default one, which the context does not name.
+			return "", fmt.Errorf("context %q has credentials but no server, and they go to no other: set one (fleetctl config set-context %s --context-server URL)", ctx.Name, ctx.Name)
+		}
 		if ctx != nil && ctx.Token != "" {
 			return ctx.Token, nil
 		}

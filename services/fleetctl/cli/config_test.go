@@ -67,6 +67,12 @@ func TestContexts(t *testing.T) {
 	if r := run("config", "get-contexts").ok(t); strings.Contains(r.stdout, "e2e-s3cret") || !strings.Contains(r.stdout, "*         test") {
 		t.Errorf("get-contexts:\n%s", r.stdout)
 	}
+	// A context with credentials and no server does not send them to the default server.
+	t.Setenv(envServer, "")
+	run("config", "set-context", "serverless", "--context-token-file", e.tokenFile).ok(t)
+	if r := run("--context", "serverless", "cluster", "list"); r.code != 1 || !strings.Contains(r.stderr, `context "serverless" has credentials but no server`) {
+		t.Fatalf("a context without a server: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // TestContextCertificateAuthority: a context's CA lets fleetctl reach a server whose certificate

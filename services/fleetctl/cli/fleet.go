@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -256,6 +257,12 @@ func planObject(o *manifest.Object, live *liveObject, tokenDir string) (string, 
 	if sameObject(o, live.obj) {
 		return outcomeUnchanged, nil
 	}
+	// An object of another apply set stays that set's: taking it over would hide it from that
+	// set's prune and make the two sets' applies undo each other (kubectl's ApplySet refuses
+	// the same).
+	if other := live.obj.Labels[partOfLabel]; other != "" && o.Labels[partOfLabel] != "" && other != o.Labels[partOfLabel] {
+		return "", fmt.Errorf("metadata.labels[%s]: %s belongs to apply set %s, not %s; remove it from that set first", partOfLabel, o.Name, other, o.Labels[partOfLabel])
+	}
 	switch o.Kind.Name {
 	case "Subscriber":
 		return "", errors.New("spec.streams: a subscriber's streams cannot be changed; delete it (prune) and create it again, with a new token")
@@ -285,6 +292,9 @@ func applyObject(ctx context.Context, f *factory, o *manifest.Object, live *live
 func createObject(ctx context.Context, f *factory, o *manifest.Object, tokenDir string) error {
 	switch s := o.Spec.(type) {
 	case *clusterv1.Cluster:
+		if err := tokenFileFree(tokenDir, o.Name, "cluster "+o.Name); err != nil {
+			return err
+		}
 		res, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.RegisterCluster,
 			&clusterv1.RegisterClusterRequest{Name: o.Name, Labels: o.Labels, Claims: s.Claims, Taints: s.Taints}, "register cluster %s", o.Name)
 		if err != nil {
@@ -292,6 +302,9 @@ func createObject(ctx context.Context, f *factory, o *manifest.Object, tokenDir 
 		}
 		return writeToken(tokenDir, o.Name, res.AgentToken, "cluster "+o.Name)
 	case *clusterv1.Subscriber:
+		if err := tokenFileFree(tokenDir, "subscriber-"+o.Name, "subscriber "+o.Name); err != nil {
+			return err
+		}
 		res, err := call(ctx, f, clusterv1connect.NewSubscriberServiceClient, clusterv1connect.SubscriberServiceClient.CreateSubscriber,
 			&clusterv1.CreateSubscriberRequest{Name: o.Name, Streams: s.Streams}, "create subscriber %s", o.Name)
 		if err != nil {
@@ -485,8 +498,29 @@ func writeToken(dir, file, token, what string) error {
 		return fmt.Errorf("--token-dir: %w", err)
 	}
 	path := filepath.Join(dir, file+".token")
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+	// O_EXCL: never another token's file (cluster "subscriber-x" and subscriber "x" share a
+	// name), and always a file made now, with this mode.
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = fh.WriteString(token + "\n")
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("%s is created but its token could not be written (delete it and apply again to get a new one): %w", what, err)
+	}
+	return nil
+}
+
+// tokenFileFree refuses, before anything is created, an object whose token would go to a file
+// that already exists: the API hands a token out once, and the file may hold another one.
+func tokenFileFree(dir, file, what string) error {
+	path := filepath.Join(dir, file+".token")
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%s: its token would be written to %s, which already exists (another object's token, or one left from before): move it away and apply again", what, path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
