@@ -35,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 )
 
@@ -117,6 +118,33 @@ func WithStandby(standby func(ctx context.Context) error) Option {
 	return func(o *options) { o.standby = standby }
 }
 
+// openAttempt bounds one attempt to open the lease bucket.
+const openAttempt = 10 * time.Second
+
+// openRetrying opens the lease bucket, again after an error NATS gets over (a request that timed
+// out while a three-node cluster forms, no leader yet): a compose stack's cluster-import exited
+// on one at start (docs/scale.md), and in fleetd such an exit stops every service.
+func openRetrying(ctx context.Context, js jetstream.JetStream, replicas int, name string, log *zap.Logger) (jetstream.KeyValue, error) {
+	delay := 100 * time.Millisecond
+	for {
+		// Each attempt is bounded: a request sent while the connection is down may never be
+		// answered, and the bucket handle does not keep the context.
+		actx, cancel := context.WithTimeout(ctx, openAttempt)
+		kv, err := Open(actx, js, replicas)
+		cancel()
+		if err == nil || ctx.Err() != nil || !(events.Transient(err) || errors.Is(err, context.DeadlineExceeded)) {
+			return kv, err
+		}
+		log.Warn("lease bucket unavailable; retrying", zap.String("lease", name), zap.Error(err), zap.Duration("in", delay))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
 // Run holds lease name on behalf of holder and runs fn while it does, until ctx is done.
 //
 // fn runs with a context that is cancelled as soon as the lease is lost or could not be
@@ -133,7 +161,7 @@ func Run(ctx context.Context, js jetstream.JetStream, name, holder string, ttl t
 	if ttl < 30*time.Millisecond {
 		return fmt.Errorf("lease %s: ttl %s is too short", name, ttl)
 	}
-	kv, err := Open(ctx, js, o.replicas)
+	kv, err := openRetrying(ctx, js, o.replicas, name, o.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
