@@ -68,7 +68,11 @@ func (p *Policy) RegisterFlags(fs *flag.FlagSet) {
 // Validate checks --credentials-allowed-proxies: each entry a host or host:port, not a URL.
 func (p Policy) Validate() error {
 	for _, a := range p.AllowedProxies {
-		if strings.Contains(a, "/") || strings.Contains(a, "@") {
+		if strings.Contains(a, "@") {
+			// It may be user:password@host: not quoted back.
+			return errors.New("--credentials-allowed-proxies: an entry with credentials (user@host): want a host or host:port, not a URL")
+		}
+		if strings.Contains(a, "/") {
 			return fmt.Errorf("--credentials-allowed-proxies %q: want a host or host:port, not a URL", a)
 		}
 		if _, port, err := net.SplitHostPort(a); err == nil {

@@ -18,5 +18,7 @@ func TestValidate(t *testing.T) {
 		{Args: []string{"--max-agent-report-bytes-per-cluster=-1"}, Want: "--max-agent-report-bytes-per-cluster -1"},
 		{Args: []string{"--credentials-allowed-proxies=http://proxy:3128"}, Want: `--credentials-allowed-proxies "http://proxy:3128": want a host or host:port`},
 		{Args: []string{"--credentials-allowed-proxies=proxy:port"}, Want: `--credentials-allowed-proxies "proxy:port": port "port"`},
+		// An entry with credentials is refused without quoting them back.
+		{Args: []string{"--credentials-allowed-proxies=u:s3cret@proxy:3128"}, Want: `--credentials-allowed-proxies: an entry with credentials (user@host)`},
 	})
 }
