@@ -472,7 +472,12 @@ func TestCutOffSubscribersLeaveNothingBehind(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for range ch { // drained until the cut-off closes it
+		// Nothing is read until the cache has sent all three: the second overflowed the
+		// subscriber's buffer of one and cut it off.
+		if err := c.WaitFor(ctx, fmt.Sprintf("k%d-2", i), func(_ *clusterv1.Cluster, ok bool) bool { return ok }); err != nil {
+			t.Fatal(err)
+		}
+		for range ch { // drained until its close, which the cut-off made
 		}
 	}
 	testkit.Eventually(t, 5*time.Second, func() error {
