@@ -478,10 +478,14 @@ var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // every few seconds and after each level.
 func applyPlanned(ctx context.Context, f *factory, planned []*plannedObject, tokenDir string, concurrency int) int {
 	var done atomic.Int64
+	// The progress line is written from its own goroutine: every write to ErrOut here goes
+	// through one lock, and the goroutine is gone before applyPlanned returns.
+	errOut := &lockedWriter{w: f.streams.ErrOut}
 	if len(planned) >= 1000 {
-		stop := make(chan struct{})
-		defer close(stop)
+		stop, stopped := make(chan struct{}), make(chan struct{})
+		defer func() { close(stop); <-stopped }()
 		go func() {
+			defer close(stopped)
 			t := time.NewTicker(2 * time.Second)
 			defer t.Stop()
 			for {
@@ -489,7 +493,7 @@ func applyPlanned(ctx context.Context, f *factory, planned []*plannedObject, tok
 				case <-stop:
 					return
 				case <-t.C:
-					fmt.Fprintf(f.streams.ErrOut, "applied %d of %d objects\n", done.Load(), len(planned))
+					fmt.Fprintf(errOut, "applied %d of %d objects\n", done.Load(), len(planned))
 				}
 			}
 		}()
@@ -519,14 +523,14 @@ func applyPlanned(ctx context.Context, f *factory, planned []*plannedObject, tok
 		}
 		wg.Wait()
 		if len(planned) >= 1000 {
-			fmt.Fprintf(f.streams.ErrOut, "applied %d of %d objects\n", done.Load(), len(planned))
+			fmt.Fprintf(errOut, "applied %d of %d objects\n", done.Load(), len(planned))
 		}
 		for _, p := range level {
 			if p.err != nil {
 				failed++
 				var b bytes.Buffer
 				PrintError(&b, p.err)
-				fmt.Fprintf(f.streams.ErrOut, "%s: %s", p.obj.Key(), b.String())
+				fmt.Fprintf(errOut, "%s: %s", p.obj.Key(), b.String())
 				continue
 			}
 			fmt.Fprintf(f.streams.Out, "%s %s\n", p.obj.Key(), p.outcome)
@@ -689,4 +693,16 @@ func newExportCommand(f *factory) *cobra.Command {
 	cmd.Flags().StringVar(&project, "project", "", "export only this project and what belongs to it")
 	cmd.Flags().StringSliceVar(&kinds, "kind", nil, "export only these kinds (comma-separated or repeated)")
 	return cmd
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
