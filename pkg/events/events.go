@@ -62,6 +62,14 @@ var (
 // At appends only if the subject's last sequence is seq; At(0) is Empty.
 func At(seq uint64) Expect { return Expect{check: true, seq: seq} }
 
+// PayloadOf is e's payload, nil for no event (a subject with none yet, as Last answers).
+func PayloadOf(e *Event) any {
+	if e == nil {
+		return nil
+	}
+	return e.Payload
+}
+
 // Event is a decoded envelope and its payload.
 type Event struct {
 	*eventv1.Envelope

@@ -3,6 +3,7 @@
 package subjects
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -350,4 +351,18 @@ func AppliedBucketConfig(replicas int) jetstream.KeyValueConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
 	}
+}
+
+// NameUnder decodes the one token of subject after prefix (the name a per-object subject
+// carries, keys.Encode'd), or says why subject is not one of prefix's.
+func NameUnder(subject, prefix string) (string, error) {
+	tok, ok := strings.CutPrefix(subject, prefix)
+	if !ok || tok == "" || strings.Contains(tok, ".") {
+		return "", fmt.Errorf("subject %s is not under %s", subject, prefix)
+	}
+	name, err := keys.Decode(tok)
+	if err != nil {
+		return "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	return name, nil
 }

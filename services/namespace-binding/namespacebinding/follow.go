@@ -491,7 +491,7 @@ func (s *Service) releaseStrays(ctx context.Context, project, namespace string) 
 			errs = append(errs, err)
 			continue
 		}
-		if p, ok := payloadOf(last).(*placementv1.PlacementNamespaceBound); ok && p.GetNamespace().GetPlacement() == b.Placement {
+		if p, ok := events.PayloadOf(last).(*placementv1.PlacementNamespaceBound); ok && p.GetNamespace().GetPlacement() == b.Placement {
 			continue
 		}
 		if _, err := s.unbind(ctx, b.Project, b.Cluster, b.Namespace, projectv1.UnbindPolicy_UNBIND_POLICY_KEEP); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
@@ -528,7 +528,7 @@ func (s *Service) stillFollows(ctx context.Context, n *placementv1.PlacementName
 		s.log.Warn("confirm namespace following", zap.String("project", n.Project), zap.String("namespace", n.Namespace), zap.Error(err))
 		return false
 	}
-	_, bound := payloadOf(ev).(*placementv1.PlacementNamespaceBound)
+	_, bound := events.PayloadOf(ev).(*placementv1.PlacementNamespaceBound)
 	return bound && last == n.Revision
 }
 

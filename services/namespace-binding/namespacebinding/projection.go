@@ -2,7 +2,6 @@ package namespacebinding
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -69,7 +68,7 @@ func projectsProjection() view.Projection {
 }
 
 func applyProject(ev *events.Event) ([]view.Change, error) {
-	name, err := subjectName(ev.Subject, SubjectPrefix+".project.")
+	name, err := subjects.NameUnder(ev.Subject, SubjectPrefix+".project.")
 	if err != nil {
 		return nil, err
 	}
@@ -240,16 +239,4 @@ func applyDesired(ev *events.Event) ([]view.Change, error) {
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unexpected event %s on %s", ev.Type, ev.Subject)
-}
-
-func subjectName(subject, prefix string) (string, error) {
-	tok, ok := strings.CutPrefix(subject, prefix)
-	if !ok || tok == "" || strings.Contains(tok, ".") {
-		return "", fmt.Errorf("subject %s is not under %s", subject, prefix)
-	}
-	name, err := keys.Decode(tok)
-	if err != nil {
-		return "", fmt.Errorf("subject %s: %w", subject, err)
-	}
-	return name, nil
 }

@@ -129,7 +129,7 @@ func (s *Service) deregistered(ctx context.Context, cluster string) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("confirm deregistration of cluster %s: %w", cluster, err)
 	}
-	_, ok := payloadOf(last).(*clusterv1.ClusterDeregistered)
+	_, ok := events.PayloadOf(last).(*clusterv1.ClusterDeregistered)
 	return ok, nil
 }
 

@@ -388,11 +388,3 @@ func (r registry) GetFresh(ctx context.Context, key string) (*clusterv1.Cluster,
 func (r registry) Changed() <-chan struct{} { return r.s.clusters.Changed() }
 
 func (r registry) Current(ctx context.Context) (uint64, error) { return r.s.clusters.Current(ctx) }
-
-// payloadOf is the payload of an event that may be nil.
-func payloadOf(e *events.Event) any {
-	if e == nil {
-		return nil
-	}
-	return e.Payload
-}

@@ -59,7 +59,7 @@ func (s *Service) ensureClusterSet(ctx context.Context, want, cur *placementv1.C
 		if err != nil {
 			return 0, err
 		}
-		if _, gone := payloadOf(prev).(*placementv1.ClusterSetDeleted); prev != nil && !gone {
+		if _, gone := events.PayloadOf(prev).(*placementv1.ClusterSetDeleted); prev != nil && !gone {
 			// Another replica created it a moment ago: the view will show it.
 			return 0, s.clusterSets.WaitRevision(ctx, key, last, false)
 		}

@@ -70,7 +70,7 @@ func clusterSetsProjection() view.Projection {
 }
 
 func applyClusterSet(ev *events.Event) ([]view.Change, error) {
-	name, err := subjectName(ev.Subject, SubjectPrefix+".clusterset.")
+	name, err := subjects.NameUnder(ev.Subject, SubjectPrefix+".clusterset.")
 	if err != nil {
 		return nil, err
 	}
@@ -327,16 +327,4 @@ func applyAddOnScore(ev *events.Event) ([]view.Change, error) {
 		out.UpdateTime = at
 		return out
 	}}}, nil
-}
-
-func subjectName(subject, prefix string) (string, error) {
-	tok, ok := strings.CutPrefix(subject, prefix)
-	if !ok || tok == "" || strings.Contains(tok, ".") {
-		return "", fmt.Errorf("subject %s is not under %s", subject, prefix)
-	}
-	name, err := keys.Decode(tok)
-	if err != nil {
-		return "", fmt.Errorf("subject %s: %w", subject, err)
-	}
-	return name, nil
 }

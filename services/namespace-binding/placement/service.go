@@ -222,7 +222,7 @@ func (s *Service) PlacementGone(ctx context.Context, project, name string) bool 
 		s.log.Warn("confirm placement deletion", zap.String("project", project), zap.String("placement", name), zap.Error(err))
 		return false
 	}
-	_, deleted := payloadOf(last).(*placementv1.PlacementDeleted)
+	_, deleted := events.PayloadOf(last).(*placementv1.PlacementDeleted)
 	return last == nil || deleted
 }
 
@@ -256,14 +256,6 @@ func (s *Service) clusterRegistered(ctx context.Context, cluster string) error {
 		return apierr.NotFound("cluster", cluster)
 	}
 	return nil
-}
-
-// payloadOf is the payload of an event that may be nil.
-func payloadOf(e *events.Event) any {
-	if e == nil {
-		return nil
-	}
-	return e.Payload
 }
 
 func (s *Service) waitView(ctx context.Context, wait func(context.Context) error) error {
