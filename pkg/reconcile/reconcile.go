@@ -124,7 +124,7 @@ func (c *Controller) Run(ctx context.Context, sources ...Source) error {
 	}
 	c.q = q
 	c.added, c.busy, c.idle = map[string]struct{}{}, 0, closedChan()
-	close(c.running)
+	running := c.running
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -156,6 +156,9 @@ func (c *Controller) Run(ctx context.Context, sources ...Source) error {
 		g.Go(func() error { feed(c.Add, c.resync); return nil })
 	}
 	c.resync()
+	// Only now may Sync count on the run: had it queued its keys before the start did, the
+	// start's queueing could come after Sync's wait and reconcile a key once more.
+	close(running)
 	if c.cfg.Resync > 0 {
 		g.Go(func() error {
 			t := time.NewTicker(c.cfg.Resync)
