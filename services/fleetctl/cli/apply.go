@@ -93,12 +93,14 @@ type plannedObject struct {
 	live    *liveObject
 	outcome string
 	err     error
+	// conflicts are the fields apply would take from another writer (--force-conflicts).
+	conflicts []fieldConflict
 }
 
 // plan reads the fleet and decides, for every declared object, what apply would do. Objects
 // of a project that is neither declared nor in the fleet are refused here, rather than by the
 // API halfway through.
-func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir, applySet string, prune bool) ([]*plannedObject, *fleetState, error) {
+func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir, applySet string, prune bool, own *ownership) ([]*plannedObject, *fleetState, error) {
 	want := map[string]bool{"Project": true}
 	for _, o := range objs {
 		want[o.Kind.Name] = true
@@ -124,6 +126,11 @@ func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir, ap
 			p.err = fmt.Errorf("project %s is neither declared nor in the fleet", o.Project)
 		} else {
 			p.outcome, p.err = planObject(o, p.live, tokenDir)
+		}
+		if p.err == nil && p.outcome == outcomeConfigured && own != nil {
+			if p.conflicts, err = own.conflicts(o, p.live); err != nil {
+				return nil, nil, err
+			}
 		}
 		out[i] = p
 	}
@@ -260,13 +267,15 @@ func inheritanceDepths(objs []*manifest.Object) map[string]int {
 
 func newApplyCommand(f *factory) *cobra.Command {
 	var (
-		mf          manifestFlags
-		tokenDir    string
-		dryRun      string
-		concurrency int
-		prune       bool
-		cascade     bool
-		applySet    string
+		mf             manifestFlags
+		tokenDir       string
+		dryRun         string
+		concurrency    int
+		prune          bool
+		cascade        bool
+		applySet       string
+		forceConflicts bool
+		recordDir      string
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|-",
@@ -277,6 +286,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 			"a second apply of the same manifests reports every object unchanged. " +
 			"Updates are conditional on the revision apply read, so a change made by someone else meanwhile fails the object (aborted) instead of being overwritten; apply again to decide on fresh state. " +
 			"An object that fails leaves the others applied; a rerun finishes the rest. " +
+			"With --applyset, the set owns the fields it applied (kept in a record per set, see --applyset-records): a field someone else changed since (another apply set, an API call, a fleetctl command) is a conflict, reported per object and field, and nothing is written unless --force-conflicts takes the fields over. " +
 			"A newly registered cluster's agent token is written to --token-dir/<cluster>.token (mode 0600) and never printed.",
 		Example: applyExample,
 		Args:    cobra.NoArgs,
@@ -307,7 +317,11 @@ func newApplyCommand(f *factory) *cobra.Command {
 				return fmt.Errorf("--prune with no manifests would delete every object of apply set %s; refusing", applySet)
 			}
 			ctx := cmd.Context()
-			planned, state, err := plan(ctx, f, objs, tokenDir, applySet, prune)
+			own, store, err := ownershipFor(f, applySet, recordDir)
+			if err != nil {
+				return err
+			}
+			planned, state, err := plan(ctx, f, objs, tokenDir, applySet, prune, own)
 			if err != nil {
 				return err
 			}
@@ -321,11 +335,15 @@ func newApplyCommand(f *factory) *cobra.Command {
 					refusals = append(refusals, fmt.Errorf("%s: %s: %w", p.obj.Source, p.obj.Key(), p.err))
 				}
 			}
+			conflicted := reportConflicts(f, planned, forceConflicts)
 			if len(refusals) > 0 {
 				for _, err := range refusals {
 					fmt.Fprintln(f.streams.ErrOut, err)
 				}
-				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", len(refusals), len(planned)+len(pruned))
+				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", len(refusals)+conflicted, len(planned)+len(pruned))
+			}
+			if conflicted > 0 {
+				return conflictError(conflicted, len(planned)+len(pruned), applySet)
 			}
 			if dryRun == dryRunServer {
 				return serverDryRun(ctx, f, planned, pruned, state)
@@ -345,6 +363,15 @@ func newApplyCommand(f *factory) *cobra.Command {
 				// the fleet with less than it had.
 				failed += prunePlanned(ctx, f, pruned, cascade, concurrency)
 			}
+			if own != nil {
+				rec, err := own.recordApplied(planned)
+				if err == nil {
+					err = store.save(rec)
+				}
+				if err != nil {
+					return fmt.Errorf("the fleet is applied, but the record of what apply set %s applied could not be written, so its next apply cannot tell its own fields from others' (%s): %w", applySet, store.path(applySet), err)
+				}
+			}
 			if failed > 0 {
 				return fmt.Errorf("%d of %d objects failed; apply again to finish", failed, len(planned)+len(pruned))
 			}
@@ -359,7 +386,57 @@ func newApplyCommand(f *factory) *cobra.Command {
 	cmd.Flags().StringVar(&applySet, "applyset", "", "name of the apply set: the declared clusters and projects are labelled "+partOfLabel+"=NAME, and with --prune the set's objects the manifests no longer declare are deleted")
 	cmd.Flags().BoolVar(&prune, "prune", false, "delete the objects of --applyset that the manifests no longer declare (the set's clusters and projects, and what belongs to its projects or to the declared ones; role templates, cluster sets, subscribers and import policies have no labels to record the set and are never pruned); list them first with --dry-run")
 	cmd.Flags().BoolVar(&cascade, "cascade", false, "with --prune: delete a project that still holds namespaces, unbinding them (otherwise refused)")
+	addOwnershipFlags(cmd, &forceConflicts, &recordDir)
 	return cmd
+}
+
+func addOwnershipFlags(cmd *cobra.Command, force *bool, dir *string) {
+	cmd.Flags().BoolVar(force, "force-conflicts", false, "with --applyset: apply fields that someone else changed since the set last applied them, taking them over")
+	cmd.Flags().StringVar(dir, "applyset-records", "", "directory of the apply sets' records of what they last applied, <set>.json (default: applysets/<server>/ beside the configuration file); a CI job keeps it between runs")
+}
+
+// ownershipFor loads what applySet owns; nil without an apply set (apply then owns every field
+// it declares, as before apply sets).
+func ownershipFor(f *factory, applySet, dir string) (*ownership, *recordStore, error) {
+	if applySet == "" {
+		return nil, nil, nil
+	}
+	store, err := newRecordStore(f, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	own, err := loadOwnership(store, applySet)
+	if err != nil {
+		return nil, nil, err
+	}
+	return own, store, nil
+}
+
+// reportConflicts prints each conflicting field to stderr, one line per object and field, and
+// returns how many objects conflict; with force they are taken over, which is said too.
+func reportConflicts(f *factory, planned []*plannedObject, force bool) int {
+	n := 0
+	for _, p := range planned {
+		for _, c := range p.conflicts {
+			if force {
+				fmt.Fprintf(f.streams.ErrOut, "%s: %s: %s (taken over: --force-conflicts)\n", p.obj.Source, p.obj.Key(), c)
+			} else {
+				fmt.Fprintf(f.streams.ErrOut, "%s: %s: %s\n", p.obj.Source, p.obj.Key(), c)
+			}
+		}
+		if len(p.conflicts) > 0 {
+			n++
+		}
+	}
+	if force {
+		return 0
+	}
+	return n
+}
+
+func conflictError(conflicted, total int, applySet string) error {
+	return fmt.Errorf("%d of %d objects conflict with changes others made since apply set %s last applied them; nothing was changed. "+
+		"Take the manifests' values with --force-conflicts, or put the live values into the manifests", conflicted, total, applySet)
 }
 
 const (
@@ -550,19 +627,22 @@ func kindList() string {
 
 func newDiffCommand(f *factory) *cobra.Command {
 	var (
-		mf       manifestFlags
-		applySet string
-		prune    bool
+		mf             manifestFlags
+		applySet       string
+		prune          bool
+		forceConflicts bool
+		recordDir      string
 	)
 	cmd := &cobra.Command{
 		Use:   "diff -f FILE|DIR|-",
 		Short: "Show what apply would change, as a unified diff",
 		Long: "Diff prints, for every declared object that apply would create or change, a unified diff from the object as the fleet holds it (live/) to the manifest (declared/), both in manifest form; " +
 			"with --applyset and --prune, also the objects apply --prune would delete (to /dev/null). " +
-			"It exits 0 when apply would change nothing, 1 when it would change something and 2 on an error, as kubectl diff does, so CI can gate on it.",
+			"It exits 0 when apply would change nothing, 1 when it would change something and 2 on an error, as kubectl diff does, so CI can gate on it; " +
+			"with --applyset, fields that apply would take from another writer are conflicts, listed on stderr with exit 2 unless --force-conflicts.",
 		Example: "  fleetctl diff -f fleet/ && echo 'in sync'\n  fleetctl diff -f fleet/ --applyset prod --prune",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (retErr error) {
 			if prune && applySet == "" {
 				return &exitError{code: 2, err: errors.New("--prune needs --applyset")}
 			}
@@ -570,10 +650,25 @@ func newDiffCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			planned, state, err := plan(cmd.Context(), f, objs, "", applySet, prune)
+			own, _, err := ownershipFor(f, applySet, recordDir)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			planned, state, err := plan(cmd.Context(), f, objs, "", applySet, prune, own)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			// Conflicts are what apply would refuse: an error (2), as kubectl diff --server-side
+			// says of a conflict, after the diff itself so the reader sees both.
+			defer func() {
+				var ee *exitError
+				if retErr != nil && (!errors.As(retErr, &ee) || ee.code != 1) {
+					return // an error already: exit 2 with it
+				}
+				if conflicted := reportConflicts(f, planned, forceConflicts); conflicted > 0 {
+					retErr = &exitError{code: 2, err: conflictError(conflicted, len(planned), applySet)}
+				}
+			}()
 			changed := false
 			for _, p := range planned {
 				d, err := diffObject(p.obj, p.live)
@@ -611,6 +706,7 @@ func newDiffCommand(f *factory) *cobra.Command {
 	mf.add(cmd)
 	cmd.Flags().StringVar(&applySet, "applyset", "", "the apply set, as given to apply")
 	cmd.Flags().BoolVar(&prune, "prune", false, "also show the objects of --applyset that apply --prune would delete")
+	addOwnershipFlags(cmd, &forceConflicts, &recordDir)
 	return cmd
 }
 
