@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestApplyConflicts runs field ownership against the real cluster-import and
+// namespace-binding: two apply sets fighting over a quota, a change made with fleetctl (a
+// direct API call) since a set applied, --force-conflicts taking the fields over, a manifest
+// change over an untouched live value (no conflict), and fields released when the manifest no
+// longer sets them. Every refused apply writes nothing, for any object.
+func TestApplyConflicts(t *testing.T) {
+	h := startHub(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	doc := func(kind, meta, spec string) string {
+		return "---\napiVersion: fleetstream.io/v1alpha1\nkind: " + kind + "\nmetadata: " + meta + "\nspec: " + spec + "\n"
+	}
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		writeFile(t, p, content)
+		return p
+	}
+	apply := func(set, path string, extra ...string) result {
+		t.Helper()
+		return h.run(t, append([]string{"apply", "-f", path, "--applyset", set, "--applyset-records", records, "--token-dir", filepath.Join(dir, "tokens")}, extra...)...)
+	}
+	quota := func(ns string) string {
+		t.Helper()
+		for _, b := range jsonOf[[]bindingJSON](t, h.run(t, "-o", "json", "namespace", "list", "--project", "team-a").ok(t)) {
+			if b.Namespace == ns {
+				return b.Hard["cpu"]
+			}
+		}
+		return "(not bound)"
+	}
+	const web = "NamespaceBinding/team-a/cluster=eu-1/web"
+
+	platform := file("platform.yaml", doc("Cluster", "{name: eu-1}", "{}")+
+		doc("Project", "{name: team-a}", `{displayName: A, budgets: [{cluster: eu-1, hard: {cpu: "8"}}]}`)+
+		doc("NamespaceBinding", "{name: web, project: team-a}", `{cluster: eu-1, hard: {cpu: "2"}}`))
+	apply("platform", platform).ok(t)
+
+	// A second set declares the same quota: the first set's field, so a conflict, and nothing
+	// is written — not even the binding it would create.
+	webTeam := file("web-team.yaml", doc("NamespaceBinding", "{name: web, project: team-a}", `{cluster: eu-1, hard: {cpu: "4"}}`)+
+		doc("NamespaceBinding", "{name: api, project: team-a}", `{cluster: eu-1, hard: {cpu: "1"}}`))
+	wantConflict := web + `: spec.hard.cpu: set by apply set platform, not by this apply set; live "2", manifest "4"`
+	for _, extra := range [][]string{nil, {"--dry-run"}} {
+		r := apply("web-team", webTeam, extra...)
+		if r.code != 1 || !strings.Contains(r.stderr, wantConflict+"\n") || !strings.Contains(r.stderr, "1 of 2 objects conflict") ||
+			!strings.Contains(r.stderr, "nothing was changed") || !strings.Contains(r.stderr, "--force-conflicts") || strings.Contains(r.stdout, "created") {
+			t.Fatalf("apply %v of another set's field: exit %d\n%s%s", extra, r.code, r.stdout, r.stderr)
+		}
+	}
+	r := h.run(t, "diff", "-f", webTeam, "--applyset", "web-team", "--applyset-records", records)
+	if r.code != 2 || !strings.Contains(r.stderr, wantConflict+"\n") || !strings.Contains(r.stdout, "+    cpu: \"4\"\n") {
+		t.Fatalf("diff of another set's field: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if q := quota("web"); q != "2" {
+		t.Fatalf("a refused apply changed the quota to %s", q)
+	}
+	if q := quota("api"); q != "(not bound)" {
+		t.Fatalf("a refused apply bound api (quota %s)", q)
+	}
+
+	// --force-conflicts takes the field over; a rerun is then clean.
+	r = apply("web-team", webTeam, "--force-conflicts").ok(t)
+	if r.stdout != web+" configured\nNamespaceBinding/team-a/cluster=eu-1/api created\n" || !strings.Contains(r.stderr, `live "2", manifest "4" (taken over: --force-conflicts)`) {
+		t.Fatalf("apply --force-conflicts:\n%s%s", r.stdout, r.stderr)
+	}
+	if q := quota("web"); q != "4" {
+		t.Fatalf("quota after --force-conflicts: %s, want 4", q)
+	}
+	if r := apply("web-team", webTeam); r.code != 0 || strings.Count(r.stdout, " unchanged\n") != 2 || r.stderr != "" {
+		t.Fatalf("rerun after taking over: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// The first set now finds its field changed by the second.
+	r = apply("platform", platform)
+	if r.code != 1 || !strings.Contains(r.stderr, web+`: spec.hard.cpu: changed by apply set web-team since this apply set last applied it; live "4", manifest "2"`+"\n") {
+		t.Fatalf("apply of a field another set took: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// A change made with fleetctl (a direct API call) since the set applied: a conflict that
+	// stops every object of the apply, including one with nothing in conflict.
+	h.run(t, "namespace", "quota", "web", "--project", "team-a", "--cluster", "eu-1", "--hard", "cpu=3").ok(t)
+	api2 := doc("NamespaceBinding", "{name: api, project: team-a}", `{cluster: eu-1, hard: {cpu: "2"}}`)
+	webTeam2 := file("web-team-2.yaml", doc("NamespaceBinding", "{name: web, project: team-a}", `{cluster: eu-1, hard: {cpu: "4"}}`)+api2)
+	r = apply("web-team", webTeam2)
+	if r.code != 1 || !strings.Contains(r.stderr, web+`: spec.hard.cpu: changed by `+otherWriter+` since this apply set last applied it; live "3", manifest "4"`+"\n") {
+		t.Fatalf("apply after a direct change: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if q := quota("api"); q != "1" {
+		t.Fatalf("a refused apply changed another object: api's quota is %s, want 1", q)
+	}
+	r = apply("web-team", webTeam2, "--force-conflicts").ok(t)
+	if q, qa := quota("web"), quota("api"); q != "4" || qa != "2" {
+		t.Fatalf("after --force-conflicts: web %s api %s, want 4 and 2\n%s%s", q, qa, r.stdout, r.stderr)
+	}
+
+	// The set changes its own field, which nobody touched since: no conflict.
+	webTeam3 := file("web-team-3.yaml", doc("NamespaceBinding", "{name: web, project: team-a}", `{cluster: eu-1, hard: {cpu: "5"}}`)+api2)
+	if r := apply("web-team", webTeam3); r.code != 0 || !strings.Contains(r.stdout, web+" configured\n") || r.stderr != "" {
+		t.Fatalf("apply of the set's own field: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Released: the platform set stops declaring the budget it applied (nobody changed it)
+	// and the quota it lost to the web team; the budget goes, the quota stays the web team's.
+	platform2 := file("platform-2.yaml", doc("Cluster", "{name: eu-1}", "{}")+doc("Project", "{name: team-a}", "{displayName: A}"))
+	r = apply("platform", platform2).ok(t)
+	if !strings.Contains(r.stdout, "Project/team-a configured\n") || r.stderr != "" {
+		t.Fatalf("apply releasing a budget:\n%s%s", r.stdout, r.stderr)
+	}
+	if out := h.run(t, "export", "--kind", "Project").ok(t).stdout; strings.Contains(out, "budgets") {
+		t.Fatalf("the released budget is still there:\n%s", out)
+	}
+	if q := quota("web"); q != "5" {
+		t.Fatalf("the platform set's apply changed the web team's quota to %s", q)
+	}
+	// A budget set since by someone else is theirs: the manifest not setting it is no licence
+	// to remove it.
+	h.run(t, "project", "budget", "team-a", "--cluster", "eu-1", "--hard", "cpu=20").ok(t)
+	r = apply("platform", platform2)
+	if r.code != 1 || !strings.Contains(r.stderr, `Project/team-a: spec.budgets[cluster=eu-1].hard.cpu: set by `+otherWriter+`, not by this apply set; live "20", manifest does not set it (apply would remove it)`) {
+		t.Fatalf("apply over someone else's budget: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
