@@ -305,6 +305,9 @@ func newApplyCommand(f *factory) *cobra.Command {
 			if cascade && !prune {
 				return errors.New("--cascade applies only with --prune")
 			}
+			if (forceConflicts || recordDir != "") && applySet == "" {
+				return errors.New("--force-conflicts and --applyset-records apply only with --applyset: fields are owned by apply sets")
+			}
 			if applySet != "" && !dnsLabelRE.MatchString(applySet) {
 				return fmt.Errorf("--applyset %q: want a DNS label", applySet)
 			}
@@ -645,6 +648,9 @@ func newDiffCommand(f *factory) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) (retErr error) {
 			if prune && applySet == "" {
 				return &exitError{code: 2, err: errors.New("--prune needs --applyset")}
+			}
+			if (forceConflicts || recordDir != "") && applySet == "" {
+				return &exitError{code: 2, err: errors.New("--force-conflicts and --applyset-records apply only with --applyset: fields are owned by apply sets")}
 			}
 			objs, err := mf.read(f)
 			if err != nil {

@@ -41,6 +41,9 @@ func TestApplyConflicts(t *testing.T) {
 	platform := file("platform.yaml", doc("Cluster", "{name: eu-1}", "{}")+
 		doc("Project", "{name: team-a}", `{displayName: A, budgets: [{cluster: eu-1, hard: {cpu: "8"}}]}`)+
 		doc("NamespaceBinding", "{name: web, project: team-a}", `{cluster: eu-1, hard: {cpu: "2"}}`))
+	if r := h.run(t, "apply", "-f", platform, "--force-conflicts"); r.code != 1 || !strings.Contains(r.stderr, "apply only with --applyset") {
+		t.Fatalf("--force-conflicts without an apply set: exit %d\n%s", r.code, r.stderr)
+	}
 	apply("platform", platform).ok(t)
 
 	// A second set declares the same quota: the first set's field, so a conflict, and nothing

@@ -161,6 +161,9 @@ type fieldConflict struct {
 	applied  bool   // this set had applied the field before
 	live     string
 	declared string // "" when the manifest does not set it (apply would remove it)
+	// hidden: the values are not shown (an import policy's template may hold a credential
+	// written through the API, and apply's output goes to CI logs).
+	hidden bool
 }
 
 func (c fieldConflict) String() string {
@@ -171,6 +174,14 @@ func (c fieldConflict) String() string {
 		fmt.Fprintf(&b, "changed by %s since this apply set last applied it", c.by)
 	} else {
 		fmt.Fprintf(&b, "set by %s, not by this apply set", c.by)
+	}
+	switch {
+	case c.hidden && c.declared == "":
+		b.WriteString("; the manifest does not set it (apply would remove it; values not shown: they may hold credentials)")
+		return b.String()
+	case c.hidden:
+		b.WriteString("; live and manifest differ (values not shown: they may hold credentials)")
+		return b.String()
 	}
 	fmt.Fprintf(&b, "; live %s, ", shortValue(c.live))
 	if c.declared == "" {
@@ -237,9 +248,14 @@ func (w *ownership) conflicts(o *manifest.Object, live *liveObject) ([]fieldConf
 			}
 			by = otherWriter
 		}
-		out = append(out, fieldConflict{path: p, by: by, applied: had, live: lv, declared: dv})
+		out = append(out, fieldConflict{path: p, by: by, applied: had, live: lv, declared: dv, hidden: hiddenField(o.Kind.Name, p)})
 	}
 	return out, nil
+}
+
+// hiddenField reports whether the values of kind's field at path are kept out of messages.
+func hiddenField(kind, path string) bool {
+	return kind == "ImportPolicy" && path == "spec.template"
 }
 
 // ownerOf names the other apply set whose record says it applied value to the field, or "".

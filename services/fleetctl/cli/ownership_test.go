@@ -75,6 +75,25 @@ func TestConflicts(t *testing.T) {
 			want: []string{`spec.displayName: changed by ` + otherWriter + ` since this apply set last applied it; live "` + strings.Repeat("x", 59) + `…, manifest "A"`},
 		},
 	}
+	t.Run("an import policy's template is not quoted", func(t *testing.T) {
+		policy := func(template string) *manifest.Object {
+			objs, err := manifest.Decode("f.yaml", strings.NewReader("apiVersion: fleetstream.io/v1alpha1\nkind: ImportPolicy\nmetadata: {name: capi}\nspec: {template: "+template+"}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return objs[0]
+		}
+		w := &ownership{set: "mine", mine: &applySetRecord{Objects: map[string]*recordEntry{}}}
+		// Written through the API, where a template may carry a literal credential.
+		got, err := w.conflicts(policy(`"labels: {a: b}"`), &liveObject{obj: policy(`"labels: {a: s3cr3t}"`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "spec.template: set by " + otherWriter + ", not by this apply set; live and manifest differ (values not shown: they may hold credentials)"
+		if len(got) != 1 || got[0].String() != want {
+			t.Errorf("conflicts: %v, want %q", got, want)
+		}
+	})
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			w := &ownership{set: "mine", mine: tt.mine, others: tt.others}
