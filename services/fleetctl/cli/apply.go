@@ -339,6 +339,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 				}
 			}
 			conflicted := reportConflicts(f, planned, forceConflicts)
+			noticeUnrecorded(f, own, store, planned)
 			if len(refusals) > 0 {
 				for _, err := range refusals {
 					fmt.Fprintln(f.streams.ErrOut, err)
@@ -435,6 +436,24 @@ func reportConflicts(f *factory, planned []*plannedObject, force bool) int {
 		return 0
 	}
 	return n
+}
+
+// noticeUnrecorded says, when the apply set has no record yet, that the existing objects it
+// configures were not checked for others' changes (only for those of the sets recorded
+// beside it): what a first apply, or one whose record was lost, cannot know.
+func noticeUnrecorded(f *factory, own *ownership, store *recordStore, planned []*plannedObject) {
+	if own == nil || own.mine != nil {
+		return
+	}
+	n := 0
+	for _, p := range planned {
+		if p.err == nil && p.outcome == outcomeConfigured {
+			n++
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(f.streams.ErrOut, "apply set %s has no record of what it applied (%s): %d existing object(s) are configured without telling its fields from changes others made, except the fields of apply sets recorded there\n", own.set, store.path(own.set), n)
+	}
 }
 
 func conflictError(conflicted, total int, applySet string) error {
