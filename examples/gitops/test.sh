@@ -12,6 +12,7 @@ repo=$(mktemp -d)
 trap 'rm -rf "$repo"' EXIT
 cp -R "$here/." "$repo"
 export TOKEN_DIR=$repo/agent-tokens
+export APPLYSET_RECORDS=$repo/applyset-records
 
 fail() { echo "test.sh: $*" >&2; exit 1; }
 
@@ -31,4 +32,19 @@ grep -q '^--- live/Project/team-b$' <<<"$out" || fail "removing team-b does not 
 out=$("$repo/ci.sh" merge)
 grep -q '^Project/team-b pruned$' <<<"$out" || fail "team-b not pruned: $out"
 "$FLEETCTL" export --kind Project | grep -q 'name: team-b' && fail "team-b still exported"
+[ -s "$APPLYSET_RECORDS/gitops.json" ] || fail "no record of what the apply set applied"
+
+# A quota changed by hand since the merge: the next pull request and merge name the conflict and
+# change nothing; once the live value is the declared one again, the merge goes through.
+"$FLEETCTL" namespace quota web --project team-a --cluster eu-1 --hard cpu=3 --hard memory=4Gi >/dev/null
+status=0
+out=$("$repo/ci.sh" pr 2>&1) || status=$?
+[ "$status" = 2 ] && grep -q 'spec.hard.cpu: changed by another writer .* since this apply set last applied it; live "3", manifest "2"' <<<"$out" ||
+	fail "a change made by hand is no conflict for the pull request (exit $status): $out"
+status=0
+out=$("$repo/ci.sh" merge 2>&1) || status=$?
+[ "$status" = 1 ] && grep -q -- '--force-conflicts' <<<"$out" || fail "the merge over a change made by hand did not stop (exit $status): $out"
+"$FLEETCTL" export --kind NamespaceBinding | grep -q 'cpu: "3"' || fail "the refused merge changed the quota"
+out=$(FORCE_CONFLICTS=1 "$repo/ci.sh" merge 2>/dev/null)
+grep -q '^NamespaceBinding/team-a/cluster=eu-1/web configured$' <<<"$out" || fail "FORCE_CONFLICTS=1 did not take the quota back: $out"
 echo "gitops example: ok"
