@@ -62,6 +62,10 @@ func TestApplyConflicts(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, wantConflict+"\n") || !strings.Contains(r.stdout, "+    cpu: \"4\"\n") {
 		t.Fatalf("diff of another set's field: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// With --force-conflicts diff says what apply would then do: change something (1).
+	if r := h.run(t, "diff", "-f", webTeam, "--applyset", "web-team", "--applyset-records", records, "--force-conflicts"); r.code != 1 || !strings.Contains(r.stderr, "(taken over: --force-conflicts)") {
+		t.Fatalf("diff --force-conflicts: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if q := quota("web"); q != "2" {
 		t.Fatalf("a refused apply changed the quota to %s", q)
 	}
