@@ -138,3 +138,46 @@ func TestApplyConflicts(t *testing.T) {
 		t.Fatalf("apply over someone else's budget: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestApplySetOwnsEveryKind: an apply set that changes only its own fields meets no conflict,
+// for every kind (taints and budgets by key, rules and tolerations whole, an import policy's
+// template); a claim changed with fleetctl since is one.
+func TestApplySetOwnsEveryKind(t *testing.T) {
+	h := startRBACHub(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	apply := func(content string, extra ...string) result {
+		t.Helper()
+		path := filepath.Join(dir, "fleet.yaml")
+		writeFile(t, path, content)
+		return h.run(t, append([]string{"apply", "-f", path, "--applyset", "prod", "--applyset-records", records, "--token-dir", filepath.Join(dir, "tokens")}, extra...)...)
+	}
+	apply(fleetManifests).ok(t)
+	if r := apply(fleetManifests).ok(t); strings.Count(r.stdout, " unchanged\n") < 13 || r.stderr != "" {
+		t.Fatalf("rerun:\n%s%s", r.stdout, r.stderr)
+	}
+	changed := strings.NewReplacer(
+		"labels: {region: eu, tier: gold}", "labels: {region: eu}",
+		`value: "true", effect: TAINT_EFFECT_NO_SELECT_IF_NEW`, `value: "false", effect: TAINT_EFFECT_NO_SELECT_IF_NEW`,
+		"cluster: eu-1\n  hard: {cpu: \"2\"}", "cluster: eu-1\n  hard: {cpu: \"4\"}",
+		"hard: {cpu: \"8\"}", "hard: {cpu: \"16\"}",
+		"verbs: [get, list]", "verbs: [get, list, watch]",
+		"numberOfClusters: 1", "numberOfClusters: 2",
+		"{operator: Exists}", "{key: gpu, operator: Exists}",
+		"labels: {provider: capi}", "labels: {provider: cluster-api}",
+	).Replace(fleetManifests)
+	r := apply(changed).ok(t)
+	for _, line := range []string{"Cluster/eu-1 configured", "RoleTemplate/reader configured", "Project/team-a configured", "Placement/team-a/best-eu configured", "ImportPolicy/capi configured", "NamespaceBinding/team-a/cluster=eu-1/web configured"} {
+		if !strings.Contains(r.stdout, line+"\n") {
+			t.Errorf("apply of the set's own changes lacks %q:\n%s", line, r.stdout)
+		}
+	}
+	if r.stderr != "" {
+		t.Errorf("apply of the set's own changes said:\n%s", r.stderr)
+	}
+	h.run(t, "cluster", "update", "eu-1", "--claim", "cloud=gcp").ok(t)
+	r = apply(changed)
+	if r.code != 1 || !strings.Contains(r.stderr, "Cluster/eu-1: spec.claims.cloud: changed by "+otherWriter+` since this apply set last applied it; live "gcp", manifest "aws"`+"\n") {
+		t.Fatalf("apply after a claim changed by hand: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
