@@ -671,6 +671,10 @@ func newDiffCommand(f *factory) *cobra.Command {
 			if (forceConflicts || recordDir != "") && applySet == "" {
 				return &exitError{code: 2, err: errors.New("--force-conflicts and --applyset-records apply only with --applyset: fields are owned by apply sets")}
 			}
+			if applySet != "" && !dnsLabelRE.MatchString(applySet) {
+				// It names the set's record file too.
+				return &exitError{code: 2, err: fmt.Errorf("--applyset %q: want a DNS label", applySet)}
+			}
 			objs, err := mf.read(f)
 			if err != nil {
 				return &exitError{code: 2, err: err}
