@@ -44,6 +44,11 @@ func TestApplyConflicts(t *testing.T) {
 	if r := h.run(t, "apply", "-f", platform, "--force-conflicts"); r.code != 1 || !strings.Contains(r.stderr, "apply only with --applyset") {
 		t.Fatalf("--force-conflicts without an apply set: exit %d\n%s", r.code, r.stderr)
 	}
+	// The set names its record file: a name that would reach outside the directory is refused.
+	writeFile(t, filepath.Join(dir, "outside.json"), `{"applySet": "x", "objects": {}}`)
+	if r := h.run(t, "diff", "-f", platform, "--applyset", "../outside", "--applyset-records", records); r.code != 2 || !strings.Contains(r.stderr, `--applyset "../outside": want a DNS label`) {
+		t.Fatalf("diff with a set name outside the records: exit %d\n%s", r.code, r.stderr)
+	}
 	apply("platform", platform).ok(t)
 
 	// A second set declares the same quota: the first set's field, so a conflict, and nothing
