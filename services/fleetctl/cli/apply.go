@@ -344,7 +344,10 @@ func newApplyCommand(f *factory) *cobra.Command {
 				for _, err := range refusals {
 					fmt.Fprintln(f.streams.ErrOut, err)
 				}
-				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", len(refusals)+conflicted, len(planned)+len(pruned))
+				if conflicted > 0 {
+					return fmt.Errorf("%d of %d objects cannot be applied, and %d conflict with changes others made (--force-conflicts takes those over); nothing was changed", len(refusals), len(planned)+len(pruned), conflicted)
+				}
+				return fmt.Errorf("%d of %d objects cannot be applied; nothing was changed", len(refusals), len(planned)+len(pruned))
 			}
 			if conflicted > 0 {
 				return conflictError(conflicted, len(planned)+len(pruned), applySet)
@@ -367,19 +370,21 @@ func newApplyCommand(f *factory) *cobra.Command {
 				// the fleet with less than it had.
 				failed += prunePlanned(ctx, f, pruned, cascade, concurrency)
 			}
+			var errs []error
 			if own != nil {
+				// Also after a partial failure: what did apply is the set's from now on.
 				rec, err := own.recordApplied(planned)
 				if err == nil {
 					err = store.save(rec)
 				}
 				if err != nil {
-					return fmt.Errorf("the fleet is applied, but the record of what apply set %s applied could not be written, so its next apply cannot tell its own fields from others' (%s): %w", applySet, store.path(applySet), err)
+					errs = append(errs, fmt.Errorf("the record of what apply set %s applied could not be written, so its next apply cannot tell its own fields from others' (%s): %w", applySet, store.path(applySet), err))
 				}
 			}
 			if failed > 0 {
-				return fmt.Errorf("%d of %d objects failed; apply again to finish", failed, len(planned)+len(pruned))
+				errs = append(errs, fmt.Errorf("%d of %d objects failed; apply again to finish", failed, len(planned)+len(pruned)))
 			}
-			return nil
+			return errors.Join(errs...)
 		},
 	}
 	mf.add(cmd)
