@@ -20,11 +20,16 @@ import (
 // at most this much: the heartbeat says the agent is alive, whatever the apiserver does.
 const versionTimeout = 3 * time.Second
 
+// heartbeatRetry is how soon a heartbeat that could not be published is tried again.
+const heartbeatRetry = time.Second
+
 // heartbeater publishes a Heartbeat at once, then every HeartbeatInterval, whenever the
 // Ready nodes' resources change and whenever the NATS connection is back: a hub that marked
 // the cluster lost during an outage learns it is back at once, not up to an interval later. A
-// failed publish is not retried on its own: the next tick is the retry, and a stale heartbeat
-// is worthless.
+// failed publish is retried after heartbeatRetry (or the interval, if shorter) with a fresh
+// heartbeat, never queued: a stale heartbeat is worthless. The retry matters because the
+// connected event is not proof of a connection: nats.go reports CONNECTED before it flushes
+// what it buffered, and goes back to reconnecting when that flush fails.
 type heartbeater struct {
 	agent     *Agent
 	resources *nodeResources
@@ -39,11 +44,16 @@ func (h *heartbeater) Run(ctx context.Context) error {
 	nc := h.agent.js.Conn()
 	reconnected := nc.StatusChanged(nats.CONNECTED)
 	defer nc.RemoveStatusListener(reconnected)
+	var retry <-chan time.Time
 	for {
-		h.beat(ctx)
+		retry = nil
+		if !h.beat(ctx) {
+			retry = time.After(min(heartbeatRetry, h.agent.cfg.HeartbeatInterval))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-retry:
 		case <-t.C:
 		case <-h.resources.Changed():
 			// The hub learns of the change now; the next periodic beat is a full interval on.
@@ -54,15 +64,20 @@ func (h *heartbeater) Run(ctx context.Context) error {
 	}
 }
 
-func (h *heartbeater) beat(ctx context.Context) {
+// beat publishes one heartbeat; false when it should be tried again.
+func (h *heartbeater) beat(ctx context.Context) bool {
 	a := h.agent
+	if nc := a.js.Conn(); !nc.IsConnected() {
+		// Checked before asking the apiserver, so that retrying through an outage costs nothing.
+		return h.published(ctx, fmt.Errorf("publish heartbeat: nats connection %s", nc.Status()))
+	}
 	v, err := h.serverVersion(ctx)
 	switch {
 	case ctx.Err() != nil:
-		return // shutting down
+		return true // shutting down
 	case err != nil && a.cfg.Hosted:
 		a.log.Warn("kubernetes apiserver unreachable; no heartbeat", zap.Error(err))
-		return
+		return true // the apiserver is what is down: the next tick asks it again
 	case err != nil:
 		a.log.Warn("kubernetes version unavailable; sending the last known", zap.Error(err))
 	default:
@@ -77,13 +92,19 @@ func (h *heartbeater) beat(ctx context.Context) {
 		Resources:         h.resources.Current(),
 		Hosted:            a.cfg.Hosted,
 	}
-	err = a.publishHeartbeat(hb)
+	return h.published(ctx, a.publishHeartbeat(hb))
+}
+
+// published logs the outcome of a publish (an outage once, not at every retry) and reports
+// whether the heartbeat is done with.
+func (h *heartbeater) published(ctx context.Context, err error) bool {
+	a := h.agent
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Shutting down.
 	case err != nil && !h.failing:
 		h.failing = true
-		a.log.Warn("heartbeat not published; retrying every interval", zap.Error(err))
+		a.log.Warn("heartbeat not published; retrying", zap.Error(err))
 	case err != nil:
 		// Logged once when the outage began; every tick would flood the log.
 		a.log.Debug("heartbeat not published", zap.Error(err))
@@ -91,6 +112,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 		h.failing = false
 		a.log.Info("heartbeat published again")
 	}
+	return err == nil || ctx.Err() != nil
 }
 
 // serverVersion asks /version with a deadline; the discovery client's ServerVersion takes no
