@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,6 +105,10 @@ type Engine struct {
 	targetKnown        bool
 	otherVersionLogged bool
 	scratch            batchScratch
+
+	// pending is the leader's lag: events in the stream after the last one it applied, as of
+	// its delivery (metrics.go).
+	pending atomic.Uint64
 
 	mu       sync.Mutex
 	leading  bool
@@ -404,6 +409,7 @@ func (e *Engine) run(ctx context.Context) error {
 		return fmt.Errorf("view %s: consumer: %w", e.p.Name, err)
 	}
 	defer r.Stop()
+	e.pending.Store(r.InitialPending())
 	if r.InitialPending() == 0 {
 		e.markReady()
 	}
@@ -431,6 +437,11 @@ func (e *Engine) run(ctx context.Context) error {
 				return nil
 			}
 			return err
+		}
+		// What the stream held past the batch when its last event was delivered: the view's
+		// lag, for fleetstream_view_pending_events.
+		if md, err := batch[len(batch)-1].Metadata(); err == nil {
+			e.pending.Store(md.NumPending)
 		}
 	}
 }

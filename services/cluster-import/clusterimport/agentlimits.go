@@ -115,6 +115,7 @@ type limitMetrics struct {
 	liveDropped      *prometheus.CounterVec
 	reportsPurged    *prometheus.CounterVec
 	inventoryEntries *prometheus.CounterVec
+	deadLetters      *prometheus.GaugeVec
 }
 
 func newLimitMetrics() limitMetrics {
@@ -132,11 +133,13 @@ func newLimitMetrics() limitMetrics {
 			Help: "Agent report subjects purged from FLEET_AGENT for being over their cluster's limits, by cluster and limit."}, []string{"cluster", "limit"}),
 		inventoryEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cluster_agent_inventory_entries_refused_total",
 			Help: "Namespace inventory entries (namespaces, labels, phases) dropped for being invalid, by cluster."}, []string{"cluster"}),
+		deadLetters: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetstream_dead_letters",
+			Help: "Messages FLEET_DLQ holds, by source: the stream and consumer (or view-<view>) they were parked from, as <stream>.<consumer>."}, []string{"source"}),
 	}
 }
 
 func (m limitMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.heartbeats, m.heartbeatFields, m.liveDropped, m.reportsPurged, m.inventoryEntries}
+	return []prometheus.Collector{m.heartbeats, m.heartbeatFields, m.liveDropped, m.reportsPurged, m.inventoryEntries, m.deadLetters}
 }
 
 // reportHeartbeat records what checkHeartbeat found in the newest heartbeat of cluster name.

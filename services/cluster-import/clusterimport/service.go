@@ -200,6 +200,9 @@ func (s *Registry) Mount(srv *server.Server) {
 	for _, m := range append(s.metrics.collectors(), s.livenessController().Collectors()...) {
 		_ = srv.Registry().Register(m)
 	}
+	if err := s.views.Register(srv.Registry()); err != nil {
+		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
 }
 
 // Run runs the projections, caches and liveness tracking until ctx is done.
@@ -236,6 +239,7 @@ func (s *Registry) run(ctx context.Context) error {
 	g.Go(func() error { return s.lifecycles.run(ctx) })
 	g.Go(func() error { return s.runHostedCredentials(ctx, s.js.Conn()) })
 	g.Go(func() error { return s.runRevocation(ctx) })
+	g.Go(func() error { return s.runDeadLetters(ctx) })
 	return g.Wait()
 }
 

@@ -265,6 +265,9 @@ func (c *Collector) Mount(srv *server.Server) {
 	for _, m := range []prometheus.Collector{c.metrics.reports, c.metrics.malformed, c.metrics.pruned, c.metrics.reconciles, c.refused} {
 		_ = srv.Registry().Register(m)
 	}
+	if err := c.viewSet.Register(srv.Registry()); err != nil {
+		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
 }
 
 // Run consumes reports, reconciles, and keeps the weights, the liveness and the view bucket

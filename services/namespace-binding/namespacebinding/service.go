@@ -246,6 +246,9 @@ func (s *Service) Mount(srv *server.Server) {
 		}
 	}
 	_ = s.prop.Register(srv.Registry())
+	if err := s.views.Register(srv.Registry()); err != nil {
+		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
 }
 
 // Run runs the projections, caches, placement, the claim repair, the release of unbound

@@ -155,6 +155,9 @@ func (s *Service) Placements() *PlacementAPI { return &PlacementAPI{s} }
 func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(placementv1connect.NewClusterSetServiceHandler(s.ClusterSets(), srv.HandlerOptions()...))
 	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
+	if err := s.views.Register(srv.Registry()); err != nil {
+		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
 }
 
 // Ready is closed once the caches have caught up and the built-in cluster sets exist.

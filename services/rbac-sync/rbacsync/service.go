@@ -164,6 +164,9 @@ func (s *Service) Mount(srv *server.Server) {
 	if err := s.fan.prop.Register(srv.Registry()); err != nil {
 		panic(err) // as MustRegister: a programming error, not a condition of the fleet
 	}
+	if err := s.views.Register(srv.Registry()); err != nil {
+		panic(err)
+	}
 }
 
 // Run runs the projections, the caches of every input and the fan-out until ctx is done.
