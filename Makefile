@@ -26,6 +26,9 @@ BUF_VERSION                := v1.75.0
 STATICCHECK_VERSION        := v0.8.2
 # Helm for `make chart-check` (built from source like the others; ~9 min cold on 2 cores).
 HELM_VERSION               := v3.22.0
+# promtool for `make monitoring-check` (Prometheus v3.16.0's Go module version; built from source
+# like helm).
+PROMTOOL_VERSION           := v0.316.0
 
 # Binaries: name -> main package.
 PKG_fleetd             := ./services/fleetd/cmd/fleetd
@@ -201,6 +204,11 @@ helm: ## install the pinned helm into ./bin (separate from `tools`: it takes min
 	@mkdir -p $(BIN)
 	$(call go-install-tool,helm,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
 
+.PHONY: promtool
+promtool: ## install the pinned promtool into ./bin (for make monitoring-check; minutes to build, like helm)
+	@mkdir -p $(BIN)
+	$(call go-install-tool,promtool,github.com/prometheus/prometheus/cmd/promtool,$(PROMTOOL_VERSION))
+
 # kubectl for `make demo`: its own tool module (tools/kubectl), the member clusters' release.
 KUBECTL_VERSION = $(shell grep -oE 'k8s.io/kubectl v[^ ]+' tools/kubectl/go.mod | head -1 | cut -d' ' -f2)
 KUBE_VERSION    = $(subst v0.,v1.,$(KUBECTL_VERSION))
@@ -325,6 +333,16 @@ chaos: images compose-secrets ## the fault suite on the compose stack with two r
 .PHONY: chart-check
 chart-check: helm ## lint and render the Helm charts, dry-run every object on a real kube-apiserver, prove the agent's least privilege
 	@HELM=$(BIN)/helm tools/scripts/chart-check.sh
+
+# The rules and dashboards of deploy/monitoring: promtool checks the rule file and runs its unit
+# tests, and tools/monitoring (its own module, outside the workspace) checks every expression of
+# the rules and dashboards against docs/metrics.md and every runbook link against
+# docs/operations.md.
+.PHONY: monitoring-check
+monitoring-check: promtool ## promtool check rules and test rules on deploy/monitoring, and every dashboard and rule metric against docs/metrics.md
+	$(BIN)/promtool check rules deploy/monitoring/rules/*.yaml
+	$(BIN)/promtool test rules deploy/monitoring/tests/*.yaml
+	cd tools/monitoring && GOWORK=off $(GO) test -count=1 ./...
 
 .PHONY: compose-down
 compose-down: compose-secrets ## stop the local stack and delete its volumes

@@ -136,6 +136,44 @@ func TestChartsDryRun(t *testing.T) {
 		}
 	})
 
+	// The prometheus-operator kinds the hub chart renders when its monitoring values are on:
+	// with their CRDs installed, the dry run validates them against the operator's schema.
+	t.Run("prometheus-operator kinds", func(t *testing.T) {
+		d.installOperatorCRDs(ctx, t)
+		monitor := func(endpoint map[string]any) *unstructured.Unstructured {
+			return obj("monitoring.coreos.com/v1", "ServiceMonitor", "probe", "m", map[string]any{"spec": map[string]any{
+				"selector": map[string]any{"matchLabels": map[string]any{"app": "x"}}, "endpoints": []any{endpoint}}})
+		}
+		rule := func(r map[string]any) *unstructured.Unstructured {
+			return obj("monitoring.coreos.com/v1", "PrometheusRule", "probe", "r", map[string]any{"spec": map[string]any{
+				"groups": []any{map[string]any{"name": "g", "rules": []any{r}}}}})
+		}
+		for _, tc := range []struct {
+			name string
+			obj  *unstructured.Unstructured
+			want string // "" = accepted
+		}{
+			{"ServiceMonitor", monitor(map[string]any{"port": "http", "path": "/metrics", "interval": "30s"}), ""},
+			{"ServiceMonitor unknown field", monitor(map[string]any{"port": "http", "pth": "/metrics"}), "pth"},
+			{"ServiceMonitor bad interval", monitor(map[string]any{"port": "http", "interval": "soon"}), "interval"},
+			{"PrometheusRule", rule(map[string]any{"alert": "A", "expr": "up == 0", "for": "5m"}), ""},
+			{"PrometheusRule unknown field", rule(map[string]any{"alert": "A", "expr": "up == 0", "runbook": "x"}), "runbook"},
+			{"PrometheusRule without expr", rule(map[string]any{"alert": "A"}), "expr"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				err := d.apply(ctx, tc.obj)
+				switch {
+				case tc.want == "" && err != nil:
+					t.Fatalf("refused: %v", err)
+				case tc.want != "" && err == nil:
+					t.Fatalf("accepted, want an error naming %q", tc.want)
+				case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+					t.Fatalf("error %v does not name %q", err, tc.want)
+				}
+			})
+		}
+	})
+
 	dir := os.Getenv(manifestsEnv)
 	if dir == "" {
 		t.Skipf("%s is not set: make chart-check renders the charts and runs this test with it", manifestsEnv)
@@ -157,6 +195,9 @@ func TestChartsDryRun(t *testing.T) {
 				t.Fatalf("%s renders no object", file)
 			}
 			must(t, "namespaces", d.ensureNamespaces(ctx, objs))
+			if usesOperatorKinds(objs) {
+				d.installOperatorCRDs(ctx, t)
+			}
 			kinds := map[string]int{}
 			for _, u := range objs {
 				kinds[u.GetKind()]++
@@ -168,6 +209,9 @@ func TestChartsDryRun(t *testing.T) {
 			switch base := filepath.Base(file); {
 			case strings.HasPrefix(base, "hub-"):
 				checkHub(t, objs)
+				if usesOperatorKinds(objs) {
+					checkMonitoring(t, objs)
+				}
 			case strings.HasPrefix(base, "agent-"):
 				checkAgent(t, objs, rules)
 			default:

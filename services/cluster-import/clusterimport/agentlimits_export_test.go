@@ -1,6 +1,12 @@
 package clusterimport
 
-import "github.com/prometheus/client_golang/prometheus/testutil"
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // HeartbeatFieldsRefused is fleet_cluster_agent_heartbeat_fields_refused_total of cluster and
 // field.
@@ -16,4 +22,21 @@ func (s *Registry) ReportsPurged(cluster, limit string) float64 {
 // InventoryEntriesRefused is fleet_cluster_agent_inventory_entries_refused_total of cluster.
 func (s *Registry) InventoryEntriesRefused(cluster string) float64 {
 	return testutil.ToFloat64(s.metrics.inventoryEntries.WithLabelValues(cluster))
+}
+
+// CountDeadLetters counts what FLEET_DLQ holds now, as runDeadLetters does every 30 s.
+func (s *Registry) CountDeadLetters(ctx context.Context) error { return s.countDeadLetters(ctx) }
+
+// DeadLetters is fleetstream_dead_letters by source, as a scrape would read it.
+func (s *Registry) DeadLetters() map[string]float64 {
+	out := map[string]float64{}
+	ch := make(chan prometheus.Metric)
+	go func() { s.metrics.deadLetters.Collect(ch); close(ch) }()
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err == nil {
+			out[pb.GetLabel()[0].GetValue()] = pb.GetGauge().GetValue()
+		}
+	}
+	return out
 }

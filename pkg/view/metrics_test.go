@@ -1,0 +1,126 @@
+package view_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/view"
+)
+
+// viewGauges reads the view metrics of reg: name → view → value.
+func viewGauges(t *testing.T, reg *prometheus.Registry) map[string]map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "view" {
+					if out[mf.GetName()] == nil {
+						out[mf.GetName()] = map[string]float64{}
+					}
+					out[mf.GetName()][l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// waitGauges polls reg until ok holds of its view gauges, failing after a deadline with the
+// last ones read.
+func waitGauges(t *testing.T, reg *prometheus.Registry, what string, ok func(g map[string]map[string]float64) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g := viewGauges(t, reg)
+		if ok(g) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: view metrics %v", what, g)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The view metrics are read from the engines at each scrape, so what an alert sees is the
+// engine's state now: a leader stuck in a batch shows its lease, its events pending and a
+// checkpoint that does not move (FleetstreamViewStalled), and once it goes on, nothing pending
+// and the stream's last sequence. Two sets registered on one registry (fleetd's services) are
+// both reported, and a view nobody leads reports 0 (FleetstreamViewLeaseUnheld).
+func TestMetricsReportLeaseLagAndCheckpoint(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ensureStream(t, j.JS)
+	last := appendHistory(t, j.JS, 50, 5)
+
+	stuck := testProjection(1)
+	apply := stuck.Apply
+	gate, blocked := make(chan struct{}), make(chan struct{})
+	var once, opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	stuck.Apply = func(ev *events.Event) ([]view.Change, error) {
+		once.Do(func() { close(blocked) })
+		<-gate
+		return apply(ev)
+	}
+	idle := testProjection(1)
+	idle.Name, idle.Bucket = "test-idle", jetstream.KeyValueConfig{Bucket: "TESTVIEW2", History: 1}
+
+	var c1, c2 *view.Cache[*clusterv1.Cluster]
+	running, notRunning := view.NewSet(j.JS, zap.NewNop()), view.NewSet(j.JS, zap.NewNop())
+	view.Add(running, stuck, &c1)
+	view.Add(notRunning, idle, &c2)
+	reg := prometheus.NewRegistry()
+	for _, s := range []*view.Set{running, notRunning} {
+		if err := s.Register(reg); err != nil {
+			t.Fatalf("register: %v", err)
+		}
+	}
+	g := viewGauges(t, reg)
+	for _, v := range []string{"test", "test-idle"} {
+		if g["fleetstream_view_leading"][v] != 0 || g["fleetstream_view_pending_events"][v] != 0 {
+			t.Fatalf("view %s reports a lease or pending events before any engine runs: %v", v, g)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- running.Run(ctx) }()
+	t.Cleanup(func() {
+		open() // a failed check must not leave the engine blocked for Run to wait on
+		cancel()
+		<-done
+	})
+	select {
+	case <-blocked:
+	case err := <-done:
+		t.Fatalf("set stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine never applied an event")
+	}
+	waitGauges(t, reg, "a stuck leader", func(g map[string]map[string]float64) bool {
+		return g["fleetstream_view_leading"]["test"] == 1 && g["fleetstream_view_pending_events"]["test"] == 50 &&
+			g["fleetstream_view_applied_sequence"]["test"] == 0
+	})
+	if g := viewGauges(t, reg); g["fleetstream_view_leading"]["test-idle"] != 0 {
+		t.Errorf("a view nobody runs reports a leader: %v", g)
+	}
+	open()
+	waitGauges(t, reg, "a leader caught up", func(g map[string]map[string]float64) bool {
+		return g["fleetstream_view_leading"]["test"] == 1 && g["fleetstream_view_pending_events"]["test"] == 0 &&
+			g["fleetstream_view_applied_sequence"]["test"] == float64(last)
+	})
+}
