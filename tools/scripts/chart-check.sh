@@ -3,8 +3,8 @@
 # default values and with its values-production.yaml (the hub also with its monitoring objects),
 # checks the agent chart refuses to render without the values it cannot guess, then applies every
 # rendered object with a server-side dry run (strict field validation; the prometheus-operator
-# CRDs installed for the monitoring render) to a real kube-apiserver of the test kit, parses the hub's
-# rendered NATS config with nats-server, and runs the agent as the chart's ClusterRole
+# CRDs installed for the monitoring render) to a real kube-apiserver of the test kit, parses the
+# hub's rendered NATS config with nats-server, and runs the agent as the chart's ClusterRole
 # (services/cluster-agent/charttest). Needs only Go: helm comes from bin/ (make helm), the
 # apiserver from tools/build-test-assets.sh; no kubectl.
 set -euo pipefail
