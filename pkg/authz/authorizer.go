@@ -68,6 +68,9 @@ type Authorizer struct {
 	heldMemo   memo[string, map[string][]*rbacv1.PolicyRule]
 	setMemo    memo[string, map[string][]*rbacv1.PolicyRule]
 	ownersMemo memo[place, []string]
+
+	// denials, if set, records every denied call (RecordDenials).
+	denials DenialRecorder
 }
 
 // New returns an authorizer reading the views through js; Run starts it.

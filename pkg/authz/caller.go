@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"sort"
 
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/roles"
@@ -88,4 +89,20 @@ func (c *Caller) CanInNamespace(verb, group, resource, cluster, namespace string
 		}
 	}
 	return true
+}
+
+// ProjectsAllowing lists the projects where the caller may do verb on resource of group (a
+// platform admin's too are only those bound to it: check Admin first).
+func (c *Caller) ProjectsAllowing(verb, group, resource string) []string {
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for p, rules := range c.a.rulesByProject(c.user, c.groups) {
+		if roles.Allows(rules, verb, group, resource) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -77,7 +77,8 @@ func (s *authorizedConn) Send(m any) error {
 	if !s.authd {
 		return apierr.PermissionDenied("nothing is sent before the request is authorized")
 	}
-	if _, err := s.a.decide(s.c, s.Spec().Procedure, s.msg); err != nil {
+	if sc, err := s.a.decide(s.c, s.Spec().Procedure, s.msg); err != nil {
+		s.a.recordDenial(s.c, s.Spec().Procedure, sc, err)
 		return err
 	}
 	return s.StreamingHandlerConn.Send(m)
@@ -130,11 +131,40 @@ func (a *Authorizer) Authorize(ctx context.Context, procedure string, msg any) (
 // caught up with is decided again once it has.
 func (a *Authorizer) decideFresh(ctx context.Context, c *Caller, procedure string, msg any) (Scope, error) {
 	s, err := a.decide(c, procedure, msg)
-	if err == nil || s.Kind != Project && s.Kind != Namespace && s.Kind != NamespaceView && s.Kind != ClusterSet && s.Kind != ClusterMember {
-		return s, err
+	if err != nil && (s.Kind == Project || s.Kind == Namespace || s.Kind == NamespaceView || s.Kind == ClusterSet || s.Kind == ClusterMember) {
+		a.catchUp(ctx)
+		s, err = a.decide(c, procedure, msg)
 	}
-	a.catchUp(ctx)
-	return a.decide(c, procedure, msg)
+	if err != nil {
+		a.recordDenial(c, procedure, s, err)
+	}
+	return s, err
+}
+
+// DenialRecorder records denied calls as audit activity (pkg/audit). RecordDenial must not
+// block: it runs on the call's path.
+type DenialRecorder interface {
+	RecordDenial(user, procedure, resource, project, cluster, reason string)
+}
+
+// RecordDenials makes every denial the authorizer decides from now on go to r as well. Call it
+// before serving.
+func (a *Authorizer) RecordDenials(r DenialRecorder) { a.denials = r }
+
+func (a *Authorizer) recordDenial(c *Caller, procedure string, s Scope, err error) {
+	if a.denials == nil {
+		return
+	}
+	reason := err.Error()
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		reason = ce.Message()
+	}
+	resource := ""
+	if rule, ok := table[procedure]; ok {
+		resource = rule.Resource
+	}
+	a.denials.RecordDenial(c.User(), procedure, resource, s.Project, s.Cluster, reason)
 }
 
 // decide applies the procedure's rule to one request.

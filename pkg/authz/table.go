@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
@@ -156,6 +157,11 @@ var table = map[string]Rule{
 	endpointv1connect.EndpointServiceSetClusterWeightProcedure: inNamespace("update", roles.ResServiceWeights,
 		func(m *endpointv1.SetClusterWeightRequest) (string, string) { return m.Cluster, m.Namespace }),
 	endpointv1connect.EndpointServiceListServicesProcedure: filtered("list", roles.ResServices),
+
+	// The audit trail: platform admins read every row; others the rows of the projects where
+	// they may list activity (project owners), which the handler filters to
+	// (Caller.ProjectsAllowing), refusing a request for any other project.
+	auditv1connect.AuditServiceListActivityProcedure: filtered("list", roles.ResActivity),
 
 	// The xDS feed (endpoint-collector's and fleetd's --xds-listen, gRPC) carries every
 	// service's endpoints fleet-wide, for proxies: platform admins and the xds-reader role.

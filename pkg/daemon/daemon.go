@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/audit"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/logging"
@@ -238,6 +239,11 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, start St
 		azCfg = azCfg.ForInsecureDev()
 	}
 	az := authz.New(js, azCfg, log)
+	// Every process serving an API records what its authorizer denies as audit activity.
+	denials := audit.NewDenialRecorder(js, audit.DefaultDenialLimits, log)
+	srv.Registry().MustRegister(denials.Collectors()...)
+	az.RecordDenials(denials)
+	g.Go(func() error { return denials.Run(ctx) })
 	srv.Authorize(az.Interceptor())
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })

@@ -210,6 +210,12 @@ var serviceGrants = map[string][]grant{
 		readBucket(subjects.ClustersBucket),
 		deadLetter(viewDeadLetters(subjects.RBACStream)),
 		leases(),
+		// The audit trail (pkg/audit): its index of every domain stream, and its checkpoints.
+		{stream: subjects.AuditStream, access: own, subjects: []string{subjects.AuditPrefix + ".>"}},
+		ownBucket(subjects.AuditCheckpointsBucket),
+		{stream: subjects.ClusterStream, access: read},
+		{stream: subjects.PlacementStream, access: read},
+		{stream: subjects.EndpointStream, access: read},
 	},
 	ServiceEndpointCollector: {
 		{stream: subjects.EndpointStream, access: own, subjects: []string{subjects.EndpointPrefix + ".>"}},
@@ -266,7 +272,7 @@ func ServicePermissions(service string) (p Permissions, ok bool) {
 		return Permissions{}, false
 	}
 	p.Publish = []string{"$JS.API.INFO"}
-	for _, g := range append(slices.Clone(grants), authorizerReads()...) {
+	for _, g := range append(append(slices.Clone(grants), authorizerReads()...), deniedCalls()) {
 		p.Publish = append(p.Publish, streamAPI(g)...)
 	}
 	p.Publish = append(p.Publish, serviceCorePublishes[service]...)
@@ -287,6 +293,12 @@ func authorizerReads() []grant {
 		readBucket(subjects.ClusterSetsBucket),
 		readBucket(subjects.ClustersBucket),
 	}
+}
+
+// deniedCalls is where every service's authorizer records the calls it denies (pkg/audit's
+// DenialRecorder): the audit stream's denied rows only.
+func deniedCalls() grant {
+	return grant{stream: subjects.AuditStream, access: write, subjects: []string{subjects.AuditPrefix + ".denied.>"}}
 }
 
 func streamAPI(g grant) []string {

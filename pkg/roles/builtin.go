@@ -34,6 +34,9 @@ const (
 	ResPlacements = "placements"
 	// ResAddOnScores is the scores other systems set on clusters for placements.
 	ResAddOnScores = "addonscores"
+	// ResActivity is a project's audit trail (AuditService): what was done to its objects, by
+	// whom, and the calls on them that were denied.
+	ResActivity = "activity"
 	// ResXDS is the fleet-wide xDS feed of every service's endpoints (proxies read it).
 	ResXDS = "xds"
 )
@@ -98,6 +101,7 @@ func Builtin() []*rbacv1.RoleTemplate {
 		Rules: []*rbacv1.PolicyRule{
 			rule(all, RBACGroup, "roles", "rolebindings"),
 			rule([]string{"create", "update", "delete"}, Group, ResNamespaceBindings, ResPlacements),
+			rule([]string{"list"}, Group, ResActivity),
 		},
 	}
 	return []*rbacv1.RoleTemplate{viewer, member, owner}

@@ -366,3 +366,20 @@ func NameUnder(subject, prefix string) (string, error) {
 	}
 	return name, nil
 }
+
+// The audit trail (pkg/audit): the activity index, one record per event of the domain streams
+// and one per denied API call, served by AuditService.
+const (
+	AuditStream = "FLEET_AUDIT"
+	AuditPrefix = "fleet.audit"
+	// AuditCheckpointsBucket holds, per domain stream, the sequence up to which the index is
+	// written (key: the stream's name).
+	AuditCheckpointsBucket = "audit-checkpoints"
+)
+
+// AuditActivity is the subject of one activity record: class ("event" or "denied"), then the
+// row's project, cluster, object kind, object name and actor, each keys.Encode'd ("=" for
+// empty), so a query filters on any of them with the stream's own subject index.
+func AuditActivity(class, project, cluster, kind, name, actor string) string {
+	return AuditPrefix + "." + class + "." + keys.Join(project, cluster, kind, name, actor)
+}

@@ -126,6 +126,7 @@ func (w *writer) retention() {
 		row(topology.EventStream(n, ""), "domain events (below): the source of truth")
 	}
 	row(subjects.AgentStream(), "agents' reports, the latest per subject, each at most 8 MiB, each cluster's subjects and bytes bounded by cluster-import (architecture.md, *Agent reports*); a deleted EndpointSlice's tombstone expires after an hour (per-message TTL; kept when a hub's older FLEET_AGENT refuses TTLs)")
+	row(topology.EventStream(subjects.AuditStream, ""), "the audit trail: one activity record per domain event and per denied API call, denials rate limited (docs/operations.md, *Audit trail*)")
 	row(topology.DeadLetter().Streams[0], "dead letters")
 	w.line("")
 	w.line("These are the defaults. The domain event streams are kept forever: the views are rebuilt from")

@@ -59,6 +59,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.AddCommand(newRoleCommand(f))
 	root.AddCommand(newMemberCommand(f))
 	root.AddCommand(newAccessCommand(f))
+	root.AddCommand(newAuditCommand(f))
 	root.AddCommand(newEndpointsCommand(f))
 	root.AddCommand(newEventsCommand(f))
 	root.AddCommand(newApplyCommand(f))

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/audit"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	"github.com/fleetstream/fleetstream/pkg/flagcheck"
@@ -101,6 +102,8 @@ type Instance struct {
 	NamespaceBinding *namespacebinding.Service
 	RBAC             *rbacsync.Service
 	Endpoints        *collector.Collector
+	// Audit serves the audit trail and indexes the event streams for it.
+	Audit *audit.Service
 	// Hosted runs the hosted agents; nil unless Config.HostedAgents.
 	Hosted *hosted.Supervisor
 	// Addr is where the HTTP listener listens.
@@ -220,6 +223,10 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		azCfg = azCfg.ForInsecureDev()
 	}
 	az := authz.New(inst.JS, azCfg, log)
+	denials := audit.NewDenialRecorder(inst.JS, audit.DefaultDenialLimits, log)
+	srv.Registry().MustRegister(denials.Collectors()...)
+	az.RecordDenials(denials)
+	g.Go(func() error { return denials.Run(ctx) })
 	// Every service is built as its own binary builds it (NewFromEnv), on this process's
 	// connection, server, authorizer and group.
 	env := &daemon.Env{Options: &daemon.Options{Server: cfg.Server, Retention: cfg.Retention},
@@ -240,7 +247,11 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if inst.XDS, inst.XDSAddr, err = xds.Listen(ctx, env, inst.Endpoints, cfg.XDSListen); err != nil {
 		return fail(fmt.Errorf("fleetd: %w", err))
 	}
-	components := []server.Component{inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints}
+	// The audit trail: rbac-sync's binary serves it in a distributed hub (docs/architecture.md).
+	if inst.Audit, err = audit.New(ctx, inst.JS, audit.Config{Retention: cfg.Retention}, log); err != nil {
+		return fail(err)
+	}
+	components := []server.Component{inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints, inst.Audit}
 	if inst.XDS != nil {
 		components = append(components, inst.XDS)
 	}

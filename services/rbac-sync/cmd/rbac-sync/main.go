@@ -1,11 +1,13 @@
 // Command rbac-sync runs the role template and project role binding service against a NATS
-// cluster: the RBACService API and the fan-out of desired ClusterRoles and RoleBindings.
+// cluster: the RBACService API and the fan-out of desired ClusterRoles and RoleBindings, and
+// the audit trail (AuditService and its index, pkg/audit).
 package main
 
 import (
 	"context"
 	"os"
 
+	"github.com/fleetstream/fleetstream/pkg/audit"
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
@@ -18,6 +20,12 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
-		return []server.Component{svc}, nil
+		// The audit trail (pkg/audit) is served here: rbac-sync already answers the other
+		// question of the past, AccessAt (docs/architecture.md, "Audit trail").
+		trail, err := audit.New(ctx, env.JS, audit.Config{Replicas: env.Options.Replicas, Retention: env.Options.Retention}, env.Log)
+		if err != nil {
+			return nil, err
+		}
+		return []server.Component{svc, trail}, nil
 	}))
 }

@@ -1,0 +1,254 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fleetstream/fleetstream/pkg/audit"
+	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+)
+
+type trail struct {
+	js     jetstream.JetStream
+	svc    *audit.Service
+	client auditv1connect.AuditServiceClient
+	store  *events.Store
+}
+
+// startTrail runs the audit service on real JetStream behind the API's authentication and
+// authorization, with platform admin "admin", and the FLEET_NS stream to index.
+func startTrail(t *testing.T, retention topology.Retentions) *trail {
+	t.Helper()
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	if err := topology.Ensure(ctx, j.JS, 1, retention.Apply(topology.Topology{Streams: []jetstream.StreamConfig{
+		topology.EventStream(subjects.NamespaceStream, "test", subjects.NamespacePrefix+".>"),
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := audit.New(ctx, j.JS, audit.Config{Retention: retention}, testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := testkit.TokenServer(t, j.JS, []string{"token-admin,admin"}, authz.Config{PlatformAdmins: []string{"admin"}}, testkit.Logger(t))
+	testkit.RunComponents(t, srv, svc)
+	hs := testkit.Serve(t, srv)
+	return &trail{js: j.JS, svc: svc, store: events.NewStore(j.JS, "system:test"),
+		client: auditv1connect.NewAuditServiceClient(testkit.BearerClient(http.DefaultClient, "token-admin"), hs.URL)}
+}
+
+// appendProjects appends n ProjectCreated events by actor, spread over projects p0..p9.
+func (tr *trail) appendProjects(t *testing.T, actor string, n int) {
+	t.Helper()
+	ctx := identity.WithActor(testkit.Context(t, time.Minute), actor)
+	for i := range n {
+		p := fmt.Sprintf("p%d", i%10)
+		if _, err := tr.store.Append(ctx, subjects.NamespacePrefix+".project."+keys.Encode(p), p, events.Expect{}, &projectv1.ProjectCreated{Name: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (tr *trail) list(t *testing.T, req *auditv1.ListActivityRequest) *auditv1.ListActivityResponse {
+	t.Helper()
+	res, err := tr.client.ListActivity(testkit.Context(t, 30*time.Second), connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("ListActivity(%v): %v", req, err)
+	}
+	return res.Msg
+}
+
+// waitRows waits until the filter matches n rows (read in pages).
+func (tr *trail) waitRows(t *testing.T, req *auditv1.ListActivityRequest, n int) {
+	t.Helper()
+	testkit.Eventually(t, 30*time.Second, func() error {
+		got := len(tr.all(t, req))
+		if got != n {
+			return fmt.Errorf("%d rows, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+func (tr *trail) all(t *testing.T, req *auditv1.ListActivityRequest) []*auditv1.Activity {
+	t.Helper()
+	var out []*auditv1.Activity
+	q := proto.CloneOf(req)
+	for {
+		res := tr.list(t, q)
+		out = append(out, res.Activities...)
+		if res.NextPageToken == "" {
+			return out
+		}
+		q.PageToken = res.NextPageToken
+	}
+}
+
+// Paging over a few thousand events returns every row exactly once, no page is larger than
+// asked, and a filter by project reads only that project's rows.
+func TestPagingReturnsEveryRowOnce(t *testing.T) {
+	tr := startTrail(t, nil)
+	const n = 3000
+	tr.appendProjects(t, "alice", n)
+	tr.waitRows(t, &auditv1.ListActivityRequest{Actor: "alice", PageSize: 1000}, n)
+
+	seen := map[uint64]int{}
+	req := &auditv1.ListActivityRequest{PageSize: 70}
+	pages := 0
+	for {
+		res := tr.list(t, req)
+		pages++
+		if len(res.Activities) > 70 {
+			t.Fatalf("page of %d rows, asked for 70", len(res.Activities))
+		}
+		for _, a := range res.Activities {
+			seen[a.Sequence]++
+			if a.Actor != "alice" || a.Kind != "project" || a.Stream != subjects.NamespaceStream {
+				t.Fatalf("row %v", a)
+			}
+		}
+		if res.NextPageToken == "" {
+			break
+		}
+		req.PageToken = res.NextPageToken
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct rows in %d pages, want %d", len(seen), pages, n)
+	}
+	for seq, c := range seen {
+		if c != 1 {
+			t.Fatalf("event %d listed %d times", seq, c)
+		}
+	}
+	rows := tr.all(t, &auditv1.ListActivityRequest{Project: "p3", PageSize: 1000})
+	if len(rows) != n/10 {
+		t.Fatalf("project p3: %d rows, want %d", len(rows), n/10)
+	}
+	for _, a := range rows {
+		if a.Project != "p3" || a.Name != "p3" {
+			t.Fatalf("project p3 listed %v", a)
+		}
+	}
+}
+
+// A query whose time window excludes every row still ends each call after a bounded read,
+// with a token to go on, rather than reading the whole store in one call.
+func TestAllTimeQueryIsBoundedPerCall(t *testing.T) {
+	tr := startTrail(t, nil)
+	const n = 2000
+	tr.appendProjects(t, "alice", n)
+	tr.waitRows(t, &auditv1.ListActivityRequest{PageSize: 1000}, n)
+	tr.svc.SetMaxScan(500)
+	req := &auditv1.ListActivityRequest{Until: timestamppb.New(time.Unix(1, 0)), PageSize: 1000}
+	calls := 0
+	for {
+		res := tr.list(t, req)
+		calls++
+		if len(res.Activities) != 0 {
+			t.Fatalf("rows before 1970: %v", res.Activities)
+		}
+		if res.NextPageToken == "" {
+			break
+		}
+		req.PageToken = res.NextPageToken
+	}
+	if calls != n/500 {
+		t.Fatalf("%d calls to read %d rows 500 at a time, want %d", calls, n, n/500)
+	}
+	// since/until bound the rows by their time.
+	mid := time.Now()
+	tr.appendProjects(t, "bob", 5)
+	tr.waitRows(t, &auditv1.ListActivityRequest{Since: timestamppb.New(mid)}, 5)
+}
+
+func TestBadRequests(t *testing.T) {
+	tr := startTrail(t, nil)
+	tr.appendProjects(t, "alice", 3)
+	tr.waitRows(t, &auditv1.ListActivityRequest{}, 3)
+	first := tr.list(t, &auditv1.ListActivityRequest{PageSize: 1})
+	for _, tc := range []struct {
+		name string
+		req  *auditv1.ListActivityRequest
+		want string
+	}{
+		{"page too large", &auditv1.ListActivityRequest{PageSize: 1001}, "page_size"},
+		{"negative page", &auditv1.ListActivityRequest{PageSize: -1}, "page_size"},
+		{"until before since", &auditv1.ListActivityRequest{Since: timestamppb.New(time.Unix(100, 0)), Until: timestamppb.New(time.Unix(50, 0))}, "until"},
+		{"garbage token", &auditv1.ListActivityRequest{PageToken: "!!"}, "page_token"},
+		{"token of other filters", &auditv1.ListActivityRequest{PageSize: 1, Actor: "bob", PageToken: first.NextPageToken}, "other filters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tr.client.ListActivity(testkit.Context(t, 10*time.Second), connect.NewRequest(tc.req))
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want invalid_argument naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// The trail follows FLEET_AUDIT's --stream-retention.
+func TestRetentionFollowsStreamRetention(t *testing.T) {
+	tr := startTrail(t, topology.Retentions{subjects.AuditStream: {MaxAge: 3 * time.Minute}})
+	info, err := tr.js.Stream(testkit.Context(t, 10*time.Second), subjects.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().Config.MaxAge; got != 3*time.Minute {
+		t.Fatalf("FLEET_AUDIT max age %s, want 3m", got)
+	}
+}
+
+// A flood of denials by one user stores at most the user's burst (plus its rate over the
+// flood's time); the rest is counted as dropped.
+func TestDenialFloodIsBounded(t *testing.T) {
+	tr := startTrail(t, nil)
+	limits := audit.DenialLimits{PerUser: rate.Every(time.Hour), PerUserBurst: 5, Process: 1000, ProcessBurst: 1000, Users: 100, Queue: 100}
+	rec := audit.NewDenialRecorder(tr.js, limits, testkit.Logger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	})
+	const flood = 500
+	for range flood {
+		rec.RecordDenial("mallory", "/fleetstream.project.v1.ProjectService/DeleteProject", "projects", "team-a", "", "user \"mallory\" may not delete projects")
+	}
+	rec.RecordDenial("bob", "/fleetstream.project.v1.ProjectService/CreateProject", "projects", "", "", "no")
+	tr.waitRows(t, &auditv1.ListActivityRequest{DeniedOnly: true}, limits.PerUserBurst+1)
+	rows := tr.all(t, &auditv1.ListActivityRequest{Actor: "mallory"})
+	if len(rows) != limits.PerUserBurst {
+		t.Fatalf("%d rows of mallory's flood of %d, want the burst %d", len(rows), flood, limits.PerUserBurst)
+	}
+	if got := testutil.ToFloat64(audit.Dropped(rec, audit.DropUserRate)); got != flood-float64(limits.PerUserBurst) {
+		t.Fatalf("dropped %v, want %d", got, flood-limits.PerUserBurst)
+	}
+	a := rows[0]
+	if a.Type != "Denied" || a.Project != "team-a" || a.Procedure != "/fleetstream.project.v1.ProjectService/DeleteProject" || !strings.Contains(a.Reason, "may not delete") {
+		t.Fatalf("denial row %v", a)
+	}
+}
