@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
@@ -63,6 +64,17 @@ func goldenCluster(name string) *clusterv1.Cluster {
 			Conditions:        []*clusterv1.Condition{{Type: "AgentConnected", Status: clusterv1.ConditionStatus_CONDITION_STATUS_TRUE}},
 		},
 	}
+}
+
+func goldenActivity() *auditv1.Activity {
+	return &auditv1.Activity{Id: 41, Time: goldenTime, Actor: "alice", Type: "fleetstream.rbac.v1.ProjectRoleBound", Kind: "rolebinding",
+		Name: "User//bob/project-viewer", Project: "team-a", Stream: "FLEET_RBAC", Sequence: 7, EventId: "ev-7"}
+}
+
+func goldenDenial() *auditv1.Activity {
+	return &auditv1.Activity{Id: 42, Time: goldenTime, Actor: "alice", Type: "Denied", Kind: "namespacebindings", Project: "team-a",
+		Procedure: "/fleetstream.project.v1.ProjectService/BindNamespace",
+		Reason:    `user "alice" may not create namespacebindings.fleetstream.io in project "team-a"`}
 }
 
 func goldenProject() *projectv1.Project {
@@ -314,6 +326,16 @@ func commandCases() []commandCase {
 		{name: "access-who-can-three-args", args: []string{"access", "who-can", "c1", "web", "get"}},
 		{name: "access-at", formats: true, args: []string{"access", "at", "--user", "alice", "--time", "2026-11-21T10:00:00Z"},
 			answers: []proto.Message{&rbacv1.AccessAtResponse{Grants: []*rbacv1.Grant{goldenGrant()}, RbacSequence: 12}}},
+
+		// audit: two pages read in turn; --limit stops early and says how to go on
+		{name: "audit", formats: true, args: []string{"audit", "--actor", "alice", "-p", "team-a", "--since", "2026-11-20T00:00:00Z", "--until", "2026-11-22T00:00:00Z"},
+			answers: []proto.Message{
+				&auditv1.ListActivityResponse{Activities: []*auditv1.Activity{goldenActivity()}, NextPageToken: "page-2"},
+				&auditv1.ListActivityResponse{Activities: []*auditv1.Activity{goldenDenial()}},
+			}},
+		{name: "audit-limit", args: []string{"audit", "--denied", "--limit", "1"},
+			answers: []proto.Message{&auditv1.ListActivityResponse{Activities: []*auditv1.Activity{goldenDenial()}, NextPageToken: "page-2"}}},
+		{name: "audit-bad-since", args: []string{"audit", "--since", "last week"}},
 
 		// endpoints
 		{name: "endpoints-get", formats: true, args: []string{"endpoints", "get", "shop/cart", "--filter", "all", "--port", "http"},
@@ -614,6 +636,7 @@ func commandSpecs() map[string]commandSpec {
 		"member status":          {pos: []string{"team-a"}, flags: []string{"--user", "alice", "--role", "r"}, missing: one},
 		"access who-can":         {pos: []string{"c1", "web"}, missing: "error: want CLUSTER NAMESPACE [VERB RESOURCE], got 0 arguments\n"},
 		"access at":              {flags: []string{"--user", "alice", "--time", "1h"}},
+		"audit":                  {},
 		"endpoints get":          {pos: []string{"shop/cart"}, missing: one},
 		"endpoints list":         {},
 		"endpoints watch":        {pos: []string{"shop/cart"}, missing: one},

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
@@ -103,6 +105,7 @@ func startFakeAPI(t *testing.T) *fakeAPI {
 	fakeUnary[projectv1.UnbindNamespaceRequest, projectv1.UnbindNamespaceResponse](mux, a, projectv1connect.ProjectServiceUnbindNamespaceProcedure)
 	fakeUnary[projectv1.UpdateQuotaRequest, projectv1.UpdateQuotaResponse](mux, a, projectv1connect.ProjectServiceUpdateQuotaProcedure)
 	fakeUnary[rbacv1.AccessAtRequest, rbacv1.AccessAtResponse](mux, a, rbacv1connect.RBACServiceAccessAtProcedure)
+	fakePaged[auditv1.ListActivityRequest, auditv1.ListActivityResponse](mux, a, auditv1connect.AuditServiceListActivityProcedure)
 	fakeUnary[rbacv1.BindProjectRoleRequest, rbacv1.BindProjectRoleResponse](mux, a, rbacv1connect.RBACServiceBindProjectRoleProcedure)
 	fakeUnary[rbacv1.CreateRoleTemplateRequest, rbacv1.CreateRoleTemplateResponse](mux, a, rbacv1connect.RBACServiceCreateRoleTemplateProcedure)
 	fakeUnary[rbacv1.DeleteRoleTemplateRequest, rbacv1.DeleteRoleTemplateResponse](mux, a, rbacv1connect.RBACServiceDeleteRoleTemplateProcedure)
@@ -171,6 +174,28 @@ func fakeUnary[Req, Resp any](mux *http.ServeMux, a *fakeAPI, procedure string) 
 		}
 		if answers := answersOf[Resp](a); len(answers) > 0 {
 			return connect.NewResponse(answers[0]), nil
+		}
+		return connect.NewResponse(new(Resp)), nil
+	}))
+}
+
+// fakePaged answers a paged list: the n-th call of the procedure gets the n-th answer of its
+// type (the last one once they run out), so a command reading page after page is shown.
+func fakePaged[Req, Resp any](mux *http.ServeMux, a *fakeAPI, procedure string) {
+	mux.Handle(procedure, connect.NewUnaryHandler(procedure, func(_ context.Context, req *connect.Request[Req]) (*connect.Response[Resp], error) {
+		if err := a.receive(procedure, req.Header(), any(req.Msg).(proto.Message)); err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		calls := 0
+		for _, r := range a.requests {
+			if r.procedure == procedure {
+				calls++
+			}
+		}
+		a.mu.Unlock()
+		if answers := answersOf[Resp](a); len(answers) > 0 {
+			return connect.NewResponse(answers[min(calls, len(answers))-1]), nil
 		}
 		return connect.NewResponse(new(Resp)), nil
 	}))
