@@ -38,7 +38,7 @@ type trail struct {
 
 // startTrail runs the audit service on real JetStream behind the API's authentication and
 // authorization, with platform admin "admin", and the FLEET_NS stream to index.
-func startTrail(t *testing.T, retention topology.Retentions) *trail {
+func startTrail(t testing.TB, retention topology.Retentions) *trail {
 	t.Helper()
 	j := testkit.StartJetStream(t)
 	ctx := testkit.Context(t, 30*time.Second)
@@ -59,7 +59,7 @@ func startTrail(t *testing.T, retention topology.Retentions) *trail {
 }
 
 // appendProjects appends n ProjectCreated events by actor, spread over projects p0..p9.
-func (tr *trail) appendProjects(t *testing.T, actor string, n int) {
+func (tr *trail) appendProjects(t testing.TB, actor string, n int) {
 	t.Helper()
 	ctx := identity.WithActor(testkit.Context(t, time.Minute), actor)
 	for i := range n {
@@ -70,7 +70,7 @@ func (tr *trail) appendProjects(t *testing.T, actor string, n int) {
 	}
 }
 
-func (tr *trail) list(t *testing.T, req *auditv1.ListActivityRequest) *auditv1.ListActivityResponse {
+func (tr *trail) list(t testing.TB, req *auditv1.ListActivityRequest) *auditv1.ListActivityResponse {
 	t.Helper()
 	res, err := tr.client.ListActivity(testkit.Context(t, 30*time.Second), connect.NewRequest(req))
 	if err != nil {
@@ -80,7 +80,7 @@ func (tr *trail) list(t *testing.T, req *auditv1.ListActivityRequest) *auditv1.L
 }
 
 // waitRows waits until the filter matches n rows (read in pages).
-func (tr *trail) waitRows(t *testing.T, req *auditv1.ListActivityRequest, n int) {
+func (tr *trail) waitRows(t testing.TB, req *auditv1.ListActivityRequest, n int) {
 	t.Helper()
 	testkit.Eventually(t, 30*time.Second, func() error {
 		got := len(tr.all(t, req))
@@ -91,7 +91,7 @@ func (tr *trail) waitRows(t *testing.T, req *auditv1.ListActivityRequest, n int)
 	})
 }
 
-func (tr *trail) all(t *testing.T, req *auditv1.ListActivityRequest) []*auditv1.Activity {
+func (tr *trail) all(t testing.TB, req *auditv1.ListActivityRequest) []*auditv1.Activity {
 	t.Helper()
 	var out []*auditv1.Activity
 	q := proto.CloneOf(req)

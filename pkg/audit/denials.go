@@ -59,6 +59,9 @@ type DenialRecorder struct {
 
 	recorded prometheus.Counter
 	dropped  *prometheus.CounterVec
+	// lastWarn is when a failed publish was last logged (Run's goroutine only): at most one a
+	// minute, since a hub without the audit service (no FLEET_AUDIT) fails every one.
+	lastWarn time.Time
 }
 
 // NewDenialRecorder returns a recorder publishing through js; register its Collectors and run
@@ -142,8 +145,10 @@ func (r *DenialRecorder) publish(ctx context.Context, a *auditv1.Activity) {
 	defer cancel()
 	msg := &nats.Msg{Subject: subjects.AuditActivity(ClassDenied, a.Project, a.Cluster, a.Kind, a.Name, a.Actor), Data: data}
 	if _, err := r.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(subjects.AuditStream)); err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("could not record a denied call", zap.String("procedure", a.Procedure), zap.Error(err))
+		if now := r.now(); ctx.Err() == nil && now.Sub(r.lastWarn) >= time.Minute {
+			r.lastWarn = now
+			r.log.Warn("could not record a denied call as audit activity (is the audit service, fleetd or rbac-sync, running?); "+
+				"fleetstream_audit_denials_dropped_total counts the others", zap.String("procedure", a.Procedure), zap.Error(err))
 		}
 		r.dropped.WithLabelValues(DropPublish).Inc()
 		return

@@ -216,3 +216,41 @@ func metricValue(t *testing.T, api *rawClient, series string) float64 {
 	}
 	return 0
 }
+
+// An owner of two projects sees both, in one query, and still nothing of a third.
+func TestAuditOwnerOfTwoProjects(t *testing.T) {
+	api := startTenants(t)
+	for _, c := range []struct{ caller, proc, body string }{
+		{roleAdmin, procCreateProject, `{"name":"team-c"}`},
+		{roleAdmin, procBindRole, grantBody("team-c", "SUBJECT_KIND_USER", roleOwner, "project-owner")},
+	} {
+		if code, body := api.callFull(t, c.caller, c.proc, c.body); code != "" {
+			t.Fatalf("%s %s: %s %s", c.caller, c.proc, code, body)
+		}
+	}
+	// The grant reaches the authorizer's mirrors: the owner may bind in team-c.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if code := api.call(t, roleOwner, procBindNS, `{"project":"team-c","cluster":"c1","namespace":"web-c"}`); code != "" {
+			return fmt.Errorf("owner binding in team-c: %s", code)
+		}
+		return nil
+	})
+	if code := api.call(t, roleOther, procBindNS, `{"project":"team-b","cluster":"c1","namespace":"web-b2"}`); code != "" {
+		t.Fatalf("other binding in team-b: %s", code)
+	}
+	rows := waitActivity(t, api, roleOwner, nil, func(rows []activityRow) error {
+		seen := map[string]bool{}
+		for _, r := range rows {
+			seen[r.Project] = true
+		}
+		if !seen["team-a"] || !seen["team-c"] {
+			return fmt.Errorf("owner of team-a and team-c sees projects %v", seen)
+		}
+		return nil
+	})
+	for _, r := range rows {
+		if r.Project != "team-a" && r.Project != "team-c" {
+			t.Fatalf("owner of team-a and team-c got %+v", r)
+		}
+	}
+}
