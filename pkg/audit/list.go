@@ -81,7 +81,9 @@ func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1
 		allowed := c.ProjectsAllowing("list", roles.Group, roles.ResActivity)
 		if m.Project != "" {
 			if !slices.Contains(allowed, m.Project) {
-				return nil, apierr.PermissionDenied("user %q may not list activity.%s in project %q", c.User(), roles.Group, m.Project)
+				err := apierr.PermissionDenied("user %q may not list activity.%s in project %q", c.User(), roles.Group, m.Project)
+				c.RecordDenial(req.Spec().Procedure, roles.ResActivity, m.Project, denialMessage(err))
+				return nil, err
 			}
 		} else {
 			if len(allowed) == 0 {
@@ -232,4 +234,13 @@ func decodeToken(tok string, fp uint32) (uint64, error) {
 		return 0, errors.New("was returned for other filters: repeat the filters of the call that returned it")
 	}
 	return seq, nil
+}
+
+// denialMessage is the message of a Connect error (what the caller was told).
+func denialMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
 }

@@ -106,3 +106,12 @@ func (c *Caller) ProjectsAllowing(verb, group, resource string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// RecordDenial records a refusal a handler decided (a request for a project the caller may not
+// read, say) as the authorizer records its own: as audit activity, when it has a recorder.
+func (c *Caller) RecordDenial(procedure, resource, project, reason string) {
+	if c == nil || c.a.denials == nil {
+		return
+	}
+	c.a.denials.RecordDenial(c.user, procedure, resource, project, "", reason)
+}

@@ -123,6 +123,15 @@ func TestAuditOwnerSeesOnlyOwnProject(t *testing.T) {
 	if _, code := activity(t, api, roleOwner, map[string]any{"project": "team-b"}); code != "permission_denied" {
 		t.Fatalf("owner of team-a asking for team-b: %q, want permission_denied", code)
 	}
+	// The attempt is itself activity, of team-b: its owner sees who looked.
+	waitActivity(t, api, roleOther, map[string]any{"deniedOnly": true}, func(rows []activityRow) error {
+		for _, r := range rows {
+			if r.Actor == roleOwner && r.Procedure == procListActivity && r.Project == "team-b" && strings.Contains(r.Reason, "may not list activity") {
+				return nil
+			}
+		}
+		return fmt.Errorf("team-b's owner does not see the attempt on its trail: %+v", rows)
+	})
 	for _, filter := range []map[string]any{{}, {"actor": roleOther}, {"kind": "cluster"}, {"cluster": "c1"}} {
 		rows, code := activity(t, api, roleOwner, filter)
 		if code != "" {
