@@ -138,8 +138,9 @@ func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1
 	left := cons.CachedInfo().NumPending
 	var scanned, next uint64
 	more := left > 0
-	for more && len(res.Activities) < pageSize && scanned < s.maxScan {
-		want := min(uint64(fetchBatch), left, s.maxScan-scanned)
+	limit := s.maxScan.Load()
+	for more && len(res.Activities) < pageSize && scanned < limit {
+		want := min(uint64(fetchBatch), left, limit-scanned)
 		batch, err := cons.Fetch(int(want), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("audit: read the index: %w", err)

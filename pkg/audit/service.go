@@ -8,6 +8,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,7 +60,7 @@ type Service struct {
 
 	indexed *prometheus.CounterVec
 	// maxScan bounds the index rows one call reads (the package's maxScan but in tests).
-	maxScan uint64
+	maxScan atomic.Uint64
 }
 
 // New ensures the topology and returns the service; Run starts the indexer.
@@ -78,12 +79,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = lease.DefaultTTL
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("audit"), stream: stream, kv: kv, ready: make(chan struct{}), maxScan: maxScan,
+	s := &Service{cfg: cfg, js: js, log: log.Named("audit"), stream: stream, kv: kv, ready: make(chan struct{}),
 		indexed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_audit_events_indexed_total",
 			Help: "Domain events this process's audit indexer recorded as activity, by stream.",
 		}, []string{"stream"}),
 	}
+	s.maxScan.Store(maxScan)
 	close(s.ready) // the index is ready to answer from the start; rows appear as it catches up
 	return s, nil
 }
