@@ -52,7 +52,7 @@ case " $names " in
   for p in fleetstream.cluster.v1.ClusterService/ListClusters fleetstream.cluster.v1.SubscriberService/ListSubscribers \
     fleetstream.cluster.v1.ImportPolicyService/ListImportPolicies fleetstream.project.v1.ProjectService/ListProjects \
     fleetstream.placement.v1.ClusterSetService/ListClusterSets fleetstream.placement.v1.PlacementService/ListPlacements \
-    fleetstream.rbac.v1.RBACService/ListRoleTemplates \
+    fleetstream.rbac.v1.RBACService/ListRoleTemplates fleetstream.audit.v1.AuditService/ListActivity \
     fleetstream.endpoint.v1.EndpointService/ListServices; do
     out=$(curl -sS -D - -o /dev/null -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d '{}' "$gw/$p") ||
       { echo "$p through the gateway failed" >&2; exit 1; }
