@@ -291,3 +291,20 @@ func TestRestartIndexesEveryEventOnce(t *testing.T) {
 		t.Fatalf("%d events listed, want 600", len(seen))
 	}
 }
+
+// A denial naming a project of any length is still recorded, as the platform's, with a bounded
+// reason: the request's values never make a subject or a row NATS refuses.
+func TestDenialOfAHugeNameIsBounded(t *testing.T) {
+	tr := startTrail(t, nil)
+	rec := audit.NewDenialRecorder(tr.js, audit.DefaultDenialLimits, testkit.Logger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = rec.Run(ctx) }()
+	huge := strings.Repeat("x", 100_000)
+	rec.RecordDenial("mallory", "/fleetstream.project.v1.ProjectService/BindNamespace", "namespacebindings", huge, huge, "project "+huge)
+	tr.waitRows(t, &auditv1.ListActivityRequest{Actor: "mallory"}, 1)
+	a := tr.list(t, &auditv1.ListActivityRequest{Actor: "mallory"}).Activities[0]
+	if a.Project != "" || a.Cluster != "" || len(a.Reason) > 1100 || !strings.HasPrefix(a.Reason, "project xxx") {
+		t.Fatalf("row of project %d bytes, cluster %d bytes, reason %d bytes", len(a.Project), len(a.Cluster), len(a.Reason))
+	}
+}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,12 @@ type DenialLimits struct {
 // DefaultDenialLimits: a user is recorded for 20 denials at once and then one a second; a
 // process for 200 at once and then 50 a second.
 var DefaultDenialLimits = DenialLimits{PerUser: 1, PerUserBurst: 20, Process: 50, ProcessBurst: 200, Users: 10_000, Queue: 1024}
+
+// Bounds of a denial record's fields that come from the request.
+const (
+	maxNameBytes   = 253
+	maxReasonBytes = 1024
+)
 
 // Reasons a denial record is dropped (label reason).
 const (
@@ -113,6 +120,18 @@ func (r *DenialRecorder) RecordDenial(user, procedure, resource, project, cluste
 	case !processOK:
 		r.dropped.WithLabelValues(DropProcessRate).Inc()
 		return
+	}
+	// The project and cluster are the caller's request, so of any length: no real one is longer
+	// than a Kubernetes name, and a longer one would make a subject NATS refuses. Such a row is
+	// the platform's, with the request's value still in the (bounded) reason.
+	if len(project) > maxNameBytes {
+		project = ""
+	}
+	if len(cluster) > maxNameBytes {
+		cluster = ""
+	}
+	if len(reason) > maxReasonBytes {
+		reason = strings.ToValidUTF8(reason[:maxReasonBytes], "") + "…"
 	}
 	a := &auditv1.Activity{Time: timestamppb.New(now), Actor: user, Type: "Denied", Kind: resource,
 		Project: project, Cluster: cluster, Procedure: procedure, Reason: reason}
