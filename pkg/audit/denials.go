@@ -162,7 +162,7 @@ func (r *DenialRecorder) publish(ctx context.Context, a *auditv1.Activity) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	msg := &nats.Msg{Subject: subjects.AuditActivity(ClassDenied, a.Project, a.Cluster, a.Kind, a.Name, a.Actor), Data: data}
+	msg := &nats.Msg{Subject: activitySubject(ClassDenied, a), Data: data}
 	if _, err := r.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(subjects.AuditStream)); err != nil {
 		if now := r.now(); ctx.Err() == nil && now.Sub(r.lastWarn) >= time.Minute {
 			r.lastWarn = now

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
@@ -116,4 +117,25 @@ func fromPayload(o Object, payload proto.Message) Object {
 		o.Cluster = str("cluster")
 	}
 	return o
+}
+
+// maxSubjectBytes bounds an activity record's subject well below NATS's control line (4 KiB by
+// default, subject included): a longer publish would close the connection the service's API and
+// indexer share.
+const maxSubjectBytes = 2048
+
+// activitySubject is the subject of a record: subjects.AuditActivity, leaving out (matching only
+// queries that do not filter on them) the name, then the cluster, the actor and the project,
+// while it is too long. The record itself keeps every value.
+func activitySubject(class string, a *auditv1.Activity) string {
+	project, cluster, name, actor := a.Project, a.Cluster, a.Name, a.Actor
+	subject := subjects.AuditActivity(class, project, cluster, a.Kind, name, actor)
+	for _, drop := range []*string{&name, &cluster, &actor, &project} {
+		if len(subject) <= maxSubjectBytes {
+			break
+		}
+		*drop = ""
+		subject = subjects.AuditActivity(class, project, cluster, a.Kind, name, actor)
+	}
+	return subject
 }

@@ -1,10 +1,12 @@
 package audit
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
@@ -33,6 +35,23 @@ func TestDescribe(t *testing.T) {
 	} {
 		if got := describe(tc.stream, tc.subject, tc.payload); got != tc.want {
 			t.Errorf("describe(%s, %s) = %+v, want %+v", tc.stream, tc.subject, got, tc.want)
+		}
+	}
+}
+
+func TestActivitySubjectIsBounded(t *testing.T) {
+	long := strings.Repeat("a.", 700) // 1,400 bytes, 2,100 encoded
+	for _, tc := range []struct {
+		name string
+		a    *auditv1.Activity
+		want string
+	}{
+		{"short", &auditv1.Activity{Project: "team-a", Kind: "project", Name: "team-a", Actor: "alice"}, "fleet.audit.event.team-a.=.project.team-a.alice"},
+		{"long name", &auditv1.Activity{Project: "team-a", Kind: "rolebinding", Name: long, Actor: "alice"}, "fleet.audit.event.team-a.=.rolebinding.=.alice"},
+		{"long everything", &auditv1.Activity{Project: long, Cluster: long, Kind: "k", Name: long, Actor: long}, "fleet.audit.event.=.=.k.=.="},
+	} {
+		if got := activitySubject(ClassEvent, tc.a); got != tc.want {
+			t.Errorf("%s: %.80s, want %s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -183,7 +183,7 @@ func (ix *indexer) write(ctx context.Context, stream string, batch []jetstream.M
 		if err != nil {
 			return 0, fmt.Errorf("audit index of %s: %w", stream, err)
 		}
-		msg := &nats.Msg{Subject: subjects.AuditActivity(ClassEvent, a.Project, a.Cluster, a.Kind, a.Name, a.Actor),
+		msg := &nats.Msg{Subject: activitySubject(ClassEvent, a),
 			Data: data, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, stream+":"+strconv.FormatUint(last, 10))
 		f, err := ix.js.PublishMsgAsync(msg, jetstream.WithExpectStream(subjects.AuditStream))
