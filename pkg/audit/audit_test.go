@@ -205,6 +205,7 @@ func TestBadRequests(t *testing.T) {
 		{"negative page", &auditv1.ListActivityRequest{PageSize: -1}, "page_size"},
 		{"until before since", &auditv1.ListActivityRequest{Since: timestamppb.New(time.Unix(100, 0)), Until: timestamppb.New(time.Unix(50, 0))}, "until"},
 		{"garbage token", &auditv1.ListActivityRequest{PageToken: "!!"}, "page_token"},
+		{"huge actor", &auditv1.ListActivityRequest{Actor: strings.Repeat("a", 513)}, "actor"},
 		{"token of other filters", &auditv1.ListActivityRequest{PageSize: 1, Actor: "bob", PageToken: first.NextPageToken}, "other filters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

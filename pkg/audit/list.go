@@ -37,6 +37,8 @@ const (
 	// maxFilterProjects bounds the projects an unfiltered query of a non-admin covers (one
 	// subject filter each).
 	maxFilterProjects = 256
+	// maxFilterBytes bounds a filter's value (no name, and no actor worth a subject, is longer).
+	maxFilterBytes = 512
 )
 
 // ListActivity answers from FLEET_AUDIT with a consumer filtered on the rows' subjects, so
@@ -46,6 +48,11 @@ func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1
 	var v apierr.Violations
 	if m.PageSize < 0 || m.PageSize > MaxPageSize {
 		v.Add("page_size", "must be between 0 and %d, not %d", MaxPageSize, m.PageSize)
+	}
+	for field, value := range map[string]string{"actor": m.Actor, "kind": m.Kind, "name": m.Name, "project": m.Project, "cluster": m.Cluster} {
+		if len(value) > maxFilterBytes {
+			v.Add(field, "is %d bytes, more than any row's %d", len(value), maxFilterBytes)
+		}
 	}
 	if m.Since != nil && !m.Since.IsValid() {
 		v.Add("since", "is not a valid timestamp")
