@@ -49,9 +49,9 @@ func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1
 	if m.PageSize < 0 || m.PageSize > MaxPageSize {
 		v.Add("page_size", "must be between 0 and %d, not %d", MaxPageSize, m.PageSize)
 	}
-	for field, value := range map[string]string{"actor": m.Actor, "kind": m.Kind, "name": m.Name, "project": m.Project, "cluster": m.Cluster} {
-		if len(value) > maxFilterBytes {
-			v.Add(field, "is %d bytes, more than any row's %d", len(value), maxFilterBytes)
+	for _, f := range []struct{ field, value string }{{"actor", m.Actor}, {"kind", m.Kind}, {"name", m.Name}, {"project", m.Project}, {"cluster", m.Cluster}} {
+		if len(f.value) > maxFilterBytes {
+			v.Add(f.field, "is %d bytes, more than any row's %d", len(f.value), maxFilterBytes)
 		}
 	}
 	if m.Since != nil && !m.Since.IsValid() {
