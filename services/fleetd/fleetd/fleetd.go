@@ -21,6 +21,7 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/audit"
 	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/console"
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
@@ -143,6 +144,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
+	console.Mount(srv)
 	// NATS always authenticates, even with --insecure-dev: agents present the token they got at
 	// registration and are confined to their own cluster's subjects; fleetd's own in-process
 	// connection uses a token that lives only in this process.

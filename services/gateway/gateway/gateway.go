@@ -35,6 +35,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetstream/fleetstream/pkg/console"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/server"
 )
@@ -359,8 +360,9 @@ func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport http.RoundT
 }
 
 // Mount serves the gateway on srv for every path srv does not serve itself (/healthz, /readyz,
-// /metrics) and makes srv's /readyz list each upstream.
+// /metrics, the console at /ui/) and makes srv's /readyz list each upstream.
 func (g *Gateway) Mount(srv *server.Server) {
+	console.Mount(srv)
 	srv.Handle("/", g)
 	for _, u := range g.upstreams {
 		srv.AddCheck("upstream "+u.name, func(context.Context) error { return u.health() })

@@ -1,0 +1,84 @@
+import { h, replace } from "./dom.js";
+import { APIError, clusters, token } from "./api.js";
+import { fleetPage } from "./fleet.js";
+import { projectsPage } from "./projects.js";
+
+const main = document.getElementById("main");
+const nav = document.getElementById("nav");
+const signout = document.getElementById("signout");
+
+const pages = { fleet: fleetPage, projects: projectsPage };
+
+// route parses "#/<page>?k=v": the page and its query (filters, the selected project).
+function route() {
+  const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+  return { page: pages[path] ? path : "fleet", params: new URLSearchParams(query || "") };
+}
+
+// showSignIn renders the token form; error is what refused the last token or call.
+function showSignIn(error) {
+  token.clear();
+  nav.hidden = true;
+  signout.hidden = true;
+  const input = h("textarea", { id: "token", name: "token", required: true, autocomplete: "off", spellcheck: "false",
+    "aria-describedby": "token-help" });
+  const form = h("form", { class: "signin", "aria-label": "Sign in" },
+    h("h1", {}, "Sign in"),
+    error ? h("p", { class: "error", role: "alert", id: "signin-error" }, error) : null,
+    h("label", { for: "token" }, "API token"),
+    input,
+    h("p", { class: "muted", id: "token-help" },
+      "Paste a bearer token that fleetd accepts (its token file or an OIDC ID token). It is kept in this tab only."),
+    h("div", {}, h("button", { type: "submit", id: "signin" }, "Sign in")));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const t = input.value.trim();
+    if (!t) return;
+    token.set(t);
+    try {
+      // Any signed-in call proves the token; ListClusters is allowed to every signed-in user.
+      await clusters.list();
+    } catch (e) {
+      showSignIn(signInError(e));
+      return;
+    }
+    render();
+  });
+  replace(main, form);
+  input.focus();
+}
+
+function signInError(e) {
+  if (e instanceof APIError && e.code === "unauthenticated") return "Sign-in refused: " + e.message;
+  return "Sign-in failed: " + e.message;
+}
+
+// fail is what every page calls with an error: a refused token ends the session.
+function fail(e) {
+  if (e instanceof APIError && e.code === "unauthenticated") {
+    showSignIn(signInError(e));
+    return true;
+  }
+  return false;
+}
+
+async function render() {
+  if (!token.get()) {
+    showSignIn();
+    return;
+  }
+  nav.hidden = false;
+  signout.hidden = false;
+  const { page, params } = route();
+  for (const a of nav.querySelectorAll("a")) {
+    if (a.id === "nav-" + page) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  replace(main, h("p", { class: "muted" }, "Loading…"));
+  await pages[page](main, params, fail);
+  document.body.dataset.ready = page;
+}
+
+signout.addEventListener("click", () => showSignIn());
+window.addEventListener("hashchange", render);
+render();
