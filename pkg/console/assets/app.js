@@ -18,6 +18,7 @@ function route() {
 // showSignIn renders the token form; error is what refused the last token or call.
 function showSignIn(error) {
   token.clear();
+  delete document.body.dataset.ready;
   nav.hidden = true;
   signout.hidden = true;
   const input = h("textarea", { id: "token", name: "token", required: true, autocomplete: "off", spellcheck: "false",
@@ -46,6 +47,8 @@ function showSignIn(error) {
   });
   replace(main, form);
   input.focus();
+  // User Timing: how long from navigation until the console was usable (devtools, tests).
+  performance.mark("console-ready");
 }
 
 function signInError(e) {
@@ -67,6 +70,7 @@ async function render() {
     showSignIn();
     return;
   }
+  delete document.body.dataset.ready;
   nav.hidden = false;
   signout.hidden = false;
   const { page, params } = route();
@@ -76,7 +80,11 @@ async function render() {
   }
   replace(main, h("p", { class: "muted" }, "Loading…"));
   await pages[page](main, params, fail);
-  document.body.dataset.ready = page;
+  // Tests and tools wait on this: the page has its data (or its error) on screen.
+  if (token.get()) {
+    document.body.dataset.ready = page;
+    performance.mark("console-ready");
+  }
 }
 
 signout.addEventListener("click", () => showSignIn());

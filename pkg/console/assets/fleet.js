@@ -72,7 +72,8 @@ export async function fleetPage(main, params, fail) {
   try {
     [list, sets] = await Promise.all([clusters.list(selector), clusterSets.list()]);
   } catch (e) {
-    if (!fail(e)) replace(body, h("p", { class: "error", role: "alert", id: "fleet-error" }, e.message));
+    // The selector comes from the location, which anyone can put in a link: text only.
+    if (!fail(e)) replace(body, h("p", { class: "error", role: "alert", id: "fleet-error" }, selector ? `Label selector ${selector}: ` : "", e.message));
     return;
   }
   const cs = list.clusters || [];
@@ -90,7 +91,7 @@ export async function fleetPage(main, params, fail) {
       h("td", {}, resources(c)));
   });
   replace(body,
-    h("p", { class: "count", role: "status" }, `${cs.length} cluster${cs.length === 1 ? "" : "s"}`),
+    h("p", { class: "count", role: "status" }, `${cs.length} cluster${cs.length === 1 ? "" : "s"}`, selector ? ` matching ${selector}` : ""),
     h("table", { id: "clusters" },
       h("caption", { class: "muted" }, "Clusters"),
       h("thead", {}, h("tr", {}, ["Name", "Conditions", "Agent", "Kubernetes", "Taints", "Labels", "Sets", "Resources"].map((t) => h("th", { scope: "col" }, t)))),

@@ -1,0 +1,420 @@
+package fleetd_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/fleetstream/fleetstream/pkg/authz"
+	"github.com/fleetstream/fleetstream/pkg/console"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
+	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+)
+
+// xss is markup a user can put into a free-text field; the console must show it as text.
+const xss = `<img src=x onerror=alert(1)>`
+
+// chromium finds Debian's chromium (or another Chrome). Without one the test skips, unless
+// FLEETSTREAM_REQUIRE_BROWSER is set (CI sets it: there a missing browser is a failure).
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("FLEETSTREAM_REQUIRE_BROWSER") != "" {
+		t.Fatal("no chromium binary on PATH and FLEETSTREAM_REQUIRE_BROWSER is set (apt-get install -y chromium)")
+	}
+	t.Skip("no chromium binary on PATH (apt-get install -y chromium); set FLEETSTREAM_REQUIRE_BROWSER=1 to make this a failure")
+	return ""
+}
+
+// consoleFleet starts fleetd with an admin and a team-a viewer and real data: two clusters
+// (labelled, one tainted, one in a label-selected set), two projects with namespaces and
+// quotas, team-a's display name carrying markup.
+func consoleFleet(t *testing.T) (base string) {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("token-admin,admin\ntoken-viewer,viewer\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inst, err := fleetd.Start(ctx, fleetd.Config{
+		DataDir:       filepath.Join(dir, "data"),
+		Server:        server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
+		NATSListen:    "127.0.0.1:0",
+		Authz:         authz.Config{PlatformAdmins: []string{"admin"}},
+		ClusterImport: clusterimport.Config{PlaintextCredentials: true},
+	}, testkit.Logger(t))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); inst.Stop() })
+	select {
+	case <-inst.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("fleetd not ready")
+	}
+	api := &rawClient{base: "http://" + inst.Addr}
+	for _, c := range [][2]string{
+		{"/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"prod-eu","labels":{"env":"prod","region":"eu"}}`},
+		{"/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"dev-us","labels":{"env":"dev"},"taints":[{"key":"maintenance","value":"yes","effect":"TAINT_EFFECT_NO_SELECT"}]}`},
+		{"/fleetstream.placement.v1.ClusterSetService/CreateClusterSet", `{"name":"production","selector":{"type":"SELECTOR_TYPE_LABEL_SELECTOR","labelSelector":{"matchLabels":{"env":"prod"}}}}`},
+		{"/fleetstream.project.v1.ProjectService/CreateProject", fmt.Sprintf(`{"name":"team-a","displayName":%q}`, xss)},
+		{"/fleetstream.project.v1.ProjectService/CreateProject", `{"name":"team-b","displayName":"Team B"}`},
+		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"prod-eu","namespace":"web","hard":{"cpu":"2","memory":"4Gi"}}`},
+		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"dev-us","namespace":"web-dev"}`},
+		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-b","cluster":"prod-eu","namespace":"shop"}`},
+		{"/fleetstream.rbac.v1.RBACService/BindProjectRole", `{"project":"team-a","subject":{"kind":"SUBJECT_KIND_USER","name":"viewer"},"roleTemplate":"project-viewer"}`},
+	} {
+		if code, body := api.callFull(t, "admin", c[0], c[1]); code != "" {
+			t.Fatalf("setup %s %s: %s %s", c[0], c[1], code, body)
+		}
+	}
+	// Grants are read through the authorizer's mirrors: wait until the viewer's shows.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if code := api.call(t, "viewer", "/fleetstream.project.v1.ProjectService/GetProject", `{"name":"team-a"}`); code != "" {
+			return fmt.Errorf("viewer gets team-a: %q", code)
+		}
+		return nil
+	})
+	return api.base
+}
+
+// browser records what the page says on its console and the exceptions it throws.
+type browser struct {
+	ctx    context.Context
+	loads  int
+	mu     sync.Mutex
+	errors []string
+}
+
+// load opens the console at a location hash as a new document: a navigation that changes only
+// the fragment would not reload, and would leave the last page's state around.
+func (b *browser) load(base, hash string) chromedp.Action[chromedp.Void] {
+	b.loads++
+	return chromedp.Navigate(fmt.Sprintf("%s/ui/?load=%d%s", base, b.loads, hash))
+}
+
+func (b *browser) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *runtime.EventConsoleAPICalled:
+		var args []string
+		for _, a := range ev.Args {
+			args = append(args, string(a.Value)+a.Description)
+		}
+		b.errors = append(b.errors, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil {
+			msg += " " + d.Exception.Description
+		}
+		b.errors = append(b.errors, fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber, msg))
+	}
+}
+
+// noErrors fails the test if the page logged anything or threw since the last check.
+func (b *browser) noErrors(t *testing.T, where string) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.errors) > 0 {
+		t.Errorf("%s: the page logged or threw:\n  %s", where, strings.Join(b.errors, "\n  "))
+	}
+	b.errors = nil
+}
+
+func (b *browser) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval runs a script in the page and returns its JSON result as a T.
+func eval[T any](t *testing.T, b *browser, js string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+func (b *browser) screenshot(t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("FLEETSTREAM_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *browser) signIn(t *testing.T, token string) {
+	t.Helper()
+	b.run(t, "sign in",
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SetValue(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("signin")))
+}
+
+// waitPage waits until page has rendered its data (app.js marks body[data-ready]).
+func (b *browser) waitPage(t *testing.T, page string) {
+	t.Helper()
+	b.run(t, "wait for "+page, chromedp.WaitVisible(chromedp.CSS(`body[data-ready="`+page+`"]`)))
+}
+
+func (b *browser) texts(t *testing.T, selector string) []string {
+	t.Helper()
+	return eval[[]string](t, b, fmt.Sprintf(`[...document.querySelectorAll(%q)].map(e => e.textContent)`, selector))
+}
+
+// TestConsoleInABrowser drives the console in headless Chromium against fleetd with real
+// JetStream and real data: sign-in refused and accepted, the Fleet and Projects pages, markup
+// in user-controlled strings shown as text, a viewer seeing only what its reads return, the
+// accessibility basics, asset size and time to interactive.
+func TestConsoleInABrowser(t *testing.T) {
+	exe := chromium(t)
+	base := consoleFleet(t)
+
+	// Asset size: everything the page can load, gzip'd as a server or proxy would send it.
+	var raw, zipped int
+	for _, body := range console.Assets() {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		_, _ = zw.Write(body)
+		_ = zw.Close()
+		raw += len(body)
+		zipped += buf.Len()
+	}
+	t.Logf("console assets: %d bytes, %d bytes gzip'd (limit 500 KB)", raw, zipped)
+	if zipped > 500<<10 {
+		t.Errorf("console assets are %d bytes gzip'd, over 500 KB", zipped)
+	}
+	// fleetd serves them with the security headers.
+	res, err := http.Get(base + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if got := res.Header.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy {
+		t.Fatalf("fleetd's /ui/ CSP %q", got)
+	}
+
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(exe),
+		chromedp.WindowSize(1280, 800), chromedp.NoSandbox /* root in CI and containers */)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	b := &browser{ctx: bctx}
+	// Start the browser before timing anything, on the browser's own context: a timeout on
+	// the first call would stop the browser with it.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	if err := chromedp.Listen(bctx, b.listen); err != nil {
+		t.Fatal(err)
+	}
+
+	// First page interactive: navigation to the sign-in form ready for input.
+	start := time.Now()
+	b.run(t, "open /ui/", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.ID("token")))
+	wall := time.Since(start)
+	// The page's own clock: navigation start to the form on screen (app.js's User Timing mark).
+	firstPage := time.Duration(eval[float64](t, b, `performance.getEntriesByName("console-ready")[0].startTime`) * float64(time.Millisecond))
+	b.screenshot(t, "signin")
+	b.noErrors(t, "sign-in page")
+
+	t.Run("forged token is refused", func(t *testing.T) {
+		b.signIn(t, "forged-token")
+		b.run(t, "wait for the error", chromedp.WaitVisible(chromedp.ID("signin-error")))
+		msg := b.texts(t, "#signin-error")
+		if len(msg) != 1 || !strings.Contains(msg[0], "refused") {
+			t.Errorf("sign-in error %q", msg)
+		}
+		if n := b.texts(t, "#clusters, #projects-body"); len(n) != 0 {
+			t.Errorf("page data shown to a forged token: %q", n)
+		}
+		if stored := eval[*string](t, b, `sessionStorage.getItem("fleetstream.token")`); stored != nil {
+			t.Errorf("a refused token stays stored: %q", *stored)
+		}
+		b.noErrors(t, "forged token")
+	})
+
+	var fleetReady time.Duration
+	t.Run("fleet", func(t *testing.T) {
+		start := time.Now()
+		b.signIn(t, "token-admin")
+		b.waitPage(t, "fleet")
+		fleetReady = time.Since(start)
+		rows := b.texts(t, "#clusters tbody tr")
+		if len(rows) != 2 {
+			t.Fatalf("cluster rows %q, want prod-eu and dev-us", rows)
+		}
+		prod := b.texts(t, `tr[data-cluster="prod-eu"] td`)
+		dev := b.texts(t, `tr[data-cluster="dev-us"] td`)
+		for _, want := range []struct {
+			row  []string
+			col  int
+			text string
+		}{
+			{prod, 4, "env=prod"}, {prod, 4, "region=eu"}, {prod, 5, "production"}, {prod, 1, "none connected"},
+			{dev, 3, "maintenance=yes:NoSelect"}, {dev, 5, "default"}, {dev, 0, "AgentConnected"},
+		} {
+			if len(want.row) != 7 || !strings.Contains(want.row[want.col], want.text) {
+				t.Errorf("row %q lacks %q in column %d", want.row, want.text, want.col)
+			}
+		}
+		if strings.Contains(dev[5], "production") {
+			t.Errorf("dev-us shown in set production: %q", dev[5])
+		}
+		b.screenshot(t, "fleet")
+		b.noErrors(t, "fleet page")
+
+		// The filter is the server's label selector.
+		b.run(t, "filter", chromedp.SetValue(chromedp.ID("selector"), "env=dev"), chromedp.Click(chromedp.ID("filter")))
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if rows := b.texts(t, "#clusters tbody th"); !slices.Equal(rows, []string{"dev-us"}) {
+				return fmt.Errorf("filtered rows %q", rows)
+			}
+			return nil
+		})
+		b.noErrors(t, "filter")
+	})
+
+	t.Run("markup is text", func(t *testing.T) {
+		// The filter is in the location, so anyone can send a link with markup in it; the
+		// server refuses the selector and the page names it in the error.
+		b.run(t, "link with markup", b.load(base, "#/fleet?"+url.Values{"selector": {xss}}.Encode()),
+			chromedp.WaitVisible(chromedp.ID("fleet-error")))
+		msg := b.texts(t, "#fleet-error")
+		if len(msg) != 1 || !strings.Contains(msg[0], "Label selector "+xss+": ") {
+			t.Errorf("fleet error %q does not show the selector as text", msg)
+		}
+		if imgs := eval[int](t, b, `document.querySelectorAll("img").length`); imgs != 0 {
+			t.Errorf("%d img elements on the fleet page: markup was parsed", imgs)
+		}
+		// team-a's display name is markup.
+		b.run(t, "projects", b.load(base, "#/projects?project=team-a"))
+		b.waitPage(t, "projects")
+		if got := b.texts(t, "#project-title"); !slices.Equal(got, []string{xss}) {
+			t.Errorf("project title %q, want the display name as text", got)
+		}
+		if imgs := eval[int](t, b, `document.querySelectorAll("img").length`); imgs != 0 {
+			t.Errorf("%d img elements: markup was parsed", imgs)
+		}
+		b.noErrors(t, "markup")
+	})
+
+	t.Run("projects", func(t *testing.T) {
+		b.run(t, "projects", b.load(base, "#/projects?project=team-a"))
+		b.waitPage(t, "projects")
+		if got := b.texts(t, "#project option"); len(got) != 2 {
+			t.Errorf("admin's projects %q, want team-a and team-b", got)
+		}
+		rows := b.texts(t, "#bindings tbody tr")
+		if len(rows) != 2 {
+			t.Fatalf("team-a's bindings %q, want web on prod-eu and web-dev on dev-us", rows)
+		}
+		web := b.texts(t, `tr[data-binding="prod-eu/web"] > *`)
+		if len(web) != 5 || web[0] != "prod-eu" || web[2] != "Pending" || !strings.Contains(web[4], "cpu: ? / 2") || !strings.Contains(web[4], "memory: ? / 4Gi") {
+			t.Errorf("prod-eu/web row %q", web)
+		}
+		b.screenshot(t, "projects")
+		b.noErrors(t, "projects page")
+	})
+
+	t.Run("accessibility", func(t *testing.T) {
+		for _, page := range []string{"fleet", "projects"} {
+			b.run(t, page, b.load(base, "#/"+page))
+			b.waitPage(t, page)
+			// Every control has an accessible name: a <label for>, aria-label(ledby) or its text.
+			unlabelled := eval[[]string](t, b, `[...document.querySelectorAll("input, select, textarea, button")].filter(e => !e.hidden && !(
+				(e.id && document.querySelector('label[for="' + e.id + '"]')?.textContent.trim()) ||
+				e.getAttribute("aria-label") || e.getAttribute("aria-labelledby") ||
+				(e.tagName === "BUTTON" && e.textContent.trim()))).map(e => e.outerHTML)`)
+			if len(unlabelled) != 0 {
+				t.Errorf("%s: controls without an accessible name: %q", page, unlabelled)
+			}
+		}
+		focusRule := eval[bool](t, b, `[...document.styleSheets].some(s => [...s.cssRules].some(r => (r.selectorText || "").includes(":focus-visible") && r.style.outlineStyle !== "none"))`)
+		if !focusRule {
+			t.Error("no :focus-visible rule with an outline")
+		}
+		// Tab moves focus through the controls, in order.
+		var seen []string
+		for range 3 {
+			b.run(t, "tab", chromedp.KeyEvent(kb.Tab))
+			seen = append(seen, eval[string](t, b, `document.activeElement.id || document.activeElement.tagName`))
+		}
+		if !slices.Equal(seen, []string{"nav-fleet", "nav-projects", "signout"}) {
+			t.Errorf("tab order %q, want nav-fleet, nav-projects, signout", seen)
+		}
+		b.noErrors(t, "accessibility")
+	})
+
+	t.Run("viewer sees only its reads", func(t *testing.T) {
+		b.run(t, "sign out", chromedp.Click(chromedp.ID("signout")))
+		b.signIn(t, "token-viewer")
+		b.waitPage(t, "projects")
+		if got := b.texts(t, "#project option"); len(got) != 1 || !strings.HasPrefix(got[0], "team-a") {
+			t.Errorf("viewer's projects %q, want team-a only", got)
+		}
+		if got := b.texts(t, `tr[data-binding="prod-eu/shop"]`); len(got) != 0 {
+			t.Errorf("viewer sees team-b's binding: %q", got)
+		}
+		// Another project named in the location is not fetched around the filter.
+		b.run(t, "team-b", b.load(base, "#/projects?project=team-b"))
+		b.waitPage(t, "projects")
+		if got := b.texts(t, "#project-title"); !slices.Equal(got, []string{xss}) {
+			t.Errorf("viewer asking for team-b sees %q, want team-a's page", got)
+		}
+		b.noErrors(t, "viewer")
+	})
+
+	t.Logf("first page interactive: %v by the page's clock (%v with the test's round trips); fleet page with data after sign-in: %v (limit 1s each)",
+		firstPage.Round(time.Millisecond), wall.Round(time.Millisecond), fleetReady.Round(time.Millisecond))
+	if firstPage > time.Second || fleetReady > time.Second {
+		t.Errorf("over 1 s on loopback: first page %v, fleet %v", firstPage, fleetReady)
+	}
+}
