@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/fleetstream/fleetstream/pkg/console"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -589,5 +590,27 @@ func TestLargeUnaryAnswerArrivesWithItsLength(t *testing.T) {
 	}
 	if res.ContentLength != int64(len(body)) || len(res.TransferEncoding) != 0 {
 		t.Errorf("Content-Length %d, Transfer-Encoding %v for an answer of %d bytes: want its length", res.ContentLength, res.TransferEncoding, len(body))
+	}
+}
+
+// The gateway serves the web console itself (no upstream holds it), with its security headers,
+// and the console's API calls route like any other client's.
+func TestGatewayServesTheConsole(t *testing.T) {
+	f := newFixture(t)
+	res, err := http.Get(f.gw + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `src="/ui/app.js"`) {
+		t.Fatalf("GET /ui/: HTTP %d %.200s", res.StatusCode, body)
+	}
+	if got := res.Header.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy {
+		t.Errorf("CSP %q", got)
+	}
+	res, apiBody := postJSON(t, f.gw+clusterv1connect.ClusterServiceListClustersProcedure, adminToken, nil, strings.NewReader("{}"))
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("the console's ListClusters through the gateway: HTTP %d %s", res.StatusCode, apiBody)
 	}
 }
