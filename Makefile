@@ -70,6 +70,9 @@ BENCH        ?= .
 BENCHTIME    ?= 1s
 BENCHFLAGS   ?=
 
+# `make test-browser`: where the console's screenshots go (none when empty).
+SCREENSHOTS ?=
+
 # `make run`
 LISTEN      ?= 127.0.0.1:8080
 FLEETD_ARGS ?=
@@ -129,6 +132,11 @@ test: ## run go vet and every test of every module (builds the test assets first
 	KUBEBUILDER_ASSETS=$$(tools/build-test-assets.sh) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS) \
 		|| { rc=1; echo "go test FAILED" >&2; }; \
 	exit $$rc
+
+.PHONY: test-browser
+test-browser: ## the web console in headless Chromium (Debian's `chromium`) against fleetd; fails without one; SCREENSHOTS=dir saves a PNG of each page
+	FLEETSTREAM_REQUIRE_BROWSER=1 FLEETSTREAM_SCREENSHOTS=$(SCREENSHOTS) \
+		$(GO) test -count=1 -timeout 5m -v -run '^TestConsoleInABrowser$$' $(TESTFLAGS) ./services/fleetd/fleetd/
 
 .PHONY: test-race
 test-race: ## every test of every module under the race detector (what CI also runs)
