@@ -412,6 +412,21 @@ func TestConsoleInABrowser(t *testing.T) {
 		b.noErrors(t, "viewer")
 	})
 
+	t.Run("a token refused mid-session ends it", func(t *testing.T) {
+		// As when a token expires or is taken out of the token file while the tab is open.
+		b.run(t, "swap the token", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[*string](`sessionStorage.setItem("fleetstream.token", "expired-token")`)(ctx, tg)
+			return err
+		}), b.load(base, "#/fleet"), chromedp.WaitVisible(chromedp.ID("signin-error")))
+		if rows := b.texts(t, "#clusters tbody tr"); len(rows) != 0 {
+			t.Errorf("clusters shown after the token was refused: %q", rows)
+		}
+		if stored := eval[*string](t, b, `sessionStorage.getItem("fleetstream.token")`); stored != nil {
+			t.Errorf("the refused token stays stored: %q", *stored)
+		}
+		b.noErrors(t, "refused mid-session")
+	})
+
 	t.Logf("first page interactive: %v by the page's clock (%v with the test's round trips); fleet page with data after sign-in: %v (limit 1s each)",
 		firstPage.Round(time.Millisecond), wall.Round(time.Millisecond), fleetReady.Round(time.Millisecond))
 	if firstPage > time.Second || fleetReady > time.Second {
