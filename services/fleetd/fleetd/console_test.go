@@ -263,6 +263,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	// The page's own clock: navigation start to the form on screen (app.js's User Timing mark).
 	firstPage := time.Duration(eval[float64](t, b, `performance.getEntriesByName("console-ready")[0].startTime`) * float64(time.Millisecond))
 	b.screenshot(t, "signin")
+	// Signed out, the page offers nothing but the sign-in.
+	if shown := eval[[]string](t, b, `[...document.querySelectorAll("#nav, #signout")].filter(e => e.checkVisibility()).map(e => e.id)`); len(shown) != 0 {
+		t.Errorf("signed out, the page shows %q", shown)
+	}
 	b.noErrors(t, "sign-in page")
 
 	t.Run("forged token is refused", func(t *testing.T) {
