@@ -65,7 +65,12 @@ function fail(e) {
   return false;
 }
 
+// renders counts render calls: a page whose data arrives after the user moved on writes into
+// elements no longer on screen, and must not mark the newer page ready.
+let renders = 0;
+
 async function render() {
+  const gen = ++renders;
   if (!token.get()) {
     showSignIn();
     return;
@@ -81,7 +86,7 @@ async function render() {
   replace(main, h("p", { class: "muted" }, "Loading…"));
   await pages[page](main, params, fail);
   // Tests and tools wait on this: the page has its data (or its error) on screen.
-  if (token.get()) {
+  if (token.get() && gen === renders) {
     document.body.dataset.ready = page;
     performance.mark("console-ready");
   }
