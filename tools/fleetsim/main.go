@@ -46,11 +46,14 @@ type options struct {
 	logLevel   string
 	fleetd     string
 	stormCmd   string
-	idle       time.Duration
-	profile    string
-	misbehave  map[string]int
-	services   int
-	results    string
+	// stormProfile, with -fleetd, is where the storm scenario saves a CPU profile of the
+	// restarted hub ("" for none).
+	stormProfile string
+	idle         time.Duration
+	profile      string
+	misbehave    map[string]int
+	services     int
+	results      string
 }
 
 func main() {
@@ -85,6 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.idle, "idle", 30*time.Second, "steady scenario: how long the idle fleet is measured")
 	fs.StringVar(&misbehave, "misbehave", "", "extra misbehaving clusters, kind=N comma separated: reconnect (every second), flood (heartbeats 10x as often), inventory (30,000 namespaces), foreign (publishes and subscribes on another cluster's subjects), noack (never writes an applied status); not timed, checked to converge and to show on the hub")
 	fs.StringVar(&o.stormCmd, "storm-cmd", "", "storm scenario without -fleetd: a shell command that restarts a NATS node (or the hub) under the fleet and returns once it is started again, e.g. 'docker restart fleetstream-nats-1-1'")
+	fs.StringVar(&o.stormProfile, "storm-profile", "", "with -fleetd and the storm scenario: save a CPU profile of the restarted hub over its first 30 s of being ready to this file")
 	fs.StringVar(&o.profile, "hub-profile", "", "with -fleetd: save a CPU profile of the hub over the steady scenario's idle window to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -114,6 +118,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-idle: must be positive")
 	case o.profile != "" && (o.fleetd == "" || !o.has("steady")):
 		return o, errors.New("-hub-profile needs -fleetd and the steady scenario")
+	case o.stormProfile != "" && (o.fleetd == "" || !o.has("storm")):
+		return o, errors.New("-storm-profile needs -fleetd and the storm scenario")
 	case o.services < 1 || o.services > 60_000:
 		return o, errors.New("-services: 1 to 60,000")
 	case o.rounds < 1:

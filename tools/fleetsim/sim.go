@@ -141,7 +141,7 @@ func startHub(ctx context.Context, o options, log *zap.Logger) (*hub, error) {
 	apiURL, natsURL, token := o.apiURL, o.natsURL, ""
 	h := &hub{name: apiURL, stop: func() {}}
 	if o.fleetd != "" {
-		child, err := startChildHub(ctx, o.fleetd, embeddedToken, o.profile != "")
+		child, err := startChildHub(ctx, o.fleetd, embeddedToken, o.profile != "" || o.stormProfile != "")
 		if err != nil {
 			return nil, err
 		}
@@ -776,6 +776,26 @@ type StormResult struct {
 	GrantAfter Dist `json:"grant_after"`
 	// NotConnected counts clusters the hub showed not Connected afterwards: none was lost.
 	NotConnected int `json:"not_connected"`
+	// HubCPUReconnectedS is the CPU time (seconds) the restarted hub process used from its
+	// start until every agent had reconnected, HubCPUS until the grant made after the storm
+	// was applied and revoked everywhere (with -fleetd; 0 otherwise).
+	HubCPUReconnectedS float64 `json:"hub_cpu_reconnected_s,omitempty"`
+	HubCPUS            float64 `json:"hub_cpu_s,omitempty"`
+}
+
+// stormProfileWindow is how long -storm-profile profiles the restarted hub.
+const stormProfileWindow = 30 * time.Second
+
+// hubCPUSeconds is the CPU time the child hub's current process has used, 0 without one.
+func hubCPUSeconds(h *hub) float64 {
+	if h.child == nil {
+		return 0
+	}
+	u, err := readUsage(h.child.pid())
+	if err != nil {
+		return 0
+	}
+	return u.cpu.Seconds()
 }
 
 // stormScenario restarts the child hub on the same data and ports, and times the fleet's
@@ -799,6 +819,15 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 	}
 	ready := time.Now()
 	st.HubDownMS = ms(ready.Sub(t0))
+	if o.stormProfile != "" && h.child != nil {
+		profiled := make(chan error, 1)
+		go func() { profiled <- h.child.cpuProfile(ctx, stormProfileWindow, o.stormProfile) }()
+		defer func() {
+			if err := <-profiled; err != nil {
+				fmt.Fprintln(os.Stderr, "fleetsim: storm profile:", err)
+			}
+		}()
+	}
 	// Only the agents whose connection dropped reconnect; with a NATS node restarted, the
 	// others never noticed. They are still checked below to be shown Connected.
 	all := clusters
@@ -826,6 +855,7 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 	if len(rec) > 0 {
 		st.Reconnected, st.AllReconnectedMS = newDist(rec), ms(maxTime(at).Sub(t0))
 	}
+	st.HubCPUReconnectedS = hubCPUSeconds(h)
 	if err := waitAllConnected(ctx, h, clusters, o.timeout); err != nil {
 		res.Lost = append(res.Lost, "storm: "+err.Error())
 	} else {
@@ -870,6 +900,7 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 	for _, c := range lost {
 		res.Lost = append(res.Lost, "storm: "+c+" never removed the grant revoked after it")
 	}
+	st.HubCPUS = hubCPUSeconds(h)
 	list, err := h.clusters.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
 	if err != nil {
 		return fmt.Errorf("storm: list clusters: %w", err)

@@ -73,6 +73,9 @@ func writeTable(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "storm: stopped → agent reconnected (%d disconnected)\t%.0f ms\t%s\t%.0f ms until all reconnected\n", st.Disconnected, st.Reconnected.P50, st.Reconnected.tail(), st.AllReconnectedMS)
 		fmt.Fprintf(tw, "storm: stopped → hub shows every cluster Connected\t\t\t%.0f ms\n", st.AllConnectedMS)
 		fmt.Fprintf(tw, "storm: grant after it → applied\t%.1f ms\t%s\t%d shown not Connected\n", st.GrantAfter.P50, st.GrantAfter.tail(), st.NotConnected)
+		if st.HubCPUS > 0 {
+			fmt.Fprintf(tw, "storm: restarted hub's CPU\t\t\t%.1f s until all reconnected, %.1f s until the grant after it was applied and revoked\n", st.HubCPUReconnectedS, st.HubCPUS)
+		}
 	}
 	if p := r.Placement; p != nil {
 		fmt.Fprintf(tw, "placement: namespace bound → applied on every decided cluster\t\t\t%.0f ms\n", p.BindAllAppliedMS)
