@@ -6,13 +6,13 @@
 // past its per-stream limit (the 1,001st cluster got nothing), and every stored message was
 // matched against every consumer's filter, so a change on N clusters cost N² (issue 26).
 //
-// A Watcher replays the filtered keys with a short-lived ordered consumer (the latest value of
-// each key, deletes included; the replay ends with a nil entry, as a KV watch's does) and
-// receives every later change from the bucket's republish (subjects.FeedRePublish) through a
-// core NATS subscription made before the replay started. Each change carries its stream
-// sequence and the sequence of the previous message of its key, so the merge of the two
-// sources keeps the newest value per key, and a change whose predecessor was never seen shows
-// that something was lost. The Watcher then ends with ErrResync, and the caller watches again:
+// A Watcher replays the filtered keys (the latest value of each key, deletes included; the
+// replay ends with a nil entry, as a KV watch's does) and receives every later change from the
+// bucket's republish (subjects.FeedRePublish) through a core NATS subscription made before the
+// replay started. Each change carries its stream sequence and the sequence of the previous
+// message of its key, so the merge of the two sources keeps the newest value per key, and a
+// change whose predecessor was never seen shows that something was lost. The Watcher then ends
+// with ErrResync, and the caller resumes it (Resume: a fresh replay on the same subscription):
 //   - after a reconnect (core NATS delivers nothing while disconnected),
 //   - when the subscription dropped messages (a slow consumer),
 //   - when a key's previous sequence is not the one last seen (a lost change),
@@ -21,18 +21,33 @@
 //     republished by nobody while the stream's leader changed, or lost on a route while the
 //     subscription's interest propagated through a NATS cluster.
 //
+// The replay costs the hub as little as it can, because after a hub restart every agent
+// replays at once (the storm, docs/scale.md). A filter naming one key is replayed with a
+// JetStream direct get of that key ($JS.API.DIRECT.GET.<stream>.<subject>: no consumer, and a
+// subject NATS permissions can restrict to the agent's own key). A wildcard filter is replayed
+// by a short-lived push consumer without flow control or heartbeats, which is left to expire
+// (InactiveThreshold) rather than deleted: nats-server's deletion of a consumer with flow
+// control unsubscribes its wildcard flow-control subjects, and every wildcard unsubscribe in
+// the account walks the account's map of JetStream API requests awaiting a response
+// ((*Account).checkForReverseEntries), thousands of them during a storm, so N replays cost N².
+// For the same reason a resync keeps its wildcard feed subscription (Resume) instead of
+// unsubscribing it and subscribing again, and asks nothing of the JetStream API but the
+// consumer it needs.
+//
 // A bucket that does not republish to the feed (a hub older than its agents) is watched as
-// before: the replay consumer stays and delivers the changes.
+// before: an ordered consumer replays and stays to deliver the changes.
 package kvfeed
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,7 +56,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
-// ErrResync ends a Watcher whose view may have missed a change: watch again for a fresh replay.
+// ErrResync ends a Watcher whose view may have missed a change: resume it for a fresh replay.
 var ErrResync = errors.New("kvfeed: resync")
 
 // Defaults for zero Options fields.
@@ -52,9 +67,15 @@ const (
 	// abandoned (ErrResync) rather than the memory.
 	maxPending = 100_000
 	// flushTimeout bounds the wait for the server to confirm the subscription, setupTimeout
-	// every other request of a watch's setup.
+	// every request of a watch's setup.
 	flushTimeout = 10 * time.Second
 	setupTimeout = 10 * time.Second
+	// replayTimeout bounds a replay consumer's delivery: it sends no heartbeats, so a message
+	// lost on the way would otherwise stall the replay for good.
+	replayTimeout = time.Minute
+	// consumerInactive is how long a replay consumer outlives its subscription before the
+	// server deletes it (nats-server adds up to a second).
+	consumerInactive = 2 * time.Second
 )
 
 // Options tune a Watcher; the zero value is usable.
@@ -62,14 +83,24 @@ type Options struct {
 	// Resync ends the Watcher with ErrResync after this long, ±25% so that a fleet of agents
 	// started together does not replay together. 0 never does.
 	Resync time.Duration
-	// Settle keeps the replay consumer this long after its replay, its changes merged with
-	// the subscription's: in a NATS cluster the subscription's interest reaches the stream
-	// leader's server asynchronously, and a change stored meanwhile reaches only the consumer.
-	// Default DefaultSettle.
+	// Settle keeps the replay's source this long after its replay, its changes merged with the
+	// subscription's: in a NATS cluster the subscription's interest reaches the stream leader's
+	// server asynchronously, and a change stored meanwhile reaches only the replay consumer (a
+	// direct get is made again). Default DefaultSettle.
 	Settle time.Duration
 	// Buffer is the subscription's channel capacity; a change that finds it full is dropped
 	// by the client and the Watcher resyncs. Default DefaultBuffer.
 	Buffer int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Settle <= 0 {
+		o.Settle = DefaultSettle
+	}
+	if o.Buffer <= 0 {
+		o.Buffer = DefaultBuffer
+	}
+	return o
 }
 
 // Watcher delivers the replay of the filtered keys, a nil entry, then every change.
@@ -79,74 +110,182 @@ type Watcher struct {
 	done    chan struct{}
 	err     error
 	live    bool
+
+	js     jetstream.JetStream
+	bucket string
+	filter string
+	o      Options
+
+	mu sync.Mutex
+	// feed is the live subscription: kept when the Watcher ends by itself, for Resume to
+	// take over, and released by Stop.
+	feed *feed
+}
+
+// feed is a Watcher's core NATS subscription to the bucket's republished changes.
+type feed struct {
+	nc     *nats.Conn
+	sub    *nats.Subscription
+	msgs   chan *nats.Msg
+	status chan nats.Status
+}
+
+func (f *feed) close() {
+	_ = f.sub.Unsubscribe()
+	f.nc.RemoveStatusListener(f.status)
 }
 
 // Watch starts watching the keys of bucket that match filter (a KV key filter such as
 // "cluster.>" or one key).
 func Watch(ctx context.Context, js jetstream.JetStream, bucket, filter string, o Options) (*Watcher, error) {
-	if o.Settle <= 0 {
-		o.Settle = DefaultSettle
-	}
-	if o.Buffer <= 0 {
-		o.Buffer = DefaultBuffer
-	}
+	o = o.withDefaults()
 	// Every request of the setup is bounded: a request lost while the connection reconnects
 	// is otherwise waited for as long as ctx lives (an agent's: forever), and the watch with it.
+	sctx, scancel := context.WithTimeout(ctx, setupTimeout)
+	defer scancel()
+	str, err := js.Stream(sctx, "KV_"+bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		err = jetstream.ErrBucketNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
+	}
+	if !reflect.DeepEqual(str.CachedInfo().Config.RePublish, subjects.FeedRePublish(bucket)) {
+		return watchConsumer(ctx, js, bucket, filter, o)
+	}
+	nc := js.Conn()
+	f := &feed{nc: nc, msgs: make(chan *nats.Msg, o.Buffer)}
+	subj := subjects.FeedSubject(bucket, filter)
+	// Subscribed, and the subscription known to the server, before the replay starts, so
+	// that every change after the replay's snapshot reaches one of the two.
+	if f.sub, err = nc.ChanSubscribe(subj, f.msgs); err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj, err)
+	}
+	fctx, fcancel := context.WithTimeout(ctx, flushTimeout)
+	err = nc.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
+		_ = f.sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe to %s: %w", subj, err)
+	}
+	f.status = nc.StatusChanged(nats.CONNECTED)
+	return startLive(ctx, js, bucket, filter, o, f), nil
+}
+
+// Resume returns a Watcher with a fresh replay in place of w, which has ended (its Updates
+// closed) or is stopped by it. A live Watcher's subscription is taken over, so that a resync
+// neither unsubscribes nor subscribes again; otherwise (w was stopped, or follows a bucket
+// without republish) it watches anew.
+func (w *Watcher) Resume(ctx context.Context) (*Watcher, error) {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	f := w.feed
+	w.feed = nil
+	w.mu.Unlock()
+	if f == nil {
+		return Watch(ctx, w.js, w.bucket, w.filter, w.o)
+	}
+	return startLive(ctx, w.js, w.bucket, w.filter, w.o, f), nil
+}
+
+// startLive starts a Watcher on the live subscription f; its replay runs in the background.
+func startLive(ctx context.Context, js jetstream.JetStream, bucket, filter string, o Options, f *feed) *Watcher {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &Watcher{
+		updates: make(chan jetstream.KeyValueEntry, 256),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		live:    true,
+		js:      js, bucket: bucket, filter: filter, o: o,
+		feed: f,
+	}
+	// A reconnect before this replay started is covered by it.
+	for drained := false; !drained; {
+		select {
+		case <-f.status:
+		default:
+			drained = true
+		}
+	}
+	r := &run{w: w, bucket: bucket, prefix: "$KV." + bucket + ".", o: o, known: map[string]rev{},
+		nc: f.nc, sub: f.sub, msgs: f.msgs, status: f.status}
+	// Only drops from here on can have lost a change: earlier ones are in the replay.
+	r.dropped0, _ = f.sub.Dropped()
+	replay := make(chan item, 64)
+	if strings.ContainsAny(filter, "*>") {
+		go consumerReplay(wctx, f.nc, bucket, filter, o, replay)
+	} else {
+		go directReplay(wctx, f.nc, bucket, filter, o, replay)
+	}
+	go func() {
+		defer close(w.done)
+		defer close(w.updates)
+		w.err = r.loop(wctx, replay)
+		if wctx.Err() != nil || w.err == nil {
+			// Stopped (or its context ended): nobody resumes it.
+			w.mu.Lock()
+			if w.feed != nil {
+				w.feed.close()
+				w.feed = nil
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// watchConsumer watches a bucket that does not republish: an ordered consumer replays and then
+// delivers the changes.
+func watchConsumer(ctx context.Context, js jetstream.JetStream, bucket, filter string, o Options) (*Watcher, error) {
 	sctx, scancel := context.WithTimeout(ctx, setupTimeout)
 	defer scancel()
 	kv, err := js.KeyValue(sctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
 	}
-	st, err := kv.Status(sctx)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s status: %w", bucket, err)
-	}
 	wctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{
 		updates: make(chan jetstream.KeyValueEntry, 256),
 		cancel:  cancel,
 		done:    make(chan struct{}),
-		live:    reflect.DeepEqual(st.Config().RePublish, subjects.FeedRePublish(bucket)),
+		js:      js, bucket: bucket, filter: filter, o: o,
 	}
-	r := &run{w: w, bucket: bucket, prefix: "$KV." + bucket + ".", o: o, known: map[string]rev{}}
-	if w.live {
-		nc := js.Conn()
-		r.msgs = make(chan *nats.Msg, o.Buffer)
-		// Subscribed, and the subscription known to the server, before the replay starts, so
-		// that every change after the replay's snapshot reaches one of the two.
-		if r.sub, err = nc.ChanSubscribe(subjects.FeedSubject(bucket, filter), r.msgs); err != nil {
-			cancel()
-			return nil, fmt.Errorf("subscribe to %s: %w", subjects.FeedSubject(bucket, filter), err)
-		}
-		fctx, fcancel := context.WithTimeout(ctx, flushTimeout)
-		err := nc.FlushWithContext(fctx)
-		fcancel()
-		if err != nil {
-			_ = r.sub.Unsubscribe()
-			cancel()
-			return nil, fmt.Errorf("subscribe to %s: %w", subjects.FeedSubject(bucket, filter), err)
-		}
-		r.status = nc.StatusChanged(nats.CONNECTED)
-		r.nc = nc
-	}
-	if r.replay, err = startReplay(wctx, cancel, kv, filter); err != nil {
-		r.close()
+	kw, err := startKVWatch(wctx, cancel, kv, filter)
+	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("watch %s %s: %w", bucket, filter, err)
 	}
+	replay := make(chan item, 64)
+	go func() {
+		defer close(replay)
+		defer func() { _ = kw.Stop() }()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case e, ok := <-kw.Updates():
+				if !ok {
+					return
+				}
+				if !sendItem(wctx, replay, item{e: e, end: e == nil}) {
+					return
+				}
+			}
+		}
+	}()
+	r := &run{w: w, bucket: bucket, prefix: "$KV." + bucket + ".", o: o, known: map[string]rev{}}
 	go func() {
 		defer close(w.done)
 		defer close(w.updates)
-		defer r.close()
-		w.err = r.loop(wctx)
+		w.err = r.loop(wctx, replay)
 	}()
 	return w, nil
 }
 
-// startReplay starts the replay consumer within setupTimeout. The consumer lives as long as
+// startKVWatch starts an ordered consumer within setupTimeout. The consumer lives as long as
 // wctx, which also bounds the request creating it: on timeout, cancel ends that request.
-func startReplay(wctx context.Context, cancel context.CancelFunc, kv jetstream.KeyValue, filter string) (jetstream.KeyWatcher, error) {
+func startKVWatch(wctx context.Context, cancel context.CancelFunc, kv jetstream.KeyValue, filter string) (jetstream.KeyWatcher, error) {
 	type started struct {
 		w   jetstream.KeyWatcher
 		err error
@@ -168,23 +307,237 @@ func startReplay(wctx context.Context, cancel context.CancelFunc, kv jetstream.K
 	}
 }
 
+// item is what a replay source delivers: an entry, the end of the replay, or why it failed.
+// A source closes its channel once it has settled (live Watchers) and delivers nothing more.
+type item struct {
+	e   jetstream.KeyValueEntry
+	end bool
+	err error
+}
+
+func sendItem(ctx context.Context, out chan<- item, it item) bool {
+	select {
+	case out <- it:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// directReplay replays the one key filter names with a direct get, and gets it again after
+// o.Settle for a change the subscription's interest may not have reached yet.
+func directReplay(ctx context.Context, nc *nats.Conn, bucket, key string, o Options, out chan<- item) {
+	defer close(out)
+	subj := "$JS.API.DIRECT.GET.KV_" + bucket + ".$KV." + bucket + "." + key
+	get := func() (jetstream.KeyValueEntry, error) {
+		rctx, cancel := context.WithTimeout(ctx, setupTimeout)
+		defer cancel()
+		m, err := nc.RequestWithContext(rctx, subj, nil)
+		if err != nil {
+			return nil, fmt.Errorf("get %s of %s: %w", key, bucket, err)
+		}
+		switch m.Header.Get("Status") {
+		case "":
+		case "404":
+			return nil, nil
+		default:
+			return nil, fmt.Errorf("get %s of %s: %s %s", key, bucket, m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("get %s of %s: sequence %q", key, bucket, m.Header.Get(jetstream.SequenceHeader))
+		}
+		created, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		return &entry{bucket: bucket, key: key, value: m.Data, seq: seq, created: created, op: kvOp(m.Header)}, nil
+	}
+	e, err := get()
+	if err != nil {
+		sendItem(ctx, out, item{err: err})
+		return
+	}
+	if e != nil && !sendItem(ctx, out, item{e: e}) {
+		return
+	}
+	if !sendItem(ctx, out, item{end: true}) {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(o.Settle):
+	}
+	if e, err = get(); err != nil {
+		sendItem(ctx, out, item{err: err})
+		return
+	}
+	if e != nil {
+		sendItem(ctx, out, item{e: e})
+	}
+}
+
+// consumerRequest is the JetStream API's consumer create request.
+type consumerRequest struct {
+	Stream string         `json:"stream_name"`
+	Config consumerConfig `json:"config"`
+	Action string         `json:"action"`
+}
+
+type consumerConfig struct {
+	Name              string        `json:"name"`
+	DeliverSubject    string        `json:"deliver_subject"`
+	DeliverPolicy     string        `json:"deliver_policy"`
+	AckPolicy         string        `json:"ack_policy"`
+	ReplayPolicy      string        `json:"replay_policy"`
+	FilterSubject     string        `json:"filter_subject"`
+	InactiveThreshold time.Duration `json:"inactive_threshold"`
+	Replicas          int           `json:"num_replicas"`
+	MemoryStorage     bool          `json:"mem_storage"`
+}
+
+type consumerResponse struct {
+	Error *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error"`
+	NumPending uint64 `json:"num_pending"`
+}
+
+// consumerReplay replays the keys filter matches with a push consumer delivering the last
+// message of each (no flow control, no heartbeats, no acks: see the package comment), merged
+// for o.Settle after the replay, then left to expire.
+func consumerReplay(ctx context.Context, nc *nats.Conn, bucket, filter string, o Options, out chan<- item) {
+	defer close(out)
+	fail := func(err error) { sendItem(ctx, out, item{err: err}) }
+	stream, subject := "KV_"+bucket, "$KV."+bucket+"."+filter
+	inbox := nc.NewInbox()
+	msgs := make(chan *nats.Msg, o.Buffer)
+	sub, err := nc.ChanSubscribe(inbox, msgs)
+	if err != nil {
+		fail(fmt.Errorf("subscribe to the replay of %s: %w", bucket, err))
+		return
+	}
+	// A literal subject: unsubscribing it costs nats-server a map lookup.
+	defer func() { _ = sub.Unsubscribe() }()
+	// The inbox's last token is unique (a NUID): the consumer's name too.
+	name := inbox[strings.LastIndexByte(inbox, '.')+1:]
+	req, _ := json.Marshal(consumerRequest{Stream: stream, Action: "create", Config: consumerConfig{
+		Name: name, DeliverSubject: inbox, DeliverPolicy: "last_per_subject", AckPolicy: "none",
+		ReplayPolicy: "instant", FilterSubject: subject, InactiveThreshold: consumerInactive,
+		Replicas: 1, MemoryStorage: true,
+	}})
+	rctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	resp, err := nc.RequestWithContext(rctx, "$JS.API.CONSUMER.CREATE."+stream+"."+name+"."+subject, req)
+	cancel()
+	if err != nil {
+		fail(fmt.Errorf("create the replay consumer of %s: %w", bucket, err))
+		return
+	}
+	var cr consumerResponse
+	if err := json.Unmarshal(resp.Data, &cr); err != nil {
+		fail(fmt.Errorf("create the replay consumer of %s: %w", bucket, err))
+		return
+	}
+	if cr.Error != nil {
+		err := fmt.Errorf("create the replay consumer of %s: %s (%d)", bucket, cr.Error.Description, cr.Error.ErrCode)
+		if cr.Error.ErrCode == 10059 { // stream not found
+			err = fmt.Errorf("%w: %w", jetstream.ErrBucketNotFound, err)
+		}
+		fail(err)
+		return
+	}
+	ended := cr.NumPending == 0
+	if ended && !sendItem(ctx, out, item{end: true}) {
+		return
+	}
+	var (
+		deadline = time.NewTimer(replayTimeout)
+		settle   <-chan time.Time
+		cseq     uint64
+	)
+	defer deadline.Stop()
+	if ended {
+		settle = time.After(o.Settle)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-settle:
+			return
+		case <-deadline.C:
+			if !ended {
+				fail(fmt.Errorf("%w: the replay of %s stalled", ErrResync, bucket))
+				return
+			}
+		case m := <-msgs:
+			if n, _ := sub.Dropped(); n > 0 {
+				fail(fmt.Errorf("%w: %d replayed messages dropped (slow consumer)", ErrResync, n))
+				return
+			}
+			meta, err := m.Metadata()
+			if err != nil {
+				fail(fmt.Errorf("%w: malformed replay message of %s: %w", ErrResync, bucket, err))
+				return
+			}
+			if meta.Sequence.Consumer != cseq+1 {
+				fail(fmt.Errorf("%w: replay message %d of %s after %d", ErrResync, meta.Sequence.Consumer, bucket, cseq))
+				return
+			}
+			cseq = meta.Sequence.Consumer
+			key, ok := strings.CutPrefix(m.Subject, "$KV."+bucket+".")
+			if !ok {
+				fail(fmt.Errorf("%w: replay message on %s", ErrResync, m.Subject))
+				return
+			}
+			e := &entry{bucket: bucket, key: key, value: m.Data, seq: meta.Sequence.Stream, created: meta.Timestamp, op: kvOp(m.Header)}
+			if !sendItem(ctx, out, item{e: e}) {
+				return
+			}
+			if !ended && meta.NumPending == 0 {
+				ended = true
+				if !sendItem(ctx, out, item{end: true}) {
+					return
+				}
+				settle = time.After(o.Settle)
+			}
+		}
+	}
+}
+
+func kvOp(h nats.Header) jetstream.KeyValueOp {
+	switch h.Get("KV-Operation") {
+	case "DEL":
+		return jetstream.KeyValueDelete
+	case "PURGE":
+		return jetstream.KeyValuePurge
+	}
+	return jetstream.KeyValuePut
+}
+
 // Updates delivers the replay, nil once it is complete, then every change. It is closed when
 // the Watcher ends; Err then says why.
 func (w *Watcher) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
 
 // Err is why Updates was closed: nil after Stop or the end of the context, ErrResync (wrapped
-// with the reason) when the caller should watch again at once, another error otherwise. Read
-// it only after Updates is closed.
+// with the reason) when the caller should resume at once, another error otherwise (resume
+// after a backoff). Read it only after Updates is closed.
 func (w *Watcher) Err() error { return w.err }
 
 // Live reports whether changes come from the bucket's republish (false: from a consumer, the
 // bucket does not republish to the feed).
 func (w *Watcher) Live() bool { return w.live }
 
-// Stop ends the Watcher and releases its subscription and consumer.
+// Stop ends the Watcher and releases its subscription, unless Resume took it over.
 func (w *Watcher) Stop() error {
 	w.cancel()
 	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.feed != nil {
+		w.feed.close()
+		w.feed = nil
+	}
 	return nil
 }
 
@@ -204,25 +557,14 @@ type run struct {
 	sub    *nats.Subscription
 	msgs   chan *nats.Msg
 	status chan nats.Status
-	replay jetstream.KeyWatcher
 	known  map[string]rev
+	// dropped0 is what the subscription had dropped when this run started.
+	dropped0 int
 	// liveMax is the last sequence the subscription delivered.
 	liveMax uint64
 }
 
-func (r *run) close() {
-	if r.replay != nil {
-		_ = r.replay.Stop()
-	}
-	if r.sub != nil {
-		_ = r.sub.Unsubscribe()
-	}
-	if r.status != nil {
-		r.nc.RemoveStatusListener(r.status)
-	}
-}
-
-func (r *run) loop(ctx context.Context) error {
+func (r *run) loop(ctx context.Context, replay <-chan item) error {
 	var resync <-chan time.Time
 	if r.o.Resync > 0 {
 		d := r.o.Resync*3/4 + rand.N(r.o.Resync/2+1)
@@ -230,11 +572,9 @@ func (r *run) loop(ctx context.Context) error {
 		defer t.Stop()
 		resync = t.C
 	}
-	replay := r.replay.Updates()
 	var (
 		replayed bool
 		settled  bool
-		settle   <-chan time.Time
 		pending  []*nats.Msg
 	)
 	for {
@@ -245,11 +585,22 @@ func (r *run) loop(ctx context.Context) error {
 			return fmt.Errorf("%w: periodic", ErrResync)
 		case <-r.status:
 			return fmt.Errorf("%w: reconnected", ErrResync)
-		case e, ok := <-replay:
-			if !ok {
-				return fmt.Errorf("watch of %s closed", r.bucket)
+		case it, ok := <-replay:
+			if ctx.Err() != nil {
+				return nil
 			}
-			if e == nil {
+			if !ok {
+				if r.msgs == nil || !replayed {
+					return fmt.Errorf("watch of %s closed", r.bucket)
+				}
+				// From here the subscription alone delivers, in stream order.
+				replay, settled = nil, true
+				continue
+			}
+			if it.err != nil {
+				return it.err
+			}
+			if it.end {
 				if replayed {
 					continue
 				}
@@ -263,20 +614,12 @@ func (r *run) loop(ctx context.Context) error {
 					}
 				}
 				pending = nil
-				if r.msgs != nil {
-					t := time.NewTimer(r.o.Settle)
-					defer t.Stop()
-					settle = t.C
-				}
 				continue
 			}
+			e := it.e
 			if !r.observe(ctx, e.Key(), e.Revision(), e.Operation() != jetstream.KeyValuePut, e) {
 				return nil
 			}
-		case <-settle:
-			// From here the subscription alone delivers, in stream order.
-			_ = r.replay.Stop()
-			r.replay, replay, settle, settled = nil, nil, nil, true
 		case m := <-r.msgs:
 			if !replayed {
 				if pending = append(pending, m); len(pending) > maxPending {
@@ -311,11 +654,11 @@ func (r *run) send(ctx context.Context, e jetstream.KeyValueEntry) bool {
 }
 
 // live merges one republished change. Once settled, changes arrive in stream order and each
-// must follow the last change seen of its key; while the replay consumer still delivers, the
+// must follow the last change seen of its key; while the replay source still delivers, the
 // two sources interleave and only the newest value per key is kept.
 func (r *run) live(ctx context.Context, m *nats.Msg, settled bool) error {
-	if n, _ := r.sub.Dropped(); n > 0 {
-		return fmt.Errorf("%w: %d changes dropped (slow consumer)", ErrResync, n)
+	if n, _ := r.sub.Dropped(); n > r.dropped0 {
+		return fmt.Errorf("%w: %d changes dropped (slow consumer)", ErrResync, n-r.dropped0)
 	}
 	subj := m.Header.Get(jetstream.SubjectHeader)
 	key, ok := strings.CutPrefix(subj, r.prefix)
@@ -326,7 +669,7 @@ func (r *run) live(ctx context.Context, m *nats.Msg, settled bool) error {
 		// republish means the feed cannot be trusted.
 		return fmt.Errorf("%w: malformed change on %s", ErrResync, m.Subject)
 	}
-	// The subscription delivers in stream order; the replay consumer may have delivered newer
+	// The subscription delivers in stream order; the replay source may have delivered newer
 	// changes than those still waiting in the subscription's buffer, so order is checked
 	// against the subscription's own past only.
 	if seq <= r.liveMax {
@@ -340,26 +683,19 @@ func (r *run) live(ctx context.Context, m *nats.Msg, settled bool) error {
 			// An older sequence written later than what was seen: the stream started over.
 			return fmt.Errorf("%w: %s written again at sequence %d, after %d (bucket %s recreated?)", ErrResync, key, seq, k.seq, r.bucket)
 		}
-		return nil // the replay consumer delivered it, or a newer one, already
+		return nil // the replay delivered it, or a newer one, already
 	}
 	if settled && last != k.seq && !(last == 0 && k.deleted) {
 		// last == 0 after a delete: the delete marker was purged since (rbac-sync purges
 		// them), which is no loss.
 		return fmt.Errorf("%w: change %d of %s follows %d, last seen %d", ErrResync, seq, key, last, k.seq)
 	}
-	op := jetstream.KeyValuePut
-	switch m.Header.Get("KV-Operation") {
-	case "DEL":
-		op = jetstream.KeyValueDelete
-	case "PURGE":
-		op = jetstream.KeyValuePurge
-	}
-	e := &entry{bucket: r.bucket, key: key, value: m.Data, seq: seq, created: created, op: op}
-	r.observe(ctx, key, seq, op != jetstream.KeyValuePut, e) // false only when ctx ended: loop sees it
+	e := &entry{bucket: r.bucket, key: key, value: m.Data, seq: seq, created: created, op: kvOp(m.Header)}
+	r.observe(ctx, key, seq, e.op != jetstream.KeyValuePut, e) // false only when ctx ended: loop sees it
 	return nil
 }
 
-// entry is a jetstream.KeyValueEntry built from a republished message.
+// entry is a jetstream.KeyValueEntry built from a republished or replayed message.
 type entry struct {
 	bucket, key string
 	value       []byte

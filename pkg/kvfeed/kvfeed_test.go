@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -137,7 +138,9 @@ func TestReplayThenChangesWithoutAConsumer(t *testing.T) {
 	if fmt.Sprint(v.values) != "map[c1.ns.a:1]" {
 		t.Fatalf("replay = %v, want only c1.ns.a", v.values)
 	}
-	testkit.Eventually(t, 5*time.Second, func() error {
+	// The replay's consumer is not deleted by a request: the server deletes it once it has had
+	// no subscriber for its inactive threshold (2 s, and up to 1 s more).
+	testkit.Eventually(t, 10*time.Second, func() error {
 		if n := consumers(t, j.JS); n != 0 {
 			return fmt.Errorf("%d consumers on the stream after the replay settled", n)
 		}
@@ -306,12 +309,19 @@ func follow(t *testing.T, js jetstream.JetStream, filter string) (current func()
 	)
 	ctx := testkit.Context(t, 2*time.Minute)
 	go func() {
+		var w *kvfeed.Watcher
 		for ctx.Err() == nil {
 			// The default settle: in a NATS cluster the subscription's interest reaches the
 			// stream leader asynchronously, and a short one lost changes on a loaded machine.
-			w, err := kvfeed.Watch(ctx, js, bucket, filter, kvfeed.Options{})
+			var err error
+			if w != nil {
+				w, err = w.Resume(ctx) // as the agent does: the subscription is kept
+			} else {
+				w, err = kvfeed.Watch(ctx, js, bucket, filter, kvfeed.Options{})
+			}
 			if err != nil {
 				t.Logf("watch: %v", err)
+				w = nil
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
@@ -336,6 +346,9 @@ func follow(t *testing.T, js jetstream.JetStream, filter string) (current func()
 				nres++
 			}
 			mu.Unlock()
+		}
+		if w != nil {
+			_ = w.Stop()
 		}
 	}()
 	return func() map[string]string {
@@ -397,5 +410,155 @@ func TestNothingMissedAcrossANodeRestart(t *testing.T) {
 	testkit.Eventually(t, 60*time.Second, same)
 	if resyncs() == 0 {
 		t.Fatal("the view converged without a resync: the test did not exercise the reconnect")
+	}
+}
+
+// feedSID is the id of the one subscription a client holds on subject ("" if none): the
+// client's, which it keeps when it resubscribes after a reconnect.
+func feedSID(t *testing.T, j *testkit.JetStream, subject string) string {
+	t.Helper()
+	cz, err := j.Server.Connz(&server.ConnzOptions{SubscriptionsDetail: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := ""
+	for _, c := range cz.Conns {
+		for _, sd := range c.SubsDetail {
+			if sd.Subject == subject {
+				if sid != "" {
+					t.Fatalf("two subscriptions on %s", subject)
+				}
+				sid = sd.Sid
+			}
+		}
+	}
+	return sid
+}
+
+// A resync keeps the Watcher's subscription (nats-server walks every reply awaiting an answer
+// on each wildcard unsubscribe: a fleet resyncing at once made that N², docs/scale.md), and
+// the resumed Watcher's replay is whole: a key deleted meanwhile, its delete marker purged,
+// is simply absent, so the caller's prune after the replay removes it.
+func TestResumeKeepsTheSubscriptionAndReplaysAfresh(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	put(t, kv, "c1.a", "1")
+	put(t, kv, "c1.b", "1")
+	ctx := testkit.Context(t, time.Minute)
+	w, err := kvfeed.Watch(ctx, j.JS, bucket, "c1.>", kvfeed.Options{Settle: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &view{w: w, values: map[string]string{}}
+	v.until(t, "replay", func() bool { return v.replayed && len(v.values) == 2 })
+	subject := subjects.FeedSubject(bucket, "c1.>")
+	before := feedSID(t, j, subject)
+	if before == "" {
+		t.Fatal("no subscription on the feed")
+	}
+
+	if err := j.Conn.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.ended(t); !errors.Is(err, kvfeed.ErrResync) {
+		t.Fatalf("watcher ended with %v, want ErrResync", err)
+	}
+	if err := kv.Delete(ctx, "c1.b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+		t.Fatal(err)
+	}
+	put(t, kv, "c1.c", "1")
+
+	w2, err := w.Resume(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w2.Stop() }()
+	v2 := &view{w: w2, values: map[string]string{}}
+	v2.until(t, "replay after the resync", func() bool { return v2.replayed })
+	if fmt.Sprint(v2.values) != "map[c1.a:1 c1.c:1]" {
+		t.Fatalf("replay after the resync = %v, want c1.a and c1.c only", v2.values)
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if after := feedSID(t, j, subject); after != before {
+			return fmt.Errorf("feed subscription %q, before the resync %q", after, before)
+		}
+		return nil
+	})
+	put(t, kv, "c1.a", "2")
+	v2.until(t, "a change after the resync", func() bool { return v2.values["c1.a"] == "2" })
+
+	_ = w2.Stop()
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if sid := feedSID(t, j, subject); sid != "" {
+			return fmt.Errorf("subscription %s left after Stop", sid)
+		}
+		return nil
+	})
+}
+
+// The replay consumer of a wildcard filter has no flow control (nats-server's deletion of a
+// consumer with flow control unsubscribes wildcard subjects: N² in a storm, docs/scale.md) and
+// expires by itself.
+func TestReplayConsumerHasNoFlowControl(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	put(t, kv, "c1.a", "1")
+	v := watch(t, j.JS, "c1.>", kvfeed.Options{Settle: 5 * time.Second})
+	v.until(t, "replay", func() bool { return v.replayed })
+	// The legacy API: jetstream's ConsumerConfig has no push settings.
+	js, err := j.Conn.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infos []*nats.ConsumerInfo
+	for ci := range js.ConsumersInfo("KV_" + bucket) {
+		infos = append(infos, ci)
+	}
+	if len(infos) != 1 {
+		t.Fatalf("%d consumers while the replay settles, want 1", len(infos))
+	}
+	c := infos[0].Config
+	if c.FlowControl || c.Heartbeat != 0 || c.AckPolicy != nats.AckNonePolicy || c.InactiveThreshold <= 0 || c.DeliverPolicy != nats.DeliverLastPerSubjectPolicy {
+		t.Fatalf("replay consumer: flow control %v, heartbeat %v, ack %v, inactive threshold %v, deliver %v", c.FlowControl, c.Heartbeat, c.AckPolicy, c.InactiveThreshold, c.DeliverPolicy)
+	}
+	_ = v.w.Stop()
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if n := consumers(t, j.JS); n != 0 {
+			return fmt.Errorf("%d consumers after Stop", n)
+		}
+		return nil
+	})
+}
+
+// A filter naming one key is replayed by a direct get: no consumer at all, its delete seen.
+func TestOneKeyIsReplayedWithoutAConsumer(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	put(t, kv, "c1", "1")
+	put(t, kv, "c2", "other")
+	v := watch(t, j.JS, "c1", kvfeed.Options{Settle: 2 * time.Second})
+	v.until(t, "replay", func() bool { return v.replayed })
+	if fmt.Sprint(v.values) != "map[c1:1]" {
+		t.Fatalf("replay = %v", v.values)
+	}
+	if n := consumers(t, j.JS); n != 0 {
+		t.Fatalf("%d consumers during the replay of one key", n)
+	}
+	put(t, kv, "c1", "2")
+	v.until(t, "change", func() bool { return v.values["c1"] == "2" })
+	if err := kv.Delete(context.Background(), "c1"); err != nil {
+		t.Fatal(err)
+	}
+	v.until(t, "delete", func() bool { _, ok := v.values["c1"]; return !ok })
+
+	// Replayed while deleted: the delete marker, so the caller drops what it held.
+	v2 := watch(t, j.JS, "c1", kvfeed.Options{Settle: 10 * time.Millisecond})
+	v2.values["c1"] = "stale"
+	v2.until(t, "replay of a deleted key", func() bool { return v2.replayed })
+	if len(v2.values) != 0 {
+		t.Fatalf("replay of a deleted key = %v", v2.values)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/fleetstream/fleetstream/pkg/kvfeed"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -319,6 +320,90 @@ func TestCalloutConfinesAgentToItsCluster(t *testing.T) {
 			})
 		})
 	}
+}
+
+// An agent's replay of its import-watch key is a direct get naming the key (pkg/kvfeed): it
+// reads its own key, and another cluster's is refused however it asks — by name, by wildcard,
+// or with the batched form that carries its subjects in the request body.
+func TestCalloutAgentDirectGetsOnlyItsOwnImportWatchKey(t *testing.T) {
+	f := startFixture(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	iw, err := f.admin.CreateKeyValue(ctx, subjects.FeedBucketConfig(subjects.ImportWatchBucket, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"c1", "c2"} {
+		if _, err := iw.Put(ctx, subjects.ImportWatchKey(c), []byte("spec of "+c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := connect(t, f.url, "agent-c1", natsauth.AgentInboxPrefix("c1"))
+	allowed(t, "agent connect", err)
+	get := func(ctx context.Context, subject string, body []byte) (*nats.Msg, error) {
+		m, err := c.nc.RequestWithContext(ctx, subject, body)
+		if err == nil && m.Header.Get("Status") != "" {
+			return m, fmt.Errorf("status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+		return m, err
+	}
+	prefix := "$JS.API.DIRECT.GET.KV_" + subjects.ImportWatchBucket
+	own := prefix + ".$KV." + subjects.ImportWatchBucket + "." + subjects.ImportWatchKey("c1")
+	m, err := get(ctx, own, nil)
+	allowed(t, "direct get of its own import-watch key", err)
+	if string(m.Data) != "spec of c1" {
+		t.Fatalf("own key = %q", m.Data)
+	}
+	// The replay kvfeed makes, under the agent's permissions.
+	w, err := kvfeed.Watch(ctx, c.js, subjects.ImportWatchBucket, subjects.ImportWatchKey("c1"), kvfeed.Options{})
+	allowed(t, "watch its own import-watch key", err)
+	var got []string
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		got = append(got, e.Key()+"="+string(e.Value()))
+	}
+	_ = w.Stop()
+	if fmt.Sprint(got) != "[c1=spec of c1]" {
+		t.Fatalf("own replay = %v (watch ended: %v)", got, w.Err())
+	}
+
+	for _, tc := range []struct {
+		name, subject string
+		body          []byte
+	}{
+		{"another cluster's key", prefix + ".$KV." + subjects.ImportWatchBucket + "." + subjects.ImportWatchKey("c2"), nil},
+		{"a wildcard", prefix + ".$KV." + subjects.ImportWatchBucket + ".*", nil},
+		{"multi_last in the body", prefix, []byte(`{"multi_last":["$KV.` + subjects.ImportWatchBucket + `.>"]}`)},
+		{"last_by_subj in the body", prefix, []byte(`{"last_by_subj":"$KV.` + subjects.ImportWatchBucket + `.c2"}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.denied(t, tc.subject, func(ctx context.Context) error {
+				m, err := get(ctx, tc.subject, tc.body)
+				if err == nil {
+					t.Errorf("%s answered %q", tc.subject, m.Data)
+				}
+				return err
+			})
+		})
+	}
+	c.denied(t, "fleet.feed.import-watch.c2", func(ctx context.Context) error {
+		w, err := kvfeed.Watch(ctx, c.js, subjects.ImportWatchBucket, subjects.ImportWatchKey("c2"), kvfeed.Options{})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Stop() }()
+		for e := range w.Updates() {
+			if e != nil {
+				t.Errorf("c2's replay delivered %s", e.Key())
+			}
+		}
+		if w.Err() != nil {
+			return w.Err()
+		}
+		return ctx.Err() // its replay was never answered
+	})
 }
 
 func TestCalloutConfinesServiceToItsTable(t *testing.T) {

@@ -380,6 +380,10 @@ func AgentPermissions(cluster string) Permissions {
 		"$JS.API.CONSUMER.CREATE.KV_" + subjects.ImportWatchBucket + ".*.$KV." + subjects.ImportWatchBucket + "." + enc,
 		"$JS.API.CONSUMER.DELETE.KV_" + subjects.ImportWatchBucket + ".*",
 		"$JS.API.CONSUMER.INFO.KV_" + subjects.ImportWatchBucket + ".*",
+		// Its replay (pkg/kvfeed): a direct get of that one key, the subject naming it, so
+		// that no other cluster's key can be asked for. (The batched form, multi_last, carries
+		// its subjects in the request body, where permissions cannot see them: never granted.)
+		"$JS.API.DIRECT.GET.KV_" + subjects.ImportWatchBucket + ".$KV." + subjects.ImportWatchBucket + "." + subjects.ImportWatchKey(cluster),
 	}
 	for _, b := range subjects.DesiredBuckets() {
 		stream := "KV_" + b

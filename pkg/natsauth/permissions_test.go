@@ -119,6 +119,12 @@ func TestPermissionTable(t *testing.T) {
 			{"$JS.API.CONSUMER.CREATE.KV_import-watch.x.$KV.import-watch.c2", false, false},
 			{"$JS.API.CONSUMER.CREATE.KV_import-watch.x", false, false},
 			{"$JS.API.DIRECT.GET.KV_import-watch.$KV.import-watch.c2", false, false},
+			// Its own import-watch key by name (its replay, pkg/kvfeed), never the batched form.
+			{"$JS.API.DIRECT.GET.KV_import-watch.$KV.import-watch.c1", false, true},
+			{"$JS.API.DIRECT.GET.KV_import-watch.$KV.import-watch.*", false, false},
+			{"$JS.API.DIRECT.GET.KV_import-watch", false, false},
+			{"$JS.API.DIRECT.GET.KV_desired-rbac", false, false},
+			{"$JS.API.DIRECT.GET.KV_desired-rbac.$KV.desired-rbac.c1.>", false, false},
 			{"$KV.import-watch.c1", false, false},
 			// Its own keys' changes on the feed, not another cluster's, and never publishing there.
 			{"fleet.feed.desired-rbac.c1.ClusterRole.=.a", true, true},

@@ -225,6 +225,27 @@ func (h *childHub) cpuProfile(ctx context.Context, d time.Duration, file string)
 	return f.Close()
 }
 
+// cpuProfileOfNext waits for the fleetd started after the one with process id old, and saves a
+// CPU profile of it over d into file, from as soon as it serves its profiles: the agents
+// reconnect to its NATS server before it is ready.
+func (h *childHub) cpuProfileOfNext(ctx context.Context, old string, d time.Duration, file string) error {
+	for h.pid() == old {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := h.cpuProfile(ctx, d, file)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // logTail returns the last n lines of the file at path (the hub's log is removed with its
 // directory when fleetsim ends).
 func logTail(path string, n int) string {

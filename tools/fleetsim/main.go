@@ -88,7 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.idle, "idle", 30*time.Second, "steady scenario: how long the idle fleet is measured")
 	fs.StringVar(&misbehave, "misbehave", "", "extra misbehaving clusters, kind=N comma separated: reconnect (every second), flood (heartbeats 10x as often), inventory (30,000 namespaces), foreign (publishes and subscribes on another cluster's subjects), noack (never writes an applied status); not timed, checked to converge and to show on the hub")
 	fs.StringVar(&o.stormCmd, "storm-cmd", "", "storm scenario without -fleetd: a shell command that restarts a NATS node (or the hub) under the fleet and returns once it is started again, e.g. 'docker restart fleetstream-nats-1-1'")
-	fs.StringVar(&o.stormProfile, "storm-profile", "", "with -fleetd and the storm scenario: save a CPU profile of the restarted hub over its first 30 s of being ready to this file")
+	fs.StringVar(&o.stormProfile, "storm-profile", "", "with -fleetd and the storm scenario: save a CPU profile of the restarted hub over its first 30 s (from when it serves profiles) to this file")
 	fs.StringVar(&o.profile, "hub-profile", "", "with -fleetd: save a CPU profile of the hub over the steady scenario's idle window to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -809,6 +809,15 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 		c.disconnected.Store(0)
 	}
 	t0 := time.Now()
+	if o.stormProfile != "" && h.child != nil {
+		profiled := make(chan error, 1)
+		go func() { profiled <- h.child.cpuProfileOfNext(ctx, h.child.pid(), stormProfileWindow, o.stormProfile) }()
+		defer func() {
+			if err := <-profiled; err != nil {
+				fmt.Fprintln(os.Stderr, "fleetsim: storm profile:", err)
+			}
+		}()
+	}
 	if o.stormCmd != "" {
 		st.Restarted = o.stormCmd
 		if out, err := exec.CommandContext(ctx, "sh", "-c", o.stormCmd).CombinedOutput(); err != nil {
@@ -819,15 +828,6 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 	}
 	ready := time.Now()
 	st.HubDownMS = ms(ready.Sub(t0))
-	if o.stormProfile != "" && h.child != nil {
-		profiled := make(chan error, 1)
-		go func() { profiled <- h.child.cpuProfile(ctx, stormProfileWindow, o.stormProfile) }()
-		defer func() {
-			if err := <-profiled; err != nil {
-				fmt.Fprintln(os.Stderr, "fleetsim: storm profile:", err)
-			}
-		}()
-	}
 	// Only the agents whose connection dropped reconnect; with a NATS node restarted, the
 	// others never noticed. They are still checked below to be shown Connected.
 	all := clusters

@@ -180,15 +180,26 @@ func (w *ImportWatcher) watchSpec(ctx context.Context, out chan *agentv1.ImportW
 		out <- s
 	}
 	key := subjects.ImportWatchKey(w.a.cfg.ClusterName)
+	// A watch that ended is resumed, keeping its subscription (pkg/kvfeed).
+	var kw *kvfeed.Watcher
+	defer func() {
+		if kw != nil {
+			_ = kw.Stop()
+		}
+	}()
 	delay := watchRetryBase
 	for ctx.Err() == nil {
 		started := time.Now()
 		err := func() error {
-			kw, err := kvfeed.Watch(ctx, w.a.js, subjects.ImportWatchBucket, key, kvfeed.Options{Resync: feedResync})
+			var err error
+			if kw != nil {
+				kw, err = kw.Resume(ctx)
+			} else {
+				kw, err = kvfeed.Watch(ctx, w.a.js, subjects.ImportWatchBucket, key, kvfeed.Options{Resync: feedResync})
+			}
 			if err != nil {
 				return err
 			}
-			defer func() { _ = kw.Stop() }()
 			for e := range kw.Updates() {
 				if e == nil {
 					delay = watchRetryBase

@@ -27,12 +27,23 @@ const feedResync = 15 * time.Minute
 
 // watchBucket keeps a watch on this cluster's keys of bucket until ctx ends, re-establishing it
 // (with a fresh replay) whenever it ends: at once when it asked for a resync, after a backoff
-// when it failed.
+// when it failed. A watch that ended is resumed, not started anew, so that it keeps its
+// subscription (pkg/kvfeed: after a hub restart every agent resyncs at once).
 func (a *Applier) watchBucket(ctx context.Context, bucket string) {
+	var w *kvfeed.Watcher
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
 	delay := watchRetryBase
 	for ctx.Err() == nil {
 		started := time.Now()
-		replayed, err := a.watchOnce(ctx, bucket)
+		var (
+			replayed bool
+			err      error
+		)
+		w, replayed, err = a.watchOnce(ctx, bucket, w)
 		if ctx.Err() != nil {
 			return
 		}
@@ -59,14 +70,18 @@ func (a *Applier) watchBucket(ctx context.Context, bucket string) {
 }
 
 // watchOnce replays this cluster's keys of bucket and then streams changes into the store,
-// until the watch ends. It reports whether the replay completed.
-func (a *Applier) watchOnce(ctx context.Context, bucket string) (replayed bool, err error) {
+// until the watch ends. It resumes prev when there is one, and returns the watch (nil when none
+// could be made, to be stopped by the caller) and whether the replay completed.
+func (a *Applier) watchOnce(ctx context.Context, bucket string, prev *kvfeed.Watcher) (w *kvfeed.Watcher, replayed bool, err error) {
 	// Only the latest value per key: history would replay superseded objects.
-	w, err := kvfeed.Watch(ctx, a.js, bucket, a.keyPrefix+".>", kvfeed.Options{Resync: feedResync})
-	if err != nil {
-		return false, err
+	if prev != nil {
+		w, err = prev.Resume(ctx)
+	} else {
+		w, err = kvfeed.Watch(ctx, a.js, bucket, a.keyPrefix+".>", kvfeed.Options{Resync: feedResync})
 	}
-	defer func() { _ = w.Stop() }()
+	if err != nil {
+		return nil, false, err
+	}
 	a.store.beginReplay(bucket)
 	for e := range w.Updates() {
 		if e == nil {
@@ -83,12 +98,12 @@ func (a *Applier) watchOnce(ctx context.Context, bucket string) (replayed bool, 
 		a.observe(bucket, e)
 	}
 	if ctx.Err() != nil {
-		return replayed, nil
+		return w, replayed, nil
 	}
 	if err := w.Err(); err != nil {
-		return replayed, err
+		return w, replayed, err
 	}
-	return replayed, fmt.Errorf("watch of %s ended", bucket)
+	return w, replayed, fmt.Errorf("watch of %s ended", bucket)
 }
 
 // observe records one watched entry and queues its key.
