@@ -222,7 +222,9 @@ func startLive(ctx context.Context, js jetstream.JetStream, bucket, filter strin
 		defer close(w.done)
 		defer close(w.updates)
 		w.err = r.loop(wctx, replay)
-		if wctx.Err() != nil || w.err == nil {
+		stopped := wctx.Err() != nil || w.err == nil
+		cancel() // ends the replay source
+		if stopped {
 			// Stopped (or its context ended): nobody resumes it.
 			w.mu.Lock()
 			if w.feed != nil {
@@ -279,6 +281,7 @@ func watchConsumer(ctx context.Context, js jetstream.JetStream, bucket, filter s
 		defer close(w.done)
 		defer close(w.updates)
 		w.err = r.loop(wctx, replay)
+		cancel() // ends the consumer
 	}()
 	return w, nil
 }

@@ -554,6 +554,13 @@ func TestOneKeyIsReplayedWithoutAConsumer(t *testing.T) {
 	}
 	v.until(t, "delete", func() bool { _, ok := v.values["c1"]; return !ok })
 
+	// A key never written: an empty replay.
+	v3 := watch(t, j.JS, "c3", kvfeed.Options{Settle: 10 * time.Millisecond})
+	v3.until(t, "replay of a key never written", func() bool { return v3.replayed })
+	if len(v3.values) != 0 {
+		t.Fatalf("replay of a key never written = %v", v3.values)
+	}
+
 	// Replayed while deleted: the delete marker, so the caller drops what it held.
 	v2 := watch(t, j.JS, "c1", kvfeed.Options{Settle: 10 * time.Millisecond})
 	v2.values["c1"] = "stale"
