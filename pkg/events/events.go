@@ -407,7 +407,14 @@ func Transient(err error) bool {
 	}
 	var apiErr *jetstream.APIError
 	// 503 is JetStream's "no leader / cluster not available" family.
-	return errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit)
+	if errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit) {
+		return true
+	}
+	// A KV watch creates its consumer through nats.go's older API, whose errors are its own
+	// type: rbac-sync's load of desired-rbac failed so under a 3,000-agent storm, and fleetd
+	// stopped.
+	var legacy *nats.APIError
+	return errors.As(err, &legacy) && (legacy.Code == 503 || legacy.ErrorCode == nats.ErrorCode(jetstream.JSErrCodeMaximumConsumersLimit))
 }
 
 // retryable reports errors after which the publish may or may not have been stored, where

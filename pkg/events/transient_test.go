@@ -22,6 +22,10 @@ func TestTransient(t *testing.T) {
 		// A fleet reconnecting at once fills a stream with short-lived replay consumers.
 		{"a stream at its consumer limit", fmt.Errorf("load: %w", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeMaximumConsumersLimit, Description: "maximum consumers limit reached"}), true},
 		{"the client's own form of it", jetstream.ErrMaximumConsumersLimit, true},
+		// What a KV watch returns (nats.go's older API): fleetd stopped on it in a storm.
+		{"a KV watch at the consumer limit", fmt.Errorf("load desired-rbac: %w", &nats.APIError{Code: 400, ErrorCode: 10026, Description: "maximum consumers limit reached"}), true},
+		{"a KV watch without a leader", &nats.APIError{Code: 503, ErrorCode: 10008}, true},
+		{"a KV watch's bad request", &nats.APIError{Code: 400, ErrorCode: 10052}, false},
 		{"a bad request", &jetstream.APIError{Code: 400, ErrorCode: 10052, Description: "invalid config"}, false},
 		{"anything else", errors.New("boom"), false},
 	} {

@@ -136,6 +136,8 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 		{[]string{"-misbehave", "flood=0"}, "not kind=N"},
 		{[]string{"-misbehave", "sleepy=1"}, `unknown kind "sleepy"`},
 		{[]string{"-hub-profile", "x.pprof", "-scenario", "join,steady"}, "-hub-profile needs -fleetd"},
+		{[]string{"-storm-profile", "x.pprof", "-scenario", "join,grant,storm", "-storm-cmd", "true"}, "-storm-profile needs -fleetd"},
+		{[]string{"-storm-profile", "x.pprof", "-scenario", "join,grant", "-fleetd", "bin/fleetd"}, "-storm-profile needs -fleetd and the storm scenario"},
 		{[]string{"-rounds", "0"}, "-rounds"},
 		{[]string{"-heartbeat", "0s"}, "-heartbeat"},
 		{[]string{"-ramp", "-1"}, "-ramp"},
