@@ -153,7 +153,7 @@ func (c *Controller) Run(ctx context.Context, sources ...Source) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range sources {
 		feed := s.subscribe(gctx)
-		g.Go(func() error { feed(c.Add, c.resync); return nil })
+		g.Go(func() error { feed(c, c.resync); return nil })
 	}
 	c.resync()
 	// Only now may Sync count on the run: had it queued its keys before the start did, the
