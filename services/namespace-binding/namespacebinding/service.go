@@ -335,12 +335,8 @@ func wait(ctx context.Context, ch <-chan struct{}) bool {
 const PlacementLease = "namespace-binding.placement"
 
 func (s *Service) runPlacementLoops(ctx context.Context) error {
-	return lease.Run(ctx, s.js, PlacementLease, lease.DefaultHolder(), lease.DefaultTTL, func(ctx context.Context) error {
-		g, ctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return s.placement.RunScheduler(ctx) })
-		g.Go(func() error { return s.runFollow(ctx) })
-		return g.Wait()
-	}, lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas))
+	return reconcile.RunLeased(ctx, s.js, PlacementLease, []lease.Option{lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas)},
+		s.placement.RunScheduler, s.runFollow)
 }
 
 // Projections are the service's views, placement's included, for tools that check a running
@@ -391,3 +387,7 @@ func (r registry) GetFresh(ctx context.Context, key string) (*clusterv1.Cluster,
 func (r registry) Changed() <-chan struct{} { return r.s.clusters.Changed() }
 
 func (r registry) Current(ctx context.Context) (uint64, error) { return r.s.clusters.Current(ctx) }
+
+func (r registry) Watch(keys func(view.Update[*clusterv1.Cluster]) []string) reconcile.Source {
+	return reconcile.Watch(r.s.clusters, keys)
+}

@@ -63,7 +63,6 @@ func (s *PlacementAPI) CreatePlacement(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	s.kickScheduler()
 	out, err := s.awaitPlacement(ctx, spec.Project, spec.Name, seq)
 	if err != nil {
 		return nil, err
@@ -109,7 +108,6 @@ func (s *PlacementAPI) UpdatePlacement(ctx context.Context, req *connect.Request
 		return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: s.presentPlacement(res.State)}), nil
 	}
 	seq := res.Sequence
-	s.kickScheduler()
 	out, err := s.awaitPlacement(ctx, spec.Project, spec.Name, seq)
 	if err != nil {
 		return nil, err
@@ -155,7 +153,6 @@ func (s *PlacementAPI) DeletePlacement(ctx context.Context, req *connect.Request
 	if err := viewapi.AwaitPast(ctx, s.placements, key, cur.Revision); err != nil {
 		return nil, err
 	}
-	s.kickScheduler()
 	s.log.Info("placement deleted", zap.String("project", m.Project), zap.String("placement", m.Name), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&placementv1.DeletePlacementResponse{}), nil
 }
@@ -317,6 +314,5 @@ func (s *PlacementAPI) SetAddOnScore(ctx context.Context, req *connect.Request[p
 	if out == nil {
 		out = sc
 	}
-	s.kickScheduler()
 	return connect.NewResponse(&placementv1.SetAddOnScoreResponse{Score: out}), nil
 }

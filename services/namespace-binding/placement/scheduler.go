@@ -7,58 +7,312 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	core "github.com/fleetstream/fleetstream/pkg/placement"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
 )
 
-// The placement scheduler: it decides every placement whose inputs changed and appends each
-// changed decision as PlacementDecisionsChanged.
+// The placement scheduler: a controller (pkg/reconcile) keyed by placement (placementKey, the
+// key of the placements and decisions views) that decides a placement and appends a changed
+// decision as PlacementDecisionsChanged, and appends a deleted placement's last one.
 //
 // A placement's inputs are its spec, the sets bound to its project, and the fleet: every
 // cluster's labels, claims, taints and resources, the sets and the add-on scores. Each is
 // fingerprinted; a placement is decided again only when its fingerprint moved or a moment the
-// last decision named (a toleration running out, a score expiring) has come, so heartbeats and
-// unrelated writes cost a hash, not a schedule, and "decisions change only when an input
-// changes" holds by construction. Other placements' decisions feed Balance but are not an
-// input: one placement moving does not re-decide the rest (OCM does the same between resyncs).
+// last decision named (a toleration running out, a score expiring) has come, so heartbeats,
+// resyncs and unrelated writes cost a hash, not a schedule, and "decisions change only when an
+// input changes" holds by construction.
+//
+// What queues a placement:
+//   - a change of its spec or of its decision (another writer's, or a deleted placement's left
+//     over), at once;
+//   - a set bound to or unbound from its project, at once;
+//   - a change of the fleet, through fleetKey: every change of a cluster's scheduling facts, of
+//     a set or of a score queues fleetKey once the fleet debounce has passed (reconcile.Delay;
+//     a burst of changes, a fleet joining, waits once and is reconciled once), and fleetKey
+//     rebuilds the fleet and, when its fingerprint moved, queues every placement at once (each
+//     one's fingerprint covers the whole fleet, so every one's moved: a placement reading none
+//     of the changed clusters costs a Schedule that decides what it had, appending nothing);
+//   - the moment its decision named, by its own reconcile (AddAfter);
+//   - every placement, at the start and every schedulerResync.
+//
+// Other placements' decisions feed Balance (how many placements decided each cluster) but are
+// not an input: a change of one placement's decision queues that placement alone, never the
+// placements that read it. Re-deciding the readers would make every decision depend on when the
+// others were made (A moving re-balances B, which re-balances A: namespaces moved between
+// clusters for no change anyone made), and would break "decisions change only when an input
+// changes"; a placement reads the others' counts afresh whenever it is decided for a reason of
+// its own. OCM does the same: other placements' decisions are read at scheduling time, not
+// watched. The counts include what this scheduler appended and the view does not show yet
+// (balance), and one worker decides one placement at a time, so placements decided one after
+// another (a fleet change queues them all) see each other as they did in one round.
 //
 // A decision that keeps the clusters, groups and conditions but scores them differently, or
 // arms, drops or moves its timer, is appended too, so what the API shows is the last evaluation;
 // score-only changes at most once per Config.ScoreRefresh per placement (storeEvaluation).
 //
+// A placement whose scheduling fails (its append, a bus outage) is queued again with its own
+// backoff (reconcile.Config.BaseDelay doubling to MaxDelay); the others go on.
+//
 // Fingerprints live in memory: after a start every placement is decided once, and a decision
-// equal to the stored one appends nothing. Replicas decide the same inputs alike; the append
-// expects the decision subject's last sequence, so of two replicas one writes and the other
-// sees its decision on the next round.
+// equal to the stored one appends nothing. Only the holder of namespace-binding's
+// PlacementLease runs the scheduler; should two ever decide, each append expects the decision
+// subject's last sequence, so one writes and the other sees its decision arrive.
 
-// schedulerDebounce gathers a burst of changes (an import adding 100 clusters) into one round.
+// fleetKey is the scheduler's one key that is no placement's (placement keys are
+// keys.Join(project, name) of DNS labels): the fleet, rebuilt when a cluster, set or score
+// changed.
+const fleetKey = "\x00fleet"
+
+// schedulerDebounce is the least time a change of the fleet waits before it is acted on, so a
+// burst of changes (an import adding 100 clusters) costs one rebuild and one decision of each
+// placement.
 const schedulerDebounce = 50 * time.Millisecond
+
+// schedulerResync is how often every placement is looked at with nothing changing: a safety
+// net, since each is queued by its inputs and at its own moment.
+const schedulerResync = time.Minute
+
+// Backoff of a placement whose scheduling failed: as soon as the old loop's retry of every
+// placement (1 s) at first, and at most a minute apart.
+const (
+	schedulerRetry    = time.Second
+	schedulerMaxRetry = time.Minute
+)
 
 type schedulerState struct {
 	fleetSum [32]byte
 	fleet    *core.Fleet
 	// fleetInputs are the change channels of the caches the fleet was built from: while none
-	// has fired, the fleet (and its fingerprint) stands, and a round woken by a decision or a
-	// placement does not walk every cluster again.
+	// has fired, the fleet (and its fingerprint) stands.
 	fleetInputs []<-chan struct{}
+	// built is when the fleet was last rebuilt (refreshFleet).
+	built time.Time
+	// queuedSum is the fleet fingerprint every placement was last queued for (fleetKey).
+	queuedSum [32]byte
 	// inputs remembers each cluster's scheduling facts by revision (fleetinputs.go).
 	inputs fleetInputs
-	// decided is each placement's input fingerprint at its last decision in this process.
+	// decided is each placement's input fingerprint at its last decision in this run.
 	decided map[string][32]byte
 	// next is the moment each placement must be decided again with no input changing.
 	next map[string]time.Time
 	// scoreStored is when each placement's last decision that changed only scores or its
 	// timer was stored: the next such one waits until ScoreRefresh has passed.
 	scoreStored map[string]time.Time
+	balance     balance
+	// generation measures what a fleet change costs: the placements fleetKey queued and not
+	// yet reconciled, and the time the rebuild and their reconciles took so far.
+	generation     map[string]struct{}
+	generationWork time.Duration
+}
+
+// scheduler is the placement scheduler's reconciler. One worker runs it: the state is the
+// worker's alone, but for round, which the sources read.
+type scheduler struct {
+	s    *Service
+	ctrl *reconcile.Controller
+	st   schedulerState
+	// round is how long (ns) deciding every placement for the last fleet change took.
+	round atomic.Int64
+}
+
+func newScheduler(s *Service) *scheduler {
+	sc := &scheduler{s: s}
+	sc.ctrl = reconcile.New(reconcile.Config{Name: "placement-scheduler", Keys: sc.keys, Resync: schedulerResync,
+		BaseDelay: schedulerRetry, MaxDelay: schedulerMaxRetry, Log: s.log}, sc)
+	return sc
+}
+
+// debounce is how long a change of the fleet waits before fleetKey rebuilds it: at least
+// schedulerDebounce, and long enough that fleet changes cost at most a fifth of a core however
+// large the fleet (four times what deciding every placement took for the last one). A rebuild
+// passes over every cluster and re-decides every placement, and during a 10,000-cluster join,
+// with a change every few milliseconds, back-to-back rounds were a tenth of the hub's CPU
+// (docs/scale.md).
+func (sc *scheduler) debounce() time.Duration {
+	return min(max(schedulerDebounce, 4*time.Duration(sc.round.Load())), time.Second)
+}
+
+// RunScheduler runs the scheduler until ctx is done. One replica at a time: the caller holds
+// the lease (namespace-binding's PlacementLease) for as long as it runs; each run starts from
+// no fingerprints.
+func (s *Service) RunScheduler(ctx context.Context) error {
+	sc := s.sched
+	sc.st = schedulerState{decided: map[string][32]byte{}, next: map[string]time.Time{}, scoreStored: map[string]time.Time{},
+		balance: balance{counts: map[string]int{}, counted: map[string]countedDecision{}}}
+	fleet := func(src reconcile.Source) reconcile.Source { return reconcile.Delay(src, sc.debounce) }
+	return sc.ctrl.Run(ctx,
+		reconcile.Watch(s.placements, nil),
+		reconcile.Watch(s.decisions, nil),
+		reconcile.Watch(s.setBindings, sc.placementsOfBinding),
+		fleet(s.clusters.Watch(schedulingFactsChanged)),
+		fleet(reconcile.Watch(s.clusterSets, toFleet[*placementv1.ClusterSet])),
+		fleet(reconcile.Watch(s.addOnScores, toFleet[*placementv1.AddOnScore])))
+}
+
+// keys are the fleet and every placement or decision (perhaps a deleted placement's).
+func (sc *scheduler) keys() []string {
+	out := append([]string{fleetKey}, cacheKeys(sc.s.placements)...)
+	for _, k := range cacheKeys(sc.s.decisions) {
+		if _, ok := sc.s.placements.Get(k); !ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func cacheKeys[T proto.Message](c *view.Cache[T]) []string {
+	entries := c.Entries(nil)
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.Key
+	}
+	return out
+}
+
+func (sc *scheduler) placementsOfBinding(u view.Update[*placementv1.ClusterSetBinding]) []string {
+	return sc.s.placements.Keys(byProject(u.Value.GetProject()))
+}
+
+func toFleet[T proto.Message](view.Update[T]) []string { return []string{fleetKey} }
+
+// schedulingFactsChanged queues fleetKey for a change of a cluster the scheduler can see: not
+// for a connection or a condition, which a joining or reconnecting fleet makes by the thousand.
+func schedulingFactsChanged(u view.Update[*clusterv1.Cluster]) []string {
+	if u.Op == view.Put && u.Prev != nil && proto.Equal(schedulingFacts(u.Prev), schedulingFacts(u.Value)) {
+		return nil
+	}
+	return []string{fleetKey}
+}
+
+// Reconcile rebuilds the fleet (fleetKey) or decides one placement.
+func (sc *scheduler) Reconcile(ctx context.Context, key string) error {
+	began := time.Now()
+	defer func() { sc.measure(key, time.Since(began)) }()
+	if key == fleetKey {
+		return sc.reconcileFleet()
+	}
+	if err := sc.refreshFleet(false); err != nil {
+		return err
+	}
+	return sc.reconcilePlacement(ctx, key)
+}
+
+// measure adds a reconcile's time to its fleet change's, and sets round when that change's
+// last placement is done.
+func (sc *scheduler) measure(key string, took time.Duration) {
+	st := &sc.st
+	if key == fleetKey {
+		st.generationWork += took
+		return
+	}
+	if _, ok := st.generation[key]; !ok {
+		return
+	}
+	delete(st.generation, key)
+	st.generationWork += took
+	if len(st.generation) == 0 {
+		sc.round.Store(int64(st.generationWork))
+	}
+}
+
+// reconcileFleet rebuilds the fleet and, when its fingerprint moved, queues every placement.
+func (sc *scheduler) reconcileFleet() error {
+	st := &sc.st
+	if err := sc.refreshFleet(true); err != nil {
+		return err
+	}
+	if st.fleetSum == st.queuedSum {
+		return nil
+	}
+	st.queuedSum = st.fleetSum
+	keys := cacheKeys(sc.s.placements)
+	st.generation, st.generationWork = make(map[string]struct{}, len(keys)), 0
+	for _, k := range keys {
+		st.generation[k] = struct{}{}
+		sc.ctrl.Add(k)
+	}
+	if len(keys) == 0 {
+		sc.round.Store(0)
+	}
+	return nil
+}
+
+// reconcilePlacement decides the placement at key if its inputs moved or its moment came, or
+// drops the decision of a deleted one.
+func (sc *scheduler) reconcilePlacement(ctx context.Context, key string) error {
+	s, st := sc.s, &sc.st
+	p, ok := s.placements.Get(key)
+	if !ok {
+		return sc.dropDecision(ctx, key)
+	}
+	now := s.now()
+	sum := s.inputSum(st, p)
+	if _, known := st.decided[key]; !known {
+		// First look in this run: a decision made from these very inputs (by an earlier
+		// process or another replica) stands, so a restart moves nothing.
+		if d, ok := s.decisions.Get(key); ok && bytes.Equal(d.InputDigest, sum[:]) {
+			st.decided[key] = sum
+			if d.NextEvaluation != nil {
+				st.next[key] = d.NextEvaluation.AsTime()
+			}
+		}
+	}
+	if st.decided[key] != sum || (!st.next[key].IsZero() && !now.Before(st.next[key])) {
+		if err := sc.decide(ctx, p, sum, now); err != nil {
+			delete(st.decided, key) // decided again when retried
+			return err
+		}
+	}
+	// A moment already past is a decision that lost its append to another writer's: that
+	// one's arrival queues the placement.
+	if at := st.next[key]; at.After(now) {
+		sc.ctrl.AddAfter(key, at.Sub(now))
+	}
+	return nil
+}
+
+// dropDecision appends a deleted placement's last decision event, removing every cluster, so
+// whoever follows it (namespaces, subscribers) lets go.
+func (sc *scheduler) dropDecision(ctx context.Context, key string) error {
+	s, st := sc.s, &sc.st
+	forget := func() {
+		delete(st.decided, key)
+		delete(st.next, key)
+		delete(st.scoreStored, key)
+	}
+	d, ok := s.decisions.Get(key)
+	if !ok {
+		forget()
+		return nil
+	}
+	// A placement this replica's view does not show yet may just have been created: its
+	// update queues it again.
+	if !s.PlacementGone(ctx, d.Project, d.Name) {
+		return nil
+	}
+	seq, err := s.decisionStore.Append(ctx, subjects.PlacementDecision(d.Project, d.Name), key, events.At(d.Revision),
+		&placementv1.PlacementDecisionsChanged{Project: d.Project, Name: d.Name, Removed: sorted(decidedClusters(d))})
+	switch {
+	case events.IsConflict(err):
+		return nil // another writer's event arrives in the view and queues it again
+	case err != nil:
+		return fmt.Errorf("drop decisions of deleted placement %s/%s: %w", d.Project, d.Name, err)
+	}
+	st.balance.record(key, seq, nil)
+	forget()
+	return nil
 }
 
 // storeEvaluation says whether next, which decides the same clusters, groups and conditions
@@ -97,174 +351,23 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// kickScheduler asks for a round now (an API write the caller waits on).
-func (s *Service) kickScheduler() {
-	select {
-	case s.schedKick <- struct{}{}:
-	default:
-	}
-}
-
-// RunScheduler runs the scheduler until ctx is done. One replica at a time: the caller holds
-// the lease (namespace-binding's PlacementLease) for as long as it runs.
-func (s *Service) RunScheduler(ctx context.Context) error {
-	st := &schedulerState{decided: map[string][32]byte{}, next: map[string]time.Time{}, scoreStored: map[string]time.Time{}}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		s.rounds.start()
-		// Take the change channels before deciding, so a change during the round wakes the
-		// next one.
-		changed := []<-chan struct{}{s.clusters.Changed(), s.clusterSets.Changed(), s.setBindings.Changed(),
-			s.placements.Changed(), s.addOnScores.Changed(), s.decisions.Changed()}
-		began := time.Now()
-		wake, err := s.scheduleRound(ctx, st)
-		took := time.Since(began)
-		s.rounds.finish()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			s.log.Error("placement scheduling round", zap.Error(err))
-			wake = s.now().Add(time.Second) // retried; the round's writes are idempotent
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		if !wake.IsZero() {
-			timer.Reset(max(time.Until(wake), 0))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.schedKick:
-			// An API write waits on this round: only the short debounce, whatever a round costs.
-			took = 0
-		case <-timer.C:
-		case <-changed[0]:
-		case <-changed[1]:
-		case <-changed[2]:
-		case <-changed[3]:
-		case <-changed[4]:
-		case <-changed[5]:
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(debounceAfter(took)):
-		}
-	}
-}
-
-// debounceAfter is how long the scheduler gathers changes after a round that took took: at
-// least schedulerDebounce, and long enough that rounds take at most a fifth of a core however
-// large the fleet. A round passes over every cluster (its fleet's fingerprint), and during a
-// 10,000-cluster join, with a change every few milliseconds, back-to-back rounds were a tenth
-// of the hub's CPU (docs/scale.md).
-func debounceAfter(took time.Duration) time.Duration {
-	return min(max(schedulerDebounce, 4*took), time.Second)
-}
-
-// scheduleRound decides what is due and returns the earliest moment a decision must be made
-// again with no input changing (zero for none).
-func (s *Service) scheduleRound(ctx context.Context, st *schedulerState) (time.Time, error) {
-	now := s.now()
-	if err := s.refreshFleet(st); err != nil {
-		return time.Time{}, err
-	}
-	placements := s.placements.List(nil)
-	live := make(map[string]bool, len(placements))
-	// Balance counts every other placement's decision: the total, minus the placement's own
-	// while it is decided, updated as decisions change within the round.
-	counts := map[string]int{}
-	for _, d := range s.decisions.List(nil) {
-		for _, c := range decidedClusters(d) {
-			counts[c]++
-		}
-	}
-	var firstErr error
-	for _, p := range placements {
-		key := placementKey(p.Project, p.Name)
-		live[key] = true
-		sum := s.inputSum(st, p)
-		if _, known := st.decided[key]; !known {
-			// First round of this process: a decision made from these very inputs (by an
-			// earlier process or another replica) stands, so a restart moves nothing.
-			if d, ok := s.decisions.Get(key); ok && bytes.Equal(d.InputDigest, sum[:]) {
-				st.decided[key] = sum
-				if d.NextEvaluation != nil {
-					st.next[key] = d.NextEvaluation.AsTime()
-				}
-			}
-		}
-		if st.decided[key] == sum && (st.next[key].IsZero() || now.Before(st.next[key])) {
-			continue
-		}
-		if err := s.decide(ctx, st, p, sum, counts, now); err != nil {
-			if ctx.Err() != nil {
-				return time.Time{}, ctx.Err()
-			}
-			delete(st.decided, key) // decided again next round
-			if firstErr == nil {
-				firstErr = err
-			}
-		}
-	}
-	// A deleted placement's decision goes too, with a last event removing every cluster, so
-	// whoever follows it (namespaces, subscribers) lets go.
-	for _, d := range s.decisions.List(nil) {
-		key := placementKey(d.Project, d.Name)
-		if live[key] || !s.PlacementGone(ctx, d.Project, d.Name) {
-			continue
-		}
-		if _, err := s.store.Append(ctx, subjects.PlacementDecision(d.Project, d.Name), key, events.At(d.Revision),
-			&placementv1.PlacementDecisionsChanged{Project: d.Project, Name: d.Name, Removed: sorted(decidedClusters(d))}); err != nil && !events.IsConflict(err) && firstErr == nil {
-			firstErr = fmt.Errorf("drop decisions of deleted placement %s/%s: %w", d.Project, d.Name, err)
-		}
-		delete(st.decided, key)
-		delete(st.next, key)
-		delete(st.scoreStored, key)
-	}
-	var wake time.Time
-	for key, t := range st.next {
-		if !live[key] {
-			delete(st.next, key)
-			delete(st.scoreStored, key)
-			continue
-		}
-		if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
-			wake = t
-		}
-	}
-	return wake, firstErr
-}
-
-func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1.Placement, sum [32]byte, counts map[string]int, now time.Time) error {
+// decide schedules p on the fleet and appends its decision if it changed.
+func (sc *scheduler) decide(ctx context.Context, p *placementv1.Placement, sum [32]byte, now time.Time) error {
+	s, st := sc.s, &sc.st
 	key := placementKey(p.Project, p.Name)
 	cur, hasCur := s.decisions.Get(key)
 	prev := decidedClusters(cur)
-	for _, c := range prev {
-		counts[c]--
-	}
+	// Balance counts every other placement's decision.
+	others, restore := st.balance.without(key, s.decisions, s.placements)
 	var bound []string
 	for _, b := range s.setBindings.Lookup(byProject(p.Project)) {
 		bound = append(bound, b.ClusterSet)
 	}
 	d, err := st.fleet.Schedule(ctx, toCorePlacement(p), core.PlacementState{
-		BoundClusterSets: bound, PreviousDecision: prev, OtherDecisions: counts, Now: now})
+		BoundClusterSets: bound, PreviousDecision: prev, OtherDecisions: others, Now: now})
+	restore()
 	if err != nil {
-		for _, c := range prev {
-			counts[c]++
-		}
 		return fmt.Errorf("schedule placement %s/%s: %w", p.Project, p.Name, err)
-	}
-	restore := func() {
-		for _, c := range prev {
-			counts[c]++
-		}
 	}
 	next := toDecisions(p.Project, p.Name, d, cur, now)
 	next.InputDigest = sum[:]
@@ -279,7 +382,6 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 		// stored at once, since a wrong one says the decision will not change when it will.
 		store, at := s.storeEvaluation(st, key, cur, next, now)
 		if !store {
-			restore()
 			st.decided[key], st.next[key] = sum, earliest(d.NextEvaluation, at)
 			return nil
 		}
@@ -291,45 +393,45 @@ func (s *Service) decide(ctx context.Context, st *schedulerState, p *placementv1
 		// A placement this replica's view still shows may just have been deleted (its
 		// decision's removal already folded): never bring its decision back.
 		if s.PlacementGone(ctx, p.Project, p.Name) {
-			restore()
 			return nil
 		}
 		// The subject may end in a deleted placement's last event: expect exactly that.
 		last, _, err := events.Last(ctx, s.stream, subjects.PlacementDecision(p.Project, p.Name))
 		if err != nil {
-			restore()
 			return err
 		}
 		expect = events.At(last)
 	}
-	_, err = s.store.Append(ctx, subjects.PlacementDecision(p.Project, p.Name), key, expect,
+	seq, err := s.decisionStore.Append(ctx, subjects.PlacementDecision(p.Project, p.Name), key, expect,
 		&placementv1.PlacementDecisionsChanged{Project: p.Project, Name: p.Name, Decisions: next, Added: added, Removed: removed})
 	if events.IsConflict(err) {
-		// Another writer decided first; its decision arrives in the view and wakes a round.
-		restore()
+		// Another writer decided first; its decision arrives in the view and queues this
+		// placement again.
 		return nil
 	}
 	if err != nil {
-		restore()
 		return fmt.Errorf("append decisions of placement %s/%s: %w", p.Project, p.Name, err)
 	}
-	// Balance for the rest of the round counts the decision just written.
-	for _, c := range decidedClusters(next) {
-		counts[c]++
-	}
+	// Balance counts the decision just written from now on, before the view shows it.
+	st.balance.record(key, seq, decidedClusters(next))
 	st.decided[key], st.next[key] = sum, d.NextEvaluation
 	s.log.Info("placement decided", zap.String("project", p.Project), zap.String("placement", p.Name),
 		zap.Strings("added", added), zap.Strings("removed", removed), zap.Int32("selected", d.NumberOfSelectedClusters))
 	return nil
 }
 
-// refreshFleet rebuilds the scheduler's fleet when a cluster, set or score changed in a way the
-// scheduler can see.
-func (s *Service) refreshFleet(st *schedulerState) error {
-	if st.fleet != nil && !anyClosed(st.fleetInputs) {
+// refreshFleet rebuilds the scheduler's fleet when a cluster, set or score changed since it was
+// built. Unless force (fleetKey), not more than once per debounce: a change since the last
+// rebuild has queued fleetKey, which rebuilds the fleet and queues every placement if the
+// change is one the scheduler can see, so a placement decided meanwhile on the fleet as it was
+// is decided again; during a join the placements fleetKey queued then cost one rebuild, not one
+// each.
+func (sc *scheduler) refreshFleet(force bool) error {
+	s, st := sc.s, &sc.st
+	if st.fleet != nil && (!anyClosed(st.fleetInputs) || (!force && time.Since(st.built) < sc.debounce())) {
 		return nil
 	}
-	// Taken before reading, so a change while reading is seen next round.
+	// Taken before reading, so a change while reading is seen by the next rebuild.
 	inputs := []<-chan struct{}{s.clusters.Changed(), s.clusterSets.Changed(), s.addOnScores.Changed()}
 	var prev *[32]byte
 	if st.fleet != nil {
@@ -339,6 +441,7 @@ func (s *Service) refreshFleet(st *schedulerState) error {
 	if err != nil {
 		return err
 	}
+	st.built = time.Now()
 	if f == nil {
 		st.fleetInputs = inputs
 		return nil
@@ -394,13 +497,13 @@ func anyClosed(chs []<-chan struct{}) bool {
 	return false
 }
 
-// WaitSchedulingRound blocks until the scheduler has made a whole round that began after the
-// call, with the clusters, sets, set bindings, placements, decisions and add-on scores as they
-// are in their buckets now: whatever those inputs make it decide has then been appended. It
-// asks for the round itself, since a round that changes nothing is otherwise not due. For
-// tests, before asserting that a decision did not change (namespace-binding's tests reach it
-// through the Service's WaitSchedulingRound, compiled into its test binary alone); only the
-// replica running RunScheduler schedules, so on another one it waits until ctx is done.
+// WaitSchedulingRound blocks until the scheduler has looked at the fleet and every placement
+// since the call, with the clusters, sets, set bindings, placements, decisions and add-on scores
+// as they are in their buckets now: whatever those inputs make it decide has then been appended
+// (reconcile's Sync). For tests, before asserting that a decision did not change
+// (namespace-binding's tests reach it through the Service's WaitSchedulingRound, compiled into
+// its test binary alone); only the replica running RunScheduler schedules, so on another one it
+// waits until ctx is done.
 func (s *Service) WaitSchedulingRound(ctx context.Context) error {
 	for _, current := range []func(context.Context) (uint64, error){s.clusters.Current, s.clusterSets.Current,
 		s.setBindings.Current, s.placements.Current, s.decisions.Current, s.addOnScores.Current} {
@@ -408,58 +511,91 @@ func (s *Service) WaitSchedulingRound(ctx context.Context) error {
 			return err
 		}
 	}
-	want := s.rounds.next()
-	s.kickScheduler()
-	if err := s.rounds.wait(ctx, want); err != nil {
-		return fmt.Errorf("wait for a scheduling round: %w", err)
+	if err := s.sched.ctrl.Sync(ctx); err != nil {
+		return fmt.Errorf("wait for the placement scheduler: %w", err)
 	}
 	return nil
 }
 
-// passes counts the placement scheduler's rounds, so a caller
-// can wait for a whole round that began after it asked (WaitSchedulingRound).
-type passes struct {
-	mu            sync.Mutex
-	started, done uint64
-	changed       chan struct{}
+// balance keeps, for Balance, how many placements decided each cluster, in step with the
+// decisions view: each placement's decided clusters as counted, with the revision they were
+// counted at. A decision this scheduler appended counts at once, until the view shows it.
+type balance struct {
+	counts  map[string]int
+	counted map[string]countedDecision
+	// changed fires when the decisions view next changes: until then counts stand.
+	changed <-chan struct{}
 }
 
-func newPasses() *passes { return &passes{changed: make(chan struct{})} }
-
-func (p *passes) start() {
-	p.mu.Lock()
-	p.started++
-	p.mu.Unlock()
+type countedDecision struct {
+	rev      uint64
+	clusters []string
+	// mine: appended by this scheduler, perhaps not in the view yet.
+	mine bool
 }
 
-func (p *passes) finish() {
-	p.mu.Lock()
-	p.done = p.started
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
-}
-
-// next is the pass a caller asking now waits for: the first to begin after the call.
-func (p *passes) next() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.started + 1
-}
-
-// wait blocks until pass want has finished.
-func (p *passes) wait(ctx context.Context, want uint64) error {
-	for {
-		p.mu.Lock()
-		done, ch := p.done, p.changed
-		p.mu.Unlock()
-		if done >= want {
-			return nil
+func (b *balance) set(key string, c countedDecision) {
+	for _, cl := range b.counted[key].clusters {
+		if b.counts[cl]--; b.counts[cl] == 0 {
+			delete(b.counts, cl)
 		}
+	}
+	for _, cl := range c.clusters {
+		b.counts[cl]++
+	}
+	if c.rev == 0 {
+		delete(b.counted, key)
+		return
+	}
+	b.counted[key] = c
+}
+
+// record counts a decision this scheduler appended at rev.
+func (b *balance) record(key string, rev uint64, clusters []string) {
+	b.set(key, countedDecision{rev: rev, clusters: clusters, mine: true})
+}
+
+// sync brings the counts in line with the decisions view, keeping the decisions this scheduler
+// appended that it does not show yet (of placements that still exist).
+func (b *balance) sync(decisions *view.Cache[*placementv1.PlacementDecisions], placements *view.Cache[*placementv1.Placement]) {
+	if b.changed != nil {
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch:
+		case <-b.changed:
+		default:
+			return
+		}
+	}
+	b.changed = decisions.Changed()
+	seen := map[string]bool{}
+	for _, e := range decisions.Entries(nil) {
+		seen[e.Key] = true
+		c, rev := b.counted[e.Key], e.Value.GetRevision()
+		if (c.mine && rev < c.rev) || (!c.mine && c.rev == rev) {
+			continue
+		}
+		b.set(e.Key, countedDecision{rev: rev, clusters: decidedClusters(e.Value)})
+	}
+	for key, c := range b.counted {
+		if seen[key] {
+			continue
+		}
+		if _, exists := placements.Get(key); c.mine && exists {
+			continue
+		}
+		b.set(key, countedDecision{})
+	}
+}
+
+// without is the counts of every placement's decision but key's, and what restores key's.
+func (b *balance) without(key string, decisions *view.Cache[*placementv1.PlacementDecisions], placements *view.Cache[*placementv1.Placement]) (map[string]int, func()) {
+	b.sync(decisions, placements)
+	own := b.counted[key].clusters
+	for _, cl := range own {
+		b.counts[cl]--
+	}
+	return b.counts, func() {
+		for _, cl := range own {
+			b.counts[cl]++
 		}
 	}
 }

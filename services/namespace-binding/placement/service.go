@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
@@ -72,6 +73,8 @@ type Clusters interface {
 	GetFresh(ctx context.Context, key string) (*clusterv1.Cluster, bool, error)
 	Changed() <-chan struct{}
 	Current(ctx context.Context) (uint64, error)
+	// Watch is reconcile.Watch of the cache, for the scheduler.
+	Watch(keys func(u view.Update[*clusterv1.Cluster]) []string) reconcile.Source
 }
 
 // Deps is what the wiring service gives placement.
@@ -110,11 +113,18 @@ type Service struct {
 	decisions   *view.Cache[*placementv1.PlacementDecisions]
 	addOnScores *view.Cache[*placementv1.AddOnScore]
 
-	schedKick chan struct{}
-	// rounds counts the scheduler's rounds (WaitSchedulingRound).
-	rounds *passes
-	now    func() time.Time
-	ready  chan struct{}
+	// decisionStore appends the scheduler's decisions: Store, but for a test that makes one
+	// placement's appends fail.
+	decisionStore appender
+	// sched is the placement scheduler (scheduler.go), run by RunScheduler.
+	sched *scheduler
+	now   func() time.Time
+	ready chan struct{}
+}
+
+// appender is what the scheduler appends its decisions with (an *events.Store).
+type appender interface {
+	Append(ctx context.Context, subject, aggregateID string, expect events.Expect, payload proto.Message) (uint64, error)
 }
 
 // New builds placement on the stream the wiring service ensured (Stream); Run starts it.
@@ -122,7 +132,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, deps Deps, log
 	cfg.defaults()
 	s := &Service{cfg: cfg, js: js, log: log, store: deps.Store, gate: deps.Gate,
 		projects: deps.Projects, followers: deps.Followers, clusters: deps.Clusters,
-		schedKick: make(chan struct{}, 1), rounds: newPasses(), now: time.Now, ready: make(chan struct{})}
+		decisionStore: deps.Store, now: time.Now, ready: make(chan struct{})}
+	s.sched = newScheduler(s)
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -157,6 +168,9 @@ func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(placementv1connect.NewPlacementServiceHandler(s.Placements(), srv.HandlerOptions()...))
 	if err := s.views.Register(srv.Registry()); err != nil {
 		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
+	for _, m := range s.sched.ctrl.Collectors() {
+		_ = srv.Registry().Register(m)
 	}
 }
 
