@@ -31,7 +31,9 @@ type testHub struct {
 }
 
 // testRegistry is the registry cache as namespace-binding's registry adapter serves it.
-type testRegistry struct{ *view.Cache[*clusterv1.Cluster] }
+type testRegistry struct {
+	*view.Cache[*clusterv1.Cluster]
+}
 
 func (r testRegistry) Watch(keys func(view.Update[*clusterv1.Cluster]) []string) reconcile.Source {
 	return reconcile.Watch(r.Cache, keys)
@@ -40,7 +42,7 @@ func (r testRegistry) Watch(keys func(view.Update[*clusterv1.Cluster]) []string)
 // everyProject is a hub where every project exists and no namespace follows a placement.
 type everyProject struct{}
 
-func (everyProject) ProjectExists(string) bool              { return true }
+func (everyProject) ProjectExists(string) bool           { return true }
 func (everyProject) FollowersOf(string, string) []string { return nil }
 
 // startTestHub starts placement and its scheduler; before runs on the service before the
