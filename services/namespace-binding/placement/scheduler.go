@@ -103,6 +103,8 @@ type schedulerState struct {
 	queuedSum [32]byte
 	// inputs remembers each cluster's scheduling facts by revision (fleetinputs.go).
 	inputs fleetInputs
+	// own is each placement's own inputs (ownInputs) when it was last looked at.
+	own map[string]string
 	// decided is each placement's input fingerprint at its last decision in this run.
 	decided map[string][32]byte
 	// next is the moment each placement must be decided again with no input changing.
@@ -149,7 +151,7 @@ func (sc *scheduler) debounce() time.Duration {
 // no fingerprints.
 func (s *Service) RunScheduler(ctx context.Context) error {
 	sc := s.sched
-	sc.st = schedulerState{decided: map[string][32]byte{}, next: map[string]time.Time{}, scoreStored: map[string]time.Time{},
+	sc.st = schedulerState{own: map[string]string{}, decided: map[string][32]byte{}, next: map[string]time.Time{}, scoreStored: map[string]time.Time{},
 		balance: balance{counts: map[string]int{}, counted: map[string]countedDecision{}}}
 	fleet := func(src reconcile.Source) reconcile.Source { return reconcile.Delay(src, sc.debounce) }
 	return sc.ctrl.Run(ctx,
@@ -203,9 +205,6 @@ func (sc *scheduler) Reconcile(ctx context.Context, key string) error {
 	if key == fleetKey {
 		return sc.reconcileFleet()
 	}
-	if err := sc.refreshFleet(false); err != nil {
-		return err
-	}
 	return sc.reconcilePlacement(ctx, key)
 }
 
@@ -258,7 +257,17 @@ func (sc *scheduler) reconcilePlacement(ctx context.Context, key string) error {
 		return sc.dropDecision(ctx, key)
 	}
 	now := s.now()
-	sum := s.inputSum(st, p)
+	// A placement whose own inputs moved (new to this run, edited, its sets bound or unbound)
+	// or whose moment came is decided on the fleet as it is now, as the caller who changed it
+	// expects; any other look (its own decision arriving, a resync, fleetKey's queueing) takes
+	// the fleet as rebuilt at most a debounce ago, since a change since has queued fleetKey.
+	own := s.ownInputs(p)
+	moved := st.own[key] != string(own) || (!st.next[key].IsZero() && !now.Before(st.next[key]))
+	if err := sc.refreshFleet(moved); err != nil {
+		return err
+	}
+	st.own[key] = string(own)
+	sum := inputSum(st, own)
 	if _, known := st.decided[key]; !known {
 		// First look in this run: a decision made from these very inputs (by an earlier
 		// process or another replica) stands, so a restart moves nothing.
@@ -288,6 +297,7 @@ func (sc *scheduler) reconcilePlacement(ctx context.Context, key string) error {
 func (sc *scheduler) dropDecision(ctx context.Context, key string) error {
 	s, st := sc.s, &sc.st
 	forget := func() {
+		delete(st.own, key)
 		delete(st.decided, key)
 		delete(st.next, key)
 		delete(st.scoreStored, key)
@@ -421,11 +431,11 @@ func (sc *scheduler) decide(ctx context.Context, p *placementv1.Placement, sum [
 }
 
 // refreshFleet rebuilds the scheduler's fleet when a cluster, set or score changed since it was
-// built. Unless force (fleetKey), not more than once per debounce: a change since the last
-// rebuild has queued fleetKey, which rebuilds the fleet and queues every placement if the
-// change is one the scheduler can see, so a placement decided meanwhile on the fleet as it was
-// is decided again; during a join the placements fleetKey queued then cost one rebuild, not one
-// each.
+// built. Unless force, not more than once per debounce: a change since the last rebuild has
+// queued fleetKey, which rebuilds the fleet and queues every placement if the change is one the
+// scheduler can see, so a placement decided meanwhile on the fleet as it was is decided again;
+// during a join the placements fleetKey queued, and their decisions arriving, then cost one
+// rebuild, not one each.
 func (sc *scheduler) refreshFleet(force bool) error {
 	s, st := sc.s, &sc.st
 	if st.fleet != nil && (!anyClosed(st.fleetInputs) || (!force && time.Since(st.built) < sc.debounce())) {
@@ -459,22 +469,26 @@ func schedulingFacts(c *clusterv1.Cluster) *clusterv1.Cluster {
 	return out
 }
 
-// inputSum fingerprints a placement's inputs: the fleet, its spec and its project's bound sets.
-func (s *Service) inputSum(st *schedulerState, p *placementv1.Placement) [32]byte {
-	h := sha256.New()
-	h.Write(st.fleetSum[:])
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], p.Revision)
-	h.Write(n[:])
+// ownInputs encodes the inputs that are the placement's own: its spec (by revision) and its
+// project's bound sets.
+func (s *Service) ownInputs(p *placementv1.Placement) []byte {
+	out := binary.BigEndian.AppendUint64(nil, p.Revision)
 	var bound []string
 	for _, b := range s.setBindings.Lookup(byProject(p.Project)) {
 		bound = append(bound, b.ClusterSet)
 	}
 	slices.Sort(bound)
 	for _, b := range bound {
-		h.Write([]byte(b))
-		h.Write([]byte{0})
+		out = append(append(out, b...), 0)
 	}
+	return out
+}
+
+// inputSum fingerprints a placement's inputs: the fleet and its own (ownInputs).
+func inputSum(st *schedulerState, own []byte) [32]byte {
+	h := sha256.New()
+	h.Write(st.fleetSum[:])
+	h.Write(own)
 	var sum [32]byte
 	h.Sum(sum[:0])
 	return sum
