@@ -97,8 +97,6 @@ type schedulerState struct {
 	// fleetInputs are the change channels of the caches the fleet was built from: while none
 	// has fired, the fleet (and its fingerprint) stands.
 	fleetInputs []<-chan struct{}
-	// built is when the fleet was last rebuilt (refreshFleet).
-	built time.Time
 	// queuedSum is the fleet fingerprint every placement was last queued for (fleetKey).
 	queuedSum [32]byte
 	// inputs remembers each cluster's scheduling facts by revision (fleetinputs.go).
@@ -120,13 +118,16 @@ type schedulerState struct {
 }
 
 // scheduler is the placement scheduler's reconciler. One worker runs it: the state is the
-// worker's alone, but for round, which the sources read.
+// worker's alone, but for round and quietUntil, which the sources read.
 type scheduler struct {
 	s    *Service
 	ctrl *reconcile.Controller
 	st   schedulerState
 	// round is how long (ns) deciding every placement for the last fleet change took.
 	round atomic.Int64
+	// quietUntil (unix ns) is when the next fleet change may be acted on: the last one's
+	// work (round, while it is still being done) and four times that after it.
+	quietUntil atomic.Int64
 }
 
 func newScheduler(s *Service) *scheduler {
@@ -137,14 +138,19 @@ func newScheduler(s *Service) *scheduler {
 }
 
 // debounce is how long a change of the fleet waits before fleetKey rebuilds it: at least
-// schedulerDebounce, and long enough that fleet changes cost at most a fifth of a core however
-// large the fleet (four times what deciding every placement took for the last one). A rebuild
-// passes over every cluster and re-decides every placement, and during a 10,000-cluster join,
-// with a change every few milliseconds, back-to-back rounds were a tenth of the hub's CPU
-// (docs/scale.md).
+// schedulerDebounce, and until the work the last change caused is done and quiet has followed
+// it for four times as long (quiet), so fleet changes cost at most a fifth of a core however
+// large the fleet. A rebuild passes over every cluster and re-decides every placement, and
+// during a 10,000-cluster join, with a change every few milliseconds, back-to-back rounds were
+// a tenth of the hub's CPU (docs/scale.md). The old loop's adaptive debounce, with the same
+// bounds; a placement's own change is not debounced at all (its key is queued at once).
 func (sc *scheduler) debounce() time.Duration {
-	return min(max(schedulerDebounce, 4*time.Duration(sc.round.Load())), time.Second)
+	return max(schedulerDebounce, time.Until(time.Unix(0, sc.quietUntil.Load())))
 }
+
+// quiet is the pause after work that took took: four times as long, within schedulerDebounce
+// and a second.
+func quiet(took time.Duration) time.Duration { return min(max(schedulerDebounce, 4*took), time.Second) }
 
 // RunScheduler runs the scheduler until ctx is done. One replica at a time: the caller holds
 // the lease (namespace-binding's PlacementLease) for as long as it runs; each run starts from
@@ -223,6 +229,7 @@ func (sc *scheduler) measure(key string, took time.Duration) {
 	st.generationWork += took
 	if len(st.generation) == 0 {
 		sc.round.Store(int64(st.generationWork))
+		sc.quietUntil.Store(time.Now().Add(quiet(st.generationWork)).UnixNano())
 	}
 }
 
@@ -236,6 +243,9 @@ func (sc *scheduler) reconcileFleet() error {
 		return nil
 	}
 	st.queuedSum = st.fleetSum
+	// Until this change's work is done, expect it to take as long as the last one's.
+	last := time.Duration(sc.round.Load())
+	sc.quietUntil.Store(time.Now().Add(last + quiet(last)).UnixNano())
 	keys := cacheKeys(sc.s.placements)
 	st.generation, st.generationWork = make(map[string]struct{}, len(keys)), 0
 	for _, k := range keys {
@@ -244,6 +254,7 @@ func (sc *scheduler) reconcileFleet() error {
 	}
 	if len(keys) == 0 {
 		sc.round.Store(0)
+		sc.quietUntil.Store(time.Now().Add(quiet(0)).UnixNano())
 	}
 	return nil
 }
@@ -260,7 +271,7 @@ func (sc *scheduler) reconcilePlacement(ctx context.Context, key string) error {
 	// A placement whose own inputs moved (new to this run, edited, its sets bound or unbound)
 	// or whose moment came is decided on the fleet as it is now, as the caller who changed it
 	// expects; any other look (its own decision arriving, a resync, fleetKey's queueing) takes
-	// the fleet as rebuilt at most a debounce ago, since a change since has queued fleetKey.
+	// the fleet as fleetKey last rebuilt it: a change since has queued fleetKey again.
 	own := s.ownInputs(p)
 	moved := st.own[key] != string(own) || (!st.next[key].IsZero() && !now.Before(st.next[key]))
 	if err := sc.refreshFleet(moved); err != nil {
@@ -431,14 +442,13 @@ func (sc *scheduler) decide(ctx context.Context, p *placementv1.Placement, sum [
 }
 
 // refreshFleet rebuilds the scheduler's fleet when a cluster, set or score changed since it was
-// built. Unless force, not more than once per debounce: a change since the last rebuild has
-// queued fleetKey, which rebuilds the fleet and queues every placement if the change is one the
-// scheduler can see, so a placement decided meanwhile on the fleet as it was is decided again;
-// during a join the placements fleetKey queued, and their decisions arriving, then cost one
-// rebuild, not one each.
-func (sc *scheduler) refreshFleet(force bool) error {
+// built; unless now, only if there is none yet. A change the scheduler can see queues fleetKey,
+// which rebuilds the fleet with now and queues every placement, so the others take the fleet as
+// it was: during a join, the placements fleetKey queued and their decisions coming back cost no
+// rebuild each (a rebuild passes over every cluster), and the joins are gathered per debounce.
+func (sc *scheduler) refreshFleet(now bool) error {
 	s, st := sc.s, &sc.st
-	if st.fleet != nil && (!anyClosed(st.fleetInputs) || (!force && time.Since(st.built) < sc.debounce())) {
+	if st.fleet != nil && (!now || !anyClosed(st.fleetInputs)) {
 		return nil
 	}
 	// Taken before reading, so a change while reading is seen by the next rebuild.
@@ -451,7 +461,6 @@ func (sc *scheduler) refreshFleet(force bool) error {
 	if err != nil {
 		return err
 	}
-	st.built = time.Now()
 	if f == nil {
 		st.fleetInputs = inputs
 		return nil
