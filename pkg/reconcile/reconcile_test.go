@@ -291,3 +291,33 @@ func TestOnlyTheLeaseHolderReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A delayed source queues a key only once its delay has passed since the change that named it,
+// and the changes made while the key waits are reconciled by that one reconcile.
+func TestDelayGathersChanges(t *testing.T) {
+	const delay, puts = 300 * time.Millisecond, 20
+	j := testkit.StartJetStream(t)
+	kv, cache := newCacheBucket(t, j.JS, "gathered")
+	r := newRecorder()
+	c := reconcile.New(reconcile.Config{Name: "test-delay"}, r)
+	run(t, c, reconcile.Delay(reconcile.Watch(cache, func(view.Update[*clusterv1.Cluster]) []string { return []string{"all"} }),
+		func() time.Duration { return delay }))
+	ctx := testkit.Context(t, 10*time.Second)
+	start := time.Now()
+	for i := range puts {
+		putCluster(t, kv, fmt.Sprintf("c%d", i))
+	}
+	took := time.Since(start)
+	first := r.waitCalls(t, ctx, "all", 1)[0]
+	if waited := first.Sub(start); waited < delay {
+		t.Fatalf("first reconcile %s after the first change, want at least the delay, %s", waited, delay)
+	}
+	// An upper bound, so a slow feed can only make it easier to meet: by the time a key added
+	// twice the delay from now is reconciled, the puts have been reconciled at most once per
+	// delay they spanned, and once more for the changes after the last wait began.
+	c.AddAfter("barrier", 2*delay)
+	r.waitCalls(t, ctx, "barrier", 1)
+	if got, most := len(r.times("all")), int(took/delay)+2; got > most {
+		t.Fatalf("%d changes over %s reconciled %d times with a delay of %s, want at most %d", puts, took, got, delay, most)
+	}
+}
