@@ -9,6 +9,8 @@
 //   - Every key (Config.Keys) is queued at the start and every Config.Resync, so whatever a
 //     change missed (a failure with no change to follow it, a subscription cut off) is looked at
 //     again.
+//   - A source wrapped in Delay queues its keys only once a delay has passed since the change,
+//     so a busy cache's changes (a fleet joining) cost one reconcile per delay, not one each.
 //   - The queue's own metrics (depth, latency, work time, retries) are exported per queue
 //     (Collectors).
 //   - RunLeased runs controllers only while this replica holds a lease (pkg/lease): one writer
