@@ -8,10 +8,10 @@ import (
 // What only the tests of this module need: compiled into the test binary alone, so the
 // Service's API stays what production code calls.
 
-// WaitSchedulingRound blocks until the placement scheduler has made a whole round that began
-// after the call, with its inputs as they are in their buckets now (placement's
-// WaitSchedulingRound). Only the replica holding PlacementLease schedules, so on another one it
-// waits until ctx is done.
+// WaitSchedulingRound blocks until the placement scheduler has looked at the fleet and every
+// placement since the call, with its inputs as they are in their buckets now (placement's
+// WaitSchedulingRound, the scheduler controller's Sync). Only the replica holding
+// PlacementLease schedules, so on another one it waits until ctx is done.
 func (s *Service) WaitSchedulingRound(ctx context.Context) error {
 	return s.placement.WaitSchedulingRound(ctx)
 }
