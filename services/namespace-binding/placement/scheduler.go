@@ -38,12 +38,14 @@ import (
 //   - a change of its spec or of its decision (another writer's, or a deleted placement's left
 //     over), at once;
 //   - a set bound to or unbound from its project, at once;
-//   - a change of the fleet, through fleetKey: every change of a cluster's scheduling facts, of
-//     a set or of a score queues fleetKey once the fleet debounce has passed (reconcile.Delay;
-//     a burst of changes, a fleet joining, waits once and is reconciled once), and fleetKey
-//     rebuilds the fleet and, when its fingerprint moved, queues every placement at once (each
-//     one's fingerprint covers the whole fleet, so every one's moved: a placement reading none
-//     of the changed clusters costs a Schedule that decides what it had, appending nothing);
+//   - a change of the fleet, through fleetChangedKey: every change of a cluster's scheduling
+//     facts, of a set or of a score queues it once the fleet debounce has passed
+//     (reconcile.Delay; a burst of changes, a fleet joining, waits once and is reconciled once),
+//     and it rebuilds the fleet and, when its fingerprint moved, queues every placement at once
+//     (each one's fingerprint covers the whole fleet, so every one's moved: a placement reading
+//     none of the changed clusters costs a Schedule that decides what it had, appending
+//     nothing). While the placements the last fleet change queued are being decided, and for
+//     four times as long after (quiet), it waits: the old loop's adaptive debounce;
 //   - the moment its decision named, by its own reconcile (AddAfter);
 //   - every placement, at the start and every schedulerResync.
 //
@@ -70,10 +72,14 @@ import (
 // PlacementLease runs the scheduler; should two ever decide, each append expects the decision
 // subject's last sequence, so one writes and the other sees its decision arrive.
 
-// fleetKey is the scheduler's one key that is no placement's (placement keys are
-// keys.Join(project, name) of DNS labels): the fleet, rebuilt when a cluster, set or score
-// changed.
-const fleetKey = "\x00fleet"
+// fleetKey and fleetChangedKey are the scheduler's keys that are no placement's (placement keys
+// are keys.Join(project, name) of DNS labels): the fleet, rebuilt when a cluster, set or score
+// changed. fleetKey (the start, a resync, Sync) rebuilds it at once; fleetChangedKey (a change)
+// waits for the quiet after the last change's work.
+const (
+	fleetKey        = "\x00fleet"
+	fleetChangedKey = "\x00fleet-changed"
+)
 
 // schedulerDebounce is the least time a change of the fleet waits before it is acted on, so a
 // burst of changes (an import adding 100 clusters) costs one rebuild and one decision of each
@@ -97,7 +103,7 @@ type schedulerState struct {
 	// fleetInputs are the change channels of the caches the fleet was built from: while none
 	// has fired, the fleet (and its fingerprint) stands.
 	fleetInputs []<-chan struct{}
-	// queuedSum is the fleet fingerprint every placement was last queued for (fleetKey).
+	// queuedSum is the fleet fingerprint every placement was last queued for (reconcileFleet).
 	queuedSum [32]byte
 	// inputs remembers each cluster's scheduling facts by revision (fleetinputs.go).
 	inputs fleetInputs
@@ -111,22 +117,23 @@ type schedulerState struct {
 	// timer was stored: the next such one waits until ScoreRefresh has passed.
 	scoreStored map[string]time.Time
 	balance     balance
-	// generation measures what a fleet change costs: the placements fleetKey queued and not
+	// generation measures what a fleet change costs: the placements reconcileFleet queued and not
 	// yet reconciled, and the time the rebuild and their reconciles took so far.
 	generation     map[string]struct{}
 	generationWork time.Duration
+	// fleetDeferred: fleetChangedKey came while a generation was being decided; it is queued
+	// again once that is done, after the quiet.
+	fleetDeferred bool
 }
 
 // scheduler is the placement scheduler's reconciler. One worker runs it: the state is the
-// worker's alone, but for round and quietUntil, which the sources read.
+// worker's alone, but for quietUntil, which the sources read.
 type scheduler struct {
 	s    *Service
 	ctrl *reconcile.Controller
 	st   schedulerState
-	// round is how long (ns) deciding every placement for the last fleet change took.
-	round atomic.Int64
-	// quietUntil (unix ns) is when the next fleet change may be acted on: the last one's
-	// work (round, while it is still being done) and four times that after it.
+	// quietUntil (unix ns) is when the next fleet change may be acted on: four times what
+	// deciding every placement for the last one took, after that was done.
 	quietUntil atomic.Int64
 }
 
@@ -137,9 +144,9 @@ func newScheduler(s *Service) *scheduler {
 	return sc
 }
 
-// debounce is how long a change of the fleet waits before fleetKey rebuilds it: at least
-// schedulerDebounce, and until the work the last change caused is done and quiet has followed
-// it for four times as long (quiet), so fleet changes cost at most a fifth of a core however
+// debounce is how long a change of the fleet waits before fleetChangedKey is queued: at least
+// schedulerDebounce, and until the quiet after the last change's work has passed
+// (fleetChanged waits for the rest), so fleet changes cost at most a fifth of a core however
 // large the fleet. A rebuild passes over every cluster and re-decides every placement, and
 // during a 10,000-cluster join, with a change every few milliseconds, back-to-back rounds were
 // a tenth of the hub's CPU (docs/scale.md). The old loop's adaptive debounce, with the same
@@ -193,32 +200,49 @@ func (sc *scheduler) placementsOfBinding(u view.Update[*placementv1.ClusterSetBi
 	return sc.s.placements.Keys(byProject(u.Value.GetProject()))
 }
 
-func toFleet[T proto.Message](view.Update[T]) []string { return []string{fleetKey} }
+func toFleet[T proto.Message](view.Update[T]) []string { return []string{fleetChangedKey} }
 
-// schedulingFactsChanged queues fleetKey for a change of a cluster the scheduler can see: not
+// schedulingFactsChanged queues fleetChangedKey for a change of a cluster the scheduler can see: not
 // for a connection or a condition, which a joining or reconnecting fleet makes by the thousand.
 func schedulingFactsChanged(u view.Update[*clusterv1.Cluster]) []string {
 	if u.Op == view.Put && u.Prev != nil && proto.Equal(schedulingFacts(u.Prev), schedulingFacts(u.Value)) {
 		return nil
 	}
-	return []string{fleetKey}
+	return []string{fleetChangedKey}
 }
 
 // Reconcile rebuilds the fleet (fleetKey) or decides one placement.
 func (sc *scheduler) Reconcile(ctx context.Context, key string) error {
 	began := time.Now()
 	defer func() { sc.measure(key, time.Since(began)) }()
-	if key == fleetKey {
+	switch key {
+	case fleetKey:
 		return sc.reconcileFleet()
+	case fleetChangedKey:
+		return sc.fleetChanged()
 	}
 	return sc.reconcilePlacement(ctx, key)
 }
 
-// measure adds a reconcile's time to its fleet change's, and sets round when that change's
-// last placement is done.
+// fleetChanged rebuilds the fleet for a change, once the placements the last change queued are
+// decided and the quiet after them has passed.
+func (sc *scheduler) fleetChanged() error {
+	if len(sc.st.generation) > 0 {
+		sc.st.fleetDeferred = true
+		return nil
+	}
+	if wait := time.Until(time.Unix(0, sc.quietUntil.Load())); wait > 0 {
+		sc.ctrl.AddAfter(fleetChangedKey, wait)
+		return nil
+	}
+	return sc.reconcileFleet()
+}
+
+// measure adds a reconcile's time to its fleet change's, and starts the quiet when that
+// change's last placement is done.
 func (sc *scheduler) measure(key string, took time.Duration) {
 	st := &sc.st
-	if key == fleetKey {
+	if key == fleetKey || key == fleetChangedKey {
 		st.generationWork += took
 		return
 	}
@@ -228,8 +252,19 @@ func (sc *scheduler) measure(key string, took time.Duration) {
 	delete(st.generation, key)
 	st.generationWork += took
 	if len(st.generation) == 0 {
-		sc.round.Store(int64(st.generationWork))
-		sc.quietUntil.Store(time.Now().Add(quiet(st.generationWork)).UnixNano())
+		sc.endGeneration()
+	}
+}
+
+// endGeneration starts the quiet after a fleet change's work, and queues a change that came
+// meanwhile for its end.
+func (sc *scheduler) endGeneration() {
+	st := &sc.st
+	q := quiet(st.generationWork)
+	sc.quietUntil.Store(time.Now().Add(q).UnixNano())
+	if st.fleetDeferred {
+		st.fleetDeferred = false
+		sc.ctrl.AddAfter(fleetChangedKey, q)
 	}
 }
 
@@ -243,9 +278,6 @@ func (sc *scheduler) reconcileFleet() error {
 		return nil
 	}
 	st.queuedSum = st.fleetSum
-	// Until this change's work is done, expect it to take as long as the last one's.
-	last := time.Duration(sc.round.Load())
-	sc.quietUntil.Store(time.Now().Add(last + quiet(last)).UnixNano())
 	keys := cacheKeys(sc.s.placements)
 	st.generation, st.generationWork = make(map[string]struct{}, len(keys)), 0
 	for _, k := range keys {
@@ -253,8 +285,7 @@ func (sc *scheduler) reconcileFleet() error {
 		sc.ctrl.Add(k)
 	}
 	if len(keys) == 0 {
-		sc.round.Store(0)
-		sc.quietUntil.Store(time.Now().Add(quiet(0)).UnixNano())
+		sc.endGeneration()
 	}
 	return nil
 }
@@ -270,8 +301,8 @@ func (sc *scheduler) reconcilePlacement(ctx context.Context, key string) error {
 	now := s.now()
 	// A placement whose own inputs moved (new to this run, edited, its sets bound or unbound)
 	// or whose moment came is decided on the fleet as it is now, as the caller who changed it
-	// expects; any other look (its own decision arriving, a resync, fleetKey's queueing) takes
-	// the fleet as fleetKey last rebuilt it: a change since has queued fleetKey again.
+	// expects; any other look (its own decision arriving, a resync, a fleet change's queueing)
+	// takes the fleet as last rebuilt: a change since has queued fleetChangedKey.
 	own := s.ownInputs(p)
 	moved := st.own[key] != string(own) || (!st.next[key].IsZero() && !now.Before(st.next[key]))
 	if err := sc.refreshFleet(moved); err != nil {
@@ -442,9 +473,9 @@ func (sc *scheduler) decide(ctx context.Context, p *placementv1.Placement, sum [
 }
 
 // refreshFleet rebuilds the scheduler's fleet when a cluster, set or score changed since it was
-// built; unless now, only if there is none yet. A change the scheduler can see queues fleetKey,
-// which rebuilds the fleet with now and queues every placement, so the others take the fleet as
-// it was: during a join, the placements fleetKey queued and their decisions coming back cost no
+// built; unless now, only if there is none yet. A change the scheduler can see queues
+// fleetChangedKey, which rebuilds the fleet with now and queues every placement, so the others
+// take the fleet as it was: during a join, the placements it queued and their decisions coming back cost no
 // rebuild each (a rebuild passes over every cluster), and the joins are gathered per debounce.
 func (sc *scheduler) refreshFleet(now bool) error {
 	s, st := sc.s, &sc.st

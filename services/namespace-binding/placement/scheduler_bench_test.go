@@ -12,7 +12,7 @@ import (
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 )
 
-// BenchmarkSchedulerJoin: 1,000 clusters join at once (registry puts back to back, as an
+// BenchmarkSchedulerJoin: 1,000 (5,000) clusters join at once (registry puts back to back, as an
 // import does) under 20 placements that each pick every cluster; timed from the first put until
 // every placement has decided all of them. The scheduler's part of a fleet joining: it is
 // woken by every join, and must neither re-decide every placement per join nor leave a
@@ -20,9 +20,15 @@ import (
 // server and the puts), and decision-events per placement (how many times each was re-decided
 // on the way; the fewer, the more the joins were gathered).
 //
-//	cd services/namespace-binding && go test -run '^$' -bench SchedulerJoin -benchtime 3x -count 5 ./placement/
+//	cd services/namespace-binding && go test -run '^$' -bench SchedulerJoin/clusters=1000 -benchtime 3x -count 5 ./placement/
 func BenchmarkSchedulerJoin(b *testing.B) {
-	const clusters, placements = 1000, 20
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) { benchmarkSchedulerJoin(b, n) })
+	}
+}
+
+func benchmarkSchedulerJoin(b *testing.B, clusters int) {
+	const placements = 20
 	var wall, cpu time.Duration
 	var events float64
 	for range b.N {
