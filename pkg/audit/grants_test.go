@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/audit"
 	"github.com/fleetstream/fleetstream/pkg/authz"
@@ -16,6 +18,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -101,4 +104,44 @@ func TestGrantsOfTheServices(t *testing.T) {
 		t.Fatal("namespace-binding wrote an event row of the audit trail")
 	}
 	tr.waitRows(t, &auditv1.ListActivityRequest{Actor: "alice"}, 0)
+
+	// The attack on the duplicate window: namespace-binding publishes a denied row under the
+	// message id the indexer would have given the next FLEET_NS event ("<stream>:<seq>"), with a
+	// body claiming to be that event, so that the real row is dropped and the forged one stands
+	// in for it.
+	forged, err := proto.Marshal(&auditv1.Activity{Time: timestamppb.Now(), Actor: "alice", Type: "fleetstream.project.v1.ProjectCreated",
+		Kind: "project", Name: "team-b", Project: "team-b", Stream: subjects.NamespaceStream, Sequence: 2, EventId: "forged"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &nats.Msg{Subject: subjects.AuditActivity(audit.ClassDenied, "team-a", "", "project", "team-b", "alice"), Data: forged, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, subjects.NamespaceStream+":2")
+	if _, err := nsb.PublishMsg(ctx, msg); err != nil {
+		t.Fatalf("namespace-binding may record denials: %v", err)
+	}
+	aliceCtx := identity.WithActor(ctx, "alice")
+	if _, err := store.Append(aliceCtx, subjects.NamespacePrefix+".project.team-b", "team-b", events.Any, &projectv1.ProjectCreated{Name: "team-b"}); err != nil {
+		t.Fatal(err)
+	}
+	tr.waitRows(t, &auditv1.ListActivityRequest{Actor: "alice"}, 2)
+	var real, denial int
+	for _, a := range tr.all(t, &auditv1.ListActivityRequest{Actor: "alice"}) {
+		switch {
+		case a.Type == "Denied" && a.Stream == "" && a.Sequence == 0 && a.EventId == "" && a.Project == "team-a":
+			denial++
+		case a.Type != "Denied" && a.Stream == subjects.NamespaceStream && a.Sequence == 2 && a.EventId != "forged":
+			real++
+		default:
+			t.Errorf("row %v is neither the real event nor a denial of team-a", a)
+		}
+	}
+	if real != 1 || denial != 1 {
+		t.Fatalf("%d real event rows and %d denials, want 1 and 1", real, denial)
+	}
+	// Nor can it read the secret the ids are keyed with.
+	kctx, kcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer kcancel()
+	if _, err := nsb.KeyValue(kctx, subjects.AuditCheckpointsBucket); err == nil {
+		t.Fatal("namespace-binding can open the bucket of the audit index's message id key")
+	}
 }

@@ -2,6 +2,10 @@ package audit
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -30,23 +34,49 @@ const (
 	ClassDenied = "denied"
 )
 
+// msgIDKeyName is the key, in the checkpoints bucket, of the secret the indexer's message ids
+// are keyed with. Only the indexer's identity may read that bucket (pkg/natsauth), so no other
+// service can compute the id of an event's row before the indexer writes it.
+const msgIDKeyName = "msg-id-key"
+
 // indexBatch bounds the records of one write round (one checkpoint move).
 const indexBatch = 256
 
 // indexer copies each event of the domain streams into FLEET_AUDIT as an Activity on a subject
 // naming its project, cluster, object and actor, so a query is a filtered read of that stream
 // rather than a scan of every domain stream. One writer at a time (the lease); a record's
-// Nats-Msg-Id is its event's stream and sequence, so the batch a crash replays (the checkpoint
-// moves only after every record of a batch is stored) is dropped by the duplicate window.
+// Nats-Msg-Id is a MAC of its event's stream and sequence, so the batch a crash replays (the
+// checkpoint moves only after every record of a batch is stored) is dropped by the duplicate
+// window. The id is a MAC, not "<stream>:<seq>", because every service may publish denied rows
+// into the same stream: with a guessable id one could publish first under the next event's id
+// and have the real row dropped as a duplicate.
 type indexer struct {
 	js  jetstream.JetStream
 	log *zap.Logger
 	kv  jetstream.KeyValue
+	// key is the message ids' secret (msgIDKey), set by run before any write.
+	key []byte
 	// indexed counts the records written, for tests and metrics.
 	indexed func(stream string)
 }
 
 func (ix *indexer) run(ctx context.Context) error {
+	for delay := 100 * time.Millisecond; ix.key == nil; delay = min(2*delay, 10*time.Second) {
+		key, err := ix.msgIDKey(ctx)
+		if err == nil {
+			ix.key = key
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		ix.log.Warn("audit index: starting again", zap.Error(err), zap.Duration("after", delay))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, s := range Sources {
 		g.Go(func() error { return ix.followRetrying(ctx, s) })
@@ -147,6 +177,35 @@ func (ix *indexer) follow(ctx context.Context, stream string) error {
 	}
 }
 
+// msgIDKey returns the secret of the message ids, creating it the first time: every indexer
+// (each replica, each restart) must use the same one for a replayed batch to be dropped.
+func (ix *indexer) msgIDKey(ctx context.Context) ([]byte, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("audit index: message id key: %w", err)
+	}
+	if _, err := ix.kv.Create(ctx, msgIDKeyName, key); err == nil {
+		return key, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("audit index: create message id key: %w", err)
+	}
+	e, err := ix.kv.Get(ctx, msgIDKeyName)
+	if err != nil {
+		return nil, fmt.Errorf("audit index: message id key: %w", err)
+	}
+	if len(e.Value()) < 16 {
+		return nil, fmt.Errorf("audit index: message id key of %d bytes in %s: delete it to make a new one", len(e.Value()), subjects.AuditCheckpointsBucket)
+	}
+	return e.Value(), nil
+}
+
+// msgID is the Nats-Msg-Id of the row of event seq of stream.
+func msgID(key []byte, stream string, seq uint64) string {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(stream + ":" + strconv.FormatUint(seq, 10)))
+	return "audit:" + hex.EncodeToString(h.Sum(nil))
+}
+
 // checkpoint returns the last sequence of stream the index holds and the key's revision.
 func (ix *indexer) checkpoint(ctx context.Context, stream string) (uint64, uint64, error) {
 	e, err := ix.kv.Get(ctx, stream)
@@ -185,7 +244,7 @@ func (ix *indexer) write(ctx context.Context, stream string, batch []jetstream.M
 		}
 		msg := &nats.Msg{Subject: activitySubject(ClassEvent, a),
 			Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, stream+":"+strconv.FormatUint(last, 10))
+		msg.Header.Set(jetstream.MsgIDHeader, msgID(ix.key, stream, last))
 		f, err := ix.js.PublishMsgAsync(msg, jetstream.WithExpectStream(subjects.AuditStream))
 		if err != nil {
 			return 0, fmt.Errorf("audit index of %s: publish: %w", stream, err)

@@ -171,6 +171,9 @@ func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1
 				continue // not a row this build understands
 			}
 			a.Id = md.Sequence.Stream
+			if !fromSubject(a, msg.Subject()) {
+				continue // not a row's subject
+			}
 			if inTime(a, m) {
 				res.Activities = append(res.Activities, a)
 			}
@@ -186,6 +189,47 @@ func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1
 		res.NextPageToken = encodeToken(next, fp)
 	}
 	return connect.NewResponse(res), nil
+}
+
+// fromSubject makes a row say what its subject says, for what the subject holds: the filters
+// and who may see a row go by its subject, and the permissions make the subject, not the body,
+// say who wrote it. Every service may publish denied rows (fleet.audit.denied.>) with any body;
+// only the indexer event rows. So a denied row is always a denial, of the project and cluster
+// its subject names, never an event: its body cannot claim an event's type, stream or sequence.
+// It returns false for a subject that is not a row's.
+func fromSubject(a *auditv1.Activity, subject string) bool {
+	rest, ok := strings.CutPrefix(subject, subjects.AuditPrefix+".")
+	if !ok {
+		return false
+	}
+	toks, err := keys.Split(rest)
+	if err != nil || len(toks) != 6 {
+		return false
+	}
+	class, project, cluster, kind, name, actor := toks[0], toks[1], toks[2], toks[3], toks[4], toks[5]
+	a.Project = project
+	switch class {
+	case ClassEvent:
+		// activitySubject drops a too-long cluster from the subject; the indexer's body has it.
+		if cluster != "" {
+			a.Cluster = cluster
+		}
+	case ClassDenied:
+		a.Type, a.Stream, a.Sequence, a.EventId = "Denied", "", 0, ""
+		a.Cluster = cluster
+	default:
+		return false
+	}
+	// Fields activitySubject may have dropped for length are kept from the body.
+	for _, f := range []struct {
+		tok   string
+		field *string
+	}{{kind, &a.Kind}, {name, &a.Name}, {actor, &a.Actor}} {
+		if f.tok != "" {
+			*f.field = f.tok
+		}
+	}
+	return true
 }
 
 func inTime(a *auditv1.Activity, m *auditv1.ListActivityRequest) bool {
