@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/audit"
@@ -21,6 +22,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
@@ -169,13 +171,15 @@ func TestAllTimeQueryIsBoundedPerCall(t *testing.T) {
 	tr.appendProjects(t, "alice", n)
 	tr.waitRows(t, &auditv1.ListActivityRequest{PageSize: 1000}, n)
 	tr.svc.SetMaxScan(500)
-	req := &auditv1.ListActivityRequest{Until: timestamppb.New(time.Unix(1, 0)), PageSize: 1000}
+	// Rows stored within the clock skew before since are read (a publisher's clock may be
+	// ahead of the server's) and dropped by their time.
+	req := &auditv1.ListActivityRequest{Since: timestamppb.New(time.Now().Add(time.Minute)), PageSize: 1000}
 	calls := 0
 	for {
 		res := tr.list(t, req)
 		calls++
 		if len(res.Activities) != 0 {
-			t.Fatalf("rows before 1970: %v", res.Activities)
+			t.Fatalf("rows of the future: %v", res.Activities)
 		}
 		if res.NextPageToken == "" {
 			break
@@ -307,5 +311,42 @@ func TestDenialOfAHugeNameIsBounded(t *testing.T) {
 	a := tr.list(t, &auditv1.ListActivityRequest{Actor: "mallory"}).Activities[0]
 	if a.Project != "" || a.Cluster != "" || len(a.Reason) > 1100 || !strings.HasPrefix(a.Reason, "project xxx") {
 		t.Fatalf("row of project %d bytes, cluster %d bytes, reason %d bytes", len(a.Project), len(a.Cluster), len(a.Reason))
+	}
+}
+
+// A row whose event's publisher clock is ahead of the NATS server's is stored before the time it
+// carries: a query from since still lists it, and one until a time before it does not.
+func TestSinceAllowsForClockSkew(t *testing.T) {
+	tr := startTrail(t, nil)
+	ahead := time.Now().Add(3 * time.Minute).Truncate(time.Millisecond)
+	payload, err := anypb.New(&projectv1.ProjectCreated{Name: "skewed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := proto.Marshal(&eventv1.Envelope{Id: "e1", Type: "fleetstream.project.v1.ProjectCreated", AggregateId: "skewed",
+		Time: timestamppb.New(ahead), Actor: "carol", Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.js.Publish(testkit.Context(t, 10*time.Second), subjects.NamespacePrefix+".project.skewed", data); err != nil {
+		t.Fatal(err)
+	}
+	tr.waitRows(t, &auditv1.ListActivityRequest{Actor: "carol"}, 1)
+	for _, tc := range []struct {
+		name string
+		req  *auditv1.ListActivityRequest
+		want int
+	}{
+		{"since a minute before its time", &auditv1.ListActivityRequest{Since: timestamppb.New(ahead.Add(-time.Minute))}, 1},
+		{"since its time", &auditv1.ListActivityRequest{Since: timestamppb.New(ahead)}, 1},
+		{"since after its time", &auditv1.ListActivityRequest{Since: timestamppb.New(ahead.Add(time.Millisecond))}, 0},
+		{"until its time", &auditv1.ListActivityRequest{Until: timestamppb.New(ahead)}, 0},
+		{"until after its time", &auditv1.ListActivityRequest{Until: timestamppb.New(ahead.Add(time.Millisecond))}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := len(tr.all(t, tc.req)); got != tc.want {
+				t.Fatalf("%d rows, want %d", got, tc.want)
+			}
+		})
 	}
 }

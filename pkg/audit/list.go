@@ -41,6 +41,16 @@ const (
 	maxFilterBytes = 512
 )
 
+// ClockSkew is how far the clocks of the processes that write rows (an event's time is its
+// publisher's, a denial's the recording service's) may be from the NATS server's, which stamps
+// where each row is stored.
+//
+// There is no matching cut-off at until: a row is stored after its event, but how long after
+// has no bound (an indexer down for a day indexes that day's events when it starts again), so
+// no stored time proves that every later row is of an event after until. A query with until is
+// bounded per call by maxScan instead, with a token to go on.
+const ClockSkew = 5 * time.Minute
+
 // ListActivity answers from FLEET_AUDIT with a consumer filtered on the rows' subjects, so
 // the server reads only the rows the filters select (its per-subject index), oldest first.
 func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1.ListActivityRequest]) (*connect.Response[auditv1.ListActivityResponse], error) {
@@ -123,9 +133,10 @@ func (s *Service) ListActivity(ctx context.Context, req *connect.Request[auditv1
 	case start > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 	case m.Since != nil:
-		// A row is stored after its event, so no row of an event at or after since was
-		// stored before it: starting at since's stored position skips none.
-		t := m.Since.AsTime()
+		// A row is stored after its event, but its time is the publisher's clock and where it
+		// is stored the NATS server's: starting at since less the skew they may differ by skips
+		// no row of an event at or after since; the time filter drops what is earlier.
+		t := m.Since.AsTime().Add(-ClockSkew)
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
 	}
 	cons, err := s.stream.CreateConsumer(ctx, cfg)
