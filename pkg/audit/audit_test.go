@@ -233,11 +233,13 @@ func TestRetentionFollowsStreamRetention(t *testing.T) {
 	}
 }
 
-// A flood of denials by one user stores at most the user's burst (plus its rate over the
-// flood's time); the rest is counted as dropped.
+// A flood of one denied call by one user is two rows, the second counting the repeats; a flood
+// of varied calls stores at most the user's burst (plus its rate over the flood's time) and the
+// rest is counted as dropped.
 func TestDenialFloodIsBounded(t *testing.T) {
 	tr := startTrail(t, nil)
-	limits := audit.DenialLimits{PerUser: rate.Every(time.Hour), PerUserBurst: 5, Process: 1000, ProcessBurst: 1000, Users: 100, Queue: 100}
+	limits := audit.DenialLimits{PerUser: rate.Every(time.Hour), PerUserBurst: 5, Process: 1000, ProcessBurst: 1000, Users: 100, Queue: 100,
+		Coalesce: time.Hour, Pending: 100}
 	rec := audit.NewDenialRecorder(tr.js, limits, testkit.Logger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -248,22 +250,33 @@ func TestDenialFloodIsBounded(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	const flood = 500
+	const flood, varied = 500, 50
+	const deleteProject = "/fleetstream.project.v1.ProjectService/DeleteProject"
 	for range flood {
-		rec.RecordDenial("mallory", "/fleetstream.project.v1.ProjectService/DeleteProject", "projects", "team-a", "", "user \"mallory\" may not delete projects")
+		rec.RecordDenial("mallory", deleteProject, "projects", "team-a", "", "user \"mallory\" may not delete projects")
+	}
+	for i := range varied {
+		rec.RecordDenial("mallory", deleteProject, "projects", fmt.Sprintf("p%d", i), "", "no")
 	}
 	rec.RecordDenial("bob", "/fleetstream.project.v1.ProjectService/CreateProject", "projects", "", "", "no")
+	// The first of the flood, and the burst's other 4 of the varied calls.
 	tr.waitRows(t, &auditv1.ListActivityRequest{DeniedOnly: true}, limits.PerUserBurst+1)
-	rows := tr.all(t, &auditv1.ListActivityRequest{Actor: "mallory"})
-	if len(rows) != limits.PerUserBurst {
-		t.Fatalf("%d rows of mallory's flood of %d, want the burst %d", len(rows), flood, limits.PerUserBurst)
+	rec.Flush(time.Now().Add(2 * time.Hour)) // the window ends
+	tr.waitRows(t, &auditv1.ListActivityRequest{DeniedOnly: true}, limits.PerUserBurst+2)
+
+	rows := tr.all(t, &auditv1.ListActivityRequest{Actor: "mallory", Project: "team-a"})
+	if len(rows) != 2 || rows[0].Count != 1 || rows[1].Count != flood-1 {
+		t.Fatalf("mallory's flood of %d identical calls is %v, want 2 rows counting 1 and %d", flood, rows, flood-1)
 	}
-	if got := testutil.ToFloat64(audit.Dropped(rec, audit.DropUserRate)); got != flood-float64(limits.PerUserBurst) {
-		t.Fatalf("dropped %v, want %d", got, flood-limits.PerUserBurst)
-	}
-	a := rows[0]
-	if a.Type != "Denied" || a.Project != "team-a" || a.Procedure != "/fleetstream.project.v1.ProjectService/DeleteProject" || !strings.Contains(a.Reason, "may not delete") {
+	a := rows[1]
+	if a.Type != "Denied" || a.Project != "team-a" || a.Procedure != deleteProject || !strings.Contains(a.Reason, "may not delete") {
 		t.Fatalf("denial row %v", a)
+	}
+	if got := len(tr.all(t, &auditv1.ListActivityRequest{Actor: "mallory"})); got != limits.PerUserBurst+1 {
+		t.Fatalf("%d rows of mallory, want %d", got, limits.PerUserBurst+1)
+	}
+	if got := testutil.ToFloat64(audit.Dropped(rec, audit.DropUserRate)); got != varied-float64(limits.PerUserBurst-1) {
+		t.Fatalf("dropped %v, want %d", got, varied-(limits.PerUserBurst-1))
 	}
 }
 

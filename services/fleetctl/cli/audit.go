@@ -115,7 +115,11 @@ func activityColumns() []Column {
 		Col("CLUSTER", (*auditv1.Activity).GetCluster),
 		Col("DETAIL", func(a *auditv1.Activity) string {
 			if a.GetProcedure() != "" {
-				return a.GetProcedure() + ": " + a.GetReason()
+				d := a.GetProcedure() + ": " + a.GetReason()
+				if a.GetCount() > 1 {
+					d += fmt.Sprintf(" (%d calls)", a.GetCount())
+				}
+				return d
 			}
 			return ""
 		}),

@@ -49,7 +49,11 @@ type Activity struct {
 	Procedure string `protobuf:"bytes,11,opt,name=procedure,proto3" json:"procedure,omitempty"`
 	Reason    string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
 	// event_id is the event's envelope id.
-	EventId       string `protobuf:"bytes,13,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventId string `protobuf:"bytes,13,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// count is, for a denied call, how many identical denied calls (same user, procedure,
+	// project, cluster and reason) the row stands for: the repeats of a call within the
+	// recorder's window are one row, written when the window ends. 0 means 1.
+	Count         uint32 `protobuf:"varint,14,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +177,13 @@ func (x *Activity) GetEventId() string {
 		return x.EventId
 	}
 	return ""
+}
+
+func (x *Activity) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
 }
 
 type ListActivityRequest struct {
@@ -356,7 +367,7 @@ var File_fleetstream_audit_v1_audit_service_proto protoreflect.FileDescriptor
 
 const file_fleetstream_audit_v1_audit_service_proto_rawDesc = "" +
 	"\n" +
-	"(fleetstream/audit/v1/audit_service.proto\x12\x14fleetstream.audit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x02\n" +
+	"(fleetstream/audit/v1/audit_service.proto\x12\x14fleetstream.audit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x02\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
@@ -371,7 +382,8 @@ const file_fleetstream_audit_v1_audit_service_proto_rawDesc = "" +
 	" \x01(\x04R\bsequence\x12\x1c\n" +
 	"\tprocedure\x18\v \x01(\tR\tprocedure\x12\x16\n" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x12\x19\n" +
-	"\bevent_id\x18\r \x01(\tR\aeventId\"\xc8\x02\n" +
+	"\bevent_id\x18\r \x01(\tR\aeventId\x12\x14\n" +
+	"\x05count\x18\x0e \x01(\rR\x05count\"\xc8\x02\n" +
 	"\x13ListActivityRequest\x12\x14\n" +
 	"\x05actor\x18\x01 \x01(\tR\x05actor\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
