@@ -363,3 +363,21 @@ func TestSinceAllowsForClockSkew(t *testing.T) {
 		})
 	}
 }
+
+// Denied rows, which anyone can cause, leave the trail after the recorder's TTL; event rows stay.
+func TestDeniedRowsExpire(t *testing.T) {
+	tr := startTrail(t, nil)
+	limits := audit.DefaultDenialLimits
+	limits.TTL = 2 * time.Second
+	rec := audit.NewDenialRecorder(tr.js, limits, testkit.Logger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = rec.Run(ctx) }()
+	tr.appendProjects(t, "alice", 1)
+	rec.RecordDenial("mallory", "/fleetstream.project.v1.ProjectService/DeleteProject", "projects", "p0", "", "no")
+	tr.waitRows(t, &auditv1.ListActivityRequest{Project: "p0"}, 2)
+	tr.waitRows(t, &auditv1.ListActivityRequest{DeniedOnly: true}, 0)
+	if rows := tr.all(t, &auditv1.ListActivityRequest{Project: "p0"}); len(rows) != 1 || rows[0].Actor != "alice" {
+		t.Fatalf("after the denial's TTL: %v, want alice's event", rows)
+	}
+}

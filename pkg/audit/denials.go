@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -39,12 +40,20 @@ type DenialLimits struct {
 	Coalesce time.Duration
 	// Pending bounds the calls being coalesced at once; a call beyond them is recorded alone.
 	Pending int
+	// TTL is how long a denied row is kept (a per-message TTL: FLEET_AUDIT keeps event rows by
+	// its own limits, forever by default, and denied rows no longer than this), so that refused
+	// calls, which anyone can make, cannot grow the store without bound. 0 keeps them as long
+	// as event rows.
+	TTL time.Duration
 }
+
+// jsMessageTTLDisabled is JetStream's error code for a TTL on a stream that does not allow them.
+const jsMessageTTLDisabled = 10166
 
 // DefaultDenialLimits: a user is recorded for 20 denials at once and then one a second; a
 // process for 200 at once and then 50 a second.
 var DefaultDenialLimits = DenialLimits{PerUser: 1, PerUserBurst: 20, Process: 50, ProcessBurst: 200, Users: 10_000, Queue: 1024,
-	Coalesce: time.Minute, Pending: 10_000}
+	Coalesce: time.Minute, Pending: 10_000, TTL: 90 * 24 * time.Hour}
 
 // Bounds of a denial record's fields that come from the request.
 const (
@@ -262,7 +271,13 @@ func (r *DenialRecorder) publish(ctx context.Context, a *auditv1.Activity) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	msg := &nats.Msg{Subject: activitySubject(ClassDenied, a), Data: data}
-	if _, err := r.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(subjects.AuditStream)); err != nil {
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(subjects.AuditStream)}
+	_, err = r.js.PublishMsg(pctx, msg, append(opts, jetstream.WithMsgTTL(r.limits.TTL))...)
+	if apiErr := (*jetstream.APIError)(nil); r.limits.TTL > 0 && errors.As(err, &apiErr) && apiErr.ErrorCode == jsMessageTTLDisabled {
+		// A FLEET_AUDIT of an audit service older than this process: kept like event rows.
+		_, err = r.js.PublishMsg(pctx, &nats.Msg{Subject: msg.Subject, Data: data}, opts...)
+	}
+	if err != nil {
 		if now := r.now(); ctx.Err() == nil && now.Sub(r.lastWarn) >= time.Minute {
 			r.lastWarn = now
 			r.log.Warn("could not record a denied call as audit activity (is the audit service, fleetd or rbac-sync, running?); "+

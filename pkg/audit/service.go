@@ -40,6 +40,8 @@ func Topology() topology.Topology {
 	sc := topology.EventStream(subjects.AuditStream,
 		"The audit trail: one activity record per domain event and per denied API call (pkg/audit).",
 		subjects.AuditPrefix+".>")
+	// Denied rows carry a TTL (DenialLimits.TTL); event rows none.
+	sc.AllowMsgTTL = true
 	return topology.Merge(lease.Topology(), topology.Topology{
 		Streams: []jetstream.StreamConfig{sc},
 		Buckets: []jetstream.KeyValueConfig{{Bucket: subjects.AuditCheckpointsBucket,
