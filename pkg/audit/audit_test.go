@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -380,4 +381,33 @@ func TestDeniedRowsExpire(t *testing.T) {
 	if rows := tr.all(t, &auditv1.ListActivityRequest{Project: "p0"}); len(rows) != 1 || rows[0].Actor != "alice" {
 		t.Fatalf("after the denial's TTL: %v, want alice's event", rows)
 	}
+}
+
+// A service newer than the audit service records denials into a FLEET_AUDIT that does not
+// allow TTLs yet: they are stored without one rather than lost.
+func TestDenialIntoAStreamWithoutTTLs(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	i := slices.IndexFunc(audit.Topology().Streams, func(sc jetstream.StreamConfig) bool { return sc.Name == subjects.AuditStream })
+	old := audit.Topology().Streams[i]
+	old.AllowMsgTTL = false
+	s, err := j.JS.CreateStream(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := audit.NewDenialRecorder(j.JS, audit.DefaultDenialLimits, testkit.Logger(t))
+	rctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() { _ = rec.Run(rctx) }()
+	rec.RecordDenial("mallory", "/fleetstream.project.v1.ProjectService/DeleteProject", "projects", "p0", "", "no")
+	testkit.Eventually(t, 10*time.Second, func() error {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 1 {
+			return fmt.Errorf("%d rows stored, want 1 (dropped %v)", info.State.Msgs, testutil.ToFloat64(audit.Dropped(rec, audit.DropPublish)))
+		}
+		return nil
+	})
 }
