@@ -40,3 +40,9 @@ func (s *Registry) DeadLetters() map[string]float64 {
 	}
 	return out
 }
+
+// SetDeadLetters reports FLEET_DLQ's counts by subject, as countDeadLetters does.
+func (s *Registry) SetDeadLetters(counts map[string]uint64) { s.setDeadLetters(counts) }
+
+// MaxDeadLetterSources is how many sources fleetstream_dead_letters reports at most.
+const MaxDeadLetterSources = maxDeadLetterSources

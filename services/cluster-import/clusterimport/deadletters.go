@@ -3,7 +3,10 @@ package clusterimport
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,14 +56,40 @@ func (s *Registry) countDeadLetters(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A source whose messages expired (the stream's MaxAge) or were purged goes away.
-	s.metrics.deadLetters.Reset()
-	n := 0
-	for subject, count := range info.State.Subjects {
-		if n++; n > maxDeadLetterSources {
-			break
-		}
-		s.metrics.deadLetters.WithLabelValues(strings.TrimPrefix(subject, prefix)).Set(float64(count))
-	}
+	s.setDeadLetters(info.State.Subjects)
 	return nil
+}
+
+// deadLetterSources is what fleetstream_dead_letters reports now, so the next count deletes
+// only the sources that vanished: a Reset would let a scrape between it and the Sets see no
+// series at all, and FleetstreamDeadLettersGrowing would read the next sample as all new.
+type deadLetterSources struct {
+	mu    sync.Mutex
+	shown map[string]struct{}
+}
+
+// setDeadLetters reports counts (FLEET_DLQ's messages by subject). Past the cap it keeps the
+// first sources in subject order, the same ones every round: map order would report a
+// different subset each time, each one "new" to the alert.
+func (s *Registry) setDeadLetters(counts map[string]uint64) {
+	prefix := topology.DeadLetterSubjectPrefix + "."
+	subjects := slices.Sorted(maps.Keys(counts))
+	if len(subjects) > maxDeadLetterSources {
+		subjects = subjects[:maxDeadLetterSources]
+	}
+	s.deadLetterSources.mu.Lock()
+	defer s.deadLetterSources.mu.Unlock()
+	shown := make(map[string]struct{}, len(subjects))
+	for _, subject := range subjects {
+		source := strings.TrimPrefix(subject, prefix)
+		shown[source] = struct{}{}
+		s.metrics.deadLetters.WithLabelValues(source).Set(float64(counts[subject]))
+	}
+	// A source whose messages expired (the stream's MaxAge) or were purged goes away.
+	for source := range s.deadLetterSources.shown {
+		if _, ok := shown[source]; !ok {
+			s.metrics.deadLetters.DeleteLabelValues(source)
+		}
+	}
+	s.deadLetterSources.shown = shown
 }

@@ -1,6 +1,7 @@
 package clusterimport_test
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -45,4 +46,53 @@ func TestDeadLettersGaugeFollowsTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	count(map[string]float64{"FLEET_AGENT.endpoint-collector": 1})
+}
+
+// A scrape never catches the gauge between two counts with a source missing: the alert would
+// read the next sample as that source's first dead letters.
+func TestDeadLettersGaugeNeverEmptiesBetweenCounts(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	prefix := topology.DeadLetterSubjectPrefix + "."
+	counts := map[string]uint64{prefix + "FLEET_NS.view-ns-bindings": 2, prefix + "FLEET_AGENT.endpoint-collector": 1}
+	e.svc.SetDeadLetters(counts)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 20000; i++ {
+			e.svc.SetDeadLetters(counts)
+		}
+	}()
+	for scrapes := 0; ; scrapes++ {
+		select {
+		case <-done:
+			t.Logf("%d scrapes", scrapes)
+			return
+		default:
+		}
+		if got := e.svc.DeadLetters(); len(got) != 2 {
+			t.Fatalf("scrape %d saw %v between two counts of the same stream", scrapes, got)
+		}
+	}
+}
+
+// Past the cap, every count reports the same sources (the first in subject order), so the
+// alert does not see sources come and go with map order.
+func TestDeadLettersGaugeCapIsStable(t *testing.T) {
+	e := start(t, nil, clusterimport.Config{})
+	prefix := topology.DeadLetterSubjectPrefix + "."
+	counts := map[string]uint64{}
+	want := map[string]float64{}
+	for i := range clusterimport.MaxDeadLetterSources + 50 {
+		source := fmt.Sprintf("FLEET_NS.view-%03d", i)
+		counts[prefix+source] = uint64(i + 1)
+		if i < clusterimport.MaxDeadLetterSources {
+			want[source] = float64(i + 1)
+		}
+	}
+	for round := range 20 {
+		e.svc.SetDeadLetters(counts)
+		if got := e.svc.DeadLetters(); !maps.Equal(got, want) {
+			t.Fatalf("round %d: reported %d sources, not the first %d in order", round, len(got), len(want))
+		}
+	}
 }

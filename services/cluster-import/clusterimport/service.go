@@ -130,6 +130,8 @@ type Registry struct {
 	limits   *view.Cache[*clusterv1.Condition]
 	limitsKV jetstream.KeyValue
 	metrics  limitMetrics
+	// deadLetterSources: what fleetstream_dead_letters reports (deadletters.go).
+	deadLetterSources deadLetterSources
 	// inventoryChecks: what the inventory view dropped, per cluster and chunk.
 	inventoryChecks *inventoryChecks
 	subs            subscriberStore
