@@ -401,7 +401,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 
 func addOwnershipFlags(cmd *cobra.Command, force *bool, dir *string) {
 	cmd.Flags().BoolVar(force, "force-conflicts", false, "with --applyset: apply fields that someone else changed since the set last applied them, taking them over")
-	cmd.Flags().StringVar(dir, "applyset-records", "", "directory of the apply sets' records of what they last applied, <set>.json (default: applysets/<server>/ beside the configuration file); a CI job keeps it between runs")
+	cmd.Flags().StringVar(dir, "applyset-records", "", "directory of the apply sets' records of what they last applied, <set>.json (default: applysets/<server>/ beside the configuration file); one per server (a record of another server is refused); a CI job keeps it between runs")
 }
 
 // ownershipFor loads what applySet owns; nil without an apply set (apply then owns every field

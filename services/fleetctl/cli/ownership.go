@@ -36,6 +36,7 @@ type recordEntry struct {
 }
 
 // recordStore keeps the apply sets' records of one server in a directory: <dir>/<set>.json.
+// A record names its server, and one of another server is refused (load), not read.
 type recordStore struct {
 	dir    string
 	server string
@@ -75,10 +76,26 @@ func (s *recordStore) load(set string) (*applySetRecord, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("read the record of apply set %s (%s): %w", set, s.path(set), err)
 	}
+	if r.Server != "" && r.Server != s.server {
+		// An explicit --applyset-records DIR is not keyed by server: the same set name applied
+		// to staging and prod from one directory would read staging's record in prod's apply,
+		// and a hand change in prod equal to staging's value would pass as the set's own.
+		return nil, &foreignRecordError{set: set, path: s.path(set), recorded: r.Server, current: s.server}
+	}
 	if r.Objects == nil {
 		r.Objects = map[string]*recordEntry{}
 	}
 	return &r, nil
+}
+
+// foreignRecordError: the record found is of another server than the one apply talks to.
+type foreignRecordError struct {
+	set, path, recorded, current string
+}
+
+func (e *foreignRecordError) Error() string {
+	return fmt.Sprintf("the record of apply set %s (%s) is of server %s, not of the current server %s: "+
+		"give each server its own --applyset-records directory", e.set, e.path, e.recorded, e.current)
 }
 
 // others returns the records of the other apply sets kept here, by set name: who else may
@@ -98,6 +115,10 @@ func (s *recordStore) others(set string) (map[string]*applySetRecord, error) {
 			continue
 		}
 		r, err := s.load(name)
+		var foreign *foreignRecordError
+		if errors.As(err, &foreign) {
+			continue // another server's set wrote nothing here
+		}
 		if err != nil {
 			return nil, err
 		}

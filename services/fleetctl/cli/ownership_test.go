@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -109,5 +111,45 @@ func TestConflicts(t *testing.T) {
 				t.Errorf("conflicts:\n got %q\nwant %q", lines, tt.want)
 			}
 		})
+	}
+}
+
+// TestRecordOfAnotherServer: one --applyset-records directory used for staging and prod with
+// the same set name. prod's apply must not read staging's record as its own (a hand change in
+// prod equal to staging's value would pass as the set's field and be overwritten); another
+// set's record of another server says nothing about who wrote prod's fields.
+func TestRecordOfAnotherServer(t *testing.T) {
+	dir := t.TempDir()
+	staging := &recordStore{dir: dir, server: "https://staging.example:8443"}
+	prod := &recordStore{dir: dir, server: "https://prod.example:8443"}
+	rec := func(set string) *applySetRecord {
+		return &applySetRecord{ApplySet: set, Objects: map[string]*recordEntry{"Project/team-a": {Fields: map[string]string{"spec.displayName": `"A"`}}}}
+	}
+	for _, set := range []string{"fleet", "platform"} {
+		if err := staging.save(rec(set)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := loadOwnership(staging, "fleet"); err != nil {
+		t.Fatalf("staging reading its own record: %v", err)
+	}
+	_, err := loadOwnership(prod, "fleet")
+	if err == nil {
+		t.Fatal("prod read staging's record of the same set as its own")
+	}
+	for _, want := range []string{"https://staging.example:8443", "https://prod.example:8443", "--applyset-records", filepath.Join(dir, "fleet.json")} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if err := prod.save(rec("web")); err != nil {
+		t.Fatal(err)
+	}
+	own, err := loadOwnership(prod, "web")
+	if err != nil {
+		t.Fatalf("prod's set beside staging's records: %v", err)
+	}
+	if len(own.others) != 0 {
+		t.Fatalf("prod's set counts staging's sets as writers of prod: %v", slices.Collect(maps.Keys(own.others)))
 	}
 }
