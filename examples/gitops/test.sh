@@ -47,4 +47,21 @@ out=$("$repo/ci.sh" merge 2>&1) || status=$?
 "$FLEETCTL" export --kind NamespaceBinding | grep -q 'cpu: "3"' || fail "the refused merge changed the quota"
 out=$(FORCE_CONFLICTS=1 "$repo/ci.sh" merge 2>/dev/null)
 grep -q '^NamespaceBinding/team-a/cluster=eu-1/web configured$' <<<"$out" || fail "FORCE_CONFLICTS=1 did not take the quota back: $out"
+
+# The cache of records lost (evicted) while the fleet holds the set's objects, and a quota
+# changed by hand meanwhile: the pull request and the merge stop, changing nothing, instead of
+# overwriting it; FORCE_CONFLICTS=1 takes every field over and records the set again.
+"$FLEETCTL" namespace quota web --project team-a --cluster eu-1 --hard cpu=3 --hard memory=4Gi >/dev/null
+rm -r "$APPLYSET_RECORDS"
+status=0
+out=$("$repo/ci.sh" pr 2>&1) || status=$?
+[ "$status" = 2 ] && grep -q 'apply set gitops has no record of what it applied .*, yet .* carry its label' <<<"$out" ||
+	fail "a lost record is no error for the pull request (exit $status): $out"
+status=0
+out=$("$repo/ci.sh" merge 2>&1) || status=$?
+[ "$status" = 1 ] && grep -q -- '--force-conflicts' <<<"$out" || fail "the merge without the record did not stop (exit $status): $out"
+"$FLEETCTL" export --kind NamespaceBinding | grep -q 'cpu: "3"' || fail "the merge without the record changed the quota"
+out=$(FORCE_CONFLICTS=1 "$repo/ci.sh" merge 2>/dev/null)
+grep -q '^NamespaceBinding/team-a/cluster=eu-1/web configured$' <<<"$out" || fail "FORCE_CONFLICTS=1 without the record did not take the quota back: $out"
+[ -s "$APPLYSET_RECORDS/gitops.json" ] || fail "FORCE_CONFLICTS=1 did not record the set again"
 echo "gitops example: ok"

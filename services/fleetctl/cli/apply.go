@@ -109,6 +109,10 @@ func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir, ap
 	for _, o := range objs {
 		want[o.Kind.Name] = true
 	}
+	if own != nil {
+		// The set's labelled clusters and projects tell a lost record from a first apply.
+		want["Cluster"] = true
+	}
 	if prune {
 		want = nil // every kind: what the manifests no longer declare is in any of them
 	}
@@ -343,7 +347,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 				}
 			}
 			conflicted := reportConflicts(f, planned, forceConflicts)
-			noticeUnrecorded(f, own, store, planned)
+			lost := checkUnrecorded(f, own, store, state, planned, forceConflicts)
 			if len(refusals) > 0 {
 				for _, err := range refusals {
 					fmt.Fprintln(f.streams.ErrOut, err)
@@ -355,6 +359,9 @@ func newApplyCommand(f *factory) *cobra.Command {
 			}
 			if conflicted > 0 {
 				return conflictError(conflicted, len(planned)+len(pruned), applySet)
+			}
+			if lost != nil {
+				return lost
 			}
 			if dryRun == dryRunServer {
 				return serverDryRun(ctx, f, planned, pruned, state)
@@ -447,12 +454,34 @@ func reportConflicts(f *factory, planned []*plannedObject, force bool) int {
 	return n
 }
 
-// noticeUnrecorded says, when the apply set has no record yet, that the existing objects it
-// configures were not checked for others' changes (only for those of the sets recorded
-// beside it): what a first apply, or one whose record was lost, cannot know.
-func noticeUnrecorded(f *factory, own *ownership, store *recordStore, planned []*plannedObject) {
+// checkUnrecorded handles an apply set without a record here. When objects in the fleet carry
+// the set's label it has applied before and its record was lost (a CI cache evicted, another
+// runner): apply cannot tell the set's fields from changes made by hand since, so it refuses
+// unless force takes every declared field over. Otherwise this is the set's first apply: the
+// existing objects of planned it configures were checked only against the sets recorded beside
+// it, which it says (diff passes none: it configures nothing).
+func checkUnrecorded(f *factory, own *ownership, store *recordStore, state *fleetState, planned []*plannedObject, force bool) error {
 	if own == nil || own.mine != nil {
-		return
+		return nil
+	}
+	var labelled []string
+	for _, k := range state.keys {
+		if state.byKey[k].obj.Labels[partOfLabel] == own.set {
+			labelled = append(labelled, k)
+		}
+	}
+	if len(labelled) > 0 {
+		shown := labelled
+		if len(shown) > 3 {
+			shown = append(slices.Clip(shown[:3]), "…")
+		}
+		what := fmt.Sprintf("apply set %s has no record of what it applied (%s), yet %d object(s) in the fleet carry its label %s=%s (%s): its record was lost, so changes made since by others cannot be told from its own",
+			own.set, store.path(own.set), len(labelled), partOfLabel, own.set, strings.Join(shown, ", "))
+		if force {
+			fmt.Fprintf(f.streams.ErrOut, "%s (every declared field taken over: --force-conflicts)\n", what)
+			return nil
+		}
+		return fmt.Errorf("%s; nothing was changed. Restore the record, or take every declared field over with --force-conflicts", what)
 	}
 	n := 0
 	for _, p := range planned {
@@ -463,6 +492,7 @@ func noticeUnrecorded(f *factory, own *ownership, store *recordStore, planned []
 	if n > 0 {
 		fmt.Fprintf(f.streams.ErrOut, "apply set %s has no record of what it applied (%s): %d existing object(s) are configured without telling its fields from changes others made, except the fields of apply sets recorded there\n", own.set, store.path(own.set), n)
 	}
+	return nil
 }
 
 func conflictError(conflicted, total int, applySet string) error {
@@ -688,12 +718,16 @@ func newDiffCommand(f *factory) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			own, _, err := ownershipFor(f, applySet, recordDir)
+			own, store, err := ownershipFor(f, applySet, recordDir)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
 			planned, state, err := plan(cmd.Context(), f, objs, "", applySet, prune, own)
 			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			// What apply would refuse is an error here too (2), before any diff.
+			if err := checkUnrecorded(f, own, store, state, nil, forceConflicts); err != nil {
 				return &exitError{code: 2, err: err}
 			}
 			// Conflicts are what apply would refuse: an error (2), as kubectl diff --server-side

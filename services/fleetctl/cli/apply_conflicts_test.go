@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -184,5 +185,73 @@ func TestApplySetOwnsEveryKind(t *testing.T) {
 	r = apply(changed)
 	if r.code != 1 || !strings.Contains(r.stderr, "Cluster/eu-1: spec.claims.cloud: changed by "+otherWriter+` since this apply set last applied it; live "gcp", manifest "aws"`+"\n") {
 		t.Fatalf("apply after a claim changed by hand: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestApplyWithItsRecordLost: the set's record is gone (a CI cache evicted) but the fleet holds
+// objects labelled with the set, so the set has applied before. apply and diff refuse rather
+// than overwrite whatever was changed by hand since; --force-conflicts takes every field over
+// and records it again. A set whose first apply this is (nothing labelled) is not refused.
+func TestApplyWithItsRecordLost(t *testing.T) {
+	h := startHub(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	doc := func(kind, meta, spec string) string {
+		return "---\napiVersion: fleetstream.io/v1alpha1\nkind: " + kind + "\nmetadata: " + meta + "\nspec: " + spec + "\n"
+	}
+	fleet := filepath.Join(dir, "fleet.yaml")
+	writeFile(t, fleet, doc("Cluster", "{name: eu-1}", "{}")+doc("Project", "{name: team-a}", `{displayName: A, budgets: [{cluster: eu-1, hard: {cpu: "8"}}]}`))
+	run := func(cmd, set, path string, extra ...string) result {
+		t.Helper()
+		args := []string{cmd, "-f", path, "--applyset", set, "--applyset-records", records}
+		if cmd == "apply" {
+			args = append(args, "--token-dir", filepath.Join(dir, "tokens"))
+		}
+		return h.run(t, append(args, extra...)...)
+	}
+	budget := func() string {
+		t.Helper()
+		out := h.run(t, "export", "--kind", "Project").ok(t).stdout
+		for _, v := range []string{"8", "20"} {
+			if strings.Contains(out, `cpu: "`+v+`"`) {
+				return v
+			}
+		}
+		t.Fatalf("no budget exported:\n%s", out)
+		return ""
+	}
+	run("apply", "fleet", fleet).ok(t)
+	h.run(t, "project", "budget", "team-a", "--cluster", "eu-1", "--hard", "cpu=20").ok(t)
+	if err := os.Remove(filepath.Join(records, "fleet.json")); err != nil {
+		t.Fatal(err)
+	}
+	wantErr := "apply set fleet has no record of what it applied (" + filepath.Join(records, "fleet.json") + "), yet 2 object(s) in the fleet carry its label applyset.fleetstream.io/part-of=fleet (Cluster/eu-1, Project/team-a)"
+	for cmd, code := range map[string]int{"apply": 1, "diff": 2} {
+		r := run(cmd, "fleet", fleet)
+		if r.code != code || !strings.Contains(r.stderr, wantErr) || !strings.Contains(r.stderr, "--force-conflicts") || strings.Contains(r.stdout, "configured") {
+			t.Fatalf("%s without the set's record: exit %d, want %d\n%s%s", cmd, r.code, code, r.stdout, r.stderr)
+		}
+	}
+	if b := budget(); b != "20" {
+		t.Fatalf("a refused apply overwrote the hand change: budget %s", b)
+	}
+	if _, err := os.Stat(filepath.Join(records, "fleet.json")); err == nil {
+		t.Fatal("a refused apply wrote a record")
+	}
+	r := run("apply", "fleet", fleet, "--force-conflicts").ok(t)
+	if !strings.Contains(r.stderr, "(every declared field taken over: --force-conflicts)") || !strings.Contains(r.stdout, "Project/team-a configured\n") {
+		t.Fatalf("apply --force-conflicts without a record:\n%s%s", r.stdout, r.stderr)
+	}
+	if b := budget(); b != "8" {
+		t.Fatalf("budget after --force-conflicts: %s, want 8", b)
+	}
+	if r := run("apply", "fleet", fleet); r.code != 0 || r.stderr != "" {
+		t.Fatalf("rerun with the record written again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// A first apply: nothing in the fleet carries the set's label.
+	edge := filepath.Join(dir, "edge.yaml")
+	writeFile(t, edge, doc("Cluster", "{name: us-1}", "{}"))
+	if r := run("apply", "edge", edge); r.code != 0 || !strings.Contains(r.stdout, "Cluster/us-1 created\n") {
+		t.Fatalf("first apply of a set: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
