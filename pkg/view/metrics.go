@@ -1,9 +1,11 @@
 package view
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,7 +27,7 @@ func newMetrics() *metrics {
 		applied: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetstream_view_applied_sequence",
 			Help: "Stream sequence of the last event applied to the view: by this replica when it leads, by the leader (its checkpoint) when it follows."}, []string{"view"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetstream_view_pending_events",
-			Help: "Events of the view's stream after the last one its leader applied, as of that one's delivery (0 in a replica that does not lead)."}, []string{"view"}),
+			Help: "Events of the view's stream after the last one its leader applied, read at scrape: the stream sequences from it to the last event of the view's subjects (more than the events where the stream interleaves other subjects), or as of the last delivery when the stream does not answer (0 in a replica that does not lead)."}, []string{"view"}),
 	}
 }
 
@@ -35,19 +37,43 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.pending.Describe(ch)
 }
 
+// streamLastTTL is how long a view's stream's last sequence read at a scrape is reused: a
+// scrape costs each leading view one or a few stream requests at most this often.
+const streamLastTTL = 2 * time.Second
+
+// scrapeTimeout bounds the stream requests of one scrape: an unanswered one falls back to the
+// lag as of the last delivery rather than hold the scrape.
+const scrapeTimeout = 2 * time.Second
+
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
-	for _, e := range m.engines {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	pending := make([]float64, len(m.engines))
+	leading := make([]bool, len(m.engines))
+	applied := make([]uint64, len(m.engines))
+	for i, e := range m.engines {
 		e.mu.Lock()
-		leading, applied := e.leading, e.applied
+		leading[i], applied[i] = e.leading, e.applied
 		e.mu.Unlock()
-		var lead, pending float64
-		if leading {
-			lead, pending = 1, float64(e.pending.Load())
+		if leading[i] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pending[i] = float64(e.pendingNow(ctx, applied[i]))
+			}()
+		}
+	}
+	wg.Wait()
+	for i, e := range m.engines {
+		var lead float64
+		if leading[i] {
+			lead = 1
 		}
 		m.leading.WithLabelValues(e.p.Name).Set(lead)
-		m.applied.WithLabelValues(e.p.Name).Set(float64(applied))
-		m.pending.WithLabelValues(e.p.Name).Set(pending)
+		m.applied.WithLabelValues(e.p.Name).Set(float64(applied[i]))
+		m.pending.WithLabelValues(e.p.Name).Set(pending[i])
 	}
 	m.mu.Unlock()
 	m.leading.Collect(ch)
@@ -77,4 +103,25 @@ func (s *Set) Register(reg prometheus.Registerer) error {
 		m.engines = append(m.engines, mb.engine)
 	}
 	return nil
+}
+
+// pendingNow is the leader's lag at this scrape: the stream's last event of the view's subjects
+// (read at most every streamLastTTL) minus applied. Reading it here rather than at each batch
+// is what shows a leader stuck in a batch while it was caught up: no batch ends, so a lag kept
+// per batch would stay 0 as events pile up. Without an answer from the stream, the lag as of the
+// last delivery.
+func (e *Engine) pendingNow(ctx context.Context, applied uint64) uint64 {
+	e.streamLastMu.Lock()
+	defer e.streamLastMu.Unlock()
+	if time.Since(e.streamLastAt) >= streamLastTTL {
+		last, err := e.streamLast(ctx)
+		if err != nil {
+			return e.pending.Load()
+		}
+		e.streamLastSeq, e.streamLastAt = last, time.Now()
+	}
+	if e.streamLastSeq <= applied {
+		return 0
+	}
+	return e.streamLastSeq - applied
 }

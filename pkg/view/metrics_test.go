@@ -2,7 +2,9 @@ package view_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,5 +124,71 @@ func TestMetricsReportLeaseLagAndCheckpoint(t *testing.T) {
 	waitGauges(t, reg, "a leader caught up", func(g map[string]map[string]float64) bool {
 		return g["fleetstream_view_leading"]["test"] == 1 && g["fleetstream_view_pending_events"]["test"] == 0 &&
 			g["fleetstream_view_applied_sequence"]["test"] == float64(last)
+	})
+}
+
+// A leader that was caught up and then gets stuck in a batch still shows the events piling up
+// behind it: its lag is read at each scrape, not only when a batch ends (no batch ends while it
+// is stuck), so FleetstreamViewStalled sees pending events and a checkpoint that does not move.
+func TestMetricsShowPendingOfALeaderStuckWhileCaughtUp(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ensureStream(t, j.JS)
+	last := appendHistory(t, j.JS, 20, 5)
+
+	p := testProjection(1)
+	apply := p.Apply
+	var block atomic.Bool
+	gate, blocked := make(chan struct{}), make(chan struct{})
+	var once, opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	p.Apply = func(ev *events.Event) ([]view.Change, error) {
+		if block.Load() {
+			once.Do(func() { close(blocked) })
+			<-gate
+		}
+		return apply(ev)
+	}
+	var c *view.Cache[*clusterv1.Cluster]
+	set := view.NewSet(j.JS, zap.NewNop())
+	view.Add(set, p, &c)
+	reg := prometheus.NewRegistry()
+	if err := set.Register(reg); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- set.Run(ctx) }()
+	t.Cleanup(func() {
+		open()
+		cancel()
+		<-done
+	})
+	waitGauges(t, reg, "a leader caught up", func(g map[string]map[string]float64) bool {
+		return g["fleetstream_view_leading"]["test"] == 1 && g["fleetstream_view_pending_events"]["test"] == 0 &&
+			g["fleetstream_view_applied_sequence"]["test"] == float64(last)
+	})
+
+	block.Store(true)
+	ctx2 := testkit.Context(t, 30*time.Second)
+	store := events.NewStore(j.JS, "test")
+	for i := range 5 {
+		if _, err := store.Append(ctx2, "test.k000", "k000", events.Any, &clusterv1.ClusterUpdated{Id: "k000", Labels: map[string]string{"stuck": strconv.Itoa(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-blocked:
+	case err := <-done:
+		t.Fatalf("set stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine never took the new events")
+	}
+	waitGauges(t, reg, "a leader stuck after catching up", func(g map[string]map[string]float64) bool {
+		return g["fleetstream_view_leading"]["test"] == 1 && g["fleetstream_view_pending_events"]["test"] == 5 &&
+			g["fleetstream_view_applied_sequence"]["test"] == float64(last)
+	})
+	open()
+	waitGauges(t, reg, "the leader going on", func(g map[string]map[string]float64) bool {
+		return g["fleetstream_view_pending_events"]["test"] == 0 && g["fleetstream_view_applied_sequence"]["test"] == float64(last+5)
 	})
 }

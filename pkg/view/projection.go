@@ -107,8 +107,13 @@ type Engine struct {
 	scratch            batchScratch
 
 	// pending is the leader's lag: events in the stream after the last one it applied, as of
-	// its delivery (metrics.go).
+	// its delivery; the metrics' fallback when the stream does not answer a scrape (metrics.go).
 	pending atomic.Uint64
+	// streamLastSeq is the stream's last event of the view's subjects as a scrape last read it,
+	// at streamLastAt (metrics.go).
+	streamLastMu  sync.Mutex
+	streamLastSeq uint64
+	streamLastAt  time.Time
 
 	mu       sync.Mutex
 	leading  bool
