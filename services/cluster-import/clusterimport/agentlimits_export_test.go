@@ -28,10 +28,12 @@ func (s *Registry) InventoryEntriesRefused(cluster string) float64 {
 func (s *Registry) CountDeadLetters(ctx context.Context) error { return s.countDeadLetters(ctx) }
 
 // DeadLetters is fleetstream_dead_letters by source, as a scrape would read it.
-func (s *Registry) DeadLetters() map[string]float64 {
+func (s *Registry) DeadLetters() map[string]float64 { return gaugeBySource(s.metrics.deadLetters) }
+
+func gaugeBySource(vec *prometheus.GaugeVec) map[string]float64 {
 	out := map[string]float64{}
 	ch := make(chan prometheus.Metric)
-	go func() { s.metrics.deadLetters.Collect(ch); close(ch) }()
+	go func() { vec.Collect(ch); close(ch) }()
 	for m := range ch {
 		var pb dto.Metric
 		if err := m.Write(&pb); err == nil {
@@ -41,8 +43,20 @@ func (s *Registry) DeadLetters() map[string]float64 {
 	return out
 }
 
-// SetDeadLetters reports FLEET_DLQ's counts by subject, as countDeadLetters does.
-func (s *Registry) SetDeadLetters(counts map[string]uint64) { s.setDeadLetters(counts) }
+// DeadLetterGauge is fleetstream_dead_letters as countDeadLetters keeps it, apart from a
+// running Registry (whose own counts would interleave with a test's).
+type DeadLetterGauge struct {
+	m   limitMetrics
+	src deadLetterSources
+}
+
+func NewDeadLetterGauge() *DeadLetterGauge { return &DeadLetterGauge{m: newLimitMetrics()} }
+
+// Set reports FLEET_DLQ's counts by subject, as countDeadLetters does.
+func (g *DeadLetterGauge) Set(counts map[string]uint64) { g.src.set(g.m.deadLetters, counts) }
+
+// Values is the gauge by source, as a scrape would read it.
+func (g *DeadLetterGauge) Values() map[string]float64 { return gaugeBySource(g.m.deadLetters) }
 
 // MaxDeadLetterSources is how many sources fleetstream_dead_letters reports at most.
 const MaxDeadLetterSources = maxDeadLetterSources

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/fleetstream/fleetstream/pkg/topology"
@@ -56,7 +57,7 @@ func (s *Registry) countDeadLetters(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.setDeadLetters(info.State.Subjects)
+	s.deadLetterSources.set(s.metrics.deadLetters, info.State.Subjects)
 	return nil
 }
 
@@ -68,28 +69,28 @@ type deadLetterSources struct {
 	shown map[string]struct{}
 }
 
-// setDeadLetters reports counts (FLEET_DLQ's messages by subject). Past the cap it keeps the
-// first sources in subject order, the same ones every round: map order would report a
-// different subset each time, each one "new" to the alert.
-func (s *Registry) setDeadLetters(counts map[string]uint64) {
+// set reports counts (FLEET_DLQ's messages by subject) on vec. Past the cap it keeps the first
+// sources in subject order, the same ones every round: map order would report a different
+// subset each time, each one "new" to the alert.
+func (d *deadLetterSources) set(vec *prometheus.GaugeVec, counts map[string]uint64) {
 	prefix := topology.DeadLetterSubjectPrefix + "."
 	subjects := slices.Sorted(maps.Keys(counts))
 	if len(subjects) > maxDeadLetterSources {
 		subjects = subjects[:maxDeadLetterSources]
 	}
-	s.deadLetterSources.mu.Lock()
-	defer s.deadLetterSources.mu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	shown := make(map[string]struct{}, len(subjects))
 	for _, subject := range subjects {
 		source := strings.TrimPrefix(subject, prefix)
 		shown[source] = struct{}{}
-		s.metrics.deadLetters.WithLabelValues(source).Set(float64(counts[subject]))
+		vec.WithLabelValues(source).Set(float64(counts[subject]))
 	}
 	// A source whose messages expired (the stream's MaxAge) or were purged goes away.
-	for source := range s.deadLetterSources.shown {
+	for source := range d.shown {
 		if _, ok := shown[source]; !ok {
-			s.metrics.deadLetters.DeleteLabelValues(source)
+			vec.DeleteLabelValues(source)
 		}
 	}
-	s.deadLetterSources.shown = shown
+	d.shown = shown
 }

@@ -51,15 +51,15 @@ func TestDeadLettersGaugeFollowsTheStream(t *testing.T) {
 // A scrape never catches the gauge between two counts with a source missing: the alert would
 // read the next sample as that source's first dead letters.
 func TestDeadLettersGaugeNeverEmptiesBetweenCounts(t *testing.T) {
-	e := start(t, nil, clusterimport.Config{})
+	g := clusterimport.NewDeadLetterGauge()
 	prefix := topology.DeadLetterSubjectPrefix + "."
 	counts := map[string]uint64{prefix + "FLEET_NS.view-ns-bindings": 2, prefix + "FLEET_AGENT.endpoint-collector": 1}
-	e.svc.SetDeadLetters(counts)
+	g.Set(counts)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := 0; i < 20000; i++ {
-			e.svc.SetDeadLetters(counts)
+			g.Set(counts)
 		}
 	}()
 	for scrapes := 0; ; scrapes++ {
@@ -69,7 +69,7 @@ func TestDeadLettersGaugeNeverEmptiesBetweenCounts(t *testing.T) {
 			return
 		default:
 		}
-		if got := e.svc.DeadLetters(); len(got) != 2 {
+		if got := g.Values(); len(got) != 2 {
 			t.Fatalf("scrape %d saw %v between two counts of the same stream", scrapes, got)
 		}
 	}
@@ -78,7 +78,7 @@ func TestDeadLettersGaugeNeverEmptiesBetweenCounts(t *testing.T) {
 // Past the cap, every count reports the same sources (the first in subject order), so the
 // alert does not see sources come and go with map order.
 func TestDeadLettersGaugeCapIsStable(t *testing.T) {
-	e := start(t, nil, clusterimport.Config{})
+	g := clusterimport.NewDeadLetterGauge()
 	prefix := topology.DeadLetterSubjectPrefix + "."
 	counts := map[string]uint64{}
 	want := map[string]float64{}
@@ -90,8 +90,8 @@ func TestDeadLettersGaugeCapIsStable(t *testing.T) {
 		}
 	}
 	for round := range 20 {
-		e.svc.SetDeadLetters(counts)
-		if got := e.svc.DeadLetters(); !maps.Equal(got, want) {
+		g.Set(counts)
+		if got := g.Values(); !maps.Equal(got, want) {
 			t.Fatalf("round %d: reported %d sources, not the first %d in order", round, len(got), len(want))
 		}
 	}
