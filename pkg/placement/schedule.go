@@ -52,14 +52,7 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 	sc.round = round{fleet: f, placement: p, compiled: c, state: st, inDecision: sc.inDecision}
 	r := &sc.round
 
-	// Filters: each keeps, in name order, the candidates that pass.
-	feasible := candidates
-	var next time.Time
-	for _, fl := range filters {
-		var requeue time.Time
-		feasible, requeue = fl.filter(r, feasible)
-		next = earliest(next, requeue)
-	}
+	feasible, next := runFilters(r, candidates, nil)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("schedule placement %s/%s: %w", p.Project, p.Name, err)
 	}
@@ -68,17 +61,7 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 	nf, np := len(feasible), len(c.prioritizers)
 	totals := sc.int64s(&sc.totals, nf)
 	buf := sc.int64s(&sc.scores, np*nf)
-	if np > 0 {
-		d.Prioritizers = make([]PrioritizerResult, np)
-	}
-	for k, pr := range c.prioritizers {
-		s := buf[k*nf : (k+1)*nf : (k+1)*nf]
-		next = earliest(next, pr.rule.score(r, feasible, s))
-		for j, v := range s {
-			totals[j] += v * int64(pr.weight)
-		}
-		d.Prioritizers[k] = PrioritizerResult{Name: pr.name, Weight: pr.weight}
-	}
+	d.Prioritizers = runPrioritizers(r, feasible, totals, buf, &next)
 
 	n := nf
 	unscheduled := 0
@@ -115,6 +98,56 @@ func (f *Fleet) Schedule(ctx context.Context, p *Placement, st PlacementState) (
 }
 
 var errNoNow = errors.New("state.Now is required")
+
+// runFilters runs the filters in order, each on what the previous ones kept (in name order),
+// and returns the feasible clusters and the earliest moment one of them may stop passing.
+// rejected, when not nil, is told of each cluster a filter drops, with that filter: the one
+// place Explain learns why, so it cannot disagree with Schedule.
+func runFilters(r *round, candidates []int, rejected func(fl filter, i int)) ([]int, time.Time) {
+	feasible := candidates
+	var next, before []int
+	var at time.Time
+	for _, fl := range filters {
+		if rejected != nil {
+			before = append(before[:0], feasible...)
+		}
+		var requeue time.Time
+		next, requeue = fl.filter(r, feasible)
+		at = earliest(at, requeue)
+		if rejected != nil {
+			k := 0
+			for _, i := range before {
+				if k < len(next) && next[k] == i {
+					k++
+					continue
+				}
+				rejected(fl, i)
+			}
+		}
+		feasible = next
+	}
+	return feasible, at
+}
+
+// runPrioritizers scores the feasible clusters with each active prioritizer into
+// scores[k*nf+j] (zeroed) and adds score×weight into totals[j] (zeroed); it moves *next to the
+// earliest moment a score may change and returns the prioritizers.
+func runPrioritizers(r *round, feasible []int, totals, scores []int64, next *time.Time) []PrioritizerResult {
+	nf := len(feasible)
+	var out []PrioritizerResult
+	if len(r.compiled.prioritizers) > 0 {
+		out = make([]PrioritizerResult, len(r.compiled.prioritizers))
+	}
+	for k, pr := range r.compiled.prioritizers {
+		s := scores[k*nf : (k+1)*nf : (k+1)*nf]
+		*next = earliest(*next, pr.rule.score(r, feasible, s))
+		for j, v := range s {
+			totals[j] += v * int64(pr.weight)
+		}
+		out[k] = PrioritizerResult{Name: pr.name, Weight: pr.weight}
+	}
+	return out
+}
 
 // earliest returns the earlier of two moments, where zero means never.
 func earliest(a, b time.Time) time.Time {

@@ -7,6 +7,7 @@
 package placementv1
 
 import (
+	v1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -21,6 +22,69 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type NotSelectedReasonKind int32
+
+const (
+	NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_UNSPECIFIED NotSelectedReasonKind = 0
+	// Not a member of any set the placement may use.
+	NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_NOT_IN_CLUSTER_SETS NotSelectedReasonKind = 1
+	// Matches none of the placement's predicates.
+	NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_PREDICATE_NOT_MATCHED NotSelectedReasonKind = 2
+	// Has a taint the placement does not tolerate (fleetstream.io/unreachable: not connected).
+	NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_TAINT_NOT_TOLERATED NotSelectedReasonKind = 3
+	// Passed every filter but ranked after the numberOfClusters best.
+	NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_CUT_BY_NUMBER_OF_CLUSTERS NotSelectedReasonKind = 4
+	// The placement is misconfigured and selects nothing.
+	NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_MISCONFIGURED NotSelectedReasonKind = 5
+)
+
+// Enum value maps for NotSelectedReasonKind.
+var (
+	NotSelectedReasonKind_name = map[int32]string{
+		0: "NOT_SELECTED_REASON_KIND_UNSPECIFIED",
+		1: "NOT_SELECTED_REASON_KIND_NOT_IN_CLUSTER_SETS",
+		2: "NOT_SELECTED_REASON_KIND_PREDICATE_NOT_MATCHED",
+		3: "NOT_SELECTED_REASON_KIND_TAINT_NOT_TOLERATED",
+		4: "NOT_SELECTED_REASON_KIND_CUT_BY_NUMBER_OF_CLUSTERS",
+		5: "NOT_SELECTED_REASON_KIND_MISCONFIGURED",
+	}
+	NotSelectedReasonKind_value = map[string]int32{
+		"NOT_SELECTED_REASON_KIND_UNSPECIFIED":               0,
+		"NOT_SELECTED_REASON_KIND_NOT_IN_CLUSTER_SETS":       1,
+		"NOT_SELECTED_REASON_KIND_PREDICATE_NOT_MATCHED":     2,
+		"NOT_SELECTED_REASON_KIND_TAINT_NOT_TOLERATED":       3,
+		"NOT_SELECTED_REASON_KIND_CUT_BY_NUMBER_OF_CLUSTERS": 4,
+		"NOT_SELECTED_REASON_KIND_MISCONFIGURED":             5,
+	}
+)
+
+func (x NotSelectedReasonKind) Enum() *NotSelectedReasonKind {
+	p := new(NotSelectedReasonKind)
+	*p = x
+	return p
+}
+
+func (x NotSelectedReasonKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NotSelectedReasonKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_fleetstream_placement_v1_placement_service_proto_enumTypes[0].Descriptor()
+}
+
+func (NotSelectedReasonKind) Type() protoreflect.EnumType {
+	return &file_fleetstream_placement_v1_placement_service_proto_enumTypes[0]
+}
+
+func (x NotSelectedReasonKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NotSelectedReasonKind.Descriptor instead.
+func (NotSelectedReasonKind) EnumDescriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_placement_service_proto_rawDescGZIP(), []int{0}
+}
 
 type CreatePlacementRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -823,11 +887,408 @@ func (x *SetAddOnScoreResponse) GetScore() *AddOnScore {
 	return nil
 }
 
+type ExplainPlacementRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainPlacementRequest) Reset() {
+	*x = ExplainPlacementRequest{}
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainPlacementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainPlacementRequest) ProtoMessage() {}
+
+func (x *ExplainPlacementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainPlacementRequest.ProtoReflect.Descriptor instead.
+func (*ExplainPlacementRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_placement_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExplainPlacementRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ExplainPlacementRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ExplainPlacementResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The active prioritizers (weight not 0), sorted by name; ClusterExplanation.scores align with it.
+	Prioritizers []*PrioritizerWeight `protobuf:"bytes,3,rep,name=prioritizers,proto3" json:"prioritizers,omitempty"`
+	// Every registered cluster, selected first (best first), then the others by name.
+	Clusters []*ClusterExplanation `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Set when the placement's spec is misconfigured: nothing is selected and no cluster is
+	// explained further.
+	Misconfigured string `protobuf:"bytes,5,opt,name=misconfigured,proto3" json:"misconfigured,omitempty"`
+	// The moment the explanation was computed.
+	EvaluatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=evaluated_at,json=evaluatedAt,proto3" json:"evaluated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainPlacementResponse) Reset() {
+	*x = ExplainPlacementResponse{}
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainPlacementResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainPlacementResponse) ProtoMessage() {}
+
+func (x *ExplainPlacementResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainPlacementResponse.ProtoReflect.Descriptor instead.
+func (*ExplainPlacementResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_placement_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExplainPlacementResponse) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ExplainPlacementResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExplainPlacementResponse) GetPrioritizers() []*PrioritizerWeight {
+	if x != nil {
+		return x.Prioritizers
+	}
+	return nil
+}
+
+func (x *ExplainPlacementResponse) GetClusters() []*ClusterExplanation {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *ExplainPlacementResponse) GetMisconfigured() string {
+	if x != nil {
+		return x.Misconfigured
+	}
+	return ""
+}
+
+func (x *ExplainPlacementResponse) GetEvaluatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EvaluatedAt
+	}
+	return nil
+}
+
+type ClusterExplanation struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Selected    bool                   `protobuf:"varint,2,opt,name=selected,proto3" json:"selected,omitempty"`
+	// Unweighted, aligned with ExplainPlacementResponse.prioritizers; empty for a cluster that
+	// did not pass the cluster sets and the filters (it is not scored).
+	Scores []int64 `protobuf:"varint,3,rep,packed,name=scores,proto3" json:"scores,omitempty"`
+	// Sum of score × weight.
+	Total int64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	// 1-based position among the clusters that passed the filters (total desc, then name); 0 if
+	// the cluster did not pass them.
+	Rank int32 `protobuf:"varint,5,opt,name=rank,proto3" json:"rank,omitempty"`
+	// Why the cluster is not selected; unset when selected.
+	Reason        *NotSelectedReason `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterExplanation) Reset() {
+	*x = ClusterExplanation{}
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterExplanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterExplanation) ProtoMessage() {}
+
+func (x *ClusterExplanation) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterExplanation.ProtoReflect.Descriptor instead.
+func (*ClusterExplanation) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_placement_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ClusterExplanation) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ClusterExplanation) GetSelected() bool {
+	if x != nil {
+		return x.Selected
+	}
+	return false
+}
+
+func (x *ClusterExplanation) GetScores() []int64 {
+	if x != nil {
+		return x.Scores
+	}
+	return nil
+}
+
+func (x *ClusterExplanation) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ClusterExplanation) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *ClusterExplanation) GetReason() *NotSelectedReason {
+	if x != nil {
+		return x.Reason
+	}
+	return nil
+}
+
+// NotSelectedReason is the first step of the scheduler that dropped a cluster: the cluster
+// sets, a filter (predicates, then taints), or numberOfClusters.
+type NotSelectedReason struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  NotSelectedReasonKind  `protobuf:"varint,1,opt,name=kind,proto3,enum=fleetstream.placement.v1.NotSelectedReasonKind" json:"kind,omitempty"`
+	// A sentence for people, e.g. "taint fleetstream.io/unreachable:NoSelect is not tolerated".
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// NOT_IN_CLUSTER_SETS: the sets the placement may use (bound to the project and, if the
+	// placement names sets, named by it).
+	EligibleClusterSets []string `protobuf:"bytes,3,rep,name=eligible_cluster_sets,json=eligibleClusterSets,proto3" json:"eligible_cluster_sets,omitempty"`
+	// PREDICATE_NOT_MATCHED: for each predicate (they are ORed), what it requires that the
+	// cluster lacks.
+	Predicates []*PredicateMismatch `protobuf:"bytes,4,rep,name=predicates,proto3" json:"predicates,omitempty"`
+	// TAINT_NOT_TOLERATED: the first taint of the cluster the placement does not tolerate.
+	Taint *v1.Taint `protobuf:"bytes,5,opt,name=taint,proto3" json:"taint,omitempty"`
+	// CUT_BY_NUMBER_OF_CLUSTERS: the placement's numberOfClusters, and the total of the last
+	// cluster it selected (this cluster's is ClusterExplanation.total, its rank .rank).
+	NumberOfClusters  int32 `protobuf:"varint,6,opt,name=number_of_clusters,json=numberOfClusters,proto3" json:"number_of_clusters,omitempty"`
+	LastSelectedTotal int64 `protobuf:"varint,7,opt,name=last_selected_total,json=lastSelectedTotal,proto3" json:"last_selected_total,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *NotSelectedReason) Reset() {
+	*x = NotSelectedReason{}
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotSelectedReason) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotSelectedReason) ProtoMessage() {}
+
+func (x *NotSelectedReason) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotSelectedReason.ProtoReflect.Descriptor instead.
+func (*NotSelectedReason) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_placement_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *NotSelectedReason) GetKind() NotSelectedReasonKind {
+	if x != nil {
+		return x.Kind
+	}
+	return NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_UNSPECIFIED
+}
+
+func (x *NotSelectedReason) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *NotSelectedReason) GetEligibleClusterSets() []string {
+	if x != nil {
+		return x.EligibleClusterSets
+	}
+	return nil
+}
+
+func (x *NotSelectedReason) GetPredicates() []*PredicateMismatch {
+	if x != nil {
+		return x.Predicates
+	}
+	return nil
+}
+
+func (x *NotSelectedReason) GetTaint() *v1.Taint {
+	if x != nil {
+		return x.Taint
+	}
+	return nil
+}
+
+func (x *NotSelectedReason) GetNumberOfClusters() int32 {
+	if x != nil {
+		return x.NumberOfClusters
+	}
+	return 0
+}
+
+func (x *NotSelectedReason) GetLastSelectedTotal() int64 {
+	if x != nil {
+		return x.LastSelectedTotal
+	}
+	return 0
+}
+
+type PredicateMismatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Index in Placement.predicates.
+	Predicate int32 `protobuf:"varint,1,opt,name=predicate,proto3" json:"predicate,omitempty"`
+	// "label_selector", "claim_selector" or "cel_selector".
+	Selector string `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	// The requirement that does not hold, as Kubernetes prints it ("env in (prod)"), or the CEL
+	// expression.
+	Requirement   string `protobuf:"bytes,3,opt,name=requirement,proto3" json:"requirement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PredicateMismatch) Reset() {
+	*x = PredicateMismatch{}
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PredicateMismatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PredicateMismatch) ProtoMessage() {}
+
+func (x *PredicateMismatch) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_placement_v1_placement_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PredicateMismatch.ProtoReflect.Descriptor instead.
+func (*PredicateMismatch) Descriptor() ([]byte, []int) {
+	return file_fleetstream_placement_v1_placement_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PredicateMismatch) GetPredicate() int32 {
+	if x != nil {
+		return x.Predicate
+	}
+	return 0
+}
+
+func (x *PredicateMismatch) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *PredicateMismatch) GetRequirement() string {
+	if x != nil {
+		return x.Requirement
+	}
+	return ""
+}
+
 var File_fleetstream_placement_v1_placement_service_proto protoreflect.FileDescriptor
 
 const file_fleetstream_placement_v1_placement_service_proto_rawDesc = "" +
 	"\n" +
-	"0fleetstream/placement/v1/placement_service.proto\x12\x18fleetstream.placement.v1\x1a(fleetstream/placement/v1/placement.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"[\n" +
+	"0fleetstream/placement/v1/placement_service.proto\x12\x18fleetstream.placement.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a(fleetstream/placement/v1/placement.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"[\n" +
 	"\x16CreatePlacementRequest\x12A\n" +
 	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\"\\\n" +
 	"\x17CreatePlacementResponse\x12A\n" +
@@ -874,7 +1335,45 @@ const file_fleetstream_placement_v1_placement_service_proto_rawDesc = "" +
 	"\vvalid_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"validUntil\"S\n" +
 	"\x15SetAddOnScoreResponse\x12:\n" +
-	"\x05score\x18\x01 \x01(\v2$.fleetstream.placement.v1.AddOnScoreR\x05score2\xfd\a\n" +
+	"\x05score\x18\x01 \x01(\v2$.fleetstream.placement.v1.AddOnScoreR\x05score\"G\n" +
+	"\x17ExplainPlacementRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xc8\x02\n" +
+	"\x18ExplainPlacementResponse\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12O\n" +
+	"\fprioritizers\x18\x03 \x03(\v2+.fleetstream.placement.v1.PrioritizerWeightR\fprioritizers\x12H\n" +
+	"\bclusters\x18\x04 \x03(\v2,.fleetstream.placement.v1.ClusterExplanationR\bclusters\x12$\n" +
+	"\rmisconfigured\x18\x05 \x01(\tR\rmisconfigured\x12=\n" +
+	"\fevaluated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vevaluatedAt\"\xda\x01\n" +
+	"\x12ClusterExplanation\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x1a\n" +
+	"\bselected\x18\x02 \x01(\bR\bselected\x12\x16\n" +
+	"\x06scores\x18\x03 \x03(\x03R\x06scores\x12\x14\n" +
+	"\x05total\x18\x04 \x01(\x03R\x05total\x12\x12\n" +
+	"\x04rank\x18\x05 \x01(\x05R\x04rank\x12C\n" +
+	"\x06reason\x18\x06 \x01(\v2+.fleetstream.placement.v1.NotSelectedReasonR\x06reason\"\x86\x03\n" +
+	"\x11NotSelectedReason\x12C\n" +
+	"\x04kind\x18\x01 \x01(\x0e2/.fleetstream.placement.v1.NotSelectedReasonKindR\x04kind\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
+	"\x15eligible_cluster_sets\x18\x03 \x03(\tR\x13eligibleClusterSets\x12K\n" +
+	"\n" +
+	"predicates\x18\x04 \x03(\v2+.fleetstream.placement.v1.PredicateMismatchR\n" +
+	"predicates\x123\n" +
+	"\x05taint\x18\x05 \x01(\v2\x1d.fleetstream.cluster.v1.TaintR\x05taint\x12,\n" +
+	"\x12number_of_clusters\x18\x06 \x01(\x05R\x10numberOfClusters\x12.\n" +
+	"\x13last_selected_total\x18\a \x01(\x03R\x11lastSelectedTotal\"o\n" +
+	"\x11PredicateMismatch\x12\x1c\n" +
+	"\tpredicate\x18\x01 \x01(\x05R\tpredicate\x12\x1a\n" +
+	"\bselector\x18\x02 \x01(\tR\bselector\x12 \n" +
+	"\vrequirement\x18\x03 \x01(\tR\vrequirement*\xbd\x02\n" +
+	"\x15NotSelectedReasonKind\x12(\n" +
+	"$NOT_SELECTED_REASON_KIND_UNSPECIFIED\x10\x00\x120\n" +
+	",NOT_SELECTED_REASON_KIND_NOT_IN_CLUSTER_SETS\x10\x01\x122\n" +
+	".NOT_SELECTED_REASON_KIND_PREDICATE_NOT_MATCHED\x10\x02\x120\n" +
+	",NOT_SELECTED_REASON_KIND_TAINT_NOT_TOLERATED\x10\x03\x126\n" +
+	"2NOT_SELECTED_REASON_KIND_CUT_BY_NUMBER_OF_CLUSTERS\x10\x04\x12*\n" +
+	"&NOT_SELECTED_REASON_KIND_MISCONFIGURED\x10\x052\xfd\b\n" +
 	"\x10PlacementService\x12v\n" +
 	"\x0fCreatePlacement\x120.fleetstream.placement.v1.CreatePlacementRequest\x1a1.fleetstream.placement.v1.CreatePlacementResponse\x12v\n" +
 	"\x0fUpdatePlacement\x120.fleetstream.placement.v1.UpdatePlacementRequest\x1a1.fleetstream.placement.v1.UpdatePlacementResponse\x12v\n" +
@@ -883,7 +1382,8 @@ const file_fleetstream_placement_v1_placement_service_proto_rawDesc = "" +
 	"\x0eListPlacements\x12/.fleetstream.placement.v1.ListPlacementsRequest\x1a0.fleetstream.placement.v1.ListPlacementsResponse\"\x03\x90\x02\x01\x12\x8d\x01\n" +
 	"\x15GetPlacementDecisions\x126.fleetstream.placement.v1.GetPlacementDecisionsRequest\x1a7.fleetstream.placement.v1.GetPlacementDecisionsResponse\"\x03\x90\x02\x01\x12\x90\x01\n" +
 	"\x17WatchPlacementDecisions\x128.fleetstream.placement.v1.WatchPlacementDecisionsRequest\x1a9.fleetstream.placement.v1.WatchPlacementDecisionsResponse0\x01\x12p\n" +
-	"\rSetAddOnScore\x12..fleetstream.placement.v1.SetAddOnScoreRequest\x1a/.fleetstream.placement.v1.SetAddOnScoreResponseBQZOgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1;placementv1b\x06proto3"
+	"\rSetAddOnScore\x12..fleetstream.placement.v1.SetAddOnScoreRequest\x1a/.fleetstream.placement.v1.SetAddOnScoreResponse\x12~\n" +
+	"\x10ExplainPlacement\x121.fleetstream.placement.v1.ExplainPlacementRequest\x1a2.fleetstream.placement.v1.ExplainPlacementResponse\"\x03\x90\x02\x01BQZOgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1;placementv1b\x06proto3"
 
 var (
 	file_fleetstream_placement_v1_placement_service_proto_rawDescOnce sync.Once
@@ -897,61 +1397,79 @@ func file_fleetstream_placement_v1_placement_service_proto_rawDescGZIP() []byte 
 	return file_fleetstream_placement_v1_placement_service_proto_rawDescData
 }
 
-var file_fleetstream_placement_v1_placement_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_fleetstream_placement_v1_placement_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_fleetstream_placement_v1_placement_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_fleetstream_placement_v1_placement_service_proto_goTypes = []any{
-	(*CreatePlacementRequest)(nil),          // 0: fleetstream.placement.v1.CreatePlacementRequest
-	(*CreatePlacementResponse)(nil),         // 1: fleetstream.placement.v1.CreatePlacementResponse
-	(*UpdatePlacementRequest)(nil),          // 2: fleetstream.placement.v1.UpdatePlacementRequest
-	(*UpdatePlacementResponse)(nil),         // 3: fleetstream.placement.v1.UpdatePlacementResponse
-	(*DeletePlacementRequest)(nil),          // 4: fleetstream.placement.v1.DeletePlacementRequest
-	(*DeletePlacementResponse)(nil),         // 5: fleetstream.placement.v1.DeletePlacementResponse
-	(*GetPlacementRequest)(nil),             // 6: fleetstream.placement.v1.GetPlacementRequest
-	(*GetPlacementResponse)(nil),            // 7: fleetstream.placement.v1.GetPlacementResponse
-	(*ListPlacementsRequest)(nil),           // 8: fleetstream.placement.v1.ListPlacementsRequest
-	(*ListPlacementsResponse)(nil),          // 9: fleetstream.placement.v1.ListPlacementsResponse
-	(*GetPlacementDecisionsRequest)(nil),    // 10: fleetstream.placement.v1.GetPlacementDecisionsRequest
-	(*GetPlacementDecisionsResponse)(nil),   // 11: fleetstream.placement.v1.GetPlacementDecisionsResponse
-	(*WatchPlacementDecisionsRequest)(nil),  // 12: fleetstream.placement.v1.WatchPlacementDecisionsRequest
-	(*WatchPlacementDecisionsResponse)(nil), // 13: fleetstream.placement.v1.WatchPlacementDecisionsResponse
-	(*SetAddOnScoreRequest)(nil),            // 14: fleetstream.placement.v1.SetAddOnScoreRequest
-	(*SetAddOnScoreResponse)(nil),           // 15: fleetstream.placement.v1.SetAddOnScoreResponse
-	(*Placement)(nil),                       // 16: fleetstream.placement.v1.Placement
-	(*PlacementDecisions)(nil),              // 17: fleetstream.placement.v1.PlacementDecisions
-	(*timestamppb.Timestamp)(nil),           // 18: google.protobuf.Timestamp
-	(*AddOnScore)(nil),                      // 19: fleetstream.placement.v1.AddOnScore
+	(NotSelectedReasonKind)(0),              // 0: fleetstream.placement.v1.NotSelectedReasonKind
+	(*CreatePlacementRequest)(nil),          // 1: fleetstream.placement.v1.CreatePlacementRequest
+	(*CreatePlacementResponse)(nil),         // 2: fleetstream.placement.v1.CreatePlacementResponse
+	(*UpdatePlacementRequest)(nil),          // 3: fleetstream.placement.v1.UpdatePlacementRequest
+	(*UpdatePlacementResponse)(nil),         // 4: fleetstream.placement.v1.UpdatePlacementResponse
+	(*DeletePlacementRequest)(nil),          // 5: fleetstream.placement.v1.DeletePlacementRequest
+	(*DeletePlacementResponse)(nil),         // 6: fleetstream.placement.v1.DeletePlacementResponse
+	(*GetPlacementRequest)(nil),             // 7: fleetstream.placement.v1.GetPlacementRequest
+	(*GetPlacementResponse)(nil),            // 8: fleetstream.placement.v1.GetPlacementResponse
+	(*ListPlacementsRequest)(nil),           // 9: fleetstream.placement.v1.ListPlacementsRequest
+	(*ListPlacementsResponse)(nil),          // 10: fleetstream.placement.v1.ListPlacementsResponse
+	(*GetPlacementDecisionsRequest)(nil),    // 11: fleetstream.placement.v1.GetPlacementDecisionsRequest
+	(*GetPlacementDecisionsResponse)(nil),   // 12: fleetstream.placement.v1.GetPlacementDecisionsResponse
+	(*WatchPlacementDecisionsRequest)(nil),  // 13: fleetstream.placement.v1.WatchPlacementDecisionsRequest
+	(*WatchPlacementDecisionsResponse)(nil), // 14: fleetstream.placement.v1.WatchPlacementDecisionsResponse
+	(*SetAddOnScoreRequest)(nil),            // 15: fleetstream.placement.v1.SetAddOnScoreRequest
+	(*SetAddOnScoreResponse)(nil),           // 16: fleetstream.placement.v1.SetAddOnScoreResponse
+	(*ExplainPlacementRequest)(nil),         // 17: fleetstream.placement.v1.ExplainPlacementRequest
+	(*ExplainPlacementResponse)(nil),        // 18: fleetstream.placement.v1.ExplainPlacementResponse
+	(*ClusterExplanation)(nil),              // 19: fleetstream.placement.v1.ClusterExplanation
+	(*NotSelectedReason)(nil),               // 20: fleetstream.placement.v1.NotSelectedReason
+	(*PredicateMismatch)(nil),               // 21: fleetstream.placement.v1.PredicateMismatch
+	(*Placement)(nil),                       // 22: fleetstream.placement.v1.Placement
+	(*PlacementDecisions)(nil),              // 23: fleetstream.placement.v1.PlacementDecisions
+	(*timestamppb.Timestamp)(nil),           // 24: google.protobuf.Timestamp
+	(*AddOnScore)(nil),                      // 25: fleetstream.placement.v1.AddOnScore
+	(*PrioritizerWeight)(nil),               // 26: fleetstream.placement.v1.PrioritizerWeight
+	(*v1.Taint)(nil),                        // 27: fleetstream.cluster.v1.Taint
 }
 var file_fleetstream_placement_v1_placement_service_proto_depIdxs = []int32{
-	16, // 0: fleetstream.placement.v1.CreatePlacementRequest.placement:type_name -> fleetstream.placement.v1.Placement
-	16, // 1: fleetstream.placement.v1.CreatePlacementResponse.placement:type_name -> fleetstream.placement.v1.Placement
-	16, // 2: fleetstream.placement.v1.UpdatePlacementRequest.placement:type_name -> fleetstream.placement.v1.Placement
-	16, // 3: fleetstream.placement.v1.UpdatePlacementResponse.placement:type_name -> fleetstream.placement.v1.Placement
-	16, // 4: fleetstream.placement.v1.GetPlacementResponse.placement:type_name -> fleetstream.placement.v1.Placement
-	16, // 5: fleetstream.placement.v1.ListPlacementsResponse.placements:type_name -> fleetstream.placement.v1.Placement
-	17, // 6: fleetstream.placement.v1.GetPlacementDecisionsResponse.decisions:type_name -> fleetstream.placement.v1.PlacementDecisions
-	17, // 7: fleetstream.placement.v1.WatchPlacementDecisionsResponse.decisions:type_name -> fleetstream.placement.v1.PlacementDecisions
-	18, // 8: fleetstream.placement.v1.SetAddOnScoreRequest.valid_until:type_name -> google.protobuf.Timestamp
-	19, // 9: fleetstream.placement.v1.SetAddOnScoreResponse.score:type_name -> fleetstream.placement.v1.AddOnScore
-	0,  // 10: fleetstream.placement.v1.PlacementService.CreatePlacement:input_type -> fleetstream.placement.v1.CreatePlacementRequest
-	2,  // 11: fleetstream.placement.v1.PlacementService.UpdatePlacement:input_type -> fleetstream.placement.v1.UpdatePlacementRequest
-	4,  // 12: fleetstream.placement.v1.PlacementService.DeletePlacement:input_type -> fleetstream.placement.v1.DeletePlacementRequest
-	6,  // 13: fleetstream.placement.v1.PlacementService.GetPlacement:input_type -> fleetstream.placement.v1.GetPlacementRequest
-	8,  // 14: fleetstream.placement.v1.PlacementService.ListPlacements:input_type -> fleetstream.placement.v1.ListPlacementsRequest
-	10, // 15: fleetstream.placement.v1.PlacementService.GetPlacementDecisions:input_type -> fleetstream.placement.v1.GetPlacementDecisionsRequest
-	12, // 16: fleetstream.placement.v1.PlacementService.WatchPlacementDecisions:input_type -> fleetstream.placement.v1.WatchPlacementDecisionsRequest
-	14, // 17: fleetstream.placement.v1.PlacementService.SetAddOnScore:input_type -> fleetstream.placement.v1.SetAddOnScoreRequest
-	1,  // 18: fleetstream.placement.v1.PlacementService.CreatePlacement:output_type -> fleetstream.placement.v1.CreatePlacementResponse
-	3,  // 19: fleetstream.placement.v1.PlacementService.UpdatePlacement:output_type -> fleetstream.placement.v1.UpdatePlacementResponse
-	5,  // 20: fleetstream.placement.v1.PlacementService.DeletePlacement:output_type -> fleetstream.placement.v1.DeletePlacementResponse
-	7,  // 21: fleetstream.placement.v1.PlacementService.GetPlacement:output_type -> fleetstream.placement.v1.GetPlacementResponse
-	9,  // 22: fleetstream.placement.v1.PlacementService.ListPlacements:output_type -> fleetstream.placement.v1.ListPlacementsResponse
-	11, // 23: fleetstream.placement.v1.PlacementService.GetPlacementDecisions:output_type -> fleetstream.placement.v1.GetPlacementDecisionsResponse
-	13, // 24: fleetstream.placement.v1.PlacementService.WatchPlacementDecisions:output_type -> fleetstream.placement.v1.WatchPlacementDecisionsResponse
-	15, // 25: fleetstream.placement.v1.PlacementService.SetAddOnScore:output_type -> fleetstream.placement.v1.SetAddOnScoreResponse
-	18, // [18:26] is the sub-list for method output_type
-	10, // [10:18] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	22, // 0: fleetstream.placement.v1.CreatePlacementRequest.placement:type_name -> fleetstream.placement.v1.Placement
+	22, // 1: fleetstream.placement.v1.CreatePlacementResponse.placement:type_name -> fleetstream.placement.v1.Placement
+	22, // 2: fleetstream.placement.v1.UpdatePlacementRequest.placement:type_name -> fleetstream.placement.v1.Placement
+	22, // 3: fleetstream.placement.v1.UpdatePlacementResponse.placement:type_name -> fleetstream.placement.v1.Placement
+	22, // 4: fleetstream.placement.v1.GetPlacementResponse.placement:type_name -> fleetstream.placement.v1.Placement
+	22, // 5: fleetstream.placement.v1.ListPlacementsResponse.placements:type_name -> fleetstream.placement.v1.Placement
+	23, // 6: fleetstream.placement.v1.GetPlacementDecisionsResponse.decisions:type_name -> fleetstream.placement.v1.PlacementDecisions
+	23, // 7: fleetstream.placement.v1.WatchPlacementDecisionsResponse.decisions:type_name -> fleetstream.placement.v1.PlacementDecisions
+	24, // 8: fleetstream.placement.v1.SetAddOnScoreRequest.valid_until:type_name -> google.protobuf.Timestamp
+	25, // 9: fleetstream.placement.v1.SetAddOnScoreResponse.score:type_name -> fleetstream.placement.v1.AddOnScore
+	26, // 10: fleetstream.placement.v1.ExplainPlacementResponse.prioritizers:type_name -> fleetstream.placement.v1.PrioritizerWeight
+	19, // 11: fleetstream.placement.v1.ExplainPlacementResponse.clusters:type_name -> fleetstream.placement.v1.ClusterExplanation
+	24, // 12: fleetstream.placement.v1.ExplainPlacementResponse.evaluated_at:type_name -> google.protobuf.Timestamp
+	20, // 13: fleetstream.placement.v1.ClusterExplanation.reason:type_name -> fleetstream.placement.v1.NotSelectedReason
+	0,  // 14: fleetstream.placement.v1.NotSelectedReason.kind:type_name -> fleetstream.placement.v1.NotSelectedReasonKind
+	21, // 15: fleetstream.placement.v1.NotSelectedReason.predicates:type_name -> fleetstream.placement.v1.PredicateMismatch
+	27, // 16: fleetstream.placement.v1.NotSelectedReason.taint:type_name -> fleetstream.cluster.v1.Taint
+	1,  // 17: fleetstream.placement.v1.PlacementService.CreatePlacement:input_type -> fleetstream.placement.v1.CreatePlacementRequest
+	3,  // 18: fleetstream.placement.v1.PlacementService.UpdatePlacement:input_type -> fleetstream.placement.v1.UpdatePlacementRequest
+	5,  // 19: fleetstream.placement.v1.PlacementService.DeletePlacement:input_type -> fleetstream.placement.v1.DeletePlacementRequest
+	7,  // 20: fleetstream.placement.v1.PlacementService.GetPlacement:input_type -> fleetstream.placement.v1.GetPlacementRequest
+	9,  // 21: fleetstream.placement.v1.PlacementService.ListPlacements:input_type -> fleetstream.placement.v1.ListPlacementsRequest
+	11, // 22: fleetstream.placement.v1.PlacementService.GetPlacementDecisions:input_type -> fleetstream.placement.v1.GetPlacementDecisionsRequest
+	13, // 23: fleetstream.placement.v1.PlacementService.WatchPlacementDecisions:input_type -> fleetstream.placement.v1.WatchPlacementDecisionsRequest
+	15, // 24: fleetstream.placement.v1.PlacementService.SetAddOnScore:input_type -> fleetstream.placement.v1.SetAddOnScoreRequest
+	17, // 25: fleetstream.placement.v1.PlacementService.ExplainPlacement:input_type -> fleetstream.placement.v1.ExplainPlacementRequest
+	2,  // 26: fleetstream.placement.v1.PlacementService.CreatePlacement:output_type -> fleetstream.placement.v1.CreatePlacementResponse
+	4,  // 27: fleetstream.placement.v1.PlacementService.UpdatePlacement:output_type -> fleetstream.placement.v1.UpdatePlacementResponse
+	6,  // 28: fleetstream.placement.v1.PlacementService.DeletePlacement:output_type -> fleetstream.placement.v1.DeletePlacementResponse
+	8,  // 29: fleetstream.placement.v1.PlacementService.GetPlacement:output_type -> fleetstream.placement.v1.GetPlacementResponse
+	10, // 30: fleetstream.placement.v1.PlacementService.ListPlacements:output_type -> fleetstream.placement.v1.ListPlacementsResponse
+	12, // 31: fleetstream.placement.v1.PlacementService.GetPlacementDecisions:output_type -> fleetstream.placement.v1.GetPlacementDecisionsResponse
+	14, // 32: fleetstream.placement.v1.PlacementService.WatchPlacementDecisions:output_type -> fleetstream.placement.v1.WatchPlacementDecisionsResponse
+	16, // 33: fleetstream.placement.v1.PlacementService.SetAddOnScore:output_type -> fleetstream.placement.v1.SetAddOnScoreResponse
+	18, // 34: fleetstream.placement.v1.PlacementService.ExplainPlacement:output_type -> fleetstream.placement.v1.ExplainPlacementResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_placement_v1_placement_service_proto_init() }
@@ -965,13 +1483,14 @@ func file_fleetstream_placement_v1_placement_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_placement_v1_placement_service_proto_rawDesc), len(file_fleetstream_placement_v1_placement_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   16,
+			NumEnums:      1,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_fleetstream_placement_v1_placement_service_proto_goTypes,
 		DependencyIndexes: file_fleetstream_placement_v1_placement_service_proto_depIdxs,
+		EnumInfos:         file_fleetstream_placement_v1_placement_service_proto_enumTypes,
 		MessageInfos:      file_fleetstream_placement_v1_placement_service_proto_msgTypes,
 	}.Build()
 	File_fleetstream_placement_v1_placement_service_proto = out.File

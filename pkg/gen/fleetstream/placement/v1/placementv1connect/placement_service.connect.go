@@ -57,6 +57,9 @@ const (
 	// PlacementServiceSetAddOnScoreProcedure is the fully-qualified name of the PlacementService's
 	// SetAddOnScore RPC.
 	PlacementServiceSetAddOnScoreProcedure = "/fleetstream.placement.v1.PlacementService/SetAddOnScore"
+	// PlacementServiceExplainPlacementProcedure is the fully-qualified name of the PlacementService's
+	// ExplainPlacement RPC.
+	PlacementServiceExplainPlacementProcedure = "/fleetstream.placement.v1.PlacementService/ExplainPlacement"
 )
 
 // PlacementServiceClient is a client for the fleetstream.placement.v1.PlacementService service.
@@ -78,6 +81,12 @@ type PlacementServiceClient interface {
 	// SetAddOnScore records a score another system computed for a cluster (OCM's
 	// AddOnPlacementScore); placements use it through an ADD_ON score coordinate.
 	SetAddOnScore(context.Context, *connect.Request[v1.SetAddOnScoreRequest]) (*connect.Response[v1.SetAddOnScoreResponse], error)
+	// ExplainPlacement says, for every cluster of the fleet, whether the placement selects it,
+	// how each prioritizer scored it and, if it is not selected, why. It runs the scheduler's own
+	// filters and prioritizers on the inputs the scheduler reads, as they are now (the fleet, the
+	// sets bound to the project, the current decision and the other placements' decisions): when
+	// an input changed since the last decision, the explanation is of the decision to come.
+	ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error)
 }
 
 // NewPlacementServiceClient constructs a client for the fleetstream.placement.v1.PlacementService
@@ -142,6 +151,13 @@ func NewPlacementServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(placementServiceMethods.ByName("SetAddOnScore")),
 			connect.WithClientOptions(opts...),
 		),
+		explainPlacement: connect.NewClient[v1.ExplainPlacementRequest, v1.ExplainPlacementResponse](
+			httpClient,
+			baseURL+PlacementServiceExplainPlacementProcedure,
+			connect.WithSchema(placementServiceMethods.ByName("ExplainPlacement")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -155,6 +171,7 @@ type placementServiceClient struct {
 	getPlacementDecisions   *connect.Client[v1.GetPlacementDecisionsRequest, v1.GetPlacementDecisionsResponse]
 	watchPlacementDecisions *connect.Client[v1.WatchPlacementDecisionsRequest, v1.WatchPlacementDecisionsResponse]
 	setAddOnScore           *connect.Client[v1.SetAddOnScoreRequest, v1.SetAddOnScoreResponse]
+	explainPlacement        *connect.Client[v1.ExplainPlacementRequest, v1.ExplainPlacementResponse]
 }
 
 // CreatePlacement calls fleetstream.placement.v1.PlacementService.CreatePlacement.
@@ -197,6 +214,11 @@ func (c *placementServiceClient) SetAddOnScore(ctx context.Context, req *connect
 	return c.setAddOnScore.CallUnary(ctx, req)
 }
 
+// ExplainPlacement calls fleetstream.placement.v1.PlacementService.ExplainPlacement.
+func (c *placementServiceClient) ExplainPlacement(ctx context.Context, req *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error) {
+	return c.explainPlacement.CallUnary(ctx, req)
+}
+
 // PlacementServiceHandler is an implementation of the fleetstream.placement.v1.PlacementService
 // service.
 type PlacementServiceHandler interface {
@@ -217,6 +239,12 @@ type PlacementServiceHandler interface {
 	// SetAddOnScore records a score another system computed for a cluster (OCM's
 	// AddOnPlacementScore); placements use it through an ADD_ON score coordinate.
 	SetAddOnScore(context.Context, *connect.Request[v1.SetAddOnScoreRequest]) (*connect.Response[v1.SetAddOnScoreResponse], error)
+	// ExplainPlacement says, for every cluster of the fleet, whether the placement selects it,
+	// how each prioritizer scored it and, if it is not selected, why. It runs the scheduler's own
+	// filters and prioritizers on the inputs the scheduler reads, as they are now (the fleet, the
+	// sets bound to the project, the current decision and the other placements' decisions): when
+	// an input changed since the last decision, the explanation is of the decision to come.
+	ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error)
 }
 
 // NewPlacementServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -277,6 +305,13 @@ func NewPlacementServiceHandler(svc PlacementServiceHandler, opts ...connect.Han
 		connect.WithSchema(placementServiceMethods.ByName("SetAddOnScore")),
 		connect.WithHandlerOptions(opts...),
 	)
+	placementServiceExplainPlacementHandler := connect.NewUnaryHandler(
+		PlacementServiceExplainPlacementProcedure,
+		svc.ExplainPlacement,
+		connect.WithSchema(placementServiceMethods.ByName("ExplainPlacement")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fleetstream.placement.v1.PlacementService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PlacementServiceCreatePlacementProcedure:
@@ -295,6 +330,8 @@ func NewPlacementServiceHandler(svc PlacementServiceHandler, opts ...connect.Han
 			placementServiceWatchPlacementDecisionsHandler.ServeHTTP(w, r)
 		case PlacementServiceSetAddOnScoreProcedure:
 			placementServiceSetAddOnScoreHandler.ServeHTTP(w, r)
+		case PlacementServiceExplainPlacementProcedure:
+			placementServiceExplainPlacementHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -334,4 +371,8 @@ func (UnimplementedPlacementServiceHandler) WatchPlacementDecisions(context.Cont
 
 func (UnimplementedPlacementServiceHandler) SetAddOnScore(context.Context, *connect.Request[v1.SetAddOnScoreRequest]) (*connect.Response[v1.SetAddOnScoreResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.placement.v1.PlacementService.SetAddOnScore is not implemented"))
+}
+
+func (UnimplementedPlacementServiceHandler) ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.placement.v1.PlacementService.ExplainPlacement is not implemented"))
 }
