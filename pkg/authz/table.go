@@ -140,6 +140,10 @@ var table = map[string]Rule{
 	placementv1connect.PlacementServiceWatchPlacementDecisionsProcedure: inProject("watch", roles.ResPlacements,
 		func(m *placementv1.WatchPlacementDecisionsRequest) string { return m.Project }),
 	placementv1connect.PlacementServiceSetAddOnScoreProcedure: admin("update", roles.ResAddOnScores),
+	// Explaining a placement reads what its decision reads: the fleet (everyone signed in may
+	// list it) and the placement, so it is GetPlacement's right in the placement's project.
+	placementv1connect.PlacementServiceExplainPlacementProcedure: inProject("get", roles.ResPlacements,
+		func(m *placementv1.ExplainPlacementRequest) string { return m.Project }),
 
 	// Endpoints belong to the project owning the service's namespace on the cluster reporting
 	// them, and are merged per owning project (docs/endpoints.md, "Who owns a service's

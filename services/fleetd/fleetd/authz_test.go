@@ -120,6 +120,7 @@ var matrix = map[string]struct {
 	"/fleetstream.placement.v1.PlacementService/ListPlacements":          {`{}`, allowAnyone},
 	"/fleetstream.placement.v1.PlacementService/GetPlacementDecisions":   {`{"project":"team-a","name":"no-such-placement"}`, allowViewer},
 	"/fleetstream.placement.v1.PlacementService/WatchPlacementDecisions": {`{"project":"team-a","name":"no-such-placement"}`, allowViewer},
+	"/fleetstream.placement.v1.PlacementService/ExplainPlacement":        {`{"project":"team-a","name":"no-such-placement"}`, allowViewer},
 	"/fleetstream.placement.v1.PlacementService/SetAddOnScore":           {`{"cluster":"no-such-cluster","resourceName":"cost","scoreName":"cheap","score":1}`, allowAdmin},
 
 	"/fleetstream.endpoint.v1.EndpointService/GetServiceEndpoints":   {`{"namespace":"web","name":"frontend"}`, allowViewer},

@@ -1,0 +1,103 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fleetstream/fleetstream/pkg/apierr"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	core "github.com/fleetstream/fleetstream/pkg/placement"
+)
+
+// ExplainPlacement runs the scheduler's round (core.Fleet.Explain: Schedule's own sets, filters,
+// prioritizers and ranking) on the inputs the scheduler reads, taken from this replica's views as
+// they are now: the registered clusters, the sets, the add-on scores, the sets bound to the
+// project, the placement's current decision (Steady, NoSelectIfNew) and every other
+// placement's decision (Balance). It is the last decision's explanation while none of those
+// changed since; otherwise it is the decision the scheduler is about to make. Authorization is
+// GetPlacement's (pkg/authz): a project's viewers explain its placements.
+func (s *PlacementAPI) ExplainPlacement(ctx context.Context, req *connect.Request[placementv1.ExplainPlacementRequest]) (*connect.Response[placementv1.ExplainPlacementResponse], error) {
+	m := req.Msg
+	p, err := s.getPlacement(ctx, m.Project, m.Name)
+	if err != nil {
+		return nil, err
+	}
+	// A fresh fleetInputs: the scheduler's is its worker's alone, and this may run on any replica.
+	var fi fleetInputs
+	fleet, _, err := fi.build(s.clusters.List(nil), s.clusterSets.List(nil), s.addOnScores.List(nil), nil)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	key := placementKey(p.Project, p.Name)
+	cur, _ := s.decisions.Get(key)
+	others := map[string]int{}
+	for _, e := range s.decisions.Entries(nil) {
+		if e.Key == key {
+			continue
+		}
+		for _, c := range decidedClusters(e.Value) {
+			others[c]++
+		}
+	}
+	var bound []string
+	for _, b := range s.setBindings.Lookup(byProject(p.Project)) {
+		bound = append(bound, b.ClusterSet)
+	}
+	now := s.now()
+	ex, err := fleet.Explain(ctx, toCorePlacement(p), core.PlacementState{
+		BoundClusterSets: bound, PreviousDecision: decidedClusters(cur), OtherDecisions: others, Now: now})
+	if err != nil {
+		return nil, fmt.Errorf("explain placement %s/%s: %w", p.Project, p.Name, err)
+	}
+	return connect.NewResponse(toExplanation(p, ex, now)), nil
+}
+
+func toExplanation(p *placementv1.Placement, ex *core.Explanation, now time.Time) *placementv1.ExplainPlacementResponse {
+	out := &placementv1.ExplainPlacementResponse{Project: p.Project, Name: p.Name, Misconfigured: ex.Misconfigured,
+		EvaluatedAt: timestamppb.New(now)}
+	for _, pr := range ex.Prioritizers {
+		out.Prioritizers = append(out.Prioritizers, &placementv1.PrioritizerWeight{Name: pr.Name, Weight: pr.Weight})
+	}
+	for _, c := range ex.Clusters {
+		out.Clusters = append(out.Clusters, &placementv1.ClusterExplanation{ClusterName: c.ClusterName, Selected: c.Selected,
+			Scores: c.Scores, Total: c.Total, Rank: int32(c.Rank), Reason: toReason(c.Reason)}) //nolint:gosec // rank ≤ clusters
+	}
+	return out
+}
+
+var reasonKinds = map[core.NotSelectedKind]placementv1.NotSelectedReasonKind{
+	core.NotInClusterSets:      placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_NOT_IN_CLUSTER_SETS,
+	core.PredicateNotMatched:   placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_PREDICATE_NOT_MATCHED,
+	core.TaintNotTolerated:     placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_TAINT_NOT_TOLERATED,
+	core.CutByNumberOfClusters: placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_CUT_BY_NUMBER_OF_CLUSTERS,
+	core.Misconfigured:         placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_MISCONFIGURED,
+}
+
+var taintEffects = map[core.TaintEffect]clusterv1.TaintEffect{
+	core.TaintEffectNoSelect:       clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT,
+	core.TaintEffectNoSelectIfNew:  clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT_IF_NEW,
+	core.TaintEffectPreferNoSelect: clusterv1.TaintEffect_TAINT_EFFECT_PREFER_NO_SELECT,
+}
+
+func toReason(r *core.NotSelected) *placementv1.NotSelectedReason {
+	if r == nil {
+		return nil
+	}
+	out := &placementv1.NotSelectedReason{Kind: reasonKinds[r.Kind], Message: r.Message, EligibleClusterSets: r.EligibleSets,
+		NumberOfClusters: r.NumberOfClusters, LastSelectedTotal: r.LastSelectedTotal}
+	for _, m := range r.Predicates {
+		out.Predicates = append(out.Predicates, &placementv1.PredicateMismatch{Predicate: int32(m.Predicate), Selector: m.Selector, Requirement: m.Requirement}) //nolint:gosec // a placement's predicates
+	}
+	if t := r.Taint; t != nil {
+		out.Taint = &clusterv1.Taint{Key: t.Key, Value: t.Value, Effect: taintEffects[t.Effect]}
+		if !t.TimeAdded.IsZero() {
+			out.Taint.TimeAdded = timestamppb.New(t.TimeAdded)
+		}
+	}
+	return out
+}
