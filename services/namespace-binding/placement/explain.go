@@ -9,18 +9,22 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
+	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	core "github.com/fleetstream/fleetstream/pkg/placement"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
 // ExplainPlacement runs the scheduler's round (core.Fleet.Explain: Schedule's own sets, filters,
-// prioritizers and ranking) on the inputs the scheduler reads, taken from this replica's views as
-// they are now: the registered clusters, the sets, the add-on scores, the sets bound to the
-// project, the placement's current decision (Steady, NoSelectIfNew) and every other
-// placement's decision (Balance). It is the last decision's explanation while none of those
-// changed since; otherwise it is the decision the scheduler is about to make. Authorization is
-// GetPlacement's (pkg/authz): a project's viewers explain its placements.
+// prioritizers and ranking) on the inputs of the placement's last decision, the fleet as it is
+// now: the registered clusters, the sets, the add-on scores and the sets bound to the project
+// from this replica's views, every other placement's decision (Balance), and the decision the
+// last one was made after (Steady, NoSelectIfNew; the last decision event's clusters less the
+// ones it added, plus the ones it removed). While none of those changed since the last decision,
+// this is its explanation, scores included; otherwise it is the decision the scheduler is about
+// to make. Authorization is GetPlacement's (pkg/authz): a project's viewers explain its
+// placements.
 func (s *PlacementAPI) ExplainPlacement(ctx context.Context, req *connect.Request[placementv1.ExplainPlacementRequest]) (*connect.Response[placementv1.ExplainPlacementResponse], error) {
 	m := req.Msg
 	p, err := s.getPlacement(ctx, m.Project, m.Name)
@@ -34,7 +38,10 @@ func (s *PlacementAPI) ExplainPlacement(ctx context.Context, req *connect.Reques
 		return nil, apierr.Internal(err)
 	}
 	key := placementKey(p.Project, p.Name)
-	cur, _ := s.decisions.Get(key)
+	prev, err := s.decidedBeforeLast(ctx, p.Project, p.Name)
+	if err != nil {
+		return nil, err
+	}
 	others := map[string]int{}
 	for _, e := range s.decisions.Entries(nil) {
 		if e.Key == key {
@@ -50,7 +57,7 @@ func (s *PlacementAPI) ExplainPlacement(ctx context.Context, req *connect.Reques
 	}
 	now := s.now()
 	ex, err := fleet.Explain(ctx, toCorePlacement(p), core.PlacementState{
-		BoundClusterSets: bound, PreviousDecision: decidedClusters(cur), OtherDecisions: others, Now: now})
+		BoundClusterSets: bound, PreviousDecision: prev, OtherDecisions: others, Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("explain placement %s/%s: %w", p.Project, p.Name, err)
 	}
@@ -100,4 +107,28 @@ func toReason(r *core.NotSelected) *placementv1.NotSelectedReason {
 		}
 	}
 	return out
+}
+
+// decidedBeforeLast is the decision the placement's last decision was made after: its clusters,
+// less those it added, plus those it removed (nil before the first decision).
+func (s *Service) decidedBeforeLast(ctx context.Context, project, name string) ([]string, error) {
+	_, last, err := events.Last(ctx, s.stream, subjects.PlacementDecision(project, name))
+	if err != nil {
+		return nil, apierr.Internal(fmt.Errorf("last decision of placement %s/%s: %w", project, name, err))
+	}
+	ch, ok := events.PayloadOf(last).(*placementv1.PlacementDecisionsChanged)
+	if !ok {
+		return nil, nil
+	}
+	added := map[string]bool{}
+	for _, c := range ch.Added {
+		added[c] = true
+	}
+	var out []string
+	for _, c := range decidedClusters(ch.Decisions) {
+		if !added[c] {
+			out = append(out, c)
+		}
+	}
+	return append(out, ch.Removed...), nil
 }
