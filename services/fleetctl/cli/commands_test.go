@@ -285,6 +285,8 @@ func commandCases() []commandCase {
 		{name: "placement-delete", formats: true, args: []string{"placement", "delete", "eu-3", "-p", "team-a", "--expected-revision", "4"}},
 		{name: "placement-decisions", formats: true, args: []string{"placement", "decisions", "eu-3", "--project", "team-a"},
 			answers: []proto.Message{&placementv1.GetPlacementDecisionsResponse{Decisions: testDecisions()}}},
+		{name: "placement-explain", formats: true, args: []string{"placement", "explain", "eu-3", "-p", "team-a"},
+			answers: []proto.Message{testExplanation()}},
 		{name: "placement-watch", formats: true, args: []string{"placement", "watch", "team-a/eu-3"},
 			answers: []proto.Message{&placementv1.WatchPlacementDecisionsResponse{Decisions: testDecisions(), Added: []string{"eu-1", "eu-2"}},
 				&placementv1.WatchPlacementDecisionsResponse{Removed: []string{"eu-2"}}}},

@@ -90,6 +90,7 @@ func startFakeAPI(t *testing.T) *fakeAPI {
 	fakeUnary[placementv1.DeletePlacementRequest, placementv1.DeletePlacementResponse](mux, a, placementv1connect.PlacementServiceDeletePlacementProcedure)
 	fakeUnary[placementv1.GetPlacementRequest, placementv1.GetPlacementResponse](mux, a, placementv1connect.PlacementServiceGetPlacementProcedure)
 	fakeUnary[placementv1.GetPlacementDecisionsRequest, placementv1.GetPlacementDecisionsResponse](mux, a, placementv1connect.PlacementServiceGetPlacementDecisionsProcedure)
+	fakeUnary[placementv1.ExplainPlacementRequest, placementv1.ExplainPlacementResponse](mux, a, placementv1connect.PlacementServiceExplainPlacementProcedure)
 	fakeUnary[placementv1.ListPlacementsRequest, placementv1.ListPlacementsResponse](mux, a, placementv1connect.PlacementServiceListPlacementsProcedure)
 	fakeUnary[placementv1.SetAddOnScoreRequest, placementv1.SetAddOnScoreResponse](mux, a, placementv1connect.PlacementServiceSetAddOnScoreProcedure)
 	fakeUnary[placementv1.UpdatePlacementRequest, placementv1.UpdatePlacementResponse](mux, a, placementv1connect.PlacementServiceUpdatePlacementProcedure)

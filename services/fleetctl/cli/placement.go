@@ -47,6 +47,7 @@ func newPlacementCommand(f *factory) *cobra.Command {
 		newPlacementListCommand(f),
 		newPlacementDeleteCommand(f),
 		newPlacementDecisionsCommand(f),
+		newPlacementExplainCommand(f),
 		newPlacementWatchCommand(f),
 	)
 	return cmd

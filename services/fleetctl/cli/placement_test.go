@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 )
 
@@ -239,4 +240,27 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testExplanation has a cluster of each reason, as ExplainPlacement answers.
+func testExplanation() *placementv1.ExplainPlacementResponse {
+	return &placementv1.ExplainPlacementResponse{Project: "team-a", Name: "eu-3", EvaluatedAt: goldenTime,
+		Prioritizers: []*placementv1.PrioritizerWeight{{Name: "Balance", Weight: 1}, {Name: "Steady", Weight: 1}},
+		Clusters: []*placementv1.ClusterExplanation{
+			{ClusterName: "eu-1", Selected: true, Scores: []int64{100, 100}, Total: 200, Rank: 1},
+			{ClusterName: "eu-2", Scores: []int64{100, 0}, Total: 100, Rank: 2, Reason: &placementv1.NotSelectedReason{
+				Kind: placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_CUT_BY_NUMBER_OF_CLUSTERS, NumberOfClusters: 1, LastSelectedTotal: 200,
+				Message: "ranked 2 of 2 feasible clusters with total 100; numberOfClusters is 1 (the last selected has total 200)"}},
+			{ClusterName: "eu-3", Reason: &placementv1.NotSelectedReason{
+				Kind:    placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_TAINT_NOT_TOLERATED,
+				Taint:   &clusterv1.Taint{Key: "fleetstream.io/unreachable", Effect: clusterv1.TaintEffect_TAINT_EFFECT_NO_SELECT},
+				Message: "taint fleetstream.io/unreachable:NoSelect is not tolerated (the cluster's agent is not connected)"}},
+			{ClusterName: "us-1", Reason: &placementv1.NotSelectedReason{
+				Kind:       placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_PREDICATE_NOT_MATCHED,
+				Predicates: []*placementv1.PredicateMismatch{{Predicate: 0, Selector: "label_selector", Requirement: "region=eu"}},
+				Message:    "matches no predicate: predicates[0].label_selector requires region=eu"}},
+			{ClusterName: "lab-1", Reason: &placementv1.NotSelectedReason{
+				Kind: placementv1.NotSelectedReasonKind_NOT_SELECTED_REASON_KIND_NOT_IN_CLUSTER_SETS, EligibleClusterSets: []string{"eu"},
+				Message: "not in a cluster set bound to the project [eu]"}},
+		}}
 }
