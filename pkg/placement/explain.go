@@ -103,8 +103,12 @@ func (f *Fleet) Explain(ctx context.Context, p *Placement, st PlacementState) (*
 			if len(p.ClusterSets) > 0 {
 				msg = "not in a cluster set both bound to the project and named by the placement"
 			}
-			reasons[i] = &NotSelected{Kind: NotInClusterSets, EligibleSets: eligible,
-				Message: fmt.Sprintf("%s [%s]", msg, strings.Join(eligible, ","))}
+			if len(eligible) == 0 {
+				msg = "the placement may use no cluster set: " + strings.ToLower(sat.condition(0, 0).Message[:1]) + sat.condition(0, 0).Message[1:]
+			} else {
+				msg = fmt.Sprintf("%s [%s]", msg, strings.Join(eligible, ","))
+			}
+			reasons[i] = &NotSelected{Kind: NotInClusterSets, EligibleSets: eligible, Message: msg}
 		}
 	}
 	ex := &Explanation{}

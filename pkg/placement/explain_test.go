@@ -111,3 +111,20 @@ func TestExplainMisconfigured(t *testing.T) {
 		t.Fatalf("explanation %+v", ex)
 	}
 }
+
+// TestExplainNoBoundSet: with no set bound, every cluster says so, in the words of
+// PlacementSatisfied.
+func TestExplainNoBoundSet(t *testing.T) {
+	f, err := NewFleet([]Cluster{cluster("a")}, defaultSets(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := f.Explain(context.Background(), &Placement{Project: "p", Name: "n"}, PlacementState{Now: fakeTime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ex.Clusters[0].Reason; r == nil || r.Kind != NotInClusterSets ||
+		r.Message != "the placement may use no cluster set: no cluster set is bound to the placement's project" {
+		t.Fatalf("reason %+v", r)
+	}
+}
