@@ -65,7 +65,7 @@ type ClusterExplanation struct {
 // Explanation is a round with every cluster of the fleet accounted for.
 type Explanation struct {
 	Prioritizers []PrioritizerResult
-	// Clusters: selected first, best first; then the others by name.
+	// Clusters: those that passed the filters by rank (the selected first), then the others by name.
 	Clusters []ClusterExplanation
 	// Misconfigured is the spec error of a misconfigured placement, else empty.
 	Misconfigured string

@@ -945,7 +945,8 @@ type ExplainPlacementResponse struct {
 	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The active prioritizers (weight not 0), sorted by name; ClusterExplanation.scores align with it.
 	Prioritizers []*PrioritizerWeight `protobuf:"bytes,3,rep,name=prioritizers,proto3" json:"prioritizers,omitempty"`
-	// Every registered cluster, selected first (best first), then the others by name.
+	// Every registered cluster: those that passed the filters by rank (the selected ones first),
+	// then the others by name.
 	Clusters []*ClusterExplanation `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	// Set when the placement's spec is misconfigured: nothing is selected and no cluster is
 	// explained further.
