@@ -619,6 +619,7 @@ func commandSpecs() map[string]commandSpec {
 		"placement list":         {},
 		"placement delete":       {pos: []string{"team-a/eu-3"}, missing: one},
 		"placement decisions":    {pos: []string{"team-a/eu-3"}, missing: one},
+		"placement explain":      {pos: []string{"team-a/eu-3"}, missing: one},
 		"placement watch":        {pos: []string{"team-a/eu-3"}, missing: one},
 		"addonscore set":         {pos: []string{"c1", "res", "score", "5"}, missing: "error: accepts 4 arg(s), received 0\n"},
 		"namespace bind":         {pos: []string{"web"}, flags: []string{"-p", "team-a", "-c", "c1"}, missing: one},
