@@ -414,8 +414,12 @@ func consumerReplay(ctx context.Context, nc *nats.Conn, bucket, filter string, o
 	fail := func(err error) { sendItem(ctx, out, item{err: err}) }
 	stream, subject := "KV_"+bucket, "$KV."+bucket+"."+filter
 	inbox := nc.NewInbox()
-	msgs := make(chan *nats.Msg, o.Buffer)
-	sub, err := nc.ChanSubscribe(inbox, msgs)
+	// The consumer has no flow control, so the server pushes the whole replay at wire speed,
+	// faster than the agent applies it: a channel of o.Buffer would overflow on a cluster with
+	// more keys than that, and the replay would never complete. The replay is the cluster's own
+	// keys, which the agent holds anyway: it is queued whole.
+	q := newMsgQueue()
+	sub, err := nc.Subscribe(inbox, q.push)
 	if err != nil {
 		fail(fmt.Errorf("subscribe to the replay of %s: %w", bucket, err))
 		return
@@ -473,7 +477,9 @@ func consumerReplay(ctx context.Context, nc *nats.Conn, bucket, filter string, o
 				fail(fmt.Errorf("%w: the replay of %s stalled", ErrResync, bucket))
 				return
 			}
-		case m := <-msgs:
+		case <-q.ready:
+		}
+		for _, m := range q.drain() {
 			if n, _ := sub.Dropped(); n > 0 {
 				fail(fmt.Errorf("%w: %d replayed messages dropped (slow consumer)", ErrResync, n))
 				return
@@ -488,6 +494,9 @@ func consumerReplay(ctx context.Context, nc *nats.Conn, bucket, filter string, o
 				return
 			}
 			cseq = meta.Sequence.Consumer
+			// Stalled means no progress for replayTimeout, not a replay longer than that: a
+			// large one applied slowly is still moving.
+			deadline.Reset(replayTimeout)
 			key, ok := strings.CutPrefix(m.Subject, "$KV."+bucket+".")
 			if !ok {
 				fail(fmt.Errorf("%w: replay message on %s", ErrResync, m.Subject))
@@ -506,6 +515,35 @@ func consumerReplay(ctx context.Context, nc *nats.Conn, bucket, filter string, o
 			}
 		}
 	}
+}
+
+// msgQueue is an unbounded queue of messages filled by a subscription's callback: ready has a
+// token whenever the queue may hold messages.
+type msgQueue struct {
+	mu    sync.Mutex
+	msgs  []*nats.Msg
+	ready chan struct{}
+}
+
+func newMsgQueue() *msgQueue { return &msgQueue{ready: make(chan struct{}, 1)} }
+
+func (q *msgQueue) push(m *nats.Msg) {
+	q.mu.Lock()
+	q.msgs = append(q.msgs, m)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// drain returns every queued message, oldest first, and empties the queue.
+func (q *msgQueue) drain() []*nats.Msg {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.msgs
+	q.msgs = nil
+	return out
 }
 
 func kvOp(h nats.Header) jetstream.KeyValueOp {

@@ -569,3 +569,56 @@ func TestOneKeyIsReplayedWithoutAConsumer(t *testing.T) {
 		t.Fatalf("replay of a deleted key = %v", v2.values)
 	}
 }
+
+// A replay of more keys than the buffer holds, read slower than the server pushes it (the
+// replay consumer has no flow control), still completes, deletes included: the agent of a
+// large cluster must be able to prune after a restart.
+func TestReplayLargerThanTheBufferCompletes(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	const keys, buffer = 3000, 64
+	ctx := testkit.Context(t, time.Minute)
+	acks := make([]jetstream.PubAckFuture, 0, keys)
+	for i := range keys {
+		f, err := j.JS.PublishAsync(fmt.Sprintf("$KV.%s.c1.k%05d", bucket, i), []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	if err := kv.Delete(ctx, "c1.k00007"); err != nil {
+		t.Fatal(err)
+	}
+	v := watch(t, j.JS, "c1.>", kvfeed.Options{Buffer: buffer, Settle: 100 * time.Millisecond})
+	deadline := time.After(45 * time.Second)
+	for !v.replayed {
+		select {
+		case e, ok := <-v.w.Updates():
+			if !ok {
+				t.Fatalf("watcher ended after %d keys: %v", len(v.values), v.w.Err())
+			}
+			v.apply(e)
+			// Slower than the server: the replay piles up on the client.
+			if len(v.values)%200 == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		case <-deadline:
+			t.Fatalf("replay not complete after 45 s: %d keys", len(v.values))
+		}
+	}
+	if len(v.values) != keys-1 {
+		t.Fatalf("replay holds %d keys, want %d", len(v.values), keys-1)
+	}
+	if _, ok := v.values["c1.k00007"]; ok {
+		t.Fatal("a deleted key replayed as present")
+	}
+}
