@@ -706,9 +706,11 @@ func (r *run) live(ctx context.Context, m *nats.Msg, settled bool) error {
 	seq, err1 := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 	last, err2 := strconv.ParseUint(m.Header.Get(jetstream.LastSequenceHeader), 10, 64)
 	if !ok || key == "" || err1 != nil || err2 != nil {
-		// Only the server publishes here (agents may not): a message not shaped as a
-		// republish means the feed cannot be trusted.
-		return fmt.Errorf("%w: malformed change on %s", ErrResync, m.Subject)
+		// Not a republish, so not the server's: ignored. Agents may not publish here, but an
+		// agent can point a push consumer of its own keys at another cluster's feed subject
+		// (the deliver subject is in the request body, which permissions cannot see); were
+		// that a reason to resync, any agent could keep every other replaying.
+		return nil
 	}
 	// The subscription delivers in stream order; the replay source may have delivered newer
 	// changes than those still waiting in the subscription's buffer, so order is checked

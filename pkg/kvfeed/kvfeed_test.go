@@ -622,3 +622,40 @@ func TestReplayLargerThanTheBufferCompletes(t *testing.T) {
 		t.Fatal("a deleted key replayed as present")
 	}
 }
+
+// Messages on the feed that are not the server's republishes (no republish headers: what a
+// push consumer another agent pointed at this cluster's feed subject delivers) are ignored:
+// they neither change the view nor make the watcher resync.
+func TestForeignMessagesOnTheFeedAreIgnored(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	put(t, kv, "c1.a", "1")
+	v := watch(t, j.JS, "c1.>", kvfeed.Options{Settle: 10 * time.Millisecond})
+	v.until(t, "replay", func() bool { return v.replayed })
+	v.until(t, "live", func() bool { return v.w.Live() })
+	forged := []*nats.Msg{
+		{Subject: subjects.FeedSubject(bucket, "c1.a"), Data: []byte("forged")},
+		{Subject: subjects.FeedSubject(bucket, "c1.b"), Data: []byte("forged"), Header: nats.Header{jetstream.SubjectHeader: []string{"$KV." + bucket + ".c1.b"}}},
+	}
+	for _, m := range forged {
+		if err := j.Conn.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, kv, "c1.a", "2")
+	v.until(t, "the real change after the forged ones", func() bool { return v.values["c1.a"] == "2" })
+	if _, ok := v.values["c1.b"]; ok {
+		t.Fatal("a forged key reached the view")
+	}
+	select {
+	case e, ok := <-v.w.Updates():
+		if !ok {
+			t.Fatalf("watcher ended: %v", v.w.Err())
+		}
+		t.Fatalf("unexpected update %v", e)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
