@@ -214,11 +214,6 @@ func TestWhatMayHaveLostAChangeAsksForAResync(t *testing.T) {
 		{"a new key whose predecessor was not seen", func(t *testing.T, j *testkit.JetStream, _ jetstream.KeyValue, seq uint64) {
 			republish(t, j.Conn, "c1.ns.new", seq+10, seq+5)
 		}},
-		{"not a republish", func(t *testing.T, j *testkit.JetStream, _ jetstream.KeyValue, _ uint64) {
-			if err := j.Conn.Publish(subjects.FeedSubject(bucket, "c1.ns.a"), []byte("x")); err != nil {
-				t.Fatal(err)
-			}
-		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := testkit.StartJetStream(t)
