@@ -12,7 +12,9 @@ repo=$(mktemp -d)
 trap 'rm -rf "$repo"' EXIT
 cp -R "$here/." "$repo"
 export TOKEN_DIR=$repo/agent-tokens
-export APPLYSET_RECORDS=$repo/applyset-records
+# The apply set's record stays where fleetctl keeps it by default (beside its configuration, per
+# server), as on a machine that applies by hand: an `apply --applyset gitops` after this script
+# finds it. APPLYSET_RECORDS, when set, is the CI cache's directory instead.
 
 fail() { echo "test.sh: $*" >&2; exit 1; }
 
@@ -32,7 +34,6 @@ grep -q '^--- live/Project/team-b$' <<<"$out" || fail "removing team-b does not 
 out=$("$repo/ci.sh" merge)
 grep -q '^Project/team-b pruned$' <<<"$out" || fail "team-b not pruned: $out"
 "$FLEETCTL" export --kind Project | grep -q 'name: team-b' && fail "team-b still exported"
-[ -s "$APPLYSET_RECORDS/gitops.json" ] || fail "no record of what the apply set applied"
 
 # A quota changed by hand since the merge: the next pull request and merge name the conflict and
 # change nothing; once the live value is the declared one again, the merge goes through.
@@ -52,7 +53,7 @@ grep -q '^NamespaceBinding/team-a/cluster=eu-1/web configured$' <<<"$out" || fai
 # changed by hand meanwhile: the pull request and the merge stop, changing nothing, instead of
 # overwriting it; FORCE_CONFLICTS=1 takes every field over and records the set again.
 "$FLEETCTL" namespace quota web --project team-a --cluster eu-1 --hard cpu=3 --hard memory=4Gi >/dev/null
-rm -r "$APPLYSET_RECORDS"
+export APPLYSET_RECORDS=$repo/evicted-cache # a runner whose cache is empty
 status=0
 out=$("$repo/ci.sh" pr 2>&1) || status=$?
 [ "$status" = 2 ] && grep -q 'apply set gitops has no record of what it applied .*, yet .* carry its label' <<<"$out" ||
