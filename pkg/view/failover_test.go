@@ -154,15 +154,21 @@ func onlyConsumerHost(t *testing.T, ctx context.Context, js jetstream.JetStream,
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A clustered consumer is listed, with its leader, only once the meta layer has assigned it
+	// and a replica leads it, which can come after the watch already delivers: wait for it.
 	var hosts []string
-	for ci := range s.ListConsumers(ctx).Info() {
-		if ci.Cluster != nil {
-			hosts = append(hosts, ci.Cluster.Leader)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		hosts = hosts[:0]
+		for ci := range s.ListConsumers(ctx).Info() {
+			if ci.Cluster != nil {
+				hosts = append(hosts, ci.Cluster.Leader)
+			}
 		}
-	}
-	if len(hosts) != 1 || hosts[0] == "" {
-		t.Fatalf("consumers of %s are on %q, want one", stream, hosts)
-	}
+		if len(hosts) != 1 || hosts[0] == "" {
+			return fmt.Errorf("consumers of %s are on %q, want one", stream, hosts)
+		}
+		return nil
+	})
 	return hosts[0]
 }
 
