@@ -145,7 +145,7 @@ echo "==> every JetStream stream has 3 replicas"
 jsz=$(curl -sS -f 'http://127.0.0.1:18222/jsz?streams=true&config=true')
 replicas=$(printf '%s' "$jsz" | grep -o '"num_replicas": *[0-9]*' | grep -o '[0-9]*$' | sort | uniq -c || true)
 echo "${replicas:-    (no streams)}" | sed 's/^ */    streams: /; s/ \([0-9]*\)$/ with replicas=\1/'
-if printf '%s' "$jsz" | grep -q '"num_replicas": *[0-24-9]'; then
+if grep -q '"num_replicas": *[0-24-9]' <<<"$jsz"; then
   echo "some streams are not R3: is --replicas honoured?" >&2; exit 1
 fi
 echo "==> compose check passed"

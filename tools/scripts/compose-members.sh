@@ -85,7 +85,8 @@ echo "==> starting the agents:$agents"
 compose up -d $agents 2>&1 | grep -v -e 'is up-to-date' -e '^Creating' -e '^Starting' || true
 [ ${#restart[@]} = 0 ] || compose restart "${restart[@]}" >/dev/null 2>&1
 
-connected() { bin/fleetctl cluster get "$1" -o json 2>/dev/null | tr -d ' \n' | grep -q '"type":"AgentConnected","status":"CONDITION_STATUS_TRUE"'; }
+# Output captured before grep: `grep -q` stops reading early, and pipefail would take the writer's SIGPIPE for a failure.
+connected() { local out; out=$(bin/fleetctl cluster get "$1" -o json 2>/dev/null | tr -d ' \n') && grep -q '"type":"AgentConnected","status":"CONDITION_STATUS_TRUE"' <<<"$out"; }
 start=$(date +%s)
 for mp in $MEMBERS; do
   name=${mp%%:*}

@@ -77,11 +77,13 @@ show_can_i() {
   printf '    %s\n' "$got"
   [ "$got" = "$6" ] || fail "$2 on $1: want $6, got $got"
 }
-connected() { fleetctl cluster get "$1" -o json | tr -d ' \n' | grep -q '"type":"AgentConnected","status":"CONDITION_STATUS_TRUE"'; }
+# The checks capture a command's output before grep: `grep -q` stops reading at the first match,
+# and under pipefail the writer's SIGPIPE would fail a check that passed.
+connected() { local out; out=$(fleetctl cluster get "$1" -o json | tr -d ' \n') && grep -q '"type":"AgentConnected","status":"CONDITION_STATUS_TRUE"' <<<"$out"; }
 # weight_of CLUSTER: the WEIGHT column of that cluster's rows of `fleetctl endpoints get web/shop`.
 weights_of() { fleetctl endpoints get web/shop | awk -v c="$1" '$1 == c {print $4}' | sort -u | tr '\n' ' '; }
 weights_are() { [ "$(weights_of "$1")" = "$2 " ]; }
-reported_by_both() { fleetctl endpoints get web/shop | awk '{print $1}' | grep -qx east && fleetctl endpoints get web/shop | awk '{print $1}' | grep -qx west; }
+reported_by_both() { local out; out=$(fleetctl endpoints get web/shop | awk '{print $1}') && grep -qx east <<<"$out" && grep -qx west <<<"$out"; }
 
 # retry_unavailable CMD...: CMD, once more if it failed with `unavailable` (what a client retries).
 retry_unavailable() {

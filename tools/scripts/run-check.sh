@@ -46,5 +46,6 @@ echo "==> the README's project-owner commands work as dev-admin"
 fc() { FLEETSTREAM_TOKEN_FILE="$data/tokens" bin/fleetctl --server "http://$listen" --timeout 10s "$@"; }
 fc project create team-a >/dev/null
 fc member add team-a --user alice --role project-owner >/dev/null
-fc member list team-a | grep -q alice || { echo "alice is not a member of team-a" >&2; exit 1; }
+members=$(fc member list team-a) # not piped into grep -q: its early exit is a SIGPIPE under pipefail
+grep -q alice <<<"$members" || { echo "alice is not a member of team-a: $members" >&2; exit 1; }
 echo "==> make run check passed"
