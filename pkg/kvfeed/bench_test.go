@@ -131,3 +131,63 @@ func benchChange(b *testing.B, n int, design string) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/cluster")
 }
+
+// BenchmarkReplayOneCluster is the replay an agent makes when it (re)connects, the storm's unit
+// (issue 26, docs/scale.md "What is next: the replays' filtered scans"): one cluster's 10 keys
+// replayed from a bucket holding every cluster's. An op is a whole replay: Watch, every key,
+// the end-of-replay marker, Stop.
+//
+// With a bucket of History 1 (MaxMsgsPerSubject 1) nats-server starts a deliver-last-per-subject
+// consumer at the stream's first sequence and matches every stored subject against its filter,
+// so a replay costs O(every cluster's keys); with History 2 it asks the subject index for the
+// last sequence of each subject under the filter (MultiLastSeqs) and loads only those.
+//
+// go test -run '^$' -bench ReplayOneCluster -benchtime 200x ./kvfeed/
+func BenchmarkReplayOneCluster(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		for _, history := range []uint8{1, 2} {
+			b.Run(fmt.Sprintf("clusters=%d/history=%d", n, history), func(b *testing.B) {
+				benchReplay(b, n, history)
+			})
+		}
+	}
+}
+
+func benchReplay(b *testing.B, n int, history uint8) {
+	const keysPerCluster = 10
+	j := testkit.StartJetStream(b)
+	ctx := testkit.Context(b, 10*time.Minute)
+	if _, err := j.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: history, RePublish: subjects.FeedRePublish(bucket)}); err != nil {
+		b.Fatal(err)
+	}
+	for c := range n {
+		for k := range keysPerCluster {
+			if _, err := j.JS.PublishAsync(fmt.Sprintf("$KV.%s.c%d.k%d", bucket, c, k), []byte("v")); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if c%100 == 99 {
+			<-j.JS.PublishAsyncComplete()
+		}
+	}
+	<-j.JS.PublishAsyncComplete()
+	b.ResetTimer()
+	for i := range b.N {
+		c := (i * 7919) % n // spread over the bucket, as reconnecting agents are
+		w, err := kvfeed.Watch(ctx, j.JS, bucket, fmt.Sprintf("c%d.>", c), kvfeed.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := 0
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			got++
+		}
+		_ = w.Stop()
+		if got != keysPerCluster {
+			b.Fatalf("cluster c%d: replayed %d keys, want %d", c, got, keysPerCluster)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -23,9 +24,11 @@ const bucket = "desired-test"
 
 func newBucket(t *testing.T, js jetstream.JetStream, republish bool) jetstream.KeyValue {
 	t.Helper()
+	// A republishing bucket is configured as the hub configures the buckets agents watch; one
+	// without is a hub older than its agents.
 	cfg := jetstream.KeyValueConfig{Bucket: bucket, History: 1}
 	if republish {
-		cfg.RePublish = subjects.FeedRePublish(bucket)
+		cfg = subjects.FeedBucketConfig(bucket, "")
 	}
 	kv, err := js.CreateOrUpdateKeyValue(testkit.Context(t, 10*time.Second), cfg)
 	if err != nil {
@@ -652,5 +655,49 @@ func TestForeignMessagesOnTheFeedAreIgnored(t *testing.T) {
 		}
 		t.Fatalf("unexpected update %v", e)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// The buckets agents watch keep two revisions per key (subjects.FeedBucketConfig, for a replay
+// that reads the subject index instead of the whole bucket): a replay still delivers each key
+// once, at its latest revision, and a deleted key as its delete, never an older value.
+func TestReplayDeliversEachKeyOnceAtItsLatestRevision(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	kv := newBucket(t, j.JS, true)
+	for round := 1; round <= 3; round++ {
+		for _, k := range []string{"c1.k0", "c1.k1", "c1.k2", "c2.k0"} {
+			put(t, kv, k, strconv.Itoa(round))
+		}
+	}
+	if err := kv.Delete(context.Background(), "c1.k2"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := kvfeed.Watch(testkit.Context(t, time.Minute), j.JS, bucket, "c1.>", kvfeed.Options{Settle: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	var got []string
+	timeout := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				t.Fatalf("watcher ended: %v", w.Err())
+			case e == nil:
+				done = true
+			case e.Operation() == jetstream.KeyValuePut:
+				got = append(got, e.Key()+"="+string(e.Value()))
+			default:
+				got = append(got, e.Key()+" deleted")
+			}
+		case <-timeout:
+			t.Fatalf("no end of replay within 10 s; got %v", got)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"c1.k0=3", "c1.k1=3", "c1.k2 deleted"}; !slices.Equal(got, want) {
+		t.Fatalf("replay = %v, want %v", got, want)
 	}
 }

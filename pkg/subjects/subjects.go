@@ -249,11 +249,23 @@ func FeedRePublish(bucket string) *jetstream.RePublish {
 	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: FeedSubject(bucket, ">")}
 }
 
-// FeedBucketConfig is the configuration of a bucket agents watch: the latest value per key,
-// on disk, republished to the feed.
+// FeedBucketConfig is the configuration of a bucket agents watch: on disk, republished to the
+// feed, keeping the latest two values per key.
+//
+// Two, not one, for the agents' replays (pkg/kvfeed): nats-server starts a deliver-last-per-
+// subject consumer on a stream of MaxMsgsPerSubject 1 at its first sequence and matches every
+// stored subject against the consumer's filter, so each agent's replay of its own keys walked
+// every cluster's keys — O(N) per replay, N² per hub-restart storm. With 2 it looks the last
+// sequence of each subject under the filter up in its subject index (MultiLastSeqs) and loads
+// only those: at 5,000 clusters × 10 keys a replay took 2.2 ms instead of 18.6 ms
+// (BenchmarkReplayOneCluster, docs/scale.md). The price is one earlier revision kept per changed
+// key; nothing reads it.
 func FeedBucketConfig(bucket, desc string) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{Bucket: bucket, Description: desc, History: 1, Storage: jetstream.FileStorage, RePublish: FeedRePublish(bucket)}
+	return jetstream.KeyValueConfig{Bucket: bucket, Description: desc, History: FeedBucketHistory, Storage: jetstream.FileStorage, RePublish: FeedRePublish(bucket)}
 }
+
+// FeedBucketHistory is the History of the buckets agents watch (FeedBucketConfig).
+const FeedBucketHistory = 2
 
 // AppliedKey returns the key in AppliedBucket of a desired key of bucket.
 func AppliedKey(bucket, desiredKey string) string { return keys.Encode(bucket) + "." + desiredKey }
