@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Why a cluster is not selected: the first step of a round that dropped it.
@@ -71,12 +69,6 @@ type Explanation struct {
 	Misconfigured string
 }
 
-// explainer is a filter that can say why it drops a cluster. It is asked only about clusters
-// its filter dropped in the same round, so it needs to re-derive the reason, never the verdict.
-type explainer interface {
-	why(r *round, i int) *NotSelected
-}
-
 // Explain runs the round Schedule runs (the same sets, filters, prioritizers and ranking) and
 // says of every cluster of the fleet whether it is selected, how it scored and, if not
 // selected, why. Its selected clusters are Schedule's on the same arguments.
@@ -130,13 +122,7 @@ func (f *Fleet) Explain(ctx context.Context, p *Placement, st PlacementState) (*
 	sc.round = round{fleet: f, placement: p, compiled: c, state: st, inDecision: sc.inDecision}
 	r := &sc.round
 
-	feasible, _ := runFilters(r, candidates, func(fl filter, i int) {
-		if e, ok := fl.(explainer); ok {
-			reasons[i] = e.why(r, i)
-		} else {
-			reasons[i] = &NotSelected{Message: fmt.Sprintf("dropped by filter %T", fl)}
-		}
-	})
+	feasible, _ := runFilters(r, candidates, func(fl filter, i int) { reasons[i] = fl.why(r, i) })
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("explain placement %s/%s: %w", p.Project, p.Name, err)
 	}
@@ -186,69 +172,4 @@ func (f *Fleet) explained(ranked []ClusterExplanation, reasons []*NotSelected) [
 		}
 	}
 	return out
-}
-
-// why names, for each predicate, the first requirement cluster i does not meet.
-func (predicates) why(r *round, i int) *NotSelected {
-	ns := &NotSelected{Kind: PredicateNotMatched}
-	var parts []string
-	for k := range r.compiled.predicates {
-		m := mismatch(&r.compiled.predicates[k], r.fleet, i)
-		m.Predicate = k
-		ns.Predicates = append(ns.Predicates, m)
-		parts = append(parts, fmt.Sprintf("predicates[%d].%s requires %s", k, m.Selector, m.Requirement))
-	}
-	ns.Message = "matches no predicate: " + strings.Join(parts, "; ")
-	return ns
-}
-
-// mismatch finds what s requires of cluster i that it lacks, checking in selector.matches' order.
-func mismatch(s *selector, f *Fleet, i int) PredicateMismatch {
-	if m, ok := failedRequirement(s.label, f.labelSets[i]); ok {
-		return PredicateMismatch{Selector: "label_selector", Requirement: m}
-	}
-	if s.claim != nil {
-		if m, ok := failedRequirement(s.claim, f.claimSets[i]); ok {
-			return PredicateMismatch{Selector: "claim_selector", Requirement: m}
-		}
-	}
-	for _, p := range s.cel {
-		if !celMatches([]*celProgram{p}, f, i) {
-			return PredicateMismatch{Selector: "cel_selector", Requirement: p.expr}
-		}
-	}
-	return PredicateMismatch{Requirement: "(matches now: the fleet changed during the round)"}
-}
-
-func failedRequirement(sel labels.Selector, set labels.Set) (string, bool) {
-	if sel.Matches(set) {
-		return "", false
-	}
-	reqs, _ := sel.Requirements()
-	for _, q := range reqs {
-		if !q.Matches(set) {
-			return q.String(), true
-		}
-	}
-	return sel.String(), true
-}
-
-// why names the first taint of cluster i the placement does not tolerate.
-func (taintToleration) why(r *round, i int) *NotSelected {
-	c := &r.fleet.clusters[i]
-	for k := range c.Taints {
-		t := c.Taints[k]
-		if ok, _ := taintTolerated(&t, r.placement.Tolerations, r.inDecision[i], r.state.Now); ok {
-			continue
-		}
-		msg := fmt.Sprintf("taint %s:%s is not tolerated", t.Key, t.Effect)
-		switch t.Key {
-		case TaintUnreachable:
-			msg += " (the cluster's agent is not connected)"
-		case TaintUnavailable:
-			msg += " (the cluster reports itself unavailable)"
-		}
-		return &NotSelected{Kind: TaintNotTolerated, Taint: &t, Message: msg}
-	}
-	return &NotSelected{Kind: TaintNotTolerated, Message: "a taint is not tolerated"}
 }

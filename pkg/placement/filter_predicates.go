@@ -2,7 +2,10 @@ package placement
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // predicates is OCM's Predicate filter (plugins/predicate): a cluster passes
@@ -53,4 +56,49 @@ func compilePredicates(p *Placement, out []selector) ([]selector, *misconfig) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// why names, for each predicate, the first requirement cluster i does not meet.
+func (predicates) why(r *round, i int) *NotSelected {
+	ns := &NotSelected{Kind: PredicateNotMatched}
+	var parts []string
+	for k := range r.compiled.predicates {
+		m := mismatch(&r.compiled.predicates[k], r.fleet, i)
+		m.Predicate = k
+		ns.Predicates = append(ns.Predicates, m)
+		parts = append(parts, fmt.Sprintf("predicates[%d].%s requires %s", k, m.Selector, m.Requirement))
+	}
+	ns.Message = "matches no predicate: " + strings.Join(parts, "; ")
+	return ns
+}
+
+// mismatch finds what s requires of cluster i that it lacks, checking in selector.matches' order.
+func mismatch(s *selector, f *Fleet, i int) PredicateMismatch {
+	if m, ok := failedRequirement(s.label, f.labelSets[i]); ok {
+		return PredicateMismatch{Selector: "label_selector", Requirement: m}
+	}
+	if s.claim != nil {
+		if m, ok := failedRequirement(s.claim, f.claimSets[i]); ok {
+			return PredicateMismatch{Selector: "claim_selector", Requirement: m}
+		}
+	}
+	for _, p := range s.cel {
+		if !celMatches([]*celProgram{p}, f, i) {
+			return PredicateMismatch{Selector: "cel_selector", Requirement: p.expr}
+		}
+	}
+	return PredicateMismatch{Requirement: "(matches now: the fleet changed during the round)"}
+}
+
+func failedRequirement(sel labels.Selector, set labels.Set) (string, bool) {
+	if sel.Matches(set) {
+		return "", false
+	}
+	reqs, _ := sel.Requirements()
+	for _, q := range reqs {
+		if !q.Matches(set) {
+			return q.String(), true
+		}
+	}
+	return sel.String(), true
 }

@@ -114,3 +114,23 @@ func tolerates(t *Taint, tol *Toleration, now time.Time) (bool, time.Time) {
 	}
 	return false, time.Time{}
 }
+
+// why names the first taint of cluster i the placement does not tolerate.
+func (taintToleration) why(r *round, i int) *NotSelected {
+	c := &r.fleet.clusters[i]
+	for k := range c.Taints {
+		t := c.Taints[k]
+		if ok, _ := taintTolerated(&t, r.placement.Tolerations, r.inDecision[i], r.state.Now); ok {
+			continue
+		}
+		msg := fmt.Sprintf("taint %s:%s is not tolerated", t.Key, t.Effect)
+		switch t.Key {
+		case TaintUnreachable:
+			msg += " (the cluster's agent is not connected)"
+		case TaintUnavailable:
+			msg += " (the cluster reports itself unavailable)"
+		}
+		return &NotSelected{Kind: TaintNotTolerated, Taint: &t, Message: msg}
+	}
+	return &NotSelected{Kind: TaintNotTolerated, Message: "a taint is not tolerated"}
+}

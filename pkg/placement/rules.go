@@ -12,8 +12,9 @@ import "time"
 // they read the fleet's precomputed index (label sets, parsed resources).
 //
 // Adding a prioritizer is one file with its type and score method, one line
-// in builtInPrioritizers and a test; adding a filter is one file and one
-// entry in filters.
+// in builtInPrioritizers and its case in rules_test.go; adding a filter is one
+// file with its type, filter and why methods, one entry in filters and its
+// case in rules_test.go (docs/architecture.md, "Where things live").
 
 // round is one placement's scheduling round as the rules see it.
 type round struct {
@@ -33,6 +34,10 @@ type filter interface {
 	// earliest moment at which a kept cluster may stop passing with no
 	// input changing (zero if none): the caller turns it into NextEvaluation.
 	filter(r *round, candidates []int) ([]int, time.Time)
+	// why says why the filter dropped cluster i, for Explain (ExplainPlacement). It is
+	// asked only about clusters the filter dropped in the same round, so it re-derives the
+	// reason, never the verdict.
+	why(r *round, i int) *NotSelected
 }
 
 // filters run in this order, each on what the previous ones kept

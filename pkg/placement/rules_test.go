@@ -50,6 +50,21 @@ func TestRuleContract(t *testing.T) {
 				t.Errorf("%T: kept %d, not a candidate", fl, i)
 			}
 		}
+		// Explain asks a filter why it dropped each cluster it dropped: every one has a
+		// reason of a kind, in words.
+		dropped := 0
+		for _, i := range candidates {
+			if _, ok := slices.BinarySearch(kept, i); ok {
+				continue
+			}
+			dropped++
+			if ns := fl.why(r, i); ns == nil || ns.Kind == "" || ns.Message == "" {
+				t.Errorf("%T: dropped cluster %d, and why says %+v", fl, i, ns)
+			}
+		}
+		if dropped == 0 {
+			t.Errorf("%T dropped no cluster of the test fleet: its why goes untested", fl)
+		}
 	}
 
 	rules := map[string]prioritizer{"AddOn": addOnScore{coord: AddOnScoreCoordinate{ResourceName: "telemetry", ScoreName: "cpuRatio"}}}
