@@ -4,27 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
 
-	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
-	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
-	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
-	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
-	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
-	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 )
 
 // fakeToken is the bearer token fakeAPI accepts.
@@ -59,68 +53,110 @@ func startFakeAPI(t *testing.T) *fakeAPI {
 	t.Helper()
 	a := &fakeAPI{}
 	mux := http.NewServeMux()
-	fakeUnary[clusterv1.DeregisterClusterRequest, clusterv1.DeregisterClusterResponse](mux, a, clusterv1connect.ClusterServiceDeregisterClusterProcedure)
-	fakeUnary[clusterv1.GetClusterRequest, clusterv1.GetClusterResponse](mux, a, clusterv1connect.ClusterServiceGetClusterProcedure)
-	fakeUnary[clusterv1.ListClustersRequest, clusterv1.ListClustersResponse](mux, a, clusterv1connect.ClusterServiceListClustersProcedure)
-	fakeUnary[clusterv1.RegisterClusterRequest, clusterv1.RegisterClusterResponse](mux, a, clusterv1connect.ClusterServiceRegisterClusterProcedure)
-	fakeUnary[clusterv1.UpdateClusterRequest, clusterv1.UpdateClusterResponse](mux, a, clusterv1connect.ClusterServiceUpdateClusterProcedure)
-	fakeStream[clusterv1.WatchClustersRequest, clusterv1.WatchClustersResponse](mux, a, clusterv1connect.ClusterServiceWatchClustersProcedure)
-	fakeUnary[clusterv1.CreateImportPolicyRequest, clusterv1.CreateImportPolicyResponse](mux, a, clusterv1connect.ImportPolicyServiceCreateImportPolicyProcedure)
-	fakeUnary[clusterv1.DeleteImportPolicyRequest, clusterv1.DeleteImportPolicyResponse](mux, a, clusterv1connect.ImportPolicyServiceDeleteImportPolicyProcedure)
-	fakeUnary[clusterv1.GetImportPolicyRequest, clusterv1.GetImportPolicyResponse](mux, a, clusterv1connect.ImportPolicyServiceGetImportPolicyProcedure)
-	fakeUnary[clusterv1.ListImportLifecyclesRequest, clusterv1.ListImportLifecyclesResponse](mux, a, clusterv1connect.ImportPolicyServiceListImportLifecyclesProcedure)
-	fakeUnary[clusterv1.ListImportPoliciesRequest, clusterv1.ListImportPoliciesResponse](mux, a, clusterv1connect.ImportPolicyServiceListImportPoliciesProcedure)
-	fakeUnary[clusterv1.PreviewImportPolicyRequest, clusterv1.PreviewImportPolicyResponse](mux, a, clusterv1connect.ImportPolicyServicePreviewImportPolicyProcedure)
-	fakeUnary[endpointv1.GetServiceEndpointsRequest, endpointv1.GetServiceEndpointsResponse](mux, a, endpointv1connect.EndpointServiceGetServiceEndpointsProcedure)
-	fakeUnary[endpointv1.ListServicesRequest, endpointv1.ListServicesResponse](mux, a, endpointv1connect.EndpointServiceListServicesProcedure)
-	fakeUnary[endpointv1.SetClusterWeightRequest, endpointv1.SetClusterWeightResponse](mux, a, endpointv1connect.EndpointServiceSetClusterWeightProcedure)
-	fakeUnary[endpointv1.SetEndpointWeightRequest, endpointv1.SetEndpointWeightResponse](mux, a, endpointv1connect.EndpointServiceSetEndpointWeightProcedure)
-	fakeStream[endpointv1.WatchServiceEndpointsRequest, endpointv1.WatchServiceEndpointsResponse](mux, a, endpointv1connect.EndpointServiceWatchServiceEndpointsProcedure)
-	fakeUnary[placementv1.BindClusterSetRequest, placementv1.BindClusterSetResponse](mux, a, placementv1connect.ClusterSetServiceBindClusterSetProcedure)
-	fakeUnary[placementv1.BindClusterSetRoleRequest, placementv1.BindClusterSetRoleResponse](mux, a, placementv1connect.ClusterSetServiceBindClusterSetRoleProcedure)
-	fakeUnary[placementv1.CreateClusterSetRequest, placementv1.CreateClusterSetResponse](mux, a, placementv1connect.ClusterSetServiceCreateClusterSetProcedure)
-	fakeUnary[placementv1.DeleteClusterSetRequest, placementv1.DeleteClusterSetResponse](mux, a, placementv1connect.ClusterSetServiceDeleteClusterSetProcedure)
-	fakeUnary[placementv1.GetClusterSetRequest, placementv1.GetClusterSetResponse](mux, a, placementv1connect.ClusterSetServiceGetClusterSetProcedure)
-	fakeUnary[placementv1.ListClusterSetBindingsRequest, placementv1.ListClusterSetBindingsResponse](mux, a, placementv1connect.ClusterSetServiceListClusterSetBindingsProcedure)
-	fakeUnary[placementv1.ListClusterSetRoleBindingsRequest, placementv1.ListClusterSetRoleBindingsResponse](mux, a, placementv1connect.ClusterSetServiceListClusterSetRoleBindingsProcedure)
-	fakeUnary[placementv1.ListClusterSetsRequest, placementv1.ListClusterSetsResponse](mux, a, placementv1connect.ClusterSetServiceListClusterSetsProcedure)
-	fakeUnary[placementv1.UnbindClusterSetRequest, placementv1.UnbindClusterSetResponse](mux, a, placementv1connect.ClusterSetServiceUnbindClusterSetProcedure)
-	fakeUnary[placementv1.UnbindClusterSetRoleRequest, placementv1.UnbindClusterSetRoleResponse](mux, a, placementv1connect.ClusterSetServiceUnbindClusterSetRoleProcedure)
-	fakeUnary[placementv1.CreatePlacementRequest, placementv1.CreatePlacementResponse](mux, a, placementv1connect.PlacementServiceCreatePlacementProcedure)
-	fakeUnary[placementv1.DeletePlacementRequest, placementv1.DeletePlacementResponse](mux, a, placementv1connect.PlacementServiceDeletePlacementProcedure)
-	fakeUnary[placementv1.GetPlacementRequest, placementv1.GetPlacementResponse](mux, a, placementv1connect.PlacementServiceGetPlacementProcedure)
-	fakeUnary[placementv1.GetPlacementDecisionsRequest, placementv1.GetPlacementDecisionsResponse](mux, a, placementv1connect.PlacementServiceGetPlacementDecisionsProcedure)
-	fakeUnary[placementv1.ExplainPlacementRequest, placementv1.ExplainPlacementResponse](mux, a, placementv1connect.PlacementServiceExplainPlacementProcedure)
-	fakeUnary[placementv1.ListPlacementsRequest, placementv1.ListPlacementsResponse](mux, a, placementv1connect.PlacementServiceListPlacementsProcedure)
-	fakeUnary[placementv1.SetAddOnScoreRequest, placementv1.SetAddOnScoreResponse](mux, a, placementv1connect.PlacementServiceSetAddOnScoreProcedure)
-	fakeUnary[placementv1.UpdatePlacementRequest, placementv1.UpdatePlacementResponse](mux, a, placementv1connect.PlacementServiceUpdatePlacementProcedure)
-	fakeStream[placementv1.WatchPlacementDecisionsRequest, placementv1.WatchPlacementDecisionsResponse](mux, a, placementv1connect.PlacementServiceWatchPlacementDecisionsProcedure)
-	fakeUnary[projectv1.BindNamespaceRequest, projectv1.BindNamespaceResponse](mux, a, projectv1connect.ProjectServiceBindNamespaceProcedure)
-	fakeUnary[projectv1.CreateProjectRequest, projectv1.CreateProjectResponse](mux, a, projectv1connect.ProjectServiceCreateProjectProcedure)
-	fakeUnary[projectv1.DeleteProjectRequest, projectv1.DeleteProjectResponse](mux, a, projectv1connect.ProjectServiceDeleteProjectProcedure)
-	fakeUnary[projectv1.GetProjectRequest, projectv1.GetProjectResponse](mux, a, projectv1connect.ProjectServiceGetProjectProcedure)
-	fakeUnary[projectv1.ListIdleNamespacesRequest, projectv1.ListIdleNamespacesResponse](mux, a, projectv1connect.ProjectServiceListIdleNamespacesProcedure)
-	fakeUnary[projectv1.ListNamespaceBindingsRequest, projectv1.ListNamespaceBindingsResponse](mux, a, projectv1connect.ProjectServiceListNamespaceBindingsProcedure)
-	fakeUnary[projectv1.ListProjectsRequest, projectv1.ListProjectsResponse](mux, a, projectv1connect.ProjectServiceListProjectsProcedure)
-	fakeUnary[projectv1.SetProjectBudgetRequest, projectv1.SetProjectBudgetResponse](mux, a, projectv1connect.ProjectServiceSetProjectBudgetProcedure)
-	fakeUnary[projectv1.UnbindNamespaceRequest, projectv1.UnbindNamespaceResponse](mux, a, projectv1connect.ProjectServiceUnbindNamespaceProcedure)
-	fakeUnary[projectv1.UpdateQuotaRequest, projectv1.UpdateQuotaResponse](mux, a, projectv1connect.ProjectServiceUpdateQuotaProcedure)
-	fakeUnary[rbacv1.AccessAtRequest, rbacv1.AccessAtResponse](mux, a, rbacv1connect.RBACServiceAccessAtProcedure)
-	fakePaged[auditv1.ListActivityRequest, auditv1.ListActivityResponse](mux, a, auditv1connect.AuditServiceListActivityProcedure)
-	fakeUnary[rbacv1.BindProjectRoleRequest, rbacv1.BindProjectRoleResponse](mux, a, rbacv1connect.RBACServiceBindProjectRoleProcedure)
-	fakeUnary[rbacv1.CreateRoleTemplateRequest, rbacv1.CreateRoleTemplateResponse](mux, a, rbacv1connect.RBACServiceCreateRoleTemplateProcedure)
-	fakeUnary[rbacv1.DeleteRoleTemplateRequest, rbacv1.DeleteRoleTemplateResponse](mux, a, rbacv1connect.RBACServiceDeleteRoleTemplateProcedure)
-	fakeUnary[rbacv1.GetPropagationStatusRequest, rbacv1.GetPropagationStatusResponse](mux, a, rbacv1connect.RBACServiceGetPropagationStatusProcedure)
-	fakeUnary[rbacv1.GetRoleTemplateRequest, rbacv1.GetRoleTemplateResponse](mux, a, rbacv1connect.RBACServiceGetRoleTemplateProcedure)
-	fakeUnary[rbacv1.ListProjectRoleBindingsRequest, rbacv1.ListProjectRoleBindingsResponse](mux, a, rbacv1connect.RBACServiceListProjectRoleBindingsProcedure)
-	fakeUnary[rbacv1.ListRoleTemplatesRequest, rbacv1.ListRoleTemplatesResponse](mux, a, rbacv1connect.RBACServiceListRoleTemplatesProcedure)
-	fakeUnary[rbacv1.UnbindProjectRoleRequest, rbacv1.UnbindProjectRoleResponse](mux, a, rbacv1connect.RBACServiceUnbindProjectRoleProcedure)
-	fakeUnary[rbacv1.UpdateRoleTemplateRequest, rbacv1.UpdateRoleTemplateResponse](mux, a, rbacv1connect.RBACServiceUpdateRoleTemplateProcedure)
-	fakeUnary[rbacv1.WhoCanRequest, rbacv1.WhoCanResponse](mux, a, rbacv1connect.RBACServiceWhoCanProcedure)
+	// Every method of every fleetstream service linked into this binary (fleetctl's commands
+	// link the clients of all they call) is served from its descriptor, so a new RPC needs no
+	// line here: a command calling it gets its answers like any other.
+	methods := 0
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if !strings.HasPrefix(string(fd.Package()), "fleetstream.") {
+			return true
+		}
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				a.serve(t, mux, sd.Methods().Get(j))
+				methods++
+			}
+		}
+		return true
+	})
+	if methods == 0 {
+		t.Fatal("fakeAPI found no fleetstream service to serve")
+	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	a.url = srv.URL
 	return a
+}
+
+// pagedProcedures answer as fakePaged says; every other unary method answers with the first
+// answer of its response type.
+var pagedProcedures = map[string]bool{auditv1connect.AuditServiceListActivityProcedure: true}
+
+// serve registers md on mux: a unary method answers with the first answer of its response type
+// (the calls-th for a paged one), a server stream sends all of them.
+func (a *fakeAPI) serve(t *testing.T, mux *http.ServeMux, md protoreflect.MethodDescriptor) {
+	t.Helper()
+	procedure := "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
+	in, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+	if err != nil {
+		t.Fatalf("%s: %v", procedure, err)
+	}
+	opts := []connect.HandlerOption{connect.WithSchema(md), connect.WithRequestInitializer(
+		func(_ connect.Spec, msg any) error {
+			*msg.(*dynamicpb.Message) = *dynamicpb.NewMessage(md.Input())
+			return nil
+		})}
+	// received records a request as the generated type it is, so golden files print it as the
+	// real server would have read it.
+	received := func(req *connect.Request[dynamicpb.Message]) error {
+		msg := in.New().Interface()
+		if err := convert(req.Msg, msg); err != nil {
+			return connect.NewError(connect.CodeInternal, err)
+		}
+		return a.receive(procedure, req.Header(), msg)
+	}
+	switch {
+	case md.IsStreamingClient():
+		t.Fatalf("%s: fakeAPI serves no client stream", procedure)
+	case md.IsStreamingServer():
+		mux.Handle(procedure, connect.NewServerStreamHandler(procedure, func(ctx context.Context, req *connect.Request[dynamicpb.Message], stream *connect.ServerStream[dynamicpb.Message]) error {
+			if err := received(req); err != nil {
+				return err
+			}
+			for _, m := range a.answersOf(md.Output()) {
+				if err := stream.Send(m); err != nil {
+					return err
+				}
+			}
+			a.mu.Lock()
+			hold := a.hold
+			a.mu.Unlock()
+			if hold {
+				// An error rather than a clean end: ended cleanly, the stream would read as
+				// the server closing it should the client see the end before its own deadline.
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}, opts...))
+	default:
+		mux.Handle(procedure, connect.NewUnaryHandler(procedure, func(_ context.Context, req *connect.Request[dynamicpb.Message]) (*connect.Response[dynamicpb.Message], error) {
+			if err := received(req); err != nil {
+				return nil, err
+			}
+			answers := a.answersOf(md.Output())
+			switch {
+			case len(answers) == 0:
+				return connect.NewResponse(dynamicpb.NewMessage(md.Output())), nil
+			case pagedProcedures[procedure]:
+				// The n-th call of the procedure gets the n-th answer (the last one once they
+				// run out), so a command reading page after page is shown.
+				return connect.NewResponse(answers[min(a.calls(procedure), len(answers))-1]), nil
+			default:
+				return connect.NewResponse(answers[0]), nil
+			}
+		}, opts...))
+	}
+}
+
+// convert copies from into to, messages of the same type (one dynamic, one generated).
+func convert(from, to proto.Message) error {
+	data, err := proto.Marshal(from)
+	if err != nil {
+		return err
+	}
+	return proto.Unmarshal(data, to)
 }
 
 // reset sets the answers of the next command and forgets what was sent.
@@ -155,77 +191,34 @@ func (a *fakeAPI) receive(procedure string, h http.Header, msg proto.Message) er
 	return a.err
 }
 
-// answersOf returns the answers of type *T.
-func answersOf[T any](a *fakeAPI) []*T {
+// answersOf returns the answers of type out, as messages of that type's descriptor.
+func (a *fakeAPI) answersOf(out protoreflect.MessageDescriptor) []*dynamicpb.Message {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []*T
+	var msgs []*dynamicpb.Message
 	for _, m := range a.answers {
-		if _, ok := any(m).(*T); ok {
-			out = append(out, any(proto.Clone(m)).(*T))
+		if m.ProtoReflect().Descriptor().FullName() == out.FullName() {
+			d := dynamicpb.NewMessage(out)
+			if err := convert(m, d); err != nil {
+				panic(fmt.Sprintf("answer %s: %v", out.FullName(), err)) // a test's own message
+			}
+			msgs = append(msgs, d)
 		}
 	}
-	return out
+	return msgs
 }
 
-func fakeUnary[Req, Resp any](mux *http.ServeMux, a *fakeAPI, procedure string) {
-	mux.Handle(procedure, connect.NewUnaryHandler(procedure, func(_ context.Context, req *connect.Request[Req]) (*connect.Response[Resp], error) {
-		if err := a.receive(procedure, req.Header(), any(req.Msg).(proto.Message)); err != nil {
-			return nil, err
+// calls returns how many requests procedure received since the last reset.
+func (a *fakeAPI) calls(procedure string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, r := range a.requests {
+		if r.procedure == procedure {
+			n++
 		}
-		if answers := answersOf[Resp](a); len(answers) > 0 {
-			return connect.NewResponse(answers[0]), nil
-		}
-		return connect.NewResponse(new(Resp)), nil
-	}))
-}
-
-// fakePaged answers a paged list: the n-th call of the procedure gets the n-th answer of its
-// type (the last one once they run out), so a command reading page after page is shown.
-func fakePaged[Req, Resp any](mux *http.ServeMux, a *fakeAPI, procedure string) {
-	mux.Handle(procedure, connect.NewUnaryHandler(procedure, func(_ context.Context, req *connect.Request[Req]) (*connect.Response[Resp], error) {
-		if err := a.receive(procedure, req.Header(), any(req.Msg).(proto.Message)); err != nil {
-			return nil, err
-		}
-		a.mu.Lock()
-		calls := 0
-		for _, r := range a.requests {
-			if r.procedure == procedure {
-				calls++
-			}
-		}
-		a.mu.Unlock()
-		if answers := answersOf[Resp](a); len(answers) > 0 {
-			return connect.NewResponse(answers[min(calls, len(answers))-1]), nil
-		}
-		return connect.NewResponse(new(Resp)), nil
-	}))
-}
-
-// fakeStream sends the stream's answers, then ends the stream (which a watch reports as the
-// server closing it) or, with hold, waits for the client to end it.
-func fakeStream[Req, Resp any](mux *http.ServeMux, a *fakeAPI, procedure string) {
-	mux.Handle(procedure, connect.NewServerStreamHandler(procedure, func(ctx context.Context, req *connect.Request[Req], stream *connect.ServerStream[Resp]) error {
-		if err := a.receive(procedure, req.Header(), any(req.Msg).(proto.Message)); err != nil {
-			return err
-		}
-		answers := answersOf[Resp](a)
-		for _, m := range answers {
-			if err := stream.Send(m); err != nil {
-				return err
-			}
-		}
-		a.mu.Lock()
-		hold := a.hold
-		a.mu.Unlock()
-		if hold {
-			// An error rather than a clean end: ended cleanly, the stream would read as
-			// the server closing it should the client see the end before its own deadline.
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		return nil
-	}))
+	}
+	return n
 }
 
 // canonicalJSON renders a request for a golden file. protojson varies its whitespace on
