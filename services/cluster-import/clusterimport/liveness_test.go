@@ -7,8 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
@@ -184,5 +189,115 @@ func TestLivenessRetriesAFailedLostAppendWithBackoff(t *testing.T) {
 
 func isConnected(p proto.Message) bool {
 	_, ok := p.(*clusterv1.ClusterAgentConnected)
+	return ok
+}
+
+// One cluster whose ClusterAgentLost cannot be appended (its subject is full: the stream
+// refuses a new message on a subject at MaxMsgsPerSubject) is retried with its own backoff,
+// 10 ms doubling up to CheckInterval, and holds no other cluster back: a cluster that goes
+// silent while the first keeps failing is marked lost at its own deadline (its last seen plus
+// UnreachableAfter), not at the failing cluster's next retry or a pass over the fleet, and is
+// never retried itself. Once the subject takes messages again, the failing cluster is marked
+// lost too.
+func TestLivenessFailingClusterBacksOffAlone(t *testing.T) {
+	const unreachable, maxDelay = time.Second, 3 * time.Second
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	core, logs := observer.New(zapcore.WarnLevel)
+	log := testkit.Logger(t).WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
+	e := startLogged(t, j, clusterimport.Config{UnreachableAfter: unreachable, CheckInterval: maxDelay}, log)
+	// failures returns when each failed check of cluster was retried, in order.
+	failures := func(cluster string) []time.Time {
+		var at []time.Time
+		for _, entry := range logs.FilterMessage("reconcile failed; retried").FilterField(zap.String("key", cluster)).All() {
+			at = append(at, entry.Time)
+		}
+		return at
+	}
+	others := []string{"ok-1", "ok-2", "ok-3", "ok-4"}
+	for _, name := range append([]string{"stuck"}, others...) {
+		register(t, e, name, nil)
+		liveHeartbeat(t, j.JS, name, "v1.34.4")
+		lastEventIs[*clusterv1.ClusterAgentConnected](t, ctx, j.JS, name, 10*time.Second)
+	}
+	// stuck gets more events than any other subject, so a per-subject limit of its count
+	// refuses its next append and no other's (and purges nothing).
+	for i := range 3 {
+		if _, err := e.client.UpdateCluster(ctx, connect.NewRequest(&clusterv1.UpdateClusterRequest{Name: "stuck",
+			Labels: map[string]string{"round": fmt.Sprint(i)}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels"}}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, err := j.JS.Stream(ctx, subjects.ClusterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := info.State.Subjects[subjects.Cluster("stuck")]
+	for subject, n := range info.State.Subjects {
+		if subject != subjects.Cluster("stuck") && n >= full {
+			t.Fatalf("%s holds %d events, stuck %d: a limit of %d would refuse it too", subject, n, full, full)
+		}
+	}
+	good := info.Config
+	limited := good
+	limited.Discard, limited.DiscardNewPerSubject, limited.MaxMsgsPerSubject = jetstream.DiscardNew, true, int64(full)
+	if _, err := j.JS.UpdateStream(ctx, limited); err != nil {
+		t.Fatal(err)
+	}
+
+	// The others keep beating until stuck has failed eight times (its next retry is then
+	// 1.28 s away, the one after 2.56 s), then go silent one after another, so that their
+	// deadlines fall at different moments of stuck's backoff.
+	stops := make([]func(), len(others))
+	for i, name := range others {
+		stops[i] = keepBeating(t, j.JS, name, 0, 200*time.Millisecond)
+	}
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if n := len(failures("stuck")); n < 8 {
+			return fmt.Errorf("stuck failed %d times", n)
+		}
+		return nil
+	})
+	for _, stop := range stops {
+		stop()
+		time.Sleep(400 * time.Millisecond)
+	}
+
+	for _, name := range others {
+		lost := lastEventIs[*clusterv1.ClusterAgentLost](t, ctx, j.JS, name, 10*time.Second)
+		due := lost.LastSeen.AsTime().Add(unreachable)
+		if late := lost.Time.AsTime().Sub(due); late < 0 || late > 750*time.Millisecond {
+			t.Errorf("%s marked lost %v after its deadline (last seen %v + %v): want at it, whatever stuck's backoff",
+				name, late, lost.LastSeen.AsTime(), unreachable)
+		}
+		if f := failures(name); len(f) > 0 {
+			t.Errorf("%s's check failed %d times: stuck's failures are stuck's alone", name, len(f))
+		}
+	}
+	if _, p := lastClusterEvent(t, ctx, j.JS, "stuck"); isLost(p) {
+		t.Fatal("stuck marked lost while its subject refuses appends")
+	}
+	// Each retry waits at least twice as long as the one before, up to maxDelay: retried at
+	// once, stuck would have been tried thousands of times.
+	at := failures("stuck")
+	for i := 1; i < len(at); i++ {
+		want := min(10*time.Millisecond<<(i-1), maxDelay)
+		if gap := at[i].Sub(at[i-1]); gap < want*9/10 {
+			t.Errorf("stuck's failure %d came %v after the one before: want at least %v", i+1, gap, want)
+		}
+	}
+
+	if _, err := j.JS.UpdateStream(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	lastEventIs[*clusterv1.ClusterAgentLost](t, ctx, j.JS, "stuck", maxDelay+5*time.Second)
+}
+
+func isLost(p proto.Message) bool {
+	_, ok := p.(*clusterv1.ClusterAgentLost)
 	return ok
 }
