@@ -40,3 +40,28 @@ func Run[F flagcheck.Flags](t *testing.T, newFlags func() F, cases []Case) {
 		})
 	}
 }
+
+// SharedFlags checks that every flag binary registers is registered by one of shared too (the
+// daemon's and the service's own RegisterFlags, which fleetd composes), or is listed in
+// binaryOnly with why fleetd has no use for it; and that binaryOnly lists only flags the
+// binary has. A flag the binary registers on its own fails: fleetd would not get it
+// (services/fleetd/cmd/fleetd's TestFlagsOfEveryService checks fleetd has shared's).
+func SharedFlags(t *testing.T, binary func(*flag.FlagSet), shared []func(*flag.FlagSet), binaryOnly map[string]string) {
+	t.Helper()
+	bin := flag.NewFlagSet("binary", flag.ContinueOnError)
+	binary(bin)
+	common := flag.NewFlagSet("shared", flag.ContinueOnError)
+	for _, register := range shared {
+		register(common)
+	}
+	bin.VisitAll(func(f *flag.Flag) {
+		if common.Lookup(f.Name) == nil && binaryOnly[f.Name] == "" {
+			t.Errorf("--%s is registered by the binary alone: fleetd does not get it (register it in the service's RegisterFlags, or list it in binaryOnly with why fleetd has no use for it)", f.Name)
+		}
+	})
+	for name := range binaryOnly {
+		if bin.Lookup(name) == nil {
+			t.Errorf("binaryOnly lists --%s, which the binary no longer has", name)
+		}
+	}
+}

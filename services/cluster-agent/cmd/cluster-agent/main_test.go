@@ -24,22 +24,8 @@ func TestBinaryFlagsReachFleetd(t *testing.T) {
 		"log-level":       "fleetd has its own",
 		"log-dev":         "fleetd logs for humans always",
 	}
-	bin := flag.NewFlagSet("cluster-agent", flag.ContinueOnError)
 	var o options
-	o.RegisterFlags(bin)
-	svc := flag.NewFlagSet("hosted", flag.ContinueOnError)
-	var cfg hosted.Config
-	cfg.RegisterFlags(svc)
-	bin.VisitAll(func(f *flag.Flag) {
-		if binaryOnly[f.Name] == "" && svc.Lookup(f.Name) == nil {
-			t.Errorf("--%s is registered by the binary, not by hosted.Config.RegisterFlags: fleetd does not get it", f.Name)
-		}
-	})
-	for name := range binaryOnly {
-		if bin.Lookup(name) == nil {
-			t.Errorf("binaryOnly lists --%s, which the binary no longer has", name)
-		}
-	}
+	flagchecktest.SharedFlags(t, o.RegisterFlags, []func(*flag.FlagSet){new(hosted.Config).RegisterFlags}, binaryOnly)
 }
 
 // TestValidate: a bad flag value is refused before the agent starts, with the flag named.

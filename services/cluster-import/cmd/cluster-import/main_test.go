@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck/flagchecktest"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 )
 
@@ -24,30 +25,8 @@ func TestBinaryFlagsReachFleetd(t *testing.T) {
 		"nats-service-tokens-file":      "fleetd's services share its in-process connection",
 		"nats-system-user":              "fleetd kicks revoked connections on its embedded server",
 	}
-	bin := flag.NewFlagSet("cluster-import", flag.ContinueOnError)
-	var d daemon.Options
-	d.Register(bin)
 	var o options
-	o.RegisterFlags(bin)
-
-	daemonFlags := flag.NewFlagSet("daemon", flag.ContinueOnError)
-	var d2 daemon.Options
-	d2.Register(daemonFlags)
-	svc := flag.NewFlagSet("clusterimport", flag.ContinueOnError)
-	var cfg clusterimport.Config
-	cfg.RegisterFlags(svc)
-
-	bin.VisitAll(func(f *flag.Flag) {
-		if daemonFlags.Lookup(f.Name) != nil || binaryOnly[f.Name] != "" {
-			return
-		}
-		if svc.Lookup(f.Name) == nil {
-			t.Errorf("--%s is registered by the binary, not by clusterimport.Config.RegisterFlags: fleetd does not get it", f.Name)
-		}
-	})
-	for name := range binaryOnly {
-		if bin.Lookup(name) == nil {
-			t.Errorf("binaryOnly lists --%s, which the binary no longer has", name)
-		}
-	}
+	var d daemon.Options
+	flagchecktest.SharedFlags(t, func(fs *flag.FlagSet) { new(daemon.Options).Register(fs); o.RegisterFlags(fs) },
+		[]func(*flag.FlagSet){d.Register, new(clusterimport.Config).RegisterFlags}, binaryOnly)
 }
