@@ -161,6 +161,9 @@ var table = map[string]Rule{
 	endpointv1connect.EndpointServiceSetClusterWeightProcedure: inNamespace("update", roles.ResServiceWeights,
 		func(m *endpointv1.SetClusterWeightRequest) (string, string) { return m.Cluster, m.Namespace }),
 	endpointv1connect.EndpointServiceListServicesProcedure: filtered("list", roles.ResServices),
+	// The weights are read as the service is: per cluster, by the project owning the namespace
+	// there (the handler filters to those clusters).
+	endpointv1connect.EndpointServiceListServiceWeightsProcedure: filtered("list", roles.ResServices),
 
 	// The audit trail: platform admins read every row; others the rows of the projects where
 	// they may list activity (project owners), which the handler filters to

@@ -3,12 +3,15 @@ package collector
 import (
 	"cmp"
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
@@ -418,5 +421,39 @@ func (c *Collector) ListServices(ctx context.Context, req *connect.Request[endpo
 		}
 		slices.Sort(s.Clusters)
 	}
+	return connect.NewResponse(out), nil
+}
+
+func (c *Collector) ListServiceWeights(ctx context.Context, req *connect.Request[endpointv1.ListServiceWeightsRequest]) (*connect.Response[endpointv1.ListServiceWeightsResponse], error) {
+	var v apierr.Violations
+	if req.Msg.Namespace != "" {
+		v.DNSLabel("namespace", req.Msg.Namespace)
+	}
+	if err := c.gate.Admit(ctx, &v); err != nil {
+		return nil, err
+	}
+	ns := req.Msg.Namespace
+	caller := authz.CallerFrom(ctx)
+	// A weight is the business of the project owning the service's namespace in its cluster
+	// (SetClusterWeight's rule): others see only the clusters where they may read the service.
+	visible := func(ns, cluster string) bool {
+		return caller.CanInNamespace("list", roles.Group, roles.ResServices, cluster, ns)
+	}
+	all := c.weights.List(func(_ string, w *endpointv1.ServiceWeights) bool { return ns == "" || w.Namespace == ns })
+	out := &endpointv1.ListServiceWeightsResponse{Weights: make([]*endpointv1.ServiceWeights, 0, len(all))}
+	for _, w := range all {
+		if !caller.Admin() {
+			w = proto.Clone(w).(*endpointv1.ServiceWeights)
+			maps.DeleteFunc(w.ClusterWeights, func(cluster string, _ uint32) bool { return !visible(w.Namespace, cluster) })
+			w.EndpointWeights = slices.DeleteFunc(w.EndpointWeights, func(e *endpointv1.EndpointWeight) bool { return !visible(w.Namespace, e.ClusterName) })
+			if len(w.ClusterWeights) == 0 && len(w.EndpointWeights) == 0 {
+				continue
+			}
+		}
+		out.Weights = append(out.Weights, w)
+	}
+	slices.SortFunc(out.Weights, func(a, b *endpointv1.ServiceWeights) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
 	return connect.NewResponse(out), nil
 }

@@ -3,11 +3,13 @@ package collector
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -356,4 +358,67 @@ func TestUnownedNamespaceMergesAcrossClustersAndIsThePlatforms(t *testing.T) {
 		t.Fatalf("an admin weights it: %v", err)
 	}
 	te.eventuallySees("root", "shop", "cart", "c1@300[10.1.0.9:8080w300] c2[10.2.0.9:8080]")
+}
+
+// ListServiceWeights (what `fleetctl export` declares as ServiceWeights) shows each caller the
+// weights of the clusters where it may read the service, nothing of another project's: team-a
+// owns web on c1, team-b on c2, both weight web/api. An admin sees both, with weights of
+// services that have no endpoint yet (a cluster drained before it joins).
+func TestServiceWeightsAreListedPerOwningProject(t *testing.T) {
+	js := testkit.StartJetStream(t)
+	te := startTenancy(t, js.JS, map[string]string{"alice": "team-a", "bob": "team-b"},
+		map[string]string{"c1/web": "team-a", "c2/web": "team-b"})
+	c1, c2 := newFakeAgent(t, js.JS, "c1", ""), newFakeAgent(t, js.JS, "c2", "")
+	c1.report("web", "api", "api-1", http8080, ep{ip: "10.1.0.1", conds: "RS"})
+	c2.report("web", "api", "api-2", http8080, ep{ip: "10.2.0.1", conds: "RS"})
+	te.eventuallySees("root", "web", "api", "c1[10.1.0.1:8080] c2[10.2.0.1:8080]")
+
+	if err := te.clusterWeight("alice", "web", "api", "c1", 300); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.endpointWeight("bob", "web", "api", "10.2.0.1", "c2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.clusterWeight("bob", "web", "api", "c2", 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.clusterWeight("root", "web", "cart", "c3", 0); err != nil { // no endpoints anywhere yet
+		t.Fatal(err)
+	}
+	if err := te.clusterWeight("alice", "web", "api", "c1", 100); err == nil { // back to the default: not listed
+		if err := te.clusterWeight("alice", "web", "api", "c1", 300); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		t.Fatal(err)
+	}
+	list := func(user, ns string) string {
+		res, err := te.clients[user].ListServiceWeights(context.Background(), connect.NewRequest(&endpointv1.ListServiceWeightsRequest{Namespace: ns}))
+		if err != nil {
+			return connect.CodeOf(err).String()
+		}
+		var out []string
+		for _, w := range res.Msg.Weights {
+			s := w.Namespace + "/" + w.Name + ":"
+			for _, c := range slices.Sorted(maps.Keys(w.ClusterWeights)) {
+				s += fmt.Sprintf(" %s=%d", c, w.ClusterWeights[c])
+			}
+			for _, e := range w.EndpointWeights {
+				s += fmt.Sprintf(" %s/%s=%d", e.ClusterName, e.Ip, e.Weight)
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, "; ")
+	}
+	for _, tc := range []struct{ user, ns, want string }{
+		{"root", "", "web/api: c1=300 c2=20 c2/10.2.0.1=0; web/cart: c3=0"},
+		{"alice", "", "web/api: c1=300"},
+		{"bob", "web", "web/api: c2=20 c2/10.2.0.1=0"},
+		{"root", "other", ""},
+		{"root", "Not_A_Label", connect.CodeInvalidArgument.String()},
+	} {
+		if got := list(tc.user, tc.ns); got != tc.want {
+			t.Errorf("%s lists %q: got %q, want %q", tc.user, tc.ns, got, tc.want)
+		}
+	}
 }

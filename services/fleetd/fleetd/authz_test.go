@@ -128,6 +128,7 @@ var matrix = map[string]struct {
 	"/fleetstream.endpoint.v1.EndpointService/SetEndpointWeight":     {`{"namespace":"web","name":"frontend","ip":"10.0.0.1","cluster":"c1","weight":100}`, allowMember},
 	"/fleetstream.endpoint.v1.EndpointService/SetClusterWeight":      {`{"namespace":"web","name":"frontend","cluster":"c1","weight":100}`, allowMember},
 	"/fleetstream.endpoint.v1.EndpointService/ListServices":          {`{}`, allowAnyone},
+	"/fleetstream.endpoint.v1.EndpointService/ListServiceWeights":    {`{}`, allowAnyone},
 
 	// Asking for team-a's activity: its owners only (the handler refuses the others).
 	"/fleetstream.audit.v1.AuditService/ListActivity": {`{"project":"team-a","pageSize":1}`, allowOwner},

@@ -770,6 +770,96 @@ func (x *ServiceSummary) GetTotalEndpoints() uint32 {
 	return 0
 }
 
+type ListServiceWeightsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only services of this namespace ("" = all).
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServiceWeightsRequest) Reset() {
+	*x = ListServiceWeightsRequest{}
+	mi := &file_fleetstream_endpoint_v1_endpoint_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServiceWeightsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServiceWeightsRequest) ProtoMessage() {}
+
+func (x *ListServiceWeightsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_endpoint_v1_endpoint_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServiceWeightsRequest.ProtoReflect.Descriptor instead.
+func (*ListServiceWeightsRequest) Descriptor() ([]byte, []int) {
+	return file_fleetstream_endpoint_v1_endpoint_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListServiceWeightsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListServiceWeightsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By namespace, then name.
+	Weights       []*ServiceWeights `protobuf:"bytes,1,rep,name=weights,proto3" json:"weights,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServiceWeightsResponse) Reset() {
+	*x = ListServiceWeightsResponse{}
+	mi := &file_fleetstream_endpoint_v1_endpoint_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServiceWeightsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServiceWeightsResponse) ProtoMessage() {}
+
+func (x *ListServiceWeightsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_endpoint_v1_endpoint_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServiceWeightsResponse.ProtoReflect.Descriptor instead.
+func (*ListServiceWeightsResponse) Descriptor() ([]byte, []int) {
+	return file_fleetstream_endpoint_v1_endpoint_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListServiceWeightsResponse) GetWeights() []*ServiceWeights {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
 var File_fleetstream_endpoint_v1_endpoint_service_proto protoreflect.FileDescriptor
 
 const file_fleetstream_endpoint_v1_endpoint_service_proto_rawDesc = "" +
@@ -821,18 +911,23 @@ const file_fleetstream_endpoint_v1_endpoint_service_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\bclusters\x18\x03 \x03(\tR\bclusters\x12'\n" +
 	"\x0fready_endpoints\x18\x04 \x01(\rR\x0ereadyEndpoints\x12'\n" +
-	"\x0ftotal_endpoints\x18\x05 \x01(\rR\x0etotalEndpoints*\x8f\x01\n" +
+	"\x0ftotal_endpoints\x18\x05 \x01(\rR\x0etotalEndpoints\"9\n" +
+	"\x19ListServiceWeightsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"_\n" +
+	"\x1aListServiceWeightsResponse\x12A\n" +
+	"\aweights\x18\x01 \x03(\v2'.fleetstream.endpoint.v1.ServiceWeightsR\aweights*\x8f\x01\n" +
 	"\x0eEndpointFilter\x12\x1f\n" +
 	"\x1bENDPOINT_FILTER_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ENDPOINT_FILTER_READY\x10\x01\x12(\n" +
 	"$ENDPOINT_FILTER_READY_OR_TERMINATING\x10\x02\x12\x17\n" +
-	"\x13ENDPOINT_FILTER_ALL\x10\x032\x8b\x05\n" +
+	"\x13ENDPOINT_FILTER_ALL\x10\x032\x90\x06\n" +
 	"\x0fEndpointService\x12\x85\x01\n" +
 	"\x13GetServiceEndpoints\x123.fleetstream.endpoint.v1.GetServiceEndpointsRequest\x1a4.fleetstream.endpoint.v1.GetServiceEndpointsResponse\"\x03\x90\x02\x01\x12\x88\x01\n" +
 	"\x15WatchServiceEndpoints\x125.fleetstream.endpoint.v1.WatchServiceEndpointsRequest\x1a6.fleetstream.endpoint.v1.WatchServiceEndpointsResponse0\x01\x12z\n" +
 	"\x11SetEndpointWeight\x121.fleetstream.endpoint.v1.SetEndpointWeightRequest\x1a2.fleetstream.endpoint.v1.SetEndpointWeightResponse\x12w\n" +
 	"\x10SetClusterWeight\x120.fleetstream.endpoint.v1.SetClusterWeightRequest\x1a1.fleetstream.endpoint.v1.SetClusterWeightResponse\x12p\n" +
-	"\fListServices\x12,.fleetstream.endpoint.v1.ListServicesRequest\x1a-.fleetstream.endpoint.v1.ListServicesResponse\"\x03\x90\x02\x01BOZMgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1;endpointv1b\x06proto3"
+	"\fListServices\x12,.fleetstream.endpoint.v1.ListServicesRequest\x1a-.fleetstream.endpoint.v1.ListServicesResponse\"\x03\x90\x02\x01\x12\x82\x01\n" +
+	"\x12ListServiceWeights\x122.fleetstream.endpoint.v1.ListServiceWeightsRequest\x1a3.fleetstream.endpoint.v1.ListServiceWeightsResponse\"\x03\x90\x02\x01BOZMgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1;endpointv1b\x06proto3"
 
 var (
 	file_fleetstream_endpoint_v1_endpoint_service_proto_rawDescOnce sync.Once
@@ -847,7 +942,7 @@ func file_fleetstream_endpoint_v1_endpoint_service_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetstream_endpoint_v1_endpoint_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fleetstream_endpoint_v1_endpoint_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_fleetstream_endpoint_v1_endpoint_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_fleetstream_endpoint_v1_endpoint_service_proto_goTypes = []any{
 	(EndpointFilter)(0),                   // 0: fleetstream.endpoint.v1.EndpointFilter
 	(*GetServiceEndpointsRequest)(nil),    // 1: fleetstream.endpoint.v1.GetServiceEndpointsRequest
@@ -861,32 +956,37 @@ var file_fleetstream_endpoint_v1_endpoint_service_proto_goTypes = []any{
 	(*ListServicesRequest)(nil),           // 9: fleetstream.endpoint.v1.ListServicesRequest
 	(*ListServicesResponse)(nil),          // 10: fleetstream.endpoint.v1.ListServicesResponse
 	(*ServiceSummary)(nil),                // 11: fleetstream.endpoint.v1.ServiceSummary
-	(*ClusterEndpoints)(nil),              // 12: fleetstream.endpoint.v1.ClusterEndpoints
-	(*ServiceWeights)(nil),                // 13: fleetstream.endpoint.v1.ServiceWeights
+	(*ListServiceWeightsRequest)(nil),     // 12: fleetstream.endpoint.v1.ListServiceWeightsRequest
+	(*ListServiceWeightsResponse)(nil),    // 13: fleetstream.endpoint.v1.ListServiceWeightsResponse
+	(*ClusterEndpoints)(nil),              // 14: fleetstream.endpoint.v1.ClusterEndpoints
+	(*ServiceWeights)(nil),                // 15: fleetstream.endpoint.v1.ServiceWeights
 }
 var file_fleetstream_endpoint_v1_endpoint_service_proto_depIdxs = []int32{
 	0,  // 0: fleetstream.endpoint.v1.GetServiceEndpointsRequest.filter:type_name -> fleetstream.endpoint.v1.EndpointFilter
-	12, // 1: fleetstream.endpoint.v1.GetServiceEndpointsResponse.clusters:type_name -> fleetstream.endpoint.v1.ClusterEndpoints
+	14, // 1: fleetstream.endpoint.v1.GetServiceEndpointsResponse.clusters:type_name -> fleetstream.endpoint.v1.ClusterEndpoints
 	0,  // 2: fleetstream.endpoint.v1.WatchServiceEndpointsRequest.filter:type_name -> fleetstream.endpoint.v1.EndpointFilter
-	12, // 3: fleetstream.endpoint.v1.WatchServiceEndpointsResponse.clusters:type_name -> fleetstream.endpoint.v1.ClusterEndpoints
-	13, // 4: fleetstream.endpoint.v1.SetEndpointWeightResponse.weights:type_name -> fleetstream.endpoint.v1.ServiceWeights
-	13, // 5: fleetstream.endpoint.v1.SetClusterWeightResponse.weights:type_name -> fleetstream.endpoint.v1.ServiceWeights
+	14, // 3: fleetstream.endpoint.v1.WatchServiceEndpointsResponse.clusters:type_name -> fleetstream.endpoint.v1.ClusterEndpoints
+	15, // 4: fleetstream.endpoint.v1.SetEndpointWeightResponse.weights:type_name -> fleetstream.endpoint.v1.ServiceWeights
+	15, // 5: fleetstream.endpoint.v1.SetClusterWeightResponse.weights:type_name -> fleetstream.endpoint.v1.ServiceWeights
 	11, // 6: fleetstream.endpoint.v1.ListServicesResponse.services:type_name -> fleetstream.endpoint.v1.ServiceSummary
-	1,  // 7: fleetstream.endpoint.v1.EndpointService.GetServiceEndpoints:input_type -> fleetstream.endpoint.v1.GetServiceEndpointsRequest
-	3,  // 8: fleetstream.endpoint.v1.EndpointService.WatchServiceEndpoints:input_type -> fleetstream.endpoint.v1.WatchServiceEndpointsRequest
-	5,  // 9: fleetstream.endpoint.v1.EndpointService.SetEndpointWeight:input_type -> fleetstream.endpoint.v1.SetEndpointWeightRequest
-	7,  // 10: fleetstream.endpoint.v1.EndpointService.SetClusterWeight:input_type -> fleetstream.endpoint.v1.SetClusterWeightRequest
-	9,  // 11: fleetstream.endpoint.v1.EndpointService.ListServices:input_type -> fleetstream.endpoint.v1.ListServicesRequest
-	2,  // 12: fleetstream.endpoint.v1.EndpointService.GetServiceEndpoints:output_type -> fleetstream.endpoint.v1.GetServiceEndpointsResponse
-	4,  // 13: fleetstream.endpoint.v1.EndpointService.WatchServiceEndpoints:output_type -> fleetstream.endpoint.v1.WatchServiceEndpointsResponse
-	6,  // 14: fleetstream.endpoint.v1.EndpointService.SetEndpointWeight:output_type -> fleetstream.endpoint.v1.SetEndpointWeightResponse
-	8,  // 15: fleetstream.endpoint.v1.EndpointService.SetClusterWeight:output_type -> fleetstream.endpoint.v1.SetClusterWeightResponse
-	10, // 16: fleetstream.endpoint.v1.EndpointService.ListServices:output_type -> fleetstream.endpoint.v1.ListServicesResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	15, // 7: fleetstream.endpoint.v1.ListServiceWeightsResponse.weights:type_name -> fleetstream.endpoint.v1.ServiceWeights
+	1,  // 8: fleetstream.endpoint.v1.EndpointService.GetServiceEndpoints:input_type -> fleetstream.endpoint.v1.GetServiceEndpointsRequest
+	3,  // 9: fleetstream.endpoint.v1.EndpointService.WatchServiceEndpoints:input_type -> fleetstream.endpoint.v1.WatchServiceEndpointsRequest
+	5,  // 10: fleetstream.endpoint.v1.EndpointService.SetEndpointWeight:input_type -> fleetstream.endpoint.v1.SetEndpointWeightRequest
+	7,  // 11: fleetstream.endpoint.v1.EndpointService.SetClusterWeight:input_type -> fleetstream.endpoint.v1.SetClusterWeightRequest
+	9,  // 12: fleetstream.endpoint.v1.EndpointService.ListServices:input_type -> fleetstream.endpoint.v1.ListServicesRequest
+	12, // 13: fleetstream.endpoint.v1.EndpointService.ListServiceWeights:input_type -> fleetstream.endpoint.v1.ListServiceWeightsRequest
+	2,  // 14: fleetstream.endpoint.v1.EndpointService.GetServiceEndpoints:output_type -> fleetstream.endpoint.v1.GetServiceEndpointsResponse
+	4,  // 15: fleetstream.endpoint.v1.EndpointService.WatchServiceEndpoints:output_type -> fleetstream.endpoint.v1.WatchServiceEndpointsResponse
+	6,  // 16: fleetstream.endpoint.v1.EndpointService.SetEndpointWeight:output_type -> fleetstream.endpoint.v1.SetEndpointWeightResponse
+	8,  // 17: fleetstream.endpoint.v1.EndpointService.SetClusterWeight:output_type -> fleetstream.endpoint.v1.SetClusterWeightResponse
+	10, // 18: fleetstream.endpoint.v1.EndpointService.ListServices:output_type -> fleetstream.endpoint.v1.ListServicesResponse
+	13, // 19: fleetstream.endpoint.v1.EndpointService.ListServiceWeights:output_type -> fleetstream.endpoint.v1.ListServiceWeightsResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_endpoint_v1_endpoint_service_proto_init() }
@@ -901,7 +1001,7 @@ func file_fleetstream_endpoint_v1_endpoint_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_endpoint_v1_endpoint_service_proto_rawDesc), len(file_fleetstream_endpoint_v1_endpoint_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,9 @@ const (
 	// EndpointServiceListServicesProcedure is the fully-qualified name of the EndpointService's
 	// ListServices RPC.
 	EndpointServiceListServicesProcedure = "/fleetstream.endpoint.v1.EndpointService/ListServices"
+	// EndpointServiceListServiceWeightsProcedure is the fully-qualified name of the EndpointService's
+	// ListServiceWeights RPC.
+	EndpointServiceListServiceWeightsProcedure = "/fleetstream.endpoint.v1.EndpointService/ListServiceWeights"
 )
 
 // EndpointServiceClient is a client for the fleetstream.endpoint.v1.EndpointService service.
@@ -62,6 +65,10 @@ type EndpointServiceClient interface {
 	// SetClusterWeight sets the weight of one cluster for a service (default 100, 0 drains it).
 	SetClusterWeight(context.Context, *connect.Request[v1.SetClusterWeightRequest]) (*connect.Response[v1.SetClusterWeightResponse], error)
 	ListServices(context.Context, *connect.Request[v1.ListServicesRequest]) (*connect.Response[v1.ListServicesResponse], error)
+	// ListServiceWeights returns the weights set on purpose, per service: the cluster weights
+	// other than the default 100 and the endpoint weights not reset, whether or not the service
+	// has endpoints now. Each caller sees the clusters where it may read the service.
+	ListServiceWeights(context.Context, *connect.Request[v1.ListServiceWeightsRequest]) (*connect.Response[v1.ListServiceWeightsResponse], error)
 }
 
 // NewEndpointServiceClient constructs a client for the fleetstream.endpoint.v1.EndpointService
@@ -107,6 +114,13 @@ func NewEndpointServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listServiceWeights: connect.NewClient[v1.ListServiceWeightsRequest, v1.ListServiceWeightsResponse](
+			httpClient,
+			baseURL+EndpointServiceListServiceWeightsProcedure,
+			connect.WithSchema(endpointServiceMethods.ByName("ListServiceWeights")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -117,6 +131,7 @@ type endpointServiceClient struct {
 	setEndpointWeight     *connect.Client[v1.SetEndpointWeightRequest, v1.SetEndpointWeightResponse]
 	setClusterWeight      *connect.Client[v1.SetClusterWeightRequest, v1.SetClusterWeightResponse]
 	listServices          *connect.Client[v1.ListServicesRequest, v1.ListServicesResponse]
+	listServiceWeights    *connect.Client[v1.ListServiceWeightsRequest, v1.ListServiceWeightsResponse]
 }
 
 // GetServiceEndpoints calls fleetstream.endpoint.v1.EndpointService.GetServiceEndpoints.
@@ -144,6 +159,11 @@ func (c *endpointServiceClient) ListServices(ctx context.Context, req *connect.R
 	return c.listServices.CallUnary(ctx, req)
 }
 
+// ListServiceWeights calls fleetstream.endpoint.v1.EndpointService.ListServiceWeights.
+func (c *endpointServiceClient) ListServiceWeights(ctx context.Context, req *connect.Request[v1.ListServiceWeightsRequest]) (*connect.Response[v1.ListServiceWeightsResponse], error) {
+	return c.listServiceWeights.CallUnary(ctx, req)
+}
+
 // EndpointServiceHandler is an implementation of the fleetstream.endpoint.v1.EndpointService
 // service.
 type EndpointServiceHandler interface {
@@ -157,6 +177,10 @@ type EndpointServiceHandler interface {
 	// SetClusterWeight sets the weight of one cluster for a service (default 100, 0 drains it).
 	SetClusterWeight(context.Context, *connect.Request[v1.SetClusterWeightRequest]) (*connect.Response[v1.SetClusterWeightResponse], error)
 	ListServices(context.Context, *connect.Request[v1.ListServicesRequest]) (*connect.Response[v1.ListServicesResponse], error)
+	// ListServiceWeights returns the weights set on purpose, per service: the cluster weights
+	// other than the default 100 and the endpoint weights not reset, whether or not the service
+	// has endpoints now. Each caller sees the clusters where it may read the service.
+	ListServiceWeights(context.Context, *connect.Request[v1.ListServiceWeightsRequest]) (*connect.Response[v1.ListServiceWeightsResponse], error)
 }
 
 // NewEndpointServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -198,6 +222,13 @@ func NewEndpointServiceHandler(svc EndpointServiceHandler, opts ...connect.Handl
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	endpointServiceListServiceWeightsHandler := connect.NewUnaryHandler(
+		EndpointServiceListServiceWeightsProcedure,
+		svc.ListServiceWeights,
+		connect.WithSchema(endpointServiceMethods.ByName("ListServiceWeights")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fleetstream.endpoint.v1.EndpointService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case EndpointServiceGetServiceEndpointsProcedure:
@@ -210,6 +241,8 @@ func NewEndpointServiceHandler(svc EndpointServiceHandler, opts ...connect.Handl
 			endpointServiceSetClusterWeightHandler.ServeHTTP(w, r)
 		case EndpointServiceListServicesProcedure:
 			endpointServiceListServicesHandler.ServeHTTP(w, r)
+		case EndpointServiceListServiceWeightsProcedure:
+			endpointServiceListServiceWeightsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -237,4 +270,8 @@ func (UnimplementedEndpointServiceHandler) SetClusterWeight(context.Context, *co
 
 func (UnimplementedEndpointServiceHandler) ListServices(context.Context, *connect.Request[v1.ListServicesRequest]) (*connect.Response[v1.ListServicesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.endpoint.v1.EndpointService.ListServices is not implemented"))
+}
+
+func (UnimplementedEndpointServiceHandler) ListServiceWeights(context.Context, *connect.Request[v1.ListServiceWeightsRequest]) (*connect.Response[v1.ListServiceWeightsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fleetstream.endpoint.v1.EndpointService.ListServiceWeights is not implemented"))
 }
