@@ -54,3 +54,10 @@ export const projects = {
   list: () => call("fleetstream.project.v1.ProjectService/ListProjects"),
   bindings: (project) => call("fleetstream.project.v1.ProjectService/ListNamespaceBindings", { project }),
 };
+export const placements = {
+  list: (project) => call("fleetstream.placement.v1.PlacementService/ListPlacements", { project }),
+  explain: (project, name) => call("fleetstream.placement.v1.PlacementService/ExplainPlacement", { project, name }),
+};
+export const audit = {
+  list: (request) => call("fleetstream.audit.v1.AuditService/ListActivity", request),
+};

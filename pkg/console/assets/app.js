@@ -7,7 +7,14 @@ const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const signout = document.getElementById("signout");
 
-const pages = { fleet: fleetPage, projects: projectsPage };
+// The first pages load with the console; the others on first visit, so the sign-in and the
+// Fleet page do not wait for code they do not run.
+const pages = {
+  fleet: fleetPage,
+  projects: projectsPage,
+  placements: async (...a) => (await import("./placements.js")).placementsPage(...a),
+  activity: async (...a) => (await import("./activity.js")).activityPage(...a),
+};
 
 // route parses "#/<page>?k=v": the page and its query (filters, the selected project).
 function route() {
@@ -84,7 +91,12 @@ async function render() {
     else a.removeAttribute("aria-current");
   }
   replace(main, h("p", { class: "muted" }, "Loading…"));
-  await pages[page](main, params, fail);
+  try {
+    await pages[page](main, params, fail);
+  } catch (e) {
+    // A page's code that did not load (the server went away between pages): say so.
+    replace(main, h("p", { class: "error", role: "alert" }, "This page failed to load: ", e.message));
+  }
   // Tests and tools wait on this: the page has its data (or its error) on screen.
   if (token.get() && gen === renders) {
     document.body.dataset.ready = page;

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -50,11 +52,11 @@ func chromium(t *testing.T) string {
 // consoleFleet starts fleetd with an admin and a team-a viewer and real data: two clusters
 // (labelled, one tainted, one in a label-selected set), two projects with namespaces and
 // quotas, team-a's display name carrying markup.
-func consoleFleet(t *testing.T) (base string) {
+func consoleFleet(t *testing.T) *rawClient {
 	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("token-admin,admin\ntoken-viewer,viewer\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("token-admin,admin\ntoken-viewer,viewer\ntoken-markup,"+xss+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,7 +64,7 @@ func consoleFleet(t *testing.T) (base string) {
 		DataDir:       filepath.Join(dir, "data"),
 		Server:        server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
 		NATSListen:    "127.0.0.1:0",
-		Authz:         authz.Config{PlatformAdmins: []string{"admin"}},
+		Authz:         authz.Config{PlatformAdmins: []string{"admin", xss}},
 		ClusterImport: clusterimport.Config{PlaintextCredentials: true},
 	}, testkit.Logger(t))
 	if err != nil {
@@ -86,6 +88,11 @@ func consoleFleet(t *testing.T) (base string) {
 		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"dev-us","namespace":"web-dev"}`},
 		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-b","cluster":"prod-eu","namespace":"shop"}`},
 		{"/fleetstream.rbac.v1.RBACService/BindProjectRole", `{"project":"team-a","subject":{"kind":"SUBJECT_KIND_USER","name":"viewer"},"roleTemplate":"project-viewer"}`},
+		// team-a may place on the production set (prod-eu, not dev-us); web tolerates every
+		// taint (the clusters' agents never connect), so prod-eu is selected and dev-us is not,
+		// for not being in a bound set.
+		{"/fleetstream.placement.v1.ClusterSetService/BindClusterSet", `{"project":"team-a","clusterSet":"production"}`},
+		{"/fleetstream.placement.v1.PlacementService/CreatePlacement", `{"placement":{"project":"team-a","name":"web","tolerations":[{"operator":"Exists"}]}}`},
 	} {
 		if code, body := api.callFull(t, "admin", c[0], c[1]); code != "" {
 			t.Fatalf("setup %s %s: %s %s", c[0], c[1], code, body)
@@ -98,7 +105,7 @@ func consoleFleet(t *testing.T) (base string) {
 		}
 		return nil
 	})
-	return api.base
+	return api
 }
 
 // browser records what the page says on its console and the exceptions it throws.
@@ -126,6 +133,9 @@ func (b *browser) listen(ev any) {
 			args = append(args, string(a.Value)+a.Description)
 		}
 		b.errors = append(b.errors, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+	case *page.EventJavascriptDialogOpening:
+		// A dialog is script running that the page did not write (alert(1) from a payload).
+		b.errors = append(b.errors, fmt.Sprintf("a %s dialog opened: %q", ev.Type, ev.Message))
 	case *runtime.EventExceptionThrown:
 		d := ev.ExceptionDetails
 		msg := d.Text
@@ -213,7 +223,8 @@ func (b *browser) texts(t *testing.T, selector string) []string {
 // accessibility basics, asset size and time to interactive.
 func TestConsoleInABrowser(t *testing.T) {
 	exe := chromium(t)
-	base := consoleFleet(t)
+	api := consoleFleet(t)
+	base := api.base
 
 	// Asset size: everything the page can load, gzip'd as a server or proxy would send it.
 	var raw, zipped int
@@ -368,8 +379,148 @@ func TestConsoleInABrowser(t *testing.T) {
 		b.noErrors(t, "projects page")
 	})
 
+	t.Run("placements", func(t *testing.T) {
+		// The decision comes from ExplainPlacement; the scheduler's views fill asynchronously,
+		// so reload until the set's membership and both clusters are there.
+		var prod, dev []string
+		testkit.Eventually(t, 15*time.Second, func() error {
+			b.run(t, "placements", b.load(base, "#/placements?project=team-a&placement=web"))
+			b.waitPage(t, "placements")
+			prod = b.texts(t, `#explanation tr[data-cluster="prod-eu"] > *`)
+			dev = b.texts(t, `#explanation tr[data-cluster="dev-us"] > *`)
+			if len(prod) < 5 || prod[1] != "Yes" || len(dev) < 5 || dev[1] != "No" {
+				return fmt.Errorf("prod-eu %q, dev-us %q", prod, dev)
+			}
+			return nil
+		})
+		if got := b.texts(t, "#placements tbody th"); !slices.Equal(got, []string{"web"}) {
+			t.Errorf("team-a's placements %q, want web", got)
+		}
+		// A column per active prioritizer (Additive: Balance and Steady), the total after them.
+		prios := b.texts(t, "#explanation thead th[data-prioritizer]")
+		if len(prios) == 0 || len(prod) != 5+len(prios) {
+			t.Fatalf("prioritizer columns %q, prod-eu row %q", prios, prod)
+		}
+		if prod[2] != "1" || prod[len(prod)-1] != "" {
+			t.Errorf("prod-eu: rank %q, reason %q; want rank 1 and no reason", prod[2], prod[len(prod)-1])
+		}
+		// Total is the weighted sum of the shown scores.
+		var weights, scores []int
+		for i, p := range prios {
+			var w, sc int
+			if _, err := fmt.Sscanf(p[strings.LastIndex(p, "×")+len("×"):], "%d", &w); err != nil {
+				t.Fatalf("prioritizer header %q: %v", p, err)
+			}
+			if _, err := fmt.Sscanf(prod[3+i], "%d", &sc); err != nil {
+				t.Fatalf("score %q: %v", prod[3+i], err)
+			}
+			weights, scores = append(weights, w), append(scores, sc)
+		}
+		total := 0
+		for i := range weights {
+			total += weights[i] * scores[i]
+		}
+		if prod[3+len(prios)] != fmt.Sprint(total) {
+			t.Errorf("prod-eu total %q, want %d (scores %v × weights %v)", prod[3+len(prios)], total, scores, weights)
+		}
+		// dev-us is not in the production set: not scored, with the reason and the sets.
+		why := dev[len(dev)-1]
+		if dev[2] != "–" || !strings.Contains(why, "Not in a bound set") || !strings.Contains(why, "production") {
+			t.Errorf("dev-us row %q: want unranked, not in a bound set, naming production", dev)
+		}
+		b.screenshot(t, "placements")
+		b.noErrors(t, "placements page")
+	})
+
+	t.Run("activity", func(t *testing.T) {
+		// A change by the user whose name is markup, with markup in a CEL expression the
+		// Placements page shows in the reason: both must be text.
+		cel, _ := json.Marshal(`managedCluster.metadata.name == "` + xss + `"`)
+		if code, body := api.callFull(t, "markup", "/fleetstream.placement.v1.PlacementService/CreatePlacement",
+			`{"placement":{"project":"team-a","name":"markup","tolerations":[{"operator":"Exists"}],"predicates":[{"requiredClusterSelector":{"celSelector":{"celExpressions":[`+string(cel)+`]}}}]}}`); code != "" {
+			t.Fatalf("create placement markup as %s: %s %s", xss, code, body)
+		}
+		testkit.Eventually(t, 15*time.Second, func() error {
+			b.run(t, "placements", b.load(base, "#/placements?project=team-a&placement=markup"))
+			b.waitPage(t, "placements")
+			prod := b.texts(t, `#explanation tr[data-cluster="prod-eu"] > *`)
+			if len(prod) < 5 || !strings.Contains(prod[len(prod)-1], "No predicate matched") || !strings.Contains(prod[len(prod)-1], xss) {
+				return fmt.Errorf("prod-eu row %q: want the CEL expression as text in the reason", prod)
+			}
+			return nil
+		})
+		if imgs := eval[int](t, b, `document.querySelectorAll("img").length`); imgs != 0 {
+			t.Errorf("%d img elements on the placements page: markup was parsed", imgs)
+		}
+		b.noErrors(t, "placements with markup")
+
+		// The change on the Activity page, filtered by its actor, the actor shown as text.
+		var rows [][]string
+		testkit.Eventually(t, 20*time.Second, func() error {
+			b.run(t, "activity", b.load(base, "#/activity?"+url.Values{"actor": {xss}}.Encode()))
+			b.waitPage(t, "activity")
+			rows = eval[[][]string](t, b, `[...document.querySelectorAll("#activity tbody tr")].map(r => [...r.cells].map(c => c.textContent))`)
+			for _, r := range rows {
+				if len(r) == 7 && strings.Contains(r[2], "PlacementCreated") {
+					return nil
+				}
+			}
+			return fmt.Errorf("activity of %s: %q", xss, rows)
+		})
+		for _, r := range rows {
+			if r[1] != xss {
+				t.Errorf("row %q: actor %q, want only %q (the filter)", r, r[1], xss)
+			}
+		}
+		if imgs := eval[int](t, b, `document.querySelectorAll("img").length`); imgs != 0 {
+			t.Errorf("%d img elements on the activity page: markup was parsed", imgs)
+		}
+		if got := eval[string](t, b, `document.getElementById("f-actor").value`); got != xss {
+			t.Errorf("actor filter input %q, want %q", got, xss)
+		}
+		b.screenshot(t, "activity")
+		b.noErrors(t, "activity page")
+
+		// Filtering from the keyboard: type an actor into the form and press Enter.
+		b.run(t, "filter by admin", chromedp.Focus(chromedp.ID("f-actor")),
+			chromedp.Evaluate[chromedp.Void](`document.getElementById("f-actor").value = ""`),
+			chromedp.SendKeys(chromedp.ID("f-actor"), "admin"+kb.Enter))
+		testkit.Eventually(t, 5*time.Second, func() error {
+			actors := b.texts(t, "#activity tbody td.actor")
+			if len(actors) == 0 || slices.ContainsFunc(actors, func(a string) bool { return a != "admin" }) {
+				return fmt.Errorf("actors after filtering by admin: %q", actors)
+			}
+			return nil
+		})
+
+		// Paging by the server's token: page 2 continues where page 1 stopped.
+		b.run(t, "page 1", b.load(base, "#/activity?actor=admin&size=3"))
+		b.waitPage(t, "activity")
+		first := eval[[]string](t, b, `[...document.querySelectorAll("#activity tbody tr")].map(r => r.dataset.activity)`)
+		if len(first) == 0 || len(first) > 3 {
+			t.Fatalf("page 1 of size 3: rows %q", first)
+		}
+		b.run(t, "next page", chromedp.Click(chromedp.ID("next-page")))
+		var second []string
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if eval[int](t, b, `document.querySelectorAll("#first-page").length`) == 0 {
+				return fmt.Errorf("not on page 2 yet")
+			}
+			second = eval[[]string](t, b, `[...document.querySelectorAll("#activity tbody tr")].map(r => r.dataset.activity)`)
+			return nil
+		})
+		if len(second) == 0 || slices.ContainsFunc(second, func(id string) bool { return slices.Contains(first, id) }) {
+			t.Errorf("page 2 rows %q repeat or miss page 1's %q", second, first)
+		}
+		if strings.Contains(eval[string](t, b, `location.href`), "token-") {
+			t.Error("a token in the location")
+		}
+		b.noErrors(t, "activity paging")
+	})
+
 	t.Run("accessibility", func(t *testing.T) {
-		for _, page := range []string{"fleet", "projects"} {
+		// projects last: the viewer's sign-in below lands on the page the location names.
+		for _, page := range []string{"placements", "activity", "fleet", "projects"} {
 			b.run(t, page, b.load(base, "#/"+page))
 			b.waitPage(t, page)
 			// Every control has an accessible name: a <label for>, aria-label(ledby) or its text.
@@ -387,12 +538,12 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		// Tab moves focus through the controls, in order.
 		var seen []string
-		for range 3 {
+		for range 5 {
 			b.run(t, "tab", chromedp.KeyEvent(kb.Tab))
 			seen = append(seen, eval[string](t, b, `document.activeElement.id || document.activeElement.tagName`))
 		}
-		if !slices.Equal(seen, []string{"nav-fleet", "nav-projects", "signout"}) {
-			t.Errorf("tab order %q, want nav-fleet, nav-projects, signout", seen)
+		if want := []string{"nav-fleet", "nav-projects", "nav-placements", "nav-activity", "signout"}; !slices.Equal(seen, want) {
+			t.Errorf("tab order %q, want %q", seen, want)
 		}
 		b.noErrors(t, "accessibility")
 	})
@@ -413,6 +564,22 @@ func TestConsoleInABrowser(t *testing.T) {
 		if got := b.texts(t, "#project-title"); !slices.Equal(got, []string{xss}) {
 			t.Errorf("viewer asking for team-b sees %q, want team-a's page", got)
 		}
+		// team-a's viewer may read its placements and their decisions.
+		b.run(t, "placements", b.load(base, "#/placements?project=team-a&placement=web"))
+		b.waitPage(t, "placements")
+		if got := b.texts(t, `#explanation tr[data-cluster="dev-us"] td:last-child`); len(got) != 1 || !strings.Contains(got[0], "Not in a bound set") {
+			t.Errorf("viewer's explanation of web: dev-us %q", got)
+		}
+		// The audit trail is for project owners: the viewer sees the server's refusal.
+		b.run(t, "activity", b.load(base, "#/activity?project=team-a"))
+		b.waitPage(t, "activity")
+		if got := b.texts(t, "#activity-error"); len(got) != 1 || !strings.Contains(got[0], "activity") {
+			t.Errorf("viewer's activity page says %q, want the server's refusal", got)
+		}
+		if rows := b.texts(t, "#activity tbody tr"); len(rows) != 0 {
+			t.Errorf("viewer sees activity rows %q", rows)
+		}
+		b.screenshot(t, "activity-refused")
 		b.noErrors(t, "viewer")
 	})
 
