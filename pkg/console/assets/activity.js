@@ -123,5 +123,7 @@ export async function activityPage(main, params, fail) {
       h("caption", { class: "muted" }, "Who did what to which object, when"),
       h("thead", {}, h("tr", {}, ["Time", "Actor", "What", "Object", "Project", "Cluster", "Detail"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, rows.map((a) => row(a, filters)))),
+    rows.length || next || page ? null : h("p", { class: "muted", id: "no-activity" },
+      "No activity matches. Platform admins see every row; project owners the rows of their projects."),
     pager);
 }
