@@ -61,3 +61,67 @@ export const placements = {
 export const audit = {
   list: (request) => call("fleetstream.audit.v1.AuditService/ListActivity", request),
 };
+
+// watch calls a server-streaming procedure with Connect's streaming JSON form over fetch:
+// request and response are envelopes (a flag byte, a big-endian uint32 length, the JSON); the
+// flag 2 envelope ends the stream, with {error: {code, message}} when it failed. onMessage gets
+// every message; the promise settles when the stream ends (rejects with an APIError, or with the
+// AbortError of signal when the caller stopped it). The first message is resolved through
+// onMessage, so a page can render it and let the stream run on.
+export async function watch(procedure, request, onMessage, signal) {
+  const t = token.get();
+  if (!t) throw new APIError("unauthenticated", "not signed in");
+  const json = new TextEncoder().encode(JSON.stringify(request));
+  const body = new Uint8Array(5 + json.length);
+  new DataView(body.buffer).setUint32(1, json.length);
+  body.set(json, 5);
+  let res;
+  try {
+    res = await fetch("/" + procedure, {
+      method: "POST",
+      headers: {
+        "Content-Type": "application/connect+json",
+        "Connect-Protocol-Version": "1",
+        "Authorization": "Bearer " + t,
+      },
+      body, signal, credentials: "omit", cache: "no-store",
+    });
+  } catch (e) {
+    if (signal && signal.aborted) throw e;
+    throw new APIError("unavailable", "the server is unreachable: " + e.message);
+  }
+  if (!res.ok || !res.body) {
+    let err = {};
+    try { err = await res.json(); } catch { /* not JSON */ }
+    throw new APIError(err.code || "unknown", err.message || `HTTP ${res.status}`);
+  }
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = new Uint8Array(0);
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) throw new APIError("unavailable", "the stream ended without its end message");
+    const joined = new Uint8Array(buf.length + value.length);
+    joined.set(buf);
+    joined.set(value, buf.length);
+    buf = joined;
+    while (buf.length >= 5) {
+      const len = new DataView(buf.buffer, buf.byteOffset, 5).getUint32(1);
+      if (buf.length < 5 + len) break;
+      const flags = buf[0];
+      const msg = JSON.parse(decoder.decode(buf.subarray(5, 5 + len)) || "{}");
+      buf = buf.slice(5 + len);
+      if (flags & 2) {
+        if (msg.error) throw new APIError(msg.error.code || "unknown", msg.error.message || msg.error.code);
+        return;
+      }
+      onMessage(msg);
+    }
+  }
+}
+
+export const endpoints = {
+  services: (namespace) => call("fleetstream.endpoint.v1.EndpointService/ListServices", namespace ? { namespace } : {}),
+  watch: (namespace, name, onMessage, signal) =>
+    watch("fleetstream.endpoint.v1.EndpointService/WatchServiceEndpoints", { namespace, name, filter: "ENDPOINT_FILTER_ALL" }, onMessage, signal),
+};

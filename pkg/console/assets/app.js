@@ -14,7 +14,16 @@ const pages = {
   projects: projectsPage,
   placements: async (...a) => (await import("./placements.js")).placementsPage(...a),
   activity: async (...a) => (await import("./activity.js")).activityPage(...a),
+  traffic: async (...a) => (await import("./traffic.js")).trafficPage(...a),
 };
+
+// live is the current page's AbortController: a page that keeps a stream open (Traffic) stops
+// it when the user moves on or signs out.
+let live = null;
+function stopLive() {
+  if (live) live.abort();
+  live = null;
+}
 
 // route parses "#/<page>?k=v": the page and its query (filters, the selected project).
 function route() {
@@ -24,6 +33,7 @@ function route() {
 
 // showSignIn renders the token form; error is what refused the last token or call.
 function showSignIn(error) {
+  stopLive();
   token.clear();
   delete document.body.dataset.ready;
   nav.hidden = true;
@@ -86,16 +96,19 @@ async function render() {
   nav.hidden = false;
   signout.hidden = false;
   const { page, params } = route();
+  stopLive();
+  live = new AbortController();
   for (const a of nav.querySelectorAll("a")) {
     if (a.id === "nav-" + page) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
   replace(main, h("p", { class: "muted" }, "Loading…"));
   try {
-    await pages[page](main, params, fail);
+    await pages[page](main, params, fail, live.signal);
   } catch (e) {
-    // A page's code that did not load (the server went away between pages): say so.
-    replace(main, h("p", { class: "error", role: "alert" }, "This page failed to load: ", e.message));
+    // A page's code that did not load (the server went away between pages): say so, unless
+    // the user has moved on and main is another page's.
+    if (gen === renders) replace(main, h("p", { class: "error", role: "alert" }, "This page failed to load: ", e.message));
   }
   // Tests and tools wait on this: the page has its data (or its error) on screen.
   if (token.get() && gen === renders) {

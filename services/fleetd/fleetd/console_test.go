@@ -25,7 +25,10 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/console"
+	"github.com/fleetstream/fleetstream/pkg/events"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
@@ -85,7 +88,7 @@ func consoleFleet(t *testing.T) *rawClient {
 		{"/fleetstream.project.v1.ProjectService/CreateProject", fmt.Sprintf(`{"name":"team-a","displayName":%q}`, xss)},
 		{"/fleetstream.project.v1.ProjectService/CreateProject", `{"name":"team-b","displayName":"Team B"}`},
 		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"prod-eu","namespace":"web","hard":{"cpu":"2","memory":"4Gi"}}`},
-		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"dev-us","namespace":"web-dev"}`},
+		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"dev-us","namespace":"web"}`},
 		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-b","cluster":"prod-eu","namespace":"shop"}`},
 		{"/fleetstream.rbac.v1.RBACService/BindProjectRole", `{"project":"team-a","subject":{"kind":"SUBJECT_KIND_USER","name":"viewer"},"roleTemplate":"project-viewer"}`},
 		// team-a may place on the production set (prod-eu, not dev-us); web tolerates every
@@ -96,6 +99,22 @@ func consoleFleet(t *testing.T) *rawClient {
 	} {
 		if code, body := api.callFull(t, "admin", c[0], c[1]); code != "" {
 			t.Fatalf("setup %s %s: %s %s", c[0], c[1], code, body)
+		}
+	}
+	// Service web/api of team-a, as the clusters' agents report it: two ready endpoints on
+	// prod-eu, one on dev-us. The zone, node and pod name come from the clusters, and carry markup.
+	for _, r := range []struct {
+		cluster string
+		ips     []string
+	}{{"prod-eu", []string{"10.1.0.1", "10.1.0.2"}}, {"dev-us", []string{"10.2.0.1"}}} {
+		rep := &endpointv1.EndpointSliceReport{ClusterName: r.cluster, Namespace: "web", Service: "api", Slice: "api-" + r.cluster, AddressType: "IPv4",
+			SessionId: "s1", Generation: 1, Ports: []*endpointv1.EndpointPort{{Name: "http", Port: 8080, Protocol: "TCP"}}}
+		for _, ip := range r.ips {
+			rep.Endpoints = append(rep.Endpoints, &endpointv1.Endpoint{Addresses: []string{ip}, Ready: true, Serving: true, Zone: xss, Node: xss,
+				Target: &endpointv1.TargetRef{Kind: "Pod", Namespace: "web", Name: xss, Uid: "uid-" + ip}})
+		}
+		if _, err := events.NewStore(inst.JS, "agent").Append(ctx, subjects.AgentEndpointSlice(r.cluster, "web", rep.Slice), r.cluster, events.Any, rep); err != nil {
+			t.Fatal(err)
 		}
 	}
 	// Grants are read through the authorizer's mirrors: wait until the viewer's shows.
@@ -369,7 +388,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		rows := b.texts(t, "#bindings tbody tr")
 		if len(rows) != 2 {
-			t.Fatalf("team-a's bindings %q, want web on prod-eu and web-dev on dev-us", rows)
+			t.Fatalf("team-a's bindings %q, want web on prod-eu and on dev-us", rows)
 		}
 		web := b.texts(t, `tr[data-binding="prod-eu/web"] > *`)
 		if len(web) != 5 || web[0] != "prod-eu" || web[2] != "Pending" || !strings.Contains(web[4], "cpu: ? / 2") || !strings.Contains(web[4], "memory: ? / 4Gi") {
@@ -518,9 +537,70 @@ func TestConsoleInABrowser(t *testing.T) {
 		b.noErrors(t, "activity paging")
 	})
 
+	t.Run("traffic", func(t *testing.T) {
+		share := func() map[string]string {
+			out := map[string]string{}
+			for _, r := range eval[[][]string](t, b, `[...document.querySelectorAll("#traffic-clusters tbody tr")].map(r => [r.dataset.cluster, r.cells[4].textContent.trim()])`) {
+				out[r[0]] = r[1]
+			}
+			return out
+		}
+		testkit.Eventually(t, 15*time.Second, func() error {
+			b.run(t, "traffic", b.load(base, "#/traffic?namespace=web&service=api"))
+			b.waitPage(t, "traffic")
+			if got := share(); got["prod-eu"] != "66.7%" || got["dev-us"] != "33.3%" {
+				return fmt.Errorf("shares %v, want prod-eu 66.7%% and dev-us 33.3%%", got)
+			}
+			return nil
+		})
+		if got := b.texts(t, "#traffic-endpoints tbody tr"); len(got) != 3 {
+			t.Errorf("endpoint rows %q, want 3", got)
+		}
+		cells := b.texts(t, `#traffic-endpoints tr[data-address="dev-us/10.2.0.1:8080"] td`)
+		if len(cells) != 9 || cells[5] != "33.3%" || cells[6] != xss || cells[7] != xss || cells[8] != "Pod/"+xss {
+			t.Errorf("dev-us endpoint row %q: want share 33.3%% and zone, node and target as text", cells)
+		}
+		if imgs := eval[int](t, b, `document.querySelectorAll("img").length`); imgs != 0 {
+			t.Errorf("%d img elements on the traffic page: markup was parsed", imgs)
+		}
+		b.screenshot(t, "traffic")
+
+		// A weight change through the API shows on the open page, with no reload, by the watch.
+		_ = eval[int](t, b, `window.stillThisDocument = 1`)
+		start := time.Now()
+		if code, body := api.callFull(t, "admin", "/fleetstream.endpoint.v1.EndpointService/SetClusterWeight",
+			`{"namespace":"web","name":"api","cluster":"dev-us","weight":400}`); code != "" {
+			t.Fatalf("set dev-us's weight: %s %s", code, body)
+		}
+		var shown time.Duration
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if got := share(); got["dev-us"] != "66.7%" || got["prod-eu"] != "33.3%" {
+				return fmt.Errorf("shares %v, want dev-us 66.7%% (400 of 600) and prod-eu 33.3%%", got)
+			}
+			shown = time.Since(start)
+			return nil
+		})
+		if eval[int](t, b, `window.stillThisDocument || 0`) != 1 {
+			t.Error("the page reloaded to show the weight")
+		}
+		t.Logf("weight change on screen %v after the call was made (limit 1s)", shown.Round(time.Millisecond))
+		if shown > time.Second {
+			t.Errorf("the weight change took %v to show, over 1 s", shown)
+		}
+		// Moving on stops the stream: no error from the aborted watch.
+		b.run(t, "fleet", chromedp.Click(chromedp.ID("nav-fleet")))
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if n := len(b.texts(t, "#clusters tbody tr")); n != 2 {
+				return fmt.Errorf("fleet rows %d", n)
+			}
+			return nil
+		})
+		b.noErrors(t, "traffic page")
+	})
+
 	t.Run("accessibility", func(t *testing.T) {
 		// projects last: the viewer's sign-in below lands on the page the location names.
-		for _, page := range []string{"placements", "activity", "fleet", "projects"} {
+		for _, page := range []string{"placements", "activity", "traffic", "fleet", "projects"} {
 			b.run(t, page, b.load(base, "#/"+page))
 			b.waitPage(t, page)
 			// Every control has an accessible name: a <label for>, aria-label(ledby) or its text.
@@ -538,11 +618,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		// Tab moves focus through the controls, in order.
 		var seen []string
-		for range 5 {
+		for range 6 {
 			b.run(t, "tab", chromedp.KeyEvent(kb.Tab))
 			seen = append(seen, eval[string](t, b, `document.activeElement.id || document.activeElement.tagName`))
 		}
-		if want := []string{"nav-fleet", "nav-projects", "nav-placements", "nav-activity", "signout"}; !slices.Equal(seen, want) {
+		if want := []string{"nav-fleet", "nav-projects", "nav-placements", "nav-traffic", "nav-activity", "signout"}; !slices.Equal(seen, want) {
 			t.Errorf("tab order %q, want %q", seen, want)
 		}
 		b.noErrors(t, "accessibility")
@@ -580,6 +660,14 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Errorf("viewer sees activity rows %q", rows)
 		}
 		b.screenshot(t, "activity-refused")
+		// team-b's service is not the viewer's: the watch's refusal, not a blank page.
+		b.run(t, "traffic", b.load(base, "#/traffic?namespace=shop&service=api"))
+		b.waitPage(t, "traffic")
+		if got := b.texts(t, "#traffic-error"); len(got) != 1 || got[0] == "" {
+			t.Errorf("viewer's traffic page for team-b's namespace says %q, want the server's refusal", got)
+		} else {
+			t.Logf("viewer watching shop/api: %q", got[0])
+		}
 		b.noErrors(t, "viewer")
 	})
 
