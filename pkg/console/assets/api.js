@@ -122,6 +122,8 @@ export async function watch(procedure, request, onMessage, signal) {
 
 export const endpoints = {
   services: (namespace) => call("fleetstream.endpoint.v1.EndpointService/ListServices", namespace ? { namespace } : {}),
+  setClusterWeight: (namespace, name, cluster, weight) =>
+    call("fleetstream.endpoint.v1.EndpointService/SetClusterWeight", { namespace, name, cluster, weight }),
   watch: (namespace, name, onMessage, signal) =>
     watch("fleetstream.endpoint.v1.EndpointService/WatchServiceEndpoints", { namespace, name, filter: "ENDPOINT_FILTER_ALL" }, onMessage, signal),
 };

@@ -587,6 +587,32 @@ func TestConsoleInABrowser(t *testing.T) {
 		if shown > time.Second {
 			t.Errorf("the weight change took %v to show, over 1 s", shown)
 		}
+		// Drain dev-us from the page: a confirmation says what the shares become; Escape
+		// cancels it (nothing changes), the confirm button sets the weight.
+		b.run(t, "drain, then cancel", chromedp.SetValue(chromedp.ID("weight-cluster"), "dev-us"), chromedp.Click(chromedp.ID("weight-drain")),
+			chromedp.WaitVisible(chromedp.ID("confirm")))
+		if q := b.texts(t, "#confirm-text"); len(q) != 1 || !strings.Contains(q[0], "on dev-us from 400 to 0") || !strings.Contains(q[0], "dev-us 0.0%, prod-eu 100.0%") {
+			t.Errorf("confirmation %q: want dev-us from 400 to 0 and the shares after", q)
+		}
+		if got := eval[string](t, b, `document.activeElement.id`); got != "confirm-no" {
+			t.Errorf("focus in the confirmation on %q, want the cancel button", got)
+		}
+		b.run(t, "escape", chromedp.KeyEvent(kb.Escape), chromedp.WaitNotVisible(chromedp.ID("confirm")))
+		if got := share(); got["dev-us"] != "66.7%" {
+			t.Errorf("after cancelling, shares %v", got)
+		}
+		b.run(t, "drain", chromedp.Click(chromedp.ID("weight-drain")), chromedp.WaitVisible(chromedp.ID("confirm")),
+			chromedp.Click(chromedp.ID("confirm-yes")))
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if got := share(); got["dev-us"] != "0.0%" || got["prod-eu"] != "100.0%" {
+				return fmt.Errorf("shares after draining dev-us %v", got)
+			}
+			return nil
+		})
+		if got := b.texts(t, `#traffic-clusters tr[data-cluster="dev-us"] td`); len(got) < 1 || got[0] != "0 (drained)" {
+			t.Errorf("dev-us's weight cell %q, want 0 (drained)", got)
+		}
+		b.screenshot(t, "traffic-drained")
 		// Moving on stops the stream: no error from the aborted watch.
 		b.run(t, "fleet", chromedp.Click(chromedp.ID("nav-fleet")))
 		testkit.Eventually(t, 5*time.Second, func() error {
@@ -660,6 +686,14 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Errorf("viewer sees activity rows %q", rows)
 		}
 		b.screenshot(t, "activity-refused")
+		// The viewer reads team-a's service, and the server refuses its weight change.
+		b.run(t, "traffic", b.load(base, "#/traffic?namespace=web&service=api"))
+		b.waitPage(t, "traffic")
+		b.run(t, "viewer drains", chromedp.Click(chromedp.ID("weight-drain")), chromedp.WaitVisible(chromedp.ID("confirm")),
+			chromedp.Click(chromedp.ID("confirm-yes")), chromedp.WaitVisible(chromedp.ID("weight-error")))
+		if got := b.texts(t, "#weight-error"); len(got) != 1 || !strings.Contains(got[0], "may not") {
+			t.Errorf("viewer's weight change says %q, want the server's refusal", got)
+		}
 		// team-b's service is not the viewer's: the watch's refusal, not a blank page.
 		b.run(t, "traffic", b.load(base, "#/traffic?namespace=shop&service=api"))
 		b.waitPage(t, "traffic")
