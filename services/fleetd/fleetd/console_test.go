@@ -500,6 +500,40 @@ func TestConsoleInABrowser(t *testing.T) {
 		b.screenshot(t, "activity")
 		b.noErrors(t, "activity page")
 
+		// The object link of a row filters by that object: only placement markup's rows.
+		b.run(t, "object link", chromedp.Click(chromedp.CSS(`#activity tbody tr td:nth-child(4) a`)))
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if got := eval[string](t, b, `document.getElementById("f-name").value`); got != "markup" {
+				return fmt.Errorf("name filter %q after following the object link", got)
+			}
+			objs := b.texts(t, "#activity tbody td:nth-child(4)")
+			if len(objs) == 0 || slices.ContainsFunc(objs, func(o string) bool { return o != "placement/markup" }) {
+				return fmt.Errorf("objects after following the link: %q", objs)
+			}
+			return nil
+		})
+		// Time: rows from the year 2999 on are none; an until before since is the server's
+		// field error; a time that does not parse is the page's.
+		for _, tc := range []struct{ query, empty, alert string }{
+			{"since=2999-01-01T00:00", "No activity matches", ""},
+			{"since=2026-11-27T12:00&until=2026-11-27T11:00", "", "until: must be after since"},
+			{"since=" + url.QueryEscape(xss), "", "From: not a time: " + xss},
+		} {
+			b.run(t, tc.query, b.load(base, "#/activity?"+tc.query))
+			b.waitPage(t, "activity")
+			if tc.empty != "" {
+				if got := b.texts(t, "#no-activity"); len(got) != 1 || !strings.Contains(got[0], tc.empty) || len(b.texts(t, "#activity tbody tr")) != 0 {
+					t.Errorf("%s: %q and %d rows, want none", tc.query, got, len(b.texts(t, "#activity tbody tr")))
+				}
+			} else if got := b.texts(t, "#activity-error"); len(got) != 1 || !strings.Contains(got[0], tc.alert) {
+				t.Errorf("%s: error %q, want %q", tc.query, got, tc.alert)
+			}
+		}
+		if imgs := eval[int](t, b, `document.querySelectorAll("img").length`); imgs != 0 {
+			t.Errorf("%d img elements: markup was parsed", imgs)
+		}
+		b.noErrors(t, "activity filters")
+
 		// Filtering from the keyboard: type an actor into the form and press Enter.
 		b.run(t, "filter by admin", chromedp.Focus(chromedp.ID("f-actor")),
 			chromedp.Evaluate[chromedp.Void](`document.getElementById("f-actor").value = ""`),
