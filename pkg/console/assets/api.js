@@ -57,6 +57,8 @@ export const projects = {
 export const placements = {
   list: (project) => call("fleetstream.placement.v1.PlacementService/ListPlacements", { project }),
   explain: (project, name) => call("fleetstream.placement.v1.PlacementService/ExplainPlacement", { project, name }),
+  watchDecisions: (project, name, onMessage, signal) =>
+    watch("fleetstream.placement.v1.PlacementService/WatchPlacementDecisions", { project, name }, onMessage, signal),
 };
 export const audit = {
   list: (request) => call("fleetstream.audit.v1.AuditService/ListActivity", request),

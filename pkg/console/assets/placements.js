@@ -71,7 +71,7 @@ function explanation(ex) {
   ];
 }
 
-export async function placementsPage(main, params, fail) {
+export async function placementsPage(main, params, fail, signal) {
   const body = h("div", { id: "placements-body" });
   replace(main, h("h1", {}, "Placements"), body);
   const error = (el, e) => { if (!fail(e)) replace(el, h("p", { class: "error", role: "alert" }, e.message)); };
@@ -121,5 +121,35 @@ export async function placementsPage(main, params, fail) {
     error(decision, e);
     return;
   }
-  replace(decision, h("h2", { id: "decision-h" }, `Decision of ${chosen}`), explanation(ex));
+  const live = h("p", { class: "muted", id: "decision-live", role: "status" }, "Following the decision…");
+  const view = h("div", { id: "decision-view" }, explanation(ex));
+  replace(decision, h("h2", { id: "decision-h" }, `Decision of ${chosen}`), live, view);
+
+  // Live: WatchPlacementDecisions sends the current decision, then each change; on a change the
+  // explanation is asked for again (it is not streamed), the latest answer winning.
+  let first = true;
+  let asked = 0;
+  placements.watchDecisions(project, chosen, async (msg) => {
+    if (first) {
+      first = false;
+      replace(live, "Live: the explanation is asked for again when the decision changes.");
+      return;
+    }
+    const n = ++asked;
+    const what = [(msg.added || []).length ? `added ${msg.added.join(", ")}` : "", (msg.removed || []).length ? `removed ${msg.removed.join(", ")}` : ""]
+      .filter(Boolean).join("; ") || "scores changed";
+    try {
+      const next = await placements.explain(project, chosen);
+      if (n !== asked || signal.aborted) return;
+      replace(view, explanation(next));
+      replace(live, `Live: the decision changed at ${new Date().toLocaleTimeString()} (${what}).`);
+    } catch (e) {
+      if (!signal.aborted && !fail(e)) replace(live, h("span", { class: "error", role: "alert" }, e.message));
+    }
+  }, signal).then(() => {
+    replace(live, "The placement was deleted, or the server ended the stream; reload for the current state.");
+  }, (e) => {
+    if (signal.aborted || fail(e)) return;
+    replace(live, h("span", { class: "error", role: "alert" }, "Not following the decision: ", e.message));
+  });
 }

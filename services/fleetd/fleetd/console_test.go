@@ -449,6 +449,36 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		b.screenshot(t, "placements")
 		b.noErrors(t, "placements page")
+
+		// Live: dev-us joins the production set (its env label), the scheduler adds it, and the
+		// open page shows it selected, without a reload; then it leaves again.
+		_ = eval[int](t, b, `window.stillThisDocument = 1`)
+		relabel := func(env string) {
+			if code, body := api.callFull(t, "admin", "/fleetstream.cluster.v1.ClusterService/UpdateCluster",
+				`{"name":"dev-us","labels":{"env":"`+env+`"},"updateMask":"labels"}`); code != "" {
+				t.Fatalf("relabel dev-us env=%s: %s %s", env, code, body)
+			}
+		}
+		devUs := func(want string) {
+			t.Helper()
+			testkit.Eventually(t, 15*time.Second, func() error {
+				if got := b.texts(t, `#explanation tr[data-cluster="dev-us"] > *`); len(got) < 2 || got[1] != want {
+					return fmt.Errorf("dev-us row %q, want selected %s", got, want)
+				}
+				return nil
+			})
+		}
+		relabel("prod")
+		devUs("Yes")
+		if got := b.texts(t, "#decision-live"); len(got) != 1 || !strings.Contains(got[0], "added dev-us") {
+			t.Errorf("live status %q, want the decision change that added dev-us", got)
+		}
+		relabel("dev")
+		devUs("No")
+		if eval[int](t, b, `window.stillThisDocument || 0`) != 1 {
+			t.Error("the page reloaded to follow the decision")
+		}
+		b.noErrors(t, "placements live")
 	})
 
 	t.Run("activity", func(t *testing.T) {
@@ -503,7 +533,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		// The object link of a row filters by that object: only placement markup's rows.
 		b.run(t, "object link", chromedp.Click(chromedp.CSS(`#activity tbody tr td:nth-child(4) a`)))
 		testkit.Eventually(t, 5*time.Second, func() error {
-			if got := eval[string](t, b, `document.getElementById("f-name").value`); got != "markup" {
+			if got := eval[string](t, b, `document.getElementById("f-name")?.value ?? ""`); got != "markup" {
 				return fmt.Errorf("name filter %q after following the object link", got)
 			}
 			objs := b.texts(t, "#activity tbody td:nth-child(4)")
