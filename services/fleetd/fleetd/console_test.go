@@ -236,6 +236,33 @@ func (b *browser) texts(t *testing.T, selector string) []string {
 	return eval[[]string](t, b, fmt.Sprintf(`[...document.querySelectorAll(%q)].map(e => e.textContent)`, selector))
 }
 
+// contrastJS lists the visible text whose contrast with its background is under WCAG AA
+// (4.5:1, 3:1 for large text): the element's computed colour against the first opaque
+// background up its ancestors (the page's white at the top).
+const contrastJS = `(() => {
+  const rgb = (c) => (c.match(/[\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+    .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const bg = (e) => {
+    for (; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const out = [];
+  for (const e of document.querySelectorAll("body *")) {
+    if (![...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim()) || !e.checkVisibility()) continue;
+    const st = getComputedStyle(e);
+    const a = lum(rgb(st.color)), b = lum(bg(e));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const size = parseFloat(st.fontSize), bold = Number(st.fontWeight) >= 700;
+    const need = size >= 24 || (bold && size >= 18.66) ? 3 : 4.5;
+    if (ratio < need) out.push(e.tagName + " " + JSON.stringify(e.textContent.trim().slice(0, 40)) + " " + ratio.toFixed(2));
+  }
+  return out;
+})()`
+
 // TestConsoleInABrowser drives the console in headless Chromium against fleetd with real
 // JetStream and real data: sign-in refused and accepted, the Fleet and Projects pages, markup
 // in user-controlled strings shown as text, a viewer seeing only what its reads return, the
@@ -700,6 +727,9 @@ func TestConsoleInABrowser(t *testing.T) {
 				(e.tagName === "BUTTON" && e.textContent.trim()))).map(e => e.outerHTML)`)
 			if len(unlabelled) != 0 {
 				t.Errorf("%s: controls without an accessible name: %q", page, unlabelled)
+			}
+			if low := eval[[]string](t, b, contrastJS); len(low) != 0 {
+				t.Errorf("%s: text below WCAG AA contrast: %q", page, low)
 			}
 		}
 		focusRule := eval[bool](t, b, `[...document.styleSheets].some(s => [...s.cssRules].some(r => (r.selectorText || "").includes(":focus-visible") && r.style.outlineStyle !== "none"))`)
