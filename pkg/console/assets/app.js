@@ -17,8 +17,8 @@ const pages = {
   traffic: async (...a) => (await import("./traffic.js")).trafficPage(...a),
 };
 
-// live is the current page's AbortController: a page that keeps a stream open (Traffic) stops
-// it when the user moves on or signs out.
+// live is the current page's AbortController: a page that keeps a stream open (Traffic,
+// Placements) stops it when the user moves on or signs out.
 let live = null;
 function stopLive() {
   if (live) live.abort();
