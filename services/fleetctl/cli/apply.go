@@ -290,7 +290,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 		Short: "Create and update what manifests declare",
 		Long: "Apply makes the fleet hold what the manifests declare (apiVersion " + manifest.APIVersion + "; kinds " + kindList() + "). " +
 			"It reads every manifest first and changes nothing when one is invalid, names a project that is neither declared nor in the fleet, or asks for a change the API cannot make. " +
-			"Objects are applied in dependency order (clusters, role templates, cluster sets and subscribers, then import policies and projects, then cluster set bindings, placements and the namespace and role bindings), each reported as created, configured or unchanged; " +
+			"Objects are applied in dependency order (clusters, role templates, cluster sets and subscribers, then import policies and projects, then cluster set bindings, placements and the namespace and role bindings, then service weights), each reported as created, configured or unchanged; " +
 			"a second apply of the same manifests reports every object unchanged. " +
 			"Updates are conditional on the revision apply read, so a change made by someone else meanwhile fails the object (aborted) instead of being overwritten; apply again to decide on fresh state. " +
 			"An object that fails leaves the others applied; a rerun finishes the rest. " +
@@ -404,7 +404,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = dryRunClient
 	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "objects of one dependency level applied at once")
 	cmd.Flags().StringVar(&applySet, "applyset", "", "name of the apply set: the declared clusters and projects are labelled "+partOfLabel+"=NAME, and with --prune the set's objects the manifests no longer declare are deleted")
-	cmd.Flags().BoolVar(&prune, "prune", false, "delete the objects of --applyset that the manifests no longer declare (the set's clusters and projects, and what belongs to its projects or to the declared ones; role templates, cluster sets, subscribers and import policies have no labels to record the set and are never pruned); list them first with --dry-run")
+	cmd.Flags().BoolVar(&prune, "prune", false, "delete the objects of --applyset that the manifests no longer declare (the set's clusters and projects, and what belongs to its projects or to the declared ones; role templates, cluster sets, subscribers, import policies and service weights have no labels to record the set and are never pruned); list them first with --dry-run")
 	cmd.Flags().BoolVar(&cascade, "cascade", false, "with --prune: delete a project that still holds namespaces, unbinding them (otherwise refused)")
 	addOwnershipFlags(cmd, &forceConflicts, &recordDir)
 	return cmd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -206,4 +207,83 @@ func errOf(r result) error {
 		return fmt.Errorf("exit %d: %s", r.code, r.stderr)
 	}
 	return nil
+}
+
+// Service weights as code: a ServiceWeights manifest applied against the real endpoint
+// collector sets the weights it declares, an unchanged rerun does nothing, a change resets what
+// the manifest no longer declares, export prints what apply reads back, and a weight for an IP
+// the service does not serve is refused before anything is written.
+func TestApplyServiceWeights(t *testing.T) {
+	h := startEndpointHub(t)
+	h.run(t, "cluster", "register", "east").ok(t)
+	h.run(t, "cluster", "register", "west").ok(t)
+	ids := map[string]string{}
+	for _, c := range jsonOf[[]clusterJSON](t, h.run(t, "-o", "json", "cluster", "list").ok(t)) {
+		ids[c.Name] = c.ID
+	}
+	east := h.agent("east", ids["east"])
+	east.heartbeats(t)
+	east.slice(t, "shop", "cart", "cart-abc", &endpointv1.EndpointPort{Name: "http", Port: 8080, Protocol: "TCP"},
+		&endpointv1.Endpoint{Addresses: []string{"10.0.0.7"}, Ready: true, Serving: true},
+		&endpointv1.Endpoint{Addresses: []string{"10.0.0.8"}, Ready: true, Serving: true})
+	testkit.Eventually(t, 10*time.Second, func() error {
+		return errOf(h.run(t, "endpoints", "get", "shop/cart"))
+	})
+
+	dir := t.TempDir()
+	manifest := func(spec string) string {
+		path := filepath.Join(dir, "weights.yaml")
+		writeFile(t, path, "apiVersion: fleetstream.io/v1alpha1\nkind: ServiceWeights\nmetadata: {name: cart}\nspec:\n  namespace: shop\n"+spec)
+		return path
+	}
+	weights := func() string {
+		return jsonOf[endpointsJSON](t, h.run(t, "-o", "json", "endpoints", "get", "shop/cart").ok(t)).weights()
+	}
+
+	// West drained before it serves anything (a canary's start), one east endpoint at 5.
+	first := manifest("  clusterWeights: {west: 0, east: 100}\n  endpointWeights:\n  - {ip: 10.0.0.7, clusterName: east, weight: 5}\n")
+	if r := h.run(t, "diff", "-f", first); r.code != 1 || !strings.Contains(r.stdout, "+++ declared/ServiceWeights/shop/cart\n") {
+		t.Fatalf("diff of new weights: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := h.run(t, "apply", "-f", first).ok(t); r.stdout != "ServiceWeights/shop/cart created\n" {
+		t.Fatalf("first apply: %q", r.stdout)
+	}
+	if got, want := weights(), "east=100 east/10.0.0.7=5 east/10.0.0.8=100"; got != want {
+		t.Fatalf("after apply: %s, want %s", got, want)
+	}
+	if r := h.run(t, "apply", "-f", first).ok(t); r.stdout != "ServiceWeights/shop/cart unchanged\n" {
+		t.Fatalf("second apply: %q", r.stdout)
+	}
+	if r := h.run(t, "diff", "-f", first); r.code != 0 {
+		t.Fatalf("diff after apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Export prints the manifest apply compares with; a platform admin's export holds it whole.
+	out := h.run(t, "export", "--kind", "ServiceWeights").ok(t).stdout
+	for _, want := range []string{"kind: ServiceWeights", "name: cart", "namespace: shop", "west: 0", "clusterName: east", "ip: 10.0.0.7", "weight: 5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("export lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "targetUid") || strings.Contains(out, "setTime") || strings.Contains(out, "east: 100") {
+		t.Errorf("export shows what no manifest declares:\n%s", out)
+	}
+
+	// The next manifest weights east and leaves out west and the endpoint: both reset.
+	second := manifest("  clusterWeights: {east: 300}\n")
+	if r := h.run(t, "apply", "-f", second).ok(t); r.stdout != "ServiceWeights/shop/cart configured\n" {
+		t.Fatalf("apply of a change: %q", r.stdout)
+	}
+	if got, want := weights(), "east=300 east/10.0.0.7=300 east/10.0.0.8=300"; got != want { // an address shows its effective weight
+		t.Fatalf("after the change: %s, want %s", got, want)
+	}
+	if out := h.run(t, "export", "--kind", "ServiceWeights").ok(t).stdout; strings.Contains(out, "west") || strings.Contains(out, "endpointWeights") {
+		t.Errorf("export after the reset:\n%s", out)
+	}
+
+	// An IP the service does not serve in that cluster: the API refuses, and says where.
+	r := h.run(t, "apply", "-f", manifest("  clusterWeights: {east: 300}\n  endpointWeights:\n  - {ip: 10.9.9.9, clusterName: east, weight: 1}\n"))
+	if r.code == 0 || !strings.Contains(r.stderr, "service shop/cart has no endpoint 10.9.9.9 in cluster east") {
+		t.Fatalf("weight of an unknown endpoint: exit %d\n%s", r.code, r.stderr)
+	}
 }

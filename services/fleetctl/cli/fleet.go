@@ -11,11 +11,14 @@ import (
 	"slices"
 	"strings"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -194,7 +197,31 @@ func readFleet(ctx context.Context, f *factory, want map[string]bool, project st
 				Spec: &rbacv1.ProjectRoleBinding{Subject: b.Subject, RoleTemplate: b.RoleTemplate}}, b.Revision)
 		}
 	}
+	if wants("ServiceWeights") {
+		res, err := call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.ListServiceWeights,
+			&endpointv1.ListServiceWeightsRequest{}, "list service weights")
+		switch {
+		case connect.CodeOf(err) == connect.CodeUnimplemented && want == nil:
+			// A hub without the endpoint collector (a partial deployment): the fleet has no
+			// weights. Asked for by name, the kind's absence is an error.
+		case err != nil:
+			return nil, err
+		default:
+			for _, w := range res.Weights {
+				s.add(serviceWeightsObject(w), 0)
+			}
+		}
+	}
 	return s, nil
+}
+
+// serviceWeightsObject is a service's weights as a manifest declares them: without what the API
+// records of the endpoint each weight is bound to.
+func serviceWeightsObject(w *endpointv1.ServiceWeights) *manifest.Object {
+	k := manifest.KindNamed("ServiceWeights")
+	spec := k.Clean(w).(*endpointv1.ServiceWeights)
+	manifest.SortEndpointWeights(spec.EndpointWeights)
+	return &manifest.Object{Kind: k, Name: w.Name, Spec: spec}
 }
 
 // clusterObject is a cluster's manifest: what an admin declares, without the claims its agent
@@ -358,6 +385,8 @@ func createObject(ctx context.Context, f *factory, o *manifest.Object, tokenDir 
 		_, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.BindProjectRole,
 			&rbacv1.BindProjectRoleRequest{Project: o.Project, Subject: s.Subject, RoleTemplate: s.RoleTemplate}, "bind role %s in project %s", s.RoleTemplate, o.Project)
 		return err
+	case *endpointv1.ServiceWeights:
+		return setWeights(ctx, f, o.Name, s, &endpointv1.ServiceWeights{})
 	}
 	return fmt.Errorf("%s: kind %s cannot be created", o.Key(), o.Kind.Name)
 }
@@ -438,6 +467,8 @@ func updateObject(ctx context.Context, f *factory, o *manifest.Object, live *liv
 		_, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UpdateQuota,
 			&projectv1.UpdateQuotaRequest{Project: o.Project, Cluster: s.Cluster, Namespace: o.Name, Hard: s.Hard}, "update the quota of namespace %s", o.Name)
 		return err
+	case *endpointv1.ServiceWeights:
+		return setWeights(ctx, f, o.Name, s, live.obj.Spec.(*endpointv1.ServiceWeights))
 	}
 	// Bindings are what they bind: a different one is a different key, never an update.
 	return fmt.Errorf("%s: kind %s cannot be updated", o.Key(), o.Kind.Name)
@@ -523,4 +554,60 @@ func tokenFileFree(dir, file, what string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// setWeights makes service name's weights those of want, from have: a call per cluster or
+// endpoint weight that differs, and a reset of each one want leaves out (the API has one call
+// per weight, and no expected revision: weights are not read-modify-write, each is set whole).
+func setWeights(ctx context.Context, f *factory, name string, want, have *endpointv1.ServiceWeights) error {
+	ns := want.Namespace
+	for _, c := range slices.Sorted(maps.Keys(want.ClusterWeights)) {
+		if w, ok := have.ClusterWeights[c]; !ok || w != want.ClusterWeights[c] {
+			if err := setClusterWeight(ctx, f, ns, name, c, want.ClusterWeights[c]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(have.ClusterWeights)) {
+		if _, ok := want.ClusterWeights[c]; !ok {
+			if err := setClusterWeight(ctx, f, ns, name, c, 100); err != nil {
+				return err
+			}
+		}
+	}
+	endpoint := func(e *endpointv1.EndpointWeight) string { return e.ClusterName + "/" + e.Ip }
+	had := map[string]uint32{}
+	for _, e := range have.EndpointWeights {
+		had[endpoint(e)] = e.Weight
+	}
+	wanted := map[string]bool{}
+	for _, e := range want.EndpointWeights {
+		wanted[endpoint(e)] = true
+		if w, ok := had[endpoint(e)]; ok && w == e.Weight {
+			continue
+		}
+		if _, err := call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
+			&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: e.Ip, Cluster: e.ClusterName, Weight: e.Weight},
+			"set the weight of %s in cluster %s of service %s/%s", e.Ip, e.ClusterName, ns, name); err != nil {
+			return err
+		}
+	}
+	for _, e := range have.EndpointWeights {
+		if wanted[endpoint(e)] {
+			continue
+		}
+		if _, err := call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
+			&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: e.Ip, Cluster: e.ClusterName, Clear: true},
+			"reset the weight of %s in cluster %s of service %s/%s", e.Ip, e.ClusterName, ns, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setClusterWeight(ctx context.Context, f *factory, ns, name, cluster string, weight uint32) error {
+	_, err := call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetClusterWeight,
+		&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: cluster, Weight: weight},
+		"set the weight of cluster %s for service %s/%s", cluster, ns, name)
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -457,6 +459,8 @@ func (d *docDecoder) semantics(n *yaml.Node, obj *Object) error {
 		if s.ClusterSet == "" {
 			return d.errorf(n, "spec.clusterSet", "required")
 		}
+	case *endpointv1.ServiceWeights:
+		return d.serviceWeights(n, s)
 	case *clusterv1.ImportPolicy:
 		if path := literalCredential(s.Template); path != "" {
 			return d.errorf(n, "spec.template", "%s holds a literal value where a reference is expected ({{ .references.<key>... }}): a secret does not belong in a manifest (the value is not shown)", path)
@@ -482,4 +486,66 @@ func literalCredential(template string) string {
 		}
 	}
 	return ""
+}
+
+// maxWeight is the API's bound on a weight (endpoint.v1: 0..65535).
+const maxWeight = 65535
+
+// serviceWeights checks a ServiceWeights spec and writes it in the API's form, so that an
+// unchanged manifest compares equal to what the API lists: IPs spelled as the API spells them,
+// endpoint weights in its order, and a cluster weight of 100 (the default, which the API keeps
+// no entry for) left out.
+func (d *docDecoder) serviceWeights(n *yaml.Node, s *endpointv1.ServiceWeights) error {
+	if s.Namespace == "" {
+		return d.errorf(n, "spec.namespace", "required")
+	}
+	if !dnsLabel.MatchString(s.Namespace) {
+		return d.errorf(n, "spec.namespace", "%q is not a DNS label (lower-case letters, digits and '-', at most 63)", s.Namespace)
+	}
+	for _, c := range slices.Sorted(maps.Keys(s.ClusterWeights)) {
+		path := "spec.clusterWeights[" + c + "]"
+		if !dnsLabel.MatchString(c) {
+			return d.errorf(n, path, "%q is not a cluster name (a DNS label)", c)
+		}
+		if w := s.ClusterWeights[c]; w > maxWeight {
+			return d.errorf(n, path, "%d is more than %d", w, maxWeight)
+		} else if w == 100 {
+			delete(s.ClusterWeights, c)
+		}
+	}
+	seen := map[string]bool{}
+	for i, e := range s.EndpointWeights {
+		path := fmt.Sprintf("spec.endpointWeights[%d]", i)
+		ip, err := netip.ParseAddr(e.Ip)
+		switch {
+		case e.Ip == "":
+			return d.errorf(n, path+".ip", "required")
+		case err != nil || ip.Zone() != "":
+			return d.errorf(n, path+".ip", "%q is not an IP address", e.Ip)
+		case e.ClusterName == "":
+			return d.errorf(n, path+".clusterName", "required: an endpoint weight binds to the endpoint serving the IP in one cluster")
+		case !dnsLabel.MatchString(e.ClusterName):
+			return d.errorf(n, path+".clusterName", "%q is not a cluster name (a DNS label)", e.ClusterName)
+		case e.Weight > maxWeight:
+			return d.errorf(n, path+".weight", "%d is more than %d", e.Weight, maxWeight)
+		}
+		e.Ip = ip.Unmap().String()
+		id := e.ClusterName + "/" + e.Ip
+		if seen[id] {
+			return d.errorf(n, path, "a second weight for %s in cluster %s", e.Ip, e.ClusterName)
+		}
+		seen[id] = true
+	}
+	SortEndpointWeights(s.EndpointWeights)
+	if len(s.ClusterWeights) == 0 {
+		s.ClusterWeights = nil
+	}
+	return nil
+}
+
+// SortEndpointWeights puts endpoint weights in the order the API lists them: by cluster, then IP.
+func SortEndpointWeights(ws []*endpointv1.EndpointWeight) {
+	slices.SortFunc(ws, func(a, b *endpointv1.EndpointWeight) int {
+		return strings.Compare(a.ClusterName+"\x00"+a.Ip, b.ClusterName+"\x00"+b.Ip)
+	})
 }

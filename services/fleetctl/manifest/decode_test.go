@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 )
 
@@ -81,7 +83,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"not a mapping", "- a\n", "f.yaml:1: document 1: want a mapping with apiVersion, kind, metadata and spec, got a list"},
 		{"unknown version", "apiVersion: fleetstream.io/v2\nkind: Cluster\nmetadata: {name: a}\n", `f.yaml:1: document 1: apiVersion: unknown version "fleetstream.io/v2", want fleetstream.io/v1alpha1`},
 		{"no version", "kind: Cluster\nmetadata: {name: a}\n", "f.yaml:1: document 1: apiVersion: required"},
-		{"unknown kind", head + "kind: Widget\nmetadata: {name: a}\n", `f.yaml:2: document 1: kind: unknown kind "Widget", want one of Cluster, RoleTemplate, ClusterSet, Subscriber, ImportPolicy, Project, ClusterSetBinding, Placement, NamespaceBinding, ProjectRoleBinding`},
+		{"unknown kind", head + "kind: Widget\nmetadata: {name: a}\n", `f.yaml:2: document 1: kind: unknown kind "Widget", want one of Cluster, RoleTemplate, ClusterSet, Subscriber, ImportPolicy, Project, ClusterSetBinding, Placement, NamespaceBinding, ProjectRoleBinding, ServiceWeights`},
 		{"unknown top field", head + "kind: Cluster\nmetadata: {name: a}\nstatus: {}\n", "f.yaml:4: document 1: status: unknown field (want apiVersion, kind, metadata and spec)"},
 		{"unknown metadata field", head + "kind: Cluster\nmetadata:\n  name: a\n  namespace: b\n", "f.yaml:5: document 1: metadata.namespace: unknown field (want name, project, labels and annotations)"},
 		{"no name", head + "kind: Cluster\nmetadata: {}\n", "f.yaml:3: document 1: metadata.name: required"},
@@ -99,6 +101,13 @@ func TestDecodeErrors(t *testing.T) {
 		{"duplicate key", head + "kind: Cluster\nmetadata: {name: a}\nspec:\n  claims: {a: b}\n  claims: {c: d}\n", "f.yaml:6: document 1: spec.claims: given twice"},
 		{"binding with cluster and placement", head + "kind: NamespaceBinding\nmetadata: {name: web, project: p}\nspec: {cluster: a, placement: b}\n", "f.yaml:1: document 1: spec: want exactly one of cluster and placement"},
 		{"secret where a reference is expected", head + "kind: ImportPolicy\nmetadata: {name: p}\nspec:\n  template: |\n    credentials:\n      token: s3cr3t-t0ken\n", "f.yaml:1: document 1: spec.template: credentials.token holds a literal value where a reference is expected ({{ .references.<key>... }}): a secret does not belong in a manifest (the value is not shown)"},
+		{"weights without a namespace", head + "kind: ServiceWeights\nmetadata: {name: api}\nspec: {clusterWeights: {eu-1: 0}}\n", "f.yaml:1: document 1: spec.namespace: required"},
+		{"weight too large", head + "kind: ServiceWeights\nmetadata: {name: api}\nspec: {namespace: web, clusterWeights: {eu-1: 70000}}\n", "f.yaml:1: document 1: spec.clusterWeights[eu-1]: 70000 is more than 65535"},
+		{"weight of a bad cluster name", head + "kind: ServiceWeights\nmetadata: {name: api}\nspec: {namespace: web, clusterWeights: {EU: 1}}\n", `f.yaml:1: document 1: spec.clusterWeights[EU]: "EU" is not a cluster name (a DNS label)`},
+		{"endpoint weight without a cluster", head + "kind: ServiceWeights\nmetadata: {name: api}\nspec: {namespace: web, endpointWeights: [{ip: 10.0.0.1, weight: 0}]}\n", "f.yaml:1: document 1: spec.endpointWeights[0].clusterName: required: an endpoint weight binds to the endpoint serving the IP in one cluster"},
+		{"endpoint weight of no IP", head + "kind: ServiceWeights\nmetadata: {name: api}\nspec: {namespace: web, endpointWeights: [{ip: 10.0.0.300, clusterName: eu-1}]}\n", `f.yaml:1: document 1: spec.endpointWeights[0].ip: "10.0.0.300" is not an IP address`},
+		{"endpoint weight twice", head + "kind: ServiceWeights\nmetadata: {name: api}\nspec: {namespace: web, endpointWeights: [{ip: \"2001:DB8::1\", clusterName: eu-1}, {ip: \"2001:db8::1\", clusterName: eu-1, weight: 5}]}\n", "f.yaml:1: document 1: spec.endpointWeights[1]: a second weight for 2001:db8::1 in cluster eu-1"},
+		{"computed endpoint field", head + "kind: ServiceWeights\nmetadata: {name: api}\nspec: {namespace: web, endpointWeights: [{ip: 10.0.0.1, clusterName: eu-1, targetUid: x}]}\n", "f.yaml:4: document 1: spec.endpointWeights[0].targetUid: unknown field (want ip, clusterName, weight)"},
 		{"second document bad", head + "kind: Cluster\nmetadata: {name: a}\n---\n" + head + "kind: Cluster\nmetadata: {name: b}\nspec: {claims: []}\n", "f.yaml:8: document 2: spec.claims: want a mapping, got a list"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,5 +185,37 @@ func TestSchema(t *testing.T) {
 	}
 	if spec["additionalProperties"] != false {
 		t.Error("schema accepts unknown spec fields")
+	}
+}
+
+// A ServiceWeights manifest is written in the API's form, so that one the fleet already holds
+// compares unchanged: the default cluster weight (100, which the API keeps no entry for) left
+// out, IPs spelled as the API spells them, endpoint weights in its order.
+func TestServiceWeightsAreNormalized(t *testing.T) {
+	objs, err := Decode("w.yaml", strings.NewReader(`apiVersion: fleetstream.io/v1alpha1
+kind: ServiceWeights
+metadata: {name: api}
+spec:
+  namespace: web
+  clusterWeights: {eu-1: 100, us-1: 0}
+  endpointWeights:
+  - {ip: "::ffff:10.0.0.2", clusterName: us-1, weight: 7}
+  - {ip: "2001:DB8::1", clusterName: eu-1}
+  - {ip: 10.0.0.9, clusterName: eu-1, weight: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := objs[0]
+	if o.Key() != "ServiceWeights/web/api" {
+		t.Errorf("key %s", o.Key())
+	}
+	w := o.Spec.(*endpointv1.ServiceWeights)
+	var got []string
+	for _, e := range w.EndpointWeights {
+		got = append(got, fmt.Sprintf("%s/%s=%d", e.ClusterName, e.Ip, e.Weight))
+	}
+	if fmt.Sprint(w.ClusterWeights) != "map[us-1:0]" || strings.Join(got, " ") != "eu-1/10.0.0.9=100 eu-1/2001:db8::1=0 us-1/10.0.0.2=7" {
+		t.Errorf("normalized to %v %v", w.ClusterWeights, got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -129,6 +130,15 @@ var kinds = []*Kind{
 		NameOptional: true,
 		Rank:         4,
 		Description:  "Grants a subject a role template in every namespace of a project, on every cluster.",
+	},
+	{
+		Name: "ServiceWeights", Spec: &endpointv1.ServiceWeights{},
+		Fields:     []string{"namespace", "cluster_weights", "endpoint_weights"},
+		OutputOnly: []string{"endpoint_weights.cluster_id", "endpoint_weights.target_uid", "endpoint_weights.set_time"},
+		// After the namespace bindings: a project's members may weight a service only where
+		// their project owns its namespace.
+		Rank:        5,
+		Description: "The traffic weights of the service metadata.name in spec.namespace: per cluster (0 drains, 100 is the default) and per endpoint IP in a cluster, which binds to the endpoint serving that IP now. Weights left out are the default.",
 	},
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -35,6 +36,8 @@ func (o *Object) Key() string {
 		return fmt.Sprintf("ClusterSetBinding/%s/%s", o.Project, s.ClusterSet)
 	case *rbacv1.ProjectRoleBinding:
 		return fmt.Sprintf("ProjectRoleBinding/%s/%s/%s", o.Project, s.RoleTemplate, SubjectString(s.Subject))
+	case *endpointv1.ServiceWeights:
+		return fmt.Sprintf("ServiceWeights/%s/%s", s.Namespace, o.Name)
 	}
 	if o.Kind.Project {
 		return o.Kind.Name + "/" + o.Project + "/" + o.Name
