@@ -79,11 +79,15 @@ const (
 	// those clusters and fetches their credentials; each hosted agent connects as that
 	// cluster's agent (HostedAgentUser).
 	ServiceHostedAgent = "hosted-agent"
+	// ServiceKubeBridge publishes the fleet onto a hub Kubernetes API server
+	// (services/kube-bridge): it reads the registry's and the scheduler's views and writes no
+	// stream or bucket, so nothing the hub tells it reaches Fleetstream.
+	ServiceKubeBridge = "kube-bridge"
 )
 
 // Services lists every hub service the table knows.
 func Services() []string {
-	return []string{ServiceClusterImport, ServiceNamespaceBinding, ServiceRBACSync, ServiceEndpointCollector, ServiceHostedAgent}
+	return []string{ServiceClusterImport, ServiceNamespaceBinding, ServiceRBACSync, ServiceEndpointCollector, ServiceHostedAgent, ServiceKubeBridge}
 }
 
 // SubscribersBucket holds the downstream subscribers, owned by cluster-import.
@@ -239,6 +243,12 @@ var serviceGrants = map[string][]grant{
 		readBucket(subjects.ClustersBucket),
 		readBucket(subjects.ClusterStatusBucket),
 		leases(),
+	},
+	ServiceKubeBridge: {
+		// The fleet it publishes (ClusterProfiles, PlacementDecisions), read only: no lease,
+		// no dead letters, no write of any stream or bucket.
+		readBucket(subjects.ClustersBucket),
+		readBucket(subjects.PlacementDecisionsBucket),
 	},
 }
 

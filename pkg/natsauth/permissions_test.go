@@ -73,6 +73,23 @@ func TestPermissionTable(t *testing.T) {
 			{"fleet.agent.c1.heartbeat", false, false},
 			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
 		}},
+		{"kube-bridge", svc(natsauth.ServiceKubeBridge), []check{
+			// Mirrors the registry and the decisions...
+			{"$JS.API.CONSUMER.CREATE.KV_clusters.x.$KV.clusters.>", false, true},
+			{"$JS.API.CONSUMER.CREATE.KV_placement-decisions.x.$KV.placement-decisions.>", false, true},
+			{"_INBOX_svc_kube-bridge.abc", true, true},
+			// ...and writes nothing of Fleetstream's: no view, stream, lease or dead letter.
+			{"$KV.clusters.c1", false, false},
+			{"$KV.placement-decisions.p.x", false, false},
+			{"$JS.API.STREAM.CREATE.KV_clusters", false, false},
+			{"$JS.API.STREAM.PURGE.KV_placement-decisions", false, false},
+			{"$KV.fleet-leases.kube-bridge", false, false},
+			{"fleet.cluster.c1", false, false},
+			{"fleet.placement.decision.p.x", false, false},
+			{"fleet.dlq.FLEET_CLUSTER.x", false, false},
+			{"$JS.API.DIRECT.GET.KV_cluster-credentials.$KV.cluster-credentials.id", false, false},
+			{"$JS.API.CONSUMER.CREATE.KV_ns-projects.x.$KV.ns-projects.>", false, false},
+		}},
 		{"cluster-import", svc(natsauth.ServiceClusterImport), []check{
 			{"fleet.hosted.credentials.c1", true, true},
 			// It answers the hosted agent's credential requests, and no other client's inbox.

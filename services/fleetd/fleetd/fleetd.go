@@ -32,6 +32,7 @@ import (
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
+	"github.com/fleetstream/fleetstream/services/kube-bridge/kubebridge"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
@@ -68,6 +69,9 @@ type Config struct {
 	// Retention overrides the limits of streams by name (--stream-retention), for every service
 	// at once; by default the domain event streams are kept forever (docs/events.md).
 	Retention topology.Retentions
+	// KubeBridge publishes the fleet onto a hub Kubernetes API server (ClusterProfiles,
+	// PlacementDecisions) when its kubeconfig is given (--kube-bridge-kubeconfig).
+	KubeBridge kubebridge.Config
 }
 
 // Validate checks the configuration as fleetd's flags give it, naming the flag of a bad value:
@@ -90,6 +94,7 @@ func (c *Config) Validate() error {
 		c.RBAC.Validate(),
 		c.Endpoints.Validate(),
 		hostedAgents,
+		c.KubeBridge.Validate(),
 	)
 }
 
@@ -107,6 +112,9 @@ type Instance struct {
 	Audit *audit.Service
 	// Hosted runs the hosted agents; nil unless Config.HostedAgents.
 	Hosted *hosted.Supervisor
+	// KubeBridge publishes the fleet to the hub API server; nil unless Config.KubeBridge is
+	// enabled.
+	KubeBridge *kubebridge.Bridge
 	// Addr is where the HTTP listener listens.
 	Addr string
 	// XDS is the xDS server and XDSAddr where it listens (with Config.XDSListen).
@@ -164,7 +172,13 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	serviceTokens, err := natsauth.NewServiceTokens(map[string]string{natsauth.ServiceHostedAgent: hostedToken})
+	// The kube bridge runs in this process too, on a connection of its own as the kube-bridge
+	// service: it may read the views it publishes and write nothing.
+	bridgeToken, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	serviceTokens, err := natsauth.NewServiceTokens(map[string]string{natsauth.ServiceHostedAgent: hostedToken, natsauth.ServiceKubeBridge: bridgeToken})
 	if err != nil {
 		return nil, err
 	}
@@ -268,6 +282,11 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 			return fail(err)
 		}
 	}
+	if cfg.KubeBridge.Enabled() {
+		if inst.KubeBridge, err = startKubeBridge(ctx, g, ns, srv, cfg.KubeBridge, bridgeToken, log); err != nil {
+			return fail(err)
+		}
+	}
 	srv.Authorize(az.Interceptor())
 	srv.ReadyWhen("authz", az.Ready())
 	g.Go(func() error { return az.Run(ctx) })
@@ -304,6 +323,33 @@ func startHosted(ctx context.Context, g *errgroup.Group, ns *natsembed.Server, c
 		return sup.Run(ctx)
 	})
 	return sup, nil
+}
+
+// startKubeBridge runs the kube bridge on a connection of its own, as the kube-bridge service
+// (natsauth: read-only). Its readiness is not fleetd's: a hub API server that cannot be reached
+// must not take the fleet's API out of service; Instance.KubeBridge.Ready tells.
+func startKubeBridge(ctx context.Context, g *errgroup.Group, ns *natsembed.Server, srv *server.Server, cfg kubebridge.Config, token string, log *zap.Logger) (*kubebridge.Bridge, error) {
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("fleetd-kube-bridge"), nats.MaxReconnects(-1), nats.Token(token),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.ServiceKubeBridge)))
+	if err != nil {
+		return nil, fmt.Errorf("fleetd: kube bridge: connect to embedded nats: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("fleetd: kube bridge: %w", err)
+	}
+	b, err := kubebridge.NewFromKubeconfig(cfg, js, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	srv.Registry().MustRegister(b.Collectors()...)
+	g.Go(func() error {
+		defer nc.Close()
+		return b.Run(ctx)
+	})
+	return b, nil
 }
 
 // Ready is closed when every service answers from current state.

@@ -133,6 +133,7 @@ func registerFlags(fs *flag.FlagSet, cfg *fleetd.Config, logLevel *string) {
 	// registry lets a stored kubeconfig hold is what the hosted agents accept, and the namespaces
 	// the API refuses are those the agents never write (Start copies them over).
 	addFlags(fs, cfg.Hosted.RegisterFlags, "credentials-allowed-proxies", "protected-namespaces")
+	cfg.KubeBridge.RegisterFlags(fs)
 	fs.StringVar(logLevel, "log-level", "info", "debug, info, warn or error")
 }
 

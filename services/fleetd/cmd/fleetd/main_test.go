@@ -15,6 +15,7 @@ import (
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+	"github.com/fleetstream/fleetstream/services/kube-bridge/kubebridge"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
@@ -40,6 +41,7 @@ func TestFlagsOfEveryService(t *testing.T) {
 		{name: "namespace-binding", register: new(namespacebinding.Config).RegisterFlags},
 		{name: "rbac-sync", register: new(rbacsync.Config).RegisterFlags},
 		{name: "cluster-agent --hosted", register: new(hosted.Config).RegisterFlags},
+		{name: "kube-bridge", register: new(kubebridge.Config).RegisterFlags},
 	}
 	for _, s := range services {
 		t.Run(s.name, func(t *testing.T) {

@@ -1,0 +1,81 @@
+package kubebridge
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/flagcheck"
+)
+
+// Config configures the bridge. The zero value is off (no hub kubeconfig).
+type Config struct {
+	// Kubeconfig is the file of the hub API server's kubeconfig (--kube-bridge-kubeconfig);
+	// empty turns the bridge off. It is the operator's own file, read as kubectl reads it.
+	Kubeconfig string
+	// Namespace is the hub namespace of the ClusterProfiles (--kube-bridge-namespace), created
+	// if missing.
+	Namespace string
+	// Resync queues every key again this often (default 10 minutes): the safety net for a
+	// change no watch delivered.
+	Resync time.Duration
+	// Workers reconcile concurrently, per kind (default 2).
+	Workers int
+}
+
+// DefaultNamespace holds the ClusterProfiles unless --kube-bridge-namespace says otherwise.
+const DefaultNamespace = "fleetstream-system"
+
+// RegisterFlags adds the bridge's flags to fs: kube-bridge's and fleetd's, so both take the same
+// names and defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Kubeconfig, "kube-bridge-kubeconfig", "", "kubeconfig file of the hub Kubernetes API server the kube bridge publishes the fleet to (ClusterProfiles, PlacementDecisions; docs/kubernetes.md); empty: no bridge")
+	fs.StringVar(&c.Namespace, "kube-bridge-namespace", DefaultNamespace, "hub namespace of the kube bridge's ClusterProfiles, created if missing")
+	fs.DurationVar(&c.Resync, "kube-bridge-resync", 0, "how often the kube bridge looks at every object again (default 10m)")
+}
+
+// Enabled reports whether a hub kubeconfig was given.
+func (c *Config) Enabled() bool { return c.Kubeconfig != "" }
+
+// Validate checks the values of the flags RegisterFlags adds, naming the flag of a bad one.
+func (c *Config) Validate() error {
+	var ns error
+	if c.Enabled() || c.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(c.Namespace) {
+			ns = errors.Join(ns, fmt.Errorf("--kube-bridge-namespace %q: %s", c.Namespace, msg))
+		}
+	}
+	return errors.Join(ns,
+		flagcheck.NotNegative("kube-bridge-resync", c.Resync),
+	)
+}
+
+func (c *Config) withDefaults() {
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if c.Resync <= 0 {
+		c.Resync = 10 * time.Minute
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+}
+
+// NewFromEnv constructs the bridge as its binary runs it: on env's connection (the kube-bridge
+// service's NATS identity, which may only read the views it mirrors), writing to the hub named
+// by cfg.Kubeconfig.
+func NewFromEnv(_ context.Context, env *daemon.Env, cfg Config) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.Enabled() {
+		return nil, errors.New("--kube-bridge-kubeconfig is required")
+	}
+	return NewFromKubeconfig(cfg, env.JS, env.Log)
+}
