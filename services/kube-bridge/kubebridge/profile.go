@@ -154,6 +154,7 @@ func clusterProfile(c *clusterv1.Cluster, namespace string, old []metav1.Conditi
 //
 //	agent             ControlPlaneHealthy             Joined
 //	never connected   Unknown  AgentNeverConnected    False AgentNeverConnected
+//	(AgentConnected absent or Unknown)
 //	connected         True     HeartbeatReceived      True  AgentConnected
 //	lost              Unknown  HeartbeatTimeout       True  AgentConnected
 //
@@ -171,8 +172,11 @@ func profileConditions(c *clusterv1.Cluster, connected *clusterv1.Condition, old
 	}
 	const never = "the cluster's agent has not connected yet"
 	var healthy, joined metav1.Condition
+	// The registry marks a new cluster Unknown (AgentNeverConnected) until its agent reports,
+	// True while it heartbeats and False once it is lost; never Unknown again.
+	neverConnected := connected == nil || connected.Status == clusterv1.ConditionStatus_CONDITION_STATUS_UNKNOWN
 	switch {
-	case connected == nil:
+	case neverConnected:
 		healthy = metav1.Condition{Status: metav1.ConditionUnknown, Reason: reasonNeverConnected, Message: never}
 		joined = metav1.Condition{Status: metav1.ConditionFalse, Reason: reasonNeverConnected, Message: never}
 	case connected.Status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE:

@@ -1,0 +1,318 @@
+package fleetd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
+	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+	inventoryv1alpha1 "github.com/fleetstream/fleetstream/services/kube-bridge/inventory/v1alpha1"
+	"github.com/fleetstream/fleetstream/services/kube-bridge/kubebridge"
+)
+
+const bridgeNamespace = "fleet-inventory"
+
+// startBridgedFleetd starts fleetd with the kube bridge publishing to a fresh hub apiserver.
+func startBridgedFleetd(t *testing.T) (*fleetd.Instance, clusterv1connect.ClusterServiceClient, *testkit.Kube, dynamic.Interface) {
+	t.Helper()
+	hub := testkit.StartKube(t)
+	inst, client := startFleetd(t, func(cfg *fleetd.Config) {
+		cfg.KubeBridge = kubebridge.Config{Kubeconfig: hub.KubeconfigPath, Namespace: bridgeNamespace, Resync: time.Minute}
+	})
+	select {
+	case <-inst.KubeBridge.Ready():
+	case <-time.After(60 * time.Second):
+		t.Fatal("kube bridge not ready")
+	}
+	dyn, err := dynamic.NewForConfig(hub.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inst, client, hub, dyn
+}
+
+func getProfile(ctx context.Context, dyn dynamic.Interface, name string) (*inventoryv1alpha1.ClusterProfile, *unstructured.Unstructured, error) {
+	u, err := dyn.Resource(inventoryv1alpha1.GroupVersionResource).Namespace(bridgeNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	var p inventoryv1alpha1.ClusterProfile
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+		return nil, nil, err
+	}
+	return &p, u, nil
+}
+
+func profileCondition(p *inventoryv1alpha1.ClusterProfile, typ string) *metav1.Condition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == typ {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func property(p *inventoryv1alpha1.ClusterProfile, name string) (string, bool) {
+	for _, pr := range p.Status.Properties {
+		if pr.Name == name {
+			return pr.Value, true
+		}
+	}
+	return "", false
+}
+
+// wantConditions checks ControlPlaneHealthy and Joined (status/reason each) and that they
+// observe the profile's generation.
+func wantConditions(p *inventoryv1alpha1.ClusterProfile, healthy, healthyReason, joined, joinedReason string) error {
+	for _, w := range []struct{ typ, status, reason string }{
+		{inventoryv1alpha1.ClusterConditionControlPlaneHealthy, healthy, healthyReason},
+		{kubebridge.ConditionJoined, joined, joinedReason},
+	} {
+		c := profileCondition(p, w.typ)
+		switch {
+		case c == nil:
+			return fmt.Errorf("no %s condition: %+v", w.typ, p.Status.Conditions)
+		case string(c.Status) != w.status || c.Reason != w.reason:
+			return fmt.Errorf("%s = %s (%s), want %s (%s)", w.typ, c.Status, c.Reason, w.status, w.reason)
+		case c.ObservedGeneration != p.Generation:
+			return fmt.Errorf("%s observes generation %d of %d", w.typ, c.ObservedGeneration, p.Generation)
+		case c.LastTransitionTime.IsZero():
+			return fmt.Errorf("%s has no lastTransitionTime", w.typ)
+		}
+	}
+	return nil
+}
+
+// The ClusterProfile follows its cluster through its life: registered (never connected),
+// connected (properties and version from the agent), lost, deregistered. What a hostile
+// registration puts in a label or claim stays data; a profile edited or deleted by hand is put
+// back; another cluster manager's profile of the same name is never taken over.
+func TestKubeBridgePublishesClusterProfiles(t *testing.T) {
+	inst, client, hub, dyn := startBridgedFleetd(t)
+	ctx := testkit.Context(t, 3*time.Minute)
+	profiles := dyn.Resource(inventoryv1alpha1.GroupVersionResource).Namespace(bridgeNamespace)
+
+	// Another manager's profile of a name the fleet will register.
+	other := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+		"metadata": map[string]any{"name": "east", "namespace": bridgeNamespace,
+			"labels": map[string]any{inventoryv1alpha1.LabelClusterManagerKey: "open-cluster-management"}},
+		"spec": map[string]any{"displayName": "east", "clusterManager": map[string]any{"name": "open-cluster-management"}},
+	}}
+	if _, err := profiles.Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	hostile := "a\"b'c\n$(rm -rf /)`id`<script>alert(1)</script>; DROP TABLE--ü\u202e"
+	reg, err := client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "west",
+		Labels: map[string]string{"env": "prod", "tier.example.com/x_y-z.1": "a-b_c.d",
+			// A cluster label claiming the profile for another manager: not copied.
+			inventoryv1alpha1.LabelClusterManagerKey: "evil", kubebridge.LabelManagedBy: "someone"},
+		Claims: map[string]string{"region": "eu-west-1", "note.example.com/free": hostile}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "east"})); err != nil {
+		t.Fatal(err)
+	}
+
+	// Registered, never connected.
+	testkit.Eventually(t, 30*time.Second, func() error {
+		p, _, err := getProfile(ctx, dyn, "west")
+		if err != nil {
+			return err
+		}
+		if p.Spec.ClusterManager.Name != "fleetstream" || p.Spec.DisplayName != "west" {
+			return fmt.Errorf("spec %+v", p.Spec)
+		}
+		if p.Labels[inventoryv1alpha1.LabelClusterManagerKey] != "fleetstream" || p.Labels[kubebridge.LabelManagedBy] != kubebridge.FieldManager ||
+			p.Labels["env"] != "prod" || p.Labels["tier.example.com/x_y-z.1"] != "a-b_c.d" {
+			return fmt.Errorf("labels %v", p.Labels)
+		}
+		if v, _ := property(p, "note.example.com/free"); v != hostile {
+			return fmt.Errorf("hostile claim came out as %q", v)
+		}
+		if v, _ := property(p, "region"); v != "eu-west-1" {
+			return fmt.Errorf("properties %+v", p.Status.Properties)
+		}
+		return wantConditions(p, "Unknown", "AgentNeverConnected", "False", "AgentNeverConnected")
+	})
+
+	// The cluster's agent connects (against the hub apiserver as its cluster), with a Ready
+	// node: version, reported claims and resources arrive as properties.
+	node, err := hub.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status = corev1.NodeStatus{
+		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3500m"), corev1.ResourceMemory: resource.MustParse("15Gi")},
+		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
+	}
+	if _, err := hub.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := connectAgent(inst, "west", reg.Msg.AgentToken, make(chan error, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{ClusterName: "west", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, js, hub.Client, testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- a.Run(actx) }()
+	var connectedAt metav1.Time
+	testkit.Eventually(t, 60*time.Second, func() error {
+		p, _, err := getProfile(ctx, dyn, "west")
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(p.Status.Version.Kubernetes, "v1.34") {
+			return fmt.Errorf("version %q", p.Status.Version.Kubernetes)
+		}
+		for name, want := range map[string]string{
+			"nodes.fleetstream.io":               "1",
+			kubebridge.PropertyCPUAllocatable:    "3500m",
+			kubebridge.PropertyCPUCapacity:       "4",
+			kubebridge.PropertyMemoryAllocatable: "15Gi",
+			kubebridge.PropertyMemoryCapacity:    "16Gi",
+			"kubeversion.fleetstream.io":         p.Status.Version.Kubernetes,
+			"region":                             "eu-west-1",
+		} {
+			if got, _ := property(p, name); got != want {
+				return fmt.Errorf("property %s = %q, want %q (%+v)", name, got, want, p.Status.Properties)
+			}
+		}
+		if err := wantConditions(p, "True", "HeartbeatReceived", "True", "AgentConnected"); err != nil {
+			return err
+		}
+		connectedAt = profileCondition(p, kubebridge.ConditionJoined).LastTransitionTime
+		return nil
+	})
+
+	// Drift: a label changed by hand comes back, a profile deleted by hand is published again.
+	if _, err := profiles.Patch(ctx, "west", "application/merge-patch+json",
+		[]byte(`{"metadata":{"labels":{"env":"dev","x-k8s.io/cluster-manager":"mallory"}}}`), metav1.PatchOptions{FieldManager: "mallory"}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		p, _, err := getProfile(ctx, dyn, "west")
+		if err != nil {
+			return err
+		}
+		if p.Labels["env"] != "prod" || p.Labels[inventoryv1alpha1.LabelClusterManagerKey] != "fleetstream" {
+			return fmt.Errorf("labels %v", p.Labels)
+		}
+		return nil
+	})
+	if err := profiles.Delete(ctx, "west", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		p, _, err := getProfile(ctx, dyn, "west")
+		if err != nil {
+			return err
+		}
+		return wantConditions(p, "True", "HeartbeatReceived", "True", "AgentConnected")
+	})
+
+	// The agent goes away: the cluster is lost, its control plane's health unknown; it stays
+	// joined, and Joined keeps its transition time.
+	stopAgent()
+	<-agentDone
+	testkit.Eventually(t, 30*time.Second, func() error {
+		p, _, err := getProfile(ctx, dyn, "west")
+		if err != nil {
+			return err
+		}
+		if err := wantConditions(p, "Unknown", "HeartbeatTimeout", "True", "AgentConnected"); err != nil {
+			return err
+		}
+		if j := profileCondition(p, kubebridge.ConditionJoined); !j.LastTransitionTime.Equal(&connectedAt) {
+			return fmt.Errorf("Joined moved from %v to %v while it stayed True", connectedAt, j.LastTransitionTime)
+		}
+		return nil
+	})
+
+	// East's name belongs to another manager: left as it was.
+	if err := inst.KubeBridge.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, u, err := getProfile(ctx, dyn, "east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.ClusterManager.Name != "open-cluster-management" || p.Labels[inventoryv1alpha1.LabelClusterManagerKey] != "open-cluster-management" ||
+		len(p.Status.Conditions) != 0 {
+		t.Fatalf("another manager's profile was taken over: %v", u.Object)
+	}
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager == kubebridge.FieldManager {
+			t.Fatalf("the bridge wrote another manager's profile: %+v", mf)
+		}
+	}
+
+	// Deregistered: west's profile goes; east's (not the bridge's) stays.
+	for _, name := range []string{"west", "east"} {
+		if _, err := client.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: name})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if _, _, err := getProfile(ctx, dyn, "west"); err == nil {
+			return errors.New("west's profile is still there")
+		}
+		return nil
+	})
+	if err := inst.KubeBridge.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := getProfile(ctx, dyn, "east"); err != nil {
+		t.Fatalf("another manager's profile: %v", err)
+	}
+}
+
+// callAPI makes a Connect JSON call to fleetd as the test's admin and fails on an error.
+func callAPI(t *testing.T, inst *fleetd.Instance, proc, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+inst.Addr+proc, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", proc, err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: HTTP %d %s", proc, body, res.StatusCode, data)
+	}
+}
