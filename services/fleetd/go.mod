@@ -90,7 +90,6 @@ require (
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
-	open-cluster-management.io/api v1.1.0 // indirect
 	sigs.k8s.io/json v0.0.0-20241014173422-cfa47c3a1cc8 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
@@ -131,6 +130,9 @@ require (
 
 replace github.com/fleetstream/fleetstream/services/gateway => ../gateway
 
-require github.com/fleetstream/fleetstream/services/kube-bridge v0.0.0
+require (
+	github.com/fleetstream/fleetstream/services/kube-bridge v0.0.0
+	open-cluster-management.io/api v1.1.0
+)
 
 replace github.com/fleetstream/fleetstream/services/kube-bridge => ../kube-bridge

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	ocmv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
@@ -315,4 +318,158 @@ func callAPI(t *testing.T, inst *fleetd.Instance, proc, body string) {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("%s %s: HTTP %d %s", proc, body, res.StatusCode, data)
 	}
+}
+
+// placementDecisionsOf lists the PlacementDecisions of a placement, in every namespace, by OCM's
+// label, as name → namespace/decided clusters/group index/group name.
+func placementDecisionsOf(ctx context.Context, dyn dynamic.Interface, placement string) (map[string]string, error) {
+	list, err := dyn.Resource(kubebridge.PlacementDecisionGVR).List(ctx, metav1.ListOptions{LabelSelector: ocmv1beta1.PlacementLabel + "=" + placement})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, u := range list.Items {
+		var pd ocmv1beta1.PlacementDecision
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pd); err != nil {
+			return nil, err
+		}
+		var clusters []string
+		for _, d := range pd.Status.Decisions {
+			clusters = append(clusters, d.ClusterName)
+		}
+		slices.Sort(clusters)
+		out[pd.Name] = fmt.Sprintf("%s %v group %s %q", pd.Namespace, clusters,
+			pd.Labels[ocmv1beta1.DecisionGroupIndexLabel], pd.Labels[ocmv1beta1.DecisionGroupNameLabel])
+	}
+	return out, nil
+}
+
+func wantDecisions(ctx context.Context, dyn dynamic.Interface, placement string, want map[string]string) func() error {
+	return func() error {
+		got, err := placementDecisionsOf(ctx, dyn, placement)
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("PlacementDecisions of %s: %v, want %v", placement, got, want)
+		}
+		return nil
+	}
+}
+
+// Each page of a placement's decision is an OCM PlacementDecision in the hub namespace mapped to
+// its project, named and labelled as OCM's scheduler does; they follow the decision, move with
+// the mapping and go with the placement. A project mapped nowhere publishes nothing, and an
+// object of that name someone else wrote is not taken over.
+func TestKubeBridgePublishesPlacementDecisions(t *testing.T) {
+	inst, client, hub, dyn := startBridgedFleetd(t)
+	ctx := testkit.Context(t, 3*time.Minute)
+	for _, c := range []struct{ name, ring string }{{"c1", "canary"}, {"c2", "main"}, {"c3", "main"}} {
+		if _, err := client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: c.name,
+			Labels: map[string]string{"ring": c.ring}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"team-a", "team-b"} {
+		callAPI(t, inst, "/fleetstream.project.v1.ProjectService/CreateProject", `{"name":"`+p+`"}`)
+		callAPI(t, inst, "/fleetstream.placement.v1.ClusterSetService/BindClusterSet", `{"project":"`+p+`","clusterSet":"global"}`)
+	}
+	mapNamespace := func(name, project string) {
+		t.Helper()
+		ns, err := hub.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			ns, err = hub.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		if project == "" {
+			delete(ns.Labels, kubebridge.LabelProject)
+		} else {
+			ns.Labels[kubebridge.LabelProject] = project
+		}
+		if _, err := hub.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapNamespace("team-a-hub", "team-a")
+	// Someone else's PlacementDecision of the name a placement of team-a will have.
+	theirs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "PlacementDecision",
+		"metadata": map[string]any{"name": "api-decision-1", "namespace": "team-a-hub",
+			"labels": map[string]any{ocmv1beta1.PlacementLabel: "ocm-api"}},
+	}}
+	if _, err := dyn.Resource(kubebridge.PlacementDecisionGVR).Namespace("team-a-hub").Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Clusters that never connected are tainted unreachable: the placements tolerate it.
+	const tolerate = `"tolerations":[{"key":"fleetstream.io/unreachable","operator":"Exists"}]`
+	callAPI(t, inst, "/fleetstream.placement.v1.PlacementService/CreatePlacement", `{"placement":{"project":"team-a","name":"web",`+tolerate+
+		`,"decisionStrategy":{"groups":[{"groupName":"canary","groupClusterSelector":{"labelSelector":{"matchLabels":{"ring":"canary"}}}}]}}}`)
+	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{
+		"web-decision-1": `team-a-hub [c1] group 0 "canary"`,
+		"web-decision-2": `team-a-hub [c2 c3] group 1 ""`,
+	}))
+	pd, err := dyn.Resource(kubebridge.PlacementDecisionGVR).Namespace("team-a-hub").Get(ctx, "web-decision-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := pd.GetLabels(); l[kubebridge.LabelProject] != "team-a" || l[kubebridge.LabelManagedBy] != kubebridge.FieldManager {
+		t.Fatalf("labels %v", l)
+	}
+
+	// The decision shrinks: the page that went is deleted.
+	callAPI(t, inst, "/fleetstream.placement.v1.PlacementService/UpdatePlacement", `{"placement":{"project":"team-a","name":"web",`+tolerate+
+		`,"numberOfClusters":1}}`)
+	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{
+		"web-decision-1": `team-a-hub [c1] group 0 ""`,
+	}))
+
+	// The project is mapped to another namespace: the decisions move.
+	mapNamespace("team-a-hub", "")
+	mapNamespace("team-a-new", "team-a")
+	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{
+		"web-decision-1": `team-a-new [c1] group 0 ""`,
+	}))
+
+	// Two namespaces claim the project: the bridge cannot tell which is meant and publishes in
+	// neither (a platform admin must label one).
+	mapNamespace("team-a-hub", "team-a")
+	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{}))
+	mapNamespace("team-a-hub", "")
+	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{
+		"web-decision-1": `team-a-new [c1] group 0 ""`,
+	}))
+
+	// A placement whose first decision's name another writer holds in the namespace: that object
+	// is left as it was.
+	mapNamespace("team-a-hub", "team-a")
+	mapNamespace("team-a-new", "")
+	callAPI(t, inst, "/fleetstream.placement.v1.PlacementService/CreatePlacement", `{"placement":{"project":"team-a","name":"api",`+tolerate+`}}`)
+	// team-b is mapped nowhere: its placement's decision is published nowhere.
+	callAPI(t, inst, "/fleetstream.placement.v1.PlacementService/CreatePlacement", `{"placement":{"project":"team-b","name":"batch",`+tolerate+`}}`)
+	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{
+		"web-decision-1": `team-a-hub [c1] group 0 ""`,
+	}))
+	if err := inst.KubeBridge.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := dyn.Resource(kubebridge.PlacementDecisionGVR).Namespace("team-a-hub").Get(ctx, "api-decision-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetLabels()[ocmv1beta1.PlacementLabel] != "ocm-api" || got.GetLabels()[kubebridge.LabelManagedBy] != "" {
+		t.Fatalf("another writer's PlacementDecision was taken over: %v", got.Object)
+	}
+	if err := wantDecisions(ctx, dyn, "batch", map[string]string{})(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The placement goes: so do its PlacementDecisions.
+	callAPI(t, inst, "/fleetstream.placement.v1.PlacementService/DeletePlacement", `{"project":"team-a","name":"web"}`)
+	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{}))
 }
