@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/fleetstream/fleetstream/pkg/metriccatalog"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 	"github.com/fleetstream/fleetstream/services/gateway/gateway"
+	"github.com/fleetstream/fleetstream/services/kube-bridge/kubebridge"
 )
 
 // catalogueEnv, when set, is where TestMetricCatalogue writes the catalogue instead of
@@ -31,7 +35,13 @@ func TestMetricCatalogue(t *testing.T) {
 		PollInterval: time.Second}, gs.Authenticator(), gs.Registry(), testkit.Logger(t)); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := metriccatalog.Describe(append(inst.Metrics.Collectors(), gs.Registry().Collectors()...))
+	// The kube bridge's queues, which fleetd exports with --kube-bridge-kubeconfig: a bridge
+	// built (not run, so the hub named is never dialled) for its collectors.
+	bridge, err := kubebridge.New(kubebridge.Config{Kubeconfig: "unused"}, nil, &rest.Config{Host: "https://127.0.0.1:1"}, testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := metriccatalog.Describe(slices.Concat(inst.Metrics.Collectors(), gs.Registry().Collectors(), bridge.Collectors()))
 	if err != nil {
 		t.Fatal(err)
 	}

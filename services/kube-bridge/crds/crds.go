@@ -7,7 +7,8 @@
 //     open-cluster-management.io/api v1.1.0, cluster/v1beta1 (the module the bridge's
 //     PlacementDecision types come from).
 //
-// TestCRDsMatchTheTypes checks that what the bridge writes is what the schemas accept.
+// services/fleetd's TestKubeBridgePublishes* apply what the bridge writes against these schemas
+// on a real kube-apiserver.
 package crds
 
 import _ "embed"

@@ -45,7 +45,7 @@ func (c *Config) Enabled() bool { return c.Kubeconfig != "" }
 // Validate checks the values of the flags RegisterFlags adds, naming the flag of a bad one.
 func (c *Config) Validate() error {
 	var ns error
-	if c.Enabled() || c.Namespace != "" {
+	if c.Namespace != "" { // empty: DefaultNamespace
 		for _, msg := range validation.IsDNS1123Label(c.Namespace) {
 			ns = errors.Join(ns, fmt.Errorf("--kube-bridge-namespace %q: %s", c.Namespace, msg))
 		}
