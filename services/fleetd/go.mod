@@ -93,7 +93,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20241014173422-cfa47c3a1cc8 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace github.com/fleetstream/fleetstream/services/cluster-import => ../cluster-import
@@ -133,6 +132,7 @@ replace github.com/fleetstream/fleetstream/services/gateway => ../gateway
 require (
 	github.com/fleetstream/fleetstream/services/kube-bridge v0.0.0
 	open-cluster-management.io/api v1.1.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 replace github.com/fleetstream/fleetstream/services/kube-bridge => ../kube-bridge

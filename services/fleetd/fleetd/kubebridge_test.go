@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,12 +17,15 @@ import (
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 	ocmv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
+	"sigs.k8s.io/yaml"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
@@ -37,8 +42,9 @@ const bridgeNamespace = "fleet-inventory"
 func startBridgedFleetd(t *testing.T) (*fleetd.Instance, clusterv1connect.ClusterServiceClient, *testkit.Kube, dynamic.Interface) {
 	t.Helper()
 	hub := testkit.StartKube(t)
+	kubeconfig := leastPrivilegeKubeconfig(t, hub)
 	inst, client := startFleetd(t, func(cfg *fleetd.Config) {
-		cfg.KubeBridge = kubebridge.Config{Kubeconfig: hub.KubeconfigPath, Namespace: bridgeNamespace, Resync: time.Minute}
+		cfg.KubeBridge = kubebridge.Config{Kubeconfig: kubeconfig, Namespace: bridgeNamespace, Resync: time.Minute}
 	})
 	select {
 	case <-inst.KubeBridge.Ready():
@@ -50,6 +56,50 @@ func startBridgedFleetd(t *testing.T) (*fleetd.Instance, clusterv1connect.Cluste
 		t.Fatal(err)
 	}
 	return inst, client, hub, dyn
+}
+
+// leastPrivilegeKubeconfig binds the ClusterRole docs/kubernetes.md gives the bridge to a user
+// of its own on hub and returns a kubeconfig acting as that user: the bridge runs with what the
+// documentation says it needs, and no more.
+func leastPrivilegeKubeconfig(t *testing.T, hub *testkit.Kube) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "kubernetes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/kubernetes.md has no yaml block with the bridge's ClusterRole")
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict([]byte(block), &role); err != nil || role.Kind != "ClusterRole" {
+		t.Fatalf("docs/kubernetes.md's ClusterRole: %v (%s)", err, role.Kind)
+	}
+	ctx := testkit.Context(t, 30*time.Second)
+	if _, err := hub.Client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const user = "fleetstream-kube-bridge"
+	if _, err := hub.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(hub.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range cfg.AuthInfos {
+		ai.Impersonate = user
+	}
+	path := filepath.Join(t.TempDir(), "bridge.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func getProfile(ctx context.Context, dyn dynamic.Interface, name string) (*inventoryv1alpha1.ClusterProfile, *unstructured.Unstructured, error) {
