@@ -312,10 +312,11 @@ func TestKubeBridgePublishesClusterProfiles(t *testing.T) {
 		return nil
 	})
 
+	// Settled, a resync of every key writes nothing: each object is compared with what is
+	// stored before anything is applied.
+	assertIdleResync(t, ctx, inst)
+
 	// East's name belongs to another manager: left as it was.
-	if err := inst.KubeBridge.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	p, u, err := getProfile(ctx, dyn, "east")
 	if err != nil {
 		t.Fatal(err)
@@ -347,6 +348,23 @@ func TestKubeBridgePublishesClusterProfiles(t *testing.T) {
 	}
 	if _, _, err := getProfile(ctx, dyn, "east"); err != nil {
 		t.Fatalf("another manager's profile: %v", err)
+	}
+}
+
+// assertIdleResync checks that reconciling every key of a settled bridge applies nothing.
+func assertIdleResync(t *testing.T, ctx context.Context, inst *fleetd.Instance) {
+	t.Helper()
+	if err := inst.KubeBridge.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := inst.KubeBridge.Applies()
+	for range 2 {
+		if err := inst.KubeBridge.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := inst.KubeBridge.Applies() - before; n != 0 {
+		t.Fatalf("a resync of a settled bridge made %d applies, want none", n)
 	}
 }
 
@@ -518,6 +536,8 @@ func TestKubeBridgePublishesPlacementDecisions(t *testing.T) {
 	if err := wantDecisions(ctx, dyn, "batch", map[string]string{})(); err != nil {
 		t.Fatal(err)
 	}
+
+	assertIdleResync(t, ctx, inst)
 
 	// The placement goes: so do its PlacementDecisions.
 	callAPI(t, inst, "/fleetstream.placement.v1.PlacementService/DeletePlacement", `{"project":"team-a","name":"web"}`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,6 +77,7 @@ func (b *Bridge) apply(ctx context.Context, gvr schema.GroupVersionResource, obj
 	if err != nil {
 		return nil, err
 	}
+	b.applies.Add(1)
 	u := &unstructured.Unstructured{Object: m}
 	status, hasStatus := m["status"]
 	delete(m, "status")
@@ -138,6 +140,65 @@ func dropNulls(v any) {
 			dropNulls(e)
 		}
 	}
+}
+
+// upToDate reports whether existing already is what applying desired (toMap's) would make it:
+// the labels the bridge's apply owns are exactly desired's, with desired's values, and every
+// other top-level field of desired (spec, status) is equal. Then a reconcile writes nothing: a
+// resync of a large fleet, or the informer's echo of the bridge's own write, costs no request.
+// A false negative (someone else's extra status field, a list order) only costs an apply.
+func upToDate(existing *unstructured.Unstructured, desired map[string]any) bool {
+	want := (&unstructured.Unstructured{Object: desired}).GetLabels()
+	owned, ok := appliedLabels(existing)
+	if !ok || len(owned) != len(want) {
+		return false
+	}
+	have := existing.GetLabels()
+	for k, v := range want {
+		if !owned[k] {
+			return false
+		}
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	for k, v := range desired {
+		if k == "apiVersion" || k == "kind" || k == "metadata" {
+			continue
+		}
+		a, err1 := json.Marshal(existing.Object[k])
+		b, err2 := json.Marshal(v)
+		if err1 != nil || err2 != nil || string(a) != string(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// appliedLabels are the label keys the bridge's own apply (not its status apply) owns on u, from
+// its managed fields; ok is false if the bridge has no apply entry on u.
+func appliedLabels(u *unstructured.Unstructured) (map[string]bool, bool) {
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.Subresource != "" || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Labels map[string]json.RawMessage `json:"f:labels"`
+			} `json:"f:metadata"`
+		}
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			return nil, false
+		}
+		out := map[string]bool{}
+		for k := range fields.Metadata.Labels {
+			if name, ok := strings.CutPrefix(k, "f:"); ok {
+				out[name] = true
+			}
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 // ownedByBridge reports whether the bridge wrote u (and so may change or delete it).

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,7 +78,13 @@ type Bridge struct {
 
 	profiles   *reconcile.Controller
 	placements *reconcile.Controller
+
+	// applies counts server-side applies made (tests: an idle resync makes none).
+	applies atomic.Int64
 }
+
+// Applies is how many server-side applies the bridge has made.
+func (b *Bridge) Applies() int64 { return b.applies.Load() }
 
 // NewFromKubeconfig is New with the hub named by cfg.Kubeconfig.
 func NewFromKubeconfig(cfg Config, js jetstream.JetStream, log *zap.Logger) (*Bridge, error) {

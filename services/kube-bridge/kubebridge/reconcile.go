@@ -59,6 +59,11 @@ func (b *Bridge) reconcileProfile(ctx context.Context, name string) error {
 		generation = existing.GetGeneration()
 	}
 	p, dropped := clusterProfile(c, b.cfg.Namespace, old.Status.Conditions, generation, b.now())
+	if existing != nil {
+		if want, err := toMap(p); err == nil && upToDate(existing, want) {
+			return nil
+		}
+	}
 	if len(dropped) > 0 {
 		b.log.Warn("ClusterProfile: left out what the hub would refuse", zap.String("cluster", name), zap.Strings("fields", dropped))
 	}
@@ -145,7 +150,13 @@ func (b *Bridge) reconcilePlacement(ctx context.Context, key string) error {
 		}
 		for _, pd := range pds {
 			want[pd.Namespace+"/"+pd.Name] = true
-			if stored(b.decisionInformer, pd.Namespace, pd.Name) == nil {
+			existing := stored(b.decisionInformer, pd.Namespace, pd.Name)
+			if existing != nil {
+				if m, err := toMap(pd); err == nil && upToDate(existing, m) {
+					continue
+				}
+			}
+			if existing == nil {
 				// Not one of the bridge's (its informer sees only those): never take over an
 				// object of that name someone else made (OCM's own scheduler, say).
 				other, err := b.dyn.Resource(PlacementDecisionGVR).Namespace(pd.Namespace).Get(ctx, pd.Name, metav1.GetOptions{})
