@@ -172,6 +172,7 @@ func startFixture(t *testing.T, withXKey bool) *fixture {
 	f := &fixture{issuer: issuer, tokens: &tokens{m: map[string]natsauth.Identity{
 		"agent-c1":      {Kind: natsauth.KindAgent, Name: "c1"},
 		"svc-ns":        {Kind: natsauth.KindService, Name: natsauth.ServiceNamespaceBinding},
+		"svc-bridge":    {Kind: natsauth.KindService, Name: natsauth.ServiceKubeBridge},
 		"svc-unknown":   {Kind: natsauth.KindService, Name: "not-a-service"},
 		"subscriber-a1": {Kind: natsauth.KindSubscriber, Name: "audit", Streams: []string{subjects.ClusterStream}},
 	}}}
@@ -442,6 +443,66 @@ func TestCalloutConfinesServiceToItsTable(t *testing.T) {
 			return err
 		}
 		_, err = sub.NextMsg(500 * time.Millisecond)
+		return err
+	})
+}
+
+// The kube bridge mirrors the registry and the placement decisions and can change neither: what
+// a hub API server tells it (it writes there) has no way back into Fleetstream.
+func TestCalloutKubeBridgeOnlyReads(t *testing.T) {
+	f := startFixture(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, b := range []string{subjects.ClustersBucket, subjects.PlacementDecisionsBucket} {
+		kv, err := f.admin.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "c1", []byte("value")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := connect(t, f.url, "svc-bridge", natsauth.ServiceInboxPrefix(natsauth.ServiceKubeBridge))
+	allowed(t, "kube-bridge connect", err)
+	for _, b := range []string{subjects.ClustersBucket, subjects.PlacementDecisionsBucket} {
+		kv, err := c.js.KeyValue(ctx, b)
+		allowed(t, "open "+b, err)
+		w, err := kv.WatchAll(ctx)
+		allowed(t, "watch "+b, err)
+		select {
+		case e := <-w.Updates():
+			if e == nil || e.Key() != "c1" {
+				t.Fatalf("watch %s: %v", b, e)
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch %s: nothing", b)
+		}
+		_ = w.Stop()
+		c.denied(t, "$KV."+b+".", func(ctx context.Context) error {
+			_, err := kv.Put(ctx, "c1", []byte("forged"))
+			return err
+		})
+		c.denied(t, "$JS.API.STREAM.PURGE.KV_"+b, func(ctx context.Context) error {
+			st, err := c.js.Stream(ctx, "KV_"+b)
+			if err != nil {
+				return err
+			}
+			return st.Purge(ctx)
+		})
+		c.denied(t, "$JS.API.STREAM.DELETE.KV_"+b, func(ctx context.Context) error {
+			return c.js.DeleteKeyValue(ctx, b)
+		})
+	}
+	c.denied(t, "fleet.cluster.", func(ctx context.Context) error {
+		_, err := c.js.Publish(ctx, subjects.Cluster("c1"), []byte("forged event"))
+		return err
+	})
+	c.denied(t, "KV_desired-rbac", func(ctx context.Context) error {
+		_, err := c.js.KeyValue(ctx, subjects.DesiredRBACBucket)
+		return err
+	})
+	c.denied(t, "KV_cluster-credentials", func(ctx context.Context) error {
+		_, err := c.js.KeyValue(ctx, subjects.ClusterCredentialsBucket)
 		return err
 	})
 }
