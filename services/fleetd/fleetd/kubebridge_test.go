@@ -330,6 +330,14 @@ func TestKubeBridgePublishesClusterProfiles(t *testing.T) {
 			t.Fatalf("the bridge wrote another manager's profile: %+v", mf)
 		}
 	}
+	// Both refusals are counted.
+	metrics := scrape(t, inst)
+	for _, series := range []string{`fleetstream_kube_bridge_foreign_objects_total{kind="ClusterProfile"}`,
+		`fleetstream_kube_bridge_left_out_total{kind="ClusterProfile"}`} {
+		if !strings.Contains(metrics, series+" ") || strings.Contains(metrics, series+" 0\n") {
+			t.Errorf("/metrics has no count for %s", series)
+		}
+	}
 
 	// Deregistered: west's profile goes; east's (not the bridge's) stays.
 	for _, name := range []string{"west", "east"} {
@@ -366,6 +374,21 @@ func assertIdleResync(t *testing.T, ctx context.Context, inst *fleetd.Instance) 
 	if n := inst.KubeBridge.Applies() - before; n != 0 {
 		t.Fatalf("a resync of a settled bridge made %d applies, want none", n)
 	}
+}
+
+// scrape returns fleetd's /metrics.
+func scrape(t *testing.T, inst *fleetd.Instance) string {
+	t.Helper()
+	res, err := http.Get("http://" + inst.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
 
 // callAPI makes a Connect JSON call to fleetd as the test's admin and fails on an error.

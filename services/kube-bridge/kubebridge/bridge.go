@@ -81,6 +81,10 @@ type Bridge struct {
 
 	// applies counts server-side applies made (tests: an idle resync makes none).
 	applies atomic.Int64
+	// leftOut and foreign count, per kind, the objects applied without some field the hub's
+	// schema would refuse, and the objects of a name another writer holds.
+	leftOut *prometheus.CounterVec
+	foreign *prometheus.CounterVec
 }
 
 // Applies is how many server-side applies the bridge has made.
@@ -112,7 +116,12 @@ func New(cfg Config, js jetstream.JetStream, rc *rest.Config, log *zap.Logger) (
 		return nil, fmt.Errorf("kube bridge: %w", err)
 	}
 	log = log.Named("kube-bridge")
-	b := &Bridge{cfg: cfg, js: js, log: log, dyn: dyn, kube: kube, now: time.Now, ready: make(chan struct{})}
+	b := &Bridge{cfg: cfg, js: js, log: log, dyn: dyn, kube: kube, now: time.Now, ready: make(chan struct{}),
+		leftOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetstream_kube_bridge_left_out_total",
+			Help: "Objects the kube bridge applied without some of the fleet's fields, which the hub's schema would refuse (logged by field path)."}, []string{"kind"}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetstream_kube_bridge_foreign_objects_total",
+			Help: "Times the kube bridge left alone an object of a name it would write because another writer holds it."}, []string{"kind"}),
+	}
 
 	// The hub's side: the ClusterProfiles of the namespace (every manager's: a name another
 	// manager holds is not taken over), the PlacementDecisions the bridge wrote (anywhere), and
@@ -174,9 +183,9 @@ func (b *Bridge) Mount(srv *server.Server) {
 	}
 }
 
-// Collectors are the bridge's metrics: its two queues'.
+// Collectors are the bridge's metrics: its two queues' and its refusals.
 func (b *Bridge) Collectors() []prometheus.Collector {
-	return append(b.profiles.Collectors(), b.placements.Collectors()...)
+	return append(append(b.profiles.Collectors(), b.placements.Collectors()...), b.leftOut, b.foreign)
 }
 
 // Ready is closed once the bridge has installed its CRDs, mirrors the views and the hub, and

@@ -40,6 +40,7 @@ func (b *Bridge) reconcileProfile(ctx context.Context, name string) error {
 	existing := stored(b.profileInformer, b.cfg.Namespace, name)
 	if existing != nil && !ownedByBridge(existing) {
 		manager, _, _ := unstructured.NestedString(existing.Object, "spec", "clusterManager", "name")
+		b.foreign.WithLabelValues("ClusterProfile").Inc()
 		b.log.Warn("ClusterProfile of another cluster manager: not published", zap.String("cluster", name),
 			zap.String("namespace", b.cfg.Namespace), zap.String("clusterManager", manager))
 		return nil
@@ -65,6 +66,7 @@ func (b *Bridge) reconcileProfile(ctx context.Context, name string) error {
 		}
 	}
 	if len(dropped) > 0 {
+		b.leftOut.WithLabelValues("ClusterProfile").Inc()
 		b.log.Warn("ClusterProfile: left out what the hub would refuse", zap.String("cluster", name), zap.Strings("fields", dropped))
 	}
 	got, err := b.apply(ctx, inventoryv1alpha1.GroupVersionResource, p, false)
@@ -145,9 +147,14 @@ func (b *Bridge) reconcilePlacement(ctx context.Context, key string) error {
 	var errs []error
 	if d, ok := b.decisions.Get(key); ok && namespace != "" {
 		pds, dropped := placementDecisions(d, namespace)
-		if len(dropped) > 0 {
-			b.log.Warn("PlacementDecision: left out what the hub would refuse", zap.String("placement", key), zap.Strings("fields", dropped))
-		}
+		applied := false
+		defer func() {
+			// Said when objects are written without them, not on every resync.
+			if applied && len(dropped) > 0 {
+				b.leftOut.WithLabelValues("PlacementDecision").Inc()
+				b.log.Warn("PlacementDecision: left out what the hub would refuse", zap.String("placement", key), zap.Strings("fields", dropped))
+			}
+		}()
 		for _, pd := range pds {
 			want[pd.Namespace+"/"+pd.Name] = true
 			existing := stored(b.decisionInformer, pd.Namespace, pd.Name)
@@ -161,6 +168,7 @@ func (b *Bridge) reconcilePlacement(ctx context.Context, key string) error {
 				// object of that name someone else made (OCM's own scheduler, say).
 				other, err := b.dyn.Resource(PlacementDecisionGVR).Namespace(pd.Namespace).Get(ctx, pd.Name, metav1.GetOptions{})
 				if err == nil && !ownedByBridge(other) {
+					b.foreign.WithLabelValues("PlacementDecision").Inc()
 					b.log.Warn("PlacementDecision of another writer: not published", zap.String("namespace", pd.Namespace), zap.String("name", pd.Name))
 					continue
 				}
@@ -169,6 +177,7 @@ func (b *Bridge) reconcilePlacement(ctx context.Context, key string) error {
 					continue
 				}
 			}
+			applied = true
 			if _, err := b.apply(ctx, PlacementDecisionGVR, pd, true); err != nil {
 				errs = append(errs, err)
 			}
