@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -565,4 +568,164 @@ func TestKubeBridgePublishesPlacementDecisions(t *testing.T) {
 	// The placement goes: so do its PlacementDecisions.
 	callAPI(t, inst, "/fleetstream.placement.v1.PlacementService/DeletePlacement", `{"project":"team-a","name":"web"}`)
 	testkit.Eventually(t, 30*time.Second, wantDecisions(ctx, dyn, "web", map[string]string{}))
+}
+
+// hubLink is a TCP relay to the hub's apiserver that the test can cut: while down it refuses
+// new connections and has closed the open ones, as a hub gone from the network.
+type hubLink struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	up     bool
+	conns  map[net.Conn]struct{}
+}
+
+func startHubLink(t *testing.T, target string) *hubLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &hubLink{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() { _ = ln.Close(); l.set(false) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go l.relay(c)
+		}
+	}()
+	return l
+}
+
+func (l *hubLink) relay(c net.Conn) {
+	l.mu.Lock()
+	if !l.up {
+		l.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	u, err := net.Dial("tcp", l.target)
+	if err != nil {
+		l.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	l.conns[c], l.conns[u] = struct{}{}, struct{}{}
+	l.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
+	<-done
+	_, _ = c.Close(), u.Close()
+	l.mu.Lock()
+	delete(l.conns, c)
+	delete(l.conns, u)
+	l.mu.Unlock()
+}
+
+func (l *hubLink) set(up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.up = up
+	if !up {
+		for c := range l.conns {
+			_ = c.Close()
+		}
+	}
+}
+
+// A hub that cannot be reached when the bridge starts, and again later for a while, delays
+// the bridge, never stops it: once the hub is back it installs its CRDs and publishes, and after
+// an outage during which clusters came and went, the hub converges to the fleet with nothing
+// written twice.
+func TestKubeBridgeConvergesAfterTheHubWasAway(t *testing.T) {
+	hub := testkit.StartKube(t)
+	u, err := url.Parse(hub.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := startHubLink(t, u.Host)
+	cfg, err := clientcmd.Load(hub.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + link.ln.Addr().String()
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "hub-via-link.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	inst, client := startFleetd(t, func(cfg *fleetd.Config) {
+		cfg.KubeBridge = kubebridge.Config{Kubeconfig: kubeconfig, Namespace: bridgeNamespace, Resync: time.Minute}
+	})
+	dyn, err := dynamic.NewForConfig(hub.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 3*time.Minute)
+	register := func(name string) {
+		t.Helper()
+		if _, err := client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: name})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	profilesAre := func(want ...string) func() error {
+		return func() error {
+			list, err := dyn.Resource(inventoryv1alpha1.GroupVersionResource).Namespace(bridgeNamespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, p := range list.Items {
+				got = append(got, p.GetName())
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("ClusterProfiles %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+
+	register("a")
+	select {
+	case <-inst.KubeBridge.Ready():
+		t.Fatal("the bridge is ready with no hub to publish to")
+	case <-time.After(3 * time.Second):
+	}
+	link.set(true)
+	select {
+	case <-inst.KubeBridge.Ready():
+	case <-time.After(60 * time.Second):
+		t.Fatal("kube bridge not ready once the hub is reachable")
+	}
+	testkit.Eventually(t, 30*time.Second, profilesAre("a"))
+
+	// The hub goes away; the fleet changes meanwhile.
+	link.set(false)
+	register("b")
+	register("c")
+	if _, err := client.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the bridge's requests fail and back off
+	link.set(true)
+	testkit.Eventually(t, 60*time.Second, profilesAre("b", "c"))
+	testkit.Eventually(t, 30*time.Second, func() error {
+		for _, name := range []string{"b", "c"} {
+			p, _, err := getProfile(ctx, dyn, name)
+			if err != nil {
+				return err
+			}
+			if err := wantConditions(p, "Unknown", "AgentNeverConnected", "False", "AgentNeverConnected"); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	assertIdleResync(t, ctx, inst)
 }
