@@ -38,19 +38,19 @@ func (b *Bridge) reconcileProfile(ctx context.Context, name string) error {
 		return nil
 	}
 	existing := stored(b.profileInformer, b.cfg.Namespace, name)
+	c, ok := b.clusters.Get(keys.Encode(name))
+	if !ok || c.GetName() != name {
+		if existing == nil || !ownedByBridge(existing) {
+			return nil // no such cluster; another manager's profile is none of the bridge's business
+		}
+		return b.remove(ctx, inventoryv1alpha1.GroupVersionResource, b.cfg.Namespace, name, existing.GetUID())
+	}
 	if existing != nil && !ownedByBridge(existing) {
 		manager, _, _ := unstructured.NestedString(existing.Object, "spec", "clusterManager", "name")
 		b.foreign.WithLabelValues("ClusterProfile").Inc()
 		b.log.Warn("ClusterProfile of another cluster manager: not published", zap.String("cluster", name),
 			zap.String("namespace", b.cfg.Namespace), zap.String("clusterManager", manager))
 		return nil
-	}
-	c, ok := b.clusters.Get(keys.Encode(name))
-	if !ok || c.GetName() != name {
-		if existing == nil {
-			return nil
-		}
-		return b.remove(ctx, inventoryv1alpha1.GroupVersionResource, b.cfg.Namespace, name, existing.GetUID())
 	}
 	var old inventoryv1alpha1.ClusterProfile
 	generation := int64(0)
