@@ -470,4 +470,3 @@ func getLast(ctx context.Context, js jetstream.JetStream, stream string) (*jetst
 	}
 	return st.GetLastMsgForSubject(ctx, ">")
 }
-
