@@ -72,6 +72,10 @@ type Config struct {
 	// KubeBridge publishes the fleet onto a hub Kubernetes API server (ClusterProfiles,
 	// PlacementDecisions) when its kubeconfig is given (--kube-bridge-kubeconfig).
 	KubeBridge kubebridge.Config
+	// NATSAdminTokenFile holds a token that connects to the embedded NATS server with every
+	// permission, as fleetd's own connection does: the operator's NATS identity, for
+	// `fleetctl admin backup` and the nats CLI. Empty: no such identity exists.
+	NATSAdminTokenFile string
 }
 
 // Validate checks the configuration as fleetd's flags give it, naming the flag of a bad value:
@@ -182,7 +186,20 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	auth := &natsauth.Authenticator{FullAccessTokens: []string{internal}, Log: log.Named("nats-auth"),
+	fullAccess := []string{internal}
+	if cfg.NATSAdminTokenFile != "" {
+		admin, err := daemon.ReadSecretFile(cfg.NATSAdminTokenFile)
+		if err != nil {
+			inst.shutdown()
+			return nil, fmt.Errorf("fleetd: --nats-admin-token-file: %w", err)
+		}
+		if len(admin) < 16 {
+			inst.shutdown()
+			return nil, fmt.Errorf("fleetd: --nats-admin-token-file: the token is %d characters; use at least 16 random ones", len(admin))
+		}
+		fullAccess = append(fullAccess, admin)
+	}
+	auth := &natsauth.Authenticator{FullAccessTokens: fullAccess, Log: log.Named("nats-auth"),
 		Resolve: func(ctx context.Context, user, token string) (natsauth.Identity, bool) {
 			ci := inst.clusterImport.Load()
 			if ci == nil {

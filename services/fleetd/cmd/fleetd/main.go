@@ -53,6 +53,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "rotate-credentials-key" {
 		return rotate(args[1:])
 	}
+	if len(args) > 0 && args[0] == "restore" {
+		return restore(args[1:])
+	}
 	var cfg fleetd.Config
 	var logLevel string
 	fs := newFlagSet(&cfg, &logLevel)
@@ -118,6 +121,7 @@ func registerFlags(fs *flag.FlagSet, cfg *fleetd.Config, logLevel *string) {
 	cfg.Server.RegisterFlags(fs, server.Config{Listen: "127.0.0.1:8080"})
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
 	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
+	fs.StringVar(&cfg.NATSAdminTokenFile, "nats-admin-token-file", "", "file holding a token (16 characters or more) that connects to the embedded NATS server with every permission: the operator's identity for `fleetctl admin backup` and the nats CLI; empty: none")
 	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
 	xds.RegisterListenFlag(fs, &cfg.XDSListen, "127.0.0.1:18000")
 	cfg.Authz.RegisterFlags(fs)

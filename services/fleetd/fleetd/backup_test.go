@@ -1,0 +1,281 @@
+package fleetd_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/jsm.go"
+	jsmbackup "github.com/nats-io/jsm.go/backup"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/backup"
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+)
+
+// The whole path on fleetd: a running fleetd backed up over its NATS with the admin token while
+// projects keep being created, restored into a new data dir, and started again with the
+// original's credentials key. Every project acknowledged before the backup began is there, the
+// project and cluster lists equal the original's at the backup's position once the views have
+// rebuilt, and the sealed credentials are in the backup only sealed, opening with the key.
+func TestBackupOfARunningFleetdRestoresIntoANewOne(t *testing.T) {
+	ctx := testkit.Context(t, 3*time.Minute)
+	dir := t.TempDir()
+	adminToken := filepath.Join(dir, "nats-admin.token")
+	if err := os.WriteFile(adminToken, []byte("admin-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgA := fleetd.Config{DataDir: filepath.Join(dir, "a"), Server: server.Config{Listen: "127.0.0.1:0", InsecureDev: true},
+		NATSListen: "127.0.0.1:0", NATSAdminTokenFile: adminToken}
+	a := startData(t, ctx, cfgA)
+	projectsA := projectv1connect.NewProjectServiceClient(http.DefaultClient, "http://"+a.Addr)
+	clustersA := clusterv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+a.Addr)
+	const secret = "tok-Sekr1t-backup"
+	if _, err := clustersA.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "hosted",
+		Credentials: &clusterv1.ConnectionCredentials{Server: "https://10.0.0.1:6443", Token: secret}})); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := clustersA.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: fmt.Sprintf("c%d", i),
+			Labels: map[string]string{"env": "prod"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Projects are created all along; each creation acknowledged is recorded with its time.
+	type created struct {
+		name string
+		at   time.Time
+	}
+	var (
+		mu   sync.Mutex
+		done []created
+	)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; loadCtx.Err() == nil; i++ {
+				name := fmt.Sprintf("p%d-%d", w, i)
+				if _, err := projectsA.CreateProject(loadCtx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: name})); err == nil {
+					mu.Lock()
+					done = append(done, created{name, time.Now()})
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+
+	// The operator's connection: the admin token over TCP, as fleetctl admin backup makes it.
+	nc, err := nats.Connect(a.NATS.ClientURL(), nats.Token("admin-token-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nats.Connect(a.NATS.ClientURL(), nats.Token("admin-token-0123456789abcdeX")); err == nil {
+		t.Fatal("a wrong admin token connected")
+	}
+	bdir := filepath.Join(dir, "backup")
+	started := time.Now()
+	m, err := backup.Backup(ctx, nc, bdir, backup.Options{Version: "dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopLoad()
+	wg.Wait()
+	pos := map[string]uint64{}
+	for _, s := range m.Streams {
+		pos[s.Name] = s.LastSeq
+	}
+	for _, want := range []string{subjects.ClusterStream, subjects.NamespaceStream, "KV_clusters", subjects.AuditStream} {
+		if _, ok := pos[want]; !ok {
+			t.Errorf("backup lacks stream %s (has %v)", want, slices.Sorted(mapsKeys(pos)))
+		}
+	}
+
+	// The original's lists at the backup's position: the entries whose last event the backup
+	// holds (the load only creates, so nothing in them changed after).
+	listProjects := func(c projectv1connect.ProjectServiceClient) []*projectv1.Project {
+		res, err := c.ListProjects(ctx, connect.NewRequest(&projectv1.ListProjectsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.Projects
+	}
+	var wantProjects []*projectv1.Project
+	for _, p := range listProjects(projectsA) {
+		if p.Revision <= pos[subjects.NamespaceStream] {
+			wantProjects = append(wantProjects, p)
+		}
+	}
+	if len(wantProjects) == len(listProjects(projectsA)) {
+		t.Fatal("no project was created after the backup: the backup was not taken under load")
+	}
+	clustersRes, err := clustersA.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClusters := clustersRes.Msg.Clusters
+	a.Stop()
+
+	// Sealed credentials are in the backup only sealed: neither the token nor the key is in
+	// any message of any stream.
+	key, err := os.ReadFile(fleetd.DefaultCredentialsKeyFile(cfgA.DataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, keyB64, _ := strings.Cut(strings.TrimSpace(lastLine(string(key))), ":")
+	for _, s := range m.Streams {
+		scanArchive(t, filepath.Join(bdir, backup.StreamsDir, s.Name), [][]byte{[]byte(secret), []byte(keyB64)})
+	}
+
+	// Restore into a new data dir, offline; a second restore onto it is refused.
+	cfgB := cfgA
+	cfgB.DataDir = filepath.Join(dir, "b")
+	cfgB.NATSAdminTokenFile = ""
+	cfgB.CredentialsKeyFile = fleetd.DefaultCredentialsKeyFile(cfgA.DataDir)
+	if _, err := fleetd.Restore(ctx, fleetd.RestoreConfig{DataDir: cfgB.DataDir, From: bdir}, testkit.Logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleetd.Restore(ctx, fleetd.RestoreConfig{DataDir: cfgB.DataDir, From: bdir}, testkit.Logger(t)); !errors.Is(err, backup.ErrExists) {
+		t.Fatalf("restore onto a data dir holding the streams: %v", err)
+	}
+	b := startData(t, ctx, cfgB)
+	projectsB := projectv1connect.NewProjectServiceClient(http.DefaultClient, "http://"+b.Addr)
+	clustersB := clusterv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+b.Addr)
+	gotProjects := listProjects(projectsB)
+	if !equalMessages(wantProjects, gotProjects) {
+		t.Errorf("projects after the restore differ from the original's at the backup's position:\nwant %d %v\ngot  %d %v",
+			len(wantProjects), names(wantProjects), len(gotProjects), names(gotProjects))
+	}
+	mu.Lock()
+	for _, c := range done {
+		if c.at.Before(started) && !slices.ContainsFunc(gotProjects, func(p *projectv1.Project) bool { return p.Name == c.name }) {
+			t.Errorf("project %s, created before the backup began, is missing after the restore", c.name)
+		}
+	}
+	mu.Unlock()
+	res, err := clustersB.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalMessages(wantClusters, res.Msg.Clusters) {
+		t.Errorf("clusters after the restore differ:\nwant %v\ngot  %v", wantClusters, res.Msg.Clusters)
+	}
+	b.Stop()
+
+	// The restored credentials open with the original key, and only with it.
+	rot, err := fleetd.RotateCredentialsKey(ctx, fleetd.RotateConfig{DataDir: cfgB.DataDir, KeyFile: copyFile(t, cfgB.CredentialsKeyFile), NewKey: true}, testkit.Logger(t))
+	if err != nil || rot.Report.Total() != 1 {
+		t.Fatalf("reseal the restored credentials with the original key: %v %+v", err, rot)
+	}
+}
+
+func startData(t *testing.T, ctx context.Context, cfg fleetd.Config) *fleetd.Instance {
+	t.Helper()
+	inst, err := fleetd.Start(ctx, cfg, testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inst.Stop)
+	select {
+	case <-inst.Ready():
+	case <-ctx.Done():
+		t.Fatal("fleetd not ready")
+	}
+	return inst
+}
+
+func mapsKeys(m map[string]uint64) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func names(ps []*projectv1.Project) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func equalMessages[M proto.Message](a, b []M) bool {
+	return slices.EqualFunc(a, b, func(x, y M) bool { return proto.Equal(x, y) })
+}
+
+func copyFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(out, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// scanArchive decodes a stream's archive and fails if any message holds one of secrets.
+func scanArchive(t *testing.T, dir string, secrets [][]byte) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, jsm.SnapshotDataFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	dec := jsmbackup.NewDecoder(f)
+	for {
+		item, err := dec.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		msg, ok := item.(*jsmbackup.Message)
+		if !ok {
+			continue
+		}
+		body, err := io.ReadAll(msg.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets {
+			if len(s) > 0 && bytes.Contains(body, s) {
+				t.Errorf("%s: message %d on %s holds a secret in the clear", dir, msg.Seq, msg.Subject)
+			}
+		}
+	}
+}
