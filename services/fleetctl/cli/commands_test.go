@@ -389,6 +389,12 @@ func commandCases() []commandCase {
 
 		{name: "schema", args: []string{"schema", "NamespaceBinding"}},
 		{name: "schema-unknown-kind", args: []string{"schema", "Widget"}},
+		// admin talks to NATS, not to the API: its goldens are the refusals before any stream is
+		// touched; pkg/backup and fleetd's tests run them against JetStream.
+		{name: "admin-backup-no-nats", args: []string{"admin", "backup", "testdata/commands/new-backup", "--nats-url", "nats://127.0.0.1:1"}},
+		{name: "admin-restore-no-nats", args: []string{"admin", "restore", "testdata/commands", "--nats-url", "nats://127.0.0.1:1"}},
+		{name: "admin-restore-bad-replicas", args: []string{"admin", "restore", "testdata/commands", "--replicas", "7"}},
+		{name: "admin-restore-user-without-password", args: []string{"admin", "restore", "testdata/commands", "--nats-user", "admin"}},
 
 		// config: the file is the case's own.
 		{name: "config-set-context", args: []string{"config", "set-context", "staging", "--context-server", "https://fleet.staging.example:8080", "--context-token-file", "/run/secrets/staging", "--use"},
@@ -653,6 +659,8 @@ func commandSpecs() map[string]commandSpec {
 		"config set-context":  {pos: []string{"c"}, missing: one, serverError: "-"},
 		"config use-context":  {pos: []string{"c"}, missing: one, serverError: "-"},
 		"config get-contexts": {serverError: "-"},
+		"admin backup":        {pos: []string{"DIR"}, missing: one, serverError: "-"},
+		"admin restore":       {pos: []string{"DIR"}, missing: one, serverError: "-"},
 		"schema":              {pos: []string{"Cluster"}, missing: one, serverError: "-"},
 	}
 }

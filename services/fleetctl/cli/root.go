@@ -67,6 +67,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.AddCommand(newExportCommand(f))
 	root.AddCommand(newConfigCommand(f))
 	root.AddCommand(newSchemaCommand(f))
+	root.AddCommand(newAdminCommand(f))
 	return root
 }
 
