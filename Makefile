@@ -149,6 +149,15 @@ bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
 		| grep -v -e '^?' -e '^PASS$$' | tee $(BIN)/bench.txt
 	@echo "(saved to bin/bench.txt; compare runs with benchstat)"
 
+# `make backup-scale`: backup and restore time and size of a store of BACKUP_EVENTS events
+# (docs/operations.md, "Backup and restore"); about a minute for 1,000,000 on two cores.
+BACKUP_EVENTS ?= 1000000
+
+.PHONY: backup-scale
+backup-scale: ## time and size of fleetctl admin backup / restore on a store of BACKUP_EVENTS (1000000) events
+	cd pkg && BACKUP_EVENTS=$(BACKUP_EVENTS) $(GO) test -count=1 -run '^TestBackupScale$$' -v -timeout 30m ./backup \
+		| grep -e 'scale_test' -e '^--- ' -e '^ok' -e FAIL
+
 # `make bench-gateway`: the latency the gateway process adds to a Connect unary call against
 # what haproxy adds on the same path (docs/benchmarks.md, "Gateway"); ~10 s a run. haproxy is
 # the baseline: installed with apt-get when missing and possible (root), else the benchmark
