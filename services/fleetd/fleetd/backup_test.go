@@ -54,11 +54,15 @@ func TestBackupOfARunningFleetdRestoresIntoANewOne(t *testing.T) {
 		Credentials: &clusterv1.ConnectionCredentials{Server: "https://10.0.0.1:6443", Token: secret}})); err != nil {
 		t.Fatal(err)
 	}
+	agentTokens := map[string]string{}
 	for i := range 3 {
-		if _, err := clustersA.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: fmt.Sprintf("c%d", i),
-			Labels: map[string]string{"env": "prod"}})); err != nil {
+		name := fmt.Sprintf("c%d", i)
+		reg, err := clustersA.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: name,
+			Labels: map[string]string{"env": "prod"}}))
+		if err != nil {
 			t.Fatal(err)
 		}
+		agentTokens[name] = reg.Msg.AgentToken
 	}
 
 	// Projects are created all along; each creation acknowledged is recorded with its time.
@@ -182,6 +186,20 @@ func TestBackupOfARunningFleetdRestoresIntoANewOne(t *testing.T) {
 	}
 	if !equalMessages(wantClusters, res.Msg.Clusters) {
 		t.Errorf("clusters after the restore differ:\nwant %v\ngot  %v", wantClusters, res.Msg.Clusters)
+	}
+	// Agents reconnect to the restored hub with the tokens they were given; a made-up one does
+	// not get in.
+	for name, token := range agentTokens {
+		anc, err := connectAgent(b, name, token, make(chan error, 1))
+		if err != nil {
+			t.Errorf("agent of %s with its token, after the restore: %v", name, err)
+			continue
+		}
+		anc.Close()
+	}
+	if anc, err := connectAgent(b, "c0", "not-a-token", make(chan error, 1)); err == nil {
+		anc.Close()
+		t.Error("an unknown agent token connected to the restored hub")
 	}
 	b.Stop()
 
