@@ -470,3 +470,42 @@ func getLast(ctx context.Context, js jetstream.JetStream, stream string) (*jetst
 	}
 	return st.GetLastMsgForSubject(ctx, ">")
 }
+
+// TestRestoreOntoAThreeNodeCluster: a single node's backup restored onto a three-node cluster
+// with three replicas per stream, each stream's messages equal.
+func TestRestoreOntoAThreeNodeCluster(t *testing.T) {
+	ctx := testkit.Context(t, 2*time.Minute)
+	src := testkit.StartJetStream(t)
+	kv, _ := fleet(t, ctx, src.JS)
+	for i := range 100 {
+		if _, err := src.JS.Publish(ctx, fmt.Sprintf("fleet.test.%d", i%5), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, fmt.Sprintf("k%d", i%10), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "backup")
+	m, err := backup.Backup(ctx, src.Conn, dir, backup.Options{Version: "dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := testkit.StartCluster(t, nil)
+	if err := cluster.WaitForMetaLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nc, js := testkit.ConnectURL(t, cluster.ClientURLs())
+	if _, err := backup.Restore(ctx, nc, dir, backup.RestoreOptions{Options: backup.Options{Version: "dev"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range m.Streams {
+		st, err := js.Stream(ctx, s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := st.Info(ctx); info.Config.Replicas != 3 {
+			t.Errorf("%s restored with %d replicas", s.Name, info.Config.Replicas)
+		}
+		equalUpTo(t, ctx, src.JS, js, s)
+	}
+}
