@@ -276,7 +276,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, opts RestoreOptions
 				s.Name, state.Msgs, state.LastSeq, s.Msgs, s.LastSeq))
 		}
 		if opts.Progress != nil {
-			opts.Progress(s, time.Now().Sub(start))
+			opts.Progress(s, time.Since(start))
 		}
 	}
 	return m, nil
