@@ -297,3 +297,24 @@ func scanArchive(t *testing.T, dir string, secrets [][]byte) {
 		}
 	}
 }
+
+// The admin token must be a real secret: a missing or short one stops fleetd at start.
+func TestNATSAdminTokenFileIsChecked(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{short: "use at least 16", filepath.Join(dir, "missing"): "no such file"} {
+		cfg := fleetd.Config{DataDir: filepath.Join(t.TempDir(), "d"), Server: server.Config{Listen: "127.0.0.1:0", InsecureDev: true},
+			NATSListen: "127.0.0.1:0", NATSAdminTokenFile: file}
+		inst, err := fleetd.Start(context.Background(), cfg, testkit.Logger(t))
+		if err == nil {
+			inst.Stop()
+			t.Fatalf("fleetd started with admin token file %s", file)
+		}
+		if !strings.Contains(err.Error(), "--nats-admin-token-file") || !strings.Contains(err.Error(), want) {
+			t.Errorf("admin token file %s: %v", file, err)
+		}
+	}
+}

@@ -166,3 +166,20 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		t.Errorf("the data dir was made (%v): fleetd started before checking its flags", err)
 	}
 }
+
+// fleetd restore: usage errors exit 2; a directory that is no backup exits 1 and the data dir
+// is not even created (the backup is verified before anything is touched).
+func TestRestoreCommand(t *testing.T) {
+	dir := t.TempDir() + "/data"
+	for _, args := range [][]string{{"restore"}, {"restore", "--data-dir=" + dir}, {"restore", t.TempDir()}, {"restore", "--data-dir=" + dir, "a", "b"}} {
+		if code := run(args); code != 2 {
+			t.Errorf("fleetd %v = %d, want 2", args, code)
+		}
+	}
+	if code := run([]string{"restore", "--data-dir=" + dir, t.TempDir()}); code != 1 {
+		t.Errorf("restore of an empty directory = %d, want 1", code)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data dir was made (%v) for a backup that is none", err)
+	}
+}
