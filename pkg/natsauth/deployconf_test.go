@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/fleetstream/fleetstream/pkg/backup"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -34,6 +35,7 @@ const authConf = "../../deploy/nats/auth.conf"
 func renderAuthConf() string {
 	p := natsauth.Merge(must(natsauth.ServicePermissions(natsauth.ServiceClusterImport)), natsauth.CalloutResponderPermissions())
 	sys := natsauth.SystemPermissions()
+	admin := natsauth.AdminPermissions()
 	list := func(subjects []string) string {
 		var b strings.Builder
 		for _, s := range subjects {
@@ -68,13 +70,30 @@ authorization {
         }
       }
     }
+    # The operator's backups and restores (fleetctl admin backup/restore --nats-user
+    # ` + natsauth.AdminUser + `): JetStream's API and snapshots, no stream's subjects. Static, as
+    # a restore runs before cluster-import answers the callout.
+    {
+      user: ` + natsauth.AdminUser + `
+      password: $NATS_ADMIN_PASSWORD
+      permissions: {
+        publish: {
+          allow: [
+` + list(admin.Publish) + `          ]
+        }
+        subscribe: {
+          allow: [
+` + list(admin.Subscribe) + `          ]
+        }
+      }
+    }
   ]
   auth_callout {
     # Public account nkey whose seed signs the answers (cluster-import --nats-callout-issuer-seed-file).
     issuer: $NATS_CALLOUT_ISSUER
     # Public curve key: requests (which carry tokens) and answers are encrypted.
     xkey: $NATS_CALLOUT_XKEY
-    auth_users: [ cluster-import, ` + natsauth.SystemUser + ` ]
+    auth_users: [ cluster-import, ` + natsauth.SystemUser + `, ` + natsauth.AdminUser + ` ]
   }
 }
 
@@ -138,6 +157,7 @@ func TestDeployAuthConf(t *testing.T) {
 	xkey, _ := nkeys.CreateCurveKeys()
 	xkeyPub, _ := xkey.PublicKey()
 	t.Setenv("NATS_CALLOUT_PASSWORD", "pw-for-test")
+	t.Setenv("NATS_ADMIN_PASSWORD", "admin-pw-for-test")
 	t.Setenv("NATS_CALLOUT_ISSUER", issuerPub)
 	t.Setenv("NATS_CALLOUT_XKEY", xkeyPub)
 	dir := t.TempDir()
@@ -154,7 +174,7 @@ func TestDeployAuthConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	if opts.AuthCallout == nil || opts.AuthCallout.Issuer != issuerPub || opts.AuthCallout.XKey != xkeyPub ||
-		!slices.Equal(opts.AuthCallout.AuthUsers, []string{natsauth.ServiceClusterImport, natsauth.SystemUser}) {
+		!slices.Equal(opts.AuthCallout.AuthUsers, []string{natsauth.ServiceClusterImport, natsauth.SystemUser, natsauth.AdminUser}) {
 		t.Fatalf("auth_callout parsed as %+v", opts.AuthCallout)
 	}
 	opts.NoSigs = true
@@ -241,4 +261,42 @@ func TestDeployAuthConf(t *testing.T) {
 	if _, err := sysnc.Request("$SYS.REQ.SERVER.PING.VARZ", nil, time.Second); err == nil {
 		t.Error("the system user may ask for more than connections")
 	}
+
+	// The admin user backs every stream up and restores it, through the deployed permissions,
+	// and may not touch a stream's subjects.
+	if _, err := rc.Request("$JS.API.STREAM.CREATE.FLEET_CLUSTER",
+		[]byte(`{"name":"FLEET_CLUSTER","subjects":["fleet.cluster.>"],"storage":"file"}`), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Request("fleet.cluster.c1", []byte("registered"), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	adminErrs := make(chan error, 8)
+	adminnc, err := nats.Connect(url, nats.UserInfo(natsauth.AdminUser, "admin-pw-for-test"),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.AdminUser)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { adminErrs <- err }))
+	if err != nil {
+		t.Fatalf("admin user: %v", err)
+	}
+	t.Cleanup(adminnc.Close)
+	bctx, bcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer bcancel()
+	bdir := filepath.Join(t.TempDir(), "backup")
+	m, err := backup.Backup(bctx, adminnc, bdir, backup.Options{Version: "dev"})
+	if err != nil || len(m.Streams) != 1 || m.Streams[0].Msgs != 1 {
+		t.Fatalf("backup as the admin user: %v %+v", err, m)
+	}
+	if _, err := backup.Restore(bctx, adminnc, bdir, backup.RestoreOptions{Options: backup.Options{Version: "dev"}, Force: true}); err != nil {
+		t.Fatalf("restore as the admin user: %v", err)
+	}
+	admin := &client{nc: adminnc, errs: adminErrs}
+	admin.denied(t, "fleet.cluster.c1", func(context.Context) error {
+		if err := adminnc.Publish("fleet.cluster.c1", []byte("x")); err != nil {
+			return err
+		}
+		if err := adminnc.Flush(); err != nil {
+			return err
+		}
+		return errors.New("published")
+	})
 }

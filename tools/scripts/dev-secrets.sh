@@ -6,6 +6,8 @@
 #                                          NATS_CALLOUT_PASSWORD  cluster-import's static NATS users (callout, system)
 #                                          NATS_CALLOUT_ISSUER    public key signing callout answers
 #                                          NATS_CALLOUT_XKEY      public key encrypting callout traffic
+#                                          NATS_ADMIN_PASSWORD    fleetstream-admin's password (backups, restores)
+#   .data/compose/nats/admin.password            the same, for fleetctl admin --nats-user fleetstream-admin --nats-token-file
 #   .data/compose/nats/cluster-import.password   cluster-import's NATS password (--nats-user cluster-import)
 #   .data/compose/nats/callout-issuer.seed       --nats-callout-issuer-seed-file of cluster-import
 #   .data/compose/nats/callout-xkey.seed         --nats-callout-xkey-seed-file of cluster-import
@@ -28,11 +30,12 @@ rand() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 services="namespace-binding rbac-sync endpoint-collector hosted-agent"
 
 complete=yes
-for f in "$dir/nats.env" "$nats/cluster-import.password" "$nats/callout-issuer.seed" "$nats/callout-xkey.seed" "$nats/service-tokens"; do
+for f in "$dir/nats.env" "$nats/cluster-import.password" "$nats/admin.password" "$nats/callout-issuer.seed" "$nats/callout-xkey.seed" "$nats/service-tokens"; do
   [ -s "$f" ] || complete=no
 done
 for s in $services; do [ -s "$nats/$s.token" ] || complete=no; done
 grep -q '^NATS_CALLOUT_ISSUER=' "$dir/nats.env" 2>/dev/null || complete=no
+grep -q '^NATS_ADMIN_PASSWORD=' "$dir/nats.env" 2>/dev/null || complete=no
 if [ "$complete" = no ]; then
   # All NATS secrets are made together: they must agree with each other.
   rm -f "$dir/nats-token" # the shared token of earlier versions
@@ -40,7 +43,9 @@ if [ "$complete" = no ]; then
   printf '%s\n' "$pw" >"$nats/cluster-import.password"
   root=$(pwd)
   keys=$(cd services/cluster-import && go run ./cmd/nats-callout-keys "$root/$nats/callout-issuer.seed" "$root/$nats/callout-xkey.seed")
-  { printf 'NATS_CALLOUT_PASSWORD=%s\n' "$pw"; printf '%s\n' "$keys"; } >"$dir/nats.env"
+  admin=$(rand)
+  printf '%s\n' "$admin" >"$nats/admin.password"
+  { printf 'NATS_CALLOUT_PASSWORD=%s\n' "$pw"; printf '%s\n' "$keys"; printf 'NATS_ADMIN_PASSWORD=%s\n' "$admin"; } >"$dir/nats.env"
   : >"$nats/service-tokens"
   for s in $services; do
     t=$(rand)

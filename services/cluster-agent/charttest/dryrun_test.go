@@ -274,6 +274,7 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Setenv("NATS_CALLOUT_PASSWORD", "a-password")
 	t.Setenv("NATS_CALLOUT_ISSUER", issuerPub)
 	t.Setenv("NATS_CALLOUT_XKEY", xkeyPub)
+	t.Setenv("NATS_ADMIN_PASSWORD", "an-admin-password")
 	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
 	if err != nil {
 		t.Fatalf("nats-server refuses the rendered config: %v\n%s", err, data["nats.conf"])
@@ -287,8 +288,8 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("%d routes, want one per node: %v", len(opts.Routes), opts.Routes)
 	case opts.AuthCallout == nil || opts.AuthCallout.Issuer != issuerPub || opts.AuthCallout.XKey != xkeyPub:
 		t.Errorf("auth callout %+v, want issuer and xkey from the environment", opts.AuthCallout)
-	case !staticUsers(opts.Users, "a-password"):
-		t.Errorf("static users %v, want only cluster-import and cluster-import-system (system account) with the environment's password", opts.Users)
+	case !staticUsers(opts.Users, "a-password", "an-admin-password"):
+		t.Errorf("static users %v, want only cluster-import and cluster-import-system (system account) with the environment's password, and fleetstream-admin with its own", opts.Users)
 	}
 	// The server's own validation of the options (what it checks before listening).
 	s, err := server.NewServer(opts)
@@ -300,13 +301,17 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 
 // staticUsers reports whether users are exactly the callout's responder and the system account
 // user cluster-import closes revoked connections with, both with password.
-func staticUsers(users []*server.User, password string) bool {
-	if len(users) != 2 {
+func staticUsers(users []*server.User, password, adminPassword string) bool {
+	if len(users) != 3 {
 		return false
 	}
 	seen := map[string]bool{}
 	for _, u := range users {
-		if u.Password != password {
+		want := password
+		if u.Username == "fleetstream-admin" {
+			want = adminPassword
+		}
+		if u.Password != want {
 			return false
 		}
 		acc := ""
@@ -315,7 +320,8 @@ func staticUsers(users []*server.User, password string) bool {
 		}
 		seen[u.Username+"@"+acc] = true
 	}
-	return (seen["cluster-import@"] || seen["cluster-import@$G"]) && seen["cluster-import-system@SYS"]
+	return (seen["cluster-import@"] || seen["cluster-import@$G"]) && seen["cluster-import-system@SYS"] &&
+		(seen["fleetstream-admin@"] || seen["fleetstream-admin@$G"])
 }
 
 // checkAgent checks the agent's ClusterRole starts with exactly the shared rules file the

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetstream/fleetstream/pkg/backup"
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/version"
 )
 
@@ -44,7 +45,10 @@ func (n *natsFlags) fromEnv() {
 
 func (n *natsFlags) connect() (*nats.Conn, error) {
 	n.fromEnv()
-	opts := []nats.Option{nats.Name("fleetctl-admin"), nats.Timeout(10 * time.Second)}
+	// Replies come on the admin user's own inbox prefix, the one its NATS permissions allow
+	// (deploy/nats/auth.conf); fleetd's admin token has every permission anyway.
+	opts := []nats.Option{nats.Name("fleetctl-admin"), nats.Timeout(10 * time.Second),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.AdminUser))}
 	if n.tokenFile != "" {
 		data, err := os.ReadFile(n.tokenFile)
 		if err != nil {
