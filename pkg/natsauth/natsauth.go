@@ -29,6 +29,8 @@ const (
 	KindAgent
 	// KindSubscriber is a downstream system reading event streams (SubscriberPermissions).
 	KindSubscriber
+	// KindAdmin is the operator's identity for backups and restores (AdminPermissions).
+	KindAdmin
 )
 
 func (k Kind) String() string {
@@ -39,6 +41,8 @@ func (k Kind) String() string {
 		return "agent"
 	case KindSubscriber:
 		return "subscriber"
+	case KindAdmin:
+		return "admin"
 	}
 	return "unknown"
 }
@@ -78,6 +82,8 @@ func (id Identity) Permissions() (Permissions, bool) {
 		return AgentPermissions(id.Name), id.Name != ""
 	case KindSubscriber:
 		return SubscriberPermissions(id.Name, id.Streams), id.Name != ""
+	case KindAdmin:
+		return AdminPermissions(), true
 	}
 	return Permissions{}, false
 }
@@ -122,6 +128,9 @@ type Authenticator struct {
 	// FullAccessTokens get every permission: fleetd's in-process connection, which is every
 	// service in one process.
 	FullAccessTokens []string
+	// AdminToken, when set, admits the operator's backup and restore identity (KindAdmin,
+	// AdminPermissions): fleetd --nats-admin-token-file.
+	AdminToken string
 	// Resolve resolves every other token; nil admits nobody else.
 	Resolve Resolver
 	Log     *zap.Logger
@@ -140,6 +149,11 @@ func (a *Authenticator) Check(c server.ClientAuthentication) bool {
 			c.RegisterUser(&server.User{Username: "fleetd"})
 			return true
 		}
+	}
+	if a.AdminToken != "" && subtle.ConstantTimeCompare(digest(a.AdminToken), digest(token)) == 1 {
+		admin := Identity{Kind: KindAdmin, Name: AdminUser}
+		c.RegisterUser(&server.User{Username: admin.User(), Permissions: AdminPermissions().Server()})
+		return true
 	}
 	if a.Resolve == nil {
 		return false

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -90,12 +91,33 @@ func TestBackupOfARunningFleetdRestoresIntoANewOne(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 
-	// The operator's connection: the admin token over TCP, as fleetctl admin backup makes it.
-	nc, err := nats.Connect(a.NATS.ClientURL(), nats.Token("admin-token-0123456789abcdef"))
+	// The operator's connection: the admin token over TCP, as fleetctl admin backup makes it. It
+	// may snapshot every stream, and not publish on any stream's subject.
+	adminErrs := make(chan error, 1)
+	nc, err := nats.Connect(a.NATS.ClientURL(), nats.Token("admin-token-0123456789abcdef"),
+		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(natsauth.AdminUser)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case adminErrs <- err:
+			default:
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	if err := nc.Publish("fleet.cluster.c0", []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-adminErrs:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Fatalf("admin publishing an event: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the admin token published on fleet.cluster.c0 unrefused")
+	}
 	if _, err := nats.Connect(a.NATS.ClientURL(), nats.Token("admin-token-0123456789abcdeX")); err == nil {
 		t.Fatal("a wrong admin token connected")
 	}

@@ -72,9 +72,10 @@ type Config struct {
 	// KubeBridge publishes the fleet onto a hub Kubernetes API server (ClusterProfiles,
 	// PlacementDecisions) when its kubeconfig is given (--kube-bridge-kubeconfig).
 	KubeBridge kubebridge.Config
-	// NATSAdminTokenFile holds a token that connects to the embedded NATS server with every
-	// permission, as fleetd's own connection does: the operator's NATS identity, for
-	// `fleetctl admin backup` and the nats CLI. Empty: no such identity exists.
+	// NATSAdminTokenFile holds the token of the operator's NATS identity on the embedded server,
+	// for `fleetctl admin backup`: natsauth.AdminPermissions, JetStream's API and snapshots of
+	// every stream and none of their subjects, as the fleetstream-admin user of a NATS cluster.
+	// Empty: no such identity exists.
 	NATSAdminTokenFile string
 }
 
@@ -186,9 +187,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	fullAccess := []string{internal}
+	var admin string
 	if cfg.NATSAdminTokenFile != "" {
-		admin, err := daemon.ReadSecretFile(cfg.NATSAdminTokenFile)
+		admin, err = daemon.ReadSecretFile(cfg.NATSAdminTokenFile)
 		if err != nil {
 			inst.shutdown()
 			return nil, fmt.Errorf("fleetd: --nats-admin-token-file: %w", err)
@@ -197,9 +198,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 			inst.shutdown()
 			return nil, fmt.Errorf("fleetd: --nats-admin-token-file: the token is %d characters; use at least 16 random ones", len(admin))
 		}
-		fullAccess = append(fullAccess, admin)
 	}
-	auth := &natsauth.Authenticator{FullAccessTokens: fullAccess, Log: log.Named("nats-auth"),
+	auth := &natsauth.Authenticator{FullAccessTokens: []string{internal}, AdminToken: admin, Log: log.Named("nats-auth"),
 		Resolve: func(ctx context.Context, user, token string) (natsauth.Identity, bool) {
 			ci := inst.clusterImport.Load()
 			if ci == nil {

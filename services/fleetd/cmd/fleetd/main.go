@@ -121,7 +121,7 @@ func registerFlags(fs *flag.FlagSet, cfg *fleetd.Config, logLevel *string) {
 	cfg.Server.RegisterFlags(fs, server.Config{Listen: "127.0.0.1:8080"})
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port where cluster agents reach the embedded NATS server")
 	fs.StringVar(&cfg.CredentialsKeyFile, "credentials-key-file", "", credentialsKeyFileUsage)
-	fs.StringVar(&cfg.NATSAdminTokenFile, "nats-admin-token-file", "", "file holding a token (16 characters or more) that connects to the embedded NATS server with every permission: the operator's identity for `fleetctl admin backup` and the nats CLI; empty: none")
+	fs.StringVar(&cfg.NATSAdminTokenFile, "nats-admin-token-file", "", "file holding a token (16 characters or more) of the operator's identity on the embedded NATS server for `fleetctl admin backup`: JetStream's API and snapshots of every stream, none of their subjects (replies on inbox prefix _INBOX_svc_fleetstream-admin); empty: none")
 	fs.BoolVar(&cfg.HostedAgents, "hosted-agents", true, "run the agents of clusters that have stored credentials and no agent of their own (imported clusters) in this process")
 	xds.RegisterListenFlag(fs, &cfg.XDSListen, "127.0.0.1:18000")
 	cfg.Authz.RegisterFlags(fs)
