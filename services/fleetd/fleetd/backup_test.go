@@ -30,7 +30,12 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
+	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
 
 // The whole path on fleetd: a running fleetd backed up over its NATS with the admin token while
@@ -209,6 +214,17 @@ func TestBackupOfARunningFleetdRestoresIntoANewOne(t *testing.T) {
 	if !equalMessages(wantClusters, res.Msg.Clusters) {
 		t.Errorf("clusters after the restore differ:\nwant %v\ngot  %v", wantClusters, res.Msg.Clusters)
 	}
+	// Every view of the restored hub equals its rebuild from the restored streams.
+	for _, p := range slices.Concat(clusterimport.Projections(), namespacebinding.Projections(), rbacsync.Projections(), collector.Projections()) {
+		v, err := view.Verify(ctx, b.JS, p)
+		if err != nil {
+			t.Fatalf("verify view %s: %v", p.Name, err)
+		}
+		if !v.Equal() {
+			t.Errorf("view %s after the restore differs from its rebuild: %d mismatches, first %+v", p.Name, len(v.Mismatches), v.Mismatches[0])
+		}
+	}
+
 	// Agents reconnect to the restored hub with the tokens they were given; a made-up one does
 	// not get in.
 	for name, token := range agentTokens {
