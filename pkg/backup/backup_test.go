@@ -509,3 +509,26 @@ func TestRestoreOntoAThreeNodeCluster(t *testing.T) {
 		equalUpTo(t, ctx, src.JS, js, s)
 	}
 }
+
+// TestRestoreFailingOnTheServerLeavesNothing: when the server refuses a stream midway (its
+// subjects overlap a stream the target has that is not in the backup), the streams the restore
+// already created are deleted again and the target holds only what it had.
+func TestRestoreFailingOnTheServerLeavesNothing(t *testing.T) {
+	ctx := testkit.Context(t, time.Minute)
+	dir := smallBackup(t, ctx)
+	dst := testkit.StartJetStream(t)
+	if _, err := dst.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"fleet.test.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := backup.Restore(ctx, dst.Conn, dir, backup.RestoreOptions{Options: backup.Options{Version: "v1.2.3"}})
+	if err == nil || !strings.Contains(err.Error(), "stream FLEET_TEST") || !strings.Contains(err.Error(), "were deleted") {
+		t.Fatalf("restore over an overlapping stream: %v", err)
+	}
+	var names []string
+	for n := range dst.JS.StreamNames(ctx).Name() {
+		names = append(names, n)
+	}
+	if len(names) != 1 || names[0] != "OTHER" {
+		t.Errorf("after a failed restore the target holds %v, want only OTHER", names)
+	}
+}
