@@ -150,7 +150,7 @@ bench: ## run every benchmark of every module (BENCH=regexp BENCHTIME=1s)
 	@echo "(saved to bin/bench.txt; compare runs with benchstat)"
 
 # `make backup-scale`: backup and restore time and size of a store of BACKUP_EVENTS events
-# (docs/operations.md, "Backup and restore"); about a minute for 1,000,000 on two cores.
+# (docs/operations.md, "Backup and restore"); 25 s to a minute for 1,000,000 on two shared cores.
 BACKUP_EVENTS ?= 1000000
 
 .PHONY: backup-scale

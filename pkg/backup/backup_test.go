@@ -421,6 +421,22 @@ func assertNoStreams(t *testing.T, ctx context.Context, js jetstream.JetStream) 
 	}
 }
 
+// TestBackupRefusesAUsedDirectory: a backup never mixes with files already in its directory.
+func TestBackupRefusesAUsedDirectory(t *testing.T) {
+	ctx := testkit.Context(t, time.Minute)
+	src := testkit.StartJetStream(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "old"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Backup(ctx, src.Conn, dir, backup.Options{}); err == nil || !strings.Contains(err.Error(), "is not empty") {
+		t.Fatalf("backup into a used directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, backup.ManifestFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused backup wrote a manifest: %v", err)
+	}
+}
+
 // TestRestoreOntoOccupiedTarget: a target holding any stream of the backup is refused, nothing
 // of the backup is restored and the stream there is untouched; --force replaces it.
 func TestRestoreOntoOccupiedTarget(t *testing.T) {
