@@ -93,8 +93,14 @@ $(DATA)/tokens:
 	@umask 077 && printf '%s,dev-admin\n' "$$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" > $@
 	@echo "created $@ (a random bearer token for user dev-admin; delete the file to get a new one)"
 
+# The operator's NATS identity on fleetd's embedded server (fleetctl admin backup).
+$(DATA)/nats-admin.token:
+	@mkdir -p $(DATA) && chmod 700 $(DATA)
+	@umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > $@ && echo >> $@
+	@echo "created $@ (the NATS token of fleetctl admin backup; delete the file to get a new one)"
+
 .PHONY: run
-run: build $(DATA)/tokens ## build and start fleetd in the foreground (embedded NATS, auth on)
+run: build $(DATA)/tokens $(DATA)/nats-admin.token ## build and start fleetd in the foreground (embedded NATS, auth on)
 	@mkdir -p $(DATA)/fleetd
 	@echo
 	@echo "fleetd: API http://$(LISTEN), data $(DATA)/fleetd, tokens $(DATA)/tokens (Ctrl-C stops it)"
@@ -108,7 +114,8 @@ run: build $(DATA)/tokens ## build and start fleetd in the foreground (embedded 
 	@echo "or with curl (Connect JSON):"
 	@echo "  curl -H \"Authorization: Bearer \$$(head -n1 $(DATA)/tokens | cut -d, -f1)\" -H 'Content-Type: application/json' -d '{}' http://$(LISTEN)/fleetstream.cluster.v1.ClusterService/ListClusters"
 	@echo
-	exec $(BIN)/fleetd --data-dir $(DATA)/fleetd --listen $(LISTEN) --token-file $(DATA)/tokens --platform-admins dev-admin $(FLEETD_ARGS)
+	exec $(BIN)/fleetd --data-dir $(DATA)/fleetd --listen $(LISTEN) --token-file $(DATA)/tokens --platform-admins dev-admin \
+		--nats-admin-token-file $(DATA)/nats-admin.token $(FLEETD_ARGS)
 
 ##@ Test
 

@@ -33,7 +33,8 @@ import (
 // What the test changes in the commands, and why:
 //   - http://127.0.0.1:8080 (make run's address) is the test fleetd's address, and
 //     FLEETSTREAM_SERVER points there, as `make run` tells a user to export;
-//   - `fleetctl events tail` gets --nats-url, since its default is make run's NATS port;
+//   - `fleetctl events tail` and `fleetctl admin` get --nats-url, since their default is make
+//     run's NATS port;
 //   - curl gets --fail-with-body, so an HTTP error fails the command (curl exits 0 on a 401), and
 //     the commands run in bash with pipefail, so a curl piped into sed fails too;
 //   - a command the README says runs until interrupted (events tail) runs until it printed an
@@ -259,6 +260,12 @@ func newTourDir(t *testing.T, fleetctl string) *tourDir {
 	if err := os.WriteFile(tokens, []byte(hex.EncodeToString(secret[:])+",dev-admin\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// As make run's $(DATA)/nats-admin.token rule.
+	_, _ = rand.Read(secret[:])
+	adminToken := filepath.Join(dir, ".data", "nats-admin.token")
+	if err := os.WriteFile(adminToken, []byte(hex.EncodeToString(secret[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := fleetd.Config{
 		DataDir:      filepath.Join(dir, ".data", "fleetd"),
@@ -267,6 +274,8 @@ func newTourDir(t *testing.T, fleetctl string) *tourDir {
 		XDSListen:    "127.0.0.1:0",
 		HostedAgents: true,
 		Authz:        authz.Config{PlatformAdmins: []string{"dev-admin"}},
+		// make run's --nats-admin-token-file.
+		NATSAdminTokenFile: adminToken,
 	}
 	inst, err := fleetd.Start(ctx, cfg, testkit.Logger(t))
 	if err != nil {
@@ -338,6 +347,7 @@ func (w *tourDir) run(t *testing.T, c shCommand) {
 	text := strings.ReplaceAll(c.text, "http://127.0.0.1:8080", w.api)
 	text = curlRE.ReplaceAllString(text, "${1}curl --fail-with-body ")
 	text = strings.ReplaceAll(text, "bin/fleetctl events tail ", "bin/fleetctl events tail --nats-url "+w.natsURL+" ")
+	text = strings.ReplaceAll(text, "bin/fleetctl admin ", "bin/fleetctl admin --nats-url "+w.natsURL+" ")
 	follow := false
 	for _, f := range followers {
 		if strings.HasPrefix(strings.TrimSpace(text), f) {
