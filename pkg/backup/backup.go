@@ -186,9 +186,7 @@ func backupStream(ctx context.Context, mgr *jsm.Manager, dir, name string) (*Str
 		return nil, fmt.Errorf("backup: stream %s: %w", name, err)
 	}
 	sdir := filepath.Join(dir, StreamsDir, name)
-	// Consumers are not kept: views read with ordered consumers from checkpoints in their
-	// buckets, and the services create their durable consumers when they start.
-	if _, err := st.SnapshotToDirectory(ctx, sdir); err != nil {
+	if err := snapshot(ctx, st, sdir); err != nil {
 		return nil, fmt.Errorf("backup: snapshot stream %s: %w", name, err)
 	}
 	meta, err := readMeta(filepath.Join(sdir, jsm.SnapshotMetaFile))
@@ -215,6 +213,48 @@ func backupStream(ctx context.Context, mgr *jsm.Manager, dir, name string) (*Str
 	}
 	return s, nil
 }
+
+// snapshot writes the stream's snapshot into sdir in the layout of jsm.go's
+// SnapshotToDirectory (backup.json and stream.arc.s2), which its RestoreSnapshotFromDirectory
+// and backup.Verify read. It goes through SnapshotToBuffer because SnapshotToDirectory always
+// tracks progress by decompressing the whole archive a second time as it arrives, which this
+// package does not use. Consumers are not kept: views read with ordered consumers from
+// checkpoints in their buckets, and the services create their durable consumers when they
+// start. The files are synced before the manifest names them.
+func snapshot(ctx context.Context, st *jsm.Stream, sdir string) (err error) {
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		return err
+	}
+	create := func(name string) (*os.File, error) {
+		return os.OpenFile(filepath.Join(sdir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	}
+	data, err := create(jsm.SnapshotDataFile)
+	if err != nil {
+		return err
+	}
+	meta, err := create(jsm.SnapshotMetaFile)
+	if err != nil {
+		_ = data.Close()
+		return err
+	}
+	// SnapshotToBuffer closes its writers and drops the errors of Close: the files are synced
+	// and closed here instead, where a failure fails the backup.
+	_, err = st.SnapshotToBuffer(ctx, keepOpen{data}, keepOpen{meta})
+	for _, f := range []*os.File{data, meta} {
+		if serr := f.Sync(); err == nil {
+			err = serr
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// keepOpen is a file whose Close does nothing.
+type keepOpen struct{ *os.File }
+
+func (keepOpen) Close() error { return nil }
 
 // metaFile is jsm.go's backup.json: the configuration and state the snapshot response carried.
 type metaFile struct {
