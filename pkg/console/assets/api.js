@@ -100,25 +100,31 @@ export async function watch(procedure, request, onMessage, signal) {
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buf = new Uint8Array(0);
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) throw new APIError("unavailable", "the stream ended without its end message");
-    const joined = new Uint8Array(buf.length + value.length);
-    joined.set(buf);
-    joined.set(value, buf.length);
-    buf = joined;
-    while (buf.length >= 5) {
-      const len = new DataView(buf.buffer, buf.byteOffset, 5).getUint32(1);
-      if (buf.length < 5 + len) break;
-      const flags = buf[0];
-      const msg = JSON.parse(decoder.decode(buf.subarray(5, 5 + len)) || "{}");
-      buf = buf.slice(5 + len);
-      if (flags & 2) {
-        if (msg.error) throw new APIError(msg.error.code || "unknown", msg.error.message || msg.error.code);
-        return;
+  // Whatever ends the loop (the end message, an error, a handler that throws), the response
+  // stream is cancelled: left open, the server's messages would keep arriving and buffering.
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) throw new APIError("unavailable", "the stream ended without its end message");
+      const joined = new Uint8Array(buf.length + value.length);
+      joined.set(buf);
+      joined.set(value, buf.length);
+      buf = joined;
+      while (buf.length >= 5) {
+        const len = new DataView(buf.buffer, buf.byteOffset, 5).getUint32(1);
+        if (buf.length < 5 + len) break;
+        const flags = buf[0];
+        const msg = JSON.parse(decoder.decode(buf.subarray(5, 5 + len)) || "{}");
+        buf = buf.slice(5 + len);
+        if (flags & 2) {
+          if (msg.error) throw new APIError(msg.error.code || "unknown", msg.error.message || msg.error.code);
+          return;
+        }
+        onMessage(msg);
       }
-      onMessage(msg);
     }
+  } finally {
+    reader.cancel().catch(() => {});
   }
 }
 

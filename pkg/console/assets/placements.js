@@ -125,24 +125,24 @@ export async function placementsPage(main, params, fail, signal) {
   const view = h("div", { id: "decision-view" }, explanation(ex));
   replace(decision, h("h2", { id: "decision-h" }, `Decision of ${chosen}`), live, view);
 
-  // Live: WatchPlacementDecisions sends the current decision, then each change; on a change the
-  // explanation is asked for again (it is not streamed), the latest answer winning.
+  // Live: WatchPlacementDecisions sends the current decision, then each change; on each the
+  // explanation is asked for again (it is not streamed), the latest answer winning. The first
+  // message is the decision as the stream opened, which may be newer than the explanation above
+  // (a change between the two calls would otherwise never show), so it is asked for again too.
   let first = true;
   let asked = 0;
   placements.watchDecisions(project, chosen, async (msg) => {
-    if (first) {
-      first = false;
-      replace(live, "Live: the explanation is asked for again when the decision changes.");
-      return;
-    }
     const n = ++asked;
+    const opened = first;
+    first = false;
     const what = [(msg.added || []).length ? `added ${msg.added.join(", ")}` : "", (msg.removed || []).length ? `removed ${msg.removed.join(", ")}` : ""]
       .filter(Boolean).join("; ") || "scores changed";
     try {
       const next = await placements.explain(project, chosen);
       if (n !== asked || signal.aborted) return;
       replace(view, explanation(next));
-      replace(live, `Live: the decision changed at ${new Date().toLocaleTimeString()} (${what}).`);
+      replace(live, opened ? "Live: the explanation is asked for again when the decision changes."
+        : `Live: the decision changed at ${new Date().toLocaleTimeString()} (${what}).`);
     } catch (e) {
       if (!signal.aborted && !fail(e)) replace(live, h("span", { class: "error", role: "alert" }, e.message));
     }

@@ -91,7 +91,7 @@ function preview(msg, cluster, w) {
 
 // weightForm sets a cluster's weight for the service, after a confirmation that says what the
 // shares become. The server decides who may: a refusal shows in the form.
-function weightForm(ns, name, latest) {
+function weightForm(ns, name, latest, fail) {
   const select = h("select", { id: "weight-cluster", name: "cluster" });
   const input = h("input", { id: "weight-value", name: "weight", type: "number", min: "0", max: "65535", step: "1", value: "100", required: true });
   const note = h("div", { id: "weight-note", role: "status" });
@@ -123,7 +123,8 @@ function weightForm(ns, name, latest) {
       await endpoints.setClusterWeight(ns, name, p.cluster, p.w);
       replace(note, h("span", { class: "muted" }, `${p.cluster} set to ${p.w}; the shares below follow the watch.`));
     } catch (e) {
-      replace(note, h("span", { class: "error", role: "alert", id: "weight-error" }, e.message));
+      // A session that ended (expired or revoked token) goes back to sign-in, as every call does.
+      if (!fail(e)) replace(note, h("span", { class: "error", role: "alert", id: "weight-error" }, e.message));
     }
   });
   const form = h("form", { class: "toolbar", id: "weight-form", "aria-label": `Cluster weight of ${ns}/${name}` },
@@ -186,7 +187,7 @@ export async function trafficPage(main, params, fail, signal) {
   const status = h("p", { class: "count", role: "status", id: "traffic-status" }, "Connecting…");
   const view = h("div", { id: "traffic-view" });
   let last = null;
-  const weights = weightForm(ns, name, () => last);
+  const weights = weightForm(ns, name, () => last, fail);
   const live = h("section", { id: "traffic-live", "aria-labelledby": "traffic-h" },
     h("h2", { id: "traffic-h" }, `${ns}/${name}`), status, weights, view);
   replace(body, services, live);

@@ -272,8 +272,11 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 		t.Fatalf("diff of a missing file: exit %d, want 2", r.code)
 	}
 
-	// Export, apply the export to an empty hub: every List answers the same.
+	// Export, apply the export to an empty hub: every List answers the same. This hub runs no
+	// endpoint collector: the whole fleet's export has no service weights, while asking for
+	// them by kind is an error.
 	export := h.run(t, "export").ok(t).stdout
+	h.run(t, "export", "--kind", "ServiceWeights").fails(t, "error: unimplemented: ")
 	exportFile := filepath.Join(dir, "export.yaml")
 	writeFile(t, exportFile, export)
 	if r := h.run(t, "diff", "-f", exportFile); r.code != 0 {

@@ -533,7 +533,13 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	t.Logf("first page interactive: %v by the page's clock (%v with the test's round trips); fleet page with data after sign-in: %v (limit 1s each)",
 		firstPage.Round(time.Millisecond), wall.Round(time.Millisecond), fleetReady.Round(time.Millisecond))
-	if firstPage > time.Second || fleetReady > time.Second {
+	if timed() && (firstPage > time.Second || fleetReady > time.Second) {
 		t.Errorf("over 1 s on loopback: first page %v, fleet %v", firstPage, fleetReady)
 	}
 }
+
+// timed reports whether the console's time limits (1 s on loopback) fail the test: in `make
+// test-browser` (FLEETSTREAM_REQUIRE_BROWSER), which runs the browser test alone. Inside `make
+// test` and `make test-race` it shares two cores with every other package's tests, and there
+// the figures are logged only: a wall-clock limit under that load says nothing about the console.
+func timed() bool { return os.Getenv("FLEETSTREAM_REQUIRE_BROWSER") != "" }
