@@ -3,7 +3,6 @@ package collector
 import (
 	"cmp"
 	"context"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -230,7 +229,7 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 	}
 	c.log.Info("endpoint weight set", zap.String("service", m.Namespace+"/"+m.Name), zap.String("ip", ipText),
 		zap.Uint32("weight", m.Weight), zap.Bool("reset", m.Clear), zap.String("actor", identity.ActorFrom(ctx)))
-	return connect.NewResponse(&endpointv1.SetEndpointWeightResponse{Weights: w}), nil
+	return connect.NewResponse(&endpointv1.SetEndpointWeightResponse{Weights: visibleWeights(authz.CallerFrom(ctx), w)}), nil
 }
 
 // clearScope returns the clusters where a reset of ip's weight naming no cluster applies when
@@ -311,7 +310,7 @@ func (c *Collector) SetClusterWeight(ctx context.Context, req *connect.Request[e
 	}
 	c.log.Info("cluster weight set", zap.String("service", m.Namespace+"/"+m.Name), zap.String("cluster", m.Cluster),
 		zap.Uint32("weight", m.Weight), zap.String("actor", identity.ActorFrom(ctx)))
-	return connect.NewResponse(&endpointv1.SetClusterWeightResponse{Weights: w}), nil
+	return connect.NewResponse(&endpointv1.SetClusterWeightResponse{Weights: visibleWeights(authz.CallerFrom(ctx), w)}), nil
 }
 
 // awaitWeights waits until the weight event at seq is in the weights view and in the service's
@@ -434,26 +433,44 @@ func (c *Collector) ListServiceWeights(ctx context.Context, req *connect.Request
 	}
 	ns := req.Msg.Namespace
 	caller := authz.CallerFrom(ctx)
-	// A weight is the business of the project owning the service's namespace in its cluster
-	// (SetClusterWeight's rule): others see only the clusters where they may read the service.
-	visible := func(ns, cluster string) bool {
-		return caller.CanInNamespace("list", roles.Group, roles.ResServices, cluster, ns)
-	}
 	all := c.weights.List(func(_ string, w *endpointv1.ServiceWeights) bool { return ns == "" || w.Namespace == ns })
 	out := &endpointv1.ListServiceWeightsResponse{Weights: make([]*endpointv1.ServiceWeights, 0, len(all))}
 	for _, w := range all {
-		if !caller.Admin() {
-			w = proto.Clone(w).(*endpointv1.ServiceWeights)
-			maps.DeleteFunc(w.ClusterWeights, func(cluster string, _ uint32) bool { return !visible(w.Namespace, cluster) })
-			w.EndpointWeights = slices.DeleteFunc(w.EndpointWeights, func(e *endpointv1.EndpointWeight) bool { return !visible(w.Namespace, e.ClusterName) })
-			if len(w.ClusterWeights) == 0 && len(w.EndpointWeights) == 0 {
-				continue
-			}
+		if w = visibleWeights(caller, w); len(w.ClusterWeights) > 0 || len(w.EndpointWeights) > 0 {
+			out.Weights = append(out.Weights, w)
 		}
-		out.Weights = append(out.Weights, w)
 	}
 	slices.SortFunc(out.Weights, func(a, b *endpointv1.ServiceWeights) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	return connect.NewResponse(out), nil
+}
+
+// visibleWeights is what caller may read of a service's weights: a weight is the business of
+// the project owning the service's namespace in its cluster (SetClusterWeight's rule), so others
+// see only the clusters where they may read the service, and not the revision either (it would
+// say when another project changed its weights). Platform admins read w whole; w itself, a
+// cache's value, is never modified.
+func visibleWeights(caller *authz.Caller, w *endpointv1.ServiceWeights) *endpointv1.ServiceWeights {
+	if w == nil || caller.Admin() {
+		return w
+	}
+	visible := func(cluster string) bool {
+		return caller.CanInNamespace("list", roles.Group, roles.ResServices, cluster, w.Namespace)
+	}
+	out := &endpointv1.ServiceWeights{Namespace: w.Namespace, Name: w.Name}
+	for cluster, weight := range w.ClusterWeights {
+		if visible(cluster) {
+			if out.ClusterWeights == nil {
+				out.ClusterWeights = map[string]uint32{}
+			}
+			out.ClusterWeights[cluster] = weight
+		}
+	}
+	for _, e := range w.EndpointWeights {
+		if visible(e.ClusterName) {
+			out.EndpointWeights = append(out.EndpointWeights, proto.Clone(e).(*endpointv1.EndpointWeight))
+		}
+	}
+	return out
 }

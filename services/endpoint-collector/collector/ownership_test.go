@@ -410,6 +410,16 @@ func TestServiceWeightsAreListedPerOwningProject(t *testing.T) {
 		}
 		return strings.Join(out, "; ")
 	}
+	// Setting a weight answers with the service's weights, which are as much another project's:
+	// bob re-sets his own cluster's weight and reads back nothing of team-a's.
+	res, err := te.clients["bob"].SetClusterWeight(context.Background(), connect.NewRequest(&endpointv1.SetClusterWeightRequest{
+		Namespace: "web", Name: "api", Cluster: "c2", Weight: 20}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.Msg.Weights; fmt.Sprint(w.ClusterWeights) != "map[c2:20]" || len(w.EndpointWeights) != 1 || w.Revision != 0 {
+		t.Errorf("bob's SetClusterWeight answers %v", w)
+	}
 	for _, tc := range []struct{ user, ns, want string }{
 		{"root", "", "web/api: c1=300 c2=20 c2/10.2.0.1=0; web/cart: c3=0"},
 		{"alice", "", "web/api: c1=300"},

@@ -114,7 +114,15 @@ func plan(ctx context.Context, f *factory, objs []*manifest.Object, tokenDir, ap
 		want["Cluster"] = true
 	}
 	if prune {
-		want = nil // every kind: what the manifests no longer declare is in any of them
+		// Every kind: what the manifests no longer declare is in any of them. Service weights
+		// are never pruned (no labels), so read only when declared, and then as a wanted kind:
+		// a hub that cannot list them is an error before anything is written, not a fleet
+		// without weights.
+		declared := want["ServiceWeights"]
+		want = map[string]bool{}
+		for _, k := range manifest.Kinds() {
+			want[k.Name] = k.Name != "ServiceWeights" || declared
+		}
 	}
 	state, err := readFleet(ctx, f, want, "")
 	if err != nil {

@@ -557,22 +557,30 @@ func tokenFileFree(dir, file, what string) error {
 }
 
 // setWeights makes service name's weights those of want, from have: a call per cluster or
-// endpoint weight that differs, and a reset of each one want leaves out (the API has one call
-// per weight, and no expected revision: weights are not read-modify-write, each is set whole).
+// endpoint weight that differs, and a reset to the default of each one want leaves out (the API
+// has one call per weight, and no expected revision: each weight is set whole). Raises go
+// before cuts, so that a failure halfway never leaves the service more drained than either
+// side says (from {b: 0} to {a: 0}, b comes back before a goes).
 func setWeights(ctx context.Context, f *factory, name string, want, have *endpointv1.ServiceWeights) error {
 	ns := want.Namespace
+	type change struct {
+		cluster, ip string // ip "": the cluster's weight
+		from, to    uint32
+		reset       bool // an endpoint weight removed
+	}
+	var changes []change
 	for _, c := range slices.Sorted(maps.Keys(want.ClusterWeights)) {
-		if w, ok := have.ClusterWeights[c]; !ok || w != want.ClusterWeights[c] {
-			if err := setClusterWeight(ctx, f, ns, name, c, want.ClusterWeights[c]); err != nil {
-				return err
-			}
+		from, ok := have.ClusterWeights[c]
+		if !ok {
+			from = 100
+		}
+		if to := want.ClusterWeights[c]; to != from {
+			changes = append(changes, change{cluster: c, from: from, to: to})
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(have.ClusterWeights)) {
-		if _, ok := want.ClusterWeights[c]; !ok {
-			if err := setClusterWeight(ctx, f, ns, name, c, 100); err != nil {
-				return err
-			}
+		if _, ok := want.ClusterWeights[c]; !ok && have.ClusterWeights[c] != 100 {
+			changes = append(changes, change{cluster: c, from: have.ClusterWeights[c], to: 100})
 		}
 	}
 	endpoint := func(e *endpointv1.EndpointWeight) string { return e.ClusterName + "/" + e.Ip }
@@ -583,22 +591,43 @@ func setWeights(ctx context.Context, f *factory, name string, want, have *endpoi
 	wanted := map[string]bool{}
 	for _, e := range want.EndpointWeights {
 		wanted[endpoint(e)] = true
-		if w, ok := had[endpoint(e)]; ok && w == e.Weight {
-			continue
+		from, ok := had[endpoint(e)]
+		if !ok {
+			from = 100
 		}
-		if _, err := call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
-			&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: e.Ip, Cluster: e.ClusterName, Weight: e.Weight},
-			"set the weight of %s in cluster %s of service %s/%s", e.Ip, e.ClusterName, ns, name); err != nil {
-			return err
+		if !ok || from != e.Weight {
+			changes = append(changes, change{cluster: e.ClusterName, ip: e.Ip, from: from, to: e.Weight})
 		}
 	}
 	for _, e := range have.EndpointWeights {
-		if wanted[endpoint(e)] {
-			continue
+		if !wanted[endpoint(e)] {
+			changes = append(changes, change{cluster: e.ClusterName, ip: e.Ip, from: e.Weight, to: 100, reset: true})
 		}
-		if _, err := call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
-			&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: e.Ip, Cluster: e.ClusterName, Clear: true},
-			"reset the weight of %s in cluster %s of service %s/%s", e.Ip, e.ClusterName, ns, name); err != nil {
+	}
+	slices.SortStableFunc(changes, func(a, b change) int {
+		raise := func(c change) int {
+			if c.to >= c.from {
+				return 0
+			}
+			return 1
+		}
+		return raise(a) - raise(b)
+	})
+	for _, c := range changes {
+		var err error
+		switch {
+		case c.ip == "":
+			err = setClusterWeight(ctx, f, ns, name, c.cluster, c.to)
+		case c.reset:
+			_, err = call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
+				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Clear: true},
+				"reset the weight of %s in cluster %s of service %s/%s", c.ip, c.cluster, ns, name)
+		default:
+			_, err = call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
+				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Weight: c.to},
+				"set the weight of %s in cluster %s of service %s/%s", c.ip, c.cluster, ns, name)
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -42,8 +42,10 @@ func Fields(o *Object) (map[string]string, error) {
 	return out, nil
 }
 
-// listKeys are the fields that identify an element of a list of objects, in the order tried.
-var listKeys = []string{"cluster", "key", "name"}
+// listKeys are the fields that identify an element of a list of objects, in the order tried
+// (ip: a service's endpoint weights, whose IPs are unique but in the rare service that has one
+// IP in two clusters, where the list is one field).
+var listKeys = []string{"cluster", "key", "name", "ip"}
 
 func flatten(out map[string]string, path string, v any) {
 	switch v := v.(type) {
