@@ -24,7 +24,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	})
 	a, err := newAuthenticator(Config{
 		TokenFile: writeTokenFile(b, "file-token,dev-admin,uid-1,\"admins\"\n"),
-		OIDC:      OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, GroupsClaim: "groups", CAFile: is.caFile},
+		OIDC:      OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, GroupsClaim: "groups", CAFile: is.CAFile},
 	}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)

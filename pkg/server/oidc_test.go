@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,114 +24,26 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/server/oidctest"
 )
 
 const testClientID = "fleetstream-test"
 
-// testIssuer is a real OpenID Connect issuer over HTTPS: discovery document and JWKS, signing
-// with keys it generated.
-type testIssuer struct {
-	srv    *httptest.Server
-	caFile string
+// testIssuer is the shared test issuer (oidctest): discovery document and JWKS over HTTPS.
+type testIssuer struct{ *oidctest.Issuer }
 
-	mu   sync.Mutex
-	keys []jose.JSONWebKey // public keys served in the JWKS
-	// down makes discovery answer 503, an issuer that is briefly unavailable.
-	down bool
+func newTestIssuer(t testing.TB) *testIssuer { return &testIssuer{oidctest.New(t)} }
 
-	discoveryHits atomic.Int32
-	jwksHits      atomic.Int32
-}
+func (is *testIssuer) url() string                           { return is.URL() }
+func (is *testIssuer) setDown(down bool)                     { is.SetDown(down) }
+func (is *testIssuer) publish(k *rsa.PrivateKey, kid string) { is.Publish(k, kid) }
 
-func newTestIssuer(t testing.TB) *testIssuer {
-	t.Helper()
-	is := &testIssuer{}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
-		is.discoveryHits.Add(1)
-		is.mu.Lock()
-		down := is.down
-		is.mu.Unlock()
-		if down {
-			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
-			return
-		}
-		writeJSON(w, map[string]any{
-			"issuer":                                is.url(),
-			"jwks_uri":                              is.url() + "/keys",
-			"authorization_endpoint":                is.url() + "/auth",
-			"token_endpoint":                        is.url() + "/token",
-			"response_types_supported":              []string{"id_token"},
-			"subject_types_supported":               []string{"public"},
-			"id_token_signing_alg_values_supported": []string{"RS256"},
-		})
-	})
-	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, _ *http.Request) {
-		is.jwksHits.Add(1)
-		is.mu.Lock()
-		defer is.mu.Unlock()
-		writeJSON(w, jose.JSONWebKeySet{Keys: slices.Clone(is.keys)})
-	})
-	is.srv = httptest.NewTLSServer(mux)
-	t.Cleanup(is.srv.Close)
-	is.caFile = filepath.Join(t.TempDir(), "issuer-ca.pem")
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: is.srv.Certificate().Raw})
-	if err := os.WriteFile(is.caFile, caPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return is
-}
-
-func (is *testIssuer) url() string { return is.srv.URL }
-
-func (is *testIssuer) setDown(down bool) {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	is.down = down
-}
-
-// publish adds key's public half to the JWKS under kid.
-func (is *testIssuer) publish(key *rsa.PrivateKey, kid string) {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	is.keys = append(is.keys, jose.JSONWebKey{Key: &key.PublicKey, KeyID: kid, Algorithm: string(jose.RS256), Use: "sig"})
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func newRSAKey(t testing.TB) *rsa.PrivateKey {
-	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
+func newRSAKey(t testing.TB) *rsa.PrivateKey { return oidctest.NewRSAKey(t) }
 
 // sign returns a compact JWS of claims signed with key (any key go-jose takes) under kid.
 func sign(t testing.TB, alg jose.SignatureAlgorithm, key any, kid string, claims map[string]any) string {
 	t.Helper()
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: key, KeyID: kid}},
-		(&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jws, err := signer.Sign(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := jws.CompactSerialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return oidctest.Sign(t, alg, key, kid, claims)
 }
 
 // unsigned returns a JWT with alg "none" and no signature.
@@ -233,7 +141,7 @@ func TestOIDCAuthentication(t *testing.T) {
 	}
 	good := func(mod func(c map[string]any)) string { return sign(t, jose.RS256, key, "k1", claims(mod)) }
 
-	base := OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, GroupsClaim: "groups", CAFile: is.caFile}
+	base := OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, GroupsClaim: "groups", CAFile: is.CAFile}
 	emailCfg := base
 	emailCfg.UsernameClaim, emailCfg.UsernamePrefix, emailCfg.GroupsPrefix = "email", "oidc:", "oidc:"
 	noGroups := base
@@ -309,7 +217,7 @@ func TestOIDCStreamingWithoutTokenFile(t *testing.T) {
 	is := newTestIssuer(t)
 	key := newRSAKey(t)
 	is.publish(key, "k1")
-	c := startServer(t, Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.caFile}})
+	c := startServer(t, Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.CAFile}})
 	tok := sign(t, jose.RS256, key, "k1", map[string]any{"iss": is.url(), "aud": testClientID, "sub": "bob", "exp": time.Now().Add(time.Hour).Unix()})
 	for _, tc := range []struct {
 		name, token string
@@ -348,21 +256,21 @@ func TestOIDCKeyCacheAndRotation(t *testing.T) {
 	is := newTestIssuer(t)
 	k1, k2 := newRSAKey(t), newRSAKey(t)
 	is.publish(k1, "k1")
-	c := startServer(t, Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.caFile}})
+	c := startServer(t, Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.CAFile}})
 	claims := map[string]any{"iss": is.url(), "aud": testClientID, "sub": "carol", "exp": time.Now().Add(time.Hour).Unix()}
 	for range 5 {
 		if _, err := callWithToken(t.Context(), c, sign(t, jose.RS256, k1, "k1", claims)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if d, j := is.discoveryHits.Load(), is.jwksHits.Load(); d != 1 || j != 1 {
+	if d, j := is.DiscoveryHits.Load(), is.JWKSHits.Load(); d != 1 || j != 1 {
 		t.Fatalf("discovery fetched %d times, JWKS %d times; want once each", d, j)
 	}
 	is.publish(k2, "k2")
 	if _, err := callWithToken(t.Context(), c, sign(t, jose.RS256, k2, "k2", claims)); err != nil {
 		t.Fatalf("token of the rotated-in key: %v", err)
 	}
-	if j := is.jwksHits.Load(); j != 2 {
+	if j := is.JWKSHits.Load(); j != 2 {
 		t.Fatalf("JWKS fetched %d times, want 2", j)
 	}
 }
@@ -376,7 +284,7 @@ func TestOIDCIssuerDownAtStart(t *testing.T) {
 	is.setDown(true)
 	claims := map[string]any{"iss": is.url(), "aud": testClientID, "sub": "dave", "exp": time.Now().Add(time.Hour).Unix()}
 	idToken := sign(t, jose.RS256, key, "k1", claims)
-	cfg := OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.caFile}
+	cfg := OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.CAFile}
 
 	t.Run("through the server", func(t *testing.T) {
 		c := startServer(t, Config{TokenFile: writeTokenFile(t, "file-token,eve\n"), OIDC: cfg})
@@ -400,13 +308,13 @@ func TestOIDCIssuerDownAtStart(t *testing.T) {
 		}
 		clock := time.Now()
 		a.now = func() time.Time { return clock }
-		before := is.discoveryHits.Load()
+		before := is.DiscoveryHits.Load()
 		for range 3 {
 			if _, err := a.authenticate(t.Context(), idToken); !errors.Is(err, errIssuerUnavailable) {
 				t.Fatalf("got %v, want errIssuerUnavailable", err)
 			}
 		}
-		if n := is.discoveryHits.Load() - before; n != 1 {
+		if n := is.DiscoveryHits.Load() - before; n != 1 {
 			t.Fatalf("%d discovery attempts within the retry interval, want 1", n)
 		}
 		is.setDown(false)
@@ -430,7 +338,7 @@ func TestAuthConfig(t *testing.T) {
 		wantErr string
 	}{
 		{name: "OIDC alone", cfg: Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: "x"}}},
-		{name: "token file and OIDC", cfg: Config{TokenFile: tokenFile, OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: "x", CAFile: is.caFile}}},
+		{name: "token file and OIDC", cfg: Config{TokenFile: tokenFile, OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: "x", CAFile: is.CAFile}}},
 		{name: "insecure dev", cfg: Config{InsecureDev: true}},
 		{name: "nothing", cfg: Config{}, wantErr: "--insecure-dev"},
 		{name: "issuer without client id", cfg: Config{OIDC: OIDCConfig{IssuerURL: is.url()}}, wantErr: "--oidc-client-id"},
@@ -461,7 +369,7 @@ func TestOIDCVerifiedTokenCache(t *testing.T) {
 	is := newTestIssuer(t)
 	key, otherKey := newRSAKey(t), newRSAKey(t)
 	is.publish(key, "k1")
-	a, err := newAuthenticator(Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.caFile}}, zap.NewNop())
+	a, err := newAuthenticator(Config{OIDC: OIDCConfig{IssuerURL: is.url(), ClientID: testClientID, CAFile: is.CAFile}}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
