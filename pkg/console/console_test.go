@@ -13,7 +13,7 @@ import (
 
 func TestServesAssetsWithStrictHeaders(t *testing.T) {
 	mux := http.NewServeMux()
-	console.Mount(mux)
+	console.Mount(mux, console.Options{})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

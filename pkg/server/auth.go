@@ -117,6 +117,17 @@ func newAuthenticator(cfg Config, log *zap.Logger) (*Authenticator, error) {
 	return a, nil
 }
 
+// OIDCEndpoints returns the OIDC issuer's endpoints for the console's sign-in, running
+// discovery if it has not succeeded yet (at most every oidcDiscoveryRetry while the issuer is
+// down). ok is false without --oidc-issuer-url.
+func (a *Authenticator) OIDCEndpoints(ctx context.Context) (e OIDCEndpoints, ok bool, err error) {
+	if a.oidc == nil {
+		return OIDCEndpoints{}, false, nil
+	}
+	e, err = a.oidc.endpointsOf(ctx)
+	return e, true, err
+}
+
 // Client-facing messages are short and fixed: they never echo the token or say which check
 // failed, except expiry, which tells an honest caller to fetch a new token.
 var (

@@ -117,9 +117,11 @@ type oidcAuthenticator struct {
 	retryAfter time.Duration
 
 	verifier atomic.Pointer[oidc.IDTokenVerifier]
-	mu       sync.Mutex // serializes discovery
-	lastTry  time.Time
-	lastErr  error
+	// endpoints are the discovery document's, set with verifier.
+	endpoints atomic.Pointer[OIDCEndpoints]
+	mu        sync.Mutex // serializes discovery
+	lastTry   time.Time
+	lastErr   error
 
 	verified verifiedTokens
 }
@@ -239,9 +241,36 @@ func (a *oidcAuthenticator) getVerifier(ctx context.Context) (*oidc.IDTokenVerif
 	// The provider keeps a.client (taken from dctx) for its JWKS requests. Signing algorithms
 	// default to those the discovery document lists that go-oidc supports (never "none" or HMAC).
 	v := p.Verifier(&oidc.Config{ClientID: a.cfg.ClientID, Now: a.now})
+	var doc struct {
+		Authorization string `json:"authorization_endpoint"`
+		Token         string `json:"token_endpoint"`
+	}
+	if err := p.Claims(&doc); err != nil {
+		// NewProvider decoded the same document: cannot happen.
+		a.lastErr = err
+		return nil, fmt.Errorf("%w: %w", errIssuerUnavailable, err)
+	}
+	a.endpoints.Store(&OIDCEndpoints{Issuer: a.cfg.IssuerURL, ClientID: a.cfg.ClientID,
+		AuthorizationEndpoint: doc.Authorization, TokenEndpoint: doc.Token})
 	a.verifier.Store(v)
 	a.log.Info("OIDC discovery done", zap.String("issuer", a.cfg.IssuerURL))
 	return v, nil
+}
+
+// OIDCEndpoints is what a browser needs for the authorization code flow against the issuer:
+// from its discovery document, read by the server (the browser need not be allowed to read it
+// cross-origin).
+type OIDCEndpoints struct {
+	Issuer, ClientID                     string
+	AuthorizationEndpoint, TokenEndpoint string
+}
+
+// endpointsOf runs discovery if it has not succeeded yet and returns the issuer's endpoints.
+func (a *oidcAuthenticator) endpointsOf(ctx context.Context) (OIDCEndpoints, error) {
+	if _, err := a.getVerifier(ctx); err != nil {
+		return OIDCEndpoints{}, err
+	}
+	return *a.endpoints.Load(), nil
 }
 
 // authenticate returns the identity of ID token raw: remembered if raw was verified in the

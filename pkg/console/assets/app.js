@@ -2,6 +2,7 @@ import { h, replace } from "./dom.js";
 import { APIError, clusters, token } from "./api.js";
 import { fleetPage } from "./fleet.js";
 import { projectsPage } from "./projects.js";
+import * as oidc from "./oidc.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -31,7 +32,16 @@ function route() {
   return { page: pages[path] ? path : "fleet", params: new URLSearchParams(query || "") };
 }
 
-// showSignIn renders the token form; error is what refused the last token or call.
+// How this fleetd lets the page sign in: with an OIDC issuer or not (oidc.js).
+const cfg = await oidc.config();
+
+// issuerName is what the sign-in button calls the issuer: its host.
+function issuerName(issuer) {
+  try { return new URL(issuer).host; } catch { return issuer; }
+}
+
+// showSignIn renders the sign-in: the issuer's button when fleetd has one, and the token form;
+// error is what refused the last token or call.
 function showSignIn(error) {
   stopLive();
   token.clear();
@@ -51,21 +61,33 @@ function showSignIn(error) {
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const t = input.value.trim();
-    if (!t) return;
-    token.set(t);
-    try {
-      // Any signed-in call proves the token; ListClusters is allowed to every signed-in user.
-      await clusters.list();
-    } catch (e) {
-      showSignIn(signInError(e));
-      return;
-    }
-    render();
+    if (t) await signInWith(t);
   });
-  replace(main, form);
+  let sso = null;
+  if (cfg.oidc) {
+    const button = h("button", { type: "button", id: "signin-oidc" }, "Sign in with " + issuerName(cfg.oidc.issuer));
+    button.addEventListener("click", () => oidc.begin(cfg.oidc).catch((e) => showSignIn("Sign-in failed: " + e.message)));
+    sso = h("section", { class: "signin", "aria-label": "Sign in with the identity provider" }, button);
+  } else if (cfg.oidcError) {
+    sso = h("p", { class: "muted", id: "signin-oidc-error" }, cfg.oidcError);
+  }
+  replace(main, sso, form);
   input.focus();
   // User Timing: how long from navigation until the console was usable (devtools, tests).
   performance.mark("console-ready");
+}
+
+// signInWith keeps t as this tab's token if the server accepts it.
+async function signInWith(t) {
+  token.set(t);
+  try {
+    // Any signed-in call proves the token; ListClusters is allowed to every signed-in user.
+    await clusters.list();
+  } catch (e) {
+    showSignIn(signInError(e));
+    return;
+  }
+  render();
 }
 
 function signInError(e) {
@@ -119,4 +141,14 @@ async function render() {
 
 signout.addEventListener("click", () => showSignIn());
 window.addEventListener("hashchange", render);
-render();
+// Back from the issuer with a code (or a refusal): finish that sign-in first.
+let callback = null;
+let refused = null;
+try {
+  callback = await oidc.finish();
+} catch (e) {
+  refused = e;
+}
+if (refused) showSignIn("Sign-in refused: " + refused.message);
+else if (callback) await signInWith(callback);
+else render();

@@ -77,6 +77,8 @@ type Config struct {
 	// every stream and none of their subjects, as the fleetstream-admin user of a NATS cluster.
 	// Empty: no such identity exists.
 	NATSAdminTokenFile string
+	// Console configures the web console's OIDC sign-in (--console-oidc-*).
+	Console console.Config
 }
 
 // Validate checks the configuration as fleetd's flags give it, naming the flag of a bad value:
@@ -100,6 +102,7 @@ func (c *Config) Validate() error {
 		c.Endpoints.Validate(),
 		hostedAgents,
 		c.KubeBridge.Validate(),
+		c.Console.Validate(),
 	)
 }
 
@@ -157,7 +160,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	console.Mount(srv)
+	console.Mount(srv, consoleOptions(cfg.Console, srv))
 	// NATS always authenticates, even with --insecure-dev: agents present the token they got at
 	// registration and are confined to their own cluster's subjects; fleetd's own in-process
 	// connection uses a token that lives only in this process.
@@ -434,4 +437,10 @@ func splitHostPort(hp string) (string, int, error) {
 		port = -1
 	}
 	return h, port, nil
+}
+
+// consoleOptions are the console's: its flags, and the issuer of --oidc-issuer-url, if any, to
+// sign in with.
+func consoleOptions(c console.Config, srv *server.Server) console.Options {
+	return console.Options{Config: c, OIDC: srv.Authenticator().OIDCEndpoints}
 }

@@ -80,6 +80,8 @@ type Config struct {
 	PollInterval time.Duration
 	// AccessLog receives the access log, one line per request; nil means the gateway's logger.
 	AccessLog *zap.Logger
+	// Console configures the web console's OIDC sign-in (--console-oidc-*).
+	Console console.Config
 }
 
 // ParseRoute parses one --route value, service=url.
@@ -101,6 +103,7 @@ type Gateway struct {
 	log       *zap.Logger
 	accessLog *zap.Logger
 	authn     *server.Authenticator
+	console   console.Config
 	maxBytes  int64
 	poll      time.Duration
 	// routes and upstreams are fixed after New; only each upstream's health changes.
@@ -173,6 +176,7 @@ func New(cfg Config, authn *server.Authenticator, reg prometheus.Registerer, log
 		log:       log,
 		accessLog: cfg.AccessLog,
 		authn:     authn,
+		console:   cfg.Console,
 		maxBytes:  cfg.MaxRequestBytes,
 		poll:      cfg.PollInterval,
 		routes:    map[string]*upstream{},
@@ -362,7 +366,7 @@ func (g *Gateway) reverseProxy(u *upstream, base *url.URL, transport http.RoundT
 // Mount serves the gateway on srv for every path srv does not serve itself (/healthz, /readyz,
 // /metrics, the console at /ui/) and makes srv's /readyz list each upstream.
 func (g *Gateway) Mount(srv *server.Server) {
-	console.Mount(srv)
+	console.Mount(srv, console.Options{Config: g.console, OIDC: srv.Authenticator().OIDCEndpoints})
 	srv.Handle("/", g)
 	for _, u := range g.upstreams {
 		srv.AddCheck("upstream "+u.name, func(context.Context) error { return u.health() })

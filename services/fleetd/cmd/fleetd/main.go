@@ -138,6 +138,7 @@ func registerFlags(fs *flag.FlagSet, cfg *fleetd.Config, logLevel *string) {
 	// the API refuses are those the agents never write (Start copies them over).
 	addFlags(fs, cfg.Hosted.RegisterFlags, "credentials-allowed-proxies", "protected-namespaces")
 	cfg.KubeBridge.RegisterFlags(fs)
+	cfg.Console.RegisterFlags(fs)
 	fs.StringVar(logLevel, "log-level", "info", "debug, info, warn or error")
 }
 

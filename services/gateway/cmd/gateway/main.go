@@ -58,6 +58,7 @@ func run(args []string) int {
 	// The services' own listener flags and defaults (the token file is theirs too).
 	srvCfg.RegisterFlags(fs, server.EnvDefaults())
 	fs.Var(routeFlag(gwCfg.Routes), "route", "`service=url`: send calls of this fully-qualified service to this upstream, e.g. fleetstream.cluster.v1.ClusterService=http://cluster-import:8080 (repeat for every service)")
+	gwCfg.Console.RegisterFlags(fs)
 	fs.DurationVar(&gwCfg.PollInterval, "upstream-check-interval", gateway.DefaultPollInterval, "how often each upstream's /readyz is polled")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&logConsole, "log-console", false, "human-readable logs instead of JSON")
@@ -67,7 +68,7 @@ func run(args []string) int {
 		}
 		return 2
 	}
-	if err := errors.Join(srvCfg.Validate(), flagcheck.NotNegative("upstream-check-interval", gwCfg.PollInterval)); err != nil {
+	if err := errors.Join(srvCfg.Validate(), gwCfg.Console.Validate(), flagcheck.NotNegative("upstream-check-interval", gwCfg.PollInterval)); err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 2
 	}
