@@ -27,6 +27,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/events"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/server/oidctest"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
@@ -55,7 +56,10 @@ func chromium(t *testing.T) string {
 // markup, and real data: two clusters (labelled, one tainted, one in a label-selected set), two
 // projects with namespaces and quotas, team-a's display name carrying markup, the production
 // set bound to team-a with placement web, and service web/api's endpoints on both clusters.
-func consoleFleet(t *testing.T) *rawClient {
+// fleetd also accepts ID tokens of is (users oidc:<sub>, groups oidc:<group>), whose group
+// oidc:team-a-viewers views team-a, and the console signs in with it as client consoleClientID;
+// is signs in erin of that group.
+func consoleFleet(t *testing.T, is *oidctest.Issuer) *rawClient {
 	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
@@ -64,8 +68,9 @@ func consoleFleet(t *testing.T) *rawClient {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	inst, err := fleetd.Start(ctx, fleetd.Config{
-		DataDir:       filepath.Join(dir, "data"),
-		Server:        server.Config{Listen: "127.0.0.1:0", TokenFile: tokens},
+		DataDir: filepath.Join(dir, "data"),
+		Server: server.Config{Listen: "127.0.0.1:0", TokenFile: tokens, OIDC: server.OIDCConfig{IssuerURL: is.URL(), ClientID: consoleClientID,
+			UsernamePrefix: "oidc:", GroupsClaim: "groups", GroupsPrefix: "oidc:", CAFile: is.CAFile}},
 		NATSListen:    "127.0.0.1:0",
 		Authz:         authz.Config{PlatformAdmins: []string{"admin", xss}},
 		ClusterImport: clusterimport.Config{PlaintextCredentials: true},
@@ -81,6 +86,9 @@ func consoleFleet(t *testing.T) *rawClient {
 		t.Fatal("fleetd not ready")
 	}
 	api := &rawClient{base: "http://" + inst.Addr}
+	// The console's redirect URI is its /ui/ at fleetd's origin (no --console-oidc-redirect-url).
+	is.AddClient(consoleClientID, oidctest.Client{RedirectURIs: []string{api.base + "/ui/"}, Origins: []string{api.base}})
+	is.SetLogin(t, map[string]any{"sub": "erin", "groups": []string{"team-a-viewers"}})
 	for _, c := range [][2]string{
 		{"/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"prod-eu","labels":{"env":"prod","region":"eu"}}`},
 		{"/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"dev-us","labels":{"env":"dev"},"taints":[{"key":"maintenance","value":"yes","effect":"TAINT_EFFECT_NO_SELECT"}]}`},
@@ -91,6 +99,7 @@ func consoleFleet(t *testing.T) *rawClient {
 		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"dev-us","namespace":"web"}`},
 		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-b","cluster":"prod-eu","namespace":"shop"}`},
 		{"/fleetstream.rbac.v1.RBACService/BindProjectRole", `{"project":"team-a","subject":{"kind":"SUBJECT_KIND_USER","name":"viewer"},"roleTemplate":"project-viewer"}`},
+		{"/fleetstream.rbac.v1.RBACService/BindProjectRole", `{"project":"team-a","subject":{"kind":"SUBJECT_KIND_GROUP","name":"oidc:team-a-viewers"},"roleTemplate":"project-viewer"}`},
 		// team-a may place on the production set (prod-eu, not dev-us); web tolerates every
 		// taint (the clusters' agents never connect), so prod-eu is selected and dev-us is not,
 		// for not being in a bound set.
@@ -270,7 +279,8 @@ const contrastJS = `(() => {
 // accessibility basics, asset size and time to interactive.
 func TestConsoleInABrowser(t *testing.T) {
 	exe := chromium(t)
-	api := consoleFleet(t)
+	is := oidctest.New(t)
+	api := consoleFleet(t, is)
 	base := api.base
 
 	// Asset size: everything the page can load, gzip'd as a server or proxy would send it.
@@ -294,12 +304,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
-	if got := res.Header.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy {
-		t.Fatalf("fleetd's /ui/ CSP %q", got)
+	// The page may post to the issuer's token endpoint, and to nothing else off its origin.
+	if got, want := res.Header.Get("Content-Security-Policy"), console.CSP(is.URL()); got != want {
+		t.Fatalf("fleetd's /ui/ CSP %q, want %q", got, want)
 	}
 
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(exe),
-		chromedp.WindowSize(1280, 800), chromedp.NoSandbox /* root in CI and containers */)
+		chromedp.WindowSize(1280, 800), chromedp.NoSandbox, /* root in CI and containers */
+		chromedp.IgnoreCertErrors /* the test issuer's self-signed certificate */)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
@@ -515,6 +527,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		b.noErrors(t, "viewer")
 	})
+
+	t.Run("oidc sign-in", func(t *testing.T) { consoleOIDCSignIn(t, b, api, is) })
 
 	t.Run("a token refused mid-session ends it", func(t *testing.T) {
 		// As when a token expires or is taken out of the token file while the tab is open.
