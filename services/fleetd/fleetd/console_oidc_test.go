@@ -1,7 +1,9 @@
 package fleetd_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -23,8 +25,11 @@ const consoleClientID = "fleetstream-console"
 // send is refused without redeeming its code.
 func consoleOIDCSignIn(t *testing.T, b *browser, api *rawClient, is *oidctest.Issuer) {
 	base := api.base
-	b.run(t, "sign out", b.load(base, "#/fleet"), chromedp.WaitVisible(chromedp.ID("signout")), chromedp.Click(chromedp.ID("signout")),
-		chromedp.WaitVisible(chromedp.ID("signin-oidc")))
+	// Signed out, whatever ran before.
+	b.run(t, "sign out", chromedp.Navigate(base+"/ui/"), chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Evaluate[*string](`sessionStorage.clear()`)(ctx, tg)
+		return err
+	}), b.load(base, "#/fleet"), chromedp.WaitVisible(chromedp.ID("signin-oidc")))
 	if got, want := b.texts(t, "#signin-oidc"), "Sign in with "+strings.TrimPrefix(is.URL(), "https://"); !slices.Equal(got, []string{want}) {
 		t.Errorf("issuer button %q, want %q", got, want)
 	}
@@ -70,8 +75,15 @@ func consoleOIDCSignIn(t *testing.T, b *browser, api *rawClient, is *oidctest.Is
 
 	t.Run("a forged state is refused", func(t *testing.T) {
 		b.run(t, "sign out", chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("signin-oidc")))
+		// This tab has a sign-in of its own under way (login CSRF: an attacker's link brings
+		// the attacker's code into it), as begin in oidc.js leaves it before leaving for the issuer.
+		pending := fmt.Sprintf(`sessionStorage.setItem("fleetstream.oidc", JSON.stringify({verifier: "v".repeat(43), state: "genuine", nonce: "n",
+			redirectUri: location.origin + "/ui/", clientId: %q, tokenEndpoint: %q}))`, consoleClientID, is.URL()+"/token")
 		redeemed := is.TokenHits.Load()
-		b.run(t, "forged callback", chromedp.Navigate(base+"/ui/?code=stolen&state=forged"), chromedp.WaitVisible(chromedp.ID("signin-error")))
+		b.run(t, "forged callback", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[*string](pending)(ctx, tg)
+			return err
+		}), chromedp.Navigate(base+"/ui/?code=stolen&state=forged"), chromedp.WaitVisible(chromedp.ID("signin-error")))
 		if msg := b.texts(t, "#signin-error"); len(msg) != 1 || !strings.Contains(msg[0], "state") {
 			t.Errorf("sign-in error %q, want the state refused", msg)
 		}
