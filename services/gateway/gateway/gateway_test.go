@@ -28,6 +28,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/server/oidctest"
 	"github.com/fleetstream/fleetstream/services/gateway/gateway"
 )
 
@@ -612,5 +613,49 @@ func TestGatewayServesTheConsole(t *testing.T) {
 	res, apiBody := postJSON(t, f.gw+clusterv1connect.ClusterServiceListClustersProcedure, adminToken, nil, strings.NewReader("{}"))
 	if res.StatusCode != http.StatusOK {
 		t.Errorf("the console's ListClusters through the gateway: HTTP %d %s", res.StatusCode, apiBody)
+	}
+}
+
+// The gateway offers the console's OIDC sign-in like fleetd: /ui/config.json names the issuer's
+// endpoints (discovered by the gateway with --oidc-ca-file), its --console-oidc-* settings, and
+// the page's CSP lets it post to the issuer's token endpoint.
+func TestGatewayConsoleOIDCConfig(t *testing.T) {
+	is := oidctest.New(t)
+	gs, err := server.New(server.Config{OIDC: server.OIDCConfig{IssuerURL: is.URL(), ClientID: "fleetstream", CAFile: is.CAFile}}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(gateway.Config{
+		Routes:  map[string]string{"fleetstream.cluster.v1.ClusterService": "http://127.0.0.1:1"},
+		Console: console.Config{OIDCClientID: "fleetstream-console", OIDCRedirectURL: "https://fleet.example.com/ui/", OIDCScopes: "groups"},
+	}, gs.Authenticator(), gs.Registry(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Mount(gs)
+	base, _ := serve(t, gs)
+	res, err := http.Get(base + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if got, want := res.Header.Get("Content-Security-Policy"), console.CSP(is.URL()); got != want {
+		t.Errorf("CSP %q, want %q", got, want)
+	}
+	res, err = http.Get(base + "/ui/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var got struct {
+		OIDC map[string]string `json:"oidc"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"issuer": is.URL(), "clientId": "fleetstream-console", "authorizationEndpoint": is.URL() + "/auth",
+		"tokenEndpoint": is.URL() + "/token", "redirectUri": "https://fleet.example.com/ui/", "scope": "openid groups"}
+	if fmt.Sprint(got.OIDC) != fmt.Sprint(want) {
+		t.Errorf("config.json oidc %v, want %v", got.OIDC, want)
 	}
 }
