@@ -63,6 +63,7 @@ func consoleOIDCSignIn(t *testing.T, b *browser, api *rawClient, is *oidctest.Is
 	for _, c := range clusters.Clusters {
 		want = append(want, c.Name)
 	}
+	t.Logf("clusters ListClusters gives erin's ID token: %q", want)
 	if got := b.texts(t, "#clusters tbody th"); !slices.Equal(got, want) {
 		t.Errorf("Fleet page rows %q, want the API's for the same token %q", got, want)
 	}
