@@ -133,7 +133,9 @@ func (is *Issuer) AddClient(id string, c Client) {
 
 // SetLogin makes the authorization endpoint sign in the user with these claims (sub and any
 // others, such as groups) without asking anything; the ID tokens of the codes it issues are
-// signed with a key of its own, published in the JWKS.
+// signed with a key of its own, published in the JWKS. A nonce among the claims replaces the
+// authorization request's (an ID token of another sign-in); nil claims make the authorization
+// endpoint answer access_denied.
 func (is *Issuer) SetLogin(t testing.TB, claims map[string]any) {
 	t.Helper()
 	is.mu.Lock()
@@ -233,7 +235,7 @@ func (is *Issuer) token(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	claims["iss"], claims["aud"], claims["iat"], claims["exp"] = is.URL(), g.clientID, now.Unix(), now.Add(time.Hour).Unix()
-	if g.nonce != "" {
+	if _, forced := login["nonce"]; !forced && g.nonce != "" {
 		claims["nonce"] = g.nonce
 	}
 	idToken, err := signJWT(jose.RS256, signer, "login", claims)

@@ -18,6 +18,9 @@ import (
 // consoleClientID is the console's OIDC client at the test issuer, and fleetd's --oidc-client-id.
 const consoleClientID = "fleetstream-console"
 
+// erin is who the test issuer signs in: a member of the group that views team-a.
+var erin = map[string]any{"sub": "erin", "groups": []string{"team-a-viewers"}}
+
 // consoleOIDCSignIn signs in with the test issuer through the browser (authorization code with
 // PKCE, the issuer approving erin at once): the Fleet page shows what the API gives erin's ID
 // token, the Projects page only team-a (erin's group views it), and neither the code nor the
@@ -73,6 +76,34 @@ func consoleOIDCSignIn(t *testing.T, b *browser, api *rawClient, is *oidctest.Is
 		t.Errorf("erin's projects %q, want team-a only", got)
 	}
 	b.noErrors(t, "oidc sign-in")
+
+	t.Run("the issuer's refusal and another sign-in's ID token are refused", func(t *testing.T) {
+		defer is.SetLogin(t, erin)
+		for _, tc := range []struct {
+			login map[string]any
+			want  string
+		}{
+			{login: nil, want: "the identity provider refused: access_denied"},
+			{login: map[string]any{"sub": "erin", "groups": []string{"team-a-viewers"}, "nonce": "another-sign-in"}, want: "nonce mismatch"},
+		} {
+			is.SetLogin(t, tc.login)
+			b.run(t, "sign out", chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("signin-oidc")))
+			b.run(t, "sign in with the issuer", chromedp.Click(chromedp.ID("signin-oidc")), chromedp.WaitVisible(chromedp.ID("signin-error")))
+			if msg := b.texts(t, "#signin-error"); len(msg) != 1 || !strings.Contains(msg[0], tc.want) {
+				t.Errorf("sign-in error %q, want %q", msg, tc.want)
+			}
+			if keys := eval[[]string](t, b, `Object.keys(sessionStorage)`); len(keys) != 0 {
+				t.Errorf("session storage after a refused sign-in: %q", keys)
+			}
+			if loc := eval[string](t, b, `location.href`); loc != base+"/ui/" {
+				t.Errorf("address after a refused sign-in %q", loc)
+			}
+			// Signed in again for the next case's sign-out.
+			b.signIn(t, "token-viewer")
+			b.waitPage(t, "fleet")
+		}
+		b.noErrors(t, "refused sign-ins")
+	})
 
 	t.Run("a forged state is refused", func(t *testing.T) {
 		b.run(t, "sign out", chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("signin-oidc")))

@@ -88,7 +88,7 @@ func consoleFleet(t *testing.T, is *oidctest.Issuer) *rawClient {
 	api := &rawClient{base: "http://" + inst.Addr}
 	// The console's redirect URI is its /ui/ at fleetd's origin (no --console-oidc-redirect-url).
 	is.AddClient(consoleClientID, oidctest.Client{RedirectURIs: []string{api.base + "/ui/"}, Origins: []string{api.base}})
-	is.SetLogin(t, map[string]any{"sub": "erin", "groups": []string{"team-a-viewers"}})
+	is.SetLogin(t, erin)
 	for _, c := range [][2]string{
 		{"/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"prod-eu","labels":{"env":"prod","region":"eu"}}`},
 		{"/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"dev-us","labels":{"env":"dev"},"taints":[{"key":"maintenance","value":"yes","effect":"TAINT_EFFECT_NO_SELECT"}]}`},
