@@ -165,6 +165,15 @@ backup-scale: ## time and size of fleetctl admin backup / restore on a store of 
 	cd pkg && BACKUP_EVENTS=$(BACKUP_EVENTS) $(GO) test -count=1 -run '^TestBackupScale$$' -v -timeout 30m ./backup \
 		| grep -e 'scale_test' -e '^--- ' -e '^ok' -e FAIL
 
+# `make upgrade-fixture`: record the fixture TestUpgradeFromRecordedFixture restores into every
+# later version (docs/operations.md, "Upgrades"): at each release, from the release's commit;
+# commit the new directory and keep the previous one. About 10 s.
+UPGRADE_FIXTURE ?= $(shell date -u +%F)-$(VERSION)
+.PHONY: upgrade-fixture
+upgrade-fixture: ## record services/fleetd/fleetd/testdata/upgrade/$(UPGRADE_FIXTURE) (at each release)
+	cd services/fleetd && UPGRADE_FIXTURE_COMMIT=$$(git rev-parse HEAD) $(GO) test -count=1 -ldflags='$(VERSION_LDFLAG)' \
+		-run '^TestRecordUpgradeFixture$$' ./fleetd -record-upgrade-fixture=$(UPGRADE_FIXTURE)
+
 # `make bench-gateway`: the latency the gateway process adds to a Connect unary call against
 # what haproxy adds on the same path (docs/benchmarks.md, "Gateway"); ~10 s a run. haproxy is
 # the baseline: installed with apt-get when missing and possible (root), else the benchmark
