@@ -485,8 +485,8 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 		Source: &clusterv1.ImportSource{Cluster: "mgmt", Group: "cluster.x-k8s.io", Resource: "clusters"},
 		References: []*clusterv1.ImportReference{{Key: "kubeconfig", Version: "v1", Resource: "secrets",
 			NamespaceTemplate: "{{ .source.metadata.namespace }}", NameTemplate: "{{ .source.metadata.name }}-kubeconfig"}},
-		NameTemplate: "{{ .source.metadata.name }}",
-		Template:     "labels:\n  provider: capi\ncredentials:\n  kubeconfig: \"{{ .references.kubeconfig.data.value }}\"\n",
+		NameTemplate:      "{{ .source.metadata.name }}",
+		Template:          "labels:\n  provider: capi\ncredentials:\n  kubeconfig: \"{{ .references.kubeconfig.data.value }}\"\n",
 		CreationCondition: `{{ range .source.status.conditions }}{{ if and (eq .type "Ready") (eq .status "True") }}true{{ end }}{{ end }}`,
 	}
 	_, err = policies.CreateImportPolicy(ctx, connect.NewRequest(&clusterv1.CreateImportPolicyRequest{Policy: policy}))
