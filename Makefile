@@ -167,7 +167,7 @@ backup-scale: ## time and size of fleetctl admin backup / restore on a store of 
 
 # `make upgrade-fixture`: record the fixture TestUpgradeFromRecordedFixture restores into every
 # later version (docs/operations.md, "Upgrades"): at each release, from the release's commit;
-# commit the new directory and keep the previous one. About 10 s.
+# commit the new directory and keep the previous one. About 30 s (starts a kube-apiserver).
 UPGRADE_FIXTURE ?= $(shell date -u +%F)-$(VERSION)
 .PHONY: upgrade-fixture
 upgrade-fixture: ## record services/fleetd/fleetd/testdata/upgrade/$(UPGRADE_FIXTURE) (at each release)

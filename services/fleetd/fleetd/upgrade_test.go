@@ -25,11 +25,13 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fleetstream/fleetstream/pkg/backup"
-	"github.com/fleetstream/fleetstream/pkg/events"
-	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	auditv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -49,6 +51,8 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/version"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
@@ -86,6 +90,9 @@ type upgradeFixture struct {
 	SealedClusters int `json:"sealedClusters"`
 	// EventTypes are the envelope types in the fixture's domain streams, with their counts.
 	EventTypes map[string]int `json:"eventTypes"`
+
+	// finish, while recording, stops what the history started (the agent).
+	finish func()
 }
 
 // Records a new upgrade fixture; skipped unless -record-upgrade-fixture names it.
@@ -358,26 +365,47 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 	_, err = clusters.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: "gone"}))
 	must("deregister gone", nil, err)
 
-	// eu-1's agent connects with its token, heartbeats with its resources, and goes silent.
+	// eu-1's agent, the real one against a real kube-apiserver, connects with its token: it
+	// heartbeats, reports its node's resources, its namespaces and an EndpointSlice, and applies
+	// what is bound to eu-1 (the bindings' status and the applied objects are in the fixture).
+	// finish stops it once the history is written: the agent is then lost.
+	kube := testkit.StartKube(t)
+	node, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{})
+	must("create node", nil, err)
+	node.Status = corev1.NodeStatus{
+		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7500m"), corev1.ResourceMemory: resource.MustParse("30Gi")},
+		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
+	}
+	_, err = kube.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	must("node status", nil, err)
 	anc, err := connectAgent(inst, "eu-1", fx.AgentTokens["eu-1"], make(chan error, 1))
 	must("connect eu-1's agent", nil, err)
 	ajs, err := jetstream.New(anc)
 	must("agent jetstream", nil, err)
-	_, err = events.NewStore(ajs, "agent").Append(ctx, subjects.AgentHeartbeat("eu-1"), "eu-1", events.Any, &agentv1.Heartbeat{
-		ClusterName: "eu-1", AgentVersion: "v0.0.0-fixture", KubernetesVersion: "v1.34.4", Time: timestamppb.Now(), SessionId: "fixture-session",
-		Resources: &agentv1.ClusterResources{Allocatable: map[string]string{"cpu": "8", "memory": "32Gi"},
-			Capacity: map[string]string{"cpu": "8", "memory": "32Gi"}, NodeCount: 2}})
-	must("eu-1's heartbeat", nil, err)
-	// Its report of service web/api: the endpoints the weights below are set on.
-	slice := &endpointv1.EndpointSliceReport{ClusterName: "eu-1", Namespace: "web", Service: "api", Slice: "api-eu-1", AddressType: "IPv4",
-		SessionId: "fixture-session", Generation: 1, Ports: []*endpointv1.EndpointPort{{Name: "http", Port: 8080, Protocol: "TCP"}}}
-	for _, ip := range []string{"10.0.2.1", "10.0.2.2"} {
-		slice.Endpoints = append(slice.Endpoints, &endpointv1.Endpoint{Addresses: []string{ip}, Ready: true, Serving: true, Zone: "eu-1a",
-			Target: &endpointv1.TargetRef{Kind: "Pod", Namespace: "web", Name: "api-" + ip, Uid: "uid-" + ip}})
+	a, err := member.New(member.Config{ClusterName: "eu-1", HeartbeatInterval: 300 * time.Millisecond, Version: "v0.0.0-fixture",
+		EndpointSlices: &endpointslices.Filter{Kind: "all"}}, ajs, kube.Config, testkit.Logger(t).Named("agent"))
+	must("eu-1's agent", nil, err)
+	actx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- a.Run(actx) }()
+	fx.finish = func() {
+		stopAgent()
+		if err := <-agentDone; err != nil {
+			t.Errorf("eu-1's agent: %v", err)
+		}
+		anc.Close()
 	}
-	_, err = events.NewStore(ajs, "agent").Append(ctx, subjects.AgentEndpointSlice("eu-1", "web", slice.Slice), "eu-1", events.Any, slice)
-	must("eu-1's endpoint slice", nil, err)
-	anc.Close()
+	testkit.Eventually(t, 30*time.Second, func() error {
+		res, err := clusters.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "eu-1"}))
+		if err != nil {
+			return err
+		}
+		if len(res.Msg.Cluster.Taints) > 0 || res.Msg.Cluster.GetStatus().GetResources().GetNodeCount() != 1 {
+			return fmt.Errorf("eu-1's agent not heard yet: %v %v", res.Msg.Cluster.Taints, res.Msg.Cluster.GetStatus())
+		}
+		return nil
+	})
 
 	// Projects, budgets, namespaces (a quota change, an unbind), one deleted.
 	for _, p := range []string{"team-a", "team-b", "scratch"} {
@@ -508,7 +536,22 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 	_, err = subscribers.DeleteSubscriber(ctx, connect.NewRequest(&clusterv1.DeleteSubscriberRequest{Name: "old-export"}))
 	must("delete subscriber old-export", nil, err)
 	delete(fx.SubscriberTokens, "old-export")
-	testkit.Eventually(t, 10*time.Second, func() error {
+	// Service web/api on eu-1, where the agent created namespace web.
+	testkit.Eventually(t, 30*time.Second, func() error {
+		_, err := kube.Client.CoreV1().Namespaces().Get(ctx, "web", metav1.GetOptions{})
+		return err
+	})
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "api-abcde", Namespace: "web",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "api"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptrTo("http"), Port: ptrTo[int32](8080), Protocol: ptrTo(corev1.ProtocolTCP)}}}
+	for _, ip := range []string{"10.0.2.1", "10.0.2.2"} {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Zone: ptrTo("eu-1a"),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true), Serving: ptrTo(true)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "web", Name: "api-" + ip, UID: types.UID("uid-" + ip)}})
+	}
+	_, err = kube.Client.DiscoveryV1().EndpointSlices("web").Create(ctx, slice, metav1.CreateOptions{})
+	must("create EndpointSlice web/api-abcde on eu-1", nil, err)
+	testkit.Eventually(t, 30*time.Second, func() error {
 		_, err := endpoints.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{Namespace: "web", Name: "api", Ip: "10.0.2.1", Weight: 40}))
 		return err
 	})
@@ -518,8 +561,28 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 	must("clear endpoint weight", nil, err)
 	_, err = endpoints.SetClusterWeight(ctx, connect.NewRequest(&endpointv1.SetClusterWeightRequest{Namespace: "web", Name: "api", Cluster: "eu-1", Weight: 1000}))
 	must("cluster weight", nil, err)
+
+	// The agent has applied what is bound to eu-1 (and deleted the unbound namespace), then
+	// goes away.
+	testkit.Eventually(t, 60*time.Second, func() error {
+		for _, p := range []string{"team-a", "team-b"} {
+			res, err := projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: p, Cluster: "eu-1"}))
+			if err != nil {
+				return err
+			}
+			for _, b := range res.Msg.Bindings {
+				if b.Phase != projectv1.BindingPhase_BINDING_PHASE_AVAILABLE {
+					return fmt.Errorf("binding %s/%s/%s is %v", p, b.Cluster, b.Namespace, b.Phase)
+				}
+			}
+		}
+		return nil
+	})
+	fx.finish()
 	return fx
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // waitSettled waits until what the scenario set off has happened: eu-1's agent lost after its
 // heartbeat, every view caught up, the audit index holding every event, and the hub quiet (two
