@@ -176,19 +176,38 @@ func TestUpgradeFromRecordedFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := 0
+	covered := map[string]bool{}
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
 		found++
-		t.Run(e.Name(), func(t *testing.T) { checkUpgradeFixture(t, filepath.Join(upgradeFixtures, e.Name())) })
+		t.Run(e.Name(), func(t *testing.T) {
+			for typ := range checkUpgradeFixture(t, filepath.Join(upgradeFixtures, e.Name())).EventTypes {
+				covered[typ] = true
+			}
+		})
 	}
 	if found == 0 {
 		t.Fatalf("no fixture in %s: record one (make upgrade-fixture)", upgradeFixtures)
 	}
+	// For whoever records the next fixture: the catalogue's event types no fixture holds (new
+	// ones cannot be in an older version's fixture; others may want a line in the history).
+	catalogue, err := os.ReadFile("../../../docs/events.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, line := range strings.Split(string(catalogue), "\n") {
+		if typ, ok := strings.CutPrefix(line, "### "); ok && strings.HasPrefix(typ, "fleetstream.") && !covered[typ] {
+			missing = append(missing, typ)
+		}
+	}
+	t.Logf("types of docs/events.md (events, and messages they embed) in no fixture: %v", missing)
 }
 
-func checkUpgradeFixture(t *testing.T, fixture string) {
+// checkUpgradeFixture checks one fixture and returns its fixture.json.
+func checkUpgradeFixture(t *testing.T, fixture string) upgradeFixture {
 	ctx := testkit.Context(t, 2*time.Minute)
 	var fx upgradeFixture
 	readJSON(t, filepath.Join(fixture, "fixture.json"), &fx)
@@ -303,6 +322,7 @@ func checkUpgradeFixture(t *testing.T, fixture string) {
 	if rot.Report.Total() != fx.SealedClusters {
 		t.Errorf("resealed %d clusters' credentials, the fixture has %d", rot.Report.Total(), fx.SealedClusters)
 	}
+	return fx
 }
 
 // recordUpgradeScenario is the fixture's history: every kind of write the API offers on fleetd,
@@ -506,6 +526,12 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 	_, err = projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Namespace: "shop", Placement: "eu-web",
 		Hard: map[string]string{"pods": "30", "requests.cpu": "3"}}))
 	must("bind shop to placement eu-web", nil, err)
+	_, err = projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Namespace: "cache", Placement: "everywhere",
+		Hard: map[string]string{"pods": "5", "requests.cpu": "1"}}))
+	must("bind cache to placement everywhere", nil, err)
+	_, err = projects.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-a", Namespace: "cache", Placement: "everywhere",
+		Policy: projectv1.UnbindPolicy_UNBIND_POLICY_DELETE}))
+	must("unbind cache from placement everywhere", nil, err)
 
 	// An import policy (updated), a subscriber kept and one deleted, endpoint and cluster weights.
 	policy := &clusterv1.ImportPolicy{
