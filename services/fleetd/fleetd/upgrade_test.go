@@ -50,6 +50,7 @@ import (
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/sealed"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -311,14 +312,30 @@ func checkUpgradeFixture(t *testing.T, fixture string) upgradeFixture {
 		if len(rb.Msg.Bindings) != 1 {
 			return fmt.Errorf("dana's bindings in team-a: %v", rb.Msg.Bindings)
 		}
+		c, err := clusters.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "eu-1"}))
+		if err != nil {
+			return err
+		}
+		if c.Msg.Cluster.Labels["upgraded"] != "yes" {
+			return fmt.Errorf("eu-1's labels %v", c.Msg.Cluster.Labels)
+		}
 		return nil
 	})
 	testkit.WaitProjected(t, inst.JS, upgradeProjections()...)
 	verifyViews(t, ctx, inst, "after new writes")
 	inst.Stop()
 
-	// The sealed credentials open with the fixture's key: a rotation must open every one to
-	// reseal it.
+	// The sealed credentials open with the fixture's key, and not with another: a rotation must
+	// open every one to reseal it.
+	other := filepath.Join(t.TempDir(), "other.key")
+	if _, err := sealed.CreateKeyFile(other, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleetd.RotateCredentialsKey(ctx, fleetd.RotateConfig{DataDir: cfg.DataDir, KeyFile: other}, testkit.Logger(t)); err == nil {
+		t.Error("the fixture's sealed credentials opened with a key that is not the fixture's")
+	} else {
+		t.Logf("with another key: %v", err)
+	}
 	rot, err := fleetd.RotateCredentialsKey(ctx, fleetd.RotateConfig{DataDir: cfg.DataDir, KeyFile: copyFile(t, cfg.CredentialsKeyFile), NewKey: true}, testkit.Logger(t))
 	if err != nil {
 		t.Fatalf("open the fixture's sealed credentials with its key: %v", err)
