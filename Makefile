@@ -258,12 +258,13 @@ kubectl: ## build the pinned kubectl into ./bin (for make demo; a few minutes th
 	fi
 
 .PHONY: generate
-generate: tools ## buf lint, then regenerate pkg/gen, docs/events.md and docs/schemas (manifest JSON Schemas) from proto/, and docs/metrics.md from the registered collectors (commit the result)
+generate: tools ## buf lint, then regenerate pkg/gen, docs/events.md and docs/schemas (manifest JSON Schemas) and the kube bridge's fleetstream.io CRDs from proto/, and docs/metrics.md from the registered collectors (commit the result)
 	PATH=$(BIN):$$PATH $(BIN)/buf lint
 	PATH=$(BIN):$$PATH $(BIN)/buf generate
 	@$(MAKE) event-catalogue OUT=docs/events.md
 	@$(MAKE) metric-catalogue METRICS_OUT=$(CURDIR)/docs/metrics.md
 	$(GO) run github.com/fleetstream/fleetstream/services/fleetctl schema --out-dir docs/schemas
+	$(GO) run github.com/fleetstream/fleetstream/services/fleetctl schema --crd-dir services/kube-bridge/crds
 
 # The event catalogue is rendered from the protos' descriptors, comments included.
 OUT ?= docs/events.md

@@ -23,3 +23,20 @@ func TestSchemaFilesUpToDate(t *testing.T) {
 		}
 	}
 }
+
+// TestCRDFilesUpToDate: the kube bridge's CRDs (services/kube-bridge/crds, which it embeds and
+// installs) are what `fleetctl schema --crd-dir` writes now: one schema source for manifests and
+// custom resources.
+func TestCRDFilesUpToDate(t *testing.T) {
+	dir := "../../kube-bridge/crds"
+	for _, name := range manifest.CRDKinds {
+		file, want, err := crdYAML(manifest.KindNamed(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("services/kube-bridge/crds/%s is stale or missing (%v): run make generate", file, err)
+		}
+	}
+}

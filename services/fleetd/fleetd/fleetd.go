@@ -303,6 +303,11 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		}
 	}
 	if cfg.KubeBridge.Enabled() {
+		if cfg.KubeBridge.APIURL == "" {
+			// The bridge writes into Fleetstream through the API as any client does, with
+			// its own (limited) identity: here, fleetd's own listener.
+			cfg.KubeBridge.APIURL = "http://" + inst.Addr
+		}
 		if inst.KubeBridge, err = startKubeBridge(ctx, g, ns, srv, cfg.KubeBridge, bridgeToken, log); err != nil {
 			return fail(err)
 		}

@@ -23,6 +23,22 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // the hub serves it. A CRD that exists (installed by OCM, say, or an admin) is left as it is:
 // the bridge writes only fields both the upstream schema and any later one have.
 func (b *Bridge) installCRDs(ctx context.Context) error {
+	if b.in != nil {
+		// The bridge's own CRDs are applied as they are in this binary: an upgrade brings
+		// their schema along.
+		for _, doc := range crds.Fleetstream() {
+			crd := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &crd.Object); err != nil {
+				return fmt.Errorf("decode CRD: %w", err)
+			}
+			if _, err := b.dyn.Resource(crdGVR).Apply(ctx, crd.GetName(), crd, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+				return fmt.Errorf("apply CRD %s: %w", crd.GetName(), err)
+			}
+			if err := b.waitEstablished(ctx, crd.GetName()); err != nil {
+				return err
+			}
+		}
+	}
 	for _, doc := range crds.All() {
 		crd := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &crd.Object); err != nil {

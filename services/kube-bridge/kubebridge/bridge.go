@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ocmv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
 
+	"github.com/fleetstream/fleetstream/pkg/daemon"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
@@ -78,6 +79,11 @@ type Bridge struct {
 
 	profiles   *reconcile.Controller
 	placements *reconcile.Controller
+
+	// The write side: fleetstream.io custom resources into Fleetstream; nil without an API
+	// token (Config.APITokenFile).
+	in      *inbound
+	inbound *reconcile.Controller
 
 	// applies counts server-side applies made (tests: an idle resync makes none).
 	applies atomic.Int64
@@ -142,10 +148,44 @@ func New(cfg Config, js jetstream.JetStream, rc *rest.Config, log *zap.Logger) (
 	if err := b.namespaceInformer.AddIndexers(cache.Indexers{byProject: projectIndex}); err != nil {
 		return nil, fmt.Errorf("kube bridge: %w", err)
 	}
+	var customs dynamicinformer.DynamicSharedInformerFactory
+	if cfg.APITokenFile != "" {
+		token, err := daemon.ReadSecretFile(cfg.APITokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("kube bridge: --kube-bridge-api-token-file: %w", err)
+		}
+		var admin string
+		if cfg.ProjectsTokenFile != "" {
+			if admin, err = daemon.ReadSecretFile(cfg.ProjectsTokenFile); err != nil {
+				return nil, fmt.Errorf("kube bridge: --kube-bridge-projects-token-file: %w", err)
+			}
+		}
+		b.in = newInbound(cfg.APIURL, token, admin)
+		customs = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+		for _, k := range []struct {
+			name string
+			gvr  schema.GroupVersionResource
+		}{{"Project", ProjectGVR}, {"NamespaceBinding", NamespaceBindingGVR}, {"ProjectRoleBinding", ProjectRoleBindingGVR}} {
+			// The dynamic informer indexes by namespace already (cache.NamespaceIndex).
+			ik := &inboundKind{name: k.name, gvr: k.gvr, inf: customs.ForResource(k.gvr).Informer()}
+			b.in.kinds = append(b.in.kinds, ik)
+		}
+		b.inbound = reconcile.New(reconcile.Config{Name: "kube-bridge-inbound", Keys: b.inboundKeys, Resync: cfg.Resync,
+			Workers: cfg.Workers, MaxDelay: time.Minute, Timeout: time.Minute, Log: log}, reconcile.Func(b.reconcileInbound))
+		for _, k := range b.in.kinds {
+			name := k.name
+			if _, err := k.inf.AddEventHandler(handler(func(obj any) { b.inbound.Add(inboundKey(name, obj)) })); err != nil {
+				return nil, fmt.Errorf("kube bridge: %w", err)
+			}
+		}
+	}
 	b.startInformers = func(stop <-chan struct{}) {
 		profiles.Start(stop)
 		decisions.Start(stop)
 		namespaces.Start(stop)
+		if customs != nil {
+			customs.Start(stop)
+		}
 	}
 
 	b.profiles = reconcile.New(reconcile.Config{Name: "kube-bridge-clusterprofiles", Keys: b.profileKeys, Resync: cfg.Resync,
@@ -169,6 +209,7 @@ func New(cfg Config, js jetstream.JetStream, rc *rest.Config, log *zap.Logger) (
 		if p := labelOf(obj, LabelProject); p != "" {
 			b.queueProject(p)
 		}
+		b.queueNamespace(objectName(obj))
 	})); err != nil {
 		return nil, fmt.Errorf("kube bridge: %w", err)
 	}
@@ -183,9 +224,13 @@ func (b *Bridge) Mount(srv *server.Server) {
 	}
 }
 
-// Collectors are the bridge's metrics: its two queues' and its refusals.
+// Collectors are the bridge's metrics: its queues' and its refusals.
 func (b *Bridge) Collectors() []prometheus.Collector {
-	return append(append(b.profiles.Collectors(), b.placements.Collectors()...), b.leftOut, b.foreign)
+	out := append(append(b.profiles.Collectors(), b.placements.Collectors()...), b.leftOut, b.foreign)
+	if b.inbound != nil {
+		out = append(out, b.inbound.Collectors()...)
+	}
+	return out
 }
 
 // Ready is closed once the bridge has installed its CRDs, mirrors the views and the hub, and
@@ -194,7 +239,11 @@ func (b *Bridge) Ready() <-chan struct{} { return b.ready }
 
 // Sync reconciles every key of both kinds against the views and the hub as they are now (tests).
 func (b *Bridge) Sync(ctx context.Context) error {
-	return errors.Join(b.profiles.Sync(ctx), b.placements.Sync(ctx))
+	var in error
+	if b.inbound != nil {
+		in = b.inbound.Sync(ctx)
+	}
+	return errors.Join(b.profiles.Sync(ctx), b.placements.Sync(ctx), in)
 }
 
 // Run publishes until ctx ends. A hub that cannot be reached is retried (with backoff, the
@@ -234,8 +283,17 @@ func (b *Bridge) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		if !cache.WaitForCacheSync(ctx.Done(), b.profileInformer.HasSynced, b.decisionInformer.HasSynced, b.namespaceInformer.HasSynced) {
+		synced := []cache.InformerSynced{b.profileInformer.HasSynced, b.decisionInformer.HasSynced, b.namespaceInformer.HasSynced}
+		if b.in != nil {
+			for _, k := range b.in.kinds {
+				synced = append(synced, k.inf.HasSynced)
+			}
+		}
+		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 			return nil
+		}
+		if b.inbound != nil {
+			g.Go(func() error { return b.inbound.Run(ctx) })
 		}
 		g.Go(func() error {
 			return b.profiles.Run(ctx, reconcile.Watch(b.clusters, func(u view.Update[*clusterv1.Cluster]) []string {
@@ -349,7 +407,11 @@ func handler(queue func(obj any)) cache.ResourceEventHandler {
 
 // stored returns the object of the informer's store at namespace/name.
 func stored(inf cache.SharedIndexInformer, namespace, name string) *unstructured.Unstructured {
-	obj, ok, err := inf.GetStore().GetByKey(namespace + "/" + name)
+	key := name // a cluster-scoped object's
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	obj, ok, err := inf.GetStore().GetByKey(key)
 	if err != nil || !ok {
 		return nil
 	}

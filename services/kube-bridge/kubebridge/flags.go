@@ -26,6 +26,17 @@ type Config struct {
 	Resync time.Duration
 	// Workers reconcile concurrently, per kind (default 2).
 	Workers int
+	// APIURL is the base URL of Fleetstream's API the bridge writes the fleetstream.io custom
+	// resources through (--kube-bridge-api-url; fleetd: its own listener).
+	APIURL string
+	// APITokenFile holds the bearer token of the bridge's own API user, which acts for the
+	// namespaced kinds (NamespaceBinding, ProjectRoleBinding) and should be project-owner in
+	// the mapped projects only (--kube-bridge-api-token-file). Empty: no write side.
+	APITokenFile string
+	// ProjectsTokenFile holds the token of a platform admin, used for the cluster-scoped
+	// Project kind only, which hub RBAC restricts to hub admins (--kube-bridge-projects-token-file).
+	// Empty: Project objects are not reconciled (status NotConfigured).
+	ProjectsTokenFile string
 }
 
 // DefaultNamespace holds the ClusterProfiles unless --kube-bridge-namespace says otherwise.
@@ -37,6 +48,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kube-bridge-kubeconfig", "", "kubeconfig file of the hub Kubernetes API server the kube bridge publishes the fleet to (ClusterProfiles, PlacementDecisions; docs/kubernetes.md); empty: no bridge")
 	fs.StringVar(&c.Namespace, "kube-bridge-namespace", DefaultNamespace, "hub namespace of the kube bridge's ClusterProfiles, created if missing")
 	fs.DurationVar(&c.Resync, "kube-bridge-resync", 0, "how often the kube bridge looks at every object again (default 10m)")
+	fs.StringVar(&c.APIURL, "kube-bridge-api-url", "", "base URL of Fleetstream's API the kube bridge writes fleetstream.io objects of the hub through (fleetd: its own listener)")
+	fs.StringVar(&c.APITokenFile, "kube-bridge-api-token-file", "", "file with the API token of the kube bridge's own user, project-owner in the mapped projects only, for NamespaceBindings and ProjectRoleBindings of the hub; empty: the bridge writes nothing into Fleetstream")
+	fs.StringVar(&c.ProjectsTokenFile, "kube-bridge-projects-token-file", "", "file with a platform admin's API token, used for the hub's cluster-scoped Project objects only; empty: they are not reconciled")
 }
 
 // Enabled reports whether a hub kubeconfig was given.
@@ -50,7 +64,11 @@ func (c *Config) Validate() error {
 			ns = errors.Join(ns, fmt.Errorf("--kube-bridge-namespace %q: %s", c.Namespace, msg))
 		}
 	}
-	return errors.Join(ns,
+	var api error
+	if c.ProjectsTokenFile != "" && c.APITokenFile == "" {
+		api = errors.New("--kube-bridge-projects-token-file needs --kube-bridge-api-token-file")
+	}
+	return errors.Join(ns, api,
 		flagcheck.NotNegative("kube-bridge-resync", c.Resync),
 	)
 }

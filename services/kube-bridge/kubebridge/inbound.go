@@ -1,0 +1,467 @@
+package kubebridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protojson"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+)
+
+// The fleetstream.io custom resources the bridge reconciles into Fleetstream (the write side):
+// their CRDs are generated from fleetctl apply's manifest schemas (services/kube-bridge/crds).
+var (
+	ProjectGVR            = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "projects"}
+	NamespaceBindingGVR   = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "namespacebindings"}
+	ProjectRoleBindingGVR = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "projectrolebindings"}
+)
+
+// Finalizer holds a fleetstream.io object on the hub until the bridge has removed what it made
+// of it in Fleetstream.
+const Finalizer = "fleetstream.io/kube-bridge"
+
+// Ready condition reasons.
+const (
+	ReasonApplied        = "Applied"        // Fleetstream holds what the object declares
+	ReasonForbidden      = "Forbidden"      // the namespace is not mapped to the object's project, or the API refused the bridge's identity
+	ReasonRefused        = "Refused"        // the API refused the object (its message says why); retried when the object or the fleet changes
+	ReasonAPIUnavailable = "APIUnavailable" // the API could not be reached; retried with backoff
+	ReasonNotConfigured  = "NotConfigured"  // a Project without --kube-bridge-projects-token-file
+	ReasonDeleting       = "Deleting"       // deleting in Fleetstream failed; retried
+)
+
+// inboundKind is one fleetstream.io kind the bridge reconciles.
+type inboundKind struct {
+	name string
+	gvr  schema.GroupVersionResource
+	inf  cache.SharedIndexInformer
+}
+
+// inbound are the bridge's write side: the informers of its custom resources and the API
+// clients it acts with.
+type inbound struct {
+	kinds    []*inboundKind
+	projects projectv1connect.ProjectServiceClient // namespaced kinds: the bridge's limited identity
+	rbac     rbacv1connect.RBACServiceClient
+	// admin is the Project kind's client (a platform admin's token), nil without one.
+	admin projectv1connect.ProjectServiceClient
+}
+
+func (in *inbound) kind(name string) *inboundKind {
+	for _, k := range in.kinds {
+		if k.name == name {
+			return k
+		}
+	}
+	return nil
+}
+
+// bearer adds the token to every call.
+func bearer(token string) connect.ClientOption {
+	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}))
+}
+
+func newInbound(url, token, adminToken string) *inbound {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	in := &inbound{
+		projects: projectv1connect.NewProjectServiceClient(hc, url, bearer(token)),
+		rbac:     rbacv1connect.NewRBACServiceClient(hc, url, bearer(token)),
+	}
+	if adminToken != "" {
+		in.admin = projectv1connect.NewProjectServiceClient(hc, url, bearer(adminToken))
+	}
+	return in
+}
+
+// inboundKey is a custom resource's queue key: kind/namespace/name (namespace empty for a
+// Project).
+func inboundKey(kind string, obj any) string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return ""
+	}
+	return kind + "/" + m.GetNamespace() + "/" + m.GetName()
+}
+
+// inboundKeys are every custom resource of the three kinds.
+func (b *Bridge) inboundKeys() []string {
+	var out []string
+	for _, k := range b.in.kinds {
+		for _, obj := range k.inf.GetStore().List() {
+			out = append(out, inboundKey(k.name, obj))
+		}
+	}
+	return out
+}
+
+// queueNamespace queues every custom resource of hub namespace ns (its mapping changed).
+func (b *Bridge) queueNamespace(ns string) {
+	if b.in == nil {
+		return
+	}
+	for _, k := range b.in.kinds {
+		objs, _ := k.inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		for _, o := range objs {
+			b.inbound.Add(inboundKey(k.name, o))
+		}
+	}
+}
+
+// refusal is why the bridge does not act on an object: the Ready condition's reason and
+// message.
+type refusal struct{ reason, message string }
+
+func (r *refusal) Error() string { return r.message }
+
+// reconcileInbound brings Fleetstream in line with one custom resource: what it declares is
+// made through the API (only in the project its hub namespace is mapped to), its Ready
+// condition says how that went, and a deleted one has its Fleetstream object removed before its
+// finalizer goes.
+func (b *Bridge) reconcileInbound(ctx context.Context, key string) error {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return nil
+	}
+	k := b.in.kind(parts[0])
+	if k == nil {
+		return nil
+	}
+	u := stored(k.inf, parts[1], parts[2])
+	if u == nil {
+		return nil // gone: the finalizer saw to Fleetstream before it went
+	}
+	u = u.DeepCopy()
+	project, denied := b.projectOf(k, u)
+	if u.GetDeletionTimestamp() != nil {
+		if !slices.Contains(u.GetFinalizers(), Finalizer) {
+			return nil
+		}
+		if denied != nil {
+			// Not (or no longer) mapped: the namespace's writers have no say in the project,
+			// so what was made for it stays in Fleetstream.
+			b.log.Warn("fleetstream.io object deleted while its namespace is not mapped to its project: Fleetstream is left as it is",
+				zap.String("key", key), zap.String("why", denied.message))
+		} else if err := b.deleteInbound(ctx, k, u, project); err != nil {
+			r := classify(err)
+			if r.reason == ReasonAPIUnavailable {
+				if serr := b.setReady(ctx, k, u, metav1.ConditionFalse, ReasonDeleting, r.message); serr != nil {
+					return errors.Join(err, serr)
+				}
+				return err // retried with backoff
+			}
+			// The API refuses for good (the bridge has no right there, or never made it):
+			// holding the object forever would help nobody.
+			b.log.Warn("fleetstream.io object deleted; the API refused to remove it from Fleetstream, which is left as it is",
+				zap.String("key", key), zap.String("why", r.message))
+		}
+		return b.setFinalizer(ctx, k, u, false)
+	}
+	if denied != nil {
+		return b.setReady(ctx, k, u, metav1.ConditionFalse, denied.reason, denied.message)
+	}
+	if !slices.Contains(u.GetFinalizers(), Finalizer) {
+		// Before anything is made in Fleetstream: a deletion then always passes through here.
+		return b.setFinalizer(ctx, k, u, true) // its update queues the object again
+	}
+	err := b.applyInbound(ctx, k, u, project)
+	if err == nil {
+		return b.setReady(ctx, k, u, metav1.ConditionTrue, ReasonApplied, "Fleetstream holds what the object declares")
+	}
+	r := classify(err)
+	if serr := b.setReady(ctx, k, u, metav1.ConditionFalse, r.reason, r.message); serr != nil {
+		return errors.Join(err, serr)
+	}
+	if r.reason == ReasonAPIUnavailable {
+		return err // retried with backoff
+	}
+	return nil // refused: again when the object, the mapping or a resync says so
+}
+
+// projectOf is the Fleetstream project the object acts on, or why it may not: a Project is its
+// own name (who may create one is the hub's RBAC on a cluster-scoped kind); a namespaced object
+// acts only in the project its hub namespace is mapped to, and spec.project, if given, must be
+// that one.
+func (b *Bridge) projectOf(k *inboundKind, u *unstructured.Unstructured) (string, *refusal) {
+	if k.name == "Project" {
+		if b.in.admin == nil {
+			return "", &refusal{ReasonNotConfigured, "the kube bridge has no identity that may create projects (--kube-bridge-projects-token-file)"}
+		}
+		return u.GetName(), nil
+	}
+	ns := u.GetNamespace()
+	named, _, _ := unstructured.NestedString(u.Object, "spec", "project")
+	var mapped string
+	if obj, ok, _ := b.namespaceInformer.GetStore().GetByKey(ns); ok {
+		mapped = labelOf(obj, LabelProject)
+	}
+	if mapped == "" {
+		return "", &refusal{ReasonForbidden, fmt.Sprintf("hub namespace %s is not mapped to a project (label %s)", ns, LabelProject)}
+	}
+	if named != "" && named != mapped {
+		return "", &refusal{ReasonForbidden, fmt.Sprintf("hub namespace %s is mapped to project %s, not %s: an object here acts in %s only", ns, mapped, named, mapped)}
+	}
+	if only, err := b.projectNamespace(mapped); err != nil || only != ns {
+		msg := fmt.Sprintf("project %s is not mapped to hub namespace %s alone", mapped, ns)
+		if err != nil {
+			msg = err.Error()
+		}
+		return "", &refusal{ReasonForbidden, msg}
+	}
+	return mapped, nil
+}
+
+// decodeSpec hands the object's spec, without spec.project, to into as the API's JSON (the
+// CRD's schema is the manifest's, whose fields are the message's).
+func decodeSpec(u *unstructured.Unstructured, into func([]byte) error) error {
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	spec = maps.Clone(spec)
+	delete(spec, "project")
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if err := into(raw); err != nil {
+		return &refusal{ReasonRefused, "spec: " + strings.TrimPrefix(err.Error(), "proto: ")}
+	}
+	return nil
+}
+
+func (b *Bridge) applyInbound(ctx context.Context, k *inboundKind, u *unstructured.Unstructured, project string) error {
+	switch k.name {
+	case "Project":
+		var p projectv1.Project
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &p) }); err != nil {
+			return err
+		}
+		return b.applyProject(ctx, u.GetName(), &p)
+	case "NamespaceBinding":
+		var nb projectv1.NamespaceBinding
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &nb) }); err != nil {
+			return err
+		}
+		return b.applyNamespaceBinding(ctx, project, u.GetName(), &nb)
+	case "ProjectRoleBinding":
+		var rb rbacv1.ProjectRoleBinding
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &rb) }); err != nil {
+			return err
+		}
+		return b.applyProjectRoleBinding(ctx, project, &rb)
+	}
+	return nil
+}
+
+func (b *Bridge) deleteInbound(ctx context.Context, k *inboundKind, u *unstructured.Unstructured, project string) error {
+	var err error
+	switch k.name {
+	case "Project":
+		_, err = b.in.admin.DeleteProject(ctx, connect.NewRequest(&projectv1.DeleteProjectRequest{Name: u.GetName()}))
+	case "NamespaceBinding":
+		var nb projectv1.NamespaceBinding
+		if derr := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &nb) }); derr != nil {
+			return nil // never applied: nothing to remove
+		}
+		_, err = b.in.projects.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{
+			Project: project, Cluster: nb.Cluster, Placement: nb.Placement, Namespace: u.GetName()}))
+	case "ProjectRoleBinding":
+		var rb rbacv1.ProjectRoleBinding
+		if derr := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &rb) }); derr != nil {
+			return nil
+		}
+		_, err = b.in.rbac.UnbindProjectRole(ctx, connect.NewRequest(&rbacv1.UnbindProjectRoleRequest{
+			Project: project, Subject: rb.Subject, RoleTemplate: rb.RoleTemplate}))
+	}
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return nil // already gone
+	}
+	return err
+}
+
+// applyProject creates the project if it is missing and sets the budgets that differ. A project
+// that exists (made through the API) is taken as the object's: its budgets follow the object.
+func (b *Bridge) applyProject(ctx context.Context, name string, want *projectv1.Project) error {
+	res, err := b.in.admin.GetProject(ctx, connect.NewRequest(&projectv1.GetProjectRequest{Name: name}))
+	have := map[string]map[string]string{}
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		if _, err := b.in.admin.CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: name, DisplayName: want.DisplayName})); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		if res.Msg.Project.GetDisplayName() != want.DisplayName {
+			return &refusal{ReasonRefused, fmt.Sprintf("spec.displayName: project %s exists with another display name, which the API cannot change", name)}
+		}
+		for _, bd := range res.Msg.Project.GetBudgets() {
+			have[bd.Cluster] = bd.Hard
+		}
+	}
+	wantBudgets := map[string]map[string]string{}
+	for _, bd := range want.Budgets {
+		wantBudgets[bd.Cluster] = bd.Hard
+	}
+	var errs []error
+	for _, c := range slices.Sorted(maps.Keys(wantBudgets)) {
+		if !maps.Equal(wantBudgets[c], have[c]) {
+			_, err := b.in.admin.SetProjectBudget(ctx, connect.NewRequest(&projectv1.SetProjectBudgetRequest{Project: name, Cluster: c, Hard: wantBudgets[c]}))
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(have)) {
+		if _, ok := wantBudgets[c]; !ok && len(have[c]) > 0 {
+			_, err := b.in.admin.SetProjectBudget(ctx, connect.NewRequest(&projectv1.SetProjectBudgetRequest{Project: name, Cluster: c}))
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyNamespaceBinding binds the namespace if the project has no such binding, and sets its
+// quota if it differs.
+func (b *Bridge) applyNamespaceBinding(ctx context.Context, project, namespace string, want *projectv1.NamespaceBinding) error {
+	res, err := b.in.projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: want.Cluster}))
+	if err != nil {
+		return err
+	}
+	found, same := false, true
+	for _, nb := range res.Msg.Bindings {
+		if nb.Namespace != namespace || nb.Placement != want.Placement || (want.Cluster != "" && nb.Cluster != want.Cluster) {
+			continue
+		}
+		found = true
+		same = same && maps.Equal(nb.Hard, want.Hard)
+	}
+	switch {
+	case !found || (want.Placement != "" && !same):
+		// Binding a placement's namespace again sets its quota on every cluster it decides.
+		_, err = b.in.projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{
+			Project: project, Cluster: want.Cluster, Placement: want.Placement, Namespace: namespace, Hard: want.Hard}))
+	case !same:
+		_, err = b.in.projects.UpdateQuota(ctx, connect.NewRequest(&projectv1.UpdateQuotaRequest{
+			Project: project, Cluster: want.Cluster, Namespace: namespace, Hard: want.Hard}))
+	}
+	return err
+}
+
+// applyProjectRoleBinding grants the role if the project has no such grant.
+func (b *Bridge) applyProjectRoleBinding(ctx context.Context, project string, want *rbacv1.ProjectRoleBinding) error {
+	res, err := b.in.rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{
+		Project: project, RoleTemplate: want.RoleTemplate, Subject: want.Subject}))
+	if err != nil {
+		return err
+	}
+	if len(res.Msg.Bindings) > 0 {
+		return nil
+	}
+	_, err = b.in.rbac.BindProjectRole(ctx, connect.NewRequest(&rbacv1.BindProjectRoleRequest{
+		Project: project, Subject: want.Subject, RoleTemplate: want.RoleTemplate}))
+	return err
+}
+
+// classify turns an API error into the Ready condition's reason and message: the API's own
+// message, so the hub user reads why.
+func classify(err error) *refusal {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return &refusal{ReasonAPIUnavailable, err.Error()}
+	}
+	switch ce.Code() {
+	case connect.CodePermissionDenied, connect.CodeUnauthenticated:
+		return &refusal{ReasonForbidden, ce.Error()}
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeNotFound,
+		connect.CodeOutOfRange, connect.CodeResourceExhausted, connect.CodeAborted:
+		return &refusal{ReasonRefused, ce.Error()}
+	}
+	return &refusal{ReasonAPIUnavailable, ce.Error()}
+}
+
+// setFinalizer adds or removes the bridge's finalizer (an update on the object's
+// resourceVersion: a conflict is retried with the object as it is then).
+func (b *Bridge) setFinalizer(ctx context.Context, k *inboundKind, u *unstructured.Unstructured, add bool) error {
+	fs := slices.DeleteFunc(slices.Clone(u.GetFinalizers()), func(f string) bool { return f == Finalizer })
+	if add {
+		fs = append(fs, Finalizer)
+	}
+	u.SetFinalizers(fs)
+	_, err := b.dyn.Resource(k.gvr).Namespace(u.GetNamespace()).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: finalizer: %w", k.name, u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}
+
+// setReady writes the Ready condition (observing the object's generation) by server-side apply
+// of the status, unless it already says so.
+func (b *Bridge) setReady(ctx context.Context, k *inboundKind, u *unstructured.Unstructured, status metav1.ConditionStatus, reason, message string) error {
+	if len(message) > 32768 {
+		message = message[:32768]
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	transition := metav1.NewTime(b.now().UTC().Truncate(time.Second))
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Ready" {
+			continue
+		}
+		gen, _, _ := unstructured.NestedInt64(m, "observedGeneration")
+		if m["status"] == string(status) {
+			if m["reason"] == reason && m["message"] == message && gen == u.GetGeneration() {
+				return nil
+			}
+			if t, err := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"])); err == nil {
+				transition = metav1.NewTime(t)
+			}
+		}
+	}
+	gvk := k.gvr.GroupVersion().WithKind(k.name)
+	obj := map[string]any{
+		"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind,
+		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": "Ready", "status": string(status), "reason": reason, "message": message,
+			"observedGeneration": u.GetGeneration(), "lastTransitionTime": transition.UTC().Format(time.RFC3339),
+		}}},
+	}
+	b.applies.Add(1)
+	_, err := b.dyn.Resource(k.gvr).Namespace(u.GetNamespace()).ApplyStatus(ctx, u.GetName(), &unstructured.Unstructured{Object: obj},
+		metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: status: %w", k.name, u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}
