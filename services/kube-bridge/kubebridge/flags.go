@@ -95,5 +95,8 @@ func NewFromEnv(_ context.Context, env *daemon.Env, cfg Config) (*Bridge, error)
 	if !cfg.Enabled() {
 		return nil, errors.New("--kube-bridge-kubeconfig is required")
 	}
+	if cfg.APITokenFile != "" && cfg.APIURL == "" {
+		return nil, errors.New("--kube-bridge-api-token-file needs --kube-bridge-api-url (the Fleetstream API the bridge writes through)")
+	}
 	return NewFromKubeconfig(cfg, env.JS, env.Log)
 }

@@ -1,6 +1,8 @@
 package kubebridge
 
 import (
+	"connectrpc.com/connect"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -208,6 +210,8 @@ func TestValidate(t *testing.T) {
 		{name: "namespace", cfg: Config{Kubeconfig: "/hub.kubeconfig", Namespace: "fleet"}},
 		{name: "bad namespace", cfg: Config{Kubeconfig: "/k", Namespace: "Fleet_NS"}, err: "--kube-bridge-namespace"},
 		{name: "negative resync", cfg: Config{Resync: -time.Second}, err: "--kube-bridge-resync"},
+		{name: "write side", cfg: Config{Kubeconfig: "/k", APITokenFile: "/t", ProjectsTokenFile: "/p"}},
+		{name: "projects identity alone", cfg: Config{Kubeconfig: "/k", ProjectsTokenFile: "/p"}, err: "--kube-bridge-projects-token-file needs --kube-bridge-api-token-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -234,5 +238,26 @@ func TestToMapDropsNulls(t *testing.T) {
 	props := m["status"].(map[string]any)["properties"].([]any)
 	if _, ok := props[0].(map[string]any)["lastObservedTime"]; ok {
 		t.Errorf("property %v keeps a null lastObservedTime (an apply would remove the field)", props[0])
+	}
+}
+
+// TestClassify: what the API answers decides the Ready reason, and whether the bridge retries.
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{connect.NewError(connect.CodePermissionDenied, errors.New(`user "kube-bridge" may not create namespacebindings`)), ReasonForbidden},
+		{connect.NewError(connect.CodeUnauthenticated, errors.New("bad token")), ReasonForbidden},
+		{connect.NewError(connect.CodeInvalidArgument, errors.New("namespace: not a DNS label")), ReasonRefused},
+		{connect.NewError(connect.CodeFailedPrecondition, errors.New("cluster c9 is not registered")), ReasonRefused},
+		{connect.NewError(connect.CodeUnavailable, errors.New("no")), ReasonAPIUnavailable},
+		{errors.New("dial tcp: connection refused"), ReasonAPIUnavailable},
+		{&refusal{ReasonRefused, "spec: x"}, ReasonRefused},
+	} {
+		r := classify(tc.err)
+		if r.reason != tc.want || !strings.Contains(r.message, strings.TrimPrefix(tc.err.Error(), "permission_denied: ")) {
+			t.Errorf("classify(%v) = %s %q, want %s with the API's message", tc.err, r.reason, r.message, tc.want)
+		}
 	}
 }
