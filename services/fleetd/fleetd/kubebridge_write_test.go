@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +26,8 @@ import (
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
 	"github.com/fleetstream/fleetstream/services/kube-bridge/kubebridge"
 )
@@ -124,9 +128,39 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 	url := "http://" + inst.Addr
 	projects := projectv1connect.NewProjectServiceClient(http.DefaultClient, url, withToken(apiToken))
 	rbac := rbacv1connect.NewRBACServiceClient(http.DefaultClient, url, withToken(apiToken))
-	if _, err := clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c1"})); err != nil {
+	reg, err := clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c1"}))
+	if err != nil {
 		t.Fatal(err)
 	}
+	// c1's agent runs against a member apiserver of its own (not the hub: the agent labels a
+	// bound namespace fleetstream.io/project, the hub's mapping label): what the objects grant
+	// lands as RoleBindings there.
+	member := testkit.StartKube(t)
+	memberDyn, err := dynamic.NewForConfig(member.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := connectAgent(inst, "c1", reg.Msg.AgentToken, make(chan error, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ajs, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{ClusterName: "c1", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, ajs, member.Client, testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applier, err := desired.New(desired.Config{ClusterName: "c1"}, ajs, memberDyn, member.Client.Discovery(), testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Add(applier)
+	actx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	go func() { _ = a.Run(actx) }()
 	for ns, project := range map[string]string{"team-a": "team-a", "team-b": "team-b", "loose": ""} {
 		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
 		if project != "" {
@@ -273,6 +307,30 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 	if ok, err := aliceBound(); !ok || err != nil {
 		t.Fatalf("alice's binding in Fleetstream: %v %v", ok, err)
 	}
+	// On the member cluster: the role bound in the project's namespace, and the apiserver agrees.
+	aliceMayRead := func() (bool, error) {
+		sar, err := member.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "web", Verb: "list", Resource: "pods"}}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		rb, err := member.Client.RbacV1().RoleBindings("web").Get(ctx, "fleetstream:project-viewer", metav1.GetOptions{})
+		if err != nil {
+			res, _ := projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: "team-a"}))
+			rbs, _ := member.Client.RbacV1().RoleBindings("web").List(ctx, metav1.ListOptions{})
+			return fmt.Errorf("%w (bindings %v; rolebindings in web %d)", err, res.Msg.GetBindings(), len(rbs.Items))
+		}
+		if len(rb.Subjects) != 1 || rb.Subjects[0].Name != "alice" {
+			return fmt.Errorf("RoleBinding web/fleetstream:project-viewer: subjects %v", rb.Subjects)
+		}
+		if ok, err := aliceMayRead(); !ok || err != nil {
+			return fmt.Errorf("SubjectAccessReview: alice may not list pods in web (%v)", err)
+		}
+		return nil
+	})
 
 	// The hub refuses what the schema refuses, with the schema's message, before the bridge
 	// sees anything.
@@ -317,12 +375,18 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 			return nil
 		})
 	}
-	del(kubebridge.NamespaceBindingGVR, "team-a", "web")
-	testkit.Eventually(t, 10*time.Second, wantBinding("team-a", "web", ""))
 	del(kubebridge.ProjectRoleBindingGVR, "team-a", "alice-viewer")
 	if ok, err := aliceBound(); ok || err != nil {
 		t.Fatalf("alice still bound in team-a: %v", err)
 	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if ok, err := aliceMayRead(); ok || err != nil {
+			return fmt.Errorf("alice may still list pods in web (%v)", err)
+		}
+		return nil
+	})
+	del(kubebridge.NamespaceBindingGVR, "team-a", "web")
+	testkit.Eventually(t, 30*time.Second, wantBinding("team-a", "web", ""))
 	// A Forbidden object goes at once (it never had a finalizer), and touched nothing.
 	del(kubebridge.NamespaceBindingGVR, "team-a", "steal")
 	del(kubebridge.NamespaceBindingGVR, "team-b", "web")
