@@ -276,18 +276,38 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 		t.Fatalf("a Forbidden object got finalizers %v", u.GetFinalizers())
 	}
 	// team-b is mapped, but the bridge is no owner there: the API is the second wall.
-	if err := create(object("NamespaceBinding", "team-b", "web", map[string]any{"cluster": "c1"}), kubebridge.NamespaceBindingGVR); err != nil {
+	if err := create(object("NamespaceBinding", "team-b", "api", map[string]any{"cluster": "c1", "hard": map[string]any{"cpu": "1"}}), kubebridge.NamespaceBindingGVR); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, dyn, kubebridge.NamespaceBindingGVR, "team-b", "web", "False", kubebridge.ReasonForbidden)
+	waitReady(t, ctx, dyn, kubebridge.NamespaceBindingGVR, "team-b", "api", "False", kubebridge.ReasonForbidden)
 	if err := wantBinding("team-b", "steal", "")(); err != nil {
 		t.Fatal(err)
 	}
-	if err := wantBinding("team-b", "web", "")(); err != nil {
+	if err := wantBinding("team-b", "api", "")(); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{Project: "team-b"})); err != nil || len(res.Msg.Bindings) != 0 {
 		t.Fatalf("team-b's members: %v %v", res, err)
+	}
+	// Now the bridge is owner in team-b too: the second wall is gone for team-b, and the
+	// mapping alone keeps team-a's writers out of it.
+	if _, err := rbac.BindProjectRole(ctx, connect.NewRequest(&rbacv1.BindProjectRoleRequest{Project: "team-b", RoleTemplate: "project-owner",
+		Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: "kube-bridge"}})); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.KubeBridge.Sync(ctx); err != nil {
+		t.Log(err)
+	}
+	waitReady(t, ctx, dyn, kubebridge.NamespaceBindingGVR, "team-b", "api", "True", kubebridge.ReasonApplied)
+	testkit.Eventually(t, 10*time.Second, wantBinding("team-b", "api", "1"))
+	waitReady(t, ctx, dyn, kubebridge.NamespaceBindingGVR, "team-a", "steal", "False", kubebridge.ReasonForbidden)
+	waitReady(t, ctx, dyn, kubebridge.ProjectRoleBindingGVR, "team-a", "steal-owner", "False", kubebridge.ReasonForbidden)
+	if err := wantBinding("team-b", "steal", "")(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := rbac.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{Project: "team-b",
+		Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: "mallory"}})); err != nil || len(res.Msg.Bindings) != 0 {
+		t.Fatalf("mallory in team-b: %v %v", res, err)
 	}
 
 	// A ProjectRoleBinding reaches the project's members.
@@ -389,7 +409,8 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, wantBinding("team-a", "web", ""))
 	// A Forbidden object goes at once (it never had a finalizer), and touched nothing.
 	del(kubebridge.NamespaceBindingGVR, "team-a", "steal")
-	del(kubebridge.NamespaceBindingGVR, "team-b", "web")
+	del(kubebridge.NamespaceBindingGVR, "team-b", "api")
+	testkit.Eventually(t, 30*time.Second, wantBinding("team-b", "api", ""))
 	del(kubebridge.ProjectGVR, "", "team-b")
 	if _, err := projects.GetProject(ctx, connect.NewRequest(&projectv1.GetProjectRequest{Name: "team-b"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("project team-b after its object was deleted: %v", err)

@@ -44,7 +44,7 @@ const (
 	ReasonRefused        = "Refused"        // the API refused the object (its message says why); retried when the object or the fleet changes
 	ReasonAPIUnavailable = "APIUnavailable" // the API could not be reached; retried with backoff
 	ReasonNotConfigured  = "NotConfigured"  // a Project without --kube-bridge-projects-token-file
-	ReasonDeleting       = "Deleting"       // deleting in Fleetstream failed; retried
+	ReasonDeleting       = "Deleting"       // removing it from Fleetstream failed (unreachable, or refused for now); retried
 )
 
 // inboundKind is one fleetstream.io kind the bridge reconciles.
@@ -168,14 +168,16 @@ func (b *Bridge) reconcileInbound(ctx context.Context, key string) error {
 				zap.String("key", key), zap.String("why", denied.message))
 		} else if err := b.deleteInbound(ctx, k, u, project); err != nil {
 			r := classify(err)
-			if r.reason == ReasonAPIUnavailable {
+			if r.reason != ReasonForbidden {
+				// Unreachable, or refused for now (a project that still has placements):
+				// the object stays, saying why, as a namespace with content does.
 				if serr := b.setReady(ctx, k, u, metav1.ConditionFalse, ReasonDeleting, r.message); serr != nil {
 					return errors.Join(err, serr)
 				}
 				return err // retried with backoff
 			}
-			// The API refuses for good (the bridge has no right there, or never made it):
-			// holding the object forever would help nobody.
+			// The bridge has no right there (never had, or lost it): holding the object
+			// forever would help nobody.
 			b.log.Warn("fleetstream.io object deleted; the API refused to remove it from Fleetstream, which is left as it is",
 				zap.String("key", key), zap.String("why", r.message))
 		}
