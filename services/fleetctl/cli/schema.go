@@ -22,7 +22,7 @@ func newSchemaCommand(f *factory) *cobra.Command {
 		Long: "Schema prints the JSON Schema (draft 2020-12) of manifests of KIND, generated from the API message the kind's spec is, so an editor or a CI validator checks a manifest as apply does: " +
 			"unknown fields are errors, enums list their names. With --out-dir it writes every kind's schema there as <Kind>.json (make generate keeps docs/schemas so). " +
 			"With --crd-dir it writes the CustomResourceDefinitions of the kinds the kube bridge serves on a hub API server, with the same spec schemas, as fleetstream.io_<plural>.yaml (make generate keeps services/kube-bridge/crds so).",
-		Example: "  fleetctl schema Cluster > cluster.schema.json\n  fleetctl schema --out-dir docs/schemas",
+		Example: "  fleetctl schema Cluster > cluster.schema.json\n  fleetctl schema --out-dir docs/schemas\n  fleetctl schema --crd-dir services/kube-bridge/crds",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if crdDir != "" {
 				if outDir != "" || len(args) != 0 {
