@@ -76,6 +76,7 @@ type Bridge struct {
 	decisionInformer  cache.SharedIndexInformer
 	namespaceInformer cache.SharedIndexInformer
 	startInformers    func(stop <-chan struct{})
+	stopInformers     func()
 
 	profiles   *reconcile.Controller
 	placements *reconcile.Controller
@@ -187,6 +188,16 @@ func New(cfg Config, js jetstream.JetStream, rc *rest.Config, log *zap.Logger) (
 			customs.Start(stop)
 		}
 	}
+	// After stop: Run returns only once the informers' goroutines have (a stopped fleetd leaves
+	// none behind).
+	b.stopInformers = func() {
+		profiles.Shutdown()
+		decisions.Shutdown()
+		namespaces.Shutdown()
+		if customs != nil {
+			customs.Shutdown()
+		}
+	}
 
 	b.profiles = reconcile.New(reconcile.Config{Name: "kube-bridge-clusterprofiles", Keys: b.profileKeys, Resync: cfg.Resync,
 		Workers: cfg.Workers, MaxDelay: time.Minute, Timeout: time.Minute, Log: log}, reconcile.Func(b.reconcileProfile))
@@ -275,6 +286,7 @@ func (b *Bridge) run(ctx context.Context) error {
 	g.Go(func() error { return b.clusters.Run(ctx) })
 	g.Go(func() error { return b.decisions.Run(ctx) })
 	b.startInformers(ctx.Done())
+	defer b.stopInformers()
 	g.Go(func() error {
 		for _, ready := range []<-chan struct{}{b.clusters.Ready(), b.decisions.Ready()} {
 			select {
@@ -312,7 +324,11 @@ func (b *Bridge) run(ctx context.Context) error {
 func (b *Bridge) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	delay := time.Second
 	for {
-		err := fn(ctx)
+		// Each attempt has its own deadline: a hub that accepts the connection and never
+		// answers would otherwise hold the bridge here for good, unlogged.
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := fn(actx)
+		cancel()
 		if err == nil {
 			return nil
 		}
