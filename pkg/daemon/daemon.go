@@ -162,7 +162,7 @@ type Env struct {
 	JS      jetstream.JetStream
 	Server  *server.Server
 	// Authz is the authorizer of Server's APIs, for a listener of another protocol (the xDS
-	// server's gRPC) that must apply the same table.
+	// server's gRPC) that must apply the same table; nil for a service without an API (NoAPI).
 	Authz *authz.Authorizer
 	// Group runs the service's long-lived loops; the first error stops the process.
 	Group *errgroup.Group
@@ -171,6 +171,11 @@ type Env struct {
 // StartFunc constructs a daemon's components (server.Component: mounted on env.Server and run
 // in env.Group by Main); anything else long-lived it may run in env.Group itself.
 type StartFunc func(ctx context.Context, env *Env) ([]server.Component, error)
+
+// NoAPI is implemented by the configuration of a service whose daemon serves no API (the kube
+// bridge): Main then starts no API authorizer and records no denied calls, which such a
+// service's NATS identity is not granted (pkg/natsauth's servicesWithoutAPI).
+type NoAPI interface{ ServesNoAPI() bool }
 
 // Main parses the shared flags and the service's (flags), checks them, sets everything up,
 // calls start and runs the components it returns. It returns the process exit code: 2 for a
@@ -190,7 +195,11 @@ func Main(name string, args []string, flags flagcheck.Flags, start StartFunc) in
 	log.Info("starting", zap.String("service", name), zap.String("version", version.Version))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, name, &o, log, start); err != nil {
+	noAPI := false
+	if n, ok := flags.(NoAPI); ok {
+		noAPI = n.ServesNoAPI()
+	}
+	if err := run(ctx, name, &o, log, noAPI, start); err != nil {
 		log.Error("exiting", zap.Error(err))
 		return 1
 	}
@@ -215,7 +224,7 @@ func Parse(fs *flag.FlagSet, args []string, o *Options, flags flagcheck.Flags) (
 	return 0, true
 }
 
-func run(ctx context.Context, name string, o *Options, log *zap.Logger, start StartFunc) error {
+func run(ctx context.Context, name string, o *Options, log *zap.Logger, noAPI bool, start StartFunc) error {
 	srv, err := server.New(o.Server, log)
 	if err != nil {
 		return err
@@ -234,19 +243,22 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, start St
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
-	azCfg := o.Authz
-	if o.Server.InsecureDev {
-		azCfg = azCfg.ForInsecureDev()
+	var az *authz.Authorizer
+	if !noAPI {
+		azCfg := o.Authz
+		if o.Server.InsecureDev {
+			azCfg = azCfg.ForInsecureDev()
+		}
+		az = authz.New(js, azCfg, log)
+		// Every process serving an API records what its authorizer denies as audit activity.
+		denials := audit.NewDenialRecorder(js, audit.DefaultDenialLimits, log)
+		srv.Registry().MustRegister(denials.Collectors()...)
+		az.RecordDenials(denials)
+		g.Go(func() error { return denials.Run(ctx) })
+		srv.Authorize(az.Interceptor())
+		srv.ReadyWhen("authz", az.Ready())
+		g.Go(func() error { return az.Run(ctx) })
 	}
-	az := authz.New(js, azCfg, log)
-	// Every process serving an API records what its authorizer denies as audit activity.
-	denials := audit.NewDenialRecorder(js, audit.DefaultDenialLimits, log)
-	srv.Registry().MustRegister(denials.Collectors()...)
-	az.RecordDenials(denials)
-	g.Go(func() error { return denials.Run(ctx) })
-	srv.Authorize(az.Interceptor())
-	srv.ReadyWhen("authz", az.Ready())
-	g.Go(func() error { return az.Run(ctx) })
 	env := &Env{Options: o, Log: log, Conn: nc, JS: js, Server: srv, Authz: az, Group: g}
 	cs, err := start(ctx, env)
 	if err != nil {

@@ -252,6 +252,10 @@ var serviceGrants = map[string][]grant{
 	},
 }
 
+// servicesWithoutAPI serve no API, so their daemons start no authorizer (pkg/daemon's NoAPI):
+// they get neither what it reads nor the audit stream's denied rows.
+var servicesWithoutAPI = map[string]bool{ServiceKubeBridge: true}
+
 // serviceCoreSubscribes are the core NATS subjects (no stream) a service subscribes to.
 var serviceCoreSubscribes = map[string][]string{
 	// Secrets agents report for import policies and hosted agents' credential requests: kept in
@@ -282,7 +286,11 @@ func ServicePermissions(service string) (p Permissions, ok bool) {
 		return Permissions{}, false
 	}
 	p.Publish = []string{"$JS.API.INFO"}
-	for _, g := range append(append(slices.Clone(grants), authorizerReads()...), deniedCalls()) {
+	all := slices.Clone(grants)
+	if !servicesWithoutAPI[service] {
+		all = append(append(all, authorizerReads()...), deniedCalls())
+	}
+	for _, g := range all {
 		p.Publish = append(p.Publish, streamAPI(g)...)
 	}
 	p.Publish = append(p.Publish, serviceCorePublishes[service]...)

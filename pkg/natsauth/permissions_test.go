@@ -89,6 +89,11 @@ func TestPermissionTable(t *testing.T) {
 			{"fleet.dlq.FLEET_CLUSTER.x", false, false},
 			{"$JS.API.DIRECT.GET.KV_cluster-credentials.$KV.cluster-credentials.id", false, false},
 			{"$JS.API.CONSUMER.CREATE.KV_ns-projects.x.$KV.ns-projects.>", false, false},
+			// It serves no API, so nothing an API authorizer reads, and no denied-call rows.
+			{"$JS.API.CONSUMER.CREATE.KV_rbac-templates.x.$KV.rbac-templates.>", false, false},
+			{"$JS.API.CONSUMER.CREATE.KV_rbac-bindings.x.$KV.rbac-bindings.>", false, false},
+			{"$JS.API.CONSUMER.CREATE.KV_ns-bindings.x.$KV.ns-bindings.>", false, false},
+			{"fleet.audit.denied.x", false, false},
 		}},
 		{"cluster-import", svc(natsauth.ServiceClusterImport), []check{
 			{"fleet.hosted.credentials.c1", true, true},

@@ -100,3 +100,7 @@ func NewFromEnv(_ context.Context, env *daemon.Env, cfg Config) (*Bridge, error)
 	}
 	return NewFromKubeconfig(cfg, env.JS, env.Log)
 }
+
+// ServesNoAPI tells pkg/daemon the bridge serves no API: its daemon starts no authorizer, which
+// its NATS identity could not feed (it may read only the views it mirrors).
+func (c *Config) ServesNoAPI() bool { return true }
