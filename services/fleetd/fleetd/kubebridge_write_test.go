@@ -415,4 +415,19 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 	if _, err := projects.GetProject(ctx, connect.NewRequest(&projectv1.GetProjectRequest{Name: "team-b"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("project team-b after its object was deleted: %v", err)
 	}
+
+	// An object that was never applied never owned what Fleetstream holds under its name: a
+	// Project refused (the project exists with another display name) goes, and the project
+	// stays (found in review: its deletion deleted the project it had never adopted).
+	if _, err := projects.CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: "legacy", DisplayName: "Legacy"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(object("Project", "", "legacy", map[string]any{"displayName": "Other"}), kubebridge.ProjectGVR); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, dyn, kubebridge.ProjectGVR, "", "legacy", "False", kubebridge.ReasonRefused)
+	del(kubebridge.ProjectGVR, "", "legacy")
+	if _, err := projects.GetProject(ctx, connect.NewRequest(&projectv1.GetProjectRequest{Name: "legacy"})); err != nil {
+		t.Fatalf("project legacy after the refused object was deleted: %v", err)
+	}
 }

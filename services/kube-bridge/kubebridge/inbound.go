@@ -157,34 +157,49 @@ func (b *Bridge) reconcileInbound(ctx context.Context, key string) error {
 	}
 	u = u.DeepCopy()
 	project, denied := b.projectOf(k, u)
+	applied, wasApplied := u.GetAnnotations()[AnnotationAppliedProject]
 	if u.GetDeletionTimestamp() != nil {
 		if !slices.Contains(u.GetFinalizers(), Finalizer) {
 			return nil
 		}
-		if denied != nil {
-			// Not (or no longer) mapped: the namespace's writers have no say in the project,
-			// so what was made for it stays in Fleetstream.
-			b.log.Warn("fleetstream.io object deleted while its namespace is not mapped to its project: Fleetstream is left as it is",
-				zap.String("key", key), zap.String("why", denied.message))
-		} else if err := b.deleteInbound(ctx, k, u, project); err != nil {
-			r := classify(err)
-			if r.reason != ReasonForbidden {
-				// Unreachable, or refused for now (a project that still has placements):
-				// the object stays, saying why, as a namespace with content does.
-				if serr := b.setReady(ctx, k, u, metav1.ConditionFalse, ReasonDeleting, r.message); serr != nil {
-					return errors.Join(err, serr)
+		switch {
+		case !wasApplied:
+			// Never applied (refused, or deleted before its first apply): whatever Fleetstream
+			// holds under the same name is someone else's, and not the object's to remove.
+		case k.name != "Project" && b.namespaceLabel(u.GetNamespace()) != applied:
+			// The namespace is no longer mapped to the project the object acted in (remapped,
+			// or its label removed): its writers have no say there any more, so what was
+			// made stays in Fleetstream. A namespace being deleted keeps its label, and with
+			// it the removal of what its objects made.
+			b.log.Warn("fleetstream.io object deleted while its namespace is no longer mapped to the project it was applied in: Fleetstream is left as it is",
+				zap.String("key", key), zap.String("applied_in", applied))
+		default:
+			if err := b.deleteInbound(ctx, k, u, applied); err != nil {
+				r := classify(err)
+				if r.reason != ReasonForbidden {
+					// Unreachable, or refused for now (a project that still has placements):
+					// the object stays, saying why, as a namespace with content does.
+					if serr := b.setReady(ctx, k, u, metav1.ConditionFalse, ReasonDeleting, r.message); serr != nil {
+						return errors.Join(err, serr)
+					}
+					return err // retried with backoff
 				}
-				return err // retried with backoff
+				// The bridge has no right there (lost it): holding the object forever would
+				// help nobody.
+				b.log.Warn("fleetstream.io object deleted; the API refused to remove it from Fleetstream, which is left as it is",
+					zap.String("key", key), zap.String("why", r.message))
 			}
-			// The bridge has no right there (never had, or lost it): holding the object
-			// forever would help nobody.
-			b.log.Warn("fleetstream.io object deleted; the API refused to remove it from Fleetstream, which is left as it is",
-				zap.String("key", key), zap.String("why", r.message))
 		}
 		return b.setFinalizer(ctx, k, u, false)
 	}
 	if denied != nil {
 		return b.setReady(ctx, k, u, metav1.ConditionFalse, denied.reason, denied.message)
+	}
+	if wasApplied && applied != project {
+		// Remapped since it was applied: acting in the new project would adopt (and on
+		// deletion remove) what that project holds under the same name.
+		return b.setReady(ctx, k, u, metav1.ConditionFalse, ReasonForbidden, fmt.Sprintf(
+			"applied in project %s, and hub namespace %s is now mapped to %s: delete the object and create it again to act in %s", applied, u.GetNamespace(), project, project))
 	}
 	if !slices.Contains(u.GetFinalizers(), Finalizer) {
 		// Before anything is made in Fleetstream: a deletion then always passes through here.
@@ -192,6 +207,12 @@ func (b *Bridge) reconcileInbound(ctx context.Context, key string) error {
 	}
 	err := b.applyInbound(ctx, k, u, project)
 	if err == nil {
+		if !wasApplied {
+			// Recorded once it holds: only then is removing it on deletion the object's business.
+			if err := b.setAppliedProject(ctx, k, u, project); err != nil {
+				return err
+			}
+		}
 		return b.setReady(ctx, k, u, metav1.ConditionTrue, ReasonApplied, "Fleetstream holds what the object declares")
 	}
 	r := classify(err)
@@ -202,6 +223,38 @@ func (b *Bridge) reconcileInbound(ctx context.Context, key string) error {
 		return err // retried with backoff
 	}
 	return nil // refused: again when the object, the mapping or a resync says so
+}
+
+// AnnotationAppliedProject records on a fleetstream.io object the project its first successful
+// apply acted in. Deleting the object removes what it made only when it has one, and only while
+// its namespace is still mapped to that project; an object remapped since is refused.
+const AnnotationAppliedProject = "kube-bridge.fleetstream.io/applied-in-project"
+
+// namespaceLabel is the project label of hub namespace ns as the hub holds it, a namespace
+// being deleted included.
+func (b *Bridge) namespaceLabel(ns string) string {
+	if obj, ok, _ := b.namespaceInformer.GetStore().GetByKey(ns); ok {
+		return labelOf(obj, LabelProject)
+	}
+	return ""
+}
+
+func (b *Bridge) setAppliedProject(ctx context.Context, k *inboundKind, u *unstructured.Unstructured, project string) error {
+	a := maps.Clone(u.GetAnnotations())
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[AnnotationAppliedProject] = project
+	u.SetAnnotations(a)
+	res, err := b.dyn.Resource(k.gvr).Namespace(u.GetNamespace()).Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: annotation %s: %w", k.name, u.GetNamespace(), u.GetName(), AnnotationAppliedProject, err)
+	}
+	*u = *res // the status write that follows applies to what the hub now holds
+	return nil
 }
 
 // projectOf is the Fleetstream project the object acts on, or why it may not: a Project is its
