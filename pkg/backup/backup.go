@@ -186,20 +186,27 @@ func backupStream(ctx context.Context, mgr *jsm.Manager, dir, name string) (*Str
 		return nil, fmt.Errorf("backup: stream %s: %w", name, err)
 	}
 	sdir := filepath.Join(dir, StreamsDir, name)
-	if err := snapshot(ctx, st, sdir); err != nil {
-		return nil, fmt.Errorf("backup: snapshot stream %s: %w", name, err)
-	}
-	meta, err := readMeta(filepath.Join(sdir, jsm.SnapshotMetaFile))
-	if err != nil {
-		return nil, fmt.Errorf("backup: stream %s: %w", name, err)
-	}
-	// The position is read from the archive, not from the snapshot's reply: the reply's state
-	// is read as the snapshot is requested, and a stream keeping one message per subject (a KV
-	// bucket) may replace one before the archive is cut. Reading the archive back also checks
-	// it decodes to its end before the backup is called done.
-	info, err := jsmbackup.Info(sdir)
-	if err != nil {
-		return nil, fmt.Errorf("backup: stream %s: the snapshot does not read back: %w", name, err)
+	var (
+		meta *metaFile
+		info *jsmbackup.InfoReport
+	)
+	for attempt := 1; ; attempt++ {
+		if meta, info, err = snapshotOnce(ctx, st, sdir); err != nil {
+			return nil, err
+		}
+		torn := tornSnapshot(meta.Config, info)
+		if torn == "" {
+			break
+		}
+		if attempt == snapshotAttempts {
+			return nil, fmt.Errorf("backup: stream %s: %d snapshots in a row lost messages replaced while they were taken "+
+				"(the last %s); the stream is written too fast to back up: retry, or quiesce its writers", name, attempt, torn)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("backup: stream %s: %w", name, ctx.Err())
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
 	}
 	s := &Stream{Name: name, Config: meta.Config,
 		FirstSeq: info.FirstSeq, LastSeq: max(info.Declared.LastSeq, info.LastSeq), Msgs: info.Messages, Bytes: info.Bytes}
@@ -212,6 +219,55 @@ func backupStream(ctx context.Context, mgr *jsm.Manager, dir, name string) (*Str
 		s.Files = append(s.Files, *sum)
 	}
 	return s, nil
+}
+
+// snapshotAttempts bounds how many times a stream is snapshotted again when its archive came out
+// torn (tornSnapshot).
+const snapshotAttempts = 10
+
+// snapshotOnce writes one snapshot of st into sdir (replacing an earlier attempt's) and reads it
+// back. The position is read from the archive, not from the snapshot's reply: the reply's state
+// is read as the snapshot is requested, and a stream keeping one message per subject (a KV
+// bucket) may replace one before the archive is cut. Reading the archive back also checks it
+// decodes to its end before the backup is called done.
+func snapshotOnce(ctx context.Context, st *jsm.Stream, sdir string) (*metaFile, *jsmbackup.InfoReport, error) {
+	name := st.Name()
+	if err := os.RemoveAll(sdir); err != nil {
+		return nil, nil, fmt.Errorf("backup: stream %s: %w", name, err)
+	}
+	if err := snapshot(ctx, st, sdir); err != nil {
+		return nil, nil, fmt.Errorf("backup: snapshot stream %s: %w", name, err)
+	}
+	meta, err := readMeta(filepath.Join(sdir, jsm.SnapshotMetaFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("backup: stream %s: %w", name, err)
+	}
+	info, err := jsmbackup.Info(sdir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backup: stream %s: the snapshot does not read back: %w", name, err)
+	}
+	return meta, info, nil
+}
+
+// tornSnapshot says how an archive lost messages, or "" if it holds what it declares. The
+// server cuts a snapshot at a state it records in the archive (Declared) and then copies the
+// stream's blocks while the stream keeps being written; a message replaced in between (a KV key
+// put again: the bucket keeps one message per key) is deleted in the blocks copied, and its
+// successor is past the cut, so the archive holds neither: the key is simply not in the backup.
+// A view's bucket whose only entry is its checkpoint, moved at every batch, came out empty that
+// way, and the restored hub rebuilt the view, dropping the bucket under the caches of the
+// services that read it (TestBackupOfARunningFleetdRestoresIntoANewOne under load). Such an
+// archive holds fewer messages than it declares. Streams whose messages expire (MaxAge, per
+// message TTLs: the lease bucket, denied audit rows) lose some legitimately and are exempt, as
+// Restore exempts their count.
+func tornSnapshot(cfg api.StreamConfig, info *jsmbackup.InfoReport) string {
+	if cfg.MaxAge > 0 || cfg.AllowMsgTTL || info.DeclaredCountsAdvisory {
+		return ""
+	}
+	if info.Messages < info.Declared.Msgs {
+		return fmt.Sprintf("held %d of the %d messages up to sequence %d it declares", info.Messages, info.Declared.Msgs, info.Declared.LastSeq)
+	}
+	return ""
 }
 
 // snapshot writes the stream's snapshot into sdir in the layout of jsm.go's
