@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,52 +59,146 @@ func grantsPlace(b *projectv1.NamespaceBinding) bool {
 // bucket is created by namespace-binding when it starts, before any binding can exist, so while
 // the bucket is missing there are no bindings: the source is ready and empty, and attaches to
 // the bucket when it appears (a hub may start rbac-sync first).
+//
+// namespace-binding drops and rebuilds the bucket when its view cannot be trusted (another
+// projection version, or a restored bucket without its checkpoint): the cache's reader then
+// ends with "stream not found", and the source attaches again with a new cache, ending the
+// subscriptions of the old one so the fan-out subscribes again (errResubscribe). Returning the
+// reader's error instead stopped rbac-sync, and with it every service of a fleetd, which then
+// never became ready (TestBackupOfARunningFleetdRestoresIntoANewOne under load).
 type bindingSource struct {
 	js     jetstream.JetStream
 	bucket string
 	log    *zap.Logger
 
-	ready    chan struct{}
-	attached chan struct{}
-	cache    *view.Cache[*projectv1.NamespaceBinding] // set before attached closes
+	ready chan struct{}
+
+	mu sync.Mutex
+	// cur is the attached cache; nil until the bucket is first found.
+	cur *attachment
+	// installed is closed, and replaced, whenever another attachment is installed.
+	installed chan struct{}
+}
+
+// attachment is one cache of the bucket; done is closed when its reader has ended.
+type attachment struct {
+	cache *view.Cache[*projectv1.NamespaceBinding]
+	done  chan struct{}
 }
 
 func newBindingSource(js jetstream.JetStream, bucket string, log *zap.Logger) *bindingSource {
-	return &bindingSource{js: js, bucket: bucket, log: log, ready: make(chan struct{}), attached: make(chan struct{})}
+	return &bindingSource{js: js, bucket: bucket, log: log, ready: make(chan struct{}), installed: make(chan struct{})}
 }
 
-// Run waits for the bucket and mirrors it until ctx ends.
+// Run waits for the bucket and mirrors it, attaching again whenever the bucket is dropped or
+// replaced, until ctx ends.
 func (b *bindingSource) Run(ctx context.Context) error {
 	logged := false
-	for {
-		kv, err := b.js.KeyValue(ctx, b.bucket)
-		if err == nil {
-			b.cache = view.NewCache(b.js, kv, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, b.log)
-			close(b.attached)
-			go func() {
-				select {
-				case <-b.cache.Ready():
-					b.markReady()
-				case <-ctx.Done():
-				}
-			}()
-			return b.cache.Run(ctx)
-		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return fmt.Errorf("bucket %s: %w", b.bucket, err)
-		}
-		// No bucket, no bindings yet.
-		b.markReady()
-		if !logged {
-			b.log.Info("namespace-binding's view does not exist yet; no namespace bindings", zap.String("bucket", b.bucket))
-			logged = true
+	for ctx.Err() == nil {
+		lctx, cancel := context.WithTimeout(ctx, bucketLookupTimeout)
+		kv, err := b.js.KeyValue(lctx, b.bucket)
+		cancel()
+		switch {
+		case err == nil:
+			b.follow(ctx, kv)
+			continue
+		case errors.Is(err, jetstream.ErrBucketNotFound):
+			// No bucket, no bindings yet (or it is being rebuilt: the old cache keeps answering
+			// until the new one is attached).
+			b.markReady()
+			if !logged {
+				b.log.Info("namespace-binding's view does not exist yet; no namespace bindings", zap.String("bucket", b.bucket))
+				logged = true
+			}
+		case ctx.Err() == nil:
+			b.log.Warn("namespace-binding's view unavailable; retrying", zap.String("bucket", b.bucket), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+	return nil
+}
+
+// follow mirrors kv with a new cache until its reader ends (the bucket was dropped) or the
+// bucket is found replaced: dropped and created again at once, the reader may go on at the old
+// stream's next sequence and never see the new stream's first entries, so the bucket's identity
+// (its stream's creation time) is checked every few seconds.
+func (b *bindingSource) follow(ctx context.Context, kv jetstream.KeyValue) {
+	bctx, bcancel := context.WithTimeout(ctx, bucketLookupTimeout)
+	born, err := bucketCreated(bctx, kv)
+	bcancel()
+	if err != nil {
+		return
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := &attachment{
+		cache: view.NewCache(b.js, kv, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, b.log),
+		done:  make(chan struct{}),
+	}
+	defer close(a.done)
+	b.mu.Lock()
+	b.cur = a
+	close(b.installed)
+	b.installed = make(chan struct{})
+	b.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- a.cache.Run(cctx) }()
+	tick := time.NewTicker(bucketReplacedCheck)
+	defer tick.Stop()
+	ready := a.cache.Ready()
+	for {
+		select {
+		case <-ready:
+			b.markReady()
+			ready = nil
+		case err := <-errc:
+			if ctx.Err() == nil {
+				b.log.Info("namespace-binding's view ended (dropped for a rebuild?); attaching again", zap.String("bucket", b.bucket), zap.Error(err))
+				select {
+				case <-ctx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+			return
+		case <-tick.C:
+			cctx2, ccancel := context.WithTimeout(ctx, bucketReplacedCheck)
+			now, err := bucketCreated(cctx2, kv)
+			ccancel()
+			gone := errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+			if gone || (err == nil && !now.Equal(born)) {
+				b.log.Info("namespace-binding's view was rebuilt or is gone; attaching again", zap.String("bucket", b.bucket))
+				cancel()
+				<-errc
+				return
+			}
+		case <-ctx.Done():
+			<-errc
+			return
+		}
+	}
+}
+
+// bucketReplacedCheck is how often the source checks that its bucket is still the one it reads;
+// bucketLookupTimeout bounds each request that attaches it.
+const (
+	bucketReplacedCheck = 2 * time.Second
+	bucketLookupTimeout = 10 * time.Second
+)
+
+// bucketCreated returns when kv's stream was created: a bucket dropped and created again differs.
+func bucketCreated(ctx context.Context, kv jetstream.KeyValue) (time.Time, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	si, ok := st.(interface{ StreamInfo() *jetstream.StreamInfo })
+	if !ok {
+		return time.Time{}, nil
+	}
+	return si.StreamInfo().Created, nil
 }
 
 func (b *bindingSource) markReady() {
@@ -116,27 +211,63 @@ func (b *bindingSource) markReady() {
 
 func (b *bindingSource) Ready() <-chan struct{} { return b.ready }
 
+// live returns the attachment whose reader is running, or nil and a channel closed when another
+// is installed.
+func (b *bindingSource) live() (*attachment, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a := b.cur; a != nil {
+		select {
+		case <-a.done:
+		default:
+			return a, nil
+		}
+	}
+	return nil, b.installed
+}
+
+// subscribeTo subscribes to a's cache until ctx ends or a's reader does: the channel closes
+// then, and the fan-out subscribes again, to the next attachment.
+func subscribeTo(ctx context.Context, a *attachment, buf int) ([]view.Update[*projectv1.NamespaceBinding], uint64, <-chan view.Update[*projectv1.NamespaceBinding]) {
+	sctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(ctx, cancel)
+	go func() {
+		select {
+		case <-a.done:
+		case <-sctx.Done():
+		}
+		stop()
+		cancel()
+	}()
+	return a.cache.SubscribeAt(sctx, buf)
+}
+
 func (b *bindingSource) Subscribe(ctx context.Context, buf int) ([]nsUpdate, uint64, <-chan nsUpdate) {
-	select {
-	case <-b.attached:
-		snap, at, in := b.cache.SubscribeAt(ctx, buf)
+	if a, _ := b.live(); a != nil {
+		snap, at, in := subscribeTo(ctx, a, buf)
 		out := make([]nsUpdate, len(snap))
 		for i, u := range snap {
 			out[i] = toNSUpdate(u)
 		}
 		return out, at, forward(ctx, in, buf)
-	default:
 	}
-	// Not there yet: an empty snapshot, and everything in the bucket as changes once it is.
+	// Not there (or being attached again): an empty snapshot, and everything in the bucket as
+	// changes once it is.
 	ch := make(chan nsUpdate, buf)
 	go func() {
-		select {
-		case <-b.attached:
-		case <-ctx.Done():
-			close(ch)
-			return
+		var a *attachment
+		for a == nil {
+			var next <-chan struct{}
+			if a, next = b.live(); a == nil {
+				select {
+				case <-next:
+				case <-ctx.Done():
+					close(ch)
+					return
+				}
+			}
 		}
-		snap, at, in := b.cache.SubscribeAt(ctx, buf)
+		snap, at, in := subscribeTo(ctx, a, buf)
 		updates := make([]nsUpdate, 0, len(snap)+1)
 		for _, u := range snap {
 			updates = append(updates, toNSUpdate(u))
@@ -156,12 +287,17 @@ func (b *bindingSource) Current(ctx context.Context) (uint64, error) {
 	} else if err != nil {
 		return 0, fmt.Errorf("bucket %s: %w", b.bucket, err)
 	}
-	select {
-	case <-b.attached:
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	for {
+		a, next := b.live()
+		if a != nil {
+			return a.cache.Current(ctx)
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
-	return b.cache.Current(ctx)
 }
 
 // forward converts a cache subscription into namespace updates on a new channel.
