@@ -248,6 +248,9 @@ func TestBackupOfARunningFleetdRestoresIntoANewOne(t *testing.T) {
 	}
 }
 
+// startData starts fleetd and waits until it is ready. A fleetd whose services stopped (one
+// returned an error, which stops them all) never gets ready: that is reported at once with the
+// error, not as a timeout; a timeout reports which readiness checks were pending.
 func startData(t *testing.T, ctx context.Context, cfg fleetd.Config) *fleetd.Instance {
 	t.Helper()
 	inst, err := fleetd.Start(ctx, cfg, testkit.Logger(t))
@@ -255,12 +258,36 @@ func startData(t *testing.T, ctx context.Context, cfg fleetd.Config) *fleetd.Ins
 		t.Fatal(err)
 	}
 	t.Cleanup(inst.Stop)
+	stopped := make(chan error, 1)
+	go func() { stopped <- inst.Wait() }()
 	select {
 	case <-inst.Ready():
+	case err := <-stopped:
+		t.Fatalf("fleetd stopped before it was ready: %v", err)
 	case <-ctx.Done():
-		t.Fatal("fleetd not ready")
+		t.Fatalf("fleetd not ready; /readyz: %s", readyz(inst.Addr))
 	}
 	return inst
+}
+
+// readyz returns what fleetd's /readyz answers: each check, and why one is not ready.
+func readyz(addr string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	if err != nil {
+		return err.Error()
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = res.Body.Close() }()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err.Error()
+	}
+	return res.Status + "\n" + string(body)
 }
 
 func mapsKeys(m map[string]uint64) func(func(string) bool) {
