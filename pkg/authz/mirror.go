@@ -163,79 +163,24 @@ func (m *mirror[T]) run(ctx context.Context, js jetstream.JetStream, log *zap.Lo
 	return nil
 }
 
-// follow mirrors kv with a new cache, installed once loaded, until the cache's Run ends (its
-// bucket was deleted) or the bucket is replaced: in a bucket deleted and created again at once,
-// the cache's reader would resume at the old stream's next sequence and skip the new stream's
-// first entries, so the bucket's identity (its stream's creation time) is checked every few
-// seconds.
+// follow mirrors kv with a new cache, installed once loaded, until view.Follow ends it: its
+// bucket was deleted, or deleted and created again (a rebuilt view, which a reader resuming at
+// the old stream's next sequence would miss the start of).
 func (m *mirror[T]) follow(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *zap.Logger) {
-	bctx, bcancel := context.WithTimeout(ctx, lookupTimeout)
-	born, err := created(bctx, kv)
-	bcancel()
-	if err != nil {
-		return
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	c := view.NewCache(js, kv, m.newT, log, m.opts...)
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(wctx) }()
-	tick := time.NewTicker(replacedCheck)
-	defer tick.Stop()
-	ready := c.Ready()
-	for {
-		select {
-		case <-ready:
-			m.install(kv, c)
-			ready = nil // installed once
-		case err := <-errc:
-			if ctx.Err() == nil {
-				log.Warn("authorization view watch ended; attaching again", zap.String("bucket", m.bucket), zap.Error(err))
-				sleep(ctx, 250*time.Millisecond)
-			}
-			return
-		case <-tick.C:
-			// Only a bucket that is gone or was created again is a reason to attach again. A
-			// check that fails otherwise (the stream's leader died and its election is under
-			// way: 4-9 s) keeps the watch, which picks up where it was once a leader is back;
-			// attaching again would load the whole bucket into a new cache and leave every
-			// authorization waiting on the old one meanwhile.
-			cctx, ccancel := context.WithTimeout(ctx, replacedCheck)
-			now, err := created(cctx, kv)
-			ccancel()
-			gone := errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
-			if gone || (err == nil && !now.Equal(born)) {
-				log.Info("authorization view was rebuilt or is gone; attaching again", zap.String("bucket", m.bucket))
-				cancel()
-				<-errc
-				return
-			}
-		case <-ctx.Done():
-			<-errc
-			return
-		}
+	err := view.Follow(ctx, kv, c, nil, func() { m.install(kv, c) })
+	switch {
+	case ctx.Err() != nil:
+	case errors.Is(err, view.ErrBucketReplaced):
+		log.Info("authorization view was rebuilt or is gone; attaching again", zap.String("bucket", m.bucket))
+	default:
+		log.Warn("authorization view watch ended; attaching again", zap.String("bucket", m.bucket), zap.Error(err))
+		sleep(ctx, 250*time.Millisecond)
 	}
 }
 
-// replacedCheck is how often a mirror checks that its bucket is still the one it watches;
-// lookupTimeout bounds each request that attaches it.
-const (
-	replacedCheck = 2 * time.Second
-	lookupTimeout = 10 * time.Second
-)
-
-// created returns when kv's stream was created: a bucket deleted and created again differs.
-func created(ctx context.Context, kv jetstream.KeyValue) (time.Time, error) {
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	si, ok := st.(interface{ StreamInfo() *jetstream.StreamInfo })
-	if !ok {
-		return time.Time{}, nil
-	}
-	return si.StreamInfo().Created, nil
-}
+// lookupTimeout bounds each request that attaches a mirror.
+const lookupTimeout = 10 * time.Second
 
 func sleep(ctx context.Context, d time.Duration) {
 	select {

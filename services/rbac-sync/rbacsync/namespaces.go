@@ -121,85 +121,38 @@ func (b *bindingSource) Run(ctx context.Context) error {
 	return nil
 }
 
-// follow mirrors kv with a new cache until its reader ends (the bucket was dropped) or the
-// bucket is found replaced: dropped and created again at once, the reader may go on at the old
-// stream's next sequence and never see the new stream's first entries, so the bucket's identity
-// (its stream's creation time) is checked every few seconds.
+// follow mirrors kv with a new cache, installed for the fan-out's subscriptions (which end with
+// it), until view.Follow ends it: the bucket was dropped, or dropped and created again for a
+// rebuild.
 func (b *bindingSource) follow(ctx context.Context, kv jetstream.KeyValue) {
-	bctx, bcancel := context.WithTimeout(ctx, bucketLookupTimeout)
-	born, err := bucketCreated(bctx, kv)
-	bcancel()
-	if err != nil {
-		return
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	a := &attachment{
 		cache: view.NewCache(b.js, kv, func() *projectv1.NamespaceBinding { return &projectv1.NamespaceBinding{} }, b.log),
 		done:  make(chan struct{}),
 	}
 	defer close(a.done)
-	b.mu.Lock()
-	b.cur = a
-	close(b.installed)
-	b.installed = make(chan struct{})
-	b.mu.Unlock()
-	errc := make(chan error, 1)
-	go func() { errc <- a.cache.Run(cctx) }()
-	tick := time.NewTicker(bucketReplacedCheck)
-	defer tick.Stop()
-	ready := a.cache.Ready()
-	for {
+	install := func() {
+		b.mu.Lock()
+		b.cur = a
+		close(b.installed)
+		b.installed = make(chan struct{})
+		b.mu.Unlock()
+	}
+	err := view.Follow(ctx, kv, a.cache, install, b.markReady)
+	switch {
+	case ctx.Err() != nil:
+	case errors.Is(err, view.ErrBucketReplaced):
+		b.log.Info("namespace-binding's view was rebuilt or is gone; attaching again", zap.String("bucket", b.bucket))
+	default:
+		b.log.Info("namespace-binding's view ended (dropped for a rebuild?); attaching again", zap.String("bucket", b.bucket), zap.Error(err))
 		select {
-		case <-ready:
-			b.markReady()
-			ready = nil
-		case err := <-errc:
-			if ctx.Err() == nil {
-				b.log.Info("namespace-binding's view ended (dropped for a rebuild?); attaching again", zap.String("bucket", b.bucket), zap.Error(err))
-				select {
-				case <-ctx.Done():
-				case <-time.After(250 * time.Millisecond):
-				}
-			}
-			return
-		case <-tick.C:
-			cctx2, ccancel := context.WithTimeout(ctx, bucketReplacedCheck)
-			now, err := bucketCreated(cctx2, kv)
-			ccancel()
-			gone := errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
-			if gone || (err == nil && !now.Equal(born)) {
-				b.log.Info("namespace-binding's view was rebuilt or is gone; attaching again", zap.String("bucket", b.bucket))
-				cancel()
-				<-errc
-				return
-			}
 		case <-ctx.Done():
-			<-errc
-			return
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
 
-// bucketReplacedCheck is how often the source checks that its bucket is still the one it reads;
-// bucketLookupTimeout bounds each request that attaches it.
-const (
-	bucketReplacedCheck = 2 * time.Second
-	bucketLookupTimeout = 10 * time.Second
-)
-
-// bucketCreated returns when kv's stream was created: a bucket dropped and created again differs.
-func bucketCreated(ctx context.Context, kv jetstream.KeyValue) (time.Time, error) {
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	si, ok := st.(interface{ StreamInfo() *jetstream.StreamInfo })
-	if !ok {
-		return time.Time{}, nil
-	}
-	return si.StreamInfo().Created, nil
-}
+// bucketLookupTimeout bounds each request that attaches the source.
+const bucketLookupTimeout = 10 * time.Second
 
 func (b *bindingSource) markReady() {
 	select {
