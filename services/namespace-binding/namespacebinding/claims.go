@@ -138,13 +138,13 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 		policy = projectv1.UnbindPolicy_UNBIND_POLICY_KEEP
 	}
 	key := bindingKey(cluster, namespace)
-	var id string
+	var unbound *projectv1.NamespaceBinding
 	seq, err := s.appendProject(ctx, project, always, func(*projectv1.Project) (proto.Message, error) {
 		b, err := s.ownedBinding(project, cluster, namespace)
 		if err != nil {
 			return nil, err
 		}
-		id = b.Id
+		unbound = b
 		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING && b.UnbindPolicy == policy {
 			return nil, errUnchanged
 		}
@@ -154,16 +154,32 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 	if err != nil && !errors.Is(err, errUnchanged) {
 		return nil, err
 	}
+	id := unbound.Id
 	b, err := s.awaitBinding(ctx, key, id, seq)
-	if err != nil {
-		return nil, err
-	}
-	// The event is the truth; the claim goes after it. If this fails (or the process dies
-	// here) the repair loop releases the claim of a Terminating binding.
+	// The event is the truth; the claim goes after it, whatever the view shows by now. If this
+	// fails (or the process dies here) the repair loop releases the claim of a Terminating
+	// binding, and the releaser that of the binding it releases.
 	if c, ok := s.claims.GetEntry(key); ok && c.Value.BindingId == id {
 		s.dropClaim(key, id, c.KVRevision)
 	}
+	if err != nil && connect.CodeOf(err) == connect.CodeAborted && s.releasedSince(key, id) {
+		// The agent carried out the tombstones and the binding was released before the view
+		// showed this call its unbinding: the unbinding is done, and more than done.
+		released := proto.CloneOf(unbound)
+		released.Phase, released.UnbindPolicy = projectv1.BindingPhase_BINDING_PHASE_TERMINATING, policy
+		return released, nil
+	}
+	if err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// releasedSince reports whether the binding id at key has left the bindings view (released),
+// the view having caught up with at least its unbinding.
+func (s *Service) releasedSince(key, id string) bool {
+	b, ok := s.bindings.Get(key)
+	return !ok || b.Id != id
 }
 
 // claim takes (cluster, namespace) at key for project's binding id and returns the claim's KV

@@ -110,6 +110,12 @@ func (r *releaser) Reconcile(ctx context.Context, key string) error {
 		return fmt.Errorf("append release of namespace %s on cluster %s: %w", b.Namespace, b.Cluster, err)
 	}
 	r.pending[b.Id] = now
+	// An unbinding whose caller died (or gave up) before dropping the claim leaves it naming
+	// this binding; once the binding is gone such a claim would hold the (cluster, namespace)
+	// against every bind until ClaimGrace.
+	if c, ok := s.claims.GetEntry(key); ok && c.Value.BindingId == b.Id {
+		s.dropClaim(key, b.Id, c.KVRevision)
+	}
 	s.log.Info("namespace released", zap.String("project", b.Project), zap.String("cluster", b.Cluster), zap.String("namespace", b.Namespace))
 	return nil
 }

@@ -665,6 +665,40 @@ func TestRebindByTheSameProjectWhileTerminating(t *testing.T) {
 	}
 }
 
+// An unbinding whose caller never dropped its claim (it died, or its wait for the view found
+// the binding already released, as a placement's follower met under load) must not hold the
+// (cluster, namespace) once the binding is released: before, every bind of it was refused until
+// ClaimGrace passed (the scale simulator's placement moves of ~3 minutes).
+func TestReleaseDropsTheClaimItsUnbindingLeft(t *testing.T) {
+	e := start(t, nil, namespacebinding.Config{ReleaseInterval: 100 * time.Millisecond, ClaimGrace: 10 * time.Minute})
+	e.register(t, "c1")
+	e.createProject(t, "team-a", "team-b")
+	ctx := testkit.Context(t, 30*time.Second)
+	first := e.mustBind(t, "team-a", "c1", "web", nil)
+	e.agentReports(t, nsKey("c1", "web"), nil)
+	if _, err := e.client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "web",
+		Policy: projectv1.UnbindPolicy_UNBIND_POLICY_DELETE})); err != nil {
+		t.Fatal(err)
+	}
+	// The claim as an unbinding that stopped after its event leaves it.
+	claims := e.kv(t, namespacebinding.ClaimsBucket)
+	data, _ := proto.Marshal(&projectv1.Claim{Project: "team-a", BindingId: first.Id, CreateTime: timestamppb.Now()})
+	if _, err := claims.Create(ctx, keys.Join("c1", "web"), data); err != nil {
+		t.Fatal(err)
+	}
+	e.releaseConsidered(t, e.agentReports(t, nsKey("c1", "web"), nil))
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if b, ok := e.binding(t, "team-a", "c1", "web"); ok {
+			return fmt.Errorf("still there: %v", b)
+		}
+		if _, err := claims.Get(ctx, keys.Join("c1", "web")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("claim of the released binding: %v", err)
+		}
+		return nil
+	})
+	e.mustBind(t, "team-b", "c1", "web", nil)
+}
+
 func TestDeleteProjectRefusedWhileItOwnsNamespacesUnlessForced(t *testing.T) {
 	e := start(t, nil, namespacebinding.Config{})
 	e.register(t, "c1", "c2")
