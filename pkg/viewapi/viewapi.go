@@ -214,36 +214,78 @@ func Watch[T proto.Message](ctx context.Context, updates <-chan view.Update[T], 
 	}
 }
 
-// ensureRetries bounds how often Ensure decides again after losing a race: replicas starting
-// together race once or twice, not five times.
-const ensureRetries = 5
+// Builtin is an object a service's binary wants to exist as it says (a built-in role template,
+// a built-in cluster set), written through the events an admin's change would append.
+type Builtin[T Object] struct {
+	// What names it in errors and the log ("role template project-owner").
+	What string
+	// Cache is its view and Key its entry there.
+	Cache *view.Cache[T]
+	Key   string
+	// Store appends to Subject (of Stream), with AggregateID in the envelopes.
+	Store       *events.Store
+	Stream      jetstream.Stream
+	Subject     string
+	AggregateID string
+	// Ended reports whether the subject's last event ended the object's life (its deletion):
+	// a subject that ends otherwise holds an object the view has not shown yet.
+	Ended func(last proto.Message) bool
+	// Decide returns the events that bring cur (ok false: absent) to what the binary wants, none
+	// when it is so already.
+	Decide func(cur T, ok bool) []proto.Message
+}
 
-// Ensure brings a built-in object, what (a kind and a name) at key of c, to what a service's
-// binary wants, through the events an admin's change would append. write decides from the entry
-// as c holds it (ok false when absent) and appends what is needed at the revision it expects,
-// returning the event's sequence, or 0 with nothing to do. Replicas starting together race on
-// the subject: the loser's write conflicts, and it waits until c shows the winner's write and
-// decides again. Ensure returns once c shows this replica's write, if it made one.
-func Ensure[T Object](ctx context.Context, c *view.Cache[T], key, what string, log *zap.Logger, write func(cur T, ok bool) (uint64, error)) error {
-	for attempt := 0; ; attempt++ {
+// Entry is the state of a write that may create its object: the view's entry, or none (OK
+// false).
+type Entry[T Object] struct {
+	Cur T
+	OK  bool
+}
+
+// LoadEntry is the events.Command Load of a write to the entry at key of c that may create it,
+// whose events are on subject of stream: the entry once c shows revision min or later; when c
+// has none, the subject's last sequence, for a creation to expect, unless the subject's last
+// event is not ended's (a deletion), i.e. an object c has not shown yet (another writer's
+// creation a moment ago): then the entry once c shows it (bounded: apiwait.Visible).
+func LoadEntry[T Object](c *view.Cache[T], key string, stream jetstream.Stream, subject string, ended func(last proto.Message) bool) func(ctx context.Context, min uint64) (Entry[T], uint64, error) {
+	return func(ctx context.Context, min uint64) (Entry[T], uint64, error) {
+		if cur, ok := c.Get(key); ok && cur.GetRevision() >= min {
+			return Entry[T]{cur, true}, cur.GetRevision(), nil
+		}
+		seq, last, err := events.Last(ctx, stream, subject)
+		if err != nil {
+			return Entry[T]{}, 0, err
+		}
+		if last == nil || ended(last.Payload) {
+			return Entry[T]{}, seq, nil
+		}
+		if err := apiwait.Visible(ctx, "change", func(ctx context.Context) error { return c.WaitRevision(ctx, key, seq, false) }); err != nil {
+			return Entry[T]{}, 0, err
+		}
 		cur, ok := c.Get(key)
-		seq, err := write(cur, ok)
-		switch {
-		case err == nil && seq == 0:
-			return nil
-		case err == nil:
-			if err := c.WaitRevision(ctx, key, seq, false); err != nil {
-				return fmt.Errorf("built-in %s: %w", what, err)
-			}
-			log.Info("built-in " + what + " written")
-			return nil
-		case !events.IsConflict(err) || attempt >= ensureRetries:
-			return fmt.Errorf("built-in %s: %w", what, err)
-		}
-		var rev uint64
-		if ok {
-			rev = cur.GetRevision()
-		}
-		_ = c.WaitFor(ctx, key, func(v T, ok bool) bool { return ok && v.GetRevision() > rev })
+		return Entry[T]{cur, ok}, cur.GetRevision(), nil
 	}
+}
+
+// Ensure brings b to what the binary wants: an events.Command whose state is b's view entry
+// (LoadEntry), decided again after a lost race, as replicas starting together lose one to another
+// until one of them sees the winner's write and has nothing left to do. It returns once the
+// view shows this replica's write, if it made one.
+func Ensure[T Object](ctx context.Context, log *zap.Logger, b Builtin[T]) error {
+	res, err := events.Command[Entry[T]]{
+		Store: b.Store, Subject: b.Subject, AggregateID: b.AggregateID,
+		Load:   LoadEntry(b.Cache, b.Key, b.Stream, b.Subject, b.Ended),
+		Decide: func(e Entry[T]) ([]proto.Message, error) { return b.Decide(e.Cur, e.OK), nil },
+	}.Run(ctx)
+	if err != nil {
+		return fmt.Errorf("built-in %s: %w", b.What, err)
+	}
+	if len(res.Events) == 0 {
+		return nil
+	}
+	if err := b.Cache.WaitRevision(ctx, b.Key, res.Sequence, false); err != nil {
+		return fmt.Errorf("built-in %s: %w", b.What, err)
+	}
+	log.Info("built-in " + b.What + " written")
+	return nil
 }

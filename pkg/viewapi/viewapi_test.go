@@ -3,6 +3,7 @@ package viewapi_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,43 +182,103 @@ func TestWatch(t *testing.T) {
 	}
 }
 
-func TestEnsure(t *testing.T) {
-	f := newFixture(t, "VIEWAPIENSURE")
-	ctx := testkit.Context(t, 30*time.Second)
-	log, logs := testkit.ObservedLogger(t)
-	conflict := events.ErrConflict
-	// The first write loses a race to another replica, whose write then shows; the second
-	// decision finds the object as wanted and writes nothing.
-	var decisions []string
-	err := viewapi.Ensure(ctx, f.kind.Cache, "c.builtin", "cluster builtin", log, func(cur *clusterv1.Cluster, ok bool) (uint64, error) {
-		if !ok {
-			decisions = append(decisions, "absent")
-			f.put("builtin", 3) // the other replica
-			return 0, conflict
-		}
-		decisions = append(decisions, "present")
-		return 0, nil
-	})
-	if err != nil || len(decisions) != 2 || decisions[1] != "present" {
-		t.Fatalf("lost race: %v after %v", err, decisions)
-	}
-	// This replica writes: Ensure returns once the view shows it, and says so.
-	err = viewapi.Ensure(ctx, f.kind.Cache, "c.builtin", "cluster builtin", log, func(cur *clusterv1.Cluster, ok bool) (uint64, error) {
-		f.put("builtin", cur.Revision+1)
-		return cur.Revision + 1, nil
-	})
+// ensureFixture is a cluster view fed by a real projection engine from stream ENSURE, and a
+// built-in cluster "builtin" in it.
+func ensureFixture(t *testing.T) (*events.Store, func(decide func(cur *clusterv1.Cluster, ok bool) []proto.Message) viewapi.Builtin[*clusterv1.Cluster]) {
+	t.Helper()
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, time.Minute)
+	stream, err := j.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "ENSURE", Subjects: []string{"ensure.>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := f.kind.Cache.Get("c.builtin"); c.GetRevision() != 4 {
-		t.Fatalf("returned before the view showed revision 4: %v", c)
+	e, err := view.NewEngine(j.JS, view.Projection{
+		Name: "ENSURED", Version: 1, Stream: "ENSURE", Bucket: jetstream.KeyValueConfig{Bucket: "ENSURED"},
+		New: func() proto.Message { return &clusterv1.Cluster{} },
+		Apply: func(ev *events.Event) ([]view.Change, error) {
+			return []view.Change{view.ChangeOf("c.builtin", func(cur *clusterv1.Cluster) *clusterv1.Cluster {
+				switch p := ev.Payload.(type) {
+				case *clusterv1.ClusterRegistered:
+					return &clusterv1.Cluster{Name: p.Name, Labels: p.Labels}
+				case *clusterv1.ClusterUpdated:
+					cur.Labels = p.Labels
+					return cur
+				}
+				return nil
+			})}, nil
+		},
+	}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.Run(ctx) }()
+	<-e.Ready()
+	kv, err := j.JS.KeyValue(ctx, "ENSURED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := view.NewCache(j.JS, kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, zap.NewNop())
+	go func() { _ = c.Run(ctx) }()
+	<-c.Ready()
+	store := events.NewStore(j.JS, "test")
+	return store, func(decide func(cur *clusterv1.Cluster, ok bool) []proto.Message) viewapi.Builtin[*clusterv1.Cluster] {
+		return viewapi.Builtin[*clusterv1.Cluster]{
+			What: "cluster builtin", Cache: c, Key: "c.builtin",
+			Store: store, Stream: stream, Subject: "ensure.builtin", AggregateID: "builtin",
+			Ended: func(last proto.Message) bool {
+				_, gone := last.(*clusterv1.ClusterDeregistered)
+				return gone
+			},
+			Decide: decide,
+		}
+	}
+}
+
+func TestEnsure(t *testing.T) {
+	store, builtin := ensureFixture(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	log, logs := testkit.ObservedLogger(t)
+	// The first write loses a race to another replica, whose write then shows; the second
+	// decision finds the object as wanted and writes nothing.
+	var decisions []string
+	err := viewapi.Ensure(ctx, log, builtin(func(cur *clusterv1.Cluster, ok bool) []proto.Message {
+		if !ok {
+			decisions = append(decisions, "absent")
+			if _, err := store.Append(ctx, "ensure.builtin", "builtin", events.At(0), &clusterv1.ClusterRegistered{Name: "builtin"}); err != nil {
+				t.Error(err) // the other replica
+			}
+			return []proto.Message{&clusterv1.ClusterRegistered{Name: "builtin"}}
+		}
+		decisions = append(decisions, "present")
+		return nil
+	}))
+	if err != nil || len(decisions) != 2 || decisions[1] != "present" {
+		t.Fatalf("lost race: %v after %v", err, decisions)
+	}
+	if n := logs.FilterMessageSnippet("written").Len(); n != 0 {
+		t.Fatalf("a replica that wrote nothing says it wrote, %d times", n)
+	}
+	// This replica writes: Ensure returns once the view shows it, and says so.
+	b := builtin(func(cur *clusterv1.Cluster, ok bool) []proto.Message {
+		if cur.GetLabels()["v"] == "2" {
+			return nil
+		}
+		return []proto.Message{&clusterv1.ClusterUpdated{Fields: []string{"labels"}, Labels: map[string]string{"v": "2"}}}
+	})
+	if err := viewapi.Ensure(ctx, log, b); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := b.Cache.Get("c.builtin"); c.GetRevision() != 2 || c.GetLabels()["v"] != "2" {
+		t.Fatalf("returned before the view showed revision 2: %v", c)
 	}
 	testkit.Eventually(t, 5*time.Second, logs.Count("built-in cluster builtin written", 1))
 	// Another failure is the caller's, named.
-	err = viewapi.Ensure(ctx, f.kind.Cache, "c.builtin", "cluster builtin", log, func(*clusterv1.Cluster, bool) (uint64, error) {
-		return 0, errors.New("no stream leader")
+	b = builtin(func(*clusterv1.Cluster, bool) []proto.Message {
+		return []proto.Message{&clusterv1.ClusterUpdated{Fields: []string{"labels"}}}
 	})
-	if err == nil || err.Error() != "built-in cluster builtin: no stream leader" {
+	b.Subject = "nowhere.builtin" // in no stream
+	err = viewapi.Ensure(ctx, log, b)
+	if err == nil || !strings.HasPrefix(err.Error(), "built-in cluster builtin: ") {
 		t.Fatalf("failure: %v", err)
 	}
 }

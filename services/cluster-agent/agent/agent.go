@@ -225,6 +225,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) appendReport(ctx context.Context, subject string, msg proto.Message) error {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
+	// No events.Command: a report is a snapshot of this cluster's facts, the latest wins (FLEET_AGENT keeps one per subject).
 	_, err := a.store.Append(ctx, subject, a.cfg.ClusterName, events.Any, msg)
 	return err
 }

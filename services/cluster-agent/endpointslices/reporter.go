@@ -430,6 +430,7 @@ func (r *Reporter) publishAs(ctx context.Context, expect events.Expect, m *endpo
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	subject := subjects.AgentEndpointSlice(r.cfg.ClusterName, m.Namespace, m.Slice)
+	// No events.Command: a report is a snapshot of one slice, the latest wins (FLEET_AGENT keeps one per subject).
 	_, err := r.app.Append(ctx, subject, r.cfg.ClusterName, expect, m)
 	if err != nil && expect.TTL() > 0 && events.IsTTLDisabled(err) {
 		// The hub that created FLEET_AGENT predates per-message TTLs: report the deletion

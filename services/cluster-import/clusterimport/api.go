@@ -57,52 +57,66 @@ func (s *Registry) registerWithToken(ctx context.Context, m *clusterv1.RegisterC
 	if _, ok := s.clusters.Get(clusterKey(m.Name)); ok {
 		return nil, "", apierr.AlreadyExists("cluster", m.Name)
 	}
-	subject := subjects.Cluster(m.Name)
-	// A name may be reused after deregistration: expect the subject exactly as it is now, so
-	// that of two concurrent registrations only one appends. The view may not show a
-	// registration appended a moment ago, so the subject itself must end in a deregistration.
-	last, prev, err := events.Last(ctx, s.stream, subject)
-	if err != nil {
-		return nil, "", apierr.Internal(err)
-	}
-	if prev != nil {
-		if _, gone := prev.Payload.(*clusterv1.ClusterDeregistered); !gone {
-			return nil, "", apierr.AlreadyExists("cluster", m.Name)
-		}
-	}
 	id := uuid.NewString()
 	token, digest, err := newAgentToken()
 	if err != nil {
 		return nil, "", apierr.Internal(err)
 	}
-	// Secrets go first, keyed by the fresh id: if the append then fails they are unreachable
-	// garbage, never a registered cluster missing its credentials.
 	secrets := &clusterv1.ClusterSecrets{ClusterId: id, ClusterName: m.Name, Credentials: m.Credentials, AgentTokenSha256: digest}
 	if origin != nil && m.Credentials != nil {
 		secrets.CredentialsImportOrigin = origin
 	}
-	if err := s.putSecrets(ctx, secrets); err != nil {
-		return nil, "", apierr.Internal(err)
-	}
-	ev := &clusterv1.ClusterRegistered{
-		Id: id, Name: m.Name, Labels: m.Labels, Claims: m.Claims, Taints: stampTaints(m.Taints, nil),
-		CredentialsFingerprint: fingerprint(m.Credentials), ImportedBy: origin,
-	}
-	seq, err := s.store.Append(ctx, subject, id, events.At(last), ev)
+	// stored: the secrets were written; registered: the registration was appended (the
+	// import's announcement after it is about to be).
+	var stored, registered bool
+	res, err := events.Command[*events.Event]{
+		Store: s.store, Subject: subjects.Cluster(m.Name), AggregateID: id, MaxConflicts: -1,
+		// A name may be reused after deregistration: expect the subject exactly as it is now,
+		// so that of two concurrent registrations only one appends (the other answers
+		// AlreadyExists). The view may not show a registration appended a moment ago, so the
+		// subject itself must end in a deregistration.
+		Load: func(ctx context.Context, _ uint64) (*events.Event, uint64, error) {
+			seq, last, err := events.Last(ctx, s.stream, subjects.Cluster(m.Name))
+			return last, seq, err
+		},
+		Decide: func(last *events.Event) ([]proto.Message, error) {
+			if _, gone := events.PayloadOf(last).(*clusterv1.ClusterDeregistered); last != nil && !gone {
+				return nil, apierr.AlreadyExists("cluster", m.Name)
+			}
+			evs := []proto.Message{&clusterv1.ClusterRegistered{
+				Id: id, Name: m.Name, Labels: m.Labels, Claims: m.Claims, Taints: stampTaints(m.Taints, nil),
+				CredentialsFingerprint: fingerprint(m.Credentials), ImportedBy: origin,
+			}}
+			if origin != nil {
+				// Downstream subscribers learn of imports here; the view already knows from
+				// the registration, so a crash before this append loses only the announcement.
+				evs = append(evs, &clusterv1.ClusterImported{Id: id, Name: m.Name, Origin: origin})
+			}
+			return evs, nil
+		},
+		BeforeAppend: func(ctx context.Context, _ *events.Event, ev proto.Message) error {
+			switch ev.(type) {
+			case *clusterv1.ClusterRegistered:
+				// Secrets go first, keyed by the fresh id: if the append then fails they are
+				// unreachable garbage, never a registered cluster missing its credentials.
+				stored = true
+				return s.putSecrets(ctx, secrets)
+			case *clusterv1.ClusterImported:
+				registered = true
+			}
+			return nil
+		},
+	}.Run(ctx)
 	if err != nil {
-		s.dropSecrets(secrets)
-		if events.IsConflict(err) {
-			return nil, "", apierr.AlreadyExists("cluster", m.Name)
+		if stored && !registered {
+			s.dropSecrets(secrets)
+			if events.IsConflict(err) {
+				return nil, "", apierr.AlreadyExists("cluster", m.Name)
+			}
 		}
 		return nil, "", apierr.Internal(err)
 	}
-	if origin != nil {
-		// Downstream subscribers learn of imports here; the view already knows from the
-		// registration, so a crash before this append loses only the announcement.
-		if seq, err = s.store.Append(ctx, subject, id, events.At(seq), &clusterv1.ClusterImported{Id: id, Name: m.Name, Origin: origin}); err != nil {
-			return nil, "", apierr.Internal(err)
-		}
-	}
+	seq := res.Sequence
 	c, err := s.awaitCluster(ctx, m.Name, seq)
 	if err != nil {
 		return nil, "", err

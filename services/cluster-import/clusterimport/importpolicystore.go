@@ -222,32 +222,44 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 	if _, ok := a.s.importPolicies.Get(importPolicyKey(p.Name)); ok {
 		return nil, apierr.AlreadyExists("import policy", p.Name)
 	}
-	subject := subjects.ImportPolicy(p.Name)
-	last, prev, err := events.Last(ctx, a.s.stream, subject)
-	if err != nil {
-		return nil, apierr.Internal(err)
-	}
-	if _, gone := payloadOf(prev).(*clusterv1.ImportPolicyDeleted); prev != nil && !gone {
-		return nil, apierr.AlreadyExists("import policy", p.Name)
-	}
 	// The claim and the event within policyWriteTimeout: past it, PolicyClaimGrace later, another
 	// policy may take the claim over.
 	wctx, cancel := context.WithTimeout(ctx, policyWriteTimeout)
 	defer cancel()
-	release, err := a.claimSource(wctx, p)
-	if err != nil {
-		return nil, err
-	}
-	seq, err := a.s.store.Append(wctx, subject, p.Name, events.At(last), &clusterv1.ImportPolicyCreated{Policy: p})
-	if err != nil {
-		if events.IsConflict(err) {
-			release() // certainly not appended
-			return nil, apierr.AlreadyExists("import policy", p.Name)
-		}
+	var release func()
+	var claimErr error
+	res, err := events.Command[*events.Event]{
+		Store: a.s.store, Subject: subjects.ImportPolicy(p.Name), AggregateID: p.Name, MaxConflicts: -1,
+		// The view may not show a creation appended a moment ago: the subject itself must be
+		// empty or end in a deletion, and is expected as it is, so of two concurrent creations
+		// one appends.
+		Load: func(ctx context.Context, _ uint64) (*events.Event, uint64, error) {
+			seq, last, err := events.Last(ctx, a.s.stream, subjects.ImportPolicy(p.Name))
+			return last, seq, err
+		},
+		Decide: func(last *events.Event) ([]proto.Message, error) {
+			if _, gone := payloadOf(last).(*clusterv1.ImportPolicyDeleted); last != nil && !gone {
+				return nil, apierr.AlreadyExists("import policy", p.Name)
+			}
+			return []proto.Message{&clusterv1.ImportPolicyCreated{Policy: p}}, nil
+		},
+		BeforeAppend: func(ctx context.Context, _ *events.Event, _ proto.Message) error {
+			release, claimErr = a.claimSource(ctx, p)
+			return claimErr
+		},
+	}.Run(wctx)
+	switch {
+	case claimErr != nil:
+		return nil, claimErr // its own answer, a lost race on the claim included
+	case events.IsConflict(err):
+		release() // certainly not appended
+		return nil, apierr.AlreadyExists("import policy", p.Name)
+	case err != nil:
 		// The event may have landed (a timeout): the claim stays, and is taken over after
 		// PolicyClaimGrace if the policy never appears.
 		return nil, apierr.Internal(err)
 	}
+	seq := res.Sequence
 	out, err := a.await(ctx, p.Name, seq)
 	if err != nil {
 		return nil, err

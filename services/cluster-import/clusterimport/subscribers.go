@@ -121,6 +121,7 @@ func (a *SubscriberAPI) CreateSubscriber(ctx context.Context, req *connect.Reque
 		}
 		return nil, apierr.Internal(fmt.Errorf("store subscriber %s: %w", m.Name, err))
 	}
+	// No events.Command: the record's KV Create above is the check (AlreadyExists); the event records what it let through.
 	if _, err := s.store.Append(ctx, subscriberSubject(m.Name), m.Name, events.Any, &clusterv1.SubscriberCreated{Name: m.Name, Streams: streams}); err != nil {
 		// Unrecorded, so undone: a subscriber exists only with its event.
 		s.dropSubscriber(m.Name, digest)
@@ -152,6 +153,7 @@ func (a *SubscriberAPI) DeleteSubscriber(ctx context.Context, req *connect.Reque
 		return nil, apierr.Internal(fmt.Errorf("delete subscriber %s: %w", name, err))
 	}
 	s.purgeSubscriberToken(rec.TokenSha256)
+	// No events.Command: the record's compare-and-delete above is the check; the event records it.
 	if _, err := s.store.Append(ctx, subscriberSubject(name), name, events.Any, &clusterv1.SubscriberDeleted{Name: name}); err != nil {
 		s.log.Warn("subscriber deleted but the event was not recorded", zap.String("subscriber", name), zap.Error(err))
 	}

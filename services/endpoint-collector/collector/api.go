@@ -188,6 +188,8 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 	subject := subjects.EndpointWeight(m.Namespace, m.Name)
 	agg := viewKey(m.Namespace, m.Name)
 	var seq uint64
+	// No events.Command: a weight is set per address, the last write wins, and nothing here is
+	// decided from the weights view's state that a concurrent write could make stale.
 	if m.Clear {
 		clusters := []string{m.Cluster}
 		if m.Cluster == "" {
@@ -298,7 +300,7 @@ func (c *Collector) SetClusterWeight(ctx context.Context, req *connect.Request[e
 		return nil, err
 	}
 	// Neither the service nor the cluster has to serve endpoints yet: draining or weighting a
-	// cluster before it joins is how a canary starts.
+	// cluster before it joins is how a canary starts. No events.Command: the last write wins.
 	seq, err := c.events.Append(ctx, subjects.EndpointWeight(m.Namespace, m.Name), viewKey(m.Namespace, m.Name), events.Any,
 		&endpointv1.ClusterWeightSet{Namespace: m.Namespace, Name: m.Name, ClusterName: m.Cluster, Weight: m.Weight})
 	if err != nil {

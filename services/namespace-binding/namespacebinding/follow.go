@@ -24,6 +24,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
+	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
 // Namespaces that follow a placement (docs/placement.md). BindNamespace {placement} records
@@ -170,32 +171,28 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 		Hard: canonicalHard(m.Hard), UnbindPolicy: policy}
 	key := keys.Join(m.Project, m.Namespace)
 	subject := subjects.PlacementNamespace(m.Project, m.Namespace)
-	cur, ok := s.placementNamespaces.Get(key)
-	var seq uint64
-	switch {
-	case ok && cur.Placement != m.Placement:
-		return nil, apierr.AlreadyExistsf("namespace %q of project %q already follows placement %q: unbind it from that placement first",
-			m.Namespace, m.Project, cur.Placement)
-	case ok && proto.Equal(&placementv1.PlacementNamespace{Hard: cur.Hard, UnbindPolicy: cur.UnbindPolicy},
-		&placementv1.PlacementNamespace{Hard: want.Hard, UnbindPolicy: want.UnbindPolicy}):
-		seq = cur.Revision // nothing to change
-	default:
-		expect := events.At(cur.GetRevision())
-		if !ok {
-			last, _, err := events.Last(ctx, s.placementStream, subject)
-			if err != nil {
-				return nil, apierr.Internal(err)
+	res, err := events.Command[viewapi.Entry[*placementv1.PlacementNamespace]]{
+		Store: s.store, Subject: subject, AggregateID: key,
+		Load: s.loadFollowing(key, subject),
+		Decide: func(e viewapi.Entry[*placementv1.PlacementNamespace]) ([]proto.Message, error) {
+			cur := e.Cur
+			switch {
+			case e.OK && cur.Placement != m.Placement:
+				return nil, apierr.AlreadyExistsf("namespace %q of project %q already follows placement %q: unbind it from that placement first",
+					m.Namespace, m.Project, cur.Placement)
+			case e.OK && proto.Equal(&placementv1.PlacementNamespace{Hard: cur.Hard, UnbindPolicy: cur.UnbindPolicy},
+				&placementv1.PlacementNamespace{Hard: want.Hard, UnbindPolicy: want.UnbindPolicy}):
+				return nil, nil // nothing to change
 			}
-			expect = events.At(last)
-		}
-		var err error
-		seq, err = s.store.Append(ctx, subject, key, expect, &placementv1.PlacementNamespaceBound{Namespace: want})
-		if events.IsConflict(err) {
-			return nil, apierr.Aborted("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project)
-		}
-		if err != nil {
-			return nil, apierr.Internal(err)
-		}
+			return []proto.Message{&placementv1.PlacementNamespaceBound{Namespace: want}}, nil
+		},
+	}.Run(ctx)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	seq := res.Revision
+	if len(res.Events) > 0 {
+		seq = res.Sequence
 	}
 	if err := s.waitView(ctx, func(ctx context.Context) error { return s.placementNamespaces.WaitRevision(ctx, key, seq, false) }); err != nil {
 		return nil, err
@@ -204,10 +201,18 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	// both can pass. Ask the stream now that the following is recorded, and take it back if the
 	// placement went meanwhile.
 	if s.placements.PlacementGone(ctx, m.Project, m.Placement) {
-		if n, ok := s.placementNamespaces.Get(key); ok && n.Revision == seq {
-			_, _ = s.store.Append(ctx, subject, key, events.At(seq),
-				&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: projectv1.UnbindPolicy_UNBIND_POLICY_KEEP})
-		}
+		// Only the following this call recorded (Expected): a lost race means another call
+		// moved it on, and that call's answer stands.
+		_, _ = events.Command[viewapi.Entry[*placementv1.PlacementNamespace]]{
+			Store: s.store, Subject: subject, AggregateID: key, Expected: seq,
+			Load: s.loadFollowing(key, subject),
+			Decide: func(e viewapi.Entry[*placementv1.PlacementNamespace]) ([]proto.Message, error) {
+				if !e.OK || e.Cur.Revision != seq {
+					return nil, nil
+				}
+				return []proto.Message{&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: projectv1.UnbindPolicy_UNBIND_POLICY_KEEP}}, nil
+			},
+		}.Run(ctx)
 		return nil, apierr.NotFound("placement", m.Project+"/"+m.Placement)
 	}
 	// Bind on the clusters decided now before answering, so the caller sees them; later
@@ -224,6 +229,15 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	s.log.Info("namespace follows placement", zap.String("project", m.Project), zap.String("namespace", m.Namespace),
 		zap.String("placement", m.Placement), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&projectv1.BindNamespaceResponse{PlacementBindings: s.placementBindings(n)}), nil
+}
+
+// loadFollowing is the events.Command Load of a write to the following namespace at key (on
+// subject), which may create it.
+func (s *Service) loadFollowing(key, subject string) func(context.Context, uint64) (viewapi.Entry[*placementv1.PlacementNamespace], uint64, error) {
+	return viewapi.LoadEntry(s.placementNamespaces, key, s.placementStream, subject, func(last proto.Message) bool {
+		_, gone := last.(*placementv1.PlacementNamespaceUnbound)
+		return gone
+	})
 }
 
 // placementBindings presents a following namespace's bindings, with a Failed one for each
@@ -287,24 +301,27 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 		return nil, err
 	}
 	key := keys.Join(m.Project, m.Namespace)
-	cur, ok := s.placementNamespaces.Get(key)
-	if !ok || cur.Placement != m.Placement {
-		return nil, apierr.NotFoundf("namespace: %q of project %q does not follow placement %q", m.Namespace, m.Project, m.Placement)
-	}
+	subject := subjects.PlacementNamespace(m.Project, m.Namespace)
 	policy := m.Policy
-	if policy == projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
-		policy = cur.UnbindPolicy
-	}
-	_, err := s.store.Append(ctx, subjects.PlacementNamespace(m.Project, m.Namespace), key, events.At(cur.Revision),
-		&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: policy})
-	if events.IsConflict(err) {
-		return nil, apierr.Aborted("namespace %q of project %q changed concurrently; try again", m.Namespace, m.Project)
-	}
+	res, err := events.Command[viewapi.Entry[*placementv1.PlacementNamespace]]{
+		Store: s.store, Subject: subject, AggregateID: key,
+		Load: s.loadFollowing(key, subject),
+		Decide: func(e viewapi.Entry[*placementv1.PlacementNamespace]) ([]proto.Message, error) {
+			if !e.OK || e.Cur.Placement != m.Placement {
+				return nil, apierr.NotFoundf("namespace: %q of project %q does not follow placement %q", m.Namespace, m.Project, m.Placement)
+			}
+			policy = m.Policy
+			if policy == projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
+				policy = e.Cur.UnbindPolicy
+			}
+			return []proto.Message{&placementv1.PlacementNamespaceUnbound{Project: m.Project, Namespace: m.Namespace, Policy: policy}}, nil
+		},
+	}.Run(ctx)
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}
 	if err := s.waitView(ctx, func(ctx context.Context) error {
-		return s.placementNamespaces.WaitFor(ctx, key, func(n *placementv1.PlacementNamespace, ok bool) bool { return !ok || n.Revision > cur.Revision })
+		return s.placementNamespaces.WaitFor(ctx, key, func(n *placementv1.PlacementNamespace, ok bool) bool { return !ok || n.Revision > res.Revision })
 	}); err != nil {
 		return nil, err
 	}

@@ -37,12 +37,17 @@ func isBuiltinClusterSet(name string) bool {
 }
 
 // ensureClusterSets creates the built-in sets, or brings them back to their selectors, through
-// the events an admin's command would append. Replicas starting together race on the subject's
-// last sequence; the loser sees the winner's set and has nothing left to do.
+// the events an admin's command would append (viewapi.Ensure).
 func (s *Service) ensureClusterSets(ctx context.Context) error {
 	for _, want := range builtinClusterSets() {
-		if err := viewapi.Ensure(ctx, s.clusterSets, clusterSetKey(want.Name), "cluster set "+want.Name, s.log, func(cur *placementv1.ClusterSet, ok bool) (uint64, error) {
-			return s.ensureClusterSet(ctx, want, cur, ok)
+		if err := viewapi.Ensure(ctx, s.log, viewapi.Builtin[*placementv1.ClusterSet]{
+			What: "cluster set " + want.Name, Cache: s.clusterSets, Key: clusterSetKey(want.Name),
+			Store: s.store, Stream: s.stream, Subject: subjects.ClusterSet(want.Name), AggregateID: want.Name,
+			Ended: func(last proto.Message) bool {
+				_, gone := last.(*placementv1.ClusterSetDeleted)
+				return gone
+			},
+			Decide: func(cur *placementv1.ClusterSet, ok bool) []proto.Message { return decideClusterSet(want, cur, ok) },
 		}); err != nil {
 			return err
 		}
@@ -50,25 +55,15 @@ func (s *Service) ensureClusterSets(ctx context.Context) error {
 	return nil
 }
 
-// ensureClusterSet appends what brings set cur (ok false when absent) to want, if anything.
-func (s *Service) ensureClusterSet(ctx context.Context, want, cur *placementv1.ClusterSet, ok bool) (uint64, error) {
-	key, subject := clusterSetKey(want.Name), subjects.ClusterSet(want.Name)
+// decideClusterSet returns what brings set cur (ok false when absent) to want, if anything.
+func decideClusterSet(want, cur *placementv1.ClusterSet, ok bool) []proto.Message {
 	switch {
 	case !ok:
-		last, prev, err := events.Last(ctx, s.stream, subject)
-		if err != nil {
-			return 0, err
-		}
-		if _, gone := events.PayloadOf(prev).(*placementv1.ClusterSetDeleted); prev != nil && !gone {
-			// Another replica created it a moment ago: the view will show it.
-			return 0, s.clusterSets.WaitRevision(ctx, key, last, false)
-		}
-		return s.store.Append(ctx, subject, want.Name, events.At(last), &placementv1.ClusterSetCreated{ClusterSet: want})
+		return []proto.Message{&placementv1.ClusterSetCreated{ClusterSet: want}}
 	case !proto.Equal(cur.Selector, want.Selector):
-		return s.store.Append(ctx, subject, want.Name, events.At(cur.Revision),
-			&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: want.Name, Selector: want.Selector}})
+		return []proto.Message{&placementv1.ClusterSetUpdated{ClusterSet: &placementv1.ClusterSet{Name: want.Name, Selector: want.Selector}}}
 	}
-	return 0, nil
+	return nil
 }
 
 // fleet indexes the registry's clusters against sets with the scheduler's own membership rules,

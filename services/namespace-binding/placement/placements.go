@@ -300,7 +300,8 @@ func (s *PlacementAPI) SetAddOnScore(ctx context.Context, req *connect.Request[p
 		return nil, err
 	}
 	sc := &placementv1.AddOnScore{Cluster: m.Cluster, ResourceName: m.ResourceName, ScoreName: m.ScoreName, Score: m.Score, ValidUntil: m.ValidUntil}
-	// The last score per subject counts: concurrent writers of one score need no order.
+	// The last score per subject counts: concurrent writers of one score need no order, so no
+	// events.Command.
 	seq, err := s.store.Append(ctx, subjects.AddOnScore(m.Cluster, m.ResourceName, m.ScoreName), scoreKey(m.Cluster, m.ResourceName, m.ScoreName), events.Any,
 		&placementv1.AddOnScoreSet{Score: sc})
 	if err != nil {
