@@ -15,7 +15,7 @@ package namespacebinding
 //   - Who releases: the bind itself when the namespace turned out not bindable once claimed, or
 //     its append was certainly refused (NotFound, Aborted, FailedPrecondition) — a
 //     compare-and-delete on the claim's revision, detached from the caller's context
-//     (dropClaim); the unbind after its event; the repair loop (runRepair) for everything else,
+//     (dropClaim); the unbind after its event; the repair loop (repairer) for everything else,
 //     including a bind whose append timed out (the event may have landed).
 //   - Crash windows: a bind that dies (or times out) between claim and event leaves a claim
 //     without a binding; the repair loop releases it once it is older than Config.ClaimGrace,
@@ -260,9 +260,6 @@ func (s *Service) repairer() *reconcile.Controller {
 	return reconcile.New(reconcile.Config{Name: "namespace-binding-repair", Keys: s.repairCandidates, Resync: s.cfg.RepairInterval, Log: s.log},
 		reconcile.Func(s.repairClaim))
 }
-
-// runRepair runs the repairer.
-func (s *Service) runRepair(ctx context.Context) error { return s.repair.Run(ctx) }
 
 func (s *Service) repairCandidates() []string {
 	out := keysOf(s.claims)

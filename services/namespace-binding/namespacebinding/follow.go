@@ -361,10 +361,10 @@ func (s *Service) newFollower() *reconcile.Controller {
 		BaseDelay: followRetry, MaxDelay: followRetry, Log: s.log}, reconcile.Func(s.followKey))
 }
 
-// runFollow runs the follower.
-func (s *Service) runFollow(ctx context.Context) error {
-	return s.follower.Run(ctx, reconcile.Watch(s.placementNamespaces, nil), s.placements.WatchDecisions(s.followersOfDecision),
-		reconcile.Watch(s.bindings, s.followersOfBinding))
+// followSources queue a following namespace for the follower.
+func (s *Service) followSources() []reconcile.Source {
+	return []reconcile.Source{reconcile.Watch(s.placementNamespaces, nil), s.placements.WatchDecisions(s.followersOfDecision),
+		reconcile.Watch(s.bindings, s.followersOfBinding)}
 }
 
 // followCandidates are every following namespace and every namespace with a binding a

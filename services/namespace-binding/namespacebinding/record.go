@@ -28,9 +28,9 @@ func (s *Service) statusRecorder() *reconcile.Controller {
 		Resync: s.cfg.StatusResync, Log: s.log}, &statusRecorder{s: s, pending: map[string]string{}})
 }
 
-// runStatus runs the status recorder.
-func (s *Service) runStatus(ctx context.Context) error {
-	return s.recorder.Run(ctx, reconcile.Watch(s.bindings, nil), reconcile.Watch(s.desired, bindingOfDesired), reconcile.Watch(s.applied, bindingOfApplied))
+// statusSources queue a binding for the status recorder.
+func (s *Service) statusSources() []reconcile.Source {
+	return []reconcile.Source{reconcile.Watch(s.bindings, nil), reconcile.Watch(s.desired, bindingOfDesired), reconcile.Watch(s.applied, bindingOfApplied)}
 }
 
 // keysOf lists every key of a cache.

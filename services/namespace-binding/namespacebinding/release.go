@@ -29,10 +29,10 @@ func (s *Service) releaser() *reconcile.Controller {
 		&releaser{s: s, pending: map[string]time.Time{}})
 }
 
-// runRelease runs the releaser.
-func (s *Service) runRelease(ctx context.Context) error {
-	return s.release.Run(ctx, reconcile.Watch(s.bindings, nil), reconcile.Watch(s.desired, bindingOfDesired),
-		reconcile.Watch(s.applied, bindingOfApplied), reconcile.Watch(s.clusters, s.bindingsOfCluster))
+// releaseSources queue a binding for the releaser.
+func (s *Service) releaseSources() []reconcile.Source {
+	return []reconcile.Source{reconcile.Watch(s.bindings, nil), reconcile.Watch(s.desired, bindingOfDesired),
+		reconcile.Watch(s.applied, bindingOfApplied), reconcile.Watch(s.clusters, s.bindingsOfCluster)}
 }
 
 // releaseCandidates are the bindings the releaser may have to act on: the Terminating ones and

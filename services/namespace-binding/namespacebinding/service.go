@@ -142,10 +142,10 @@ type Service struct {
 	// locks serializes each project's commands in this replica (appendProject).
 	locks *events.Locks[*projectv1.Project]
 
-	// The hub loops (pkg/reconcile).
-	recorder *reconcile.Controller
+	// loops are the hub loops (declareLoops); release and follower are two of them, which
+	// other code queues keys on (or, in tests, syncs).
+	loops    []hubLoop
 	release  *reconcile.Controller
-	repair   *reconcile.Controller
 	follower *reconcile.Controller
 }
 
@@ -162,7 +162,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 		ready: make(chan struct{}), now: time.Now}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
-	s.recorder, s.release, s.repair, s.follower = s.statusRecorder(), s.releaser(), s.repairer(), s.newFollower()
+	s.loops = s.declareLoops()
 	var err error
 	if s.stream, err = js.Stream(ctx, Stream); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", Stream, err)
@@ -240,8 +240,8 @@ func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(projectv1connect.NewProjectServiceHandler(s.Projects(), srv.HandlerOptions()...))
 	s.placement.Mount(srv)
 	srv.ReadyWhen("namespace-binding", s.ready)
-	for _, c := range []*reconcile.Controller{s.recorder, s.release, s.repair, s.follower} {
-		for _, m := range c.Collectors() {
+	for _, l := range s.loops {
+		for _, m := range l.c.Collectors() {
 			_ = srv.Registry().Register(m)
 		}
 	}
@@ -251,9 +251,9 @@ func (s *Service) Mount(srv *server.Server) {
 	}
 }
 
-// Run runs the projections, caches, placement, the claim repair, the release of unbound
-// namespaces, the recording of binding phases, and the placement scheduler with the follower,
-// until ctx is done.
+// Run runs the projections, caches, placement, the hub loops (declareLoops: the claim repair,
+// the release of unbound namespaces, the recording of binding phases) and the placement
+// scheduler with the follower, until ctx is done.
 func (s *Service) Run(ctx context.Context) error { return server.Stopped(ctx, s.run(ctx)) }
 
 func (s *Service) run(ctx context.Context) error {
@@ -283,9 +283,11 @@ func (s *Service) run(ctx context.Context) error {
 		desired, applied := s.desired.Updates(ctx, propagationBuffer), s.applied.Updates(ctx, propagationBuffer)
 		g.Go(func() error { s.measurePropagation(ctx, desired, applied); return nil })
 		close(s.ready)
-		g.Go(func() error { return s.runRepair(ctx) })
-		g.Go(func() error { return s.runRelease(ctx) })
-		g.Go(func() error { return s.runStatus(ctx) })
+		for _, l := range s.loops {
+			if !l.leased {
+				g.Go(func() error { return l.run(ctx) })
+			}
+		}
 		g.Go(func() error { return s.runPlacementLoops(ctx) })
 		return nil
 	})
@@ -335,8 +337,44 @@ func wait(ctx context.Context, ch <-chan struct{}) bool {
 const PlacementLease = "namespace-binding.placement"
 
 func (s *Service) runPlacementLoops(ctx context.Context) error {
-	return reconcile.RunLeased(ctx, s.js, PlacementLease, []lease.Option{lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas)},
-		s.placement.RunScheduler, s.runFollow)
+	runs := []func(context.Context) error{s.placement.RunScheduler}
+	for _, l := range s.loops {
+		if l.leased {
+			runs = append(runs, l.run)
+		}
+	}
+	return reconcile.RunLeased(ctx, s.js, PlacementLease, []lease.Option{lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas)}, runs...)
+}
+
+// hubLoop is one of the service's hub loops (pkg/reconcile): a controller, and the sources
+// that queue its keys (nil: its Keys at the start and each resync only), read once the caches
+// are open.
+type hubLoop struct {
+	c       *reconcile.Controller
+	sources func() []reconcile.Source
+	// leased: only in the replica holding PlacementLease, beside the placement scheduler.
+	leased bool
+}
+
+func (l hubLoop) run(ctx context.Context) error {
+	var sources []reconcile.Source
+	if l.sources != nil {
+		sources = l.sources()
+	}
+	return l.c.Run(ctx, sources...)
+}
+
+// declareLoops is the one place the service's hub loops are declared (as declareViews is for
+// its views): Run runs each once the caches are open (a leased one under PlacementLease) and
+// Mount registers its queue's metrics.
+func (s *Service) declareLoops() []hubLoop {
+	s.release, s.follower = s.releaser(), s.newFollower()
+	return []hubLoop{
+		{c: s.statusRecorder(), sources: s.statusSources},
+		{c: s.release, sources: s.releaseSources},
+		{c: s.repairer()},
+		{c: s.follower, sources: s.followSources, leased: true},
+	}
 }
 
 // Projections are the service's views, placement's included, for tools that check a running
