@@ -38,7 +38,7 @@ func newMetrics(name string) *metrics {
 		longestRunningProcessor: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_workqueue_longest_running_processor_seconds", ConstLabels: labels,
 			Help: "How long the longest running reconcile of a hub loop has been running."}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_workqueue_retries_total", ConstLabels: labels,
-			Help: "Keys queued again after a failed reconcile."}),
+			Help: "Failed reconciles queued again with their key's backoff; a reconciler's AddAfter for a later moment is not one."}),
 	}
 }
 
@@ -59,4 +59,12 @@ func (m *metrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGauge
 func (m *metrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
 	return m.longestRunningProcessor
 }
-func (m *metrics) NewRetriesMetric(string) workqueue.CounterMetric { return m.retries }
+
+// NewRetriesMetric gives client-go a counter that counts nothing: client-go counts every
+// delayed add as a retry, an AddAfter for a moment a key is due (liveness, a toleration) as
+// much as a failure's backoff. processNext counts the failures itself (retries).
+func (m *metrics) NewRetriesMetric(string) workqueue.CounterMetric { return noCount{} }
+
+type noCount struct{}
+
+func (noCount) Inc() {}

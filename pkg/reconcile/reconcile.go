@@ -240,6 +240,7 @@ func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimit
 	case ctx.Err() != nil:
 	default:
 		c.cfg.Log.Warn("reconcile failed; retried", zap.String("key", key), zap.Int("retries", q.NumRequeues(key)), zap.Error(err))
+		c.metrics.retries.Inc()
 		q.AddRateLimited(key)
 	}
 	q.Done(key)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -320,4 +321,52 @@ func TestDelayGathersChanges(t *testing.T) {
 	if got, most := len(r.times("all")), int(took/delay)+2; got > most {
 		t.Fatalf("%d changes over %s reconciled %d times with a delay of %s, want at most %d", puts, took, got, delay, most)
 	}
+}
+
+// fleet_workqueue_retries_total counts failed reconciles queued again, not a reconciler's
+// AddAfter for a moment a key will be due (client-go counts both as retries).
+func TestRetriesCountFailuresOnly(t *testing.T) {
+	ctx := testkit.Context(t, 30*time.Second)
+	var c *reconcile.Controller
+	var mu sync.Mutex
+	calls := map[string]int{}
+	done := make(chan struct{})
+	c = reconcile.New(reconcile.Config{Name: "test-retries", BaseDelay: time.Millisecond, Log: testkit.Logger(t)},
+		reconcile.Func(func(_ context.Context, key string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[key]++
+			switch {
+			case key == "later" && calls[key] <= 3:
+				c.AddAfter(key, time.Millisecond) // not due yet
+			case key == "bad" && calls[key] <= 2:
+				return errors.New("failing on purpose")
+			case calls["later"] == 4 && calls["bad"] == 3:
+				close(done)
+			}
+			return nil
+		}))
+	run(t, c)
+	c.Add("later")
+	c.Add("bad")
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("reconciles: %v", calls)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.Collectors()...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "fleet_workqueue_retries_total" {
+			if got := f.GetMetric()[0].GetCounter().GetValue(); got != 2 {
+				t.Fatalf("retries_total %v, want 2 (the failures, not the delayed adds)", got)
+			}
+			return
+		}
+	}
+	t.Fatal("no fleet_workqueue_retries_total")
 }
