@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,6 +83,58 @@ func connectAgent(inst *fleetd.Instance, cluster, token string, errs chan<- erro
 		}))
 }
 
+// agentRunner is an agent as startAgent runs it: agent.New's, or member.New's.
+type agentRunner interface {
+	Run(ctx context.Context) error
+}
+
+// runningAgent is an agent startAgent runs against fleetd.
+type runningAgent struct {
+	// JS is the agent's JetStream, on its own restricted NATS connection.
+	JS   jetstream.JetStream
+	nc   *nats.Conn
+	stop context.CancelFunc
+	done chan error
+	once sync.Once
+	err  error
+}
+
+// startAgent connects cluster's agent to inst's NATS with its token, builds it with build on
+// that connection's JetStream and runs it until Stop, or the test's end.
+func startAgent(t *testing.T, ctx context.Context, inst *fleetd.Instance, cluster, token string, build func(js jetstream.JetStream) (agentRunner, error)) *runningAgent {
+	t.Helper()
+	nc, err := connectAgent(inst, cluster, token, make(chan error, 1))
+	if err != nil {
+		t.Fatalf("connect %s's agent: %v", cluster, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		t.Fatalf("%s's agent jetstream: %v", cluster, err)
+	}
+	a, err := build(js)
+	if err != nil {
+		nc.Close()
+		t.Fatalf("%s's agent: %v", cluster, err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	r := &runningAgent{JS: js, nc: nc, stop: stop, done: make(chan error, 1)}
+	go func() { r.done <- a.Run(actx) }()
+	t.Cleanup(func() { _ = r.Stop() })
+	return r
+}
+
+// Stop stops the agent, waits until it has stopped and closes its connection; it returns what
+// the agent's Run returned.
+func (r *runningAgent) Stop() error {
+	r.once.Do(func() {
+		r.stop()
+		r.err = <-r.done
+		r.nc.Close()
+	})
+	return r.err
+}
+
 // The first slice end to end: a cluster registered through the API, its agent connected to
 // fleetd's NATS with the token it got, against a real kube-apiserver; the namespace inventory
 // and the Kubernetes version arrive in the registry, and changes follow.
@@ -96,22 +149,9 @@ func TestAgentInventoryArrivesInRegistry(t *testing.T) {
 	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := connectAgent(inst, "c1", reg.Msg.AgentToken, make(chan error, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{ClusterName: "c1", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, js, kube.Client, testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(actx) }()
+	ag := startAgent(t, ctx, inst, "c1", reg.Msg.AgentToken, func(js jetstream.JetStream) (agentRunner, error) {
+		return agent.New(agent.Config{ClusterName: "c1", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, js, kube.Client, testkit.Logger(t))
+	})
 
 	namespaces := func(want ...string) func() error {
 		return func() error {
@@ -175,8 +215,7 @@ func TestAgentInventoryArrivesInRegistry(t *testing.T) {
 	})
 
 	// The agent goes away: the cluster is tainted unreachable.
-	stopAgent()
-	<-agentDone
+	_ = ag.Stop()
 	testkit.Eventually(t, 30*time.Second, func() error {
 		res, err := client.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c1"}))
 		if err != nil {

@@ -226,22 +226,9 @@ func TestKubeBridgePublishesClusterProfiles(t *testing.T) {
 	if _, err := hub.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := connectAgent(inst, "west", reg.Msg.AgentToken, make(chan error, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{ClusterName: "west", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, js, hub.Client, testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(actx) }()
+	ag := startAgent(t, ctx, inst, "west", reg.Msg.AgentToken, func(js jetstream.JetStream) (agentRunner, error) {
+		return agent.New(agent.Config{ClusterName: "west", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, js, hub.Client, testkit.Logger(t))
+	})
 	var connectedAt metav1.Time
 	testkit.Eventually(t, 60*time.Second, func() error {
 		p, _, err := getProfile(ctx, dyn, "west")
@@ -299,8 +286,7 @@ func TestKubeBridgePublishesClusterProfiles(t *testing.T) {
 
 	// The agent goes away: the cluster is lost, its control plane's health unknown; it stays
 	// joined, and Joined keeps its transition time.
-	stopAgent()
-	<-agentDone
+	_ = ag.Stop()
 	testkit.Eventually(t, 30*time.Second, func() error {
 		p, _, err := getProfile(ctx, dyn, "west")
 		if err != nil {

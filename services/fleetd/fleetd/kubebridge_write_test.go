@@ -140,27 +140,18 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := connectAgent(inst, "c1", reg.Msg.AgentToken, make(chan error, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ajs, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{ClusterName: "c1", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, ajs, member.Client, testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	applier, err := desired.New(desired.Config{ClusterName: "c1"}, ajs, memberDyn, member.Client.Discovery(), testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Add(applier)
-	actx, stopAgent := context.WithCancel(ctx)
-	defer stopAgent()
-	go func() { _ = a.Run(actx) }()
+	startAgent(t, ctx, inst, "c1", reg.Msg.AgentToken, func(ajs jetstream.JetStream) (agentRunner, error) {
+		a, err := agent.New(agent.Config{ClusterName: "c1", HeartbeatInterval: 500 * time.Millisecond, InventoryDebounce: 100 * time.Millisecond}, ajs, member.Client, testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		applier, err := desired.New(desired.Config{ClusterName: "c1"}, ajs, memberDyn, member.Client.Discovery(), testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		a.Add(applier)
+		return a, nil
+	})
 	for ns, project := range map[string]string{"team-a": "team-a", "team-b": "team-b", "loose": ""} {
 		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
 		if project != "" {

@@ -31,34 +31,24 @@ func TestProjectNamespaceReachesTheClusterThroughFleetd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := connectAgent(inst, "c1", reg.Msg.AgentToken, make(chan error, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{ClusterName: "c1", HeartbeatInterval: 500 * time.Millisecond}, js, kube.Client, testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dyn, err := dynamic.NewForConfig(kube.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	applier, err := desired.New(desired.Config{ClusterName: "c1"}, js, dyn, kube.Client.Discovery(), testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Add(applier)
-	actx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(actx) }()
+	ag := startAgent(t, ctx, inst, "c1", reg.Msg.AgentToken, func(js jetstream.JetStream) (agentRunner, error) {
+		a, err := agent.New(agent.Config{ClusterName: "c1", HeartbeatInterval: 500 * time.Millisecond}, js, kube.Client, testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		applier, err := desired.New(desired.Config{ClusterName: "c1"}, js, dyn, kube.Client.Discovery(), testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		a.Add(applier)
+		return a, nil
+	})
 	defer func() {
-		stop()
-		if err := <-done; err != nil {
+		if err := ag.Stop(); err != nil {
 			t.Errorf("agent: %v", err)
 		}
 	}()

@@ -417,22 +417,14 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 	}
 	_, err = kube.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	must("node status", nil, err)
-	anc, err := connectAgent(inst, "eu-1", fx.AgentTokens["eu-1"], make(chan error, 1))
-	must("connect eu-1's agent", nil, err)
-	ajs, err := jetstream.New(anc)
-	must("agent jetstream", nil, err)
-	a, err := member.New(member.Config{ClusterName: "eu-1", HeartbeatInterval: 300 * time.Millisecond, Version: "v0.0.0-fixture",
-		EndpointSlices: &endpointslices.Filter{Kind: "all"}}, ajs, kube.Config, testkit.Logger(t).Named("agent"))
-	must("eu-1's agent", nil, err)
-	actx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(actx) }()
+	ag := startAgent(t, ctx, inst, "eu-1", fx.AgentTokens["eu-1"], func(ajs jetstream.JetStream) (agentRunner, error) {
+		return member.New(member.Config{ClusterName: "eu-1", HeartbeatInterval: 300 * time.Millisecond, Version: "v0.0.0-fixture",
+			EndpointSlices: &endpointslices.Filter{Kind: "all"}}, ajs, kube.Config, testkit.Logger(t).Named("agent"))
+	})
 	fx.finish = func() {
-		stopAgent()
-		if err := <-agentDone; err != nil {
+		if err := ag.Stop(); err != nil {
 			t.Errorf("eu-1's agent: %v", err)
 		}
-		anc.Close()
 	}
 	testkit.Eventually(t, 30*time.Second, func() error {
 		res, err := clusters.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "eu-1"}))
