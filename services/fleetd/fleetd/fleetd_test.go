@@ -90,20 +90,23 @@ type agentRunner interface {
 
 // runningAgent is an agent startAgent runs against fleetd.
 type runningAgent struct {
-	// JS is the agent's JetStream, on its own restricted NATS connection.
-	JS   jetstream.JetStream
-	nc   *nats.Conn
-	stop context.CancelFunc
-	done chan error
-	once sync.Once
-	err  error
+	// JS is the agent's JetStream, on its own restricted NATS connection; NATSErrors holds the
+	// first asynchronous error of that connection (a permission the agent lacks), if any.
+	JS         jetstream.JetStream
+	NATSErrors <-chan error
+	nc         *nats.Conn
+	stop       context.CancelFunc
+	done       chan error
+	once       sync.Once
+	err        error
 }
 
 // startAgent connects cluster's agent to inst's NATS with its token, builds it with build on
 // that connection's JetStream and runs it until Stop, or the test's end.
 func startAgent(t *testing.T, ctx context.Context, inst *fleetd.Instance, cluster, token string, build func(js jetstream.JetStream) (agentRunner, error)) *runningAgent {
 	t.Helper()
-	nc, err := connectAgent(inst, cluster, token, make(chan error, 1))
+	errs := make(chan error, 1)
+	nc, err := connectAgent(inst, cluster, token, errs)
 	if err != nil {
 		t.Fatalf("connect %s's agent: %v", cluster, err)
 	}
@@ -118,7 +121,7 @@ func startAgent(t *testing.T, ctx context.Context, inst *fleetd.Instance, cluste
 		t.Fatalf("%s's agent: %v", cluster, err)
 	}
 	actx, stop := context.WithCancel(ctx)
-	r := &runningAgent{JS: js, nc: nc, stop: stop, done: make(chan error, 1)}
+	r := &runningAgent{JS: js, NATSErrors: errs, nc: nc, stop: stop, done: make(chan error, 1)}
 	go func() { r.done <- a.Run(actx) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	return r

@@ -116,25 +116,14 @@ func TestImportPolicyImportsClusterAPIClusters(t *testing.T) {
 	if _, err := client.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "beta", Labels: map[string]string{"owner": "ops"}})); err != nil {
 		t.Fatal(err)
 	}
-	natsErrs := make(chan error, 1)
-	nc, err := connectAgent(inst, "mgmt", reg.Msg.AgentToken, natsErrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{ClusterName: "mgmt", HeartbeatInterval: time.Second}, js, inv.Client, testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Add(agent.NewImportWatcher(a, dyn, inv.Client.Discovery(), agent.ImportWatchConfig{SecretResend: time.Second}))
-	actx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(actx) }()
-	t.Cleanup(func() { stopAgent(); <-agentDone })
+	ag := startAgent(t, ctx, inst, "mgmt", reg.Msg.AgentToken, func(js jetstream.JetStream) (agentRunner, error) {
+		a, err := agent.New(agent.Config{ClusterName: "mgmt", HeartbeatInterval: time.Second}, js, inv.Client, testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		a.Add(agent.NewImportWatcher(a, dyn, inv.Client.Discovery(), agent.ImportWatchConfig{SecretResend: time.Second}))
+		return a, nil
+	})
 
 	pc := clusterv1connect.NewImportPolicyServiceClient(http.DefaultClient, "http://"+inst.Addr,
 		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
@@ -315,7 +304,7 @@ credentials:
 		return nil
 	})
 	select {
-	case err := <-natsErrs:
+	case err := <-ag.NATSErrors:
 		t.Errorf("the agent hit a NATS error (a permission it lacks?): %v", err)
 	default:
 	}

@@ -43,29 +43,18 @@ func TestImportPolicyReportsWhatItsAgentCannotWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natsErrs := make(chan error, 1)
-	nc, err := connectAgent(inst, "mgmt", reg.Msg.AgentToken, natsErrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{ClusterName: "mgmt", HeartbeatInterval: time.Second}, js, inv.Client, testkit.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dyn, err := dynamic.NewForConfig(inv.ConfigAs(agentUser))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Add(agent.NewImportWatcher(a, dyn, inv.ClientAs(t, agentUser).Discovery(), agent.ImportWatchConfig{}))
-	actx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(actx) }()
-	t.Cleanup(func() { stopAgent(); <-agentDone })
+	ag := startAgent(t, ctx, inst, "mgmt", reg.Msg.AgentToken, func(js jetstream.JetStream) (agentRunner, error) {
+		a, err := agent.New(agent.Config{ClusterName: "mgmt", HeartbeatInterval: time.Second}, js, inv.Client, testkit.Logger(t))
+		if err != nil {
+			return nil, err
+		}
+		a.Add(agent.NewImportWatcher(a, dyn, inv.ClientAs(t, agentUser).Discovery(), agent.ImportWatchConfig{}))
+		return a, nil
+	})
 
 	pc := clusterv1connect.NewImportPolicyServiceClient(http.DefaultClient, "http://"+inst.Addr,
 		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
@@ -146,7 +135,7 @@ func TestImportPolicyReportsWhatItsAgentCannotWatch(t *testing.T) {
 		want{"SourceWatched", no, "Forbidden", `configmaps is forbidden: User "inventory-agent" cannot list resource "configmaps"`})
 	shows("capi", time.Second, want{"Validated", yes, "Validated", ""})
 	select {
-	case err := <-natsErrs:
+	case err := <-ag.NATSErrors:
 		t.Errorf("the agent hit a NATS error (a permission it lacks?): %v", err)
 	default:
 	}
