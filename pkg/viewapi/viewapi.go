@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -272,13 +274,29 @@ func LoadEntry[T Object](c *view.Cache[T], key string, stream jetstream.Stream, 
 // until one of them sees the winner's write and has nothing left to do. It returns once the
 // view shows this replica's write, if it made one.
 func Ensure[T Object](ctx context.Context, log *zap.Logger, b Builtin[T]) error {
-	res, err := events.Command[Entry[T]]{
-		Store: b.Store, Subject: b.Subject, AggregateID: b.AggregateID,
-		Load:   LoadEntry(b.Cache, b.Key, b.Stream, b.Subject, b.Ended),
-		Decide: func(e Entry[T]) ([]proto.Message, error) { return b.Decide(e.Cur, e.OK), nil },
-	}.Run(ctx)
-	if err != nil {
-		return fmt.Errorf("built-in %s: %w", b.What, err)
+	var res events.Result[Entry[T]]
+	for {
+		var err error
+		res, err = events.Command[Entry[T]]{
+			Store: b.Store, Subject: b.Subject, AggregateID: b.AggregateID,
+			Load:   LoadEntry(b.Cache, b.Key, b.Stream, b.Subject, b.Ended),
+			Decide: func(e Entry[T]) ([]proto.Message, error) { return b.Decide(e.Cur, e.OK), nil },
+		}.Run(ctx)
+		if err == nil {
+			break
+		}
+		// Another replica's write the view has not shown within apiwait.Patience (its lease
+		// holder stalled or changing hands): a start has no caller to answer, so it waits on
+		// rather than fail the service.
+		if connect.CodeOf(err) != connect.CodeUnavailable || ctx.Err() != nil {
+			return fmt.Errorf("built-in %s: %w", b.What, err)
+		}
+		log.Info("built-in "+b.What+": waiting for the view to show another replica's write", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("built-in %s: %w", b.What, ctx.Err())
+		case <-time.After(time.Second):
+		}
 	}
 	if len(res.Events) == 0 {
 		return nil
