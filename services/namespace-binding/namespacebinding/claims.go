@@ -162,12 +162,19 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 	if c, ok := s.claims.GetEntry(key); ok && c.Value.BindingId == id {
 		s.dropClaim(key, id, c.KVRevision)
 	}
-	if err != nil && connect.CodeOf(err) == connect.CodeAborted && s.releasedSince(key, id) {
+	if err != nil && connect.CodeOf(err) == connect.CodeAborted && s.releasedSince(key, id) &&
+		(unbound.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING || unbound.UnbindPolicy == policy) {
 		// The agent carried out the tombstones and the binding was released before the view
-		// showed this call its unbinding: the unbinding is done, and more than done.
+		// showed this call its unbinding. That is this call's unbinding carried out only if its
+		// event is what made the binding Terminating (a release needs that first) or it asked
+		// for nothing new; a policy change on an already Terminating binding may have lost to
+		// the release of the old policy, and stays Aborted (a read then finds it gone).
 		released := proto.CloneOf(unbound)
 		released.Phase, released.UnbindPolicy = projectv1.BindingPhase_BINDING_PHASE_TERMINATING, policy
-		return released, nil
+		if seq > 0 {
+			released.Revision = seq
+		}
+		return s.present(released), nil
 	}
 	if err != nil {
 		return nil, err
