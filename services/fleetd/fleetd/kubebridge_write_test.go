@@ -197,9 +197,7 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 		Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: "kube-bridge"}})); err != nil {
 		t.Fatal(err)
 	}
-	if err := inst.KubeBridge.Sync(ctx); err != nil {
-		t.Log(err)
-	}
+	// No Sync: an object the API refused as Forbidden is retried with backoff.
 	u = waitReady(t, ctx, dyn, kubebridge.NamespaceBindingGVR, "team-a", "web", "True", kubebridge.ReasonApplied)
 	if !slices.Contains(u.GetFinalizers(), kubebridge.Finalizer) {
 		t.Fatalf("finalizers %v", u.GetFinalizers())
@@ -286,9 +284,7 @@ func TestKubeBridgeWritesIntoFleetstream(t *testing.T) {
 		Subject: &rbacv1.Subject{Kind: rbacv1.SubjectKind_SUBJECT_KIND_USER, Name: "kube-bridge"}})); err != nil {
 		t.Fatal(err)
 	}
-	if err := inst.KubeBridge.Sync(ctx); err != nil {
-		t.Log(err)
-	}
+	// No Sync: an object the API refused as Forbidden is retried with backoff.
 	waitReady(t, ctx, dyn, kubebridge.NamespaceBindingGVR, "team-b", "api", "True", kubebridge.ReasonApplied)
 	testkit.Eventually(t, 10*time.Second, wantBinding("team-b", "api", "1"))
 	waitReady(t, ctx, dyn, kubebridge.NamespaceBindingGVR, "team-a", "steal", "False", kubebridge.ReasonForbidden)

@@ -219,8 +219,11 @@ func (b *Bridge) reconcileInbound(ctx context.Context, key string) error {
 	if serr := b.setReady(ctx, k, u, metav1.ConditionFalse, r.reason, r.message); serr != nil {
 		return errors.Join(err, serr)
 	}
-	if r.reason == ReasonAPIUnavailable {
-		return err // retried with backoff
+	if r.reason == ReasonAPIUnavailable || r.reason == ReasonForbidden {
+		// Forbidden by the API: the bridge's identity lacks a role a platform admin may grant
+		// at any moment (docs/kubernetes.md), and nothing the bridge watches changes then. So
+		// it is retried with backoff (at most a minute apart), not left to the resync.
+		return err
 	}
 	return nil // refused: again when the object, the mapping or a resync says so
 }
