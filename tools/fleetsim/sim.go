@@ -417,10 +417,12 @@ func registerCluster(ctx context.Context, h *hub, name string, timeout time.Dura
 		retries.Add(1)
 		retried = true
 		if code == connect.CodeAlreadyExists {
+			// A deregistration accepted but not yet visible is done: the registration made
+			// again answers AlreadyExists until the hub shows it, and comes back here.
 			if err := retryTransient(ctx, time.Until(deadline), func() error {
 				_, err := h.clusters.DeregisterCluster(ctx, connect.NewRequest(&clusterv1.DeregisterClusterRequest{Name: name}))
 				return err
-			}); err != nil {
+			}); err != nil && !notYetVisible(err) {
 				return t0, nil, fmt.Errorf("register %s: deregister the registration whose answer was lost: %w", name, err)
 			}
 		}
@@ -977,6 +979,12 @@ func waitAllConnected(ctx context.Context, h *hub, clusters []*simCluster, timeo
 // retryTransient calls f until it succeeds, fails otherwise than with a timeout or
 // unavailability (a change accepted but not yet visible is returned, not retried), or timeout
 // passes. A retried call that had taken effect answers AlreadyExists or NotFound: done.
+// notYetVisible reports whether err is the API's answer to a write it accepted and has not
+// shown yet (apierr.NotYetVisible): the write stands.
+func notYetVisible(err error) bool {
+	return connect.CodeOf(err) == connect.CodeUnavailable && strings.Contains(err.Error(), "accepted but not yet visible")
+}
+
 func retryTransient(ctx context.Context, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
