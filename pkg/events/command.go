@@ -76,6 +76,11 @@ type Command[S any] struct {
 	// state the previous one left (Evolve), without waiting for Load's source to show it.
 	Lock    *Locks[S]
 	LockKey string
+
+	// DryRun, when set, makes Run load, prepare and decide exactly as for a write and return
+	// the decided events (Result.Events, Sequence 0) without appending them or running
+	// BeforeAppend: an API's dry run answers what the write would do, or refuses as it would.
+	DryRun bool
 }
 
 // DefaultCatchUp bounds the events a Command with CatchUp folds before leaving it to Load.
@@ -86,8 +91,9 @@ type Result[S any] struct {
 	// State is the state the events were decided from, at Revision.
 	State    S
 	Revision uint64
-	// Events are the events appended (none: the decision was to do nothing), Sequence the
-	// stream sequence of the last of them (0 when none).
+	// Events are the events appended (none: the decision was to do nothing; with DryRun, the
+	// events that would have been), Sequence the stream sequence of the last of them (0 when
+	// none, and with DryRun).
 	Events   []proto.Message
 	Sequence uint64
 }
@@ -141,6 +147,11 @@ func (c Command[S]) Run(ctx context.Context) (Result[S], error) {
 		}
 		res = Result[S]{State: state, Revision: rev}
 		if len(evs) == 0 {
+			return res, nil
+		}
+		if c.DryRun {
+			// Nothing appended: the lock's memory (mem) stays what it was.
+			res.Events = evs
 			return res, nil
 		}
 		seq, err := c.append(ctx, state, rev, evs)

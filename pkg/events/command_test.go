@@ -230,3 +230,47 @@ func TestCommandLockKeepsOwnAppends(t *testing.T) {
 		t.Fatalf("last n %d, want 4", c.n)
 	}
 }
+
+// TestCommandDryRun checks that a dry run decides as a write would, refuses as it would, and
+// appends nothing (BeforeAppend included).
+func TestCommandDryRun(t *testing.T) {
+	errRefused := errors.New("refused")
+	for _, refuse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "decided", true: "refused"}[refuse], func(t *testing.T) {
+			j, stream := setup(t)
+			ctx := testkit.Context(t, 20*time.Second)
+			store := events.NewStore(j.JS, "test")
+			const subject = "test.counter"
+			if _, err := store.Append(ctx, subject, "c", events.Empty, setN(1)); err != nil {
+				t.Fatal(err)
+			}
+			var before atomic.Int32
+			res, err := events.Command[counter]{
+				Store: store, Subject: subject, AggregateID: "c", DryRun: true,
+				Lock: events.NewLocks[counter](func(string, uint64) bool { return false }), Evolve: evolveCounter,
+				Load: loadLast(stream, subject),
+				Decide: func(state counter) ([]proto.Message, error) {
+					if refuse {
+						return nil, errRefused
+					}
+					return []proto.Message{setN(state.n + 1)}, nil
+				},
+				BeforeAppend: func(context.Context, counter, proto.Message) error { before.Add(1); return nil },
+			}.Run(ctx)
+			switch {
+			case refuse && !errors.Is(err, errRefused):
+				t.Fatalf("refused dry run: error %v, want the refusal", err)
+			case !refuse && err != nil:
+				t.Fatal(err)
+			case !refuse && (len(res.Events) != 1 || !proto.Equal(res.Events[0], setN(2)) || res.Sequence != 0 || res.Revision != 1):
+				t.Fatalf("dry run result %+v, want the event n=2 decided at revision 1, sequence 0", res)
+			}
+			if before.Load() != 0 {
+				t.Error("a dry run ran BeforeAppend")
+			}
+			if seq, err := events.LastSequence(ctx, stream, subject); err != nil || seq != 1 {
+				t.Fatalf("subject's last sequence %d (%v) after a dry run, want 1: nothing appended", seq, err)
+			}
+		})
+	}
+}
