@@ -16,12 +16,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/nsinventory"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -38,6 +40,13 @@ func (s *Registry) RegisterCluster(ctx context.Context, req *connect.Request[clu
 	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
+	if m.DryRun {
+		c, err := s.registerDryRun(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&clusterv1.RegisterClusterResponse{Cluster: c}), nil
+	}
 	c, token, err := s.registerWithToken(ctx, m, nil)
 	if err != nil {
 		return nil, err
@@ -51,6 +60,44 @@ func (s *Registry) RegisterCluster(ctx context.Context, req *connect.Request[clu
 func (s *Registry) register(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, error) {
 	c, _, err := s.registerWithToken(ctx, m, origin)
 	return c, err
+}
+
+// registerDryRun refuses what registerWithToken would refuse and answers the cluster as the
+// registration would make it (no id, no token: nothing is handed out).
+func (s *Registry) registerDryRun(ctx context.Context, m *clusterv1.RegisterClusterRequest) (*clusterv1.Cluster, error) {
+	if _, ok := s.clusters.Get(clusterKey(m.Name)); ok {
+		return nil, apierr.AlreadyExists("cluster", m.Name)
+	}
+	_, prev, err := events.Last(ctx, s.stream, subjects.Cluster(m.Name))
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	if prev != nil {
+		if _, gone := prev.Payload.(*clusterv1.ClusterDeregistered); !gone {
+			return nil, apierr.AlreadyExists("cluster", m.Name)
+		}
+	}
+	return foldCluster(m.Name, nil, []proto.Message{&clusterv1.ClusterRegistered{
+		Name: m.Name, Labels: m.Labels, Claims: m.Claims, Taints: stampTaints(m.Taints, nil), CredentialsFingerprint: fingerprint(m.Credentials),
+	}}), nil
+}
+
+// foldCluster applies evs to cur (nil: absent) with the view's own code: a dry run's answer.
+func foldCluster(name string, cur *clusterv1.Cluster, evs []proto.Message) *clusterv1.Cluster {
+	var state proto.Message
+	if cur != nil {
+		state = proto.CloneOf(cur)
+	}
+	now := timestamppb.Now()
+	for _, ev := range evs {
+		changes, err := applyCluster(&events.Event{Envelope: &eventv1.Envelope{Time: now}, Subject: subjects.Cluster(name), Payload: ev})
+		if err != nil || len(changes) != 1 {
+			continue
+		}
+		state = changes[0].Update(state)
+	}
+	c, _ := state.(*clusterv1.Cluster)
+	return c
 }
 
 func (s *Registry) registerWithToken(ctx context.Context, m *clusterv1.RegisterClusterRequest, origin *clusterv1.ImportOrigin) (*clusterv1.Cluster, string, error) {
@@ -147,10 +194,13 @@ func (s *Registry) UpdateCluster(ctx context.Context, req *connect.Request[clust
 	// Without an expected revision the caller wants "last writer wins": a lost race is decided
 	// again on fresh state. With one, a lost race is the caller's to resolve.
 	cmd := s.updateCommand(m, fields, nil, s.clusterKind().Load(m.Name, m.ExpectedRevision))
-	cmd.Expected = m.ExpectedRevision
+	cmd.Expected, cmd.DryRun = m.ExpectedRevision, m.DryRun
 	res, err := cmd.Run(ctx)
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if m.DryRun {
+		return connect.NewResponse(&clusterv1.UpdateClusterResponse{Cluster: s.present(ctx, foldCluster(m.Name, res.State, res.Events))}), nil
 	}
 	c, err := s.awaitCluster(ctx, m.Name, lastSeq(res))
 	if err != nil {
@@ -246,13 +296,16 @@ func (s *Registry) DeregisterCluster(ctx context.Context, req *connect.Request[c
 	// meanwhile may no longer be wanted.
 	res, err := events.Command[*clusterv1.Cluster]{
 		Store: s.store, Subject: subjects.Cluster(m.Name), AggregateIDOf: (*clusterv1.Cluster).GetId, MaxConflicts: -1,
-		Load: clusters.Load(m.Name, m.ExpectedRevision),
+		Load: clusters.Load(m.Name, m.ExpectedRevision), DryRun: m.DryRun,
 		Decide: func(cur *clusterv1.Cluster) ([]proto.Message, error) {
 			return []proto.Message{&clusterv1.ClusterDeregistered{Id: cur.Id}}, nil
 		},
 	}.Run(ctx)
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if m.DryRun {
+		return connect.NewResponse(&clusterv1.DeregisterClusterResponse{}), nil
 	}
 	cur := res.State
 	// The event is the truth: agent authentication checks the registry, so a leftover token of

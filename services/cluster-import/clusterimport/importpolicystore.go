@@ -162,6 +162,31 @@ func (a *ImportPolicyAPI) claimSource(ctx context.Context, p *clusterv1.ImportPo
 	}
 }
 
+// sourceFree refuses, without claiming anything, what claimSource would refuse: p's source held
+// by another policy's standing claim. A dry run's check.
+func (a *ImportPolicyAPI) sourceFree(ctx context.Context, p *clusterv1.ImportPolicy) error {
+	key := sourceKey(p)
+	e, err := a.s.policySources.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil
+	case err != nil:
+		return apierr.Internal(fmt.Errorf("read source claim %s: %w", key, err))
+	}
+	owner := string(e.Value())
+	if owner == p.Name {
+		return nil
+	}
+	held, err := a.claimHeld(ctx, key, owner, e.Created())
+	if err != nil {
+		return err
+	}
+	if held {
+		return apierr.AlreadyExists("import policy for "+describeSource(p), owner)
+	}
+	return nil
+}
+
 // claimHeld reports whether owner's claim on source key, made at created, still stands: owner's
 // policy exists with that source, or its create may still be in flight.
 func (a *ImportPolicyAPI) claimHeld(ctx context.Context, key, owner string, created time.Time) (bool, error) {
@@ -229,7 +254,7 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 	var release func()
 	var claimErr error
 	res, err := events.Command[*events.Event]{
-		Store: a.s.store, Subject: subjects.ImportPolicy(p.Name), AggregateID: p.Name, MaxConflicts: -1,
+		Store: a.s.store, Subject: subjects.ImportPolicy(p.Name), AggregateID: p.Name, MaxConflicts: -1, DryRun: req.Msg.DryRun,
 		// The view may not show a creation appended a moment ago: the subject itself must be
 		// empty or end in a deletion, and is expected as it is, so of two concurrent creations
 		// one appends.
@@ -258,6 +283,13 @@ func (a *ImportPolicyAPI) CreateImportPolicy(ctx context.Context, req *connect.R
 		// The event may have landed (a timeout): the claim stays, and is taken over after
 		// PolicyClaimGrace if the policy never appears.
 		return nil, apierr.Internal(err)
+	case req.Msg.DryRun:
+		// A dry run takes no claim (BeforeAppend does not run): it only reads whether the
+		// source is free.
+		if err := a.sourceFree(ctx, p); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&clusterv1.CreateImportPolicyResponse{Policy: p}), nil
 	}
 	seq := res.Sequence
 	out, err := a.await(ctx, p.Name, seq)
@@ -281,10 +313,16 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 	defer cancel()
 	res, err := events.Command[*clusterv1.ImportPolicy]{
 		Store: a.s.store, Subject: subjects.ImportPolicy(p.Name), AggregateID: p.Name, MaxConflicts: -1,
-		Load: a.policies().Load(p.Name, req.Msg.ExpectedRevision),
+		Load: a.policies().Load(p.Name, req.Msg.ExpectedRevision), DryRun: req.Msg.DryRun,
 		Decide: func(cur *clusterv1.ImportPolicy) ([]proto.Message, error) {
 			if proto.Equal(p, specOf(cur)) {
 				return nil, nil
+			}
+			if req.Msg.DryRun && sourceKey(p) != sourceKey(cur) {
+				// BeforeAppend's claim, checked without taking it.
+				if err := a.sourceFree(wctx, p); err != nil {
+					return nil, err
+				}
 			}
 			return []proto.Message{&clusterv1.ImportPolicyUpdated{Policy: p}}, nil
 		},
@@ -308,6 +346,10 @@ func (a *ImportPolicyAPI) UpdateImportPolicy(ctx context.Context, req *connect.R
 		return nil, apierr.Internal(err)
 	case len(res.Events) == 0:
 		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: a.s.lifecycles.withStatus(res.State)}), nil
+	case req.Msg.DryRun:
+		next := proto.CloneOf(p)
+		next.Revision, next.CreateTime = res.State.Revision, res.State.CreateTime
+		return connect.NewResponse(&clusterv1.UpdateImportPolicyResponse{Policy: next}), nil
 	}
 	if cur := res.State; sourceKey(p) != sourceKey(cur) {
 		a.releaseSource(sourceKey(cur), p.Name)
@@ -330,7 +372,7 @@ func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.R
 	policies := a.policies()
 	res, err := events.Command[*clusterv1.ImportPolicy]{
 		Store: a.s.store, Subject: subjects.ImportPolicy(req.Msg.Name), AggregateID: req.Msg.Name, MaxConflicts: -1,
-		Load: policies.Load(req.Msg.Name, req.Msg.ExpectedRevision),
+		Load: policies.Load(req.Msg.Name, req.Msg.ExpectedRevision), DryRun: req.Msg.DryRun,
 		Decide: func(cur *clusterv1.ImportPolicy) ([]proto.Message, error) {
 			return []proto.Message{&clusterv1.ImportPolicyDeleted{Name: cur.Name}}, nil
 		},
@@ -340,6 +382,9 @@ func (a *ImportPolicyAPI) DeleteImportPolicy(ctx context.Context, req *connect.R
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if req.Msg.DryRun {
+		return connect.NewResponse(&clusterv1.DeleteImportPolicyResponse{}), nil
 	}
 	cur := res.State
 	a.releaseSource(sourceKey(cur), cur.Name)

@@ -94,10 +94,6 @@ func (a *SubscriberAPI) CreateSubscriber(ctx context.Context, req *connect.Reque
 		return nil, err
 	}
 	s := a.s
-	token, digest, err := newToken("fss_")
-	if err != nil {
-		return nil, apierr.Internal(err)
-	}
 	streams := slices.Sorted(slices.Values(m.Streams))
 	sub := &clusterv1.Subscriber{
 		Name: m.Name, Streams: streams, Consumers: map[string]string{},
@@ -105,6 +101,20 @@ func (a *SubscriberAPI) CreateSubscriber(ctx context.Context, req *connect.Reque
 	}
 	for _, st := range streams {
 		sub.Consumers[st] = natsauth.SubscriberConsumer(m.Name, st)
+	}
+	if m.DryRun {
+		// The subscriber as it would be, and no token: nothing is handed out.
+		switch _, _, err := s.subscriberRecord(ctx, m.Name); {
+		case err == nil:
+			return nil, apierr.AlreadyExists("subscriber", m.Name)
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil, apierr.Internal(err)
+		}
+		return connect.NewResponse(&clusterv1.CreateSubscriberResponse{Subscriber: sub}), nil
+	}
+	token, digest, err := newToken("fss_")
+	if err != nil {
+		return nil, apierr.Internal(err)
 	}
 	data, err := proto.Marshal(&clusterv1.SubscriberRecord{Subscriber: sub, TokenSha256: digest})
 	if err != nil {
@@ -144,6 +154,9 @@ func (a *SubscriberAPI) DeleteSubscriber(ctx context.Context, req *connect.Reque
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if req.Msg.DryRun {
+		return connect.NewResponse(&clusterv1.DeleteSubscriberResponse{}), nil
 	}
 	// The record goes first: from then on the token admits nobody, whatever happens next.
 	if err := s.subs.records.Purge(ctx, keys.Encode(name), jetstream.LastRevision(rev)); err != nil {

@@ -11,12 +11,14 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/apierr"
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/events"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -190,6 +192,7 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 	var seq uint64
 	// No events.Command: a weight is set per address, the last write wins, and nothing here is
 	// decided from the weights view's state that a concurrent write could make stale.
+	var decided []proto.Message
 	if m.Clear {
 		clusters := []string{m.Cluster}
 		if m.Cluster == "" {
@@ -198,10 +201,8 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 			}
 		}
 		for _, cl := range clusters {
-			if seq, err = c.events.Append(ctx, subject, agg, events.Any, &endpointv1.EndpointWeightCleared{
-				Namespace: m.Namespace, Name: m.Name, Ip: ipText, ClusterName: cl, Reason: "reset"}); err != nil {
-				break
-			}
+			decided = append(decided, &endpointv1.EndpointWeightCleared{
+				Namespace: m.Namespace, Name: m.Name, Ip: ipText, ClusterName: cl, Reason: "reset"})
 		}
 	} else {
 		// A weight naming a cluster binds there (the caller owns the namespace there, or is a
@@ -219,8 +220,16 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 			return nil, apierr.NotFoundf("service %s/%s has no endpoint %s%s",
 				m.Namespace, m.Name, ipText, where)
 		}
-		seq, err = c.events.Append(ctx, subject, agg, events.Any, &endpointv1.EndpointWeightSet{
+		decided = append(decided, &endpointv1.EndpointWeightSet{
 			Namespace: m.Namespace, Name: m.Name, Ip: ipText, Weight: m.Weight, Bindings: bindings})
+	}
+	if m.DryRun {
+		return connect.NewResponse(&endpointv1.SetEndpointWeightResponse{Weights: visibleWeights(authz.CallerFrom(ctx), c.weightsAfter(m.Namespace, m.Name, decided))}), nil
+	}
+	for _, ev := range decided {
+		if seq, err = c.events.Append(ctx, subject, agg, events.Any, ev); err != nil {
+			break
+		}
 	}
 	if err != nil {
 		return nil, apierr.Internal(err)
@@ -232,6 +241,27 @@ func (c *Collector) SetEndpointWeight(ctx context.Context, req *connect.Request[
 	c.log.Info("endpoint weight set", zap.String("service", m.Namespace+"/"+m.Name), zap.String("ip", ipText),
 		zap.Uint32("weight", m.Weight), zap.Bool("reset", m.Clear), zap.String("actor", identity.ActorFrom(ctx)))
 	return connect.NewResponse(&endpointv1.SetEndpointWeightResponse{Weights: visibleWeights(authz.CallerFrom(ctx), w)}), nil
+}
+
+// weightsAfter is a dry run's answer: the service's weights as the view would fold evs into
+// them (its own code), nothing appended.
+func (c *Collector) weightsAfter(ns, name string, evs []proto.Message) *endpointv1.ServiceWeights {
+	var state proto.Message
+	if w := c.weightsOf(ns, name); w != nil {
+		state = proto.CloneOf(w)
+	}
+	now := timestamppb.Now()
+	for _, ev := range evs {
+		changes, err := applyWeights(&events.Event{Envelope: &eventv1.Envelope{Time: now}, Subject: subjects.EndpointWeight(ns, name), Payload: ev})
+		if err != nil || len(changes) != 1 {
+			continue
+		}
+		state = changes[0].Update(state)
+	}
+	if w, ok := state.(*endpointv1.ServiceWeights); ok && w != nil {
+		return w
+	}
+	return &endpointv1.ServiceWeights{Namespace: ns, Name: name}
 }
 
 // clearScope returns the clusters where a reset of ip's weight naming no cluster applies when
@@ -301,8 +331,11 @@ func (c *Collector) SetClusterWeight(ctx context.Context, req *connect.Request[e
 	}
 	// Neither the service nor the cluster has to serve endpoints yet: draining or weighting a
 	// cluster before it joins is how a canary starts. No events.Command: the last write wins.
-	seq, err := c.events.Append(ctx, subjects.EndpointWeight(m.Namespace, m.Name), viewKey(m.Namespace, m.Name), events.Any,
-		&endpointv1.ClusterWeightSet{Namespace: m.Namespace, Name: m.Name, ClusterName: m.Cluster, Weight: m.Weight})
+	ev := &endpointv1.ClusterWeightSet{Namespace: m.Namespace, Name: m.Name, ClusterName: m.Cluster, Weight: m.Weight}
+	if m.DryRun {
+		return connect.NewResponse(&endpointv1.SetClusterWeightResponse{Weights: visibleWeights(authz.CallerFrom(ctx), c.weightsAfter(m.Namespace, m.Name, []proto.Message{ev}))}), nil
+	}
+	seq, err := c.events.Append(ctx, subjects.EndpointWeight(m.Namespace, m.Name), viewKey(m.Namespace, m.Name), events.Any, ev)
 	if err != nil {
 		return nil, apierr.Internal(err)
 	}

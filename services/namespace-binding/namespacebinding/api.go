@@ -32,6 +32,10 @@ func (s *ProjectAPI) CreateProject(ctx context.Context, req *connect.Request[pro
 	if _, ok := s.projects.Get(projectKey(m.Name)); ok {
 		return nil, apierr.AlreadyExists("project", m.Name)
 	}
+	if m.DryRun {
+		return connect.NewResponse(&projectv1.CreateProjectResponse{Project: s.presentProject(&projectv1.Project{
+			Name: m.Name, DisplayName: m.DisplayName, Labels: m.Labels})}), nil
+	}
 	// A name is free when its subject is empty or ends with the project's deletion. Reading the
 	// stream rather than the view keeps a lagging view from letting a second creation through;
 	// the expectation makes concurrent creations race for one append.
@@ -67,6 +71,9 @@ func (s *ProjectAPI) DeleteProject(ctx context.Context, req *connect.Request[pro
 		return nil, apierr.FailedPrecondition("project %q has %d placement(s) (and may have namespaces following them): unbind those namespaces (fleetctl namespace unbind NAME --project %s --placement P) and delete the placements first",
 			m.Name, n, m.Name)
 	}
+	if m.DryRun {
+		return s.deleteProjectDryRun(ctx, m)
+	}
 	res := &projectv1.DeleteProjectResponse{}
 	// A bind may race in between the unbinds and the deletion; the deletion's expectation then
 	// fails and the next round unbinds it too.
@@ -100,6 +107,33 @@ func (s *ProjectAPI) DeleteProject(ctx context.Context, req *connect.Request[pro
 		s.log.Info("project deleted", zap.String("project", m.Name), zap.Int("unbound", len(res.Unbound)), zap.String("actor", identity.ActorFrom(ctx)))
 		return connect.NewResponse(res), nil
 	}
+}
+
+// deleteProjectDryRun decides DeleteProject as its last round would, writing nothing: with force
+// it answers the bindings it would unbind (Terminating, with the policy), without force it
+// refuses a project that owns namespaces.
+func (s *ProjectAPI) deleteProjectDryRun(ctx context.Context, m *projectv1.DeleteProjectRequest) (*connect.Response[projectv1.DeleteProjectResponse], error) {
+	res := &projectv1.DeleteProjectResponse{}
+	if m.Force {
+		for _, b := range s.activeBindings(m.Name) {
+			ub, err := s.unbindCommand(ctx, m.Name, b.Cluster, b.Namespace, m.UnbindPolicy, true)
+			if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+				return nil, err
+			}
+			if ub != nil {
+				res.Unbound = append(res.Unbound, ub)
+			}
+		}
+	}
+	if _, err := s.projectCommand(ctx, m.Name, true, always, func(*projectv1.Project) (proto.Message, error) {
+		if owned := s.activeBindings(m.Name); len(owned) > 0 && !m.Force {
+			return nil, errOwnsNamespaces(m.Name, owned)
+		}
+		return &projectv1.ProjectDeleted{Name: m.Name}, nil
+	}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
 }
 
 func errOwnsNamespaces(project string, owned []*projectv1.NamespaceBinding) error {
@@ -165,6 +199,13 @@ func (s *ProjectAPI) BindNamespace(ctx context.Context, req *connect.Request[pro
 	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
+	if m.DryRun {
+		b, budget, err := s.bindDryRun(ctx, m.Project, m.Cluster, m.Namespace, m.Hard)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&projectv1.BindNamespaceResponse{Binding: b, Budget: budget}), nil
+	}
 	b, err := s.bind(ctx, m.Project, m.Cluster, m.Namespace, m.Hard, "")
 	if err != nil {
 		return nil, err
@@ -198,11 +239,11 @@ func (s *ProjectAPI) UpdateQuota(ctx context.Context, req *connect.Request[proje
 	if b, ok := s.bindings.Get(bindingKey(m.Cluster, m.Namespace)); ok && b.Project == m.Project && b.Placement != "" {
 		return nil, errPlaced(b)
 	}
-	b, err := s.updateQuota(ctx, m.Project, m.Cluster, m.Namespace, m.Hard)
+	b, budget, err := s.quotaCommand(ctx, m.Project, m.Cluster, m.Namespace, m.Hard, m.DryRun)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&projectv1.UpdateQuotaResponse{Binding: b}), nil
+	return connect.NewResponse(&projectv1.UpdateQuotaResponse{Binding: b, Budget: budget}), nil
 }
 
 // errPlaced refuses changing by hand a binding the follower keeps in line with a placement: it
@@ -227,9 +268,12 @@ func (s *ProjectAPI) UnbindNamespace(ctx context.Context, req *connect.Request[p
 		b.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 		return nil, errPlaced(b)
 	}
-	b, err := s.unbind(ctx, m.Project, m.Cluster, m.Namespace, m.Policy)
+	b, err := s.unbindCommand(ctx, m.Project, m.Cluster, m.Namespace, m.Policy, m.DryRun)
 	if err != nil {
 		return nil, err
+	}
+	if m.DryRun {
+		return connect.NewResponse(&projectv1.UnbindNamespaceResponse{Binding: b}), nil
 	}
 	s.log.Info("namespace unbound", zap.String("project", m.Project), zap.String("cluster", m.Cluster), zap.String("namespace", m.Namespace),
 		zap.Stringer("policy", b.UnbindPolicy), zap.String("actor", identity.ActorFrom(ctx)))

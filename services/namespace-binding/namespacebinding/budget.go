@@ -44,8 +44,9 @@ func (s *ProjectAPI) SetProjectBudget(ctx context.Context, req *connect.Request[
 	}
 	hard := canonicalHard(m.Hard)
 	var at uint64
-	seq, err := s.appendProject(ctx, m.Project, always, func(p *projectv1.Project) (proto.Message, error) {
-		at = p.Revision
+	var decided *projectv1.Project
+	seq, err := s.projectCommand(ctx, m.Project, m.DryRun, always, func(p *projectv1.Project) (proto.Message, error) {
+		at, decided = p.Revision, p
 		if proto.Equal(&projectv1.ProjectBudget{Hard: budgetOf(p, m.Cluster)}, &projectv1.ProjectBudget{Hard: hard}) {
 			return nil, errUnchanged
 		}
@@ -56,6 +57,12 @@ func (s *ProjectAPI) SetProjectBudget(ctx context.Context, req *connect.Request[
 	})
 	if err != nil && !errors.Is(err, errUnchanged) {
 		return nil, err
+	}
+	if m.DryRun {
+		// The project as it would be: its budget on the cluster replaced, allocated as now.
+		p := proto.CloneOf(decided)
+		setBudget(p, m.Cluster, hard)
+		return connect.NewResponse(&projectv1.SetProjectBudgetResponse{Project: s.presentProject(p)}), nil
 	}
 	if err := s.waitView(ctx, func(ctx context.Context) error { return s.projects.WaitCheckpoint(ctx, max(seq, at)) }); err != nil {
 		return nil, err
@@ -243,6 +250,18 @@ func presentBudgets(budgets []*projectv1.ProjectBudget, perCluster map[string]ma
 		return nil
 	}
 	return out
+}
+
+// budgetAfter is p's budget on cluster as it would be allocated once namespace there holds hard
+// (a dry run's answer); nil when p has no budget on cluster.
+func (s *Service) budgetAfter(p *projectv1.Project, cluster, namespace string, hard map[string]string) *projectv1.ProjectBudget {
+	budget := budgetOf(p, cluster)
+	if len(budget) == 0 {
+		return nil
+	}
+	used := sumHard(s.countedBindings(p.Name, cluster, bindingKey(cluster, namespace)))
+	addQuantities(used, hard)
+	return presentBudgets([]*projectv1.ProjectBudget{{Cluster: cluster, Hard: budget}}, map[string]map[string]resource.Quantity{cluster: used})[0]
 }
 
 func sortedNames(m map[string]string) []string {

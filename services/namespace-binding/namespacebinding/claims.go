@@ -108,6 +108,40 @@ func (s *Service) bind(ctx context.Context, project, cluster, namespace string, 
 	return s.awaitBinding(ctx, key, id, seq)
 }
 
+// bindDryRun decides a bind of (cluster, namespace) to project as bind would, writing nothing:
+// the same checks, a claim another bind holds (read, not taken) and the project's budget
+// decided on the revision a bind's append would expect. It answers the binding as it would be
+// and the project's budget on the cluster as it would be allocated (nil: no budget there).
+func (s *Service) bindDryRun(ctx context.Context, project, cluster, namespace string, hardIn map[string]string) (*projectv1.NamespaceBinding, *projectv1.ProjectBudget, error) {
+	if _, ok := s.projects.Get(projectKey(project)); !ok {
+		return nil, nil, apierr.NotFound("project", project)
+	}
+	if err := s.clusterRegistered(ctx, cluster); err != nil {
+		return nil, nil, err
+	}
+	key := bindingKey(cluster, namespace)
+	if err := s.bindable(key, project); err != nil {
+		return nil, nil, err
+	}
+	// The claim a real bind would fail to take: another bind's, in flight or not yet repaired.
+	if c, ok := s.claims.Get(key); ok && !s.orphan(key, c) {
+		return nil, nil, apierr.AlreadyExistsf("namespace %q on cluster %q is already bound to project %q", namespace, cluster, c.Project)
+	}
+	hard := canonicalHard(hardIn)
+	var budget *projectv1.ProjectBudget
+	if _, err := s.projectCommand(ctx, project, true, budgeted(cluster), func(p *projectv1.Project) (proto.Message, error) {
+		if err := s.fitsBudget(p, cluster, namespace, hard); err != nil {
+			return nil, err
+		}
+		budget = s.budgetAfter(p, cluster, namespace, hard)
+		return &projectv1.NamespaceBound{Project: project, Cluster: cluster, Namespace: namespace, Hard: hard}, nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	return &projectv1.NamespaceBinding{Project: project, Cluster: cluster, Namespace: namespace, Hard: hard,
+		Phase: projectv1.BindingPhase_BINDING_PHASE_PENDING}, budget, nil
+}
+
 // bindable refuses a (cluster, namespace) that a binding still holds: an active one of any
 // project, or one of another project still being unbound. The agent must carry out the old
 // project's tombstone first (release its label, or delete the namespace) or it would find the
@@ -134,12 +168,18 @@ func errBound(b *projectv1.NamespaceBinding) error {
 // unbind appends the unbinding of project's namespace and then releases its claim. Unbinding a
 // Terminating binding again only changes its policy.
 func (s *Service) unbind(ctx context.Context, project, cluster, namespace string, policy projectv1.UnbindPolicy) (*projectv1.NamespaceBinding, error) {
+	return s.unbindCommand(ctx, project, cluster, namespace, policy, false)
+}
+
+// unbindCommand is unbind; with dryRun it decides as unbind would and answers the binding as
+// it would be (Terminating, with the policy), writing nothing.
+func (s *Service) unbindCommand(ctx context.Context, project, cluster, namespace string, policy projectv1.UnbindPolicy, dryRun bool) (*projectv1.NamespaceBinding, error) {
 	if policy == projectv1.UnbindPolicy_UNBIND_POLICY_UNSPECIFIED {
 		policy = projectv1.UnbindPolicy_UNBIND_POLICY_KEEP
 	}
 	key := bindingKey(cluster, namespace)
 	var unbound *projectv1.NamespaceBinding
-	seq, err := s.appendProject(ctx, project, always, func(*projectv1.Project) (proto.Message, error) {
+	seq, err := s.projectCommand(ctx, project, dryRun, always, func(*projectv1.Project) (proto.Message, error) {
 		b, err := s.ownedBinding(project, cluster, namespace)
 		if err != nil {
 			return nil, err
@@ -153,6 +193,11 @@ func (s *Service) unbind(ctx context.Context, project, cluster, namespace string
 	})
 	if err != nil && !errors.Is(err, errUnchanged) {
 		return nil, err
+	}
+	if dryRun {
+		out := s.present(unbound)
+		out.Phase, out.UnbindPolicy = projectv1.BindingPhase_BINDING_PHASE_TERMINATING, policy
+		return out, nil
 	}
 	id := unbound.Id
 	b, err := s.awaitBinding(ctx, key, id, seq)

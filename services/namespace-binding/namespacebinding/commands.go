@@ -43,9 +43,16 @@ var errUnchanged = errors.New("unchanged")
 // Either way the stream checks the expectation: a wrong guess is a conflict, never a write on a
 // state nobody looked at.
 func (s *Service) appendProject(ctx context.Context, project string, decides func(p *projectv1.Project) bool, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
+	return s.projectCommand(ctx, project, false, decides, build)
+}
+
+// projectCommand is appendProject; with dryRun it decides exactly as appendProject would (the
+// same project state, the same wait for the bindings view, the same refusals) and appends
+// nothing, returning 0.
+func (s *Service) projectCommand(ctx context.Context, project string, dryRun bool, decides func(p *projectv1.Project) bool, build func(p *projectv1.Project) (proto.Message, error)) (uint64, error) {
 	res, err := events.Command[*projectv1.Project]{
 		Store: s.store, Subject: ProjectSubject(project), AggregateID: project,
-		Lock: s.locks, LockKey: project, MaxConflicts: maxConflicts,
+		Lock: s.locks, LockKey: project, MaxConflicts: maxConflicts, DryRun: dryRun,
 		CatchUp: s.stream, MaxCatchUp: maxCatchUp,
 		Evolve: func(p *projectv1.Project, ev *events.Event) (*projectv1.Project, bool) {
 			return foldEvent(project, p, ev)
@@ -122,10 +129,20 @@ func (s *Service) projectSettled(project string, last uint64) bool {
 }
 
 func (s *Service) updateQuota(ctx context.Context, project, cluster, namespace string, hardIn map[string]string) (*projectv1.NamespaceBinding, error) {
+	b, _, err := s.quotaCommand(ctx, project, cluster, namespace, hardIn, false)
+	return b, err
+}
+
+// quotaCommand updates the quota of project's namespace on cluster; with dryRun it decides as
+// the update would and answers the binding as it would be, with the project's budget on the
+// cluster as it would be allocated then (nil: no budget there).
+func (s *Service) quotaCommand(ctx context.Context, project, cluster, namespace string, hardIn map[string]string, dryRun bool) (*projectv1.NamespaceBinding, *projectv1.ProjectBudget, error) {
 	key := bindingKey(cluster, namespace)
 	hard := canonicalHard(hardIn)
 	var id string
-	seq, err := s.appendProject(ctx, project, always, func(p *projectv1.Project) (proto.Message, error) {
+	var cur *projectv1.NamespaceBinding
+	var budget *projectv1.ProjectBudget
+	seq, err := s.projectCommand(ctx, project, dryRun, always, func(p *projectv1.Project) (proto.Message, error) {
 		b, err := s.ownedBinding(project, cluster, namespace)
 		if err != nil {
 			return nil, err
@@ -133,7 +150,10 @@ func (s *Service) updateQuota(ctx context.Context, project, cluster, namespace s
 		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 			return nil, apierr.FailedPrecondition("namespace %q on cluster %q is being unbound", namespace, cluster)
 		}
-		id = b.Id
+		id, cur = b.Id, b
+		if dryRun {
+			budget = s.budgetAfter(p, cluster, namespace, hard)
+		}
 		if proto.Equal(&projectv1.NamespaceBinding{Hard: canonicalHard(b.Hard)}, &projectv1.NamespaceBinding{Hard: hard}) {
 			return nil, errUnchanged
 		}
@@ -143,9 +163,15 @@ func (s *Service) updateQuota(ctx context.Context, project, cluster, namespace s
 		return &projectv1.NamespaceQuotaUpdated{BindingId: b.Id, Project: project, Cluster: cluster, Namespace: namespace, Hard: hard}, nil
 	})
 	if err != nil && !errors.Is(err, errUnchanged) {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.awaitBinding(ctx, key, id, seq)
+	if dryRun {
+		out := s.present(cur)
+		out.Hard = hard
+		return out, budget, nil
+	}
+	b, err := s.awaitBinding(ctx, key, id, seq)
+	return b, nil, err
 }
 
 // ownedBinding returns the binding of (cluster, namespace) if project owns it (Terminating

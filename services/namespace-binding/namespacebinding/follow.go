@@ -172,7 +172,7 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	key := keys.Join(m.Project, m.Namespace)
 	subject := subjects.PlacementNamespace(m.Project, m.Namespace)
 	res, err := events.Command[viewapi.Entry[*placementv1.PlacementNamespace]]{
-		Store: s.store, Subject: subject, AggregateID: key,
+		Store: s.store, Subject: subject, AggregateID: key, DryRun: m.DryRun,
 		Load: s.loadFollowing(key, subject),
 		Decide: func(e viewapi.Entry[*placementv1.PlacementNamespace]) ([]proto.Message, error) {
 			cur := e.Cur
@@ -189,6 +189,9 @@ func (s *Service) bindToPlacement(ctx context.Context, m *projectv1.BindNamespac
 	}.Run(ctx)
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if m.DryRun {
+		return connect.NewResponse(&projectv1.BindNamespaceResponse{PlacementBindings: s.placementBindingsAfter(want)}), nil
 	}
 	seq := res.Revision
 	if len(res.Events) > 0 {
@@ -252,6 +255,31 @@ func (s *Service) placementBindings(n *placementv1.PlacementNamespace) []*projec
 	return append(out, s.blockedBindings(n)...)
 }
 
+// placementBindingsAfter is a dry run's answer for a namespace that would follow a placement as
+// n says: per cluster decided now, its binding as it would be (the namespace's own, with n's
+// quota, or a new one Pending), or Failed with what keeps the follower from binding it there.
+func (s *Service) placementBindingsAfter(n *placementv1.PlacementNamespace) []*projectv1.NamespaceBinding {
+	blocked := map[string]bool{}
+	out := s.blockedBindings(n)
+	for _, b := range out {
+		blocked[b.Cluster] = true
+	}
+	decided, _ := s.placements.DecidedClusters(n.Project, n.Placement)
+	for _, c := range sorted(decided) {
+		if blocked[c] {
+			continue
+		}
+		b := &projectv1.NamespaceBinding{Project: n.Project, Cluster: c, Namespace: n.Namespace, Phase: projectv1.BindingPhase_BINDING_PHASE_PENDING}
+		if cur, ok := s.bindings.Get(bindingKey(c, n.Namespace)); ok && cur.Project == n.Project {
+			b = s.present(cur)
+		}
+		b.Hard, b.Placement, b.UnbindPolicy = n.Hard, n.Placement, n.UnbindPolicy
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b *projectv1.NamespaceBinding) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return out
+}
+
 // blockedBindings are the decided clusters of a following namespace where another project
 // holds it, as Failed bindings naming the owner (or the protection, or the budget, that keeps it
 // from being bound). They are computed, never stored: the moment
@@ -304,7 +332,7 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 	subject := subjects.PlacementNamespace(m.Project, m.Namespace)
 	policy := m.Policy
 	res, err := events.Command[viewapi.Entry[*placementv1.PlacementNamespace]]{
-		Store: s.store, Subject: subject, AggregateID: key,
+		Store: s.store, Subject: subject, AggregateID: key, DryRun: m.DryRun,
 		Load: s.loadFollowing(key, subject),
 		Decide: func(e viewapi.Entry[*placementv1.PlacementNamespace]) ([]proto.Message, error) {
 			if !e.OK || e.Cur.Placement != m.Placement {
@@ -319,6 +347,9 @@ func (s *Service) unbindFromPlacement(ctx context.Context, m *projectv1.UnbindNa
 	}.Run(ctx)
 	if err != nil {
 		return nil, apierr.Internal(err)
+	}
+	if m.DryRun {
+		return connect.NewResponse(&projectv1.UnbindNamespaceResponse{}), nil
 	}
 	if err := s.waitView(ctx, func(ctx context.Context) error {
 		return s.placementNamespaces.WaitFor(ctx, key, func(n *placementv1.PlacementNamespace, ok bool) bool { return !ok || n.Revision > res.Revision })

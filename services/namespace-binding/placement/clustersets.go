@@ -147,6 +147,14 @@ func (s *ClusterSetAPI) CreateClusterSet(ctx context.Context, req *connect.Reque
 	if _, ok := s.clusterSets.Get(clusterSetKey(m.Name)); ok {
 		return nil, apierr.AlreadyExists("cluster set", m.Name)
 	}
+	if m.DryRun {
+		// The set as it would be, with the clusters it would hold now.
+		out, err := s.presentSet(&placementv1.ClusterSet{Name: m.Name, Selector: sel})
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&placementv1.CreateClusterSetResponse{ClusterSet: out}), nil
+	}
 	seq, err := viewapi.Create(ctx, s.store, s.stream, subjects.ClusterSet(m.Name), m.Name,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetDeleted); return gone },
 		&placementv1.ClusterSetCreated{ClusterSet: &placementv1.ClusterSet{Name: m.Name, Selector: sel}}, apierr.AlreadyExists("cluster set", m.Name))
@@ -182,6 +190,7 @@ func (s *ClusterSetAPI) UpdateClusterSet(ctx context.Context, req *connect.Reque
 	res, err := events.Command[*placementv1.ClusterSet]{
 		Store: s.store, Subject: subjects.ClusterSet(m.Name), AggregateID: m.Name,
 		Load: s.clusterSetKind().Load(m.Name, m.ExpectedRevision), Expected: m.ExpectedRevision, MaxConflicts: maxAttempts,
+		DryRun: m.DryRun,
 		Decide: func(cur *placementv1.ClusterSet) ([]proto.Message, error) {
 			if proto.Equal(cur.Selector, sel) {
 				return nil, nil
@@ -194,6 +203,15 @@ func (s *ClusterSetAPI) UpdateClusterSet(ctx context.Context, req *connect.Reque
 		return nil, apierr.Concurrent("cluster set %q", m.Name)
 	case err != nil:
 		return nil, apierr.Internal(err)
+	case m.DryRun:
+		// The set as it would be, with the clusters it would hold now.
+		next := proto.CloneOf(res.State)
+		next.Selector = sel
+		out, err := s.presentSet(next)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&placementv1.UpdateClusterSetResponse{ClusterSet: out}), nil
 	case len(res.Events) == 0:
 		out, err := s.presentSet(res.State)
 		if err != nil {
@@ -220,6 +238,12 @@ func (s *ClusterSetAPI) DeleteClusterSet(ctx context.Context, req *connect.Reque
 		return nil, apierr.FailedPrecondition("cluster set %q is built in and cannot be deleted", m.Name)
 	}
 	sets := s.clusterSetKind()
+	if m.DryRun {
+		if _, err := sets.Current(m.Name, m.ExpectedRevision); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&placementv1.DeleteClusterSetResponse{}), nil
+	}
 	// Bindings of the set stay, as OCM's ManagedClusterSetBindings do: they report the set
 	// missing, and come back to life if it is created again.
 	cur, err := viewapi.Remove(ctx, s.store, subjects.ClusterSet(m.Name), m.Name,
@@ -279,6 +303,10 @@ func (s *ClusterSetAPI) BindClusterSet(ctx context.Context, req *connect.Request
 	if _, ok := s.setBindings.Get(key); ok {
 		return nil, apierr.AlreadyExists("cluster set binding", what)
 	}
+	if m.DryRun {
+		return connect.NewResponse(&placementv1.BindClusterSetResponse{Binding: s.presentSetBinding(
+			&placementv1.ClusterSetBinding{Project: m.Project, ClusterSet: m.ClusterSet})}), nil
+	}
 	seq, err := viewapi.Create(ctx, s.store, s.stream, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
 		func(last proto.Message) bool { _, gone := last.(*placementv1.ClusterSetUnbound); return gone },
 		&placementv1.ClusterSetBound{Project: m.Project, ClusterSet: m.ClusterSet}, apierr.AlreadyExists("cluster set binding", what))
@@ -306,6 +334,12 @@ func (s *ClusterSetAPI) UnbindClusterSet(ctx context.Context, req *connect.Reque
 	}
 	key := setBindingKey(m.Project, m.ClusterSet)
 	what := m.Project + "/" + m.ClusterSet
+	if m.DryRun {
+		if _, ok := s.setBindings.Get(key); !ok {
+			return nil, apierr.NotFound("cluster set binding", what)
+		}
+		return connect.NewResponse(&placementv1.UnbindClusterSetResponse{}), nil
+	}
 	cur, err := viewapi.Remove(ctx, s.store, subjects.ClusterSetBinding(m.Project, m.ClusterSet), key,
 		func() (*placementv1.ClusterSetBinding, error) {
 			if cur, ok := s.setBindings.Get(key); ok {

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -62,6 +63,46 @@ func (s *PlacementAPI) ExplainPlacement(ctx context.Context, req *connect.Reques
 		return nil, fmt.Errorf("explain placement %s/%s: %w", p.Project, p.Name, err)
 	}
 	return connect.NewResponse(toExplanation(p, ex, now)), nil
+}
+
+// decideNow is a dry run's answer for placement p as given: the clusters the scheduler would
+// decide for it now, from the same inputs ExplainPlacement reads, with p's current decision (if
+// it exists) as the previous one.
+func (s *Service) decideNow(ctx context.Context, p *placementv1.Placement) ([]string, error) {
+	var fi fleetInputs
+	fleet, _, err := fi.build(s.clusters.List(nil), s.clusterSets.List(nil), s.addOnScores.List(nil), nil)
+	if err != nil {
+		return nil, apierr.Internal(err)
+	}
+	key := placementKey(p.Project, p.Name)
+	others := map[string]int{}
+	var prev []string
+	for _, e := range s.decisions.Entries(nil) {
+		if e.Key == key {
+			prev = decidedClusters(e.Value)
+			continue
+		}
+		for _, c := range decidedClusters(e.Value) {
+			others[c]++
+		}
+	}
+	var bound []string
+	for _, b := range s.setBindings.Lookup(byProject(p.Project)) {
+		bound = append(bound, b.ClusterSet)
+	}
+	ex, err := fleet.Explain(ctx, toCorePlacement(p), core.PlacementState{
+		BoundClusterSets: bound, PreviousDecision: prev, OtherDecisions: others, Now: s.now()})
+	if err != nil {
+		return nil, apierr.Internal(fmt.Errorf("decide placement %s/%s: %w", p.Project, p.Name, err))
+	}
+	var out []string
+	for _, c := range ex.Clusters {
+		if c.Selected {
+			out = append(out, c.ClusterName)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 func toExplanation(p *placementv1.Placement, ex *core.Explanation, now time.Time) *placementv1.ExplainPlacementResponse {

@@ -57,6 +57,13 @@ func (s *PlacementAPI) CreatePlacement(ctx context.Context, req *connect.Request
 	if _, ok := s.placements.Get(placementKey(spec.Project, spec.Name)); ok {
 		return nil, apierr.AlreadyExists("placement", what)
 	}
+	if req.Msg.DryRun {
+		decided, err := s.decideNow(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&placementv1.CreatePlacementResponse{Placement: spec, DecidedClusters: decided}), nil
+	}
 	seq, err := viewapi.Create(ctx, s.store, s.stream, subjects.Placement(spec.Project, spec.Name), placementKey(spec.Project, spec.Name),
 		func(last proto.Message) bool { _, gone := last.(*placementv1.PlacementDeleted); return gone },
 		&placementv1.PlacementCreated{Placement: spec}, apierr.AlreadyExists("placement", what))
@@ -82,6 +89,7 @@ func (s *PlacementAPI) UpdatePlacement(ctx context.Context, req *connect.Request
 	// A lost race is the caller's to resolve (Aborted), with or without an expected revision.
 	res, err := events.Command[*placementv1.Placement]{
 		Store: s.store, Subject: subjects.Placement(spec.Project, spec.Name), AggregateID: key, MaxConflicts: -1,
+		DryRun: req.Msg.DryRun,
 		Load: func(context.Context, uint64) (*placementv1.Placement, uint64, error) {
 			cur, ok := s.placements.Get(key)
 			if !ok {
@@ -104,6 +112,14 @@ func (s *PlacementAPI) UpdatePlacement(ctx context.Context, req *connect.Request
 		return nil, apierr.Concurrent("placement %s/%s", spec.Project, spec.Name)
 	case err != nil:
 		return nil, apierr.Internal(err)
+	case req.Msg.DryRun:
+		decided, err := s.decideNow(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		next := proto.CloneOf(spec)
+		next.Revision, next.CreateTime = res.State.Revision, res.State.CreateTime
+		return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: next, DecidedClusters: decided}), nil
 	case len(res.Events) == 0:
 		return connect.NewResponse(&placementv1.UpdatePlacementResponse{Placement: s.presentPlacement(res.State)}), nil
 	}
@@ -125,24 +141,30 @@ func (s *PlacementAPI) DeletePlacement(ctx context.Context, req *connect.Request
 		return nil, err
 	}
 	key := placementKey(m.Project, m.Name)
-	cur, err := viewapi.Remove(ctx, s.store, subjects.Placement(m.Project, m.Name), key,
-		func() (*placementv1.Placement, error) {
-			cur, ok := s.placements.Get(key)
-			if !ok {
-				return nil, apierr.NotFound("placement", m.Project+"/"+m.Name)
-			}
-			if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
-				return nil, apierr.RevisionMismatch("placement", m.Project+"/"+m.Name, cur.Revision, m.ExpectedRevision)
-			}
-			// Deleting a placement that namespaces follow would strand their bindings (or
-			// release them all at once); as with a project that owns namespaces, unbinding
-			// comes first.
-			if followers := s.followers.FollowersOf(m.Project, m.Name); len(followers) > 0 {
-				return nil, apierr.FailedPrecondition("placement %s/%s is followed by namespace(s) %s: unbind them first (fleetctl namespace unbind NAME --project %s --placement %s)",
-					m.Project, m.Name, strings.Join(followers, ", "), m.Project, m.Name)
-			}
-			return cur, nil
-		},
+	load := func() (*placementv1.Placement, error) {
+		cur, ok := s.placements.Get(key)
+		if !ok {
+			return nil, apierr.NotFound("placement", m.Project+"/"+m.Name)
+		}
+		if m.ExpectedRevision != 0 && m.ExpectedRevision != cur.Revision {
+			return nil, apierr.RevisionMismatch("placement", m.Project+"/"+m.Name, cur.Revision, m.ExpectedRevision)
+		}
+		// Deleting a placement that namespaces follow would strand their bindings (or
+		// release them all at once); as with a project that owns namespaces, unbinding
+		// comes first.
+		if followers := s.followers.FollowersOf(m.Project, m.Name); len(followers) > 0 {
+			return nil, apierr.FailedPrecondition("placement %s/%s is followed by namespace(s) %s: unbind them first (fleetctl namespace unbind NAME --project %s --placement %s)",
+				m.Project, m.Name, strings.Join(followers, ", "), m.Project, m.Name)
+		}
+		return cur, nil
+	}
+	if m.DryRun {
+		if _, err := load(); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&placementv1.DeletePlacementResponse{}), nil
+	}
+	cur, err := viewapi.Remove(ctx, s.store, subjects.Placement(m.Project, m.Name), key, load,
 		func(*placementv1.Placement) proto.Message {
 			return &placementv1.PlacementDeleted{Project: m.Project, Name: m.Name}
 		},

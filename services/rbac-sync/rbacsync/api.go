@@ -45,6 +45,19 @@ func (s *Service) present(t *rbacv1.RoleTemplate) *rbacv1.RoleTemplate {
 	return out
 }
 
+// presentAs returns t with its effective rules as they would be were t stored: a dry run's
+// answer.
+func (s *Service) presentAs(t *rbacv1.RoleTemplate) *rbacv1.RoleTemplate {
+	out := proto.CloneOf(t)
+	out.EffectiveRules = effectiveRules(func(name string) (*rbacv1.RoleTemplate, bool) {
+		if name == t.Name {
+			return t, true
+		}
+		return s.lookup(name)
+	}, t.Name)
+	return out
+}
+
 func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[rbacv1.CreateRoleTemplateRequest]) (*connect.Response[rbacv1.CreateRoleTemplateResponse], error) {
 	t := req.Msg.Template
 	var v apierr.Violations
@@ -57,6 +70,9 @@ func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[r
 	}
 	if err := s.checkInherits(t.Name, t.Inherits); err != nil {
 		return nil, err
+	}
+	if req.Msg.DryRun {
+		return connect.NewResponse(&rbacv1.CreateRoleTemplateResponse{Template: s.presentAs(stored(t))}), nil
 	}
 	// A name may be reused after deletion: the subject must be empty or end in a deletion.
 	seq, err := viewapi.Create(ctx, s.store, s.stream, TemplateSubject(t.Name), t.Name,
@@ -117,7 +133,7 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 	}
 	res, err := events.Command[*rbacv1.RoleTemplate]{
 		Store: s.store, Subject: TemplateSubject(name), AggregateID: name,
-		Load: s.templateKind().Load(name, m.ExpectedRevision), Expected: m.ExpectedRevision,
+		Load: s.templateKind().Load(name, m.ExpectedRevision), Expected: m.ExpectedRevision, DryRun: m.DryRun,
 		Decide: func(cur *rbacv1.RoleTemplate) ([]proto.Message, error) {
 			next := stored(cur)
 			for _, f := range fields {
@@ -152,6 +168,11 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 	if len(res.Events) == 0 {
 		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: s.present(res.State)}), nil
 	}
+	if m.DryRun {
+		next := proto.CloneOf(res.Events[0].(*rbacv1.RoleTemplateUpdated).Template)
+		next.Revision, next.CreateTime, next.Creator = res.State.Revision, res.State.CreateTime, res.State.Creator
+		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: s.presentAs(next)}), nil
+	}
 	out, err := s.awaitTemplate(ctx, name, res.Sequence)
 	if err != nil {
 		return nil, err
@@ -171,24 +192,30 @@ func (s *Service) DeleteRoleTemplate(ctx context.Context, req *connect.Request[r
 		return nil, err
 	}
 	templates := s.templateKind()
-	cur, err := viewapi.Remove(ctx, s.store, TemplateSubject(m.Name), m.Name,
-		func() (*rbacv1.RoleTemplate, error) {
-			cur, err := templates.Current(m.Name, m.ExpectedRevision)
-			if err != nil {
-				return nil, err
+	load := func() (*rbacv1.RoleTemplate, error) {
+		cur, err := templates.Current(m.Name, m.ExpectedRevision)
+		if err != nil {
+			return nil, err
+		}
+		// Deleting an inherited template would silently shrink what its heirs grant.
+		var heirs []string
+		for _, t := range s.templates.List(nil) {
+			if slices.Contains(t.Inherits, m.Name) {
+				heirs = append(heirs, t.Name)
 			}
-			// Deleting an inherited template would silently shrink what its heirs grant.
-			var heirs []string
-			for _, t := range s.templates.List(nil) {
-				if slices.Contains(t.Inherits, m.Name) {
-					heirs = append(heirs, t.Name)
-				}
-			}
-			if len(heirs) > 0 {
-				return nil, apierr.FailedPrecondition("role template %q is inherited by %s: remove it from their inherits first", m.Name, strings.Join(heirs, ", "))
-			}
-			return cur, nil
-		},
+		}
+		if len(heirs) > 0 {
+			return nil, apierr.FailedPrecondition("role template %q is inherited by %s: remove it from their inherits first", m.Name, strings.Join(heirs, ", "))
+		}
+		return cur, nil
+	}
+	if m.DryRun {
+		if _, err := load(); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&rbacv1.DeleteRoleTemplateResponse{}), nil
+	}
+	cur, err := viewapi.Remove(ctx, s.store, TemplateSubject(m.Name), m.Name, load,
 		func(*rbacv1.RoleTemplate) proto.Message { return &rbacv1.RoleTemplateDeleted{Name: m.Name} }, nil)
 	if err != nil {
 		return nil, err

@@ -75,12 +75,15 @@ func (WatchClustersResponse_EventType) EnumDescriptor() ([]byte, []int) {
 }
 
 type RegisterClusterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Claims        map[string]string      `protobuf:"bytes,3,rep,name=claims,proto3" json:"claims,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Taints        []*Taint               `protobuf:"bytes,4,rep,name=taints,proto3" json:"taints,omitempty"`
-	Credentials   *ConnectionCredentials `protobuf:"bytes,5,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Labels      map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Claims      map[string]string      `protobuf:"bytes,3,rep,name=claims,proto3" json:"claims,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Taints      []*Taint               `protobuf:"bytes,4,rep,name=taints,proto3" json:"taints,omitempty"`
+	Credentials *ConnectionCredentials `protobuf:"bytes,5,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -150,6 +153,13 @@ func (x *RegisterClusterRequest) GetCredentials() *ConnectionCredentials {
 	return nil
 }
 
+func (x *RegisterClusterRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type RegisterClusterResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Cluster *Cluster               `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -213,8 +223,11 @@ type UpdateClusterRequest struct {
 	UpdateMask  *fieldmaskpb.FieldMask `protobuf:"bytes,6,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	// When non-zero, the update applies only if the cluster's revision still equals it.
 	ExpectedRevision uint64 `protobuf:"varint,7,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,8,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateClusterRequest) Reset() {
@@ -296,6 +309,13 @@ func (x *UpdateClusterRequest) GetExpectedRevision() uint64 {
 	return 0
 }
 
+func (x *UpdateClusterRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type UpdateClusterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       *Cluster               `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -344,8 +364,11 @@ type DeregisterClusterRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeregisterClusterRequest) Reset() {
@@ -390,6 +413,13 @@ func (x *DeregisterClusterRequest) GetExpectedRevision() uint64 {
 		return x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *DeregisterClusterRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type DeregisterClusterResponse struct {
@@ -722,13 +752,14 @@ var File_fleetstream_cluster_v1_cluster_service_proto protoreflect.FileDescripto
 
 const file_fleetstream_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\n" +
-	",fleetstream/cluster/v1/cluster_service.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a google/protobuf/field_mask.proto\"\xd2\x03\n" +
+	",fleetstream/cluster/v1/cluster_service.proto\x12\x16fleetstream.cluster.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a google/protobuf/field_mask.proto\"\xeb\x03\n" +
 	"\x16RegisterClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12R\n" +
 	"\x06labels\x18\x02 \x03(\v2:.fleetstream.cluster.v1.RegisterClusterRequest.LabelsEntryR\x06labels\x12R\n" +
 	"\x06claims\x18\x03 \x03(\v2:.fleetstream.cluster.v1.RegisterClusterRequest.ClaimsEntryR\x06claims\x125\n" +
 	"\x06taints\x18\x04 \x03(\v2\x1d.fleetstream.cluster.v1.TaintR\x06taints\x12O\n" +
-	"\vcredentials\x18\x05 \x01(\v2-.fleetstream.cluster.v1.ConnectionCredentialsR\vcredentials\x1a9\n" +
+	"\vcredentials\x18\x05 \x01(\v2-.fleetstream.cluster.v1.ConnectionCredentialsR\vcredentials\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -738,7 +769,7 @@ const file_fleetstream_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\x17RegisterClusterResponse\x129\n" +
 	"\acluster\x18\x01 \x01(\v2\x1f.fleetstream.cluster.v1.ClusterR\acluster\x12\x1f\n" +
 	"\vagent_token\x18\x02 \x01(\tR\n" +
-	"agentToken\"\xb6\x04\n" +
+	"agentToken\"\xcf\x04\n" +
 	"\x14UpdateClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12P\n" +
 	"\x06labels\x18\x02 \x03(\v28.fleetstream.cluster.v1.UpdateClusterRequest.LabelsEntryR\x06labels\x12P\n" +
@@ -747,7 +778,8 @@ const file_fleetstream_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\vcredentials\x18\x05 \x01(\v2-.fleetstream.cluster.v1.ConnectionCredentialsR\vcredentials\x12;\n" +
 	"\vupdate_mask\x18\x06 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\x12+\n" +
-	"\x11expected_revision\x18\a \x01(\x04R\x10expectedRevision\x1a9\n" +
+	"\x11expected_revision\x18\a \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\b \x01(\bR\x06dryRun\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -755,10 +787,11 @@ const file_fleetstream_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x15UpdateClusterResponse\x129\n" +
-	"\acluster\x18\x01 \x01(\v2\x1f.fleetstream.cluster.v1.ClusterR\acluster\"[\n" +
+	"\acluster\x18\x01 \x01(\v2\x1f.fleetstream.cluster.v1.ClusterR\acluster\"t\n" +
 	"\x18DeregisterClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"\x1b\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x1b\n" +
 	"\x19DeregisterClusterResponse\"T\n" +
 	"\x11GetClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +

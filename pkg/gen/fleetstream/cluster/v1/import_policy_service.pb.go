@@ -639,8 +639,11 @@ func (x *ImportFieldError) GetReason() string {
 }
 
 type CreateImportPolicyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policy        *ImportPolicy          `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy *ImportPolicy          `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -680,6 +683,13 @@ func (x *CreateImportPolicyRequest) GetPolicy() *ImportPolicy {
 		return x.Policy
 	}
 	return nil
+}
+
+func (x *CreateImportPolicyRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type CreateImportPolicyResponse struct {
@@ -732,8 +742,11 @@ type UpdateImportPolicyRequest struct {
 	Policy *ImportPolicy `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	// When set, the update applies only if the policy is at this revision (else Aborted).
 	ExpectedRevision uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateImportPolicyRequest) Reset() {
@@ -778,6 +791,13 @@ func (x *UpdateImportPolicyRequest) GetExpectedRevision() uint64 {
 		return x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *UpdateImportPolicyRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type UpdateImportPolicyResponse struct {
@@ -828,8 +848,11 @@ type DeleteImportPolicyRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteImportPolicyRequest) Reset() {
@@ -874,6 +897,13 @@ func (x *DeleteImportPolicyRequest) GetExpectedRevision() uint64 {
 		return x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *DeleteImportPolicyRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type DeleteImportPolicyResponse struct {
@@ -1145,19 +1175,22 @@ const file_fleetstream_cluster_v1_import_policy_service_proto_rawDesc = "" +
 	"\x10ImportFieldError\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"Y\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"r\n" +
 	"\x19CreateImportPolicyRequest\x12<\n" +
-	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\"Z\n" +
+	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"Z\n" +
 	"\x1aCreateImportPolicyResponse\x12<\n" +
-	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\"\x86\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\"\x9f\x01\n" +
 	"\x19UpdateImportPolicyRequest\x12<\n" +
 	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"Z\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"Z\n" +
 	"\x1aUpdateImportPolicyResponse\x12<\n" +
-	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\"\\\n" +
+	"\x06policy\x18\x01 \x01(\v2$.fleetstream.cluster.v1.ImportPolicyR\x06policy\"u\n" +
 	"\x19DeleteImportPolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"\x1c\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x1c\n" +
 	"\x1aDeleteImportPolicyResponse\",\n" +
 	"\x16GetImportPolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"W\n" +

@@ -104,9 +104,12 @@ func (x *Subscriber) GetCreateTime() *timestamppb.Timestamp {
 }
 
 type CreateSubscriberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Streams       []string               `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Streams []string               `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -153,6 +156,13 @@ func (x *CreateSubscriberRequest) GetStreams() []string {
 		return x.Streams
 	}
 	return nil
+}
+
+func (x *CreateSubscriberRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type CreateSubscriberResponse struct {
@@ -209,8 +219,11 @@ func (x *CreateSubscriberResponse) GetToken() string {
 }
 
 type DeleteSubscriberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,6 +263,13 @@ func (x *DeleteSubscriberRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DeleteSubscriberRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type DeleteSubscriberResponse struct {
@@ -438,17 +458,19 @@ const file_fleetstream_cluster_v1_subscriber_service_proto_rawDesc = "" +
 	"createTime\x1a<\n" +
 	"\x0eConsumersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"`\n" +
 	"\x17CreateSubscriberRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\astreams\x18\x02 \x03(\tR\astreams\"t\n" +
+	"\astreams\x18\x02 \x03(\tR\astreams\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"t\n" +
 	"\x18CreateSubscriberResponse\x12B\n" +
 	"\n" +
 	"subscriber\x18\x01 \x01(\v2\".fleetstream.cluster.v1.SubscriberR\n" +
 	"subscriber\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"-\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"F\n" +
 	"\x17DeleteSubscriberRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x1a\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\x1a\n" +
 	"\x18DeleteSubscriberResponse\"\x18\n" +
 	"\x16ListSubscribersRequest\"_\n" +
 	"\x17ListSubscribersResponse\x12D\n" +

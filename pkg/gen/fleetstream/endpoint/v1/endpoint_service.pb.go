@@ -371,7 +371,10 @@ type SetEndpointWeightRequest struct {
 	// Only in this cluster (by name); empty = every cluster where the service has this IP now.
 	Cluster string `protobuf:"bytes,5,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// Remove the override instead (the endpoint goes back to 100); weight is ignored.
-	Clear         bool `protobuf:"varint,6,opt,name=clear,proto3" json:"clear,omitempty"`
+	Clear bool `protobuf:"varint,6,opt,name=clear,proto3" json:"clear,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -448,6 +451,13 @@ func (x *SetEndpointWeightRequest) GetClear() bool {
 	return false
 }
 
+func (x *SetEndpointWeightRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type SetEndpointWeightResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Weights       *ServiceWeights        `protobuf:"bytes,1,opt,name=weights,proto3" json:"weights,omitempty"`
@@ -493,11 +503,14 @@ func (x *SetEndpointWeightResponse) GetWeights() *ServiceWeights {
 }
 
 type SetClusterWeightRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Cluster       string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Weight        uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Cluster   string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Weight    uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -558,6 +571,13 @@ func (x *SetClusterWeightRequest) GetWeight() uint32 {
 		return x.Weight
 	}
 	return 0
+}
+
+func (x *SetClusterWeightRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type SetClusterWeightResponse struct {
@@ -885,21 +905,23 @@ const file_fleetstream_endpoint_v1_endpoint_service_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
 	"\x06exists\x18\x03 \x01(\bR\x06exists\x12E\n" +
 	"\bclusters\x18\x04 \x03(\v2).fleetstream.endpoint.v1.ClusterEndpointsR\bclusters\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"\xa4\x01\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\xbd\x01\n" +
 	"\x18SetEndpointWeightRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02ip\x18\x03 \x01(\tR\x02ip\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x18\n" +
 	"\acluster\x18\x05 \x01(\tR\acluster\x12\x14\n" +
-	"\x05clear\x18\x06 \x01(\bR\x05clear\"^\n" +
+	"\x05clear\x18\x06 \x01(\bR\x05clear\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"^\n" +
 	"\x19SetEndpointWeightResponse\x12A\n" +
-	"\aweights\x18\x01 \x01(\v2'.fleetstream.endpoint.v1.ServiceWeightsR\aweights\"}\n" +
+	"\aweights\x18\x01 \x01(\v2'.fleetstream.endpoint.v1.ServiceWeightsR\aweights\"\x96\x01\n" +
 	"\x17SetClusterWeightRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\acluster\x18\x03 \x01(\tR\acluster\x12\x16\n" +
-	"\x06weight\x18\x04 \x01(\rR\x06weight\"]\n" +
+	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"]\n" +
 	"\x18SetClusterWeightResponse\x12A\n" +
 	"\aweights\x18\x01 \x01(\v2'.fleetstream.endpoint.v1.ServiceWeightsR\aweights\"3\n" +
 	"\x13ListServicesRequest\x12\x1c\n" +

@@ -23,9 +23,12 @@ const (
 )
 
 type CreateClusterSetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Selector      *ClusterSetSelector    `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Selector *ClusterSetSelector    `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -72,6 +75,13 @@ func (x *CreateClusterSetRequest) GetSelector() *ClusterSetSelector {
 		return x.Selector
 	}
 	return nil
+}
+
+func (x *CreateClusterSetRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type CreateClusterSetResponse struct {
@@ -125,8 +135,11 @@ type UpdateClusterSetRequest struct {
 	Selector *ClusterSetSelector `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
 	// When non-zero, the update applies only if the set's revision still equals it.
 	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateClusterSetRequest) Reset() {
@@ -180,6 +193,13 @@ func (x *UpdateClusterSetRequest) GetExpectedRevision() uint64 {
 	return 0
 }
 
+func (x *UpdateClusterSetRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type UpdateClusterSetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSet    *ClusterSet            `protobuf:"bytes,1,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
@@ -228,8 +248,11 @@ type DeleteClusterSetRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteClusterSetRequest) Reset() {
@@ -274,6 +297,13 @@ func (x *DeleteClusterSetRequest) GetExpectedRevision() uint64 {
 		return x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *DeleteClusterSetRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type DeleteClusterSetResponse struct {
@@ -482,9 +512,12 @@ func (x *ListClusterSetsResponse) GetClusterSets() []*ClusterSet {
 }
 
 type BindClusterSetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	ClusterSet    string                 `protobuf:"bytes,2,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Project    string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	ClusterSet string                 `protobuf:"bytes,2,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -533,6 +566,13 @@ func (x *BindClusterSetRequest) GetClusterSet() string {
 	return ""
 }
 
+func (x *BindClusterSetRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type BindClusterSetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Binding       *ClusterSetBinding     `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
@@ -578,9 +618,12 @@ func (x *BindClusterSetResponse) GetBinding() *ClusterSetBinding {
 }
 
 type UnbindClusterSetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	ClusterSet    string                 `protobuf:"bytes,2,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Project    string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	ClusterSet string                 `protobuf:"bytes,2,opt,name=cluster_set,json=clusterSet,proto3" json:"cluster_set,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -627,6 +670,13 @@ func (x *UnbindClusterSetRequest) GetClusterSet() string {
 		return x.ClusterSet
 	}
 	return ""
+}
+
+func (x *UnbindClusterSetRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type UnbindClusterSetResponse struct {
@@ -1051,23 +1101,26 @@ var File_fleetstream_placement_v1_cluster_set_service_proto protoreflect.FileDes
 
 const file_fleetstream_placement_v1_cluster_set_service_proto_rawDesc = "" +
 	"\n" +
-	"2fleetstream/placement/v1/cluster_set_service.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\x1a\x1efleetstream/rbac/v1/rbac.proto\"w\n" +
+	"2fleetstream/placement/v1/cluster_set_service.proto\x12\x18fleetstream.placement.v1\x1a*fleetstream/placement/v1/cluster_set.proto\x1a\x1efleetstream/rbac/v1/rbac.proto\"\x90\x01\n" +
 	"\x17CreateClusterSetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12H\n" +
-	"\bselector\x18\x02 \x01(\v2,.fleetstream.placement.v1.ClusterSetSelectorR\bselector\"a\n" +
+	"\bselector\x18\x02 \x01(\v2,.fleetstream.placement.v1.ClusterSetSelectorR\bselector\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"a\n" +
 	"\x18CreateClusterSetResponse\x12E\n" +
 	"\vcluster_set\x18\x01 \x01(\v2$.fleetstream.placement.v1.ClusterSetR\n" +
-	"clusterSet\"\xa4\x01\n" +
+	"clusterSet\"\xbd\x01\n" +
 	"\x17UpdateClusterSetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12H\n" +
 	"\bselector\x18\x02 \x01(\v2,.fleetstream.placement.v1.ClusterSetSelectorR\bselector\x12+\n" +
-	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\"a\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"a\n" +
 	"\x18UpdateClusterSetResponse\x12E\n" +
 	"\vcluster_set\x18\x01 \x01(\v2$.fleetstream.placement.v1.ClusterSetR\n" +
-	"clusterSet\"Z\n" +
+	"clusterSet\"s\n" +
 	"\x17DeleteClusterSetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"\x1a\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x1a\n" +
 	"\x18DeleteClusterSetResponse\"*\n" +
 	"\x14GetClusterSetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"^\n" +
@@ -1076,17 +1129,19 @@ const file_fleetstream_placement_v1_cluster_set_service_proto_rawDesc = "" +
 	"clusterSet\"\x18\n" +
 	"\x16ListClusterSetsRequest\"b\n" +
 	"\x17ListClusterSetsResponse\x12G\n" +
-	"\fcluster_sets\x18\x01 \x03(\v2$.fleetstream.placement.v1.ClusterSetR\vclusterSets\"R\n" +
+	"\fcluster_sets\x18\x01 \x03(\v2$.fleetstream.placement.v1.ClusterSetR\vclusterSets\"k\n" +
 	"\x15BindClusterSetRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1f\n" +
 	"\vcluster_set\x18\x02 \x01(\tR\n" +
-	"clusterSet\"_\n" +
+	"clusterSet\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"_\n" +
 	"\x16BindClusterSetResponse\x12E\n" +
-	"\abinding\x18\x01 \x01(\v2+.fleetstream.placement.v1.ClusterSetBindingR\abinding\"T\n" +
+	"\abinding\x18\x01 \x01(\v2+.fleetstream.placement.v1.ClusterSetBindingR\abinding\"m\n" +
 	"\x17UnbindClusterSetRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1f\n" +
 	"\vcluster_set\x18\x02 \x01(\tR\n" +
-	"clusterSet\"\x1a\n" +
+	"clusterSet\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x1a\n" +
 	"\x18UnbindClusterSetResponse\"9\n" +
 	"\x1dListClusterSetBindingsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\"i\n" +

@@ -89,7 +89,10 @@ func (NotSelectedReasonKind) EnumDescriptor() ([]byte, []int) {
 type CreatePlacementRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// project and name required; status, times and revision are ignored.
-	Placement     *Placement `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
+	Placement *Placement `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,11 +134,21 @@ func (x *CreatePlacementRequest) GetPlacement() *Placement {
 	return nil
 }
 
+func (x *CreatePlacementRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type CreatePlacementResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Placement     *Placement             `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Placement *Placement             `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
+	// With dry_run: the clusters the scheduler would decide now for the placement as given (the
+	// fleet, sets, scores and other decisions as they are).
+	DecidedClusters []string `protobuf:"bytes,2,rep,name=decided_clusters,json=decidedClusters,proto3" json:"decided_clusters,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreatePlacementResponse) Reset() {
@@ -175,13 +188,23 @@ func (x *CreatePlacementResponse) GetPlacement() *Placement {
 	return nil
 }
 
+func (x *CreatePlacementResponse) GetDecidedClusters() []string {
+	if x != nil {
+		return x.DecidedClusters
+	}
+	return nil
+}
+
 type UpdatePlacementRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Placement *Placement             `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
 	// When non-zero, the update applies only if the placement's revision still equals it.
 	ExpectedRevision uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdatePlacementRequest) Reset() {
@@ -228,11 +251,21 @@ func (x *UpdatePlacementRequest) GetExpectedRevision() uint64 {
 	return 0
 }
 
+func (x *UpdatePlacementRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type UpdatePlacementResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Placement     *Placement             `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Placement *Placement             `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
+	// With dry_run: the clusters the scheduler would decide now for the placement as given (the
+	// fleet, sets, scores and other decisions as they are).
+	DecidedClusters []string `protobuf:"bytes,2,rep,name=decided_clusters,json=decidedClusters,proto3" json:"decided_clusters,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *UpdatePlacementResponse) Reset() {
@@ -272,13 +305,23 @@ func (x *UpdatePlacementResponse) GetPlacement() *Placement {
 	return nil
 }
 
+func (x *UpdatePlacementResponse) GetDecidedClusters() []string {
+	if x != nil {
+		return x.DecidedClusters
+	}
+	return nil
+}
+
 type DeletePlacementRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Project          string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Name             string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	ExpectedRevision uint64                 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeletePlacementRequest) Reset() {
@@ -330,6 +373,13 @@ func (x *DeletePlacementRequest) GetExpectedRevision() uint64 {
 		return x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *DeletePlacementRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type DeletePlacementResponse struct {
@@ -1289,20 +1339,25 @@ var File_fleetstream_placement_v1_placement_service_proto protoreflect.FileDescr
 
 const file_fleetstream_placement_v1_placement_service_proto_rawDesc = "" +
 	"\n" +
-	"0fleetstream/placement/v1/placement_service.proto\x12\x18fleetstream.placement.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a(fleetstream/placement/v1/placement.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"[\n" +
+	"0fleetstream/placement/v1/placement_service.proto\x12\x18fleetstream.placement.v1\x1a$fleetstream/cluster/v1/cluster.proto\x1a(fleetstream/placement/v1/placement.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"t\n" +
 	"\x16CreatePlacementRequest\x12A\n" +
-	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\"\\\n" +
+	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\x87\x01\n" +
 	"\x17CreatePlacementResponse\x12A\n" +
-	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\"\x88\x01\n" +
+	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\x12)\n" +
+	"\x10decided_clusters\x18\x02 \x03(\tR\x0fdecidedClusters\"\xa1\x01\n" +
 	"\x16UpdatePlacementRequest\x12A\n" +
 	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"\\\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x87\x01\n" +
 	"\x17UpdatePlacementResponse\x12A\n" +
-	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\"s\n" +
+	"\tplacement\x18\x01 \x01(\v2#.fleetstream.placement.v1.PlacementR\tplacement\x12)\n" +
+	"\x10decided_clusters\x18\x02 \x03(\tR\x0fdecidedClusters\"\x8c\x01\n" +
 	"\x16DeletePlacementRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
-	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\"\x19\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x19\n" +
 	"\x17DeletePlacementResponse\"C\n" +
 	"\x13GetPlacementRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x12\n" +

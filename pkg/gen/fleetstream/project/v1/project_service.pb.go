@@ -74,10 +74,13 @@ func (WatchProjectsResponse_EventType) EnumDescriptor() ([]byte, []int) {
 }
 
 type CreateProjectRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	DisplayName   string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DisplayName string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Labels      map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,6 +136,13 @@ func (x *CreateProjectRequest) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *CreateProjectRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type CreateProjectResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -182,7 +192,10 @@ type DeleteProjectRequest struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Force bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	// What force does to the namespaces it unbinds (default KEEP).
-	UnbindPolicy  UnbindPolicy `protobuf:"varint,3,opt,name=unbind_policy,json=unbindPolicy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"unbind_policy,omitempty"`
+	UnbindPolicy UnbindPolicy `protobuf:"varint,3,opt,name=unbind_policy,json=unbindPolicy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"unbind_policy,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,6 +249,13 @@ func (x *DeleteProjectRequest) GetUnbindPolicy() UnbindPolicy {
 		return x.UnbindPolicy
 	}
 	return UnbindPolicy_UNBIND_POLICY_UNSPECIFIED
+}
+
+func (x *DeleteProjectRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type DeleteProjectResponse struct {
@@ -562,7 +582,10 @@ type SetProjectBudgetRequest struct {
 	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// Resource → Kubernetes quantity (e.g. {"cpu": "10", "memory": "20Gi"}), the same shape as
 	// a namespace quota's hard limits; replaces the whole budget on the cluster. Empty removes it.
-	Hard          map[string]string `protobuf:"bytes,3,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Hard map[string]string `protobuf:"bytes,3,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +639,13 @@ func (x *SetProjectBudgetRequest) GetHard() map[string]string {
 		return x.Hard
 	}
 	return nil
+}
+
+func (x *SetProjectBudgetRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type SetProjectBudgetResponse struct {
@@ -674,7 +704,10 @@ type BindNamespaceRequest struct {
 	// as the decision changes, and released from a cluster that leaves it.
 	Placement string `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
 	// With placement: how a cluster leaving the decision is released (KEEP unless given).
-	UnbindPolicy  UnbindPolicy `protobuf:"varint,6,opt,name=unbind_policy,json=unbindPolicy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"unbind_policy,omitempty"`
+	UnbindPolicy UnbindPolicy `protobuf:"varint,6,opt,name=unbind_policy,json=unbindPolicy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"unbind_policy,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -751,6 +784,13 @@ func (x *BindNamespaceRequest) GetUnbindPolicy() UnbindPolicy {
 	return UnbindPolicy_UNBIND_POLICY_UNSPECIFIED
 }
 
+func (x *BindNamespaceRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type BindNamespaceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// With cluster: the binding.
@@ -758,8 +798,11 @@ type BindNamespaceResponse struct {
 	// With placement: the namespace's bindings on the clusters decided so far (each cluster's
 	// appears as its binding is made, in ListNamespaceBindings).
 	PlacementBindings []*NamespaceBinding `protobuf:"bytes,2,rep,name=placement_bindings,json=placementBindings,proto3" json:"placement_bindings,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// With dry_run and a budget on the cluster: the project's budget there, allocated as it would be
+	// after the change (unset: the project has no budget on the cluster).
+	Budget        *ProjectBudget `protobuf:"bytes,3,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BindNamespaceResponse) Reset() {
@@ -806,12 +849,22 @@ func (x *BindNamespaceResponse) GetPlacementBindings() []*NamespaceBinding {
 	return nil
 }
 
+func (x *BindNamespaceResponse) GetBudget() *ProjectBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 type UpdateQuotaRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Hard          map[string]string      `protobuf:"bytes,4,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Project   string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Cluster   string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Namespace string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Hard      map[string]string      `protobuf:"bytes,4,rep,name=hard,proto3" json:"hard,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -874,9 +927,19 @@ func (x *UpdateQuotaRequest) GetHard() map[string]string {
 	return nil
 }
 
+func (x *UpdateQuotaRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type UpdateQuotaResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Binding       *NamespaceBinding      `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Binding *NamespaceBinding      `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	// With dry_run and a budget on the cluster: the project's budget there, allocated as it would be
+	// after the change (unset: the project has no budget on the cluster).
+	Budget        *ProjectBudget `protobuf:"bytes,2,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,6 +981,13 @@ func (x *UpdateQuotaResponse) GetBinding() *NamespaceBinding {
 	return nil
 }
 
+func (x *UpdateQuotaResponse) GetBudget() *ProjectBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 type UnbindNamespaceRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -927,7 +997,10 @@ type UnbindNamespaceRequest struct {
 	Policy    UnbindPolicy `protobuf:"varint,4,opt,name=policy,proto3,enum=fleetstream.project.v1.UnbindPolicy" json:"policy,omitempty"`
 	// The placement the namespace follows: it stops following it and every cluster's binding
 	// is released with policy.
-	Placement     string `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	Placement string `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -995,6 +1068,13 @@ func (x *UnbindNamespaceRequest) GetPlacement() string {
 		return x.Placement
 	}
 	return ""
+}
+
+func (x *UnbindNamespaceRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type UnbindNamespaceResponse struct {
@@ -1230,20 +1310,22 @@ var File_fleetstream_project_v1_project_service_proto protoreflect.FileDescripto
 
 const file_fleetstream_project_v1_project_service_proto_rawDesc = "" +
 	"\n" +
-	",fleetstream/project/v1/project_service.proto\x12\x16fleetstream.project.v1\x1a$fleetstream/project/v1/project.proto\"\xda\x01\n" +
+	",fleetstream/project/v1/project_service.proto\x12\x16fleetstream.project.v1\x1a$fleetstream/project/v1/project.proto\"\xf3\x01\n" +
 	"\x14CreateProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12P\n" +
-	"\x06labels\x18\x03 \x03(\v28.fleetstream.project.v1.CreateProjectRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v28.fleetstream.project.v1.CreateProjectRequest.LabelsEntryR\x06labels\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x15CreateProjectResponse\x129\n" +
-	"\aproject\x18\x01 \x01(\v2\x1f.fleetstream.project.v1.ProjectR\aproject\"\x8b\x01\n" +
+	"\aproject\x18\x01 \x01(\v2\x1f.fleetstream.project.v1.ProjectR\aproject\"\xa4\x01\n" +
 	"\x14DeleteProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12I\n" +
-	"\runbind_policy\x18\x03 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\funbindPolicy\"[\n" +
+	"\runbind_policy\x18\x03 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\funbindPolicy\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"[\n" +
 	"\x15DeleteProjectResponse\x12B\n" +
 	"\aunbound\x18\x01 \x03(\v2(.fleetstream.project.v1.NamespaceBindingR\aunbound\"'\n" +
 	"\x11GetProjectRequest\x12\x12\n" +
@@ -1263,45 +1345,51 @@ const file_fleetstream_project_v1_project_service_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10EVENT_TYPE_ADDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_MODIFIED\x10\x02\x12\x16\n" +
-	"\x12EVENT_TYPE_DELETED\x10\x03\"\xd5\x01\n" +
+	"\x12EVENT_TYPE_DELETED\x10\x03\"\xee\x01\n" +
 	"\x17SetProjectBudgetRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12M\n" +
-	"\x04hard\x18\x03 \x03(\v29.fleetstream.project.v1.SetProjectBudgetRequest.HardEntryR\x04hard\x1a7\n" +
+	"\x04hard\x18\x03 \x03(\v29.fleetstream.project.v1.SetProjectBudgetRequest.HardEntryR\x04hard\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x1a7\n" +
 	"\tHardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
 	"\x18SetProjectBudgetResponse\x129\n" +
-	"\aproject\x18\x01 \x01(\v2\x1f.fleetstream.project.v1.ProjectR\aproject\"\xd6\x02\n" +
+	"\aproject\x18\x01 \x01(\v2\x1f.fleetstream.project.v1.ProjectR\aproject\"\xef\x02\n" +
 	"\x14BindNamespaceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12J\n" +
 	"\x04hard\x18\x04 \x03(\v26.fleetstream.project.v1.BindNamespaceRequest.HardEntryR\x04hard\x12\x1c\n" +
 	"\tplacement\x18\x05 \x01(\tR\tplacement\x12I\n" +
-	"\runbind_policy\x18\x06 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\funbindPolicy\x1a7\n" +
+	"\runbind_policy\x18\x06 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\funbindPolicy\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x1a7\n" +
 	"\tHardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
 	"\x15BindNamespaceResponse\x12B\n" +
 	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\x12W\n" +
-	"\x12placement_bindings\x18\x02 \x03(\v2(.fleetstream.project.v1.NamespaceBindingR\x11placementBindings\"\xe9\x01\n" +
+	"\x12placement_bindings\x18\x02 \x03(\v2(.fleetstream.project.v1.NamespaceBindingR\x11placementBindings\x12=\n" +
+	"\x06budget\x18\x03 \x01(\v2%.fleetstream.project.v1.ProjectBudgetR\x06budget\"\x82\x02\n" +
 	"\x12UpdateQuotaRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12H\n" +
-	"\x04hard\x18\x04 \x03(\v24.fleetstream.project.v1.UpdateQuotaRequest.HardEntryR\x04hard\x1a7\n" +
+	"\x04hard\x18\x04 \x03(\v24.fleetstream.project.v1.UpdateQuotaRequest.HardEntryR\x04hard\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x1a7\n" +
 	"\tHardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x98\x01\n" +
 	"\x13UpdateQuotaResponse\x12B\n" +
-	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"\xc6\x01\n" +
+	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\x12=\n" +
+	"\x06budget\x18\x02 \x01(\v2%.fleetstream.project.v1.ProjectBudgetR\x06budget\"\xdf\x01\n" +
 	"\x16UnbindNamespaceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12<\n" +
 	"\x06policy\x18\x04 \x01(\x0e2$.fleetstream.project.v1.UnbindPolicyR\x06policy\x12\x1c\n" +
-	"\tplacement\x18\x05 \x01(\tR\tplacement\"]\n" +
+	"\tplacement\x18\x05 \x01(\tR\tplacement\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"]\n" +
 	"\x17UnbindNamespaceResponse\x12B\n" +
 	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"R\n" +
 	"\x1cListNamespaceBindingsRequest\x12\x18\n" +
@@ -1375,7 +1463,8 @@ var file_fleetstream_project_v1_project_service_proto_goTypes = []any{
 	(*Project)(nil),                       // 27: fleetstream.project.v1.Project
 	(UnbindPolicy)(0),                     // 28: fleetstream.project.v1.UnbindPolicy
 	(*NamespaceBinding)(nil),              // 29: fleetstream.project.v1.NamespaceBinding
-	(*IdleNamespace)(nil),                 // 30: fleetstream.project.v1.IdleNamespace
+	(*ProjectBudget)(nil),                 // 30: fleetstream.project.v1.ProjectBudget
+	(*IdleNamespace)(nil),                 // 31: fleetstream.project.v1.IdleNamespace
 }
 var file_fleetstream_project_v1_project_service_proto_depIdxs = []int32{
 	23, // 0: fleetstream.project.v1.CreateProjectRequest.labels:type_name -> fleetstream.project.v1.CreateProjectRequest.LabelsEntry
@@ -1392,39 +1481,41 @@ var file_fleetstream_project_v1_project_service_proto_depIdxs = []int32{
 	28, // 11: fleetstream.project.v1.BindNamespaceRequest.unbind_policy:type_name -> fleetstream.project.v1.UnbindPolicy
 	29, // 12: fleetstream.project.v1.BindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
 	29, // 13: fleetstream.project.v1.BindNamespaceResponse.placement_bindings:type_name -> fleetstream.project.v1.NamespaceBinding
-	26, // 14: fleetstream.project.v1.UpdateQuotaRequest.hard:type_name -> fleetstream.project.v1.UpdateQuotaRequest.HardEntry
-	29, // 15: fleetstream.project.v1.UpdateQuotaResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	28, // 16: fleetstream.project.v1.UnbindNamespaceRequest.policy:type_name -> fleetstream.project.v1.UnbindPolicy
-	29, // 17: fleetstream.project.v1.UnbindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
-	29, // 18: fleetstream.project.v1.ListNamespaceBindingsResponse.bindings:type_name -> fleetstream.project.v1.NamespaceBinding
-	30, // 19: fleetstream.project.v1.ListIdleNamespacesResponse.namespaces:type_name -> fleetstream.project.v1.IdleNamespace
-	1,  // 20: fleetstream.project.v1.ProjectService.CreateProject:input_type -> fleetstream.project.v1.CreateProjectRequest
-	3,  // 21: fleetstream.project.v1.ProjectService.DeleteProject:input_type -> fleetstream.project.v1.DeleteProjectRequest
-	5,  // 22: fleetstream.project.v1.ProjectService.GetProject:input_type -> fleetstream.project.v1.GetProjectRequest
-	7,  // 23: fleetstream.project.v1.ProjectService.ListProjects:input_type -> fleetstream.project.v1.ListProjectsRequest
-	9,  // 24: fleetstream.project.v1.ProjectService.WatchProjects:input_type -> fleetstream.project.v1.WatchProjectsRequest
-	11, // 25: fleetstream.project.v1.ProjectService.SetProjectBudget:input_type -> fleetstream.project.v1.SetProjectBudgetRequest
-	13, // 26: fleetstream.project.v1.ProjectService.BindNamespace:input_type -> fleetstream.project.v1.BindNamespaceRequest
-	15, // 27: fleetstream.project.v1.ProjectService.UpdateQuota:input_type -> fleetstream.project.v1.UpdateQuotaRequest
-	17, // 28: fleetstream.project.v1.ProjectService.UnbindNamespace:input_type -> fleetstream.project.v1.UnbindNamespaceRequest
-	19, // 29: fleetstream.project.v1.ProjectService.ListNamespaceBindings:input_type -> fleetstream.project.v1.ListNamespaceBindingsRequest
-	21, // 30: fleetstream.project.v1.ProjectService.ListIdleNamespaces:input_type -> fleetstream.project.v1.ListIdleNamespacesRequest
-	2,  // 31: fleetstream.project.v1.ProjectService.CreateProject:output_type -> fleetstream.project.v1.CreateProjectResponse
-	4,  // 32: fleetstream.project.v1.ProjectService.DeleteProject:output_type -> fleetstream.project.v1.DeleteProjectResponse
-	6,  // 33: fleetstream.project.v1.ProjectService.GetProject:output_type -> fleetstream.project.v1.GetProjectResponse
-	8,  // 34: fleetstream.project.v1.ProjectService.ListProjects:output_type -> fleetstream.project.v1.ListProjectsResponse
-	10, // 35: fleetstream.project.v1.ProjectService.WatchProjects:output_type -> fleetstream.project.v1.WatchProjectsResponse
-	12, // 36: fleetstream.project.v1.ProjectService.SetProjectBudget:output_type -> fleetstream.project.v1.SetProjectBudgetResponse
-	14, // 37: fleetstream.project.v1.ProjectService.BindNamespace:output_type -> fleetstream.project.v1.BindNamespaceResponse
-	16, // 38: fleetstream.project.v1.ProjectService.UpdateQuota:output_type -> fleetstream.project.v1.UpdateQuotaResponse
-	18, // 39: fleetstream.project.v1.ProjectService.UnbindNamespace:output_type -> fleetstream.project.v1.UnbindNamespaceResponse
-	20, // 40: fleetstream.project.v1.ProjectService.ListNamespaceBindings:output_type -> fleetstream.project.v1.ListNamespaceBindingsResponse
-	22, // 41: fleetstream.project.v1.ProjectService.ListIdleNamespaces:output_type -> fleetstream.project.v1.ListIdleNamespacesResponse
-	31, // [31:42] is the sub-list for method output_type
-	20, // [20:31] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	30, // 14: fleetstream.project.v1.BindNamespaceResponse.budget:type_name -> fleetstream.project.v1.ProjectBudget
+	26, // 15: fleetstream.project.v1.UpdateQuotaRequest.hard:type_name -> fleetstream.project.v1.UpdateQuotaRequest.HardEntry
+	29, // 16: fleetstream.project.v1.UpdateQuotaResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	30, // 17: fleetstream.project.v1.UpdateQuotaResponse.budget:type_name -> fleetstream.project.v1.ProjectBudget
+	28, // 18: fleetstream.project.v1.UnbindNamespaceRequest.policy:type_name -> fleetstream.project.v1.UnbindPolicy
+	29, // 19: fleetstream.project.v1.UnbindNamespaceResponse.binding:type_name -> fleetstream.project.v1.NamespaceBinding
+	29, // 20: fleetstream.project.v1.ListNamespaceBindingsResponse.bindings:type_name -> fleetstream.project.v1.NamespaceBinding
+	31, // 21: fleetstream.project.v1.ListIdleNamespacesResponse.namespaces:type_name -> fleetstream.project.v1.IdleNamespace
+	1,  // 22: fleetstream.project.v1.ProjectService.CreateProject:input_type -> fleetstream.project.v1.CreateProjectRequest
+	3,  // 23: fleetstream.project.v1.ProjectService.DeleteProject:input_type -> fleetstream.project.v1.DeleteProjectRequest
+	5,  // 24: fleetstream.project.v1.ProjectService.GetProject:input_type -> fleetstream.project.v1.GetProjectRequest
+	7,  // 25: fleetstream.project.v1.ProjectService.ListProjects:input_type -> fleetstream.project.v1.ListProjectsRequest
+	9,  // 26: fleetstream.project.v1.ProjectService.WatchProjects:input_type -> fleetstream.project.v1.WatchProjectsRequest
+	11, // 27: fleetstream.project.v1.ProjectService.SetProjectBudget:input_type -> fleetstream.project.v1.SetProjectBudgetRequest
+	13, // 28: fleetstream.project.v1.ProjectService.BindNamespace:input_type -> fleetstream.project.v1.BindNamespaceRequest
+	15, // 29: fleetstream.project.v1.ProjectService.UpdateQuota:input_type -> fleetstream.project.v1.UpdateQuotaRequest
+	17, // 30: fleetstream.project.v1.ProjectService.UnbindNamespace:input_type -> fleetstream.project.v1.UnbindNamespaceRequest
+	19, // 31: fleetstream.project.v1.ProjectService.ListNamespaceBindings:input_type -> fleetstream.project.v1.ListNamespaceBindingsRequest
+	21, // 32: fleetstream.project.v1.ProjectService.ListIdleNamespaces:input_type -> fleetstream.project.v1.ListIdleNamespacesRequest
+	2,  // 33: fleetstream.project.v1.ProjectService.CreateProject:output_type -> fleetstream.project.v1.CreateProjectResponse
+	4,  // 34: fleetstream.project.v1.ProjectService.DeleteProject:output_type -> fleetstream.project.v1.DeleteProjectResponse
+	6,  // 35: fleetstream.project.v1.ProjectService.GetProject:output_type -> fleetstream.project.v1.GetProjectResponse
+	8,  // 36: fleetstream.project.v1.ProjectService.ListProjects:output_type -> fleetstream.project.v1.ListProjectsResponse
+	10, // 37: fleetstream.project.v1.ProjectService.WatchProjects:output_type -> fleetstream.project.v1.WatchProjectsResponse
+	12, // 38: fleetstream.project.v1.ProjectService.SetProjectBudget:output_type -> fleetstream.project.v1.SetProjectBudgetResponse
+	14, // 39: fleetstream.project.v1.ProjectService.BindNamespace:output_type -> fleetstream.project.v1.BindNamespaceResponse
+	16, // 40: fleetstream.project.v1.ProjectService.UpdateQuota:output_type -> fleetstream.project.v1.UpdateQuotaResponse
+	18, // 41: fleetstream.project.v1.ProjectService.UnbindNamespace:output_type -> fleetstream.project.v1.UnbindNamespaceResponse
+	20, // 42: fleetstream.project.v1.ProjectService.ListNamespaceBindings:output_type -> fleetstream.project.v1.ListNamespaceBindingsResponse
+	22, // 43: fleetstream.project.v1.ProjectService.ListIdleNamespaces:output_type -> fleetstream.project.v1.ListIdleNamespacesResponse
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_project_v1_project_service_proto_init() }

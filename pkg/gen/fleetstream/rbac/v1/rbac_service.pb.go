@@ -26,7 +26,10 @@ const (
 type CreateRoleTemplateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name, display_name, rules, inherits, locked are read; the rest is ignored.
-	Template      *RoleTemplate `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	Template *RoleTemplate `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -66,6 +69,13 @@ func (x *CreateRoleTemplateRequest) GetTemplate() *RoleTemplate {
 		return x.Template
 	}
 	return nil
+}
+
+func (x *CreateRoleTemplateRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type CreateRoleTemplateResponse struct {
@@ -118,8 +128,11 @@ type UpdateRoleTemplateRequest struct {
 	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	// When non-zero, the update applies only if the template's revision still equals it.
 	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateRoleTemplateRequest) Reset() {
@@ -173,6 +186,13 @@ func (x *UpdateRoleTemplateRequest) GetExpectedRevision() uint64 {
 	return 0
 }
 
+func (x *UpdateRoleTemplateRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type UpdateRoleTemplateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Template      *RoleTemplate          `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -221,8 +241,11 @@ type DeleteRoleTemplateRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Validate and decide as the write would (the same refusals, the same authorization) and answer
+	// with what it would do, writing nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteRoleTemplateRequest) Reset() {
@@ -267,6 +290,13 @@ func (x *DeleteRoleTemplateRequest) GetExpectedRevision() uint64 {
 		return x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *DeleteRoleTemplateRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type DeleteRoleTemplateResponse struct {
@@ -1275,21 +1305,24 @@ var File_fleetstream_rbac_v1_rbac_service_proto protoreflect.FileDescriptor
 
 const file_fleetstream_rbac_v1_rbac_service_proto_rawDesc = "" +
 	"\n" +
-	"&fleetstream/rbac/v1/rbac_service.proto\x12\x13fleetstream.rbac.v1\x1a\x1efleetstream/rbac/v1/rbac.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Z\n" +
+	"&fleetstream/rbac/v1/rbac_service.proto\x12\x13fleetstream.rbac.v1\x1a\x1efleetstream/rbac/v1/rbac.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"s\n" +
 	"\x19CreateRoleTemplateRequest\x12=\n" +
-	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\"[\n" +
+	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"[\n" +
 	"\x1aCreateRoleTemplateResponse\x12=\n" +
-	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\"\xc4\x01\n" +
+	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\"\xdd\x01\n" +
 	"\x19UpdateRoleTemplateRequest\x12=\n" +
 	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\x12+\n" +
-	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\"[\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"[\n" +
 	"\x1aUpdateRoleTemplateResponse\x12=\n" +
-	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\"\\\n" +
+	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\"u\n" +
 	"\x19DeleteRoleTemplateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"\x1c\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x1c\n" +
 	"\x1aDeleteRoleTemplateResponse\",\n" +
 	"\x16GetRoleTemplateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"X\n" +
