@@ -22,7 +22,6 @@ import (
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
-	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/services/fleetctl/manifest"
 )
 
@@ -303,7 +302,12 @@ func newApplyCommand(f *factory) *cobra.Command {
 			"Updates are conditional on the revision apply read, so a change made by someone else meanwhile fails the object (aborted) instead of being overwritten; apply again to decide on fresh state. " +
 			"An object that fails leaves the others applied; a rerun finishes the rest. " +
 			"With --applyset, the set owns the fields it applied (kept in a record per set, see --applyset-records): a field someone else changed since (another apply set, an API call, a fleetctl command) is a conflict, reported per object and field, and nothing is written unless --force-conflicts takes the fields over. " +
-			"A newly registered cluster's agent token is written to --token-dir/<cluster>.token (mode 0600) and never printed.",
+			"A newly registered cluster's agent token is written to --token-dir/<cluster>.token (mode 0600) and never printed. " +
+			"--dry-run=server sends each object apply would create, configure or prune to its service with dry_run: the service validates, authorizes and decides as for the write, refuses with the write's own error, and writes nothing. " +
+			"Under each object it prints what the service answers: Cluster, the labels, claims and taints it would have; RoleTemplate, its effective rules; ClusterSet, the clusters it would hold; Subscriber, its consumers; ImportPolicy, that its source is free; " +
+			"Project, each budget it would set and what the project's namespaces hold of it; Placement, the clusters the scheduler would decide now; ClusterSetBinding, whether the set exists; " +
+			"NamespaceBinding, the cluster(s) and quota, and the project's budget there as it would be allocated; ProjectRoleBinding, the RoleBindings that would change on which cluster; ServiceWeights, each weight change; a pruned object, what its deletion would release. " +
+			"Each object is asked about against the fleet as it is, not as the objects before it in the same apply would leave it; one that needs an object the apply creates first is listed without asking.",
 		Example: applyExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -408,7 +412,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 	}
 	mf.add(cmd)
 	cmd.Flags().StringVar(&tokenDir, "token-dir", "", "directory the agent tokens of newly registered clusters are written to, as <cluster>.token (required when a Cluster is created)")
-	cmd.Flags().StringVar(&dryRun, "dry-run", dryRunNone, "print what would be done without changing anything: client (the plan apply makes from what it read; the default of a bare --dry-run) or server (also ask the services that can answer: the RoleBindings a ProjectRoleBinding would create or delete, per cluster)")
+	cmd.Flags().StringVar(&dryRun, "dry-run", dryRunNone, "print what would be done without changing anything: client (the plan apply makes from what it read; the default of a bare --dry-run) or server (also send each object's write to its service with dry_run, which refuses or answers as the write would; see above for what each kind answers; exit 1 when a service refuses one)")
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = dryRunClient
 	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "objects of one dependency level applied at once")
 	cmd.Flags().StringVar(&applySet, "applyset", "", "name of the apply set: the declared clusters and projects are labelled "+partOfLabel+"=NAME, and with --prune the set's objects the manifests no longer declare are deleted")
@@ -513,69 +517,6 @@ const (
 	dryRunClient = "client"
 	dryRunServer = "server"
 )
-
-// serverDryRun prints the plan as --dry-run=client does, and under each project role binding
-// apply would make or prune the RoleBindings rbac-sync says would change on which cluster. The
-// other services have no dry run yet: their objects show the client plan, marked so. A binding
-// whose project or template the same apply creates cannot be asked about before they exist.
-func serverDryRun(ctx context.Context, f *factory, planned []*plannedObject, pruned []*liveObject, state *fleetState) error {
-	ask := func(o *manifest.Object, bind bool) {
-		b := o.Spec.(*rbacv1.ProjectRoleBinding)
-		var plan []*rbacv1.PlannedChange
-		var err error
-		if bind {
-			var res *rbacv1.BindProjectRoleResponse
-			res, err = call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.BindProjectRole,
-				&rbacv1.BindProjectRoleRequest{Project: o.Project, Subject: b.Subject, RoleTemplate: b.RoleTemplate, DryRun: true}, "dry run of %s", o.Key())
-			plan = res.GetPlan()
-		} else {
-			var res *rbacv1.UnbindProjectRoleResponse
-			res, err = call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UnbindProjectRole,
-				&rbacv1.UnbindProjectRoleRequest{Project: o.Project, Subject: b.Subject, RoleTemplate: b.RoleTemplate, DryRun: true}, "dry run of %s", o.Key())
-			plan = res.GetPlan()
-		}
-		if err != nil {
-			var buf bytes.Buffer
-			PrintError(&buf, err)
-			fmt.Fprintf(f.streams.Out, "  %s", buf.String())
-			return
-		}
-		if len(plan) == 0 {
-			fmt.Fprintln(f.streams.Out, "  no RoleBinding changes on any cluster")
-		}
-		for _, c := range plan {
-			fmt.Fprintf(f.streams.Out, "  %s %s %s/%s\n", strings.ToLower(strings.TrimPrefix(c.GetAction().String(), "CHANGE_ACTION_")), c.GetCluster(), c.GetNamespace(), c.GetName())
-		}
-	}
-	newTemplates := map[string]bool{}
-	for _, p := range planned {
-		if p.obj.Kind.Name == "RoleTemplate" && p.outcome == outcomeCreated {
-			newTemplates[p.obj.Name] = true
-		}
-	}
-	for _, p := range planned {
-		o := p.obj
-		prb, isPRB := o.Spec.(*rbacv1.ProjectRoleBinding)
-		switch {
-		case !isPRB || p.outcome != outcomeCreated:
-			fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", o.Key(), p.outcome)
-		case state.byKey["Project/"+o.Project] == nil || newTemplates[prb.RoleTemplate]:
-			fmt.Fprintf(f.streams.Out, "%s %s (dry run; its project or role template is created by this apply, so the RoleBindings cannot be planned yet)\n", o.Key(), p.outcome)
-		default:
-			fmt.Fprintf(f.streams.Out, "%s %s (server dry run)\n", o.Key(), p.outcome)
-			ask(o, true)
-		}
-	}
-	for _, l := range pruned {
-		if _, isPRB := l.obj.Spec.(*rbacv1.ProjectRoleBinding); isPRB {
-			fmt.Fprintf(f.streams.Out, "%s %s (server dry run)\n", l.obj.Key(), outcomePruned)
-			ask(l.obj, false)
-			continue
-		}
-		fmt.Fprintf(f.streams.Out, "%s %s (dry run)\n", l.obj.Key(), outcomePruned)
-	}
-	return nil
-}
 
 // prunePlanned deletes the pruned objects level by level (bindings first), printing each,
 // and returns how many failed.

@@ -556,18 +556,16 @@ func tokenFileFree(dir, file, what string) error {
 	return nil
 }
 
-// setWeights makes service name's weights those of want, from have: a call per cluster or
-// endpoint weight that differs, and a reset to the default of each one want leaves out (the API
-// has one call per weight, and no expected revision: each weight is set whole). Raises go
-// before cuts, so that a failure halfway never leaves the service more drained than either
-// side says (from {b: 0} to {a: 0}, b comes back before a goes).
-func setWeights(ctx context.Context, f *factory, name string, want, have *endpointv1.ServiceWeights) error {
-	ns := want.Namespace
-	type change struct {
-		cluster, ip string // ip "": the cluster's weight
-		from, to    uint32
-		reset       bool // an endpoint weight removed
-	}
+// weightChange is one weight call of setWeights.
+type weightChange struct {
+	cluster, ip string // ip "": the cluster's weight
+	from, to    uint32
+	reset       bool // an endpoint weight removed
+}
+
+// weightChanges returns the weight calls that make have into want, raises before cuts.
+func weightChanges(want, have *endpointv1.ServiceWeights) []weightChange {
+	type change = weightChange
 	var changes []change
 	for _, c := range slices.Sorted(maps.Keys(want.ClusterWeights)) {
 		from, ok := have.ClusterWeights[c]
@@ -613,6 +611,17 @@ func setWeights(ctx context.Context, f *factory, name string, want, have *endpoi
 		}
 		return raise(a) - raise(b)
 	})
+	return changes
+}
+
+// setWeights makes service name's weights those of want, from have: a call per cluster or
+// endpoint weight that differs, and a reset to the default of each one want leaves out (the API
+// has one call per weight, and no expected revision: each weight is set whole). Raises go
+// before cuts, so that a failure halfway never leaves the service more drained than either
+// side says (from {b: 0} to {a: 0}, b comes back before a goes).
+func setWeights(ctx context.Context, f *factory, name string, want, have *endpointv1.ServiceWeights) error {
+	ns := want.Namespace
+	changes := weightChanges(want, have)
 	for _, c := range changes {
 		var err error
 		switch {

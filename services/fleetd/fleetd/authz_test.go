@@ -410,3 +410,69 @@ func (c *rawClient) callMethod(t *testing.T, caller, proc, body string, streamin
 	}
 	return e.Error.Code
 }
+
+// TestAuthorizationOfDryRuns: a write's dry run is authorized as the write is (the same
+// procedure, the same rule): each caller below the write's least privileged one is refused,
+// each other caller gets the write's decision, and nothing is written (the listing an admin
+// reads is the same, revisions included, before and after every caller's dry run).
+func TestAuthorizationOfDryRuns(t *testing.T) {
+	api := startTenants(t)
+	const (
+		clusters   = "/fleetstream.cluster.v1.ClusterService/ListClusters"
+		projects   = "/fleetstream.project.v1.ProjectService/ListProjects"
+		namespaces = "/fleetstream.project.v1.ProjectService/ListNamespaceBindings"
+	)
+	rows := []struct {
+		proc, body, allow, probe string
+	}{
+		{"/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"dry-c"}`, allowAdmin, clusters},
+		{"/fleetstream.cluster.v1.ClusterService/UpdateCluster", `{"name":"c1","labels":{"dry":"run"},"updateMask":"labels"}`, allowAdmin, clusters},
+		{"/fleetstream.cluster.v1.ClusterService/DeregisterCluster", `{"name":"c1"}`, allowAdmin, clusters},
+		{"/fleetstream.cluster.v1.SubscriberService/CreateSubscriber", `{"name":"dry-s","streams":["FLEET_NS"]}`, allowAdmin, "/fleetstream.cluster.v1.SubscriberService/ListSubscribers"},
+		{"/fleetstream.project.v1.ProjectService/CreateProject", `{"name":"dry-p"}`, allowAdmin, projects},
+		{"/fleetstream.project.v1.ProjectService/SetProjectBudget", `{"project":"team-a","cluster":"c1"}`, allowAdmin, projects},
+		{"/fleetstream.project.v1.ProjectService/DeleteProject", `{"name":"team-b","force":true}`, allowAdmin, namespaces},
+		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"c1","namespace":"web2","hard":{"cpu":"1"}}`, allowOwner, namespaces},
+		{"/fleetstream.project.v1.ProjectService/UpdateQuota", `{"project":"team-a","cluster":"c1","namespace":"web","hard":{"cpu":"1"}}`, allowOwner, namespaces},
+		{"/fleetstream.project.v1.ProjectService/UnbindNamespace", `{"project":"team-a","cluster":"c1","namespace":"web"}`, allowOwner, namespaces},
+		{"/fleetstream.rbac.v1.RBACService/CreateRoleTemplate", `{"template":{"name":"dry-role","rules":[{"verbs":["get"],"apiGroups":[""],"resources":["pods"]}]}}`, allowAdmin, "/fleetstream.rbac.v1.RBACService/ListRoleTemplates"},
+		{"/fleetstream.placement.v1.ClusterSetService/CreateClusterSet", `{"name":"dry-set","selector":{"type":"SELECTOR_TYPE_LABEL_SELECTOR","labelSelector":{}}}`, allowAdmin, "/fleetstream.placement.v1.ClusterSetService/ListClusterSets"},
+		{"/fleetstream.placement.v1.ClusterSetService/BindClusterSet", `{"project":"team-a","clusterSet":"global"}`, allowAdmin, "/fleetstream.placement.v1.ClusterSetService/ListClusterSetBindings"},
+		{"/fleetstream.placement.v1.PlacementService/CreatePlacement", `{"placement":{"project":"team-a","name":"dry-pl","numberOfClusters":1}}`, allowOwner, "/fleetstream.placement.v1.PlacementService/ListPlacements"},
+		{"/fleetstream.endpoint.v1.EndpointService/SetClusterWeight", `{"namespace":"web","name":"frontend","cluster":"c1","weight":50}`, allowMember, "/fleetstream.endpoint.v1.EndpointService/ListServiceWeights"},
+	}
+	for _, row := range rows {
+		t.Run(strings.TrimPrefix(row.proc, "/fleetstream."), func(t *testing.T) {
+			body := strings.TrimSuffix(row.body, "}") + `,"dryRun":true}`
+			probe := func() string {
+				code, data := api.callFull(t, roleAdmin, row.probe, `{}`)
+				if code != "" {
+					t.Fatalf("%s: %s", row.probe, code)
+				}
+				return string(data)
+			}
+			before := probe()
+			limit := slices.Index(matrixCallers, row.allow)
+			for i, caller := range matrixCallers {
+				code := api.call(t, caller, row.proc, body)
+				switch {
+				case caller == roleAnonymous:
+					if code != "unauthenticated" {
+						t.Errorf("dry run without a token: %q, want unauthenticated", code)
+					}
+				case i <= limit:
+					if code != "" {
+						t.Errorf("dry run as %s: %q, want the write's decision (allowed from %s up)", caller, code, row.allow)
+					}
+				default:
+					if code != "permission_denied" {
+						t.Errorf("dry run as %s: %q, want permission_denied as for the write (only %s and above)", caller, code, row.allow)
+					}
+				}
+			}
+			if after := probe(); after != before {
+				t.Errorf("a dry run of %s wrote: %s answered\n%s\nbefore, and now\n%s", row.proc, row.probe, before, after)
+			}
+		})
+	}
+}
