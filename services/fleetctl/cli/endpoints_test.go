@@ -245,6 +245,16 @@ func TestApplyServiceWeights(t *testing.T) {
 	if r := h.run(t, "diff", "-f", first); r.code != 1 || !strings.Contains(r.stdout, "+++ declared/ServiceWeights/shop/cart\n") {
 		t.Fatalf("diff of new weights: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// The server dry run checks each weight call the apply would make, cuts after raises, and
+	// sets nothing.
+	before := weights()
+	if r := h.run(t, "apply", "-f", first, "--dry-run=server").ok(t); r.stdout != "ServiceWeights/shop/cart created (server dry run)\n"+
+		"  cluster west: weight 100 → 0\n  endpoint 10.0.0.7 in cluster east: weight 100 → 5\n" {
+		t.Fatalf("server dry run: %q", r.stdout)
+	}
+	if got := weights(); got != before {
+		t.Fatalf("the dry run set weights: %s, was %s", got, before)
+	}
 	if r := h.run(t, "apply", "-f", first).ok(t); r.stdout != "ServiceWeights/shop/cart created\n" {
 		t.Fatalf("first apply: %q", r.stdout)
 	}
@@ -281,9 +291,15 @@ func TestApplyServiceWeights(t *testing.T) {
 		t.Errorf("export after the reset:\n%s", out)
 	}
 
-	// An IP the service does not serve in that cluster: the API refuses, and says where.
-	r := h.run(t, "apply", "-f", manifest("  clusterWeights: {east: 300}\n  endpointWeights:\n  - {ip: 10.9.9.9, clusterName: east, weight: 1}\n"))
-	if r.code == 0 || !strings.Contains(r.stderr, "service shop/cart has no endpoint 10.9.9.9 in cluster east") {
+	// An IP the service does not serve in that cluster: the API refuses, and says where; its
+	// dry run refuses alike.
+	unknown := manifest("  clusterWeights: {east: 300}\n  endpointWeights:\n  - {ip: 10.9.9.9, clusterName: east, weight: 1}\n")
+	r := h.run(t, "apply", "-f", unknown, "--dry-run=server")
+	if r.code != 1 || !strings.Contains(r.stdout, "ServiceWeights/shop/cart configured (server dry run: refused)\n  error: not_found: service shop/cart has no endpoint 10.9.9.9 in cluster east\n") {
+		t.Fatalf("server dry run of a weight of an unknown endpoint: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = h.run(t, "apply", "-f", unknown)
+	if r.code == 0 || !strings.Contains(r.stderr, "error: not_found: service shop/cart has no endpoint 10.9.9.9 in cluster east") {
 		t.Fatalf("weight of an unknown endpoint: exit %d\n%s", r.code, r.stderr)
 	}
 }
