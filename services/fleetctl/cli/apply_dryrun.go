@@ -196,6 +196,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 			return err
 		}
 		fmt.Fprintf(w, "  valid; effective rules: %s\n", ruleList(res.GetTemplate().GetEffectiveRules()))
+		printRBACPlan(w, res.GetPlan())
 		return nil
 	case *placementv1.ClusterSet:
 		res, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.CreateClusterSet,
@@ -296,6 +297,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 			return err
 		}
 		fmt.Fprintf(w, "  valid; effective rules would be: %s\n", ruleList(res.GetTemplate().GetEffectiveRules()))
+		printRBACPlan(w, res.GetPlan())
 		return nil
 	case *placementv1.ClusterSet:
 		res, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UpdateClusterSet,
@@ -460,12 +462,19 @@ func printBindingDryRun(w io.Writer, s *projectv1.NamespaceBinding, b *projectv1
 	fmt.Fprintf(w, "  within the project's budget on %s: %s of %s\n", s.Cluster, quantities(budget.Allocated), quantities(budget.Hard))
 }
 
+// printRBACPlan writes rbac-sync's plan: per cluster, the RoleBindings (namespace/name) or
+// ClusterRoles (of a role template's dry run) that would change.
 func printRBACPlan(w io.Writer, plan []*rbacv1.PlannedChange) {
 	if len(plan) == 0 {
-		fmt.Fprintln(w, "  no RoleBinding changes on any cluster")
+		fmt.Fprintln(w, "  no RoleBinding or ClusterRole changes on any cluster")
 	}
 	for _, c := range plan {
-		fmt.Fprintf(w, "  %s %s %s/%s\n", strings.ToLower(strings.TrimPrefix(c.GetAction().String(), "CHANGE_ACTION_")), c.GetCluster(), c.GetNamespace(), c.GetName())
+		action := strings.ToLower(strings.TrimPrefix(c.GetAction().String(), "CHANGE_ACTION_"))
+		if c.GetNamespace() == "" {
+			fmt.Fprintf(w, "  %s %s ClusterRole %s\n", action, c.GetCluster(), c.GetName())
+			continue
+		}
+		fmt.Fprintf(w, "  %s %s %s/%s\n", action, c.GetCluster(), c.GetNamespace(), c.GetName())
 	}
 }
 

@@ -85,8 +85,12 @@ func TestApplyServerDryRun(t *testing.T) {
 		"Cluster/eu-1 configured (server dry run)\n  would have labels applyset.fleetstream.io/part-of=prod, region=eu, tier=gold, claims none, taints fleetstream.io/unreachable=:NO_SELECT\n",
 		"Cluster/eu-2 unchanged (dry run)\n",
 		"Cluster/us-1 created (server dry run)\n  the registry would register it with taints fleetstream.io/unreachable=:NO_SELECT (its agent token is handed out by the real apply only)\n",
-		"RoleTemplate/reader configured (server dry run)\n  valid; effective rules would be: get,list:pods\n",
-		"RoleTemplate/writer created (server dry run)\n  valid; effective rules: delete:pods; get:pods\n",
+		// The ClusterRoles change on every registered cluster: reader's own, and those of the
+		// templates inheriting it (none yet: writer is new).
+		"RoleTemplate/reader configured (server dry run)\n  valid; effective rules would be: get,list:pods\n" +
+			"  update eu-1 ClusterRole fleetstream:reader\n  update eu-2 ClusterRole fleetstream:reader\n  update old-1 ClusterRole fleetstream:reader\n",
+		"RoleTemplate/writer created (server dry run)\n  valid; effective rules: delete:pods; get:pods\n" +
+			"  create eu-1 ClusterRole fleetstream:writer\n  create eu-2 ClusterRole fleetstream:writer\n  create old-1 ClusterRole fleetstream:writer\n",
 		"RoleTemplate/boss created (dry run; role template writer: created by this apply first, so the server cannot be asked yet)\n",
 		"ClusterSet/europe configured (server dry run)\n  would hold clusters: none\n",
 		"ClusterSet/everything created (server dry run)\n  would hold clusters: eu-1, eu-2, old-1\n",

@@ -72,7 +72,7 @@ func (s *Service) CreateRoleTemplate(ctx context.Context, req *connect.Request[r
 		return nil, err
 	}
 	if req.Msg.DryRun {
-		return connect.NewResponse(&rbacv1.CreateRoleTemplateResponse{Template: s.presentAs(stored(t))}), nil
+		return connect.NewResponse(&rbacv1.CreateRoleTemplateResponse{Template: s.presentAs(stored(t)), Plan: s.planTemplate(stored(t))}), nil
 	}
 	// A name may be reused after deletion: the subject must be empty or end in a deletion.
 	seq, err := viewapi.Create(ctx, s.store, s.stream, TemplateSubject(t.Name), t.Name,
@@ -171,7 +171,7 @@ func (s *Service) UpdateRoleTemplate(ctx context.Context, req *connect.Request[r
 	if m.DryRun {
 		next := proto.CloneOf(res.Events[0].(*rbacv1.RoleTemplateUpdated).Template)
 		next.Revision, next.CreateTime, next.Creator = res.State.Revision, res.State.CreateTime, res.State.Creator
-		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: s.presentAs(next)}), nil
+		return connect.NewResponse(&rbacv1.UpdateRoleTemplateResponse{Template: s.presentAs(next), Plan: s.planTemplate(next)}), nil
 	}
 	out, err := s.awaitTemplate(ctx, name, res.Sequence)
 	if err != nil {
@@ -469,6 +469,62 @@ func (s *Service) WhoCan(ctx context.Context, req *connect.Request[rbacv1.WhoCan
 		grants = slices.DeleteFunc(grants, func(g *rbacv1.Grant) bool { return !allows(g.Rules, m.Verb, m.ApiGroup, m.Resource) })
 	}
 	return connect.NewResponse(&rbacv1.WhoCanResponse{Project: project, Grants: grants}), nil
+}
+
+// planTemplate lists the ClusterRoles that storing next as its template would create or
+// update, per registered cluster: next's own (created when the template is new), and those of
+// the templates inheriting it whose effective rules change. A ClusterRole is its template's
+// effective rules (model.desired), so nothing else changes one; RoleBindings name the
+// ClusterRole and change only when a template appears or goes.
+func (s *Service) planTemplate(next *rbacv1.RoleTemplate) []*rbacv1.PlannedChange {
+	_, existed := s.lookup(next.Name)
+	after := func(name string) (*rbacv1.RoleTemplate, bool) {
+		if name == next.Name {
+			return next, true
+		}
+		return s.lookup(name)
+	}
+	all := s.templates.List(nil)
+	affected := []string{next.Name}
+	for i := 0; i < len(affected); i++ {
+		for _, t := range all {
+			if slices.Contains(t.Inherits, affected[i]) && !slices.Contains(affected, t.Name) {
+				affected = append(affected, t.Name)
+			}
+		}
+	}
+	type change struct {
+		template string
+		action   rbacv1.ChangeAction
+	}
+	var changes []change
+	for _, name := range affected {
+		switch {
+		case name == next.Name && !existed:
+			changes = append(changes, change{name, rbacv1.ChangeAction_CHANGE_ACTION_CREATE})
+		case !slices.EqualFunc(effectiveRules(s.lookup, name), effectiveRules(after, name), func(a, b *rbacv1.PolicyRule) bool { return proto.Equal(a, b) }):
+			changes = append(changes, change{name, rbacv1.ChangeAction_CHANGE_ACTION_UPDATE})
+		}
+	}
+	var plan []*rbacv1.PlannedChange
+	for _, c := range s.fan.registeredClusters() {
+		for _, ch := range changes {
+			plan = append(plan, &rbacv1.PlannedChange{Cluster: c, Name: ObjectName(ch.template), Action: ch.action})
+		}
+	}
+	return plan
+}
+
+// registeredClusters returns the clusters the fan-out writes to, sorted.
+func (f *fanout) registeredClusters() []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]string, 0, len(f.m.clusters))
+	for c := range f.m.clusters {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // planBinding lists the RoleBindings that adding (or removing) subject's binding to role in

@@ -465,3 +465,96 @@ func TestPropagationStatusFollowsAgentReports(t *testing.T) {
 		return nil
 	})
 }
+
+// TestTemplateDryRunListsClusterRolesAndWritesNothing: a role template's dry run decides as the
+// write (the same refusals), lists the ClusterRoles that would change on each registered
+// cluster (the template's own and its heirs' whose effective rules change; none for a display
+// name) and writes nothing.
+func TestTemplateDryRunListsClusterRolesAndWritesNothing(t *testing.T) {
+	e := start(t, nil, rbacsync.Config{})
+	ctx := testkit.Context(t, 30*time.Second)
+	e.register(t, "c1", "c2")
+	viewer := e.createTemplate(t, "viewer", nil, rule("", "pods", "get"))
+	e.createTemplate(t, "editor", []string{"viewer"}, rule("", "pods", "delete"))
+	e.createTemplate(t, "other", nil, rule("", "services", "get"))
+
+	type change struct{ cluster, name, action string }
+	planOf := func(p []*rbacv1.PlannedChange) []change {
+		var out []change
+		for _, c := range p {
+			if c.Namespace != "" {
+				t.Fatalf("a template's plan names a namespace: %v", c)
+			}
+			out = append(out, change{c.Cluster, c.Name, strings.TrimPrefix(c.Action.String(), "CHANGE_ACTION_")})
+		}
+		return out
+	}
+	update := func(fields []string, tmpl *rbacv1.RoleTemplate) (*connect.Response[rbacv1.UpdateRoleTemplateResponse], error) {
+		return e.rbac.UpdateRoleTemplate(ctx, connect.NewRequest(&rbacv1.UpdateRoleTemplateRequest{Template: tmpl,
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: fields}, DryRun: true}))
+	}
+	want := []change{{"c1", "fleetstream:viewer", "UPDATE"}, {"c1", "fleetstream:editor", "UPDATE"},
+		{"c2", "fleetstream:viewer", "UPDATE"}, {"c2", "fleetstream:editor", "UPDATE"}}
+	// The clusters reach rbac-sync through cluster-import's view a moment later.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		res, err := update([]string{"rules"}, &rbacv1.RoleTemplate{Name: "viewer", Rules: []*rbacv1.PolicyRule{rule("", "pods", "get", "list")}})
+		if err != nil {
+			return err
+		}
+		if got := planOf(res.Msg.Plan); !equal(got, want) {
+			return fmt.Errorf("plan %v, want %v", got, want)
+		}
+		return nil
+	})
+	if res, err := update([]string{"display_name"}, &rbacv1.RoleTemplate{Name: "viewer", DisplayName: "Viewer"}); err != nil || len(res.Msg.Plan) != 0 {
+		t.Fatalf("display name dry run: plan %v, %v; want no ClusterRole change", res.Msg.GetPlan(), err)
+	}
+	created, err := e.rbac.CreateRoleTemplate(ctx, connect.NewRequest(&rbacv1.CreateRoleTemplateRequest{
+		Template: &rbacv1.RoleTemplate{Name: "auditor", Inherits: []string{"viewer"}}, DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := planOf(created.Msg.Plan); !equal(got, []change{{"c1", "fleetstream:auditor", "CREATE"}, {"c2", "fleetstream:auditor", "CREATE"}}) {
+		t.Fatalf("create plan %v", got)
+	}
+	if len(created.Msg.Template.EffectiveRules) != 1 {
+		t.Fatalf("dry run's effective rules %v, want viewer's", created.Msg.Template.EffectiveRules)
+	}
+
+	// Refusals are the write's own.
+	cycle := &rbacv1.RoleTemplate{Name: "viewer", Inherits: []string{"editor"}}
+	_, dryErr := update([]string{"inherits"}, cycle)
+	_, realErr := e.rbac.UpdateRoleTemplate(ctx, connect.NewRequest(&rbacv1.UpdateRoleTemplateRequest{Template: cycle, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"inherits"}}}))
+	if dryErr == nil || realErr == nil || dryErr.Error() != realErr.Error() {
+		t.Fatalf("cycle: dry run %v, write %v; want the same refusal", dryErr, realErr)
+	}
+	_, dryErr = e.rbac.DeleteRoleTemplate(ctx, connect.NewRequest(&rbacv1.DeleteRoleTemplateRequest{Name: "viewer", DryRun: true}))
+	_, realErr = e.rbac.DeleteRoleTemplate(ctx, connect.NewRequest(&rbacv1.DeleteRoleTemplateRequest{Name: "viewer"}))
+	if connect.CodeOf(dryErr) != connect.CodeFailedPrecondition || dryErr.Error() != realErr.Error() {
+		t.Fatalf("delete of an inherited template: dry run %v, write %v; want the same refusal", dryErr, realErr)
+	}
+	if _, err := e.rbac.DeleteRoleTemplate(ctx, connect.NewRequest(&rbacv1.DeleteRoleTemplateRequest{Name: "other", DryRun: true})); err != nil {
+		t.Fatal(err)
+	}
+
+	e.settle(t)
+	got, err := e.rbac.GetRoleTemplate(ctx, connect.NewRequest(&rbacv1.GetRoleTemplateRequest{Name: "viewer"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Msg.Template.Revision != viewer.Revision || got.Msg.Template.DisplayName != "" {
+		t.Fatalf("a dry run changed viewer: %v", got.Msg.Template)
+	}
+	list, err := e.rbac.ListRoleTemplates(ctx, connect.NewRequest(&rbacv1.ListRoleTemplatesRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tmpl := range list.Msg.Templates {
+		if tmpl.Name == "auditor" {
+			t.Fatal("a dry run created auditor")
+		}
+	}
+	if _, err := e.rbac.GetRoleTemplate(ctx, connect.NewRequest(&rbacv1.GetRoleTemplateRequest{Name: "other"})); err != nil {
+		t.Fatalf("a dry run deleted other: %v", err)
+	}
+}

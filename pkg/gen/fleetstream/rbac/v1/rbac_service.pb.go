@@ -79,8 +79,12 @@ func (x *CreateRoleTemplateRequest) GetDryRun() bool {
 }
 
 type CreateRoleTemplateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Template      *RoleTemplate          `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Template *RoleTemplate          `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// With dry_run: the ClusterRoles (namespace empty) the change would create or update, per
+	// registered cluster: the template's own, and those of the templates inheriting it whose
+	// effective rules change.
+	Plan          []*PlannedChange `protobuf:"bytes,2,rep,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +122,13 @@ func (*CreateRoleTemplateResponse) Descriptor() ([]byte, []int) {
 func (x *CreateRoleTemplateResponse) GetTemplate() *RoleTemplate {
 	if x != nil {
 		return x.Template
+	}
+	return nil
+}
+
+func (x *CreateRoleTemplateResponse) GetPlan() []*PlannedChange {
+	if x != nil {
+		return x.Plan
 	}
 	return nil
 }
@@ -194,8 +205,12 @@ func (x *UpdateRoleTemplateRequest) GetDryRun() bool {
 }
 
 type UpdateRoleTemplateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Template      *RoleTemplate          `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Template *RoleTemplate          `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// With dry_run: the ClusterRoles (namespace empty) the change would create or update, per
+	// registered cluster: the template's own, and those of the templates inheriting it whose
+	// effective rules change.
+	Plan          []*PlannedChange `protobuf:"bytes,2,rep,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -233,6 +248,13 @@ func (*UpdateRoleTemplateResponse) Descriptor() ([]byte, []int) {
 func (x *UpdateRoleTemplateResponse) GetTemplate() *RoleTemplate {
 	if x != nil {
 		return x.Template
+	}
+	return nil
+}
+
+func (x *UpdateRoleTemplateResponse) GetPlan() []*PlannedChange {
+	if x != nil {
+		return x.Plan
 	}
 	return nil
 }
@@ -1308,17 +1330,19 @@ const file_fleetstream_rbac_v1_rbac_service_proto_rawDesc = "" +
 	"&fleetstream/rbac/v1/rbac_service.proto\x12\x13fleetstream.rbac.v1\x1a\x1efleetstream/rbac/v1/rbac.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"s\n" +
 	"\x19CreateRoleTemplateRequest\x12=\n" +
 	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"[\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\x93\x01\n" +
 	"\x1aCreateRoleTemplateResponse\x12=\n" +
-	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\"\xdd\x01\n" +
+	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\x126\n" +
+	"\x04plan\x18\x02 \x03(\v2\".fleetstream.rbac.v1.PlannedChangeR\x04plan\"\xdd\x01\n" +
 	"\x19UpdateRoleTemplateRequest\x12=\n" +
 	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\x12+\n" +
 	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"[\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x93\x01\n" +
 	"\x1aUpdateRoleTemplateResponse\x12=\n" +
-	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\"u\n" +
+	"\btemplate\x18\x01 \x01(\v2!.fleetstream.rbac.v1.RoleTemplateR\btemplate\x126\n" +
+	"\x04plan\x18\x02 \x03(\v2\".fleetstream.rbac.v1.PlannedChangeR\x04plan\"u\n" +
 	"\x19DeleteRoleTemplateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x17\n" +
@@ -1435,10 +1459,10 @@ var file_fleetstream_rbac_v1_rbac_service_proto_goTypes = []any{
 	(*AccessAtRequest)(nil),                 // 21: fleetstream.rbac.v1.AccessAtRequest
 	(*AccessAtResponse)(nil),                // 22: fleetstream.rbac.v1.AccessAtResponse
 	(*RoleTemplate)(nil),                    // 23: fleetstream.rbac.v1.RoleTemplate
-	(*fieldmaskpb.FieldMask)(nil),           // 24: google.protobuf.FieldMask
-	(*Subject)(nil),                         // 25: fleetstream.rbac.v1.Subject
-	(*ProjectRoleBinding)(nil),              // 26: fleetstream.rbac.v1.ProjectRoleBinding
-	(*PlannedChange)(nil),                   // 27: fleetstream.rbac.v1.PlannedChange
+	(*PlannedChange)(nil),                   // 24: fleetstream.rbac.v1.PlannedChange
+	(*fieldmaskpb.FieldMask)(nil),           // 25: google.protobuf.FieldMask
+	(*Subject)(nil),                         // 26: fleetstream.rbac.v1.Subject
+	(*ProjectRoleBinding)(nil),              // 27: fleetstream.rbac.v1.ProjectRoleBinding
 	(*ClusterPropagation)(nil),              // 28: fleetstream.rbac.v1.ClusterPropagation
 	(*Grant)(nil),                           // 29: fleetstream.rbac.v1.Grant
 	(*timestamppb.Timestamp)(nil),           // 30: google.protobuf.Timestamp
@@ -1446,52 +1470,54 @@ var file_fleetstream_rbac_v1_rbac_service_proto_goTypes = []any{
 var file_fleetstream_rbac_v1_rbac_service_proto_depIdxs = []int32{
 	23, // 0: fleetstream.rbac.v1.CreateRoleTemplateRequest.template:type_name -> fleetstream.rbac.v1.RoleTemplate
 	23, // 1: fleetstream.rbac.v1.CreateRoleTemplateResponse.template:type_name -> fleetstream.rbac.v1.RoleTemplate
-	23, // 2: fleetstream.rbac.v1.UpdateRoleTemplateRequest.template:type_name -> fleetstream.rbac.v1.RoleTemplate
-	24, // 3: fleetstream.rbac.v1.UpdateRoleTemplateRequest.update_mask:type_name -> google.protobuf.FieldMask
-	23, // 4: fleetstream.rbac.v1.UpdateRoleTemplateResponse.template:type_name -> fleetstream.rbac.v1.RoleTemplate
-	23, // 5: fleetstream.rbac.v1.GetRoleTemplateResponse.template:type_name -> fleetstream.rbac.v1.RoleTemplate
-	23, // 6: fleetstream.rbac.v1.ListRoleTemplatesResponse.templates:type_name -> fleetstream.rbac.v1.RoleTemplate
-	25, // 7: fleetstream.rbac.v1.BindProjectRoleRequest.subject:type_name -> fleetstream.rbac.v1.Subject
-	26, // 8: fleetstream.rbac.v1.BindProjectRoleResponse.binding:type_name -> fleetstream.rbac.v1.ProjectRoleBinding
-	27, // 9: fleetstream.rbac.v1.BindProjectRoleResponse.plan:type_name -> fleetstream.rbac.v1.PlannedChange
-	25, // 10: fleetstream.rbac.v1.UnbindProjectRoleRequest.subject:type_name -> fleetstream.rbac.v1.Subject
-	27, // 11: fleetstream.rbac.v1.UnbindProjectRoleResponse.plan:type_name -> fleetstream.rbac.v1.PlannedChange
-	25, // 12: fleetstream.rbac.v1.ListProjectRoleBindingsRequest.subject:type_name -> fleetstream.rbac.v1.Subject
-	26, // 13: fleetstream.rbac.v1.ListProjectRoleBindingsResponse.bindings:type_name -> fleetstream.rbac.v1.ProjectRoleBinding
-	17, // 14: fleetstream.rbac.v1.GetPropagationStatusRequest.binding:type_name -> fleetstream.rbac.v1.BindingRef
-	25, // 15: fleetstream.rbac.v1.BindingRef.subject:type_name -> fleetstream.rbac.v1.Subject
-	28, // 16: fleetstream.rbac.v1.GetPropagationStatusResponse.clusters:type_name -> fleetstream.rbac.v1.ClusterPropagation
-	29, // 17: fleetstream.rbac.v1.WhoCanResponse.grants:type_name -> fleetstream.rbac.v1.Grant
-	25, // 18: fleetstream.rbac.v1.AccessAtRequest.subject:type_name -> fleetstream.rbac.v1.Subject
-	30, // 19: fleetstream.rbac.v1.AccessAtRequest.time:type_name -> google.protobuf.Timestamp
-	29, // 20: fleetstream.rbac.v1.AccessAtResponse.grants:type_name -> fleetstream.rbac.v1.Grant
-	0,  // 21: fleetstream.rbac.v1.RBACService.CreateRoleTemplate:input_type -> fleetstream.rbac.v1.CreateRoleTemplateRequest
-	2,  // 22: fleetstream.rbac.v1.RBACService.UpdateRoleTemplate:input_type -> fleetstream.rbac.v1.UpdateRoleTemplateRequest
-	4,  // 23: fleetstream.rbac.v1.RBACService.DeleteRoleTemplate:input_type -> fleetstream.rbac.v1.DeleteRoleTemplateRequest
-	6,  // 24: fleetstream.rbac.v1.RBACService.GetRoleTemplate:input_type -> fleetstream.rbac.v1.GetRoleTemplateRequest
-	8,  // 25: fleetstream.rbac.v1.RBACService.ListRoleTemplates:input_type -> fleetstream.rbac.v1.ListRoleTemplatesRequest
-	10, // 26: fleetstream.rbac.v1.RBACService.BindProjectRole:input_type -> fleetstream.rbac.v1.BindProjectRoleRequest
-	12, // 27: fleetstream.rbac.v1.RBACService.UnbindProjectRole:input_type -> fleetstream.rbac.v1.UnbindProjectRoleRequest
-	14, // 28: fleetstream.rbac.v1.RBACService.ListProjectRoleBindings:input_type -> fleetstream.rbac.v1.ListProjectRoleBindingsRequest
-	16, // 29: fleetstream.rbac.v1.RBACService.GetPropagationStatus:input_type -> fleetstream.rbac.v1.GetPropagationStatusRequest
-	19, // 30: fleetstream.rbac.v1.RBACService.WhoCan:input_type -> fleetstream.rbac.v1.WhoCanRequest
-	21, // 31: fleetstream.rbac.v1.RBACService.AccessAt:input_type -> fleetstream.rbac.v1.AccessAtRequest
-	1,  // 32: fleetstream.rbac.v1.RBACService.CreateRoleTemplate:output_type -> fleetstream.rbac.v1.CreateRoleTemplateResponse
-	3,  // 33: fleetstream.rbac.v1.RBACService.UpdateRoleTemplate:output_type -> fleetstream.rbac.v1.UpdateRoleTemplateResponse
-	5,  // 34: fleetstream.rbac.v1.RBACService.DeleteRoleTemplate:output_type -> fleetstream.rbac.v1.DeleteRoleTemplateResponse
-	7,  // 35: fleetstream.rbac.v1.RBACService.GetRoleTemplate:output_type -> fleetstream.rbac.v1.GetRoleTemplateResponse
-	9,  // 36: fleetstream.rbac.v1.RBACService.ListRoleTemplates:output_type -> fleetstream.rbac.v1.ListRoleTemplatesResponse
-	11, // 37: fleetstream.rbac.v1.RBACService.BindProjectRole:output_type -> fleetstream.rbac.v1.BindProjectRoleResponse
-	13, // 38: fleetstream.rbac.v1.RBACService.UnbindProjectRole:output_type -> fleetstream.rbac.v1.UnbindProjectRoleResponse
-	15, // 39: fleetstream.rbac.v1.RBACService.ListProjectRoleBindings:output_type -> fleetstream.rbac.v1.ListProjectRoleBindingsResponse
-	18, // 40: fleetstream.rbac.v1.RBACService.GetPropagationStatus:output_type -> fleetstream.rbac.v1.GetPropagationStatusResponse
-	20, // 41: fleetstream.rbac.v1.RBACService.WhoCan:output_type -> fleetstream.rbac.v1.WhoCanResponse
-	22, // 42: fleetstream.rbac.v1.RBACService.AccessAt:output_type -> fleetstream.rbac.v1.AccessAtResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	24, // 2: fleetstream.rbac.v1.CreateRoleTemplateResponse.plan:type_name -> fleetstream.rbac.v1.PlannedChange
+	23, // 3: fleetstream.rbac.v1.UpdateRoleTemplateRequest.template:type_name -> fleetstream.rbac.v1.RoleTemplate
+	25, // 4: fleetstream.rbac.v1.UpdateRoleTemplateRequest.update_mask:type_name -> google.protobuf.FieldMask
+	23, // 5: fleetstream.rbac.v1.UpdateRoleTemplateResponse.template:type_name -> fleetstream.rbac.v1.RoleTemplate
+	24, // 6: fleetstream.rbac.v1.UpdateRoleTemplateResponse.plan:type_name -> fleetstream.rbac.v1.PlannedChange
+	23, // 7: fleetstream.rbac.v1.GetRoleTemplateResponse.template:type_name -> fleetstream.rbac.v1.RoleTemplate
+	23, // 8: fleetstream.rbac.v1.ListRoleTemplatesResponse.templates:type_name -> fleetstream.rbac.v1.RoleTemplate
+	26, // 9: fleetstream.rbac.v1.BindProjectRoleRequest.subject:type_name -> fleetstream.rbac.v1.Subject
+	27, // 10: fleetstream.rbac.v1.BindProjectRoleResponse.binding:type_name -> fleetstream.rbac.v1.ProjectRoleBinding
+	24, // 11: fleetstream.rbac.v1.BindProjectRoleResponse.plan:type_name -> fleetstream.rbac.v1.PlannedChange
+	26, // 12: fleetstream.rbac.v1.UnbindProjectRoleRequest.subject:type_name -> fleetstream.rbac.v1.Subject
+	24, // 13: fleetstream.rbac.v1.UnbindProjectRoleResponse.plan:type_name -> fleetstream.rbac.v1.PlannedChange
+	26, // 14: fleetstream.rbac.v1.ListProjectRoleBindingsRequest.subject:type_name -> fleetstream.rbac.v1.Subject
+	27, // 15: fleetstream.rbac.v1.ListProjectRoleBindingsResponse.bindings:type_name -> fleetstream.rbac.v1.ProjectRoleBinding
+	17, // 16: fleetstream.rbac.v1.GetPropagationStatusRequest.binding:type_name -> fleetstream.rbac.v1.BindingRef
+	26, // 17: fleetstream.rbac.v1.BindingRef.subject:type_name -> fleetstream.rbac.v1.Subject
+	28, // 18: fleetstream.rbac.v1.GetPropagationStatusResponse.clusters:type_name -> fleetstream.rbac.v1.ClusterPropagation
+	29, // 19: fleetstream.rbac.v1.WhoCanResponse.grants:type_name -> fleetstream.rbac.v1.Grant
+	26, // 20: fleetstream.rbac.v1.AccessAtRequest.subject:type_name -> fleetstream.rbac.v1.Subject
+	30, // 21: fleetstream.rbac.v1.AccessAtRequest.time:type_name -> google.protobuf.Timestamp
+	29, // 22: fleetstream.rbac.v1.AccessAtResponse.grants:type_name -> fleetstream.rbac.v1.Grant
+	0,  // 23: fleetstream.rbac.v1.RBACService.CreateRoleTemplate:input_type -> fleetstream.rbac.v1.CreateRoleTemplateRequest
+	2,  // 24: fleetstream.rbac.v1.RBACService.UpdateRoleTemplate:input_type -> fleetstream.rbac.v1.UpdateRoleTemplateRequest
+	4,  // 25: fleetstream.rbac.v1.RBACService.DeleteRoleTemplate:input_type -> fleetstream.rbac.v1.DeleteRoleTemplateRequest
+	6,  // 26: fleetstream.rbac.v1.RBACService.GetRoleTemplate:input_type -> fleetstream.rbac.v1.GetRoleTemplateRequest
+	8,  // 27: fleetstream.rbac.v1.RBACService.ListRoleTemplates:input_type -> fleetstream.rbac.v1.ListRoleTemplatesRequest
+	10, // 28: fleetstream.rbac.v1.RBACService.BindProjectRole:input_type -> fleetstream.rbac.v1.BindProjectRoleRequest
+	12, // 29: fleetstream.rbac.v1.RBACService.UnbindProjectRole:input_type -> fleetstream.rbac.v1.UnbindProjectRoleRequest
+	14, // 30: fleetstream.rbac.v1.RBACService.ListProjectRoleBindings:input_type -> fleetstream.rbac.v1.ListProjectRoleBindingsRequest
+	16, // 31: fleetstream.rbac.v1.RBACService.GetPropagationStatus:input_type -> fleetstream.rbac.v1.GetPropagationStatusRequest
+	19, // 32: fleetstream.rbac.v1.RBACService.WhoCan:input_type -> fleetstream.rbac.v1.WhoCanRequest
+	21, // 33: fleetstream.rbac.v1.RBACService.AccessAt:input_type -> fleetstream.rbac.v1.AccessAtRequest
+	1,  // 34: fleetstream.rbac.v1.RBACService.CreateRoleTemplate:output_type -> fleetstream.rbac.v1.CreateRoleTemplateResponse
+	3,  // 35: fleetstream.rbac.v1.RBACService.UpdateRoleTemplate:output_type -> fleetstream.rbac.v1.UpdateRoleTemplateResponse
+	5,  // 36: fleetstream.rbac.v1.RBACService.DeleteRoleTemplate:output_type -> fleetstream.rbac.v1.DeleteRoleTemplateResponse
+	7,  // 37: fleetstream.rbac.v1.RBACService.GetRoleTemplate:output_type -> fleetstream.rbac.v1.GetRoleTemplateResponse
+	9,  // 38: fleetstream.rbac.v1.RBACService.ListRoleTemplates:output_type -> fleetstream.rbac.v1.ListRoleTemplatesResponse
+	11, // 39: fleetstream.rbac.v1.RBACService.BindProjectRole:output_type -> fleetstream.rbac.v1.BindProjectRoleResponse
+	13, // 40: fleetstream.rbac.v1.RBACService.UnbindProjectRole:output_type -> fleetstream.rbac.v1.UnbindProjectRoleResponse
+	15, // 41: fleetstream.rbac.v1.RBACService.ListProjectRoleBindings:output_type -> fleetstream.rbac.v1.ListProjectRoleBindingsResponse
+	18, // 42: fleetstream.rbac.v1.RBACService.GetPropagationStatus:output_type -> fleetstream.rbac.v1.GetPropagationStatusResponse
+	20, // 43: fleetstream.rbac.v1.RBACService.WhoCan:output_type -> fleetstream.rbac.v1.WhoCanResponse
+	22, // 44: fleetstream.rbac.v1.RBACService.AccessAt:output_type -> fleetstream.rbac.v1.AccessAtResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_rbac_v1_rbac_service_proto_init() }
