@@ -1,0 +1,127 @@
+package namespacebinding_test
+
+import (
+	"context"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
+)
+
+// TestDryRunsDecideAsWritesAndWriteNothing: every project write's dry run refuses with the
+// write's own code and message, answers what the write would do (the binding, its budget as it
+// would be allocated, the bindings a forced deletion would release) and leaves the project and
+// its bindings as they were, revisions included.
+func TestDryRunsDecideAsWritesAndWriteNothing(t *testing.T) {
+	e := start(t, nil, namespacebinding.Config{})
+	ctx := context.Background()
+	e.register(t, "c1")
+	e.createProject(t, "team-a", "team-b")
+	e.mustSetBudget(t, "team-a", "c1", hard("cpu", "2"))
+	e.mustBind(t, "team-a", "c1", "web", hard("cpu", "1"))
+	snapshot := func() []proto.Message {
+		p := e.project(t, "team-a")
+		res, err := e.client.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []proto.Message{p, res.Msg}
+	}
+	before := snapshot()
+
+	bind := func(project, ns string, h map[string]string, dry bool) error {
+		_, err := e.client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: project, Cluster: "c1", Namespace: ns, Hard: h, DryRun: dry}))
+		return err
+	}
+	refusals := []struct {
+		name  string
+		write func(dry bool) error
+		code  connect.Code
+	}{
+		{"over the budget", func(dry bool) error { return bind("team-a", "api", hard("cpu", "2"), dry) }, connect.CodeFailedPrecondition},
+		{"no limit for a budgeted resource", func(dry bool) error { return bind("team-a", "api", nil, dry) }, connect.CodeFailedPrecondition},
+		{"bound to another project", func(dry bool) error { return bind("team-b", "web", nil, dry) }, connect.CodeAlreadyExists},
+		{"protected namespace", func(dry bool) error { return bind("team-a", "kube-system", hard("cpu", "1"), dry) }, connect.CodeInvalidArgument},
+		{"unknown project", func(dry bool) error { return bind("team-x", "api", nil, dry) }, connect.CodeNotFound},
+		{"quota over the budget", func(dry bool) error {
+			_, err := e.client.UpdateQuota(ctx, connect.NewRequest(&projectv1.UpdateQuotaRequest{Project: "team-a", Cluster: "c1", Namespace: "web", Hard: hard("cpu", "3"), DryRun: dry}))
+			return err
+		}, connect.CodeFailedPrecondition},
+		{"budget below what is bound", func(dry bool) error {
+			_, err := e.client.SetProjectBudget(ctx, connect.NewRequest(&projectv1.SetProjectBudgetRequest{Project: "team-a", Cluster: "c1", Hard: hard("cpu", "500m"), DryRun: dry}))
+			return err
+		}, connect.CodeFailedPrecondition},
+		{"deleting a project that owns namespaces", func(dry bool) error {
+			_, err := e.client.DeleteProject(ctx, connect.NewRequest(&projectv1.DeleteProjectRequest{Name: "team-a", DryRun: dry}))
+			return err
+		}, connect.CodeFailedPrecondition},
+		{"unbinding another project's namespace", func(dry bool) error {
+			_, err := e.client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-b", Cluster: "c1", Namespace: "web", DryRun: dry}))
+			return err
+		}, connect.CodeNotFound},
+		{"a project that exists", func(dry bool) error {
+			_, err := e.client.CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: "team-b", DryRun: dry}))
+			return err
+		}, connect.CodeAlreadyExists},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			dryErr := tt.write(true)
+			if connect.CodeOf(dryErr) != tt.code {
+				t.Fatalf("dry run: %v, want %s", dryErr, tt.code)
+			}
+			if realErr := tt.write(false); realErr == nil || realErr.Error() != dryErr.Error() {
+				t.Fatalf("dry run refused with %q, the write with %v", dryErr, realErr)
+			}
+		})
+	}
+
+	// What the writes would do.
+	b, err := e.client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "api", Hard: hard("cpu", "1"), DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Msg; got.Binding.GetCluster() != "c1" || got.Binding.GetHard()["cpu"] != "1" || got.Budget.GetAllocated()["cpu"] != "2" || got.Budget.GetHard()["cpu"] != "2" {
+		t.Fatalf("bind dry run: %v, want api on c1 with cpu 1, the budget's cpu 2 of 2 allocated", got)
+	}
+	q, err := e.client.UpdateQuota(ctx, connect.NewRequest(&projectv1.UpdateQuotaRequest{Project: "team-a", Cluster: "c1", Namespace: "web", Hard: hard("cpu", "2"), DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Msg; got.Binding.GetHard()["cpu"] != "2" || got.Budget.GetAllocated()["cpu"] != "2" {
+		t.Fatalf("quota dry run: %v, want web at cpu 2, 2 of 2 allocated", got)
+	}
+	d, err := e.client.DeleteProject(ctx, connect.NewRequest(&projectv1.DeleteProjectRequest{Name: "team-a", Force: true, DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := d.Msg.Unbound; len(u) != 1 || u[0].Namespace != "web" || u[0].Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING ||
+		u[0].UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_KEEP {
+		t.Fatalf("forced delete dry run releases %v, want web (Terminating, KEEP)", u)
+	}
+	u, err := e.client.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "web",
+		Policy: projectv1.UnbindPolicy_UNBIND_POLICY_DELETE, DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u.Msg.Binding; got.Phase != projectv1.BindingPhase_BINDING_PHASE_TERMINATING || got.UnbindPolicy != projectv1.UnbindPolicy_UNBIND_POLICY_DELETE {
+		t.Fatalf("unbind dry run: %v", got)
+	}
+	p, err := e.client.SetProjectBudget(ctx, connect.NewRequest(&projectv1.SetProjectBudgetRequest{Project: "team-a", Cluster: "c1", Hard: hard("cpu", "4"), DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs := p.Msg.Project.Budgets; len(bs) != 1 || bs[0].Hard["cpu"] != "4" || bs[0].Allocated["cpu"] != "1" {
+		t.Fatalf("budget dry run: %v, want cpu 4 with 1 allocated", bs)
+	}
+
+	after := snapshot()
+	for i := range before {
+		if !proto.Equal(before[i], after[i]) {
+			t.Errorf("a dry run changed %T:\n%v\nwas:\n%v", after[i], after[i], before[i])
+		}
+	}
+}
