@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -30,6 +31,19 @@ import (
 // and refusals) and answers what it would do, writing nothing. What each kind answers is what
 // serverDryRun prints under the object; `fleetctl apply --help` and docs/fleet-as-code.md say
 // the same.
+
+// dryCall is call with the request sent as JSON. A server that predates an RPC's dry_run field
+// would take a binary request's unknown field as protobuf promises (kept, unread) and write;
+// pkg/server's JSON decoding refuses an unknown field (invalid_argument naming it), so an
+// older hub refuses the dry run instead of applying it.
+func dryCall[C, Req, Resp any](ctx context.Context, f *factory, newC clientConstructor[C],
+	method func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	req *Req, what string, args ...any) (*Resp, error) {
+	asJSON := func(hc connect.HTTPClient, base string, opts ...connect.ClientOption) C {
+		return newC(hc, base, append(opts, connect.WithProtoJSON())...)
+	}
+	return call(ctx, f, asJSON, method, req, what, args...)
+}
 
 // dryRunContext is what a server dry run knows of the apply around an object: the objects the
 // same apply creates or prunes first, which the services cannot know of.
@@ -160,7 +174,7 @@ func serverDryRun(ctx context.Context, f *factory, planned []*plannedObject, pru
 func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Object) error {
 	switch s := o.Spec.(type) {
 	case *clusterv1.Cluster:
-		res, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.RegisterCluster,
+		res, err := dryCall(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.RegisterCluster,
 			&clusterv1.RegisterClusterRequest{Name: o.Name, Labels: o.Labels, Claims: s.Claims, Taints: s.Taints, DryRun: true}, "dry run of registering cluster %s", o.Name)
 		if err != nil {
 			return err
@@ -168,7 +182,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		fmt.Fprintf(w, "  the registry would register it with taints %s (its agent token is handed out by the real apply only)\n", taintList(res.GetCluster().GetTaints()))
 		return nil
 	case *clusterv1.Subscriber:
-		res, err := call(ctx, f, clusterv1connect.NewSubscriberServiceClient, clusterv1connect.SubscriberServiceClient.CreateSubscriber,
+		res, err := dryCall(ctx, f, clusterv1connect.NewSubscriberServiceClient, clusterv1connect.SubscriberServiceClient.CreateSubscriber,
 			&clusterv1.CreateSubscriberRequest{Name: o.Name, Streams: s.Streams, DryRun: true}, "dry run of creating subscriber %s", o.Name)
 		if err != nil {
 			return err
@@ -181,7 +195,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 	case *clusterv1.ImportPolicy:
 		p := proto.CloneOf(s)
 		p.Name = o.Name
-		if _, err := call(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.CreateImportPolicy,
+		if _, err := dryCall(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.CreateImportPolicy,
 			&clusterv1.CreateImportPolicyRequest{Policy: p, DryRun: true}, "dry run of creating import policy %s", o.Name); err != nil {
 			return err
 		}
@@ -190,7 +204,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 	case *rbacv1.RoleTemplate:
 		t := proto.CloneOf(s)
 		t.Name = o.Name
-		res, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.CreateRoleTemplate,
+		res, err := dryCall(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.CreateRoleTemplate,
 			&rbacv1.CreateRoleTemplateRequest{Template: t, DryRun: true}, "dry run of creating role template %s", o.Name)
 		if err != nil {
 			return err
@@ -199,7 +213,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		printRBACPlan(w, res.GetPlan())
 		return nil
 	case *placementv1.ClusterSet:
-		res, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.CreateClusterSet,
+		res, err := dryCall(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.CreateClusterSet,
 			&placementv1.CreateClusterSetRequest{Name: o.Name, Selector: s.Selector, DryRun: true}, "dry run of creating cluster set %s", o.Name)
 		if err != nil {
 			return err
@@ -207,7 +221,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		fmt.Fprintf(w, "  would hold clusters: %s\n", nameList(res.GetClusterSet().GetStatus().GetMembers()))
 		return nil
 	case *projectv1.Project:
-		if _, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.CreateProject,
+		if _, err := dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.CreateProject,
 			&projectv1.CreateProjectRequest{Name: o.Name, DisplayName: s.DisplayName, Labels: o.Labels, DryRun: true}, "dry run of creating project %s", o.Name); err != nil {
 			return err
 		}
@@ -220,7 +234,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 	case *placementv1.Placement:
 		p := proto.CloneOf(s)
 		p.Project, p.Name = o.Project, o.Name
-		res, err := call(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.CreatePlacement,
+		res, err := dryCall(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.CreatePlacement,
 			&placementv1.CreatePlacementRequest{Placement: p, DryRun: true}, "dry run of creating placement %s in project %s", o.Name, o.Project)
 		if err != nil {
 			return err
@@ -228,7 +242,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		fmt.Fprintf(w, "  would decide clusters now: %s\n", nameList(res.GetDecidedClusters()))
 		return nil
 	case *placementv1.ClusterSetBinding:
-		res, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.BindClusterSet,
+		res, err := dryCall(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.BindClusterSet,
 			&placementv1.BindClusterSetRequest{Project: o.Project, ClusterSet: s.ClusterSet, DryRun: true}, "dry run of binding cluster set %s to project %s", s.ClusterSet, o.Project)
 		if err != nil {
 			return err
@@ -240,7 +254,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		}
 		return nil
 	case *projectv1.NamespaceBinding:
-		res, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.BindNamespace,
+		res, err := dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.BindNamespace,
 			&projectv1.BindNamespaceRequest{Project: o.Project, Cluster: s.Cluster, Placement: s.Placement, Namespace: o.Name, Hard: s.Hard, UnbindPolicy: s.UnbindPolicy, DryRun: true},
 			"dry run of binding namespace %s", o.Name)
 		if err != nil {
@@ -249,7 +263,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		printBindingDryRun(w, s, res.GetBinding(), res.GetPlacementBindings(), res.GetBudget())
 		return nil
 	case *rbacv1.ProjectRoleBinding:
-		res, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.BindProjectRole,
+		res, err := dryCall(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.BindProjectRole,
 			&rbacv1.BindProjectRoleRequest{Project: o.Project, Subject: s.Subject, RoleTemplate: s.RoleTemplate, DryRun: true}, "dry run of %s", o.Key())
 		if err != nil {
 			return err
@@ -267,7 +281,7 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Object, live *liveObject) error {
 	switch s := o.Spec.(type) {
 	case *clusterv1.Cluster:
-		res, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.UpdateCluster,
+		res, err := dryCall(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.UpdateCluster,
 			&clusterv1.UpdateClusterRequest{Name: o.Name, Labels: o.Labels, Claims: s.Claims, Taints: s.Taints,
 				UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"labels", "claims", "taints"}},
 				ExpectedRevision: live.revision, DryRun: true}, "dry run of updating cluster %s", o.Name)
@@ -280,7 +294,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 	case *clusterv1.ImportPolicy:
 		p := proto.CloneOf(s)
 		p.Name = o.Name
-		if _, err := call(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.UpdateImportPolicy,
+		if _, err := dryCall(ctx, f, clusterv1connect.NewImportPolicyServiceClient, clusterv1connect.ImportPolicyServiceClient.UpdateImportPolicy,
 			&clusterv1.UpdateImportPolicyRequest{Policy: p, ExpectedRevision: live.revision, DryRun: true}, "dry run of updating import policy %s", o.Name); err != nil {
 			return err
 		}
@@ -289,7 +303,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 	case *rbacv1.RoleTemplate:
 		t := proto.CloneOf(s)
 		t.Name = o.Name
-		res, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UpdateRoleTemplate,
+		res, err := dryCall(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UpdateRoleTemplate,
 			&rbacv1.UpdateRoleTemplateRequest{Template: t,
 				UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"display_name", "rules", "inherits", "locked"}},
 				ExpectedRevision: live.revision, DryRun: true}, "dry run of updating role template %s", o.Name)
@@ -300,7 +314,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		printRBACPlan(w, res.GetPlan())
 		return nil
 	case *placementv1.ClusterSet:
-		res, err := call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UpdateClusterSet,
+		res, err := dryCall(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UpdateClusterSet,
 			&placementv1.UpdateClusterSetRequest{Name: o.Name, Selector: s.Selector, ExpectedRevision: live.revision, DryRun: true}, "dry run of updating cluster set %s", o.Name)
 		if err != nil {
 			return err
@@ -326,7 +340,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 			if maps.Equal(want[c], have[c]) {
 				continue
 			}
-			res, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.SetProjectBudget,
+			res, err := dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.SetProjectBudget,
 				&projectv1.SetProjectBudgetRequest{Project: o.Name, Cluster: c, Hard: want[c], DryRun: true}, "dry run of setting the budget of project %s on cluster %s", o.Name, c)
 			if err != nil {
 				return err
@@ -345,7 +359,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 	case *placementv1.Placement:
 		p := proto.CloneOf(s)
 		p.Project, p.Name = o.Project, o.Name
-		res, err := call(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.UpdatePlacement,
+		res, err := dryCall(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.UpdatePlacement,
 			&placementv1.UpdatePlacementRequest{Placement: p, ExpectedRevision: live.revision, DryRun: true}, "dry run of updating placement %s in project %s", o.Name, o.Project)
 		if err != nil {
 			return err
@@ -356,7 +370,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		if s.Placement != "" {
 			return dryRunCreate(ctx, f, w, o) // apply binds it to its placement again
 		}
-		res, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UpdateQuota,
+		res, err := dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UpdateQuota,
 			&projectv1.UpdateQuotaRequest{Project: o.Project, Cluster: s.Cluster, Namespace: o.Name, Hard: s.Hard, DryRun: true}, "dry run of updating the quota of namespace %s", o.Name)
 		if err != nil {
 			return err
@@ -374,33 +388,33 @@ func dryRunDelete(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 	var err error
 	switch s := o.Spec.(type) {
 	case *clusterv1.Cluster:
-		_, err = call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.DeregisterCluster,
+		_, err = dryCall(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.DeregisterCluster,
 			&clusterv1.DeregisterClusterRequest{Name: o.Name, ExpectedRevision: live.revision, DryRun: true}, "dry run of deregistering cluster %s", o.Name)
 	case *projectv1.Project:
 		var res *projectv1.DeleteProjectResponse
 		// Prune's project deletion unbinds what is left with --cascade; the plan has refused
 		// a project holding namespaces without it.
-		res, err = call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.DeleteProject,
+		res, err = dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.DeleteProject,
 			&projectv1.DeleteProjectRequest{Name: o.Name, Force: true, DryRun: true}, "dry run of deleting project %s", o.Name)
 		for _, b := range res.GetUnbound() {
 			fmt.Fprintf(w, "  would unbind namespace %s on %s (%s)\n", b.Namespace, b.Cluster, policyText(b.UnbindPolicy))
 		}
 	case *placementv1.Placement:
-		_, err = call(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.DeletePlacement,
+		_, err = dryCall(ctx, f, placementv1connect.NewPlacementServiceClient, placementv1connect.PlacementServiceClient.DeletePlacement,
 			&placementv1.DeletePlacementRequest{Project: o.Project, Name: o.Name, ExpectedRevision: live.revision, DryRun: true}, "dry run of deleting placement %s in project %s", o.Name, o.Project)
 	case *placementv1.ClusterSetBinding:
-		_, err = call(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UnbindClusterSet,
+		_, err = dryCall(ctx, f, placementv1connect.NewClusterSetServiceClient, placementv1connect.ClusterSetServiceClient.UnbindClusterSet,
 			&placementv1.UnbindClusterSetRequest{Project: o.Project, ClusterSet: s.ClusterSet, DryRun: true}, "dry run of unbinding cluster set %s from project %s", s.ClusterSet, o.Project)
 	case *projectv1.NamespaceBinding:
 		var res *projectv1.UnbindNamespaceResponse
-		res, err = call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UnbindNamespace,
+		res, err = dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.UnbindNamespace,
 			&projectv1.UnbindNamespaceRequest{Project: o.Project, Cluster: s.Cluster, Placement: s.Placement, Namespace: o.Name, DryRun: true}, "dry run of unbinding namespace %s", o.Name)
 		if b := res.GetBinding(); err == nil && b != nil {
 			fmt.Fprintf(w, "  would release it on %s (%s)\n", b.Cluster, policyText(b.UnbindPolicy))
 		}
 	case *rbacv1.ProjectRoleBinding:
 		var res *rbacv1.UnbindProjectRoleResponse
-		res, err = call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UnbindProjectRole,
+		res, err = dryCall(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.UnbindProjectRole,
 			&rbacv1.UnbindProjectRoleRequest{Project: o.Project, Subject: s.Subject, RoleTemplate: s.RoleTemplate, DryRun: true}, "dry run of %s", o.Key())
 		if err == nil {
 			printRBACPlan(w, res.GetPlan())
@@ -418,11 +432,11 @@ func dryRunWeights(ctx context.Context, f *factory, w io.Writer, name string, wa
 		var err error
 		switch {
 		case c.ip == "":
-			_, err = call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetClusterWeight,
+			_, err = dryCall(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetClusterWeight,
 				&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: c.cluster, Weight: c.to, DryRun: true},
 				"dry run of setting the weight of cluster %s for service %s/%s", c.cluster, ns, name)
 		default:
-			_, err = call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
+			_, err = dryCall(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
 				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Weight: c.to, Clear: c.reset, DryRun: true},
 				"dry run of setting the weight of %s in cluster %s of service %s/%s", c.ip, c.cluster, ns, name)
 		}
