@@ -47,7 +47,11 @@ func TestApplyServerDryRun(t *testing.T) {
 		doc("Placement", "{name: best-eu, project: team-a}", "{clusterSets: [europe], numberOfClusters: 1, tolerations: [{operator: Exists}]}") +
 		doc("NamespaceBinding", "{name: web, project: team-a}", "{cluster: eu-1, hard: {cpu: \"1\"}}") +
 		doc("NamespaceBinding", "{name: old, project: team-a}", "{cluster: old-1}") +
-		viewer
+		viewer +
+		// team-c goes whole: its placement and set binding are pruned before it.
+		doc("Project", "{name: team-c}", "{displayName: C}") +
+		doc("ClusterSetBinding", "{project: team-c}", "{clusterSet: europe}") +
+		doc("Placement", "{name: two, project: team-c}", "{clusterSets: [europe], numberOfClusters: 2}")
 	writeFile(t, filepath.Join(dir, "base.yaml"), base)
 	h.run(t, "apply", "-f", filepath.Join(dir, "base.yaml"), "--applyset", "prod", "--token-dir", tokens).ok(t)
 	waitFor(t, 30*time.Second, "best-eu decided", func() bool {
@@ -78,7 +82,7 @@ func TestApplyServerDryRun(t *testing.T) {
 
 	before := rawFleet(t, h)
 	r := h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--token-dir", tokens, "--dry-run=server")
-	if r.code != 1 || !strings.Contains(r.stderr, "error: 1 of 22 objects would be refused by the server (above); nothing was changed") {
+	if r.code != 1 || !strings.Contains(r.stderr, "error: 1 of 25 objects would be refused by the server (above); nothing was changed") {
 		t.Fatalf("server dry run with a refusal: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	for _, want := range []string{
@@ -107,6 +111,9 @@ func TestApplyServerDryRun(t *testing.T) {
 		"ProjectRoleBinding/team-a/reader/group:devs created (server dry run)\n  create eu-1 web/fleetstream:reader\n",
 		"NamespaceBinding/team-a/cluster=old-1/old pruned (server dry run)\n  would release it on old-1 (unbind policy KEEP)\n",
 		"Cluster/old-1 pruned (server dry run)\n",
+		"Placement/team-c/two pruned (server dry run)\n",
+		"ClusterSetBinding/team-c/europe pruned (server dry run)\n",
+		"Project/team-c pruned (dry run; 2 object(s) of the project are pruned before it, so the server cannot be asked yet)\n",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("server dry run lacks %q:\n%s", want, r.stdout)
