@@ -37,6 +37,11 @@ func TestApplyServerDryRun(t *testing.T) {
 	}
 	// bob may read team-a, not change it.
 	viewer := doc("ProjectRoleBinding", "{project: team-a}", "{subject: {kind: SUBJECT_KIND_USER, name: bob}, roleTemplate: project-viewer}")
+	policy := func(name, resource string) string {
+		return doc("ImportPolicy", "{name: "+name+"}", "{source: {cluster: eu-1, group: cluster.x-k8s.io, version: v1beta1, resource: "+resource+
+			"}, nameTemplate: \"{{ .source.metadata.name }}\", template: \"labels: {provider: capi}\", creationCondition: \"true\"}")
+	}
+	legacy := policy("legacy", "clusters")
 	base := doc("Cluster", "{name: eu-1, labels: {region: eu}}", "{}") +
 		doc("Cluster", "{name: eu-2, labels: {region: eu}}", "{}") +
 		doc("Cluster", "{name: old-1}", "{}") +
@@ -48,6 +53,7 @@ func TestApplyServerDryRun(t *testing.T) {
 		doc("NamespaceBinding", "{name: web, project: team-a}", "{cluster: eu-1, hard: {cpu: \"1\"}}") +
 		doc("NamespaceBinding", "{name: old, project: team-a}", "{cluster: old-1}") +
 		viewer +
+		legacy +
 		// team-c goes whole: its placement and set binding are pruned before it.
 		doc("Project", "{name: team-c}", "{displayName: C}") +
 		doc("ClusterSetBinding", "{project: team-c}", "{clusterSet: europe}") +
@@ -67,7 +73,9 @@ func TestApplyServerDryRun(t *testing.T) {
 		doc("ClusterSet", "{name: europe}", "{selector: {type: SELECTOR_TYPE_LABEL_SELECTOR, labelSelector: {matchLabels: {region: eu, tier: gold}}}}") +
 		doc("ClusterSet", "{name: everything}", "{selector: {type: SELECTOR_TYPE_LABEL_SELECTOR, labelSelector: {}}}") +
 		doc("Subscriber", "{name: audit}", "{streams: [FLEET_NS]}") +
-		doc("ImportPolicy", "{name: capi}", "{source: {cluster: eu-1, group: cluster.x-k8s.io, version: v1beta1, resource: clusters}, nameTemplate: \"{{ .source.metadata.name }}\", template: \"labels: {provider: capi}\", creationCondition: \"true\"}") +
+		legacy + policy("capi", "machinedeployments") +
+		policy("dup", "clusters") + // legacy's source: refused
+
 		doc("Project", "{name: team-a}", "{displayName: A, budgets: [{cluster: eu-1, hard: {cpu: \"4\"}}, {cluster: eu-2, hard: {cpu: \"2\"}}]}") +
 		doc("Project", "{name: team-b}", "{displayName: B}") +
 		doc("ClusterSetBinding", "{project: team-a}", "{clusterSet: europe}") +
@@ -82,7 +90,7 @@ func TestApplyServerDryRun(t *testing.T) {
 
 	before := rawFleet(t, h)
 	r := h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--token-dir", tokens, "--dry-run=server")
-	if r.code != 1 || !strings.Contains(r.stderr, "error: 1 of 25 objects would be refused by the server (above); nothing was changed") {
+	if r.code != 1 || !strings.Contains(r.stderr, "error: 2 of 27 objects would be refused by the server (above); nothing was changed") {
 		t.Fatalf("server dry run with a refusal: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	for _, want := range []string{
@@ -99,7 +107,9 @@ func TestApplyServerDryRun(t *testing.T) {
 		"ClusterSet/europe configured (server dry run)\n  would hold clusters: none\n",
 		"ClusterSet/everything created (server dry run)\n  would hold clusters: eu-1, eu-2, old-1\n",
 		"Subscriber/audit created (server dry run)\n  would read FLEET_NS through consumer ",
-		"ImportPolicy/capi created (server dry run)\n  valid, and no other policy imports from cluster eu-1 clusters.cluster.x-k8s.io/v1beta1\n",
+		"ImportPolicy/capi created (server dry run)\n  valid, and no other policy imports from cluster eu-1 machinedeployments.cluster.x-k8s.io/v1beta1\n",
+		"ImportPolicy/legacy unchanged (dry run)\n",
+		"ImportPolicy/dup created (server dry run: refused)\n  error: already_exists: ",
 		"Project/team-a configured (server dry run)\n  budget on eu-2: cpu=2; its namespaces there hold cpu=0, within it\n",
 		"Project/team-b created (server dry run)\n  valid, and the name is free\n",
 		"ClusterSetBinding/team-a/europe unchanged (dry run)\n",
