@@ -68,7 +68,8 @@ const applyExample = `  # fleet.yaml
 
   fleetctl apply -f fleet.yaml --token-dir ./agent-tokens
   fleetctl apply -f fleet/            # every .yaml, .yml and .json below fleet/
-  fleetctl export | fleetctl apply -f - --dry-run`
+  fleetctl export | fleetctl apply -f - --dry-run
+  fleetctl apply -f fleet/ --token-dir ./agent-tokens --dry-run=server   # what each service would do, or refuse`
 
 // manifestFlags are the flags of the commands that read manifests.
 type manifestFlags struct {
