@@ -227,8 +227,13 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		}
 		fmt.Fprintln(w, "  valid, and the name is free")
 		for _, b := range s.Budgets {
-			// A new project holds no namespaces, so any budget holds; only its cluster is checked.
-			fmt.Fprintf(w, "  budget on %s: %s (a new project's budgets are set once it exists)\n", b.Cluster, quantities(b.Hard))
+			// A new project holds no namespaces, so any budget holds; SetProjectBudget, which
+			// apply calls once the project exists, needs only its cluster registered.
+			if _, err := dryCall(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.GetCluster,
+				&clusterv1.GetClusterRequest{Name: b.Cluster}, "budget of project %s on cluster %s", o.Name, b.Cluster); err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "  budget on %s: %s (set once the project exists)\n", b.Cluster, quantities(b.Hard))
 		}
 		return nil
 	case *placementv1.Placement:
