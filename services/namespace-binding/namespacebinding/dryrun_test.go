@@ -2,11 +2,14 @@ package namespacebinding_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 )
@@ -116,6 +119,101 @@ func TestDryRunsDecideAsWritesAndWriteNothing(t *testing.T) {
 	}
 	if bs := p.Msg.Project.Budgets; len(bs) != 1 || bs[0].Hard["cpu"] != "4" || bs[0].Allocated["cpu"] != "1" {
 		t.Fatalf("budget dry run: %v, want cpu 4 with 1 allocated", bs)
+	}
+
+	after := snapshot()
+	for i := range before {
+		if !proto.Equal(before[i], after[i]) {
+			t.Errorf("a dry run changed %T:\n%v\nwas:\n%v", after[i], after[i], before[i])
+		}
+	}
+}
+
+// TestPlacementDryRuns: a placement's dry run answers the clusters the scheduler would decide
+// now for the spec as given; a namespace's dry run of following it answers each decided
+// cluster's binding or why it could not be bound there (another project's namespace); refusals
+// are the writes' own; nothing is written.
+func TestPlacementDryRuns(t *testing.T) {
+	e := placementFleet(t)
+	ctx := context.Background()
+	e.createProject(t, "team-b")
+	e.mustBind(t, "team-b", "c2", "web", nil) // team-b owns web on c2
+	p := e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "eu", NumberOfClusters: ptr[int32](2),
+		Predicates: []*placementv1.Predicate{predicate("region", "eu")}})
+	e.eventuallyDecided(t, "team-a", "eu", "c1", "c2")
+	snapshot := func() []proto.Message {
+		pl, err := e.pl.ListPlacements(ctx, connect.NewRequest(&placementv1.ListPlacementsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs, err := e.client.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []proto.Message{pl.Msg, bs.Msg}
+	}
+	before := snapshot()
+
+	update := proto.CloneOf(p)
+	update.NumberOfClusters = ptr[int32](3)
+	up, err := e.pl.UpdatePlacement(ctx, connect.NewRequest(&placementv1.UpdatePlacementRequest{Placement: update, ExpectedRevision: p.Revision, DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := up.Msg.DecidedClusters; !slices.Equal(got, []string{"c1", "c2", "c3"}) {
+		t.Fatalf("update dry run decides %v, want c1, c2, c3", got)
+	}
+	us := &placementv1.Placement{Project: "team-a", Name: "us", NumberOfClusters: ptr[int32](1), Predicates: []*placementv1.Predicate{predicate("region", "us")}}
+	cr, err := e.pl.CreatePlacement(ctx, connect.NewRequest(&placementv1.CreatePlacementRequest{Placement: us, DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cr.Msg.DecidedClusters; !slices.Equal(got, []string{"c4"}) {
+		t.Fatalf("create dry run decides %v, want c4", got)
+	}
+	follow, err := e.client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Namespace: "web", Placement: "eu", Hard: hard("cpu", "1"), DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range follow.Msg.PlacementBindings {
+		got = append(got, b.Cluster+":"+strings.TrimPrefix(b.Phase.String(), "BINDING_PHASE_")+":"+b.Hard["cpu"])
+		if b.Phase == projectv1.BindingPhase_BINDING_PHASE_FAILED && !strings.Contains(b.Message, "team-b") {
+			t.Errorf("c2's binding %v: want the reason naming team-b", b)
+		}
+	}
+	if want := []string{"c1:PENDING:1", "c2:FAILED:1"}; !slices.Equal(got, want) {
+		t.Fatalf("following dry run answers %v, want %v", got, want)
+	}
+
+	refusals := []struct {
+		name  string
+		write func(dry bool) error
+	}{
+		{"a stale expected revision", func(dry bool) error {
+			_, err := e.pl.UpdatePlacement(ctx, connect.NewRequest(&placementv1.UpdatePlacementRequest{Placement: update, ExpectedRevision: p.Revision + 100, DryRun: dry}))
+			return err
+		}},
+		{"a placement that exists", func(dry bool) error {
+			_, err := e.pl.CreatePlacement(ctx, connect.NewRequest(&placementv1.CreatePlacementRequest{Placement: p, DryRun: dry}))
+			return err
+		}},
+		{"following a placement that does not exist", func(dry bool) error {
+			_, err := e.client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Namespace: "web", Placement: "nope", DryRun: dry}))
+			return err
+		}},
+		{"deleting a placement of an unknown project", func(dry bool) error {
+			_, err := e.pl.DeletePlacement(ctx, connect.NewRequest(&placementv1.DeletePlacementRequest{Project: "team-x", Name: "eu", DryRun: dry}))
+			return err
+		}},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			dryErr := tt.write(true)
+			if realErr := tt.write(false); dryErr == nil || realErr == nil || dryErr.Error() != realErr.Error() {
+				t.Fatalf("dry run: %v; write: %v; want the same refusal", dryErr, realErr)
+			}
+		})
 	}
 
 	after := snapshot()
