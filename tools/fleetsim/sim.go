@@ -976,15 +976,15 @@ func waitAllConnected(ctx context.Context, h *hub, clusters []*simCluster, timeo
 	}
 }
 
-// retryTransient calls f until it succeeds, fails otherwise than with a timeout or
-// unavailability (a change accepted but not yet visible is returned, not retried), or timeout
-// passes. A retried call that had taken effect answers AlreadyExists or NotFound: done.
 // notYetVisible reports whether err is the API's answer to a write it accepted and has not
 // shown yet (apierr.NotYetVisible): the write stands.
 func notYetVisible(err error) bool {
 	return connect.CodeOf(err) == connect.CodeUnavailable && strings.Contains(err.Error(), "accepted but not yet visible")
 }
 
+// retryTransient calls f until it succeeds, fails otherwise than with a timeout,
+// unavailability or a lost race (Aborted: "read again and retry"; a change accepted but not yet visible is returned, not retried), or timeout
+// passes. A retried call that had taken effect answers AlreadyExists or NotFound: done.
 func retryTransient(ctx context.Context, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -997,7 +997,7 @@ func retryTransient(ctx context.Context, timeout time.Duration, f func() error) 
 			return nil
 		case strings.Contains(err.Error(), "accepted but not yet visible"):
 			return err
-		case code != connect.CodeDeadlineExceeded && code != connect.CodeUnavailable, time.Now().After(deadline):
+		case code != connect.CodeDeadlineExceeded && code != connect.CodeUnavailable && code != connect.CodeAborted, time.Now().After(deadline):
 			return err
 		}
 		select {
