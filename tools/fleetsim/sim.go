@@ -983,8 +983,9 @@ func notYetVisible(err error) bool {
 }
 
 // retryTransient calls f until it succeeds, fails otherwise than with a timeout,
-// unavailability or a lost race (Aborted: "read again and retry"; a change accepted but not yet visible is returned, not retried), or timeout
-// passes. A retried call that had taken effect answers AlreadyExists or NotFound: done.
+// unavailability or a lost race (Aborted: "read again and retry"; a change accepted but not
+// yet visible is returned, not retried), or timeout passes. A retried call that had taken
+// effect answers AlreadyExists or NotFound: done.
 func retryTransient(ctx context.Context, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
