@@ -225,7 +225,9 @@ var serviceGrants = map[string][]grant{
 		{stream: subjects.EndpointStream, access: own, subjects: []string{subjects.EndpointPrefix + ".>"}},
 		ownBucket(subjects.EndpointsBucket),
 		ownBucket(subjects.EndpointWeightsBucket),
-		// EndpointSlice reports and heartbeats come from agents.
+		// Multi-cluster Services' ServiceImports and EndpointSlices for each member cluster.
+		ownBucket(subjects.DesiredMCSBucket),
+		// EndpointSlice and ServiceExport reports and heartbeats come from agents.
 		{stream: subjects.AgentStreamName, access: read | ensure},
 		// Which clusters' agents are over its limits: its own key of each cluster.
 		{stream: kv(subjects.AgentLimitsBucket), access: read | ensure | write, subjects: []string{"$KV." + subjects.AgentLimitsBucket + ".*." + ServiceEndpointCollector}},

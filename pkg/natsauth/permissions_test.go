@@ -58,6 +58,11 @@ func TestPermissionTable(t *testing.T) {
 			{"$KV.agent-limits.c1.endpoint-collector", false, true},
 			{"$KV.agent-limits.c1.cluster-import-heartbeat", false, false},
 			{"$JS.API.DIRECT.GET.KV_cluster-credentials", false, false},
+			// Multi-cluster Services: it writes every cluster's ServiceImports and slices, and
+			// no other desired bucket.
+			{"$KV.desired-mcs.c1.ServiceImport.multicluster=2Ex-k8s=2Eio.ns.svc", false, true},
+			{"$KV.desired-rbac.c1.ClusterRole.=.a", false, false},
+			{"$KV.desired-namespaces.c1.Namespace.=.a", false, false},
 		}},
 		{"hosted-agent", svc(natsauth.ServiceHostedAgent), []check{
 			// Finds the clusters to host and asks for their credentials...
@@ -157,6 +162,17 @@ func TestPermissionTable(t *testing.T) {
 			{"fleet.feed.import-watch.c2", true, false},
 			{"fleet.feed.clusters.c1", true, false},
 			{"fleet.feed.desired-rbac.c1.ClusterRole.=.a", false, false},
+			// Multi-cluster Services: its own ServiceExport reports, its own imports' keys only.
+			{"fleet.agent.c1.serviceexports.ns", false, true},
+			{"fleet.agent.c2.serviceexports.ns", false, false},
+			{"fleet.feed.desired-mcs.c1.ServiceImport.multicluster=2Ex-k8s=2Eio.ns.svc", true, true},
+			{"fleet.feed.desired-mcs.c2.ServiceImport.multicluster=2Ex-k8s=2Eio.ns.svc", true, false},
+			{"fleet.feed.desired-mcs.>", true, false},
+			{"$JS.API.CONSUMER.CREATE.KV_desired-mcs.x.$KV.desired-mcs.c1.>", false, true},
+			{"$JS.API.CONSUMER.CREATE.KV_desired-mcs.x.$KV.desired-mcs.c2.>", false, false},
+			{"$KV.desired-mcs.c1.ServiceImport.multicluster=2Ex-k8s=2Eio.ns.svc", false, false},
+			{"$KV.applied.desired-mcs.c1.ServiceImport.multicluster=2Ex-k8s=2Eio.ns.svc", false, true},
+			{"$KV.applied.desired-mcs.c2.ServiceImport.multicluster=2Ex-k8s=2Eio.ns.svc", false, false},
 		}},
 		{"subscriber audit", natsauth.SubscriberPermissions("audit", []string{subjects.ClusterStream, subjects.AgentStreamName, "KV_cluster-credentials"}), []check{
 			{"$JS.API.CONSUMER.CREATE.FLEET_CLUSTER.audit-cluster.fleet.cluster.>", false, true},

@@ -224,14 +224,34 @@ func AgentEndpointSlice(cluster, namespace, slice string) string {
 // AgentEndpointSync returns the subject of cluster's "relist complete" EndpointSlice marker.
 func AgentEndpointSync(cluster string) string { return AgentPrefixFor(cluster) + ".endpointsync" }
 
+// AgentServiceExportsKind is the subject token of multi-cluster ServiceExport reports.
+const AgentServiceExportsKind = "serviceexports"
+
+// AgentServiceExports returns the subject of cluster's report of the ServiceExports
+// (multicluster.x-k8s.io, KEP-1645) of one namespace: one snapshot per namespace.
+func AgentServiceExports(cluster, namespace string) string {
+	return AgentPrefixFor(cluster) + "." + AgentServiceExportsKind + "." + keys.Encode(namespace)
+}
+
+// AgentServiceExportsSync returns the subject of cluster's "every namespace with exports
+// reported" marker.
+func AgentServiceExportsSync(cluster string) string {
+	return AgentPrefixFor(cluster) + ".serviceexportsync"
+}
+
 // Desired buckets, one per owning service (a bucket has a single writer).
 const (
 	DesiredNamespacesBucket = "desired-namespaces"
 	DesiredRBACBucket       = "desired-rbac"
+	// DesiredMCSBucket holds the multi-cluster Services' ServiceImports and EndpointSlices of
+	// each member cluster, written by endpoint-collector (docs/kubernetes.md).
+	DesiredMCSBucket = "desired-mcs"
 )
 
 // DesiredBuckets lists every desired bucket an agent watches.
-func DesiredBuckets() []string { return []string{DesiredNamespacesBucket, DesiredRBACBucket} }
+func DesiredBuckets() []string {
+	return []string{DesiredNamespacesBucket, DesiredRBACBucket, DesiredMCSBucket}
+}
 
 // Buckets agents watch (the desired buckets and ImportWatchBucket) republish every stored
 // message on core NATS under FeedPrefix: an agent receives its own cluster's changes through a

@@ -81,6 +81,11 @@ func (a *Applier) apply(ctx context.Context, e entry) error {
 	if reason := a.protected(gvk.GroupKind(), u.GetNamespace(), u.GetName()); reason != "" {
 		return a.refuseProtected(ctx, e, mapping, ri, u.GetNamespace(), u.GetName(), reason)
 	}
+	if reason, err := a.notBound(ctx, e, u.GetNamespace()); err != nil {
+		return err
+	} else if reason != "" {
+		return a.refuseNotBound(ctx, e, mapping, ri, u.GetNamespace(), u.GetName(), reason)
+	}
 
 	live, cached := a.informers.cached(mapping.Resource, u.GetNamespace(), u.GetName(), qk)
 	if !cached {

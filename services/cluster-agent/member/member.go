@@ -18,6 +18,7 @@ import (
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
+	"github.com/fleetstream/fleetstream/services/cluster-agent/mcs"
 )
 
 // Config configures one member cluster's agent. Zero durations and counts take the defaults of
@@ -84,6 +85,12 @@ func NewWithClients(cfg Config, js jetstream.JetStream, kube kubernetes.Interfac
 	a.Add(applier)
 	// Reports what import policies naming this cluster as their source need; idle without any.
 	a.Add(agent.NewImportWatcher(a, dyn, kube.Discovery(), agent.ImportWatchConfig{SecretResend: cfg.ImportSecretResend}))
+	// Multi-cluster Services (KEP-1645): idle until the cluster serves ServiceExports.
+	exports, err := mcs.New(mcs.Config{ClusterName: cfg.ClusterName, SessionID: a.SessionID()}, kube, dyn, a.Store(), log)
+	if err != nil {
+		return nil, err
+	}
+	a.Add(exports)
 	if cfg.EndpointSlices != nil {
 		reporter, err := endpointslices.New(endpointslices.Config{
 			ClusterName: cfg.ClusterName, ClusterID: cfg.ClusterID, Filter: *cfg.EndpointSlices, SessionID: a.SessionID(),

@@ -139,7 +139,9 @@ func Topology() topology.Topology {
 		Buckets: []jetstream.KeyValueConfig{{
 			Bucket: subjects.EndpointsBucket, Description: "Merged multi-cluster endpoints per service (derived from agent reports).",
 			History: 1, Storage: jetstream.FileStorage,
-		}, subjects.AgentLimitsBucketConfig()},
+		}, subjects.AgentLimitsBucketConfig(),
+			// Multi-cluster Services for member clusters, written by package mcs.
+			subjects.FeedBucketConfig(subjects.DesiredMCSBucket, "Desired ServiceImports and EndpointSlices of member clusters (multi-cluster Services), keys <cluster>.<kind>.<namespace>.<name>.")},
 	}, lease.Topology())
 }
 

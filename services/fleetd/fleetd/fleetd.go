@@ -31,6 +31,7 @@ import (
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/mcs"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 	"github.com/fleetstream/fleetstream/services/kube-bridge/kubebridge"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
@@ -116,6 +117,8 @@ type Instance struct {
 	NamespaceBinding *namespacebinding.Service
 	RBAC             *rbacsync.Service
 	Endpoints        *collector.Collector
+	// MCS writes the multi-cluster Services' imports for member clusters (issue 33).
+	MCS *mcs.Service
 	// Audit serves the audit trail and indexes the event streams for it.
 	Audit *audit.Service
 	// Hosted runs the hosted agents; nil unless Config.HostedAgents.
@@ -280,6 +283,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if inst.Endpoints, err = collector.NewFromEnv(ctx, env, cfg.Endpoints); err != nil {
 		return fail(err)
 	}
+	inst.MCS = mcs.NewFromEnv(env, inst.Endpoints)
 	if inst.XDS, inst.XDSAddr, err = xds.Listen(ctx, env, inst.Endpoints, cfg.XDSListen); err != nil {
 		return fail(fmt.Errorf("fleetd: %w", err))
 	}
@@ -287,7 +291,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if inst.Audit, err = audit.New(ctx, inst.JS, audit.Config{Retention: cfg.Retention}, log); err != nil {
 		return fail(err)
 	}
-	components := []server.Component{inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints, inst.Audit}
+	components := []server.Component{inst.ClusterImport, inst.NamespaceBinding, inst.RBAC, inst.Endpoints, inst.MCS, inst.Audit}
 	if inst.XDS != nil {
 		components = append(components, inst.XDS)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/mcs"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/xds"
 )
 
@@ -22,14 +23,15 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
+		m := mcs.NewFromEnv(env, c)
 		x, _, err := xds.Listen(ctx, env, c, o.xdsListen)
 		switch {
 		case err != nil:
 			return nil, err
 		case x == nil: // no --xds-listen
-			return []server.Component{c}, nil
+			return []server.Component{c, m}, nil
 		}
-		return []server.Component{c, x}, nil
+		return []server.Component{c, m, x}, nil
 	}))
 }
 

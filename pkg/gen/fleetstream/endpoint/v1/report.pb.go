@@ -497,6 +497,249 @@ func (x *EndpointSliceSync) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ServiceExportsReport, subject fleet.agent.<cluster>.serviceexports.<namespace>: every
+// multi-cluster ServiceExport (multicluster.x-k8s.io, KEP-1645) of one namespace the agent
+// manages, with what the hub needs of its Service, as a snapshot each time one changes. A
+// namespace the agent no longer manages is reported once with no exports. The agent bounds a
+// report: at most its limit of exports (the oldest first, as KEP-1645 ranks them), the rest
+// counted in `omitted`.
+type ServiceExportsReport struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Namespace   string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Exports     []*ExportedService     `protobuf:"bytes,3,rep,name=exports,proto3" json:"exports,omitempty"`
+	// Exports of the namespace left out of this report by the agent's bounds.
+	Omitted       uint32                 `protobuf:"varint,4,opt,name=omitted,proto3" json:"omitted,omitempty"`
+	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceExportsReport) Reset() {
+	*x = ServiceExportsReport{}
+	mi := &file_fleetstream_endpoint_v1_report_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceExportsReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceExportsReport) ProtoMessage() {}
+
+func (x *ServiceExportsReport) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_endpoint_v1_report_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceExportsReport.ProtoReflect.Descriptor instead.
+func (*ServiceExportsReport) Descriptor() ([]byte, []int) {
+	return file_fleetstream_endpoint_v1_report_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ServiceExportsReport) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ServiceExportsReport) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ServiceExportsReport) GetExports() []*ExportedService {
+	if x != nil {
+		return x.Exports
+	}
+	return nil
+}
+
+func (x *ServiceExportsReport) GetOmitted() uint32 {
+	if x != nil {
+		return x.Omitted
+	}
+	return 0
+}
+
+func (x *ServiceExportsReport) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ServiceExportsReport) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// ExportedService is one ServiceExport and its Service.
+type ExportedService struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The ServiceExport's creationTimestamp: the oldest export of a name wins a conflict.
+	Created *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=created,proto3" json:"created,omitempty"`
+	// "ClusterSetIP" for a Service with a cluster IP, "Headless" for one without (MCS's
+	// ServiceImport types).
+	Type          string          `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Ports         []*EndpointPort `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
+	Uid           string          `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportedService) Reset() {
+	*x = ExportedService{}
+	mi := &file_fleetstream_endpoint_v1_report_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportedService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportedService) ProtoMessage() {}
+
+func (x *ExportedService) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_endpoint_v1_report_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportedService.ProtoReflect.Descriptor instead.
+func (*ExportedService) Descriptor() ([]byte, []int) {
+	return file_fleetstream_endpoint_v1_report_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ExportedService) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExportedService) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *ExportedService) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ExportedService) GetPorts() []*EndpointPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *ExportedService) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+// ServiceExportsSync, subject fleet.agent.<cluster>.serviceexportsync: published after the
+// agent reported every namespace with exports under session_id (on start and every resync).
+// The hub then drops the cluster's export reports of other sessions: a namespace whose exports
+// went while no agent ran is never reported again, and this is how it empties.
+type ServiceExportsSync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName   string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Namespaces    uint32                 `protobuf:"varint,3,opt,name=namespaces,proto3" json:"namespaces,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceExportsSync) Reset() {
+	*x = ServiceExportsSync{}
+	mi := &file_fleetstream_endpoint_v1_report_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceExportsSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceExportsSync) ProtoMessage() {}
+
+func (x *ServiceExportsSync) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetstream_endpoint_v1_report_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceExportsSync.ProtoReflect.Descriptor instead.
+func (*ServiceExportsSync) Descriptor() ([]byte, []int) {
+	return file_fleetstream_endpoint_v1_report_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ServiceExportsSync) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ServiceExportsSync) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ServiceExportsSync) GetNamespaces() uint32 {
+	if x != nil {
+		return x.Namespaces
+	}
+	return 0
+}
+
+func (x *ServiceExportsSync) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 var File_fleetstream_endpoint_v1_report_proto protoreflect.FileDescriptor
 
 const file_fleetstream_endpoint_v1_report_proto_rawDesc = "" +
@@ -550,7 +793,29 @@ const file_fleetstream_endpoint_v1_report_proto_rawDesc = "" +
 	"generation\x12\x1f\n" +
 	"\vslice_count\x18\x04 \x01(\rR\n" +
 	"sliceCount\x12.\n" +
-	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04timeBOZMgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1;endpointv1b\x06proto3"
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x84\x02\n" +
+	"\x14ServiceExportsReport\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12B\n" +
+	"\aexports\x18\x03 \x03(\v2(.fleetstream.endpoint.v1.ExportedServiceR\aexports\x12\x18\n" +
+	"\aomitted\x18\x04 \x01(\rR\aomitted\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xbe\x01\n" +
+	"\x0fExportedService\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
+	"\acreated\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12;\n" +
+	"\x05ports\x18\x04 \x03(\v2%.fleetstream.endpoint.v1.EndpointPortR\x05ports\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xa6\x01\n" +
+	"\x12ServiceExportsSync\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x03 \x01(\rR\n" +
+	"namespaces\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04timeBOZMgithub.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1;endpointv1b\x06proto3"
 
 var (
 	file_fleetstream_endpoint_v1_report_proto_rawDescOnce sync.Once
@@ -564,26 +829,34 @@ func file_fleetstream_endpoint_v1_report_proto_rawDescGZIP() []byte {
 	return file_fleetstream_endpoint_v1_report_proto_rawDescData
 }
 
-var file_fleetstream_endpoint_v1_report_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_fleetstream_endpoint_v1_report_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_fleetstream_endpoint_v1_report_proto_goTypes = []any{
 	(*EndpointSliceReport)(nil),   // 0: fleetstream.endpoint.v1.EndpointSliceReport
 	(*EndpointPort)(nil),          // 1: fleetstream.endpoint.v1.EndpointPort
 	(*Endpoint)(nil),              // 2: fleetstream.endpoint.v1.Endpoint
 	(*TargetRef)(nil),             // 3: fleetstream.endpoint.v1.TargetRef
 	(*EndpointSliceSync)(nil),     // 4: fleetstream.endpoint.v1.EndpointSliceSync
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*ServiceExportsReport)(nil),  // 5: fleetstream.endpoint.v1.ServiceExportsReport
+	(*ExportedService)(nil),       // 6: fleetstream.endpoint.v1.ExportedService
+	(*ServiceExportsSync)(nil),    // 7: fleetstream.endpoint.v1.ServiceExportsSync
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_fleetstream_endpoint_v1_report_proto_depIdxs = []int32{
-	1, // 0: fleetstream.endpoint.v1.EndpointSliceReport.ports:type_name -> fleetstream.endpoint.v1.EndpointPort
-	2, // 1: fleetstream.endpoint.v1.EndpointSliceReport.endpoints:type_name -> fleetstream.endpoint.v1.Endpoint
-	5, // 2: fleetstream.endpoint.v1.EndpointSliceReport.time:type_name -> google.protobuf.Timestamp
-	3, // 3: fleetstream.endpoint.v1.Endpoint.target:type_name -> fleetstream.endpoint.v1.TargetRef
-	5, // 4: fleetstream.endpoint.v1.EndpointSliceSync.time:type_name -> google.protobuf.Timestamp
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	1,  // 0: fleetstream.endpoint.v1.EndpointSliceReport.ports:type_name -> fleetstream.endpoint.v1.EndpointPort
+	2,  // 1: fleetstream.endpoint.v1.EndpointSliceReport.endpoints:type_name -> fleetstream.endpoint.v1.Endpoint
+	8,  // 2: fleetstream.endpoint.v1.EndpointSliceReport.time:type_name -> google.protobuf.Timestamp
+	3,  // 3: fleetstream.endpoint.v1.Endpoint.target:type_name -> fleetstream.endpoint.v1.TargetRef
+	8,  // 4: fleetstream.endpoint.v1.EndpointSliceSync.time:type_name -> google.protobuf.Timestamp
+	6,  // 5: fleetstream.endpoint.v1.ServiceExportsReport.exports:type_name -> fleetstream.endpoint.v1.ExportedService
+	8,  // 6: fleetstream.endpoint.v1.ServiceExportsReport.time:type_name -> google.protobuf.Timestamp
+	8,  // 7: fleetstream.endpoint.v1.ExportedService.created:type_name -> google.protobuf.Timestamp
+	1,  // 8: fleetstream.endpoint.v1.ExportedService.ports:type_name -> fleetstream.endpoint.v1.EndpointPort
+	8,  // 9: fleetstream.endpoint.v1.ServiceExportsSync.time:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_fleetstream_endpoint_v1_report_proto_init() }
@@ -597,7 +870,7 @@ func file_fleetstream_endpoint_v1_report_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetstream_endpoint_v1_report_proto_rawDesc), len(file_fleetstream_endpoint_v1_report_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,83 @@
+package desired
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/fleetstream/fleetstream/pkg/mcs"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// ReasonNamespaceNotBound: a desired object of a bucket whose objects live only in bound
+// namespaces (desired-mcs) names a namespace this agent has not bound to the object's project.
+const ReasonNamespaceNotBound = "NamespaceNotBound"
+
+// boundOnly are the desired buckets whose objects go only into namespaces this agent bound for
+// their project (owner label fleetstream.io/project): a multi-cluster Service's import and
+// endpoints are the project's, and the agent does not take the hub's word that the namespace is.
+var boundOnly = map[string]bool{subjects.DesiredMCSBucket: true}
+
+var namespaceGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// notBound says why entry e may not be applied into namespace, empty when it may: the
+// namespace must be one this agent manages, labelled with the entry's project.
+func (a *Applier) notBound(ctx context.Context, e entry, namespace string) (string, error) {
+	if !boundOnly[e.bucket] {
+		return "", nil
+	}
+	project := e.obj.GetOwnerLabelValue()
+	if e.obj.GetOwnerLabelKey() != mcs.ProjectLabel || project == "" {
+		return fmt.Sprintf("desired objects of %s must name their project (owner label %s)", e.bucket, mcs.ProjectLabel), nil
+	}
+	if namespace == "" {
+		return fmt.Sprintf("desired objects of %s must be namespaced", e.bucket), nil
+	}
+	ns, err := a.dyn.Resource(namespaceGVR).Get(ctx, namespace, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("namespace %s does not exist on this cluster", namespace), nil
+	case err != nil:
+		return "", fmt.Errorf("get namespace %s: %w", namespace, err)
+	}
+	l := ns.GetLabels()
+	if l[ManagedByLabel] != ManagedByValue || l[mcs.ProjectLabel] != project || ns.GetDeletionTimestamp() != nil {
+		return fmt.Sprintf("namespace %s is not bound to project %s on this cluster", namespace, project), nil
+	}
+	return "", nil
+}
+
+// refuseNotBound reports e Failed (NamespaceNotBound) instead of applying it, and deletes what
+// an earlier apply of the same key made (the namespace was bound then). It returns an error so
+// that the key is tried again with backoff: a binding on its way makes the namespace bound.
+func (a *Applier) refuseNotBound(ctx context.Context, e entry, mapping *meta.RESTMapping, ri dynamic.ResourceInterface, namespace, name, reason string) error {
+	qk := queueKey(e.bucket, e.key)
+	a.setMark(qk, appliedMark{})
+	live, cached := a.informers.cached(mapping.Resource, namespace, name, qk)
+	if !cached {
+		var err error
+		live, err = ri.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			live = nil
+		case err != nil:
+			return fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, name, err)
+		}
+	}
+	if live != nil && managedFor(live, qk) {
+		if err := deleteObject(ctx, ri, live); err != nil {
+			return err
+		}
+		a.log.Warn("deleted an object applied into a namespace no longer bound", zap.String("key", qk), zap.String("namespace", namespace), zap.String("name", name))
+	}
+	if err := a.fail(ctx, e, ReasonNamespaceNotBound, reason); err != nil {
+		return err
+	}
+	return fmt.Errorf("%s: %s", qk, reason)
+}

@@ -1,0 +1,497 @@
+// Package mcs is the agent side of multi-cluster Services (KEP-1645, docs/kubernetes.md): it
+// watches the member cluster's ServiceExports (multicluster.x-k8s.io/v1alpha1) in the
+// namespaces the agent bound for a project, reports each namespace's exports with what the hub
+// needs of their Services on fleet.agent.<cluster>.serviceexports.<namespace>, and writes the
+// hub's verdict on each export as its Conflict condition. The ServiceImports and EndpointSlices
+// the hub computes arrive as desired state (bucket desired-mcs) and are applied by package
+// desired, like RoleBindings.
+//
+// Types and CRDs are upstream's: sigs.k8s.io/mcs-api v0.5.2.
+package mcs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/mcs"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// Appender publishes one report; *events.Store is one.
+type Appender interface {
+	Append(ctx context.Context, subject, aggregateID string, expect events.Expect, payload proto.Message) (uint64, error)
+}
+
+// The resources the reporter reads.
+var (
+	ExportsGVR = mcsv1alpha1.SchemeGroupVersion.WithResource("serviceexports")
+	ImportsGVR = mcsv1alpha1.SchemeGroupVersion.WithResource("serviceimports")
+)
+
+// What marks a namespace (and an import) the agent manages: package desired's label.
+const (
+	managedByLabel = "app.kubernetes.io/managed-by"
+	managedByValue = "fleetstream"
+	// fieldManager writes the Conflict condition of exports.
+	fieldManager = "fleetstream-agent"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultResync     = 10 * time.Minute
+	DefaultCRDRecheck = 30 * time.Second
+)
+
+// Config configures a Reporter.
+type Config struct {
+	ClusterName string
+	// SessionID identifies the agent process; reports carry it and the sync marker names it.
+	SessionID string
+	// MaxExports bounds one namespace's report (default and at most mcs.MaxExportsPerReport).
+	MaxExports int
+	// MaxBytes bounds one report's encoding (default and at most mcs.MaxReportBytes).
+	MaxBytes int
+	// Resync republishes every namespace's exports and the marker this often (default 10m).
+	Resync time.Duration
+	// CRDRecheck is how often the reporter looks again for the ServiceExport CRD while the
+	// cluster has none (default 30s): MCS is optional, and installed when a team wants it.
+	CRDRecheck time.Duration
+}
+
+func (c *Config) defaults() error {
+	if c.ClusterName == "" {
+		return errors.New("cluster name is required")
+	}
+	if c.MaxExports <= 0 || c.MaxExports > mcs.MaxExportsPerReport {
+		c.MaxExports = mcs.MaxExportsPerReport
+	}
+	if c.MaxBytes <= 0 || c.MaxBytes > mcs.MaxReportBytes {
+		c.MaxBytes = mcs.MaxReportBytes
+	}
+	if c.Resync <= 0 {
+		c.Resync = DefaultResync
+	}
+	if c.CRDRecheck <= 0 {
+		c.CRDRecheck = DefaultCRDRecheck
+	}
+	return nil
+}
+
+// relistKey asks the worker to report every namespace and then the sync marker; NUL is in no
+// namespace name.
+const relistKey = "\x00relist"
+
+// Reporter reports ServiceExports and writes their Conflict conditions.
+type Reporter struct {
+	cfg  Config
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+	disc discovery.DiscoveryInterface
+	app  Appender
+	log  *zap.Logger
+
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	namespaces cache.GenericLister
+	services   cache.GenericLister
+	exports    cache.GenericLister
+	imports    cache.GenericLister
+
+	// Owned by the worker.
+	sent    map[string]string // namespace → the last report's content (without its time)
+	omitted map[string]bool   // namespaces whose last report left exports out (logged once)
+}
+
+// New returns a reporter of cfg.ClusterName's exports, published through app.
+func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, app Appender, log *zap.Logger) (*Reporter, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, fmt.Errorf("mcs reporter config: %w", err)
+	}
+	if kube == nil || dyn == nil || app == nil {
+		return nil, errors.New("mcs reporter: kubernetes, dynamic clients and appender are required")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Reporter{cfg: cfg, kube: kube, dyn: dyn, disc: kube.Discovery(), app: app, log: log.Named("mcs"),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-exports-" + cfg.ClusterName}),
+		sent: map[string]string{}, omitted: map[string]bool{}}, nil
+}
+
+// Run waits until the cluster serves ServiceExports, then reports until ctx ends. A cluster
+// without the CRD costs a discovery request every CRDRecheck.
+func (r *Reporter) Run(ctx context.Context) error {
+	defer r.queue.ShutDown()
+	if !r.waitForCRD(ctx) {
+		return nil
+	}
+	factory := informers.NewSharedInformerFactory(r.kube, 0)
+	nsInf := factory.Core().V1().Namespaces().Informer()
+	svcInf := factory.Core().V1().Services().Informer()
+	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(r.dyn, 0)
+	expInf := dfactory.ForResource(ExportsGVR)
+	impInf := dynamicinformer.NewFilteredDynamicInformer(r.dyn, ImportsGVR, metav1.NamespaceAll, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(o *metav1.ListOptions) { o.LabelSelector = managedByLabel + "=" + managedByValue })
+	r.namespaces = cache.NewGenericLister(nsInf.GetIndexer(), corev1.Resource("namespaces"))
+	r.services = cache.NewGenericLister(svcInf.GetIndexer(), corev1.Resource("services"))
+	r.exports = expInf.Lister()
+	r.imports = impInf.Lister()
+	byNamespace := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if o, ok := obj.(metav1.Object); ok {
+			ns := o.GetNamespace()
+			if ns == "" { // a Namespace
+				ns = o.GetName()
+			}
+			r.queue.Add(ns)
+		}
+	}
+	h := cache.ResourceEventHandlerFuncs{AddFunc: byNamespace, UpdateFunc: func(_, n any) { byNamespace(n) }, DeleteFunc: byNamespace}
+	for _, inf := range []cache.SharedIndexInformer{nsInf, svcInf, expInf.Informer(), impInf.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("mcs informer: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.Start(ctx.Done())
+	dfactory.Start(ctx.Done())
+	go impInf.Informer().RunWithContext(ctx)
+	defer factory.Shutdown()
+	defer dfactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), nsInf.HasSynced, svcInf.HasSynced, expInf.Informer().HasSynced, impInf.Informer().HasSynced) {
+		return nil
+	}
+	r.log.Info("reporting multi-cluster ServiceExports")
+	r.queue.Add(relistKey)
+	go func() {
+		t := time.NewTicker(r.cfg.Resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.queue.Add(relistKey)
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		r.queue.ShutDown()
+	}()
+	for r.processNext(ctx) {
+	}
+	return nil
+}
+
+// waitForCRD returns once the cluster serves ServiceExports, false if ctx ended first.
+func (r *Reporter) waitForCRD(ctx context.Context) bool {
+	logged := false
+	for {
+		res, err := r.disc.ServerResourcesForGroupVersion(mcsv1alpha1.SchemeGroupVersion.String())
+		if err == nil && slices.ContainsFunc(res.APIResources, func(a metav1.APIResource) bool { return a.Name == ExportsGVR.Resource }) {
+			return true
+		}
+		if !logged {
+			r.log.Info("the cluster serves no ServiceExports (multicluster.x-k8s.io/v1alpha1): multi-cluster Services are off until the CRD is installed", zap.Error(err))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(r.cfg.CRDRecheck):
+		}
+	}
+}
+
+func (r *Reporter) processNext(ctx context.Context) bool {
+	key, shutdown := r.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer r.queue.Done(key)
+	var err error
+	if key == relistKey {
+		err = r.relist(ctx)
+	} else {
+		err = r.reconcile(ctx, key)
+	}
+	if err == nil {
+		r.queue.Forget(key)
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	r.log.Info("mcs report failed; retrying", zap.String("key", key), zap.Error(err))
+	r.queue.AddRateLimited(key)
+	return true
+}
+
+// relist reports every namespace with exports (whatever was sent before: a resync heals a
+// report the hub lost), then the marker.
+func (r *Reporter) relist(ctx context.Context) error {
+	objs, err := r.exports.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	nss := map[string]bool{}
+	for _, o := range objs {
+		if m, ok := o.(metav1.Object); ok {
+			nss[m.GetNamespace()] = true
+		}
+	}
+	for ns := range r.sent {
+		nss[ns] = true
+	}
+	clear(r.sent)
+	var errs []error
+	n := 0
+	for ns := range nss {
+		if err := r.reconcile(ctx, ns); err != nil {
+			errs = append(errs, err)
+		}
+		if r.sent[ns] != "" {
+			n++
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return r.publish(ctx, subjects.AgentServiceExportsSync(r.cfg.ClusterName), events.Any, &endpointv1.ServiceExportsSync{
+		ClusterName: r.cfg.ClusterName, SessionId: r.cfg.SessionID, Namespaces: uint32(n), Time: timestamppb.Now()})
+}
+
+// project returns the project owning namespace ns on this cluster, "" when the agent did not
+// bind it.
+func (r *Reporter) project(ns string) string {
+	o, err := r.namespaces.Get(ns)
+	if err != nil {
+		return ""
+	}
+	n, ok := o.(*corev1.Namespace)
+	if !ok || n.Labels[managedByLabel] != managedByValue || n.DeletionTimestamp != nil {
+		return ""
+	}
+	return n.Labels[mcs.ProjectLabel]
+}
+
+// export is one ServiceExport as the reporter reads it.
+type export struct {
+	name    string
+	uid     string
+	gen     int64
+	created metav1.Time
+	status  mcsv1alpha1.ServiceExportStatus
+}
+
+func (r *Reporter) listExports(ns string) ([]export, error) {
+	objs, err := r.exports.ByNamespace(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]export, 0, len(objs))
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		var se mcsv1alpha1.ServiceExport
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &se); err != nil {
+			r.log.Debug("undecodable ServiceExport", zap.String("namespace", ns), zap.String("name", u.GetName()), zap.Error(err))
+			continue
+		}
+		out = append(out, export{name: se.Name, uid: string(se.UID), gen: se.Generation, created: se.CreationTimestamp, status: se.Status})
+	}
+	// The oldest first, as KEP-1645 ranks exports: a bound keeps the exports that win.
+	slices.SortFunc(out, func(a, b export) int {
+		if c := a.created.Time.Compare(b.created.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out, nil
+}
+
+// reconcile reports namespace ns's exports if they changed and writes their conditions.
+func (r *Reporter) reconcile(ctx context.Context, ns string) error {
+	var exps []export
+	if r.project(ns) != "" {
+		var err error
+		if exps, err = r.listExports(ns); err != nil {
+			return err
+		}
+	}
+	rep := &endpointv1.ServiceExportsReport{ClusterName: r.cfg.ClusterName, Namespace: ns, SessionId: r.cfg.SessionID}
+	var reported []export
+	size := proto.Size(rep) + 64 // the time and the omitted count
+	for _, e := range exps {
+		es, ok := r.exported(ns, e)
+		if !ok {
+			continue
+		}
+		n := proto.Size(es) + 8 // the field's tag and length
+		if len(rep.Exports) >= r.cfg.MaxExports || size+n > r.cfg.MaxBytes {
+			rep.Omitted++
+			continue
+		}
+		size += n
+		rep.Exports = append(rep.Exports, es)
+		reported = append(reported, e)
+	}
+	if rep.Omitted > 0 && !r.omitted[ns] {
+		r.log.Warn("namespace has more ServiceExports than one report carries: the oldest are reported, the rest are not exported",
+			zap.String("namespace", ns), zap.Int("reported", len(rep.Exports)), zap.Uint32("omitted", rep.Omitted))
+	}
+	r.omitted[ns] = rep.Omitted > 0
+	content, err := proto.MarshalOptions{Deterministic: true}.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	prev, had := r.sent[ns]
+	// A namespace never reported with nothing to report stays unreported.
+	if prev != string(content) && (had || len(rep.Exports) > 0 || rep.Omitted > 0) {
+		rep.Time = timestamppb.Now()
+		if err := r.publish(ctx, subjects.AgentServiceExports(r.cfg.ClusterName, ns), events.Any, rep); err != nil {
+			return err
+		}
+		if len(rep.Exports) == 0 && rep.Omitted == 0 {
+			delete(r.sent, ns)
+		} else {
+			r.sent[ns] = string(content)
+		}
+	}
+	return r.writeConditions(ctx, ns, reported)
+}
+
+// exported returns what the report says of export e, false when its Service cannot be exported
+// (none, or of type ExternalName).
+func (r *Reporter) exported(ns string, e export) (*endpointv1.ExportedService, bool) {
+	o, err := r.services.ByNamespace(ns).Get(e.name)
+	if err != nil {
+		return nil, false
+	}
+	svc, ok := o.(*corev1.Service)
+	if !ok || svc.Spec.Type == corev1.ServiceTypeExternalName || len(svc.Spec.Ports) > mcs.MaxPortsPerExport {
+		return nil, false
+	}
+	es := &endpointv1.ExportedService{Name: e.name, Uid: e.uid, Created: timestamppb.New(e.created.Time), Type: mcs.TypeClusterSetIP}
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		es.Type = mcs.TypeHeadless
+	}
+	for _, p := range svc.Spec.Ports {
+		ep := &endpointv1.EndpointPort{Name: p.Name, Port: uint32(p.Port), Protocol: string(p.Protocol)}
+		if ep.Protocol == "" {
+			ep.Protocol = string(corev1.ProtocolTCP)
+		}
+		if p.AppProtocol != nil {
+			ep.AppProtocol = *p.AppProtocol
+		}
+		es.Ports = append(es.Ports, ep)
+	}
+	return es, true
+}
+
+// writeConditions writes on each reported export the Conflict condition the hub's verdict
+// says, once the hub has made one: the import of the export's name is on this cluster. Only a
+// condition that changes is written, so a settled namespace costs no API call.
+func (r *Reporter) writeConditions(ctx context.Context, ns string, exps []export) error {
+	var errs []error
+	for _, e := range exps {
+		o, err := r.imports.ByNamespace(ns).Get(e.name)
+		if err != nil {
+			continue // no verdict yet
+		}
+		imp, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		want := metav1.Condition{Type: mcsv1alpha1.ServiceExportConflict, Status: metav1.ConditionFalse, Reason: mcs.ReasonNoConflicts,
+			Message: "no conflict with the other clusters' exports of " + e.name, ObservedGeneration: e.gen}
+		if v, ok := imp.GetAnnotations()[mcs.ConflictAnnotation]; ok {
+			reason, msg, _ := strings.Cut(v, ": ")
+			want.Status, want.Reason, want.Message = metav1.ConditionTrue, reason, msg
+		}
+		if err := r.setCondition(ctx, ns, e, want); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Reporter) setCondition(ctx context.Context, ns string, e export, want metav1.Condition) error {
+	want.LastTransitionTime = metav1.Now()
+	for _, c := range e.status.Conditions {
+		if c.Type != want.Type {
+			continue
+		}
+		if c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
+			return nil
+		}
+		if c.Status == want.Status {
+			want.LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mcsv1alpha1.SchemeGroupVersion.String(), "kind": "ServiceExport",
+		"metadata": map[string]any{"name": e.name, "namespace": ns, "uid": e.uid},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": want.Type, "status": string(want.Status), "reason": want.Reason, "message": want.Message,
+			"observedGeneration": want.ObservedGeneration, "lastTransitionTime": want.LastTransitionTime.UTC().Format(time.RFC3339),
+		}}},
+	}}
+	data, err := patch.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = r.dyn.Resource(ExportsGVR).Namespace(ns).Patch(ctx, e.name, types.ApplyPatchType, data,
+		metav1.PatchOptions{FieldManager: fieldManager, Force: &force}, "status")
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or replaced by a new export: its own events queue the namespace
+	}
+	if err != nil {
+		return fmt.Errorf("write Conflict condition of ServiceExport %s/%s: %w", ns, e.name, err)
+	}
+	return nil
+}
+
+const publishTimeout = 10 * time.Second
+
+func (r *Reporter) publish(ctx context.Context, subject string, expect events.Expect, msg proto.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	if _, err := r.app.Append(ctx, subject, r.cfg.ClusterName, expect, msg); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return nil
+}

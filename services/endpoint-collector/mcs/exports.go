@@ -1,0 +1,241 @@
+package mcs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/mcs"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+)
+
+// nsReport is the last accepted report of one namespace of one cluster.
+type nsReport struct {
+	session string
+	exports map[string]Export // by service name
+}
+
+// exportStore holds every cluster's reported exports, as the agents last reported them.
+type exportStore struct {
+	mu       sync.Mutex
+	clusters map[string]map[string]*nsReport // cluster → namespace → report
+}
+
+func newExportStore() *exportStore { return &exportStore{clusters: map[string]map[string]*nsReport{}} }
+
+// errRefused marks a report the hub does not take: what an agent that bounds and validates as
+// its own code does never sends.
+var errRefused = errors.New("refused")
+
+// handle applies one message of subject; it returns the service keys (namespace/name) whose
+// exports changed. A report that fails validation is refused whole (the namespace's exports
+// of that cluster are dropped, as if it had reported none) with an error naming the field.
+func (s *exportStore) handle(subject string, data []byte) ([]string, error) {
+	toks := strings.Split(subject, ".")
+	// fleet.agent.<cluster>.serviceexports.<ns> | fleet.agent.<cluster>.serviceexportsync
+	if len(toks) < 4 {
+		return nil, fmt.Errorf("%w: subject %s", errRefused, subject)
+	}
+	cluster, err := keys.Decode(toks[2])
+	if err != nil {
+		return nil, fmt.Errorf("%w: subject %s: %v", errRefused, subject, err)
+	}
+	env := &eventv1.Envelope{}
+	if err := proto.Unmarshal(data, env); err != nil {
+		return nil, fmt.Errorf("%w: subject %s: envelope: %v", errRefused, subject, err)
+	}
+	switch {
+	case len(toks) == 4 && subject == subjects.AgentServiceExportsSync(cluster):
+		m := &endpointv1.ServiceExportsSync{}
+		if err := env.GetPayload().UnmarshalTo(m); err != nil {
+			return nil, fmt.Errorf("%w: subject %s: payload: %v", errRefused, subject, err)
+		}
+		return s.sync(cluster, m.GetSessionId()), nil
+	case len(toks) == 5 && toks[3] == subjects.AgentServiceExportsKind:
+		ns, err := keys.Decode(toks[4])
+		if err != nil {
+			return nil, fmt.Errorf("%w: subject %s: %v", errRefused, subject, err)
+		}
+		m := &endpointv1.ServiceExportsReport{}
+		if err := env.GetPayload().UnmarshalTo(m); err != nil {
+			return s.replace(cluster, ns, nil), fmt.Errorf("%w: subject %s: payload: %v", errRefused, subject, err)
+		}
+		r, err := validate(cluster, ns, m)
+		if err != nil {
+			return s.replace(cluster, ns, nil), fmt.Errorf("%w: cluster %s namespace %s: %v", errRefused, cluster, ns, err)
+		}
+		return s.replace(cluster, ns, r), nil
+	}
+	return nil, fmt.Errorf("%w: subject %s", errRefused, subject)
+}
+
+// validate checks a report against what the agent's own bounds and Kubernetes allow.
+func validate(cluster, ns string, m *endpointv1.ServiceExportsReport) (*nsReport, error) {
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return nil, fmt.Errorf("namespace: %s", strings.Join(errs, "; "))
+	}
+	if m.GetNamespace() != ns {
+		return nil, fmt.Errorf("namespace: the report names %q, its subject another", m.GetNamespace())
+	}
+	if m.GetClusterName() != cluster {
+		return nil, fmt.Errorf("cluster_name: the report names another cluster than its subject")
+	}
+	if n := len(m.GetExports()); n > mcs.MaxExportsPerReport {
+		return nil, fmt.Errorf("exports: %d, at most %d", n, mcs.MaxExportsPerReport)
+	}
+	if n := proto.Size(m); n > mcs.MaxReportBytes+1024 {
+		return nil, fmt.Errorf("report: %d bytes, at most %d", n, mcs.MaxReportBytes)
+	}
+	r := &nsReport{session: m.GetSessionId(), exports: map[string]Export{}}
+	for i, e := range m.GetExports() {
+		path := fmt.Sprintf("exports[%d]", i)
+		if errs := validation.IsDNS1035Label(e.GetName()); len(errs) > 0 {
+			return nil, fmt.Errorf("%s.name: %s", path, strings.Join(errs, "; "))
+		}
+		if _, dup := r.exports[e.GetName()]; dup {
+			return nil, fmt.Errorf("%s.name: %s is reported twice", path, e.GetName())
+		}
+		if e.GetType() != mcs.TypeClusterSetIP && e.GetType() != mcs.TypeHeadless {
+			return nil, fmt.Errorf("%s.type: want %s or %s", path, mcs.TypeClusterSetIP, mcs.TypeHeadless)
+		}
+		if e.GetCreated() == nil || e.GetCreated().CheckValid() != nil {
+			return nil, fmt.Errorf("%s.created: missing or invalid", path)
+		}
+		if n := len(e.GetPorts()); n > mcs.MaxPortsPerExport {
+			return nil, fmt.Errorf("%s.ports: %d, at most %d", path, n, mcs.MaxPortsPerExport)
+		}
+		x := Export{Cluster: cluster, Created: e.GetCreated().AsTime(), Type: e.GetType()}
+		names := map[string]bool{}
+		for j, p := range e.GetPorts() {
+			pp := fmt.Sprintf("%s.ports[%d]", path, j)
+			if p.GetName() != "" {
+				if errs := validation.IsValidPortName(p.GetName()); len(errs) > 0 {
+					return nil, fmt.Errorf("%s.name: %s", pp, strings.Join(errs, "; "))
+				}
+			} else if len(e.GetPorts()) > 1 {
+				return nil, fmt.Errorf("%s.name: required when a Service has several ports", pp)
+			}
+			if names[p.GetName()] {
+				return nil, fmt.Errorf("%s.name: %q twice", pp, p.GetName())
+			}
+			names[p.GetName()] = true
+			if p.GetPort() < 1 || p.GetPort() > 65535 {
+				return nil, fmt.Errorf("%s.port: %d, want 1..65535", pp, p.GetPort())
+			}
+			switch p.GetProtocol() {
+			case "TCP", "UDP", "SCTP":
+			default:
+				return nil, fmt.Errorf("%s.protocol: want TCP, UDP or SCTP", pp)
+			}
+			if a := p.GetAppProtocol(); a != "" {
+				if errs := validation.IsQualifiedName(a); len(errs) > 0 {
+					return nil, fmt.Errorf("%s.app_protocol: %s", pp, strings.Join(errs, "; "))
+				}
+			}
+			x.Ports = append(x.Ports, Port{Name: p.GetName(), Protocol: p.GetProtocol(), AppProtocol: p.GetAppProtocol(), Port: int32(p.GetPort())})
+		}
+		r.exports[e.GetName()] = x
+	}
+	return r, nil
+}
+
+// replace sets cluster's report of ns (nil: none) and returns the services that changed.
+func (s *exportStore) replace(cluster, ns string, r *nsReport) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byNS := s.clusters[cluster]
+	var old *nsReport
+	if byNS != nil {
+		old = byNS[ns]
+	}
+	changed := map[string]bool{}
+	if old != nil {
+		for name := range old.exports {
+			changed[name] = true
+		}
+	}
+	if r != nil {
+		for name := range r.exports {
+			changed[name] = true
+		}
+	}
+	switch {
+	case r == nil || (len(r.exports) == 0):
+		if byNS != nil {
+			delete(byNS, ns)
+			if len(byNS) == 0 {
+				delete(s.clusters, cluster)
+			}
+		}
+	default:
+		if byNS == nil {
+			byNS = map[string]*nsReport{}
+			s.clusters[cluster] = byNS
+		}
+		byNS[ns] = r
+	}
+	out := make([]string, 0, len(changed))
+	for name := range changed {
+		out = append(out, ns+"/"+name)
+	}
+	return out
+}
+
+// sync drops cluster's reports of sessions other than session: the agent reported every
+// namespace with exports since, so the others have none.
+func (s *exportStore) sync(cluster, session string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for ns, r := range s.clusters[cluster] {
+		if r.session == session {
+			continue
+		}
+		for name := range r.exports {
+			out = append(out, ns+"/"+name)
+		}
+		delete(s.clusters[cluster], ns)
+	}
+	return out
+}
+
+// of returns the exports of service ns/name, by cluster.
+func (s *exportStore) of(ns, name string) map[string]Export {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]Export{}
+	for cluster, byNS := range s.clusters {
+		if r := byNS[ns]; r != nil {
+			if e, ok := r.exports[name]; ok {
+				out[cluster] = e
+			}
+		}
+	}
+	return out
+}
+
+// keys returns every exported service key.
+func (s *exportStore) keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	for _, byNS := range s.clusters {
+		for ns, r := range byNS {
+			for name := range r.exports {
+				seen[ns+"/"+name] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,287 @@
+package mcs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/consumer"
+	"github.com/fleetstream/fleetstream/pkg/daemon"
+	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/reconcile"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
+)
+
+// LeaseName is the lease of the one writer of bucket desired-mcs.
+const LeaseName = "endpoint-collector.mcs"
+
+// Endpoints is what the computation reads of the collector.
+type Endpoints interface {
+	ServiceEndpoints(ref collector.ServiceRef) (*endpointv1.GetServiceEndpointsResponse, bool)
+	Feed() *collector.Feed
+	Ready() <-chan struct{}
+}
+
+// Ownership is who owns each namespace on each cluster (*authz.Authorizer).
+type Ownership interface {
+	NamespaceBindings(namespace string) []*projectv1.NamespaceBinding
+	NamespaceBindingsChanged() <-chan struct{}
+	Ready() <-chan struct{}
+}
+
+// Service computes and writes the multi-cluster Services of the fleet. It is a
+// server.Component; every replica reads the reports, the lease holder writes.
+type Service struct {
+	js      jetstream.JetStream
+	eps     Endpoints
+	owners  Ownership
+	log     *zap.Logger
+	exports *exportStore
+	ctrl    *reconcile.Controller
+	refused *prometheus.CounterVec
+	ready   chan struct{}
+
+	kv jetstream.KeyValue
+	// written is what the bucket holds, by service key: desired key → encoded value. Rebuilt
+	// from the bucket whenever the lease is taken; changed by the reconciler only.
+	mu      sync.Mutex
+	written map[string]map[string][]byte
+}
+
+// New returns the multi-cluster Services writer over js, reading endpoints and ownership.
+func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logger) *Service {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Service{js: js, eps: eps, owners: owners, log: log.Named("mcs"), exports: newExportStore(),
+		ready: make(chan struct{}), written: map[string]map[string][]byte{},
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetstream_mcs_export_reports_refused_total",
+			Help: "ServiceExport reports of agents refused whole (invalid, or past the bounds an agent keeps to), by cluster.",
+		}, []string{"cluster"})}
+	s.ctrl = reconcile.New(reconcile.Config{Name: "endpoint-collector-mcs", Keys: s.keys, Resync: 10 * time.Minute, Log: s.log}, reconcile.Func(s.reconcile))
+	// Nothing of the fleet's API waits for it: its output goes to clusters, not to callers.
+	close(s.ready)
+	return s
+}
+
+// NewFromEnv builds the service of a daemon (endpoint-collector's binary, fleetd).
+func NewFromEnv(env *daemon.Env, eps Endpoints) *Service {
+	return New(env.JS, eps, env.Authz, env.Log)
+}
+
+// Mount registers its metrics.
+func (s *Service) Mount(srv *server.Server) {
+	for _, c := range append(s.ctrl.Collectors(), s.refused) {
+		_ = srv.Registry().Register(c)
+	}
+}
+
+// Ready is closed at once: the writer follows the lease, not readiness.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Sync reconciles every service now and waits (tests).
+func (s *Service) Sync(ctx context.Context) error { return s.ctrl.Sync(ctx) }
+
+// Run reads the reports and, while this replica holds the lease, writes.
+func (s *Service) Run(ctx context.Context) error {
+	for _, ch := range []<-chan struct{}{s.eps.Ready(), s.owners.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	kv, err := s.js.KeyValue(ctx, subjects.DesiredMCSBucket)
+	if err != nil {
+		return server.Stopped(ctx, fmt.Errorf("mcs: bucket %s: %w", subjects.DesiredMCSBucket, err))
+	}
+	s.kv = kv
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { s.followEndpoints(ctx) })
+	wg.Go(func() { s.followOwnership(ctx) })
+	errc := make(chan error, 2)
+	wg.Go(func() { errc <- s.consume(ctx) })
+	wg.Go(func() {
+		errc <- reconcile.RunLeased(ctx, s.js, LeaseName, nil, func(ctx context.Context) error {
+			if err := s.loadWritten(ctx); err != nil {
+				return err
+			}
+			return s.ctrl.Run(ctx)
+		})
+	})
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+	}
+	return server.Stopped(ctx, err)
+}
+
+// consume reads every cluster's latest export reports and sync markers.
+func (s *Service) consume(ctx context.Context) error {
+	r, err := consumer.NewOrdered(ctx, s.js, subjects.AgentStreamName, []string{
+		subjects.AgentPrefix + ".*." + subjects.AgentServiceExportsKind + ".*",
+		subjects.AgentPrefix + ".*.serviceexportsync",
+	}, 0, 256, s.log, consumer.WithLastPerSubject())
+	if err != nil {
+		return fmt.Errorf("mcs: agent stream consumer: %w", err)
+	}
+	defer r.Stop()
+	return r.Each(ctx, func(m jetstream.Msg, _ *jetstream.MsgMetadata) {
+		changed, err := s.exports.handle(m.Subject(), m.Data())
+		if err != nil {
+			cluster := strings.Split(m.Subject(), ".")[2]
+			s.refused.WithLabelValues(cluster).Inc()
+			s.log.Warn("ServiceExport report refused", zap.String("subject", m.Subject()), zap.Error(err))
+		}
+		for _, k := range changed {
+			s.ctrl.Add(k)
+		}
+	})
+}
+
+// followEndpoints queues the services whose endpoints changed.
+func (s *Service) followEndpoints(ctx context.Context) {
+	f := s.eps.Feed()
+	defer f.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.Changed():
+		}
+		for _, ref := range f.Take() {
+			s.ctrl.Add(ref.Namespace + "/" + ref.Name)
+		}
+	}
+}
+
+// followOwnership queues every service at each change of the namespace bindings: a bind or
+// unbind adds or removes the clusters an import goes to.
+func (s *Service) followOwnership(ctx context.Context) {
+	for {
+		ch := s.owners.NamespaceBindingsChanged()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+		for _, k := range s.keys() {
+			s.ctrl.Add(k)
+		}
+	}
+}
+
+// keys is every service with exports or with objects written.
+func (s *Service) keys() []string {
+	out := s.exports.keys()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.written {
+		out = append(out, k)
+	}
+	return out
+}
+
+// loadWritten reads what the bucket holds, for the reconciler to compare with.
+func (s *Service) loadWritten(ctx context.Context) error {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("mcs: read %s: %w", subjects.DesiredMCSBucket, err)
+	}
+	defer func() { _ = w.Stop() }()
+	written := map[string]map[string][]byte{}
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		svc, _, ok := serviceOfKey(e.Key())
+		if !ok {
+			continue
+		}
+		if written[svc] == nil {
+			written[svc] = map[string][]byte{}
+		}
+		written[svc][e.Key()] = e.Value()
+	}
+	s.mu.Lock()
+	s.written = written
+	s.mu.Unlock()
+	return nil
+}
+
+// reconcile writes the desired objects of service key and tombstones those no longer desired.
+func (s *Service) reconcile(ctx context.Context, key string) error {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok {
+		return nil
+	}
+	bound := map[string]string{}
+	for _, b := range s.owners.NamespaceBindings(ns) {
+		bound[b.GetCluster()] = b.GetProject()
+	}
+	d := Compute(Input{Namespace: ns, Name: name, Exports: s.exports.of(ns, name), Bound: bound,
+		Endpoints: func(project string) *endpointv1.GetServiceEndpointsResponse {
+			r, _ := s.eps.ServiceEndpoints(collector.ServiceRef{Namespace: ns, Name: name, Project: project})
+			return r
+		}})
+	s.mu.Lock()
+	prev := s.written[key]
+	s.mu.Unlock()
+	next := map[string][]byte{}
+	var errs []error
+	for k, obj := range d.Objects {
+		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		next[k] = data
+		if bytes.Equal(prev[k], data) {
+			continue
+		}
+		if _, err := s.kv.Put(ctx, k, data); err != nil {
+			errs = append(errs, fmt.Errorf("put %s: %w", k, err))
+			delete(next, k)
+		}
+	}
+	for k, old := range prev {
+		if _, ok := next[k]; ok {
+			continue
+		}
+		oldObj := &desiredv1.DesiredObject{}
+		if err := proto.Unmarshal(old, oldObj); err == nil && oldObj.GetTombstone() {
+			continue // already gone; kept so an agent away when it went still removes it
+		}
+		tomb, _ := proto.MarshalOptions{Deterministic: true}.Marshal(Tombstone(oldObj.GetOwnerLabelValue()))
+		if _, err := s.kv.Put(ctx, k, tomb); err != nil {
+			errs = append(errs, fmt.Errorf("tombstone %s: %w", k, err))
+			next[k] = old
+			continue
+		}
+		next[k] = tomb
+	}
+	s.mu.Lock()
+	if len(next) == 0 {
+		delete(s.written, key)
+	} else {
+		s.written[key] = next
+	}
+	s.mu.Unlock()
+	return errors.Join(errs...)
+}
