@@ -20,6 +20,8 @@ import (
 type nsReport struct {
 	session string
 	exports map[string]Export // by service name
+	// omitted is how many exports the agent left out of the report (its bounds).
+	omitted uint32
 }
 
 // exportStore holds every cluster's reported exports, as the agents last reported them.
@@ -93,7 +95,7 @@ func validate(cluster, ns string, m *endpointv1.ServiceExportsReport) (*nsReport
 	if n := proto.Size(m); n > mcs.MaxReportBytes+1024 {
 		return nil, fmt.Errorf("report: %d bytes, at most %d", n, mcs.MaxReportBytes)
 	}
-	r := &nsReport{session: m.GetSessionId(), exports: map[string]Export{}}
+	r := &nsReport{session: m.GetSessionId(), exports: map[string]Export{}, omitted: m.GetOmitted()}
 	for i, e := range m.GetExports() {
 		path := fmt.Sprintf("exports[%d]", i)
 		if errs := validation.IsDNS1035Label(e.GetName()); len(errs) > 0 {
@@ -167,7 +169,7 @@ func (s *exportStore) replace(cluster, ns string, r *nsReport) []string {
 		}
 	}
 	switch {
-	case r == nil || (len(r.exports) == 0):
+	case r == nil || (len(r.exports) == 0 && r.omitted == 0):
 		if byNS != nil {
 			delete(byNS, ns)
 			if len(byNS) == 0 {
@@ -238,4 +240,15 @@ func (s *exportStore) keys() []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// omitted returns how many exports cluster's agent left out of its reports.
+func (s *exportStore) omitted(cluster string) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n uint32
+	for _, r := range s.clusters[cluster] {
+		n += r.omitted
+	}
+	return n
 }

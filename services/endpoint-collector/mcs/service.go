@@ -19,6 +19,7 @@ import (
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -52,6 +53,7 @@ type Service struct {
 	exports *exportStore
 	ctrl    *reconcile.Controller
 	refused *prometheus.CounterVec
+	omitted *prometheus.GaugeVec
 	ready   chan struct{}
 
 	kv jetstream.KeyValue
@@ -59,6 +61,9 @@ type Service struct {
 	// from the bucket whenever the lease is taken; changed by the reconciler only.
 	mu      sync.Mutex
 	written map[string]map[string][]byte
+
+	omittedMu   sync.Mutex
+	lastOmitted map[string]uint32
 }
 
 // New returns the multi-cluster Services writer over js, reading endpoints and ownership.
@@ -67,10 +72,14 @@ func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logge
 		log = zap.NewNop()
 	}
 	s := &Service{js: js, eps: eps, owners: owners, log: log.Named("mcs"), exports: newExportStore(),
-		ready: make(chan struct{}), written: map[string]map[string][]byte{},
+		ready: make(chan struct{}), written: map[string]map[string][]byte{}, lastOmitted: map[string]uint32{},
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_mcs_export_reports_refused_total",
 			Help: "ServiceExport reports of agents refused whole (invalid, or past the bounds an agent keeps to), by cluster.",
+		}, []string{"cluster"}),
+		omitted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleetstream_mcs_exports_omitted",
+			Help: "ServiceExports an agent left out of its reports because a namespace has more than one report carries (1,000), by cluster: they are not exported.",
 		}, []string{"cluster"})}
 	s.ctrl = reconcile.New(reconcile.Config{Name: "endpoint-collector-mcs", Keys: s.keys, Resync: 10 * time.Minute, Log: s.log}, reconcile.Func(s.reconcile))
 	// Nothing of the fleet's API waits for it: its output goes to clusters, not to callers.
@@ -85,7 +94,7 @@ func NewFromEnv(env *daemon.Env, eps Endpoints) *Service {
 
 // Mount registers its metrics.
 func (s *Service) Mount(srv *server.Server) {
-	for _, c := range append(s.ctrl.Collectors(), s.refused) {
+	for _, c := range append(s.ctrl.Collectors(), s.refused, s.omitted) {
 		_ = srv.Registry().Register(c)
 	}
 }
@@ -145,14 +154,15 @@ func (s *Service) consume(ctx context.Context) error {
 	defer r.Stop()
 	return r.Each(ctx, func(m jetstream.Msg, _ *jetstream.MsgMetadata) {
 		changed, err := s.exports.handle(m.Subject(), m.Data())
+		cluster, _ := keys.Decode(strings.Split(m.Subject(), ".")[2])
 		if err != nil {
-			cluster := strings.Split(m.Subject(), ".")[2]
 			s.refused.WithLabelValues(cluster).Inc()
 			s.log.Warn("ServiceExport report refused", zap.String("subject", m.Subject()), zap.Error(err))
 		}
 		for _, k := range changed {
 			s.ctrl.Add(k)
 		}
+		s.recordOmitted(cluster)
 	})
 }
 
@@ -284,4 +294,26 @@ func (s *Service) reconcile(ctx context.Context, key string) error {
 	}
 	s.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// recordOmitted publishes how many exports cluster's agent left out, and logs a cluster that
+// starts leaving some out: those services are not exported, and only the cluster's users can
+// fix it (fewer exports per namespace).
+func (s *Service) recordOmitted(cluster string) {
+	n := s.exports.omitted(cluster)
+	s.omittedMu.Lock()
+	defer s.omittedMu.Unlock()
+	prev := s.lastOmitted[cluster]
+	switch {
+	case n == prev:
+		return
+	case n == 0:
+		delete(s.lastOmitted, cluster)
+		s.omitted.DeleteLabelValues(cluster)
+		return
+	case prev == 0:
+		s.log.Warn("an agent leaves ServiceExports out of its reports: a namespace has more than one report carries", zap.String("cluster", cluster), zap.Uint32("omitted", n))
+	}
+	s.lastOmitted[cluster] = n
+	s.omitted.WithLabelValues(cluster).Set(float64(n))
 }
