@@ -28,9 +28,36 @@ type nsReport struct {
 type exportStore struct {
 	mu       sync.Mutex
 	clusters map[string]map[string]*nsReport // cluster → namespace → report
+	// exporters indexes the clusters exporting each service (namespace/name), so that a
+	// service's exports and "is it exported" cost the exporters, not the fleet.
+	exporters map[string]map[string]bool
 }
 
-func newExportStore() *exportStore { return &exportStore{clusters: map[string]map[string]*nsReport{}} }
+func newExportStore() *exportStore {
+	return &exportStore{clusters: map[string]map[string]*nsReport{}, exporters: map[string]map[string]bool{}}
+}
+
+// index moves cluster's entries of ns in exporters from old's exports to r's.
+func (s *exportStore) index(cluster, ns string, old, r *nsReport) {
+	if old != nil {
+		for name := range old.exports {
+			k := ns + "/" + name
+			delete(s.exporters[k], cluster)
+			if len(s.exporters[k]) == 0 {
+				delete(s.exporters, k)
+			}
+		}
+	}
+	if r != nil {
+		for name := range r.exports {
+			k := ns + "/" + name
+			if s.exporters[k] == nil {
+				s.exporters[k] = map[string]bool{}
+			}
+			s.exporters[k][cluster] = true
+		}
+	}
+}
 
 // errRefused marks a report the hub does not take: what an agent that bounds and validates as
 // its own code does never sends.
@@ -168,6 +195,7 @@ func (s *exportStore) replace(cluster, ns string, r *nsReport) []string {
 			changed[name] = true
 		}
 	}
+	s.index(cluster, ns, old, r)
 	switch {
 	case r == nil || (len(r.exports) == 0 && r.omitted == 0):
 		if byNS != nil {
@@ -203,7 +231,11 @@ func (s *exportStore) sync(cluster, session string) []string {
 		for name := range r.exports {
 			out = append(out, ns+"/"+name)
 		}
+		s.index(cluster, ns, r, nil)
 		delete(s.clusters[cluster], ns)
+	}
+	if len(s.clusters[cluster]) == 0 {
+		delete(s.clusters, cluster)
 	}
 	return out
 }
@@ -213,30 +245,25 @@ func (s *exportStore) of(ns, name string) map[string]Export {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]Export{}
-	for cluster, byNS := range s.clusters {
-		if r := byNS[ns]; r != nil {
-			if e, ok := r.exports[name]; ok {
-				out[cluster] = e
-			}
-		}
+	for cluster := range s.exporters[ns+"/"+name] {
+		out[cluster] = s.clusters[cluster][ns].exports[name]
 	}
 	return out
+}
+
+// exported reports whether any cluster exports service key (namespace/name).
+func (s *exportStore) exported(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.exporters[key]) > 0
 }
 
 // keys returns every exported service key.
 func (s *exportStore) keys() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := map[string]bool{}
-	for _, byNS := range s.clusters {
-		for ns, r := range byNS {
-			for name := range r.exports {
-				seen[ns+"/"+name] = true
-			}
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for k := range seen {
+	out := make([]string, 0, len(s.exporters))
+	for k := range s.exporters {
 		out = append(out, k)
 	}
 	return out

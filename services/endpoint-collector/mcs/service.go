@@ -177,7 +177,10 @@ func (s *Service) followEndpoints(ctx context.Context) {
 		case <-f.Changed():
 		}
 		for _, ref := range f.Take() {
-			s.ctrl.Add(ref.Namespace + "/" + ref.Name)
+			// Most services are exported nowhere: their endpoints' churn costs a lookup.
+			if k := ref.Namespace + "/" + ref.Name; s.exports.exported(k) || s.hasWritten(k) {
+				s.ctrl.Add(k)
+			}
 		}
 	}
 }
@@ -207,6 +210,12 @@ func (s *Service) keys() []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+func (s *Service) hasWritten(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.written[key]) > 0
 }
 
 // loadWritten reads what the bucket holds, for the reconciler to compare with.
