@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -101,6 +103,12 @@ func (s *Service) Mount(srv *server.Server) {
 
 // Ready is closed at once: the writer follows the lease, not readiness.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Exporters returns the clusters whose agents reported an export of service ns/name, whether
+// or not it counts (tests, diagnostics).
+func (s *Service) Exporters(ns, name string) []string {
+	return slices.Sorted(maps.Keys(s.exports.of(ns, name)))
+}
 
 // Sync reconciles every service now and waits (tests).
 func (s *Service) Sync(ctx context.Context) error { return s.ctrl.Sync(ctx) }

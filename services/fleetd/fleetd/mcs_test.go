@@ -11,6 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,9 +24,14 @@ import (
 	mcscrd "sigs.k8s.io/mcs-api/config/crd"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/mcs"
@@ -125,6 +132,82 @@ func TestMultiClusterServices(t *testing.T) {
 		}
 		return m2.wantSlices(ctx, "api", map[string][]string{"c1": {"10.1.0.1", "10.1.0.2"}})
 	})
+	// A rogue agent of c3, a registered cluster where web is bound to no project, reports an
+	// export of web/api, older than c1's, on another port and type, with endpoints of its own:
+	// none of it reaches the project's clusters.
+	reg3, err := clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c3"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc3, err := connectAgent(inst, "c3", reg3.Msg.AgentToken, make(chan error, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc3.Close()
+	js3, err := jetstream.New(nc3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It heartbeats, so the collector serves its endpoints (kept apart: no project owns web there).
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	go func() {
+		for hbCtx.Err() == nil {
+			data, _ := proto.Marshal(&agentv1.Heartbeat{ClusterName: "c3", AgentVersion: "rogue", KubernetesVersion: "v1.34.0", SessionId: "rogue", Time: timestamppb.Now()})
+			_ = nc3.Publish(subjects.AgentLiveHeartbeat("c3"), data)
+			select {
+			case <-hbCtx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	rogue := events.NewStore(js3, "system:cluster-agent:c3")
+	eps := endpointv1connect.NewEndpointServiceClient(http.DefaultClient, "http://"+inst.Addr, withToken(apiToken))
+	if _, err := rogue.Append(ctx, subjects.AgentEndpointSlice("c3", "web", "api-rogue"), "c3", events.Any, &endpointv1.EndpointSliceReport{
+		ClusterName: "c3", Namespace: "web", Service: "api", Slice: "api-rogue", AddressType: "IPv4", SessionId: "rogue", Generation: 1,
+		Ports:     []*endpointv1.EndpointPort{{Name: "http", Port: 8080, Protocol: "TCP"}},
+		Endpoints: []*endpointv1.Endpoint{{Addresses: []string{"10.66.0.1"}, Ready: true, Serving: true}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rogue.Append(ctx, subjects.AgentServiceExports("c3", "web"), "c3", events.Any, &endpointv1.ServiceExportsReport{
+		ClusterName: "c3", Namespace: "web", SessionId: "rogue", Exports: []*endpointv1.ExportedService{{Name: "api", Type: "Headless",
+			Created: timestamppb.New(time.Unix(0, 0)), Ports: []*endpointv1.EndpointPort{{Name: "http", Port: 6666, Protocol: "TCP"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Once the hub holds both forgeries, a full reconcile must leave c2's import as it was.
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if ex := inst.MCS.Exporters("web", "api"); !slices.Contains(ex, "c3") {
+			return fmt.Errorf("exporters of web/api: %v", ex)
+		}
+		// A platform admin reads the service's whole state, the clusters kept apart included.
+		all, err := eps.GetServiceEndpoints(ctx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{Namespace: "web", Name: "api",
+			Filter: endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL}))
+		if err != nil {
+			return err
+		}
+		for _, c := range all.Msg.GetClusters() {
+			if c.GetClusterName() == "c3" {
+				return nil
+			}
+		}
+		return fmt.Errorf("c3's endpoints not held yet")
+	})
+	if err := inst.MCS.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	imp, err := m2.serviceImport(ctx, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if imp.Spec.Type != mcsv1alpha1.ClusterSetIP || imp.Spec.Ports[0].Port != 80 || imp.Annotations["mcs.fleetstream.io/conflict"] != "" {
+		t.Errorf("c3's forged export changed c2's import: %+v %v", imp.Spec, imp.Annotations)
+	}
+	if err := m2.wantSlices(ctx, "api", map[string][]string{"c1": {"10.1.0.1", "10.1.0.2"}}); err != nil {
+		t.Errorf("c3's forged endpoints: %v", err)
+	}
+
 	// c1 has the import too (it is bound to the project), and no conflict is reported.
 	testkit.Eventually(t, time.Minute, func() error {
 		if _, err := m1.serviceImport(ctx, "api"); err != nil {
