@@ -19,10 +19,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	mcscrd "sigs.k8s.io/mcs-api/config/crd"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
@@ -37,6 +39,7 @@ import (
 	"github.com/fleetstream/fleetstream/services/cluster-agent/agent"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/desired"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
+	agentmcs "github.com/fleetstream/fleetstream/services/cluster-agent/mcs"
 )
 
 const (
@@ -106,6 +109,9 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 	}, metav1.CreateOptions{})
 	must(t, "endpointslice", err)
 	waitPolicyInForce(t, ctx, dyn)
+	// Multi-cluster Services' CRDs, as a cluster that uses them has (upstream's files).
+	k.InstallCRD(t, mcscrd.ServiceExportCRD)
+	k.InstallCRD(t, mcscrd.ServiceImportCRD)
 
 	startAgent(t, j, kube, dyn)
 
@@ -205,6 +211,57 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	t.Run("reports ServiceExports, applies imports and writes the Conflict condition", func(t *testing.T) {
+		_, err := admin.CoreV1().Services("web").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "api"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+		must(t, "service", err)
+		_, err = adminDyn.Resource(agentmcs.ExportsGVR).Namespace("web").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport", "metadata": map[string]any{"name": "api"}}}, metav1.CreateOptions{})
+		must(t, "service export", err)
+		testkit.Eventually(t, converge, func() error {
+			r, err := latest[*endpointv1.ServiceExportsReport](ctx, j.JS, subjects.AgentServiceExports(lpCluster, "web"))
+			if err != nil {
+				return err
+			}
+			if len(r.GetExports()) != 1 || r.Exports[0].GetName() != "api" || len(r.Exports[0].GetPorts()) != 1 {
+				return fmt.Errorf("export report %v", r)
+			}
+			return nil
+		})
+		imp := desiredEntry(subjects.DesiredMCSBucket, "ServiceImport.multicluster.x-k8s.io", "web", "api", map[string]any{
+			"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+			"metadata": map[string]any{"name": "api", "namespace": "web", "annotations": map[string]any{"mcs.fleetstream.io/conflict": "PortConflict: a test's verdict"}},
+			"spec":     map[string]any{"type": "ClusterSetIP", "ports": []any{map[string]any{"name": "http", "port": 80, "protocol": "TCP"}}},
+		}, "endpoint-collector")
+		slice := desiredEntry(subjects.DesiredMCSBucket, "EndpointSlice.discovery.k8s.io", "web", "api.c9", map[string]any{
+			"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+			"metadata":  map[string]any{"name": "api.c9", "namespace": "web", "labels": map[string]any{"multicluster.kubernetes.io/service-name": "api", "multicluster.kubernetes.io/source-cluster": "c9"}},
+			"endpoints": []any{map[string]any{"addresses": []any{"10.9.0.1"}}},
+		}, "endpoint-collector")
+		for _, e := range []entry{imp, slice} {
+			e.obj.OwnerLabelKey, e.obj.OwnerLabelValue = "fleetstream.io/project", "team-a"
+			e.put(t, ctx, buckets)
+			e.wait(t, ctx, buckets, desiredv1.Phase_PHASE_APPLIED, desired.ReasonApplied)
+		}
+		testkit.Eventually(t, converge, func() error {
+			u, err := adminDyn.Resource(agentmcs.ExportsGVR).Namespace("web").Get(ctx, "api", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m := c.(map[string]any); m["type"] == "Conflict" && m["status"] == "True" && m["reason"] == "PortConflict" {
+					return nil
+				}
+			}
+			return fmt.Errorf("export conditions %v", conds)
+		})
+		for _, e := range []entry{imp, slice} {
+			e.tombstone(t, ctx, buckets)
+			e.wait(t, ctx, buckets, desiredv1.Phase_PHASE_APPLIED, desired.ReasonDeleted)
+		}
 	})
 
 	t.Run("removes what is no longer desired", func(t *testing.T) {
@@ -405,6 +462,9 @@ func startAgent(t *testing.T, j *testkit.JetStream, kube kubernetes.Interface, d
 	rep, err := endpointslices.New(endpointslices.Config{ClusterName: lpCluster, Filter: filter, SessionID: a.SessionID()}, a.Informers(), a.Store(), log)
 	must(t, "new endpointslice reporter", err)
 	a.Add(rep)
+	exports, err := agentmcs.New(agentmcs.Config{ClusterName: lpCluster, SessionID: a.SessionID()}, kube, dyn, a.Store(), log)
+	must(t, "new export reporter", err)
+	a.Add(exports)
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
