@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -116,6 +117,10 @@ type Reporter struct {
 	log  *zap.Logger
 
 	queue workqueue.TypedRateLimitingInterface[string]
+	// status is the queue of exports (namespace/name) whose Conflict condition to write: its
+	// own worker, so that a namespace of a thousand exports writing their conditions (at the
+	// client's rate limit) never holds up another namespace's report.
+	status workqueue.TypedRateLimitingInterface[string]
 
 	namespaces cache.GenericLister
 	services   cache.GenericLister
@@ -125,6 +130,11 @@ type Reporter struct {
 	// Owned by the worker.
 	sent    map[string]string // namespace → the last report's content (without its time)
 	omitted map[string]bool   // namespaces whose last report left exports out (logged once)
+
+	// reported is, by namespace, the exports the last report carried: only those get a
+	// condition (an export left out by the bound is not the hub's to judge).
+	mu       sync.Mutex
+	reported map[string]map[string]bool
 }
 
 // New returns a reporter of cfg.ClusterName's exports, published through app.
@@ -141,13 +151,16 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, app Appen
 	return &Reporter{cfg: cfg, kube: kube, dyn: dyn, disc: kube.Discovery(), app: app, log: log.Named("mcs"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-exports-" + cfg.ClusterName}),
-		sent: map[string]string{}, omitted: map[string]bool{}}, nil
+		status: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-export-status-" + cfg.ClusterName}),
+		sent: map[string]string{}, omitted: map[string]bool{}, reported: map[string]map[string]bool{}}, nil
 }
 
 // Run waits until the cluster serves ServiceExports, then reports until ctx ends. A cluster
 // without the CRD costs a discovery request every CRDRecheck.
 func (r *Reporter) Run(ctx context.Context) error {
 	defer r.queue.ShutDown()
+	defer r.status.ShutDown()
 	if !r.waitForCRD(ctx) {
 		return nil
 	}
@@ -175,8 +188,23 @@ func (r *Reporter) Run(ctx context.Context) error {
 		}
 	}
 	h := cache.ResourceEventHandlerFuncs{AddFunc: byNamespace, UpdateFunc: func(_, n any) { byNamespace(n) }, DeleteFunc: byNamespace}
-	for _, inf := range []cache.SharedIndexInformer{nsInf, svcInf, expInf.Informer(), impInf.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{nsInf, svcInf, expInf.Informer()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("mcs informer: %w", err)
+		}
+	}
+	// An import (the hub's verdict) or an export changing queues that export's condition.
+	byObject := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if o, ok := obj.(metav1.Object); ok {
+			r.status.Add(o.GetNamespace() + "/" + o.GetName())
+		}
+	}
+	hs := cache.ResourceEventHandlerFuncs{AddFunc: byObject, UpdateFunc: func(_, n any) { byObject(n) }, DeleteFunc: byObject}
+	for _, inf := range []cache.SharedIndexInformer{expInf.Informer(), impInf.Informer()} {
+		if _, err := inf.AddEventHandler(hs); err != nil {
 			return fmt.Errorf("mcs informer: %w", err)
 		}
 	}
@@ -207,10 +235,37 @@ func (r *Reporter) Run(ctx context.Context) error {
 	go func() {
 		<-ctx.Done()
 		r.queue.ShutDown()
+		r.status.ShutDown()
+	}()
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		for r.processStatus(ctx) {
+		}
 	}()
 	for r.processNext(ctx) {
 	}
+	<-statusDone
 	return nil
+}
+
+func (r *Reporter) processStatus(ctx context.Context) bool {
+	key, shutdown := r.status.Get()
+	if shutdown {
+		return false
+	}
+	defer r.status.Done(key)
+	err := r.writeCondition(ctx, key)
+	if err == nil {
+		r.status.Forget(key)
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	r.log.Info("writing an export's condition failed; retrying", zap.String("export", key), zap.Error(err))
+	r.status.AddRateLimited(key)
+	return true
 }
 
 // waitForCRD returns once the cluster serves ServiceExports, false if ctx ended first.
@@ -390,7 +445,19 @@ func (r *Reporter) reconcile(ctx context.Context, ns string) error {
 			r.sent[ns] = string(content)
 		}
 	}
-	return r.writeConditions(ctx, ns, reported)
+	names := make(map[string]bool, len(reported))
+	for _, e := range reported {
+		names[e.name] = true
+		r.status.Add(ns + "/" + e.name)
+	}
+	r.mu.Lock()
+	if len(names) == 0 {
+		delete(r.reported, ns)
+	} else {
+		r.reported[ns] = names
+	}
+	r.mu.Unlock()
+	return nil
 }
 
 // exported returns what the report says of export e, false when its Service cannot be exported
@@ -421,31 +488,46 @@ func (r *Reporter) exported(ns string, e export) (*endpointv1.ExportedService, b
 	return es, true
 }
 
-// writeConditions writes on each reported export the Conflict condition the hub's verdict
-// says, once the hub has made one: the import of the export's name is on this cluster. Only a
-// condition that changes is written, so a settled namespace costs no API call.
-func (r *Reporter) writeConditions(ctx context.Context, ns string, exps []export) error {
-	var errs []error
-	for _, e := range exps {
-		o, err := r.imports.ByNamespace(ns).Get(e.name)
-		if err != nil {
-			continue // no verdict yet
-		}
-		imp, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		want := metav1.Condition{Type: mcsv1alpha1.ServiceExportConflict, Status: metav1.ConditionFalse, Reason: mcs.ReasonNoConflicts,
-			Message: "no conflict with the other clusters' exports of " + e.name, ObservedGeneration: e.gen}
-		if v, ok := imp.GetAnnotations()[mcs.ConflictAnnotation]; ok {
-			reason, msg, _ := strings.Cut(v, ": ")
-			want.Status, want.Reason, want.Message = metav1.ConditionTrue, reason, msg
-		}
-		if err := r.setCondition(ctx, ns, e, want); err != nil {
-			errs = append(errs, err)
-		}
+// writeCondition writes on export key (namespace/name) the Conflict condition the hub's verdict
+// says, once the hub has made one (the import of the export's name is on this cluster) and
+// only for an export the last report carried. Only a condition that changes is written, so a
+// settled namespace costs no API call.
+func (r *Reporter) writeCondition(ctx context.Context, key string) error {
+	ns, name, _ := strings.Cut(key, "/")
+	r.mu.Lock()
+	reported := r.reported[ns][name]
+	r.mu.Unlock()
+	if !reported {
+		return nil
 	}
-	return errors.Join(errs...)
+	o, err := r.exports.ByNamespace(ns).Get(name)
+	if err != nil {
+		return nil // gone
+	}
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok || u.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	var se mcsv1alpha1.ServiceExport
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &se); err != nil {
+		return nil
+	}
+	e := export{name: se.Name, uid: string(se.UID), gen: se.Generation, created: se.CreationTimestamp, status: se.Status}
+	io, err := r.imports.ByNamespace(ns).Get(name)
+	if err != nil {
+		return nil // no verdict yet
+	}
+	imp, ok := io.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	want := metav1.Condition{Type: mcsv1alpha1.ServiceExportConflict, Status: metav1.ConditionFalse, Reason: mcs.ReasonNoConflicts,
+		Message: "no conflict with the other clusters' exports of " + name, ObservedGeneration: e.gen}
+	if v, ok := imp.GetAnnotations()[mcs.ConflictAnnotation]; ok {
+		reason, msg, _ := strings.Cut(v, ": ")
+		want.Status, want.Reason, want.Message = metav1.ConditionTrue, reason, msg
+	}
+	return r.setCondition(ctx, ns, e, want)
 }
 
 func (r *Reporter) setCondition(ctx context.Context, ns string, e export, want metav1.Condition) error {

@@ -54,13 +54,23 @@ func New(cfg Config, js jetstream.JetStream, kubeCfg *rest.Config, log *zap.Logg
 	if err != nil {
 		return nil, fmt.Errorf("dynamic kubernetes client of cluster %s: %w", cfg.ClusterName, err)
 	}
-	return NewWithClients(cfg, js, kube, dyn, log)
+	// The export reporter's writes (a Conflict condition per export) get a client of their
+	// own, so its client-side rate limit never delays the applier's.
+	exportsDyn, err := dynamic.NewForConfig(kubeCfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic kubernetes client of cluster %s: %w", cfg.ClusterName, err)
+	}
+	return newWithClients(cfg, js, kube, dyn, exportsDyn, log)
 }
 
 // NewWithClients is New with the member cluster's clients given rather than built from a
 // rest.Config: the fleet simulator (tools/fleetsim) runs the real agent against in-memory fake
 // clients, with the same wiring as a real agent.
 func NewWithClients(cfg Config, js jetstream.JetStream, kube kubernetes.Interface, dyn dynamic.Interface, log *zap.Logger) (*agent.Agent, error) {
+	return newWithClients(cfg, js, kube, dyn, dyn, log)
+}
+
+func newWithClients(cfg Config, js jetstream.JetStream, kube kubernetes.Interface, dyn, exportsDyn dynamic.Interface, log *zap.Logger) (*agent.Agent, error) {
 	// The agent does not create FLEET_AGENT: cluster-import owns it. Until it exists, publishes
 	// fail and the agent keeps retrying.
 	a, err := agent.New(agent.Config{
@@ -86,7 +96,7 @@ func NewWithClients(cfg Config, js jetstream.JetStream, kube kubernetes.Interfac
 	// Reports what import policies naming this cluster as their source need; idle without any.
 	a.Add(agent.NewImportWatcher(a, dyn, kube.Discovery(), agent.ImportWatchConfig{SecretResend: cfg.ImportSecretResend}))
 	// Multi-cluster Services (KEP-1645): idle until the cluster serves ServiceExports.
-	exports, err := mcs.New(mcs.Config{ClusterName: cfg.ClusterName, SessionID: a.SessionID()}, kube, dyn, a.Store(), log)
+	exports, err := mcs.New(mcs.Config{ClusterName: cfg.ClusterName, SessionID: a.SessionID()}, kube, exportsDyn, a.Store(), log)
 	if err != nil {
 		return nil, err
 	}
