@@ -230,7 +230,11 @@ var serviceGrants = map[string][]grant{
 		// EndpointSlice and ServiceExport reports and heartbeats come from agents.
 		{stream: subjects.AgentStreamName, access: read | ensure},
 		// Which clusters' agents are over its limits: its own key of each cluster.
-		{stream: kv(subjects.AgentLimitsBucket), access: read | ensure | write, subjects: []string{"$KV." + subjects.AgentLimitsBucket + ".*." + ServiceEndpointCollector}},
+		{stream: kv(subjects.AgentLimitsBucket), access: read | ensure | write, subjects: []string{
+			"$KV." + subjects.AgentLimitsBucket + ".*." + ServiceEndpointCollector,
+			// Its multi-cluster Services' reader (package mcs: export reports refused or cut).
+			"$KV." + subjects.AgentLimitsBucket + ".*." + ServiceEndpointCollector + "-mcs",
+		}},
 		readBucket(subjects.ClustersBucket),
 		// When each agent was last heard, as cluster-import recorded it: where a restarted
 		// collector starts from, heartbeats not being stored.

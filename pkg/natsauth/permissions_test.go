@@ -57,6 +57,7 @@ func TestPermissionTable(t *testing.T) {
 			{"$KV.endpoints.ns.svc", false, true},
 			{"$KV.agent-limits.c1.endpoint-collector", false, true},
 			{"$KV.agent-limits.c1.cluster-import-heartbeat", false, false},
+			{"$KV.agent-limits.c1.endpoint-collector-mcs", false, true},
 			{"$JS.API.DIRECT.GET.KV_cluster-credentials", false, false},
 			// Multi-cluster Services: it writes every cluster's ServiceImports and slices, and
 			// no other desired bucket.

@@ -31,10 +31,13 @@ type exportStore struct {
 	// exporters indexes the clusters exporting each service (namespace/name), so that a
 	// service's exports and "is it exported" cost the exporters, not the fleet.
 	exporters map[string]map[string]bool
+	// refused is, by cluster, the namespaces whose last report was refused, and the session
+	// of that report (a relist of another session that does not report them again clears it).
+	refused map[string]map[string]string
 }
 
 func newExportStore() *exportStore {
-	return &exportStore{clusters: map[string]map[string]*nsReport{}, exporters: map[string]map[string]bool{}}
+	return &exportStore{clusters: map[string]map[string]*nsReport{}, exporters: map[string]map[string]bool{}, refused: map[string]map[string]string{}}
 }
 
 // index moves cluster's entries of ns in exporters from old's exports to r's.
@@ -94,12 +97,15 @@ func (s *exportStore) handle(subject string, data []byte) ([]string, error) {
 		}
 		m := &endpointv1.ServiceExportsReport{}
 		if err := env.GetPayload().UnmarshalTo(m); err != nil {
+			s.refuse(cluster, ns, "")
 			return s.replace(cluster, ns, nil), fmt.Errorf("%w: subject %s: payload: %v", errRefused, subject, err)
 		}
 		r, err := validate(cluster, ns, m)
 		if err != nil {
+			s.refuse(cluster, ns, m.GetSessionId())
 			return s.replace(cluster, ns, nil), fmt.Errorf("%w: cluster %s namespace %s: %v", errRefused, cluster, ns, err)
 		}
+		s.refuse(cluster, ns, "\x00accepted")
 		return s.replace(cluster, ns, r), nil
 	}
 	return nil, fmt.Errorf("%w: subject %s", errRefused, subject)
@@ -175,6 +181,48 @@ func validate(cluster, ns string, m *endpointv1.ServiceExportsReport) (*nsReport
 	return r, nil
 }
 
+// refuse records that cluster's report of ns was refused (in session), or with session
+// "\x00accepted" that it was not.
+func (s *exportStore) refuse(cluster, ns, session string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if session == "\x00accepted" {
+		delete(s.refused[cluster], ns)
+		if len(s.refused[cluster]) == 0 {
+			delete(s.refused, cluster)
+		}
+		return
+	}
+	if s.refused[cluster] == nil {
+		s.refused[cluster] = map[string]string{}
+	}
+	s.refused[cluster][ns] = session
+}
+
+// Reasons of the AgentWithinLimits condition the hub shows for a cluster's export reports.
+const (
+	ReasonInvalidServiceExports = "InvalidServiceExports"
+	ReasonServiceExportsOmitted = "ServiceExportsOmitted"
+)
+
+// limits returns why cluster's agent is not within its export reports' limits: the reason and
+// a message naming counts and bounds, never what the agent sent; "" when it is within them.
+func (s *exportStore) limits(cluster string) (reason, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.refused[cluster]); n > 0 {
+		return ReasonInvalidServiceExports, fmt.Sprintf("the ServiceExport reports of %d namespace(s) were refused as invalid or past their bounds (the hub's log names the fields): their exports are not imported", n)
+	}
+	var omitted uint32
+	for _, r := range s.clusters[cluster] {
+		omitted += r.omitted
+	}
+	if omitted > 0 {
+		return ReasonServiceExportsOmitted, fmt.Sprintf("%d ServiceExport(s) left out of reports past %d per namespace: they are not exported", omitted, mcs.MaxExportsPerReport)
+	}
+	return "", ""
+}
+
 // replace sets cluster's report of ns (nil: none) and returns the services that changed.
 func (s *exportStore) replace(cluster, ns string, r *nsReport) []string {
 	s.mu.Lock()
@@ -236,6 +284,14 @@ func (s *exportStore) sync(cluster, session string) []string {
 	}
 	if len(s.clusters[cluster]) == 0 {
 		delete(s.clusters, cluster)
+	}
+	for ns, sess := range s.refused[cluster] {
+		if sess != session {
+			delete(s.refused[cluster], ns)
+		}
+	}
+	if len(s.refused[cluster]) == 0 {
+		delete(s.refused, cluster)
 	}
 	return out
 }

@@ -116,3 +116,33 @@ func TestSyncMarkerDropsOtherSessions(t *testing.T) {
 		t.Errorf("changed %v; gone %v, kept %v", changed, s.of("gone", "api"), s.of("kept", "api"))
 	}
 }
+
+// TestLimitsOfACluster: a refused report, or exports left out past the bound, put the cluster
+// out of its limits until a report of that namespace is accepted whole, or a relist of another
+// session no longer reports it.
+func TestLimitsOfACluster(t *testing.T) {
+	s := newExportStore()
+	send := func(ns, session string, r *endpointv1.ServiceExportsReport) {
+		t.Helper()
+		r.ClusterName, r.Namespace, r.SessionId = "c1", ns, session
+		_, _ = s.handle(subjects.AgentServiceExports("c1", ns), envelope(t, r))
+	}
+	want := func(reason string) {
+		t.Helper()
+		if got, msg := s.limits("c1"); got != reason {
+			t.Fatalf("limits %q (%s), want %q", got, msg, reason)
+		}
+	}
+	want("")
+	send("web", "s1", &endpointv1.ServiceExportsReport{Exports: []*endpointv1.ExportedService{goodExport("api")}, Omitted: 9000})
+	want(ReasonServiceExportsOmitted)
+	send("web", "s1", &endpointv1.ServiceExportsReport{Exports: []*endpointv1.ExportedService{goodExport("api")}})
+	want("")
+	send("ops", "s1", &endpointv1.ServiceExportsReport{Exports: []*endpointv1.ExportedService{goodExport("Bad_Name")}})
+	want(ReasonInvalidServiceExports)
+	// A restarted agent's relist that does not report ops again: ops has no exports now.
+	if _, err := s.handle(subjects.AgentServiceExportsSync("c1"), envelope(t, &endpointv1.ServiceExportsSync{ClusterName: "c1", SessionId: "s2"})); err != nil {
+		t.Fatal(err)
+	}
+	want("")
+}

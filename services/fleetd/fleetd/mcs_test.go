@@ -36,6 +36,7 @@ import (
 	"github.com/fleetstream/fleetstream/services/cluster-agent/endpointslices"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/mcs"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/member"
+	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
 )
 
 // mcsMember is a member cluster with the MCS CRDs and its agent, as cmd/cluster-agent
@@ -207,6 +208,37 @@ func TestMultiClusterServices(t *testing.T) {
 	if err := m2.wantSlices(ctx, "api", map[string][]string{"c1": {"10.1.0.1", "10.1.0.2"}}); err != nil {
 		t.Errorf("c3's forged endpoints: %v", err)
 	}
+
+	// An invalid report (a name no Service can have) is refused, and c3 shows it as
+	// AgentWithinLimits=False; a valid one of the same namespace clears it.
+	badReport := func(name string) *endpointv1.ServiceExportsReport {
+		return &endpointv1.ServiceExportsReport{ClusterName: "c3", Namespace: "other", SessionId: "rogue", Exports: []*endpointv1.ExportedService{{Name: name,
+			Type: "ClusterSetIP", Created: timestamppb.Now(), Ports: []*endpointv1.EndpointPort{{Name: "http", Port: 80, Protocol: "TCP"}}}}}
+	}
+	withinLimits := func(status clusterv1.ConditionStatus, reason string) func() error {
+		return func() error {
+			res, err := clusters.GetCluster(ctx, connect.NewRequest(&clusterv1.GetClusterRequest{Name: "c3"}))
+			if err != nil {
+				return err
+			}
+			c := clusterimport.Condition(res.Msg.Cluster, subjects.ConditionAgentWithinLimits)
+			switch {
+			case status == clusterv1.ConditionStatus_CONDITION_STATUS_TRUE && (c == nil || c.Status == status):
+				return nil
+			case c == nil || c.Status != status || c.Reason != reason:
+				return fmt.Errorf("c3's AgentWithinLimits: %v, want %v %s", c, status, reason)
+			}
+			return nil
+		}
+	}
+	if _, err := rogue.Append(ctx, subjects.AgentServiceExports("c3", "other"), "c3", events.Any, badReport("Not_A_Service")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, withinLimits(clusterv1.ConditionStatus_CONDITION_STATUS_FALSE, "InvalidServiceExports"))
+	if _, err := rogue.Append(ctx, subjects.AgentServiceExports("c3", "other"), "c3", events.Any, badReport("fine")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, withinLimits(clusterv1.ConditionStatus_CONDITION_STATUS_TRUE, ""))
 
 	// c1 has the import too (it is bound to the project), and no conflict is reported.
 	testkit.Eventually(t, time.Minute, func() error {
