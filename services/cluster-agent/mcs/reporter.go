@@ -521,7 +521,7 @@ func (r *Reporter) writeCondition(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	want := metav1.Condition{Type: mcsv1alpha1.ServiceExportConflict, Status: metav1.ConditionFalse, Reason: mcs.ReasonNoConflicts,
+	want := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionConflict), Status: metav1.ConditionFalse, Reason: mcs.ReasonNoConflicts,
 		Message: "no conflict with the other clusters' exports of " + name, ObservedGeneration: e.gen}
 	if v, ok := imp.GetAnnotations()[mcs.ConflictAnnotation]; ok {
 		reason, msg, _ := strings.Cut(v, ": ")

@@ -242,7 +242,6 @@ type sliceManifest struct {
 // (then .1, .2, … for further slices) — a dot, which no service or cluster name holds, keeps
 // two (service, cluster) pairs from ever naming one slice.
 func clusterSlices(ns, name, project string, ce *endpointv1.ClusterEndpoints) []sliceManifest {
-	type epKey struct{ ip string }
 	type ep struct {
 		ip                          string
 		v6                          bool

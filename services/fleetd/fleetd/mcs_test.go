@@ -398,7 +398,7 @@ func (m *mcsMember) wantConflict(ctx context.Context, name string, status metav1
 		return err
 	}
 	for _, c := range se.Status.Conditions {
-		if c.Type == mcsv1alpha1.ServiceExportConflict {
+		if c.Type == string(mcsv1alpha1.ServiceExportConditionConflict) {
 			if c.Status != status || c.Reason != reason || c.ObservedGeneration != se.Generation {
 				return fmt.Errorf("%s: Conflict %s (%s: %s) at generation %d, want %s (%s)", m.name, c.Status, c.Reason, c.Message, c.ObservedGeneration, status, reason)
 			}
