@@ -107,6 +107,9 @@ func (c *Config) defaults() error {
 // namespace name.
 const relistKey = "\x00relist"
 
+// resend marks a namespace's last report as one to send again: no report encodes to it.
+const resend = "\x00resend"
+
 // Reporter reports ServiceExports and writes their Conflict conditions.
 type Reporter struct {
 	cfg  Config
@@ -327,8 +330,10 @@ func (r *Reporter) relist(ctx context.Context) error {
 	}
 	for ns := range r.sent {
 		nss[ns] = true
+		// Sent again whatever it holds: with exports, as they are; emptied since (an event
+		// this process missed), empty.
+		r.sent[ns] = resend
 	}
-	clear(r.sent)
 	var errs []error
 	n := 0
 	for ns := range nss {

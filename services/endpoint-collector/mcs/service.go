@@ -207,18 +207,37 @@ func (s *Service) followEndpoints(ctx context.Context) {
 	}
 }
 
-// followOwnership queues every service at each change of the namespace bindings: a bind or
-// unbind adds or removes the clusters an import goes to.
+// followOwnership queues the services of each namespace whose bindings changed: a bind or
+// unbind adds or removes the clusters an import goes to. Only exported (or written) services'
+// namespaces are looked at, and only a namespace whose bindings differ is queued.
 func (s *Service) followOwnership(ctx context.Context) {
+	seen := map[string]string{} // namespace → its bindings, as last looked at
 	for {
 		ch := s.owners.NamespaceBindingsChanged()
+		byNS := map[string][]string{}
+		for _, k := range s.keys() {
+			ns, _, _ := strings.Cut(k, "/")
+			byNS[ns] = append(byNS[ns], k)
+		}
+		now := make(map[string]string, len(byNS))
+		for ns, svcs := range byNS {
+			var sig []string
+			for _, b := range s.owners.NamespaceBindings(ns) {
+				sig = append(sig, b.GetCluster()+"="+b.GetProject())
+			}
+			slices.Sort(sig)
+			now[ns] = strings.Join(sig, ",")
+			if prev, ok := seen[ns]; !ok || prev != now[ns] {
+				for _, k := range svcs {
+					s.ctrl.Add(k)
+				}
+			}
+		}
+		seen = now
 		select {
 		case <-ctx.Done():
 			return
 		case <-ch:
-		}
-		for _, k := range s.keys() {
-			s.ctrl.Add(k)
 		}
 	}
 }
