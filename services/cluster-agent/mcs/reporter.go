@@ -134,10 +134,10 @@ type Reporter struct {
 	sent    map[string]string // namespace → the last report's content (without its time)
 	omitted map[string]bool   // namespaces whose last report left exports out (logged once)
 
-	// reported is, by namespace, the exports the last report carried: only those get a
-	// condition (an export left out by the bound is not the hub's to judge).
-	mu       sync.Mutex
-	reported map[string]map[string]bool
+	// judged is, by namespace, the exports the last pass considered (the oldest MaxExports)
+	// and why each is not valid ("" for one the report carried): only those get conditions.
+	mu     sync.Mutex
+	judged map[string]map[string]string
 }
 
 // New returns a reporter of cfg.ClusterName's exports, published through app.
@@ -156,7 +156,7 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, app Appen
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-exports-" + cfg.ClusterName}),
 		status: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-export-status-" + cfg.ClusterName}),
-		sent: map[string]string{}, omitted: map[string]bool{}, reported: map[string]map[string]bool{}}, nil
+		sent: map[string]string{}, omitted: map[string]bool{}, judged: map[string]map[string]string{}}, nil
 }
 
 // Run waits until the cluster serves ServiceExports, then reports until ctx ends. A cluster
@@ -412,21 +412,30 @@ func (r *Reporter) reconcile(ctx context.Context, ns string) error {
 		}
 	}
 	rep := &endpointv1.ServiceExportsReport{ClusterName: r.cfg.ClusterName, Namespace: ns, SessionId: r.cfg.SessionID}
-	var reported []export
+	// The oldest MaxExports exports are considered: each gets a Valid condition, and those
+	// whose Service can be exported go into the report while it has room. The rest are
+	// counted as omitted and left without conditions, so a flood costs at most MaxExports
+	// condition writes per namespace.
+	judged := map[string]string{}
 	size := proto.Size(rep) + 64 // the time and the omitted count
-	for _, e := range exps {
-		es, ok := r.exported(ns, e)
-		if !ok {
+	for i, e := range exps {
+		if i >= r.cfg.MaxExports {
+			rep.Omitted += uint32(len(exps) - i)
+			break
+		}
+		es, invalid := r.exported(ns, e)
+		if invalid != "" {
+			judged[e.name] = invalid
 			continue
 		}
 		n := proto.Size(es) + 8 // the field's tag and length
-		if len(rep.Exports) >= r.cfg.MaxExports || size+n > r.cfg.MaxBytes {
+		if size+n > r.cfg.MaxBytes {
 			rep.Omitted++
 			continue
 		}
 		size += n
 		rep.Exports = append(rep.Exports, es)
-		reported = append(reported, e)
+		judged[e.name] = ""
 	}
 	if rep.Omitted > 0 && !r.omitted[ns] {
 		r.log.Warn("namespace has more ServiceExports than one report carries: the oldest are reported, the rest are not exported",
@@ -450,31 +459,29 @@ func (r *Reporter) reconcile(ctx context.Context, ns string) error {
 			r.sent[ns] = string(content)
 		}
 	}
-	names := make(map[string]bool, len(reported))
-	for _, e := range reported {
-		names[e.name] = true
-		r.status.Add(ns + "/" + e.name)
+	for name := range judged {
+		r.status.Add(ns + "/" + name)
 	}
 	r.mu.Lock()
-	if len(names) == 0 {
-		delete(r.reported, ns)
+	if len(judged) == 0 {
+		delete(r.judged, ns)
 	} else {
-		r.reported[ns] = names
+		r.judged[ns] = judged
 	}
 	r.mu.Unlock()
 	return nil
 }
 
-// exported returns what the report says of export e, false when its Service cannot be exported
-// (none, or of type ExternalName).
-func (r *Reporter) exported(ns string, e export) (*endpointv1.ExportedService, bool) {
+// exported returns what the report says of export e, or why its Service cannot be exported
+// (a Valid condition's reason: none, or of type ExternalName, or too many ports).
+func (r *Reporter) exported(ns string, e export) (*endpointv1.ExportedService, string) {
 	o, err := r.services.ByNamespace(ns).Get(e.name)
 	if err != nil {
-		return nil, false
+		return nil, string(mcsv1alpha1.ServiceExportReasonNoService)
 	}
 	svc, ok := o.(*corev1.Service)
 	if !ok || svc.Spec.Type == corev1.ServiceTypeExternalName || len(svc.Spec.Ports) > mcs.MaxPortsPerExport {
-		return nil, false
+		return nil, string(mcsv1alpha1.ServiceExportReasonInvalidServiceType)
 	}
 	es := &endpointv1.ExportedService{Name: e.name, Uid: e.uid, Created: timestamppb.New(e.created.Time), Type: mcs.TypeClusterSetIP}
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
@@ -490,19 +497,19 @@ func (r *Reporter) exported(ns string, e export) (*endpointv1.ExportedService, b
 		}
 		es.Ports = append(es.Ports, ep)
 	}
-	return es, true
+	return es, ""
 }
 
-// writeCondition writes on export key (namespace/name) the Conflict condition the hub's verdict
-// says, once the hub has made one (the import of the export's name is on this cluster) and
-// only for an export the last report carried. Only a condition that changes is written, so a
+// writeCondition writes on export key (namespace/name) its Valid condition and, once the hub
+// has judged it (the import of the export's name is on this cluster), its Conflict condition,
+// for an export the last pass considered. Only conditions that change are written, so a
 // settled namespace costs no API call.
 func (r *Reporter) writeCondition(ctx context.Context, key string) error {
 	ns, name, _ := strings.Cut(key, "/")
 	r.mu.Lock()
-	reported := r.reported[ns][name]
+	invalid, considered := r.judged[ns][name]
 	r.mu.Unlock()
-	if !reported {
+	if !considered {
 		return nil
 	}
 	o, err := r.exports.ByNamespace(ns).Get(name)
@@ -518,43 +525,71 @@ func (r *Reporter) writeCondition(ctx context.Context, key string) error {
 		return nil
 	}
 	e := export{name: se.Name, uid: string(se.UID), gen: se.Generation, created: se.CreationTimestamp, status: se.Status}
-	io, err := r.imports.ByNamespace(ns).Get(name)
-	if err != nil {
-		return nil // no verdict yet
+	valid := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionValid), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1alpha1.ServiceExportReasonValid), Message: "Service " + name + " is exported", ObservedGeneration: e.gen}
+	switch invalid {
+	case "":
+	case string(mcsv1alpha1.ServiceExportReasonNoService):
+		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, invalid, "this namespace has no Service "+name
+	default:
+		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, invalid,
+			fmt.Sprintf("Service %s cannot be exported: of type ExternalName, or with more than %d ports", name, mcs.MaxPortsPerExport)
 	}
-	imp, ok := io.(*unstructured.Unstructured)
-	if !ok {
-		return nil
+	conds := []metav1.Condition{valid}
+	if invalid == "" {
+		if io, err := r.imports.ByNamespace(ns).Get(name); err == nil {
+			if imp, ok := io.(*unstructured.Unstructured); ok {
+				c := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionConflict), Status: metav1.ConditionFalse, Reason: mcs.ReasonNoConflicts,
+					Message: "no conflict with the other clusters' exports of " + name, ObservedGeneration: e.gen}
+				if v, ok := imp.GetAnnotations()[mcs.ConflictAnnotation]; ok {
+					reason, msg, _ := strings.Cut(v, ": ")
+					c.Status, c.Reason, c.Message = metav1.ConditionTrue, reason, msg
+				}
+				conds = append(conds, c)
+			}
+		}
 	}
-	want := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionConflict), Status: metav1.ConditionFalse, Reason: mcs.ReasonNoConflicts,
-		Message: "no conflict with the other clusters' exports of " + name, ObservedGeneration: e.gen}
-	if v, ok := imp.GetAnnotations()[mcs.ConflictAnnotation]; ok {
-		reason, msg, _ := strings.Cut(v, ": ")
-		want.Status, want.Reason, want.Message = metav1.ConditionTrue, reason, msg
-	}
-	return r.setCondition(ctx, ns, e, want)
+	return r.setConditions(ctx, ns, e, conds)
 }
 
-func (r *Reporter) setCondition(ctx context.Context, ns string, e export, want metav1.Condition) error {
-	want.LastTransitionTime = metav1.Now()
-	for _, c := range e.status.Conditions {
-		if c.Type != want.Type {
-			continue
+// setConditions applies conds as the export's conditions of this field manager (a condition
+// it wrote before and conds leaves out goes), unless each is already as wanted.
+func (r *Reporter) setConditions(ctx context.Context, ns string, e export, conds []metav1.Condition) error {
+	// The export's conditions of the types this reporter writes must be exactly conds.
+	same := true
+	for _, typ := range []mcsv1alpha1.ServiceExportConditionType{mcsv1alpha1.ServiceExportConditionValid, mcsv1alpha1.ServiceExportConditionConflict} {
+		i := slices.IndexFunc(conds, func(c metav1.Condition) bool { return c.Type == string(typ) })
+		j := slices.IndexFunc(e.status.Conditions, func(c metav1.Condition) bool { return c.Type == string(typ) })
+		switch {
+		case i < 0:
+			same = same && j < 0
+		case j < 0:
+			same = false
+		default:
+			w, c := conds[i], e.status.Conditions[j]
+			same = same && c.Status == w.Status && c.Reason == w.Reason && c.Message == w.Message && c.ObservedGeneration == w.ObservedGeneration
 		}
-		if c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
-			return nil
+	}
+	var applied []any
+	for _, want := range conds {
+		want.LastTransitionTime = metav1.Now()
+		for _, c := range e.status.Conditions {
+			if c.Type == want.Type && c.Status == want.Status {
+				want.LastTransitionTime = c.LastTransitionTime
+			}
 		}
-		if c.Status == want.Status {
-			want.LastTransitionTime = c.LastTransitionTime
-		}
+		applied = append(applied, map[string]any{
+			"type": want.Type, "status": string(want.Status), "reason": want.Reason, "message": want.Message,
+			"observedGeneration": want.ObservedGeneration, "lastTransitionTime": want.LastTransitionTime.UTC().Format(time.RFC3339),
+		})
+	}
+	if same {
+		return nil
 	}
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": mcsv1alpha1.SchemeGroupVersion.String(), "kind": "ServiceExport",
 		"metadata": map[string]any{"name": e.name, "namespace": ns, "uid": e.uid},
-		"status": map[string]any{"conditions": []any{map[string]any{
-			"type": want.Type, "status": string(want.Status), "reason": want.Reason, "message": want.Message,
-			"observedGeneration": want.ObservedGeneration, "lastTransitionTime": want.LastTransitionTime.UTC().Format(time.RFC3339),
-		}}},
+		"status":   map[string]any{"conditions": applied},
 	}}
 	data, err := patch.MarshalJSON()
 	if err != nil {
@@ -564,10 +599,10 @@ func (r *Reporter) setCondition(ctx context.Context, ns string, e export, want m
 	_, err = r.dyn.Resource(ExportsGVR).Namespace(ns).Patch(ctx, e.name, types.ApplyPatchType, data,
 		metav1.PatchOptions{FieldManager: fieldManager, Force: &force}, "status")
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil // gone, or replaced by a new export: its own events queue the namespace
+		return nil // gone, or replaced by a new export: its own events queue it again
 	}
 	if err != nil {
-		return fmt.Errorf("write Conflict condition of ServiceExport %s/%s: %w", ns, e.name, err)
+		return fmt.Errorf("write the conditions of ServiceExport %s/%s: %w", ns, e.name, err)
 	}
 	return nil
 }

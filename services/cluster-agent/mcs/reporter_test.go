@@ -141,6 +141,30 @@ func TestExportFloodIsBounded(t *testing.T) {
 		return nil
 	})
 	t.Logf("an export in another namespace (Service and ServiceExport created) reported %v after the first create call", time.Since(calmAt))
+	// Exports get their Valid condition: True for a Service that exists, False (NoService)
+	// for one that does not, which the report leaves out.
+	if _, err := dyn.Resource(ExportsGVR).Namespace("calm").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mcsv1alpha1.SchemeGroupVersion.String(), "kind": "ServiceExport", "metadata": map[string]any{"name": "nosvc"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"api": "True/Valid", "nosvc": "False/NoService"} {
+		testkit.Eventually(t, 30*time.Second, func() error {
+			u, err := dyn.Resource(ExportsGVR).Namespace("calm").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m := c.(map[string]any); m["type"] == "Valid" && fmt.Sprint(m["status"], "/", m["reason"]) == want {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s's conditions %v, want Valid %s", name, conds, want)
+		})
+	}
+	if rep, _ := rec.report("c1", "calm"); len(rep.GetExports()) != 1 {
+		t.Errorf("calm report %v: an export without a Service was reported", rep)
+	}
 	if rep, _ := rec.report("c1", "loose"); rep != nil {
 		t.Errorf("an export in a namespace the agent did not bind was reported: %v", rep)
 	}
