@@ -156,6 +156,7 @@ func (a *Applier) onObjectEvent(obj any) {
 	if a.ours(qk) {
 		a.queue.Add(qk)
 	}
+	a.namespaceChanged(obj)
 }
 
 // ours reports whether qk is a key of one of our buckets under this cluster: another cluster's

@@ -8,8 +8,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/fleetstream/fleetstream/pkg/mcs"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -39,12 +41,21 @@ func (a *Applier) notBound(ctx context.Context, e entry, namespace string) (stri
 	if namespace == "" {
 		return fmt.Sprintf("desired objects of %s must be namespaced", e.bucket), nil
 	}
-	ns, err := a.dyn.Resource(namespaceGVR).Get(ctx, namespace, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Sprintf("namespace %s does not exist on this cluster", namespace), nil
-	case err != nil:
-		return "", fmt.Errorf("get namespace %s: %w", namespace, err)
+	// The Namespace informer caches exactly the managed namespaces: a miss there is a namespace
+	// this agent did not bind, with no API call.
+	ns, synced := a.informers.lookup(namespaceGVR, "", namespace)
+	if !synced {
+		var err error
+		ns, err = a.dyn.Resource(namespaceGVR).Get(ctx, namespace, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			ns = nil
+		case err != nil:
+			return "", fmt.Errorf("get namespace %s: %w", namespace, err)
+		}
+	}
+	if ns == nil {
+		return fmt.Sprintf("namespace %s is not bound to project %s on this cluster", namespace, project), nil
 	}
 	l := ns.GetLabels()
 	if l[ManagedByLabel] != ManagedByValue || l[mcs.ProjectLabel] != project || ns.GetDeletionTimestamp() != nil {
@@ -80,4 +91,24 @@ func (a *Applier) refuseNotBound(ctx context.Context, e entry, mapping *meta.RES
 		return err
 	}
 	return fmt.Errorf("%s: %s", qk, reason)
+}
+
+// namespaceChanged queues the keys of boundOnly buckets in a managed Namespace that changed
+// (bound, released, relabelled): an object refused as not bound is applied once its namespace
+// is, without waiting for its backoff, and one whose namespace was released is removed.
+func (a *Applier) namespaceChanged(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GetKind() != "Namespace" || u.GetNamespace() != "" {
+		return
+	}
+	for b := range boundOnly {
+		for _, e := range a.store.list(b) {
+			if t, err := parseDesiredKey(e.key); err == nil && t.namespace == u.GetName() {
+				a.queue.Add(queueKey(b, e.key))
+			}
+		}
+	}
 }

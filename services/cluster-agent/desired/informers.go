@@ -140,6 +140,31 @@ func (s *informerSet) cached(gvr schema.GroupVersionResource, namespace, name, q
 	return u.DeepCopy(), true
 }
 
+// lookup returns the cached managed object namespace/name of gvr, whatever its key; synced is
+// false when no synced informer of gvr runs (the caller must ask the server). Only managed
+// objects are cached, so a synced miss means the object is not managed.
+func (s *informerSet) lookup(gvr schema.GroupVersionResource, namespace, name string) (obj *unstructured.Unstructured, synced bool) {
+	s.mu.Lock()
+	inf, ok := s.byGVR[gvr]
+	s.mu.Unlock()
+	if !ok || !inf.HasSynced() {
+		return nil, false
+	}
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	o, found, err := inf.GetIndexer().GetByKey(key)
+	if err != nil {
+		return nil, false
+	}
+	if !found {
+		return nil, true
+	}
+	u, _ := o.(*unstructured.Unstructured)
+	return u, true
+}
+
 // keys returns every desired key annotated on a cached managed object.
 func (s *informerSet) keys() []string {
 	s.mu.Lock()
