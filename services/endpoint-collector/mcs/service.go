@@ -59,6 +59,8 @@ type Service struct {
 	refused *prometheus.CounterVec
 	omitted *prometheus.GaugeVec
 	ready   chan struct{}
+	// noWrites: this replica never writes (collector.Config.NoViewWrites).
+	noWrites bool
 
 	kv jetstream.KeyValue
 	// written is what the bucket holds, by service key: desired key → encoded value. Rebuilt
@@ -102,9 +104,13 @@ func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logge
 	return s
 }
 
-// NewFromEnv builds the service of a daemon (endpoint-collector's binary, fleetd).
-func NewFromEnv(env *daemon.Env, eps Endpoints) *Service {
-	return New(env.JS, eps, env.Authz, env.Log)
+// NewFromEnv builds the service of a daemon (endpoint-collector's binary, fleetd). A replica
+// started with --no-view-writes (noWrites) serves only: it neither contends for the lease nor
+// reads the reports.
+func NewFromEnv(env *daemon.Env, eps Endpoints, noWrites bool) *Service {
+	s := New(env.JS, eps, env.Authz, env.Log)
+	s.noWrites = noWrites
+	return s
 }
 
 // Mount registers its metrics.
@@ -128,6 +134,10 @@ func (s *Service) Sync(ctx context.Context) error { return s.ctrl.Sync(ctx) }
 
 // Run reads the reports and, while this replica holds the lease, writes.
 func (s *Service) Run(ctx context.Context) error {
+	if s.noWrites {
+		<-ctx.Done()
+		return nil
+	}
 	for _, ch := range []<-chan struct{}{s.eps.Ready(), s.owners.Ready()} {
 		select {
 		case <-ch:

@@ -283,7 +283,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if inst.Endpoints, err = collector.NewFromEnv(ctx, env, cfg.Endpoints); err != nil {
 		return fail(err)
 	}
-	inst.MCS = mcs.NewFromEnv(env, inst.Endpoints)
+	inst.MCS = mcs.NewFromEnv(env, inst.Endpoints, cfg.Endpoints.NoViewWrites)
 	if inst.XDS, inst.XDSAddr, err = xds.Listen(ctx, env, inst.Endpoints, cfg.XDSListen); err != nil {
 		return fail(fmt.Errorf("fleetd: %w", err))
 	}

@@ -23,7 +23,7 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
-		m := mcs.NewFromEnv(env, c)
+		m := mcs.NewFromEnv(env, c, o.cfg.NoViewWrites)
 		x, _, err := xds.Listen(ctx, env, c, o.xdsListen)
 		switch {
 		case err != nil:
