@@ -64,10 +64,10 @@ func (r *statusRecorder) Reconcile(ctx context.Context, key string) error {
 		delete(r.pending, b.Id)
 		return nil
 	}
-	live := s.present(b)
-	state := live.Phase.String()
-	if live.Phase == projectv1.BindingPhase_BINDING_PHASE_FAILED {
-		state += "/" + live.Reason
+	phase, reason, message := s.livePhase(b, canonicalHard(b.Hard))
+	state := phase.String()
+	if phase == projectv1.BindingPhase_BINDING_PHASE_FAILED {
+		state += "/" + reason
 	}
 	stored := b.Phase.String()
 	if b.Phase == projectv1.BindingPhase_BINDING_PHASE_FAILED {
@@ -81,7 +81,7 @@ func (r *statusRecorder) Reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	ev := &projectv1.NamespaceBindingStatusChanged{BindingId: b.Id, Project: b.Project, Cluster: b.Cluster, Namespace: b.Namespace,
-		Phase: live.Phase, Reason: live.Reason, Message: live.Message}
+		Phase: phase, Reason: reason, Message: message}
 	// Any expectation: the event states an observation and is ignored unless it names the
 	// current binding; replicas recording the same transition twice change nothing.
 	if _, err := s.store.Append(ctx, bindingSubject(b.Cluster, b.Namespace), b.Id, events.Any, ev); err != nil {

@@ -68,38 +68,46 @@ func (s *Service) present(b *projectv1.NamespaceBinding) *projectv1.NamespaceBin
 		out.Reason, out.Message = s.terminatingReason(b)
 		return out
 	}
+	out.Phase, out.Reason, out.Message = s.livePhase(b, out.Hard)
+	return out
+}
+
+// livePhase is the phase, reason and message present gives b, which is not Terminating; hard
+// is canonicalHard(b.Hard). Without the copy of b and the usage present adds, for the status
+// recorder, which needs only these and runs for every change of a binding or its objects.
+func (s *Service) livePhase(b *projectv1.NamespaceBinding, hard map[string]string) (phase projectv1.BindingPhase, reason, message string) {
 	objs := []desiredPart{{"namespace", namespaceDesiredKey(b.Cluster, b.Namespace), namespaceObject(b.Project, b.Namespace)}}
 	if len(b.Hard) > 0 {
 		objs = append(objs, desiredPart{"quota", quotaDesiredKey(b.Cluster, b.Namespace), quotaObject(b.Project, b.Namespace, b.Hard)})
 	}
-	out.Phase = projectv1.BindingPhase_BINDING_PHASE_AVAILABLE
-	out.Reason, out.Message = ReasonApplied, fmt.Sprintf("namespace %s exists on cluster %s for project %s", b.Namespace, b.Cluster, b.Project)
+	phase = projectv1.BindingPhase_BINDING_PHASE_AVAILABLE
+	reason, message = ReasonApplied, fmt.Sprintf("namespace %s exists on cluster %s for project %s", b.Namespace, b.Cluster, b.Project)
 	if len(b.Hard) > 0 {
-		out.Message += " with its quota"
+		message += " with its quota"
 	}
 	for _, o := range objs {
 		st := s.state(o.key, o.want)
 		switch {
 		case !st.current || !st.caughtUp:
-			if out.Phase == projectv1.BindingPhase_BINDING_PHASE_FAILED {
+			if phase == projectv1.BindingPhase_BINDING_PHASE_FAILED {
 				continue
 			}
-			out.Phase = projectv1.BindingPhase_BINDING_PHASE_PENDING
-			out.Reason, out.Message = s.waitingReason(b.Cluster, o.what)
+			phase = projectv1.BindingPhase_BINDING_PHASE_PENDING
+			reason, message = s.waitingReason(b.Cluster, o.what)
 		case st.applied.Phase == desiredv1.Phase_PHASE_FAILED:
-			out.Phase = projectv1.BindingPhase_BINDING_PHASE_FAILED
-			out.Reason, out.Message = st.applied.Reason, st.applied.Message
-			if out.Reason == "" {
-				out.Reason = "ApplyFailed"
+			phase = projectv1.BindingPhase_BINDING_PHASE_FAILED
+			reason, message = st.applied.Reason, st.applied.Message
+			if reason == "" {
+				reason = "ApplyFailed"
 			}
 		case st.applied.Absent:
-			if out.Phase == projectv1.BindingPhase_BINDING_PHASE_AVAILABLE {
-				out.Phase = projectv1.BindingPhase_BINDING_PHASE_PENDING
-				out.Reason, out.Message = ReasonRepairing, fmt.Sprintf("the %s is missing on cluster %s; the agent is recreating it", o.what, b.Cluster)
+			if phase == projectv1.BindingPhase_BINDING_PHASE_AVAILABLE {
+				phase = projectv1.BindingPhase_BINDING_PHASE_PENDING
+				reason, message = ReasonRepairing, fmt.Sprintf("the %s is missing on cluster %s; the agent is recreating it", o.what, b.Cluster)
 			}
 		}
 	}
-	return out
+	return phase, reason, message
 }
 
 func (s *Service) waitingReason(cluster, what string) (string, string) {
