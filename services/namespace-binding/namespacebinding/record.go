@@ -64,7 +64,7 @@ func (r *statusRecorder) Reconcile(ctx context.Context, key string) error {
 		delete(r.pending, b.Id)
 		return nil
 	}
-	phase, reason, message := s.livePhase(b, canonicalHard(b.Hard))
+	phase, reason, message := s.livePhase(b)
 	state := phase.String()
 	if phase == projectv1.BindingPhase_BINDING_PHASE_FAILED {
 		state += "/" + reason

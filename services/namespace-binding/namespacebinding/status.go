@@ -68,14 +68,14 @@ func (s *Service) present(b *projectv1.NamespaceBinding) *projectv1.NamespaceBin
 		out.Reason, out.Message = s.terminatingReason(b)
 		return out
 	}
-	out.Phase, out.Reason, out.Message = s.livePhase(b, out.Hard)
+	out.Phase, out.Reason, out.Message = s.livePhase(b)
 	return out
 }
 
-// livePhase is the phase, reason and message present gives b, which is not Terminating; hard
-// is canonicalHard(b.Hard). Without the copy of b and the usage present adds, for the status
+// livePhase is the phase, reason and message present gives b, which is not Terminating,
+// without the copy of b and the usage present adds, for the status
 // recorder, which needs only these and runs for every change of a binding or its objects.
-func (s *Service) livePhase(b *projectv1.NamespaceBinding, hard map[string]string) (phase projectv1.BindingPhase, reason, message string) {
+func (s *Service) livePhase(b *projectv1.NamespaceBinding) (phase projectv1.BindingPhase, reason, message string) {
 	objs := []desiredPart{{"namespace", namespaceDesiredKey(b.Cluster, b.Namespace), namespaceObject(b.Project, b.Namespace)}}
 	if len(b.Hard) > 0 {
 		objs = append(objs, desiredPart{"quota", quotaDesiredKey(b.Cluster, b.Namespace), quotaObject(b.Project, b.Namespace, b.Hard)})
