@@ -377,7 +377,7 @@ func newApplyCommand(f *factory) *cobra.Command {
 				return lost
 			}
 			if dryRun == dryRunServer {
-				return serverDryRun(ctx, f, planned, pruned, state)
+				return serverDryRun(ctx, f, planned, pruned, state, cascade)
 			}
 			if dryRun == dryRunClient {
 				for _, p := range planned {

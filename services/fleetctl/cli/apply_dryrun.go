@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -43,6 +45,57 @@ func dryCall[C, Req, Resp any](ctx context.Context, f *factory, newC clientConst
 		return newC(hc, base, append(opts, connect.WithProtoJSON())...)
 	}
 	return call(ctx, f, asJSON, method, req, what, args...)
+}
+
+// probeField is the field the strictness probe sends that no request declares.
+const probeField = "fleetctlDryRunProbe"
+
+// probeCodec sends a request as JSON with probeField added, so a hub's answer tells whether it
+// refuses an unknown field; answers are read as protojson does.
+type probeCodec struct{}
+
+func (probeCodec) Name() string { return "json" }
+
+func (probeCodec) Marshal(any) ([]byte, error) { return []byte(`{"` + probeField + `":true}`), nil }
+
+func (probeCodec) Unmarshal(data []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%T is not a protobuf message", m)
+	}
+	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, pm)
+}
+
+// checkStrictHub makes sure the hub refuses a JSON request's unknown field before any dry run
+// is sent. A hub from before strict decoding (pkg/server's codec) reads JSON with Connect's
+// own codec, which drops unknown fields: it would drop dry_run and make the write (register a
+// cluster and lose its token, delete a pruned project). ListProjects reads only, so a hub that
+// takes the probe's field writes nothing either.
+func checkStrictHub(ctx context.Context, f *factory) error {
+	base, err := f.serverURL()
+	if err != nil {
+		return err
+	}
+	procedure := projectv1connect.ProjectServiceListProjectsProcedure
+	client, err := newClient(f, func(hc connect.HTTPClient, base string, opts ...connect.ClientOption) *connect.Client[projectv1.ListProjectsRequest, projectv1.ListProjectsResponse] {
+		return connect.NewClient[projectv1.ListProjectsRequest, projectv1.ListProjectsResponse](hc, base+procedure, append(opts, connect.WithCodec(probeCodec{}))...)
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := f.requestContext(ctx)
+	defer cancel()
+	_, err = client.CallUnary(ctx, connect.NewRequest(&projectv1.ListProjectsRequest{}))
+	var ce *connect.Error
+	switch {
+	case err == nil:
+		// It read the request and dropped the field.
+	case connect.CodeOf(err) == connect.CodeInvalidArgument && errors.As(err, &ce) && strings.Contains(ce.Message(), probeField):
+		return nil
+	case connect.CodeOf(err) != connect.CodeInvalidArgument:
+		return fmt.Errorf("checking that the hub at %s refuses what it does not know (before --dry-run=server): %w", base, err)
+	}
+	return fmt.Errorf("the hub at %s is too old for --dry-run=server: it would ignore dry_run and write; upgrade it or use --dry-run=client", base)
 }
 
 // dryRunContext is what a server dry run knows of the apply around an object: the objects the
@@ -113,7 +166,10 @@ func (d *dryRunContext) pending(o *manifest.Object) string {
 // serverDryRun prints, for every object, what apply would do and what its service answers to
 // the same write made with dry_run, and returns an error when a service refuses one (the real
 // apply would fail there too). Unchanged objects are not sent: apply sends nothing for them.
-func serverDryRun(ctx context.Context, f *factory, planned []*plannedObject, pruned []*liveObject, state *fleetState) error {
+func serverDryRun(ctx context.Context, f *factory, planned []*plannedObject, pruned []*liveObject, state *fleetState, cascade bool) error {
+	if err := checkStrictHub(ctx, f); err != nil {
+		return err
+	}
 	d := newDryRunContext(planned, pruned, state)
 	out := f.streams.Out
 	refused := 0
@@ -162,7 +218,7 @@ func serverDryRun(ctx context.Context, f *factory, planned []*plannedObject, pru
 			fmt.Fprintf(out, "%s %s (dry run; %s, so the server cannot be asked yet)\n", o.Key(), outcomePruned, waiting)
 			continue
 		}
-		report(o.Key(), outcomePruned, "", func(w io.Writer) error { return dryRunDelete(ctx, f, w, o, l) })
+		report(o.Key(), outcomePruned, "", func(w io.Writer) error { return dryRunDelete(ctx, f, w, o, l, cascade) })
 	}
 	if refused > 0 {
 		return fmt.Errorf("%d of %d objects would be refused by the server (above); nothing was changed", refused, len(planned)+len(pruned))
@@ -227,8 +283,21 @@ func dryRunCreate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		}
 		fmt.Fprintln(w, "  valid, and the name is free")
 		for _, b := range s.Budgets {
-			// A new project holds no namespaces, so any budget holds; SetProjectBudget, which
-			// apply calls once the project exists, needs only its cluster registered.
+			// SetProjectBudget, which apply calls once the project exists, validates the
+			// budget before it looks the project up: the project's not_found means the budget
+			// passed, anything else is the refusal apply would meet after creating the project.
+			// A new project holds no namespaces, so any valid budget holds.
+			_, err := dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.SetProjectBudget,
+				&projectv1.SetProjectBudgetRequest{Project: o.Name, Cluster: b.Cluster, Hard: b.Hard, DryRun: true},
+				"dry run of setting the budget of project %s on cluster %s", o.Name, b.Cluster)
+			if err == nil {
+				return fmt.Errorf("dry run of setting the budget of project %s on cluster %s: the project exists already", o.Name, b.Cluster)
+			}
+			var ce *connect.Error
+			if !errors.As(err, &ce) || ce.Code() != connect.CodeNotFound || ce.Message() != fmt.Sprintf("project %q not found", o.Name) {
+				return err
+			}
+			// The cluster is checked after the project, so it is asked here.
 			if _, err := dryCall(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.GetCluster,
 				&clusterv1.GetClusterRequest{Name: b.Cluster}, "budget of project %s on cluster %s", o.Name, b.Cluster); err != nil {
 				return err
@@ -335,12 +404,16 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 		for _, b := range live.obj.Spec.(*projectv1.Project).Budgets {
 			have[b.Cluster] = b.Hard
 		}
+		// Set budgets first, then removed ones, each in cluster order, as apply does.
 		clusters := slices.Sorted(maps.Keys(want))
+		var removed []string
 		for c := range have {
 			if _, ok := want[c]; !ok {
-				clusters = append(clusters, c)
+				removed = append(removed, c)
 			}
 		}
+		slices.Sort(removed)
+		clusters = append(clusters, removed...)
 		for _, c := range clusters {
 			if maps.Equal(want[c], have[c]) {
 				continue
@@ -389,7 +462,7 @@ func dryRunUpdate(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 }
 
 // dryRunDelete asks o's service to delete it (prune) with dry_run.
-func dryRunDelete(ctx context.Context, f *factory, w io.Writer, o *manifest.Object, live *liveObject) error {
+func dryRunDelete(ctx context.Context, f *factory, w io.Writer, o *manifest.Object, live *liveObject, cascade bool) error {
 	var err error
 	switch s := o.Spec.(type) {
 	case *clusterv1.Cluster:
@@ -397,10 +470,10 @@ func dryRunDelete(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 			&clusterv1.DeregisterClusterRequest{Name: o.Name, ExpectedRevision: live.revision, DryRun: true}, "dry run of deregistering cluster %s", o.Name)
 	case *projectv1.Project:
 		var res *projectv1.DeleteProjectResponse
-		// Prune's project deletion unbinds what is left with --cascade; the plan has refused
-		// a project holding namespaces without it.
+		// The prune's own request (deleteObject): with --cascade it unbinds what is left;
+		// without, the service refuses a project that gained a namespace since the plan.
 		res, err = dryCall(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.DeleteProject,
-			&projectv1.DeleteProjectRequest{Name: o.Name, Force: true, DryRun: true}, "dry run of deleting project %s", o.Name)
+			&projectv1.DeleteProjectRequest{Name: o.Name, Force: cascade, DryRun: true}, "dry run of deleting project %s", o.Name)
 		for _, b := range res.GetUnbound() {
 			fmt.Fprintf(w, "  would unbind namespace %s on %s (%s)\n", b.Namespace, b.Cluster, policyText(b.UnbindPolicy))
 		}

@@ -79,6 +79,7 @@ func TestApplyServerDryRun(t *testing.T) {
 		doc("Project", "{name: team-a}", "{displayName: A, budgets: [{cluster: eu-1, hard: {cpu: \"4\"}}, {cluster: eu-2, hard: {cpu: \"2\"}}]}") +
 		doc("Project", "{name: team-b}", "{displayName: B, budgets: [{cluster: eu-2, hard: {cpu: \"1\"}}]}") +
 		doc("Project", "{name: team-d}", "{displayName: D, budgets: [{cluster: nowhere, hard: {cpu: \"1\"}}]}") + // an unknown cluster
+		doc("Project", "{name: team-e}", "{displayName: E, budgets: [{cluster: eu-2, hard: {cpu: lots}}]}") + // not a quantity
 
 		doc("ClusterSetBinding", "{project: team-a}", "{clusterSet: europe}") +
 		doc("ClusterSetBinding", "{project: team-b}", "{clusterSet: europe}") + // waits for team-b
@@ -92,7 +93,7 @@ func TestApplyServerDryRun(t *testing.T) {
 
 	before := rawFleet(t, h)
 	r := h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--token-dir", tokens, "--dry-run=server")
-	if r.code != 1 || !strings.Contains(r.stderr, "error: 3 of 28 objects would be refused by the server (above); nothing was changed") {
+	if r.code != 1 || !strings.Contains(r.stderr, "error: 4 of 29 objects would be refused by the server (above); nothing was changed") {
 		t.Fatalf("server dry run with a refusal: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	for _, want := range []string{
@@ -115,6 +116,7 @@ func TestApplyServerDryRun(t *testing.T) {
 		"Project/team-a configured (server dry run)\n  budget on eu-2: cpu=2; its namespaces there hold cpu=0, within it\n",
 		"Project/team-b created (server dry run)\n  valid, and the name is free\n  budget on eu-2: cpu=1 (set once the project exists)\n",
 		"Project/team-d created (server dry run: refused)\n  error: not_found: ",
+		"Project/team-e created (server dry run: refused)\n  error: invalid_argument: ",
 		"ClusterSetBinding/team-a/europe unchanged (dry run)\n",
 		"ClusterSetBinding/team-b/europe created (dry run; project team-b: created by this apply first, so the server cannot be asked yet)\n",
 		"Placement/team-a/best-eu configured (server dry run)\n  would decide clusters now: eu-1, eu-2\n",

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/audit/v1/auditv1connect"
+	"github.com/fleetstream/fleetstream/pkg/server"
 )
 
 // fakeToken is the bearer token fakeAPI accepts.
@@ -42,16 +43,44 @@ type fakeAPI struct {
 	hold bool
 	// requests are what the methods were sent, in order.
 	requests []fakeRequest
+	// strict refuses a JSON request's unknown field, as the hub has since 81c7666.
+	strict bool
 }
 
 type fakeRequest struct {
-	procedure string
-	msg       proto.Message
+	procedure   string
+	contentType string // how it was encoded: application/proto, application/json, ...
+	msg         proto.Message
 }
 
+// startFakeAPI serves as today's hub decodes: a JSON request's unknown field is refused
+// (invalid_argument naming it), binary keeps it.
 func startFakeAPI(t *testing.T) *fakeAPI {
 	t.Helper()
-	a := &fakeAPI{}
+	return startFakeAPIWith(t, true)
+}
+
+// startOldFakeAPI serves as a hub from before strict decoding: Connect's own JSON codec drops
+// an unknown field, so a dry_run it does not know would be read as a write.
+func startOldFakeAPI(t *testing.T) *fakeAPI {
+	t.Helper()
+	return startFakeAPIWith(t, false)
+}
+
+// strictJSON is the hub's JSON decoding (pkg/server) for the fake's dynamic messages.
+type strictJSON struct{ name string }
+
+func (c strictJSON) Name() string { return c.name }
+
+func (strictJSON) Marshal(m any) ([]byte, error) { return protojson.Marshal(m.(proto.Message)) }
+
+func (strictJSON) Unmarshal(data []byte, m any) error {
+	return server.UnmarshalJSON(data, m.(proto.Message))
+}
+
+func startFakeAPIWith(t *testing.T, strict bool) *fakeAPI {
+	t.Helper()
+	a := &fakeAPI{strict: strict}
 	mux := http.NewServeMux()
 	// Every method of every fleetstream service linked into this binary (fleetctl's commands
 	// link the clients of all they call) is served from its descriptor, so a new RPC needs no
@@ -97,6 +126,9 @@ func (a *fakeAPI) serve(t *testing.T, mux *http.ServeMux, md protoreflect.Method
 			*msg.(*dynamicpb.Message) = *dynamicpb.NewMessage(md.Input())
 			return nil
 		})}
+	if a.strict {
+		opts = append(opts, connect.WithCodec(strictJSON{name: "json"}), connect.WithCodec(strictJSON{name: "json; charset=utf-8"}))
+	}
 	// received records a request as the generated type it is, so golden files print it as the
 	// real server would have read it.
 	received := func(req *connect.Request[dynamicpb.Message]) error {
@@ -184,7 +216,7 @@ func (a *fakeAPI) sent() []fakeRequest {
 func (a *fakeAPI) receive(procedure string, h http.Header, msg proto.Message) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.requests = append(a.requests, fakeRequest{procedure: procedure, msg: msg})
+	a.requests = append(a.requests, fakeRequest{procedure: procedure, contentType: h.Get("Content-Type"), msg: msg})
 	if h.Get("Authorization") != "Bearer "+fakeToken {
 		return connect.NewError(connect.CodeUnauthenticated, nil)
 	}
