@@ -245,9 +245,11 @@ func TestCommandDryRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			var before atomic.Int32
+			// Never settled: what a command leaves in the lock's memory stays for the next.
+			locks := events.NewLocks[counter](func(string, uint64) bool { return false })
 			res, err := events.Command[counter]{
 				Store: store, Subject: subject, AggregateID: "c", DryRun: true,
-				Lock: events.NewLocks[counter](func(string, uint64) bool { return false }), Evolve: evolveCounter,
+				Lock: locks, Evolve: evolveCounter,
 				Load: loadLast(stream, subject),
 				Decide: func(state counter) ([]proto.Message, error) {
 					if refuse {
@@ -270,6 +272,26 @@ func TestCommandDryRun(t *testing.T) {
 			}
 			if seq, err := events.LastSequence(ctx, stream, subject); err != nil || seq != 1 {
 				t.Fatalf("subject's last sequence %d (%v) after a dry run, want 1: nothing appended", seq, err)
+			}
+			// A write on the same Locks after the dry run takes the lock at once (the dry run
+			// released it) and decides from the stored state, not from the dry run's decision.
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			var saw []int // the states Decide saw: a stale memory costs a conflict and a second try
+			res, err = events.Command[counter]{
+				Store: store, Subject: subject, AggregateID: "c",
+				Lock: locks, Evolve: evolveCounter,
+				Load: loadLast(stream, subject),
+				Decide: func(state counter) ([]proto.Message, error) {
+					saw = append(saw, state.n)
+					return []proto.Message{setN(state.n + 1)}, nil
+				},
+			}.Run(wctx)
+			if err != nil {
+				t.Fatalf("a write after the dry run on the same locks: %v", err)
+			}
+			if !slices.Equal(saw, []int{1}) || len(res.Events) != 1 || !proto.Equal(res.Events[0], setN(2)) || res.Sequence != 2 {
+				t.Fatalf("the write after the dry run decided from n=%v, result %+v; want once from n=1, the event n=2 at sequence 2", saw, res)
 			}
 		})
 	}
