@@ -41,3 +41,25 @@ const (
 	ReasonPortConflict = "PortConflict"
 	ReasonTypeConflict = "TypeConflict"
 )
+
+// The objects of bucket desired-mcs: the hub writes only these, and the agent applies only
+// these, whatever a manifest says (a compromised hub-side writer must not reach RBAC or quotas
+// through the MCS bucket). Kind tokens of desired keys are group-qualified, so that the agent
+// maps them without a table.
+const (
+	ImportKind = "ServiceImport.multicluster.x-k8s.io"
+	SliceKind  = "EndpointSlice.discovery.k8s.io"
+)
+
+// SliceManagedByLabel and SliceManager mark an imported EndpointSlice as the hub's (and keep
+// Kubernetes' EndpointSlice controller away from it); the agent applies no EndpointSlice of
+// desired-mcs without them.
+const (
+	SliceManagedByLabel = "endpointslice.kubernetes.io/managed-by"
+	SliceManager        = "mcs.fleetstream.io"
+)
+
+// LocalServiceLabel is the label by which kube-proxy and DNS give an EndpointSlice's
+// endpoints to a local Service: an imported slice must never carry it, or the hub could route
+// any local Service (kube-dns) to foreign endpoints.
+const LocalServiceLabel = "kubernetes.io/service-name"

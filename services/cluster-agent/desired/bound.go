@@ -26,6 +26,51 @@ const ReasonNamespaceNotBound = "NamespaceNotBound"
 // endpoints are the project's, and the agent does not take the hub's word that the namespace is.
 var boundOnly = map[string]bool{subjects.DesiredMCSBucket: true}
 
+// ReasonNotAllowed: a desired object of a bucket restricted to some kinds (desired-mcs) is of
+// another kind, its key names another kind than its manifest, or it breaks the bucket's label
+// rules. It is never applied.
+const ReasonNotAllowed = "NotAllowed"
+
+var (
+	serviceImportKind = schema.GroupKind{Group: "multicluster.x-k8s.io", Kind: "ServiceImport"}
+	endpointSliceKind = schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}
+)
+
+// bucketKinds are the only kinds the restricted buckets may carry. The writer of desired-mcs
+// (endpoint-collector) reads untrusted agent input; were it compromised, it must not reach
+// RBAC, quotas or anything else through this bucket, which NATS alone does not prevent.
+var bucketKinds = map[string]map[schema.GroupKind]bool{
+	subjects.DesiredMCSBucket: {serviceImportKind: true, endpointSliceKind: true},
+}
+
+// notAllowed says why manifest u of entry e (key target t) may not be applied at all, empty
+// when it may.
+func notAllowed(e entry, t keyTarget, u *unstructured.Unstructured) string {
+	kinds, restricted := bucketKinds[e.bucket]
+	if !restricted {
+		return ""
+	}
+	gk := u.GroupVersionKind().GroupKind()
+	if !kinds[gk] {
+		return fmt.Sprintf("%s: kind %s is not allowed in %s (only ServiceImport.multicluster.x-k8s.io and EndpointSlice.discovery.k8s.io)", e.key, gk, e.bucket)
+	}
+	if t.kind != gk {
+		return fmt.Sprintf("%s: the key names kind %s, the manifest %s", e.key, t.kind, gk)
+	}
+	if gk == endpointSliceKind {
+		l := u.GetLabels()
+		if l[mcs.SliceManagedByLabel] != mcs.SliceManager {
+			return fmt.Sprintf("%s: metadata.labels[%s] must be %q", e.key, mcs.SliceManagedByLabel, mcs.SliceManager)
+		}
+		// kube-proxy and cluster DNS serve a slice with this label as the endpoints of the
+		// local Service it names: an imported slice carrying it would redirect that Service.
+		if _, ok := l[mcs.LocalServiceLabel]; ok {
+			return fmt.Sprintf("%s: metadata.labels[%s] is not allowed on an imported EndpointSlice", e.key, mcs.LocalServiceLabel)
+		}
+	}
+	return ""
+}
+
 var namespaceGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 
 // notBound says why entry e may not be applied into namespace, empty when it may: the

@@ -60,6 +60,10 @@ func (a *Applier) apply(ctx context.Context, e entry) error {
 	if u.GetName() != target.name {
 		return a.fail(ctx, e, ReasonInvalidObject, fmt.Sprintf("manifest names %q, key names %q", u.GetName(), target.name))
 	}
+	if reason := notAllowed(e, target, u); reason != "" {
+		// Only a change of the desired object can fix this: report, do not retry.
+		return a.fail(ctx, e, ReasonNotAllowed, reason)
+	}
 	gvk := u.GroupVersionKind()
 	mapping, err := a.resolver.mapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {

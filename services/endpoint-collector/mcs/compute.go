@@ -34,8 +34,8 @@ import (
 const (
 	LabelServiceName   = "multicluster.kubernetes.io/service-name"
 	LabelSourceCluster = "multicluster.kubernetes.io/source-cluster"
-	labelSliceManager  = "endpointslice.kubernetes.io/managed-by"
-	sliceManager       = "mcs.fleetstream.io"
+	labelSliceManager  = mcs.SliceManagedByLabel
+	sliceManager       = mcs.SliceManager
 	// maxSliceEndpoints is the EndpointSlice API's limit.
 	maxSliceEndpoints = 1000
 	// Owner is the owner the desired objects name.
@@ -44,8 +44,8 @@ const (
 
 // Kind tokens of desired keys: group-qualified, so that the agent maps them without a table.
 var (
-	importKind = "ServiceImport.multicluster.x-k8s.io"
-	sliceKind  = "EndpointSlice.discovery.k8s.io"
+	importKind = mcs.ImportKind
+	sliceKind  = mcs.SliceKind
 )
 
 // Export is one cluster's validated export of a service.
