@@ -59,6 +59,11 @@ type Service struct {
 	refused *prometheus.CounterVec
 	omitted *prometheus.GaugeVec
 	ready   chan struct{}
+	// caughtUp is closed once the report reader has delivered every report the stream held
+	// when it started: the writer computes nothing before, or a service whose reports are
+	// not read yet would count no exports and lose its imports on every cluster.
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
 	// noWrites: this replica never writes (collector.Config.NoViewWrites).
 	noWrites bool
 
@@ -88,7 +93,7 @@ func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logge
 		log = zap.NewNop()
 	}
 	s := &Service{js: js, eps: eps, owners: owners, log: log.Named("mcs"), exports: newExportStore(),
-		ready: make(chan struct{}), written: map[string]map[string][]byte{}, lastOmitted: map[string]uint32{},
+		ready: make(chan struct{}), caughtUp: make(chan struct{}), written: map[string]map[string][]byte{}, lastOmitted: map[string]uint32{},
 		limits: map[string]*clusterv1.Condition{}, limitsDirty: map[string]struct{}{}, limitsChanged: make(chan struct{}, 1),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_mcs_export_reports_refused_total",
@@ -158,6 +163,16 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Go(func() { s.followOwnership(ctx) })
 	errc := make(chan error, 2)
 	wg.Go(func() { errc <- s.consume(ctx) })
+	// Only a replica that knows every export may write: a lease taken before would reconcile
+	// each service from a partial set of reports and tombstone the imports of the rest, fleet
+	// wide, until the reader caught up (every hub restart, every lease move).
+	select {
+	case <-s.caughtUp:
+	case err = <-errc:
+		return server.Stopped(ctx, err)
+	case <-ctx.Done():
+		return nil
+	}
 	wg.Go(func() {
 		errc <- reconcile.RunLeased(ctx, s.js, LeaseName, nil, func(ctx context.Context) error {
 			if err := s.loadWritten(ctx); err != nil {
@@ -183,7 +198,15 @@ func (s *Service) consume(ctx context.Context) error {
 		return fmt.Errorf("mcs: agent stream consumer: %w", err)
 	}
 	defer r.Stop()
-	return r.Each(ctx, func(m jetstream.Msg, _ *jetstream.MsgMetadata) {
+	// Caught up once what was pending at the start is delivered (messages come in stream
+	// order, so those come first), or once nothing is pending: under a steady flow of new
+	// reports the second may never happen.
+	initial, delivered := r.InitialPending(), uint64(0)
+	if initial == 0 {
+		s.markCaughtUp()
+	}
+	return r.Each(ctx, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		delivered++
 		changed, err := s.exports.handle(m.Subject(), m.Data())
 		cluster, _ := keys.Decode(strings.Split(m.Subject(), ".")[2])
 		if err != nil {
@@ -195,8 +218,13 @@ func (s *Service) consume(ctx context.Context) error {
 		}
 		s.recordOmitted(cluster)
 		s.judgeLimits(cluster)
+		if delivered >= initial || md.NumPending == 0 {
+			s.markCaughtUp()
+		}
 	})
 }
+
+func (s *Service) markCaughtUp() { s.caughtUpOnce.Do(func() { close(s.caughtUp) }) }
 
 // followEndpoints queues the services whose endpoints changed.
 func (s *Service) followEndpoints(ctx context.Context) {
