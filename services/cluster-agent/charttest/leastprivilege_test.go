@@ -237,7 +237,8 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 		}, "endpoint-collector")
 		slice := desiredEntry(subjects.DesiredMCSBucket, "EndpointSlice.discovery.k8s.io", "web", "api.c9", map[string]any{
 			"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-			"metadata":  map[string]any{"name": "api.c9", "namespace": "web", "labels": map[string]any{"multicluster.kubernetes.io/service-name": "api", "multicluster.kubernetes.io/source-cluster": "c9"}},
+			"metadata": map[string]any{"name": "api.c9", "namespace": "web", "labels": map[string]any{"multicluster.kubernetes.io/service-name": "api", "multicluster.kubernetes.io/source-cluster": "c9",
+				"endpointslice.kubernetes.io/managed-by": "mcs.fleetstream.io"}},
 			"endpoints": []any{map[string]any{"addresses": []any{"10.9.0.1"}}},
 		}, "endpoint-collector")
 		for _, e := range []entry{imp, slice} {
@@ -383,6 +384,14 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 		}
 		clusterRoles := schema.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "clusterroles"}
 		roleBindings := schema.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "rolebindings"}
+		slices := schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+		imports := schema.GroupVersionResource{Group: "multicluster.x-k8s.io", Version: "v1alpha1", Resource: "serviceimports"}
+		slice := func(namespace, name string, labels map[string]any) map[string]any {
+			return map[string]any{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+				"metadata":  map[string]any{"name": name, "namespace": namespace, "labels": labels},
+				"endpoints": []any{map[string]any{"addresses": []any{"10.66.0.1"}}}}
+		}
+		imported := map[string]any{"endpointslice.kubernetes.io/managed-by": "mcs.fleetstream.io", "multicluster.kubernetes.io/service-name": "api"}
 		for _, c := range []struct {
 			name      string
 			gvr       schema.GroupVersionResource
@@ -397,6 +406,16 @@ func TestAgentWithChartClusterRole(t *testing.T) {
 			{"bind cluster-admin in a project namespace", roleBindings, "shop", roleBinding("shop", "mallory", "cluster-admin")},
 			{"bind a fleet role in kube-system", roleBindings, "kube-system", roleBinding("kube-system", "fleetstream:project-owner", "fleetstream:project-owner")},
 			{"bind a fleet role in its own namespace", roleBindings, agentNamespace, roleBinding(agentNamespace, "fleetstream:project-owner", "fleetstream:project-owner")},
+			{"route kube-dns to its own endpoints", slices, "kube-system", slice("kube-system", "kube-dns-evil", map[string]any{
+				"kubernetes.io/service-name": "kube-dns", "endpointslice.kubernetes.io/managed-by": "mcs.fleetstream.io"})},
+			{"route a project's Service to its own endpoints", slices, "shop", slice("shop", "api-evil", map[string]any{
+				"kubernetes.io/service-name": "api", "endpointslice.kubernetes.io/managed-by": "mcs.fleetstream.io"})},
+			{"write a slice as Kubernetes' controller", slices, "shop", slice("shop", "api-evil2", map[string]any{
+				"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"})},
+			{"import endpoints into kube-system", slices, "kube-system", slice("kube-system", "api.c9", imported)},
+			{"import a service into kube-system", imports, "kube-system", map[string]any{"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+				"metadata": map[string]any{"name": "api", "namespace": "kube-system"},
+				"spec":     map[string]any{"type": "ClusterSetIP", "ports": []any{map[string]any{"name": "http", "port": 80, "protocol": "TCP"}}}}},
 		} {
 			err := applyAs(ctx, dyn, c.gvr, c.namespace, c.manifest)
 			if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
