@@ -497,8 +497,17 @@ func (r *Reporter) exported(ns string, e export) (*endpointv1.ExportedService, s
 		}
 		es.Ports = append(es.Ports, ep)
 	}
+	// The hub's own checks: an export it would refuse is not reported (the hub would refuse
+	// the namespace's whole report, every export of it) but marked Valid=False here.
+	if err := mcs.ValidateExport(es); err != nil {
+		return nil, ReasonInvalidService + ": Service " + e.name + " cannot be exported: " + err.Error()
+	}
 	return es, ""
 }
+
+// ReasonInvalidService is the Valid condition's reason for an export whose Service fails the
+// hub's checks of an export (mcs.ValidateExport); the message names the field.
+const ReasonInvalidService = "InvalidService"
 
 // writeCondition writes on export key (namespace/name) its Valid condition and, once the hub
 // has judged it (the import of the export's name is on this cluster), its Conflict condition,
@@ -534,6 +543,9 @@ func (r *Reporter) writeCondition(ctx context.Context, key string) error {
 	default:
 		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, invalid,
 			fmt.Sprintf("Service %s cannot be exported: of type ExternalName, or with more than %d ports", name, mcs.MaxPortsPerExport)
+		if reason, msg, ok := strings.Cut(invalid, ": "); ok {
+			valid.Reason, valid.Message = reason, msg
+		}
 	}
 	conds := []metav1.Condition{valid}
 	if invalid == "" {

@@ -169,3 +169,77 @@ func TestExportFloodIsBounded(t *testing.T) {
 		t.Errorf("an export in a namespace the agent did not bind was reported: %v", rep)
 	}
 }
+
+// TestReportedExportsPassTheHubsChecks: the agent judges each export by the hub's own checks
+// (mcs.ValidateExport) before reporting it, so what it reports is never refused. A Service
+// whose port name is longer than IANA's 15 characters (valid for a Service) is reported and
+// Valid; one past the ports an export may have is Valid=False and left out.
+func TestReportedExportsPassTheHubsChecks(t *testing.T) {
+	kube := testkit.StartKube(t)
+	kube.InstallCRD(t, mcscrd.ServiceExportCRD)
+	kube.InstallCRD(t, mcscrd.ServiceImportCRD)
+	dyn, err := dynamic.NewForConfig(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 2*time.Minute)
+	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web",
+		Labels: map[string]string{managedByLabel: managedByValue, mcs.ProjectLabel: "p"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	many := make([]corev1.ServicePort, mcs.MaxPortsPerExport+1)
+	for i := range many {
+		many[i] = corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Port: int32(1000 + i)}
+	}
+	for name, ports := range map[string][]corev1.ServicePort{
+		"health": {{Name: "grpc-health-check", Port: 8081}, {Name: "http", Port: 80}},
+		"many":   many,
+	} {
+		if _, err := kube.Client.CoreV1().Services("web").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.ServiceSpec{Ports: ports}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dyn.Resource(ExportsGVR).Namespace("web").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": mcsv1alpha1.SchemeGroupVersion.String(), "kind": "ServiceExport", "metadata": map[string]any{"name": name}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := &recorder{latest: map[string]proto.Message{}, sizes: map[string]int{}}
+	r, err := New(Config{ClusterName: "c1", SessionID: "s1"}, kube.Client, dyn, rec, testkit.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for name, want := range map[string]string{"health": "True/Valid", "many": "False/InvalidServiceType"} {
+		testkit.Eventually(t, 30*time.Second, func() error {
+			u, err := dyn.Resource(ExportsGVR).Namespace("web").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m := c.(map[string]any); m["type"] == "Valid" && fmt.Sprint(m["status"], "/", m["reason"]) == want {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s's conditions %v, want Valid %s", name, conds, want)
+		})
+	}
+	rep, _ := rec.report("c1", "web")
+	if len(rep.GetExports()) != 1 || rep.Exports[0].GetName() != "health" {
+		t.Fatalf("report %v, want health's export only", rep)
+	}
+	for i, e := range rep.GetExports() {
+		if err := mcs.ValidateExport(e); err != nil {
+			t.Errorf("exports[%d] fails the hub's checks: %v", i, err)
+		}
+	}
+}

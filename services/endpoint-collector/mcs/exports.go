@@ -131,49 +131,14 @@ func validate(cluster, ns string, m *endpointv1.ServiceExportsReport) (*nsReport
 	r := &nsReport{session: m.GetSessionId(), exports: map[string]Export{}, omitted: m.GetOmitted()}
 	for i, e := range m.GetExports() {
 		path := fmt.Sprintf("exports[%d]", i)
-		if errs := validation.IsDNS1035Label(e.GetName()); len(errs) > 0 {
-			return nil, fmt.Errorf("%s.name: %s", path, strings.Join(errs, "; "))
+		if err := mcs.ValidateExport(e); err != nil {
+			return nil, fmt.Errorf("%s.%w", path, err)
 		}
 		if _, dup := r.exports[e.GetName()]; dup {
 			return nil, fmt.Errorf("%s.name: %s is reported twice", path, e.GetName())
 		}
-		if e.GetType() != mcs.TypeClusterSetIP && e.GetType() != mcs.TypeHeadless {
-			return nil, fmt.Errorf("%s.type: want %s or %s", path, mcs.TypeClusterSetIP, mcs.TypeHeadless)
-		}
-		if e.GetCreated() == nil || e.GetCreated().CheckValid() != nil {
-			return nil, fmt.Errorf("%s.created: missing or invalid", path)
-		}
-		if n := len(e.GetPorts()); n > mcs.MaxPortsPerExport {
-			return nil, fmt.Errorf("%s.ports: %d, at most %d", path, n, mcs.MaxPortsPerExport)
-		}
 		x := Export{Cluster: cluster, Created: e.GetCreated().AsTime(), Type: e.GetType()}
-		names := map[string]bool{}
-		for j, p := range e.GetPorts() {
-			pp := fmt.Sprintf("%s.ports[%d]", path, j)
-			if p.GetName() != "" {
-				if errs := validation.IsValidPortName(p.GetName()); len(errs) > 0 {
-					return nil, fmt.Errorf("%s.name: %s", pp, strings.Join(errs, "; "))
-				}
-			} else if len(e.GetPorts()) > 1 {
-				return nil, fmt.Errorf("%s.name: required when a Service has several ports", pp)
-			}
-			if names[p.GetName()] {
-				return nil, fmt.Errorf("%s.name: %q twice", pp, p.GetName())
-			}
-			names[p.GetName()] = true
-			if p.GetPort() < 1 || p.GetPort() > 65535 {
-				return nil, fmt.Errorf("%s.port: %d, want 1..65535", pp, p.GetPort())
-			}
-			switch p.GetProtocol() {
-			case "TCP", "UDP", "SCTP":
-			default:
-				return nil, fmt.Errorf("%s.protocol: want TCP, UDP or SCTP", pp)
-			}
-			if a := p.GetAppProtocol(); a != "" {
-				if errs := validation.IsQualifiedName(a); len(errs) > 0 {
-					return nil, fmt.Errorf("%s.app_protocol: %s", pp, strings.Join(errs, "; "))
-				}
-			}
+		for _, p := range e.GetPorts() {
 			x.Ports = append(x.Ports, Port{Name: p.GetName(), Protocol: p.GetProtocol(), AppProtocol: p.GetAppProtocol(), Port: int32(p.GetPort())})
 		}
 		r.exports[e.GetName()] = x

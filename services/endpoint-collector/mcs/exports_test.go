@@ -54,6 +54,9 @@ func TestExportReportsAreValidated(t *testing.T) {
 		{"port 70000", func(r *endpointv1.ServiceExportsReport) { r.Exports[0].Ports[0].Port = 70000 }, "exports[0].ports[0].port"},
 		{"a protocol Kubernetes does not have", func(r *endpointv1.ServiceExportsReport) { r.Exports[0].Ports[0].Protocol = "HTTP" }, "exports[0].ports[0].protocol"},
 		{"a bad port name", func(r *endpointv1.ServiceExportsReport) { r.Exports[0].Ports[0].Name = "no spaces" }, "exports[0].ports[0].name"},
+		// Kubernetes allows any DNS-1123 label as a Service port's name, longer than IANA's 15.
+		{"a long Service port name", func(r *endpointv1.ServiceExportsReport) { r.Exports[0].Ports[0].Name = "grpc-health-check" }, ""},
+		{"a port name no Service can have", func(r *endpointv1.ServiceExportsReport) { r.Exports[0].Ports[0].Name = strings.Repeat("a", 64) }, "exports[0].ports[0].name"},
 		{"too many ports", func(r *endpointv1.ServiceExportsReport) {
 			for i := range mcs.MaxPortsPerExport {
 				r.Exports[0].Ports = append(r.Exports[0].Ports, &endpointv1.EndpointPort{Name: "p" + strings.Repeat("x", i%10) + string(rune('a'+i%26)), Port: 1, Protocol: "TCP"})
