@@ -71,6 +71,10 @@ type Input struct {
 	Exports map[string]Export
 	// Bound is the project owning the namespace on each cluster where one does.
 	Bound map[string]string
+	// BoundSince is when each cluster's binding of the namespace was created: an export ranks
+	// by the later of its reported creation time and this (a cluster's creation timestamp is
+	// its agent's word, and one bound today must not win as the oldest by forging 1970).
+	BoundSince map[string]time.Time
 	// Endpoints returns the endpoints of project's view of the service (the collector's), nil
 	// when it has none.
 	Endpoints func(project string) *endpointv1.GetServiceEndpointsResponse
@@ -91,6 +95,9 @@ func Compute(in Input) Desired {
 	byProject := map[string][]Export{}
 	for c, e := range in.Exports {
 		if p := in.Bound[c]; p != "" {
+			if since := in.BoundSince[c]; since.After(e.Created) {
+				e.Created = since
+			}
 			byProject[p] = append(byProject[p], e)
 		}
 	}

@@ -98,6 +98,20 @@ func TestCompute(t *testing.T) {
 				conflicts: map[string]string{"c1": mcs.ReasonTypeConflict, "c2": mcs.ReasonTypeConflict}},
 		},
 		{
+			name: "an export forging an old creation time ranks from its cluster's binding: the earlier bound cluster's export wins",
+			in: Input{Namespace: "web", Name: "api",
+				Exports: map[string]Export{
+					"c1": {Cluster: "c1", Created: t0.Add(time.Hour), Type: mcs.TypeClusterSetIP, Ports: httpPort(80)},
+					"c2": {Cluster: "c2", Created: time.Unix(0, 0), Type: mcs.TypeHeadless, Ports: httpPort(6666)},
+				},
+				Bound:      map[string]string{"c1": "team-a", "c2": "team-a"},
+				BoundSince: map[string]time.Time{"c1": t0, "c2": t0.Add(2 * time.Hour)},
+				Endpoints:  endpointsOf(map[string][]string{"c1": {"10.0.0.1"}, "c2": {"10.0.1.1"}})},
+			want: want{imports: map[string]string{"c1": "ClusterSetIP", "c2": "ClusterSetIP"}, ports: []int32{80},
+				slices:    map[string][]string{"api.c1": {"10.0.0.1"}},
+				conflicts: map[string]string{"c1": mcs.ReasonTypeConflict, "c2": mcs.ReasonTypeConflict}},
+		},
+		{
 			name: "different ports of other names are merged",
 			in: Input{Namespace: "web", Name: "api",
 				Exports: map[string]Export{

@@ -330,11 +330,14 @@ func (s *Service) reconcile(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	bound := map[string]string{}
+	bound, since := map[string]string{}, map[string]time.Time{}
 	for _, b := range s.owners.NamespaceBindings(ns) {
 		bound[b.GetCluster()] = b.GetProject()
+		if t := b.GetCreateTime(); t != nil && t.CheckValid() == nil {
+			since[b.GetCluster()] = t.AsTime()
+		}
 	}
-	d := Compute(Input{Namespace: ns, Name: name, Exports: s.exports.of(ns, name), Bound: bound,
+	d := Compute(Input{Namespace: ns, Name: name, Exports: s.exports.of(ns, name), Bound: bound, BoundSince: since,
 		Endpoints: func(project string) *endpointv1.GetServiceEndpointsResponse {
 			r, _ := s.eps.ServiceEndpoints(collector.ServiceRef{Namespace: ns, Name: name, Project: project})
 			return r
