@@ -34,10 +34,100 @@ type exportStore struct {
 	// refused is, by cluster, the namespaces whose last report was refused, and the session
 	// of that report (a relist of another session that does not report them again clears it).
 	refused map[string]map[string]string
+	// unbound is, by cluster, the namespaces whose last valid report was dropped because no
+	// project has bound the namespace there (bound said so): only their names, so that a
+	// binding made later re-reads their last report from the stream (service.go, rebind).
+	unbound map[string]map[string]string // cluster → namespace → session of the report
+	// overflow counts, by cluster, the namespaces whose reports were refused because the
+	// cluster already had maxNamespaces namespaces held; a relist of the agent resets it.
+	overflow map[string]int
+
+	// bound reports whether a project has bound namespace ns on cluster; nil: every one is.
+	bound func(cluster, ns string) bool
+	// maxNamespaces bounds the namespaces held per cluster, reports, unbound and refused ones
+	// together: a compromised agent costs the hub at most that, whatever it sends.
+	maxNamespaces int
 }
 
+// DefaultMaxExportNamespacesPerCluster is the most namespaces whose export reports the hub
+// holds per cluster: Kubernetes' own scalability threshold is 10,000 namespaces a cluster.
+const DefaultMaxExportNamespacesPerCluster = 10_000
+
 func newExportStore() *exportStore {
-	return &exportStore{clusters: map[string]map[string]*nsReport{}, exporters: map[string]map[string]bool{}, refused: map[string]map[string]string{}}
+	return &exportStore{clusters: map[string]map[string]*nsReport{}, exporters: map[string]map[string]bool{}, refused: map[string]map[string]string{},
+		unbound: map[string]map[string]string{}, overflow: map[string]int{}, maxNamespaces: DefaultMaxExportNamespacesPerCluster}
+}
+
+// heldLocked is how many namespaces of cluster the store holds anything of.
+func (s *exportStore) heldLocked(cluster string) int {
+	return len(s.clusters[cluster]) + len(s.unbound[cluster]) + len(s.refused[cluster])
+}
+
+// holdsLocked reports whether the store holds anything of cluster's namespace ns.
+func (s *exportStore) holdsLocked(cluster, ns string) bool {
+	_, r := s.clusters[cluster][ns]
+	_, f := s.refused[cluster][ns]
+	_, u := s.unbound[cluster][ns]
+	return r || f || u
+}
+
+// admit reports whether a report of cluster's namespace ns may be held: the namespace is
+// bound there (the hub's bindings bound those), the store holds it already, or the cluster is
+// under maxNamespaces. Otherwise it counts the overflow: a flood of unbound namespaces' names
+// costs at most maxNamespaces per cluster, and never keeps a bound namespace's report out.
+func (s *exportStore) admit(cluster, ns string) bool {
+	bound := s.bound == nil || s.bound(cluster, ns)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if bound || s.holdsLocked(cluster, ns) || s.heldLocked(cluster) < s.maxNamespaces {
+		return true
+	}
+	s.overflow[cluster]++
+	return false
+}
+
+// setUnbound records (or with false forgets) that cluster's report of ns (of session) was
+// dropped as not bound.
+func (s *exportStore) setUnbound(cluster, ns, session string, unbound bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !unbound {
+		delete(s.unbound[cluster], ns)
+		if len(s.unbound[cluster]) == 0 {
+			delete(s.unbound, cluster)
+		}
+		return
+	}
+	if s.unbound[cluster] == nil {
+		s.unbound[cluster] = map[string]string{}
+	}
+	s.unbound[cluster][ns] = session
+}
+
+// unboundAll returns the namespaces whose reports were dropped as not bound, by cluster.
+func (s *exportStore) unboundAll() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]string{}
+	for c, nss := range s.unbound {
+		for ns := range nss {
+			out[c] = append(out[c], ns)
+		}
+	}
+	return out
+}
+
+// heldAll returns the namespaces with a held report, by cluster.
+func (s *exportStore) heldAll() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]string{}
+	for c, nss := range s.clusters {
+		for ns := range nss {
+			out[c] = append(out[c], ns)
+		}
+	}
+	return out
 }
 
 // index moves cluster's entries of ns in exporters from old's exports to r's.
@@ -95,17 +185,29 @@ func (s *exportStore) handle(subject string, data []byte) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: subject %s: %v", errRefused, subject, err)
 		}
+		if !s.admit(cluster, ns) {
+			return nil, fmt.Errorf("%w: cluster %s namespace %s: the cluster has reports of %d namespaces held, at most %d", errRefused, cluster, ns, s.maxNamespaces, s.maxNamespaces)
+		}
 		m := &endpointv1.ServiceExportsReport{}
 		if err := env.GetPayload().UnmarshalTo(m); err != nil {
+			s.setUnbound(cluster, ns, "", false)
 			s.refuse(cluster, ns, "")
 			return s.replace(cluster, ns, nil), fmt.Errorf("%w: subject %s: payload: %v", errRefused, subject, err)
 		}
 		r, err := validate(cluster, ns, m)
 		if err != nil {
+			s.setUnbound(cluster, ns, "", false)
 			s.refuse(cluster, ns, m.GetSessionId())
 			return s.replace(cluster, ns, nil), fmt.Errorf("%w: cluster %s namespace %s: %v", errRefused, cluster, ns, err)
 		}
 		s.refuse(cluster, ns, "\x00accepted")
+		// A namespace no project has bound on the cluster exports nothing (Compute): its
+		// report is not held, only its name, for a binding made later to re-read it.
+		unbound := s.bound != nil && !s.bound(cluster, ns)
+		s.setUnbound(cluster, ns, r.session, unbound && (len(r.exports) > 0 || r.omitted > 0))
+		if unbound {
+			return s.replace(cluster, ns, nil), nil
+		}
 		return s.replace(cluster, ns, r), nil
 	}
 	return nil, fmt.Errorf("%w: subject %s", errRefused, subject)
@@ -175,7 +277,7 @@ const (
 func (s *exportStore) limits(cluster string) (reason, msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := len(s.refused[cluster]); n > 0 {
+	if n := len(s.refused[cluster]) + s.overflow[cluster]; n > 0 {
 		return ReasonInvalidServiceExports, fmt.Sprintf("the ServiceExport reports of %d namespace(s) were refused as invalid or past their bounds (the hub's log names the fields): their exports are not imported", n)
 	}
 	var omitted uint32
@@ -250,6 +352,15 @@ func (s *exportStore) sync(cluster, session string) []string {
 	if len(s.clusters[cluster]) == 0 {
 		delete(s.clusters, cluster)
 	}
+	delete(s.overflow, cluster)
+	for ns, sess := range s.unbound[cluster] {
+		if sess != session {
+			delete(s.unbound[cluster], ns)
+		}
+	}
+	if len(s.unbound[cluster]) == 0 {
+		delete(s.unbound, cluster)
+	}
 	for ns, sess := range s.refused[cluster] {
 		if sess != session {
 			delete(s.refused[cluster], ns)
@@ -299,4 +410,29 @@ func (s *exportStore) omitted(cluster string) uint32 {
 		n += r.omitted
 	}
 	return n
+}
+
+// unbind drops the held reports of the namespaces no longer bound on their cluster (keeping
+// their names, as handle does) and returns the services that changed.
+func (s *exportStore) unbind() []string {
+	if s.bound == nil {
+		return nil
+	}
+	var out []string
+	for cluster, nss := range s.heldAll() {
+		for _, ns := range nss {
+			if s.bound(cluster, ns) {
+				continue
+			}
+			s.mu.Lock()
+			r := s.clusters[cluster][ns]
+			s.mu.Unlock()
+			if r == nil {
+				continue
+			}
+			s.setUnbound(cluster, ns, r.session, true)
+			out = append(out, s.replace(cluster, ns, nil)...)
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package mcs
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -148,4 +149,53 @@ func TestLimitsOfACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("")
+}
+
+// TestExportFloodOfUnboundNamespaces: a compromised agent reporting exports in 20,000
+// namespaces no project has bound on its cluster makes the hub hold no report of them and at
+// most maxNamespaces names, counted as refused past that; its bound namespace's report is
+// still taken, and a relist clears the count.
+func TestExportFloodOfUnboundNamespaces(t *testing.T) {
+	s := newExportStore()
+	s.maxNamespaces = 100
+	s.bound = func(cluster, ns string) bool { return cluster == "c1" && ns == "web" }
+	send := func(ns string) error {
+		_, err := s.handle(subjects.AgentServiceExports("c1", ns), envelope(t, &endpointv1.ServiceExportsReport{
+			ClusterName: "c1", Namespace: ns, SessionId: "s1", Exports: []*endpointv1.ExportedService{goodExport("api")}}))
+		return err
+	}
+	refused := 0
+	for i := range 20000 {
+		if err := send(fmt.Sprintf("ns-%d", i)); err != nil {
+			refused++
+		}
+	}
+	if err := send("web"); err != nil {
+		t.Fatalf("the bound namespace's report: %v", err)
+	}
+	s.mu.Lock()
+	held, reports, names := s.heldLocked("c1"), len(s.clusters["c1"]), len(s.unbound["c1"])
+	s.mu.Unlock()
+	if reports != 1 || held > 101 || names > 100 {
+		t.Errorf("held %d namespaces (%d reports, %d unbound names), want web's report and at most 100 names", held, reports, names)
+	}
+	if refused != 20000-100 {
+		t.Errorf("%d reports refused, want %d", refused, 20000-100)
+	}
+	if got := s.of("web", "api"); len(got) != 1 {
+		t.Errorf("exports of web/api: %v", got)
+	}
+	if reason, msg := s.limits("c1"); reason != ReasonInvalidServiceExports || !strings.Contains(msg, "19900") {
+		t.Errorf("limits %s %q", reason, msg)
+	}
+	// A relist of the agent that reports web only.
+	if err := send("web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.handle(subjects.AgentServiceExportsSync("c1"), envelope(t, &endpointv1.ServiceExportsSync{ClusterName: "c1", SessionId: "s1"})); err != nil {
+		t.Fatal(err)
+	}
+	if reason, msg := s.limits("c1"); reason != "" {
+		t.Errorf("after the relist: limits %s %q", reason, msg)
+	}
 }

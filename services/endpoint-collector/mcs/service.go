@@ -73,6 +73,10 @@ type Service struct {
 	mu      sync.Mutex
 	written map[string]map[string][]byte
 
+	// ingestMu serializes the report reader and rebind: a report rebind re-reads from the
+	// stream must not be applied after a newer one the reader applied.
+	ingestMu sync.Mutex
+
 	omittedMu   sync.Mutex
 	lastOmitted map[string]uint32
 
@@ -103,6 +107,14 @@ func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logge
 			Name: "fleetstream_mcs_exports_omitted",
 			Help: "ServiceExports an agent left out of its reports because a namespace has more than one report carries (1,000), by cluster: they are not exported.",
 		}, []string{"cluster"})}
+	s.exports.bound = func(cluster, ns string) bool {
+		for _, b := range owners.NamespaceBindings(ns) {
+			if b.GetCluster() == cluster {
+				return true
+			}
+		}
+		return false
+	}
 	s.ctrl = reconcile.New(reconcile.Config{Name: "endpoint-collector-mcs", Keys: s.keys, Resync: 10 * time.Minute, Log: s.log}, reconcile.Func(s.reconcile))
 	// Nothing of the fleet's API waits for it: its output goes to clusters, not to callers.
 	close(s.ready)
@@ -207,7 +219,9 @@ func (s *Service) consume(ctx context.Context) error {
 	}
 	return r.Each(ctx, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
 		delivered++
+		s.ingestMu.Lock()
 		changed, err := s.exports.handle(m.Subject(), m.Data())
+		s.ingestMu.Unlock()
 		cluster, _ := keys.Decode(strings.Split(m.Subject(), ".")[2])
 		if err != nil {
 			s.refused.WithLabelValues(cluster).Inc()
@@ -272,12 +286,61 @@ func (s *Service) followOwnership(ctx context.Context) {
 			}
 		}
 		seen = now
+		s.rebind(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-ch:
 		}
 	}
+}
+
+// rebind follows binding changes in what the store holds: a namespace's report dropped as not
+// bound is read again from the stream (its last message) once the namespace is bound there
+// (the agent does not report it again: for it nothing changed), and a held report of a
+// namespace no longer bound is dropped. The hub thus holds reports only of bound namespaces.
+func (s *Service) rebind(ctx context.Context) {
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	for _, k := range s.exports.unbind() {
+		s.ctrl.Add(k)
+	}
+	var stream jetstream.Stream
+	for cluster, nss := range s.exports.unboundAll() {
+		for _, ns := range nss {
+			if !s.exports.bound(cluster, ns) {
+				continue
+			}
+			if stream == nil {
+				var err error
+				if stream, err = s.js.Stream(ctx, subjects.AgentStreamName); err != nil {
+					s.log.Warn("re-reading ServiceExport reports of newly bound namespaces", zap.Error(err))
+					return
+				}
+			}
+			subj := subjects.AgentServiceExports(cluster, ns)
+			m, err := stream.GetLastMsgForSubject(ctx, subj)
+			if err != nil {
+				s.log.Warn("re-reading a ServiceExport report of a newly bound namespace", zap.String("subject", subj), zap.Error(err))
+				continue
+			}
+			changed, err := s.exports.handle(m.Subject, m.Data)
+			if err != nil {
+				s.log.Warn("ServiceExport report refused", zap.String("subject", subj), zap.Error(err))
+			}
+			for _, k := range changed {
+				s.ctrl.Add(k)
+			}
+		}
+	}
+}
+
+// Unbound returns the namespaces of cluster whose last ServiceExport report the hub dropped as
+// not bound there (tests, diagnostics).
+func (s *Service) Unbound(cluster string) []string {
+	out := s.exports.unboundAll()[cluster]
+	slices.Sort(out)
+	return out
 }
 
 // keys is every service with exports or with objects written.

@@ -134,3 +134,67 @@ func TestMultiClusterServicesSurviveHubRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiClusterServicesExportBeforeBinding: the hub holds no report of a namespace not
+// bound on its cluster, yet an export reported before the binding (the agent does not report
+// it again: for it nothing changed) counts once the namespace is bound there: the hub re-reads
+// the report from the stream.
+func TestMultiClusterServicesExportBeforeBinding(t *testing.T) {
+	inst, clusters := startFleetd(t)
+	ctx := testkit.Context(t, 2*time.Minute)
+	projects := projectv1connect.NewProjectServiceClient(http.DefaultClient, "http://"+inst.Addr, withToken(apiToken))
+	tokens := map[string]string{}
+	for _, name := range []string{"c1", "c2"} {
+		reg, err := clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: name}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[name] = reg.Msg.AgentToken
+	}
+	if _, err := projects.CreateProject(ctx, connect.NewRequest(&projectv1.CreateProjectRequest{Name: "team-a"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Cluster: "c2", Namespace: "web"})); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := connectAgent(inst, "c1", tokens["c1"], make(chan error, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js1, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.NewStore(js1, "system:cluster-agent:c1").Append(ctx, subjects.AgentServiceExports("c1", "web"), "c1", events.Any, &endpointv1.ServiceExportsReport{
+		ClusterName: "c1", Namespace: "web", SessionId: "s1", Exports: []*endpointv1.ExportedService{{Name: "api", Type: "ClusterSetIP",
+			Created: timestamppb.Now(), Ports: []*endpointv1.EndpointPort{{Name: "http", Port: 80, Protocol: "TCP"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if ub := inst.MCS.Unbound("c1"); !slices.Contains(ub, "web") {
+			return fmt.Errorf("c1's namespaces dropped as unbound: %v", ub)
+		}
+		return nil
+	})
+	if _, err := projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: "web"})); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := inst.JS.KeyValue(ctx, subjects.DesiredMCSBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	importKey := subjects.DesiredKey("c2", mcs.ImportKind, "web", "api")
+	testkit.Eventually(t, time.Minute, func() error {
+		e, err := kv.Get(ctx, importKey)
+		if err != nil {
+			return fmt.Errorf("%s: %w", importKey, err)
+		}
+		d := &desiredv1.DesiredObject{}
+		if err := proto.Unmarshal(e.Value(), d); err != nil || d.GetTombstone() {
+			return fmt.Errorf("%s: tombstone or bad (%v)", importKey, err)
+		}
+		return nil
+	})
+}

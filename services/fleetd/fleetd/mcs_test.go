@@ -182,8 +182,12 @@ func TestMultiClusterServices(t *testing.T) {
 	}
 	// Once the hub holds both forgeries, a full reconcile must leave c2's import as it was.
 	testkit.Eventually(t, 30*time.Second, func() error {
-		if ex := inst.MCS.Exporters("web", "api"); !slices.Contains(ex, "c3") {
-			return fmt.Errorf("exporters of web/api: %v", ex)
+		// c3's report was read, and dropped: web is bound to no project there.
+		if ub := inst.MCS.Unbound("c3"); !slices.Contains(ub, "web") {
+			return fmt.Errorf("c3's namespaces dropped as unbound: %v", ub)
+		}
+		if ex := inst.MCS.Exporters("web", "api"); slices.Contains(ex, "c3") {
+			return fmt.Errorf("exporters of web/api: %v, the hub holds c3's unbound report", ex)
 		}
 		// A platform admin reads the service's whole state, the clusters kept apart included.
 		all, err := eps.GetServiceEndpoints(ctx, connect.NewRequest(&endpointv1.GetServiceEndpointsRequest{Namespace: "web", Name: "api",
