@@ -186,7 +186,7 @@ func (s *exportStore) handle(subject string, data []byte) ([]string, error) {
 			return nil, fmt.Errorf("%w: subject %s: %v", errRefused, subject, err)
 		}
 		if !s.admit(cluster, ns) {
-			return nil, fmt.Errorf("%w: cluster %s namespace %s: the cluster has reports of %d namespaces held, at most %d", errRefused, cluster, ns, s.maxNamespaces, s.maxNamespaces)
+			return nil, fmt.Errorf("%w: cluster %s namespace %s: not bound there, and the hub already holds %d namespaces of the cluster, at most", errRefused, cluster, ns, s.maxNamespaces)
 		}
 		m := &endpointv1.ServiceExportsReport{}
 		if err := env.GetPayload().UnmarshalTo(m); err != nil {
