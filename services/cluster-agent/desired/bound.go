@@ -115,16 +115,9 @@ func (a *Applier) notBound(ctx context.Context, e entry, namespace string) (stri
 func (a *Applier) refuseNotBound(ctx context.Context, e entry, mapping *meta.RESTMapping, ri dynamic.ResourceInterface, namespace, name, reason string) error {
 	qk := queueKey(e.bucket, e.key)
 	a.setMark(qk, appliedMark{})
-	live, cached := a.informers.cached(mapping.Resource, namespace, name, qk)
-	if !cached {
-		var err error
-		live, err = ri.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			live = nil
-		case err != nil:
-			return fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, name, err)
-		}
+	live, err := a.liveObject(ctx, mapping, ri, namespace, name, qk)
+	if err != nil {
+		return err
 	}
 	if live != nil && managedFor(live, qk) {
 		if err := deleteObject(ctx, ri, live); err != nil {

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 )
@@ -38,16 +39,9 @@ func (a *Applier) protected(gk schema.GroupKind, namespace, name string) string 
 func (a *Applier) refuseProtected(ctx context.Context, e entry, mapping *meta.RESTMapping, ri dynamic.ResourceInterface, namespace, name, reason string) error {
 	qk := queueKey(e.bucket, e.key)
 	a.setMark(qk, appliedMark{})
-	live, cached := a.informers.cached(mapping.Resource, namespace, name, qk)
-	if !cached {
-		var err error
-		live, err = ri.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			live = nil
-		case err != nil:
-			return fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, name, err)
-		}
+	live, err := a.liveObject(ctx, mapping, ri, namespace, name, qk)
+	if err != nil {
+		return err
 	}
 	if live != nil && managedFor(live, qk) {
 		if isNamespace(mapping.GroupVersionKind) {
@@ -63,4 +57,21 @@ func (a *Applier) refuseProtected(ctx context.Context, e entry, mapping *meta.RE
 	a.log.Warn("refused desired state in a protected namespace: the hub asked for what no project may have",
 		zap.String("key", qk), zap.String("reason", reason))
 	return a.fail(ctx, e, ReasonProtectedNamespace, "namespace "+reason+" on this cluster: the agent never adopts, labels, quotas, binds or deletes it")
+}
+
+// liveObject is the object (namespace, name) as the informer holds it, read from the cluster
+// when the informer does not hold it yet; nil when it does not exist.
+func (a *Applier) liveObject(ctx context.Context, mapping *meta.RESTMapping, ri dynamic.ResourceInterface, namespace, name, qk string) (*unstructured.Unstructured, error) {
+	live, cached := a.informers.cached(mapping.Resource, namespace, name, qk)
+	if cached {
+		return live, nil
+	}
+	live, err := ri.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get %s %s: %w", mapping.Resource.Resource, name, err)
+	}
+	return live, nil
 }
