@@ -37,7 +37,7 @@ func BenchmarkGatewayLatency(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inst, tokens := startBenchFleet(ctx, b, "token-admin,admin\n", prodLogger())
-	reportCart(ctx, b, inst)
+	reportCart(ctx, b, inst, "bench")
 	// Logs as in production (JSON, info, access log on), written nowhere: the test log would
 	// make every access-log line a locked, formatted write into the benchmark's output.
 	prodLog := prodLogger()
