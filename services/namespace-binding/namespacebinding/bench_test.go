@@ -228,7 +228,8 @@ func rawBinds(b *testing.B, js jetstream.JetStream, c rawBindCase) time.Duration
 	if err != nil {
 		b.Fatal(err)
 	}
-	desired, err := js.CreateKeyValue(ctx, kvConfig("raw-desired"))
+	// desired-namespaces is a bucket agents watch: its history and republish cost every write.
+	desired, err := js.CreateKeyValue(ctx, subjects.FeedBucketConfig("raw-desired", "BindNamespaces' baseline"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
@@ -192,8 +193,9 @@ func BenchmarkBindingFanOut(b *testing.B) {
 	if err := w.wait(ctx, "owner", true, total); err != nil {
 		b.Fatal(err)
 	}
-	// The baseline's bucket, with the same configuration and the same watch.
-	rawKV, err := e.js.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench-raw", History: 1, Storage: jetstream.FileStorage})
+	// The baseline's bucket, with the same configuration as desired-rbac (the history and
+	// republish agents follow it by: both cost the store on every write) and the same watch.
+	rawKV, err := e.js.JS.CreateKeyValue(ctx, subjects.FeedBucketConfig("bench-raw", "BindingFanOut's baseline"))
 	if err != nil {
 		b.Fatal(err)
 	}
