@@ -2,21 +2,15 @@ package collector
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"maps"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
-	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 )
 
@@ -105,7 +99,7 @@ func (in *ingester) refuse(ci *clusterIngest, limit string) {
 		l.MaxEndpointSlicesPerCluster, l.MaxEndpointsPerCluster)
 	in.c.log.Warn("cluster agent over its endpoint limits: refusing its excess reports", zap.String("cluster", ci.info.name),
 		zap.String("limit", limit), zap.Int("slices", ci.n), zap.Int("endpoints", ci.endpoints))
-	in.c.limitStatus.set(ci.info.name, &clusterv1.Condition{Type: subjects.ConditionAgentWithinLimits,
+	in.c.limitStatus.Set(ci.info.name, &clusterv1.Condition{Type: subjects.ConditionAgentWithinLimits,
 		Status: clusterv1.ConditionStatus_CONDITION_STATUS_FALSE, Reason: limit, Message: msg, LastTransitionTime: timestamppb.New(in.c.now())})
 }
 
@@ -116,111 +110,17 @@ func (in *ingester) withinLimits(ci *clusterIngest, session string, gen uint64) 
 	}
 	in.c.log.Info("cluster agent back within its endpoint limits", zap.String("cluster", ci.info.name))
 	ci.overLimit, ci.refusedIn = "", nil
-	in.c.limitStatus.set(ci.info.name, nil)
+	in.c.limitStatus.Set(ci.info.name, nil)
 }
 
-// limitStatus writes each cluster's refusal to bucket agent-limits: what the ingester decided,
-// written behind it (the ingest goroutine never waits for the bucket). The bucket is made to
-// match once the replay is applied, so a cluster that was over its limits before a restart and
-// no longer is gets its entry removed.
-type limitStatus struct {
-	mu      sync.Mutex
-	want    map[string]*clusterv1.Condition // by cluster; absent: within its limits
-	dirty   map[string]struct{}
-	changed chan struct{}
-}
-
-func newLimitStatus() *limitStatus {
-	return &limitStatus{want: map[string]*clusterv1.Condition{}, dirty: map[string]struct{}{}, changed: make(chan struct{}, 1)}
-}
-
-func (s *limitStatus) set(cluster string, cond *clusterv1.Condition) {
-	s.mu.Lock()
-	if cond == nil {
-		delete(s.want, cluster)
-	} else {
-		s.want[cluster] = cond
-	}
-	s.dirty[cluster] = struct{}{}
-	s.mu.Unlock()
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
-}
-
-// get returns cluster's refusal, nil when it is within its limits (tests).
-func (s *limitStatus) get(cluster string) *clusterv1.Condition {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.want[cluster]
-}
-
-// runLimitStatus keeps bucket agent-limits' entries of this reader as limitStatus holds them.
+// runLimitStatus keeps bucket agent-limits' entries of this reader as the ingester judged them,
+// from when the replay is applied (so a cluster that was over its limits before a restart and no
+// longer is gets its entry removed).
 func (c *Collector) runLimitStatus(ctx context.Context) error {
 	select {
 	case <-c.caughtUp:
 	case <-ctx.Done():
 		return nil
 	}
-	kv, err := c.js.KeyValue(ctx, subjects.AgentLimitsBucket)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while starting
-		}
-		return fmt.Errorf("agent limits bucket: %w", err)
-	}
-	s := c.limitStatus
-	// What a previous run left: every cluster with an entry is checked once.
-	lister, err := kv.ListKeysFiltered(ctx, "*."+keys.Encode(limitsReader))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("agent limits bucket: %w", err)
-	}
-	stale := map[string]string{} // key → cluster
-	for k := range lister.Keys() {
-		if cluster, err := keys.Decode(subjects.AgentLimitsKeyCluster(k)); err == nil {
-			stale[k] = cluster
-		}
-	}
-	for {
-		s.mu.Lock()
-		for cluster := range s.dirty {
-			stale[subjects.AgentLimitsKey(cluster, limitsReader)] = cluster
-		}
-		clear(s.dirty)
-		want := maps.Clone(s.want)
-		s.mu.Unlock()
-		for key, cluster := range stale {
-			if err := writeLimit(ctx, kv, key, want[cluster]); err != nil {
-				c.log.Warn("agent limits bucket", zap.String("key", key), zap.Error(err))
-				continue // tried again on the next change or tick
-			}
-			delete(stale, key)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.changed:
-		case <-time.After(max(c.cfg.ViewFlushInterval, time.Second)):
-		}
-	}
-}
-
-// writeLimit puts cond under key, or deletes key when cond is nil.
-func writeLimit(ctx context.Context, kv jetstream.KeyValue, key string, cond *clusterv1.Condition) error {
-	if cond == nil {
-		if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return err
-		}
-		return nil
-	}
-	data, err := proto.Marshal(cond)
-	if err != nil {
-		return err
-	}
-	_, err = kv.Put(ctx, key, data)
-	return err
+	return c.limitStatus.Run(ctx, c.js, max(c.cfg.ViewFlushInterval, time.Second), c.log)
 }

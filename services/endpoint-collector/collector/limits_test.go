@@ -72,7 +72,7 @@ func TestAgentOverItsEndpointLimitsIsRefusedAndReported(t *testing.T) {
 	if n := servedServices(t, h, "flood", 20); n != 5 {
 		t.Errorf("after a restart %d services of the over-limit cluster are served, want 5", n)
 	}
-	if h.c.limitStatus.get("evil") == nil {
+	if h.c.limitStatus.Get("evil") == nil {
 		t.Error("after a restart the over-limit cluster is not reported")
 	}
 	assertBucketServices(t, js.JS, "flood", 5)

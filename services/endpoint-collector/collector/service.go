@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/fleetstream/fleetstream/pkg/agentlimits"
 	"github.com/fleetstream/fleetstream/pkg/apiwait"
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/events"
@@ -179,7 +180,7 @@ type Collector struct {
 	metrics metrics
 	// refused counts reports over a cluster's Limits; limitStatus says which clusters are.
 	refused     *prometheus.CounterVec
-	limitStatus *limitStatus
+	limitStatus *agentlimits.Status
 
 	// viewSet is the collector's views (declareViews); weightsView and weights are the engine
 	// and cache of its one view, weights set once viewSet is ready.
@@ -236,7 +237,7 @@ func newCollector(cfg Config, log *zap.Logger) *Collector {
 		pending: &pendingSet{m: map[string]*pendingService{}},
 		codec:   newResponseCodec(cfg.ResponseCacheBytes, nil),
 		metrics: newMetrics(),
-		refused: newRefusedMetric(), limitStatus: newLimitStatus(),
+		refused: newRefusedMetric(), limitStatus: agentlimits.New(limitsReader),
 		caughtUp: make(chan struct{}), ready: make(chan struct{}), now: time.Now, leaseTTL: lease.DefaultTTL,
 		ownersSynced: make(chan struct{}), views: map[string][]string{}}
 	c.gate = apiwait.NewGate(c.ready, "endpoint collector")

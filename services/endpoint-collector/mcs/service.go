@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fleetstream/fleetstream/pkg/agentlimits"
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
@@ -81,11 +82,9 @@ type Service struct {
 	lastOmitted map[string]uint32
 
 	// limits is each cluster's AgentWithinLimits condition as this replica judges it (absent:
-	// within), and the clusters whose entry of bucket agent-limits the writer must update.
-	limitsMu      sync.Mutex
-	limits        map[string]*clusterv1.Condition
-	limitsDirty   map[string]struct{}
-	limitsChanged chan struct{}
+	// within); judgeMu makes each judgement's read and write of it one step.
+	judgeMu sync.Mutex
+	limits  *agentlimits.Status
 }
 
 // LimitsReader is this package's name in bucket agent-limits' keys.
@@ -98,7 +97,7 @@ func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logge
 	}
 	s := &Service{js: js, eps: eps, owners: owners, log: log.Named("mcs"), exports: newExportStore(),
 		ready: make(chan struct{}), caughtUp: make(chan struct{}), written: map[string]map[string][]byte{}, lastOmitted: map[string]uint32{},
-		limits: map[string]*clusterv1.Condition{}, limitsDirty: map[string]struct{}{}, limitsChanged: make(chan struct{}, 1),
+		limits: agentlimits.New(LimitsReader),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_mcs_export_reports_refused_total",
 			Help: "ServiceExport reports of agents refused whole (invalid, or past the bounds an agent keeps to), by cluster.",
@@ -475,82 +474,29 @@ func (s *Service) recordOmitted(cluster string) {
 // judgeLimits updates cluster's AgentWithinLimits condition after one of its messages.
 func (s *Service) judgeLimits(cluster string) {
 	reason, msg := s.exports.limits(cluster)
-	s.limitsMu.Lock()
-	defer s.limitsMu.Unlock()
-	cur := s.limits[cluster]
+	s.judgeMu.Lock()
+	defer s.judgeMu.Unlock()
+	cur := s.limits.Get(cluster)
 	switch {
 	case reason == "" && cur == nil:
 		return
 	case reason == "":
-		delete(s.limits, cluster)
+		s.limits.Set(cluster, nil)
 		s.log.Info("cluster agent's ServiceExport reports back within their limits", zap.String("cluster", cluster))
 	case cur != nil && cur.GetReason() == reason && cur.GetMessage() == msg:
 		return
 	default:
-		s.limits[cluster] = &clusterv1.Condition{Type: subjects.ConditionAgentWithinLimits, Status: clusterv1.ConditionStatus_CONDITION_STATUS_FALSE,
+		cond := &clusterv1.Condition{Type: subjects.ConditionAgentWithinLimits, Status: clusterv1.ConditionStatus_CONDITION_STATUS_FALSE,
 			Reason: reason, Message: msg, LastTransitionTime: timestamppb.Now()}
 		if cur != nil && cur.GetReason() == reason {
-			s.limits[cluster].LastTransitionTime = cur.GetLastTransitionTime()
+			cond.LastTransitionTime = cur.GetLastTransitionTime()
 		}
-	}
-	s.limitsDirty[cluster] = struct{}{}
-	select {
-	case s.limitsChanged <- struct{}{}:
-	default:
+		s.limits.Set(cluster, cond)
 	}
 }
 
 // runLimits keeps this reader's entries of bucket agent-limits as judged (lease holder only):
 // cluster-import shows them as each cluster's AgentWithinLimits condition.
 func (s *Service) runLimits(ctx context.Context) error {
-	kv, err := s.js.KeyValue(ctx, subjects.AgentLimitsBucket)
-	if err != nil {
-		return server.Stopped(ctx, fmt.Errorf("mcs: agent limits bucket: %w", err))
-	}
-	stale := map[string]string{} // key → cluster: entries a previous writer left, checked once
-	lister, err := kv.ListKeysFiltered(ctx, "*."+keys.Encode(LimitsReader))
-	if err != nil {
-		return server.Stopped(ctx, fmt.Errorf("mcs: agent limits bucket: %w", err))
-	}
-	for k := range lister.Keys() {
-		if cluster, err := keys.Decode(subjects.AgentLimitsKeyCluster(k)); err == nil {
-			stale[k] = cluster
-		}
-	}
-	s.limitsMu.Lock()
-	for cluster := range s.limits {
-		s.limitsDirty[cluster] = struct{}{}
-	}
-	s.limitsMu.Unlock()
-	for {
-		s.limitsMu.Lock()
-		for cluster := range s.limitsDirty {
-			stale[subjects.AgentLimitsKey(cluster, LimitsReader)] = cluster
-		}
-		clear(s.limitsDirty)
-		want := maps.Clone(s.limits)
-		s.limitsMu.Unlock()
-		for key, cluster := range stale {
-			var err error
-			if c := want[cluster]; c == nil {
-				if err = kv.Delete(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
-					err = nil
-				}
-			} else {
-				data, _ := proto.Marshal(c)
-				_, err = kv.Put(ctx, key, data)
-			}
-			if err != nil {
-				s.log.Warn("agent limits bucket", zap.String("key", key), zap.Error(err))
-				continue // tried again on the next change or tick
-			}
-			delete(stale, key)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.limitsChanged:
-		case <-time.After(5 * time.Second):
-		}
-	}
+	return s.limits.Run(ctx, s.js, 5*time.Second, s.log)
 }
