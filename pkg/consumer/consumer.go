@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 )
 
@@ -111,7 +112,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.
 // Run consumes until ctx is done.
 func Run(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger, h Handler) error {
 	cfg.defaults()
-	c, err := Ensure(ctx, js, cfg)
+	// Created while the hub may be at its busiest (a fleet reconnecting): a request that
+	// times out is made again rather than ending the service.
+	var c jetstream.Consumer
+	err := events.Retry(ctx, log.With(zap.String("consumer", cfg.Durable)), "creating a consumer", func() (err error) {
+		c, err = Ensure(ctx, js, cfg)
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting

@@ -346,10 +346,11 @@ func (o *Ordered) consume(ctx context.Context, cons jetstream.Consumer) error {
 
 // refused reports whether the server answered a consumer create with an error that retrying
 // cannot fix (not found, bad request); a leaderless or unreachable JetStream times out or
-// answers 503.
+// answers 503. A stream at its consumer limit answers 400 too, but only until the short-lived
+// consumers of a reconnecting fleet's replays are gone.
 func refused(err error) bool {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit {
 		return false
 	}
 	return apiErr.Code == http.StatusBadRequest || apiErr.Code == http.StatusNotFound

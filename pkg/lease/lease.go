@@ -125,24 +125,17 @@ const openAttempt = 10 * time.Second
 // out while a three-node cluster forms, no leader yet): a compose stack's cluster-import exited
 // on one at start (docs/scale.md), and in fleetd such an exit stops every service.
 func openRetrying(ctx context.Context, js jetstream.JetStream, replicas int, name string, log *zap.Logger) (jetstream.KeyValue, error) {
-	delay := 100 * time.Millisecond
-	for {
+	var kv jetstream.KeyValue
+	err := events.Retry(ctx, log.With(zap.String("lease", name)), "lease bucket unavailable", func() error {
 		// Each attempt is bounded: a request sent while the connection is down may never be
 		// answered, and the bucket handle does not keep the context.
 		actx, cancel := context.WithTimeout(ctx, openAttempt)
-		kv, err := Open(actx, js, replicas)
-		cancel()
-		if err == nil || ctx.Err() != nil || !(events.Transient(err) || errors.Is(err, context.DeadlineExceeded)) {
-			return kv, err
-		}
-		log.Warn("lease bucket unavailable; retrying", zap.String("lease", name), zap.Error(err), zap.Duration("in", delay))
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
-	}
+		defer cancel()
+		var err error
+		kv, err = Open(actx, js, replicas)
+		return err
+	})
+	return kv, err
 }
 
 // Run holds lease name on behalf of holder and runs fn while it does, until ctx is done.

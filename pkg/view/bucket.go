@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetstream/fleetstream/pkg/events"
 )
 
 // bucketPoll is how often WaitBucket looks for a bucket that does not exist yet;
@@ -35,7 +36,10 @@ func WaitBucket(ctx context.Context, js jetstream.JetStream, bucket string, log 
 		if err == nil {
 			return kv, nil
 		}
-		timedOut := ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
+		// Not there yet, or JetStream briefly unable to answer (a timeout under load, no
+		// leader, a reconnect): at 10,000 clusters a lookup that gave up on the first timeout
+		// stopped fleetd.
+		timedOut := ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || events.Transient(err))
 		if !errors.Is(err, jetstream.ErrBucketNotFound) && !timedOut {
 			return nil, fmt.Errorf("bucket %s: %w", bucket, err)
 		}

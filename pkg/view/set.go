@@ -113,7 +113,9 @@ func (s *Set) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			}
-			kv, err := s.js.KeyValue(ctx, m.p.Bucket.Bucket)
+			// Every view opens its bucket when the fleet has caught up, the hub at its busiest:
+			// a lookup that times out is tried again, not the end of the service.
+			kv, err := WaitBucket(ctx, s.js, m.p.Bucket.Bucket, nil)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil

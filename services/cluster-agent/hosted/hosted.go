@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/rest"
 
+	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/kubecreds"
@@ -120,12 +121,21 @@ func New(cfg Config, js jetstream.JetStream, log *zap.Logger) (*Supervisor, erro
 
 // Run supervises while this replica holds the lease, until ctx ends.
 func (s *Supervisor) Run(ctx context.Context) error {
-	err := lease.Run(ctx, s.js, Lease, lease.DefaultHolder(), lease.DefaultTTL, s.supervise, lease.WithLogger(s.log))
+	// A registry cache failing while this replica holds the lease (a request timing out under a
+	// reconnecting fleet) restarts the supervision after a pause; returned to the lease runner it
+	// would end the service, and fleetd with it.
+	supervise := func(ctx context.Context) error {
+		return events.Retry(ctx, s.log, "hosted agents' supervision failed", func() error { return s.supervise(ctx) }, errRegistry)
+	}
+	err := lease.Run(ctx, s.js, Lease, lease.DefaultHolder(), lease.DefaultTTL, supervise, lease.WithLogger(s.log))
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
 }
+
+// errRegistry: a cache of the registry the supervisor reads failed.
+var errRegistry = errors.New("registry cache failed")
 
 // Hosting returns the clusters whose hosted agents run now, sorted.
 func (s *Supervisor) Hosting() []string {
@@ -158,7 +168,7 @@ func (s *Supervisor) supervise(ctx context.Context) error {
 		select {
 		case <-ready:
 		case err := <-errs:
-			return fmt.Errorf("hosted agents: registry: %w", err)
+			return fmt.Errorf("hosted agents: %w: %w", errRegistry, err)
 		case <-ctx.Done():
 			return nil
 		}
@@ -199,7 +209,7 @@ func (s *Supervisor) follow(ctx context.Context, r *registry, q queue, errs <-ch
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("hosted agents: registry: %w", err)
+			return fmt.Errorf("hosted agents: %w: %w", errRegistry, err)
 		case u, ok := <-clusterUpdates:
 			if !ok {
 				if ctx.Err() != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/consumer"
+	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -128,8 +129,17 @@ func (s *Registry) runReportBudget(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	stream, err := s.js.Stream(ctx, subjects.AgentStreamName)
+	// Looked up once the registry is ready, under a joining fleet's load: a timed-out request is
+	// made again rather than ending the service.
+	var stream jetstream.Stream
+	err := events.Retry(ctx, s.log, "agent stream lookup", func() (err error) {
+		stream, err = s.js.Stream(ctx, subjects.AgentStreamName)
+		return err
+	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("agent stream: %w", err)
 	}
 	rb := &reportBudget{s: s, stream: stream, budgets: map[string]*budget{}, resync: 2 * max(s.cfg.CheckInterval, 500*time.Millisecond)}

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/agentlimits"
 	"github.com/fleetstream/fleetstream/pkg/consumer"
 	"github.com/fleetstream/fleetstream/pkg/daemon"
+	"github.com/fleetstream/fleetstream/pkg/events"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
@@ -28,6 +29,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
+	"github.com/fleetstream/fleetstream/pkg/view"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 )
 
@@ -161,7 +163,9 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	kv, err := s.js.KeyValue(ctx, subjects.DesiredMCSBucket)
+	// Opened once the collector has replayed every report, the hub at its busiest: a lookup
+	// that times out is tried again, not the end of fleetd.
+	kv, err := view.WaitBucket(ctx, s.js, subjects.DesiredMCSBucket, s.log)
 	if err != nil {
 		return server.Stopped(ctx, fmt.Errorf("mcs: bucket %s: %w", subjects.DesiredMCSBucket, err))
 	}
@@ -186,7 +190,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	wg.Go(func() {
 		errc <- reconcile.RunLeased(ctx, s.js, LeaseName, nil, func(ctx context.Context) error {
-			if err := s.loadWritten(ctx); err != nil {
+			// The lease is taken when the hub is at its busiest (a restarted hub's agents
+			// replaying, the stream at its consumer limit): an error here would stop fleetd.
+			if err := events.Retry(ctx, s.log, "desired-mcs not loaded", func() error { return s.loadWritten(ctx) }, errLoadStalled); err != nil {
 				return err
 			}
 			return s.ctrl.Run(ctx)
@@ -360,14 +366,28 @@ func (s *Service) hasWritten(key string) bool {
 }
 
 // loadWritten reads what the bucket holds, for the reconciler to compare with.
+// errLoadStalled: a load received nothing for loadStall (a request sent while the connection
+// was down may never be answered).
+var errLoadStalled = errors.New("load desired-mcs: no progress")
+
+const loadStall = 30 * time.Second
+
 func (s *Service) loadWritten(ctx context.Context) error {
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stall := time.AfterFunc(loadStall, cancel)
+	defer stall.Stop()
+	w, err := s.kv.WatchAll(wctx, jetstream.IgnoreDeletes())
 	if err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			return errLoadStalled
+		}
 		return fmt.Errorf("mcs: read %s: %w", subjects.DesiredMCSBucket, err)
 	}
 	defer func() { _ = w.Stop() }()
 	written := map[string]map[string][]byte{}
 	for e := range w.Updates() {
+		stall.Reset(loadStall)
 		if e == nil {
 			break
 		}
@@ -379,6 +399,12 @@ func (s *Service) loadWritten(ctx context.Context) error {
 			written[svc] = map[string][]byte{}
 		}
 		written[svc][e.Key()] = e.Value()
+	}
+	if wctx.Err() != nil {
+		if ctx.Err() == nil {
+			return errLoadStalled
+		}
+		return ctx.Err()
 	}
 	s.mu.Lock()
 	s.written = written

@@ -297,7 +297,9 @@ func (s *Service) run(ctx context.Context) error {
 // openCaches opens the caches of the buckets other components write: the agents' statuses, and
 // cluster-import's registry and inventory.
 func (s *Service) openCaches(ctx context.Context) error {
-	appliedKV, err := s.js.KeyValue(ctx, subjects.AppliedBucket)
+	// Opened once the views are ready, under the fleet's load: a lookup that times out is made
+	// again (view.WaitBucket) rather than ending the service.
+	appliedKV, err := view.WaitBucket(ctx, s.js, subjects.AppliedBucket, s.log)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", subjects.AppliedBucket, err)
 	}

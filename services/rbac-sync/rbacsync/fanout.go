@@ -223,21 +223,12 @@ func (f *fanout) term(ctx context.Context, lead bool) error {
 // it: docs/scale.md), a stream without a leader for a moment, or a load that makes no progress
 // for loadStall (a request sent while the connection was down may never be answered). Anything
 // else is returned.
-func (f *fanout) loadRetrying(ctx context.Context) (jetstream.KeyWatcher, error) {
-	delay := 100 * time.Millisecond
-	for {
-		w, err := f.load(ctx)
-		if err == nil || ctx.Err() != nil || !(events.Transient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errLoadStalled)) {
-			return w, err
-		}
-		f.log.Warn("desired-rbac not loaded; retrying", zap.Error(err), zap.Duration("in", delay))
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
-	}
+func (f *fanout) loadRetrying(ctx context.Context) (w jetstream.KeyWatcher, err error) {
+	err = events.Retry(ctx, f.log, "desired-rbac not loaded", func() (err error) {
+		w, err = f.load(ctx)
+		return err
+	}, errLoadStalled)
+	return w, err
 }
 
 // errLoadStalled: a load received nothing for loadStall.
