@@ -1,10 +1,22 @@
 package cli
 
 import (
+	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 )
 
 // TestApplyConflicts runs field ownership against the real cluster-import and
@@ -181,10 +193,252 @@ func TestApplySetOwnsEveryKind(t *testing.T) {
 	if r.stderr != "" {
 		t.Errorf("apply of the set's own changes said:\n%s", r.stderr)
 	}
+
 	h.run(t, "cluster", "update", "eu-1", "--claim", "cloud=gcp").ok(t)
 	r = apply(changed)
 	if r.code != 1 || !strings.Contains(r.stderr, "Cluster/eu-1: spec.claims.cloud: changed by "+otherWriter+` since this apply set last applied it; live "gcp", manifest "aws"`+"\n") {
 		t.Fatalf("apply after a claim changed by hand: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestApplyConflictOfEveryKind: another writer changes, through the API, a field an apply set
+// applied and one it never applied, for every kind whose objects another writer can change
+// (conflictCase says what the set's next apply must do). Each case starts from the fleet as
+// the set declares it: the previous case's --force-conflicts put it back.
+func TestApplyConflictOfEveryKind(t *testing.T) {
+	h := startRBACHub(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	fleet := filepath.Join(dir, "fleet.yaml")
+	writeFile(t, fleet, fleetManifests)
+	run := func(cmd string, extra ...string) result {
+		t.Helper()
+		args := []string{cmd, "-f", fleet, "--applyset", "prod", "--applyset-records", records}
+		if cmd == "apply" {
+			args = append(args, "--token-dir", filepath.Join(dir, "tokens"))
+		}
+		return h.run(t, append(args, extra...)...)
+	}
+	run("apply").ok(t)
+	// The namespace that follows the placement is listed once the scheduler has decided.
+	waitFor(t, 30*time.Second, "the fleet as declared", func() bool { return run("diff").code == 0 })
+
+	ctx := context.Background()
+	opt := connect.WithInterceptors(bearerAuth{token: e2eToken})
+	sets := placementv1connect.NewClusterSetServiceClient(http.DefaultClient, h.url, opt)
+	placements := placementv1connect.NewPlacementServiceClient(http.DefaultClient, h.url, opt)
+	policies := clusterv1connect.NewImportPolicyServiceClient(http.DefaultClient, h.url, opt)
+	subscribers := clusterv1connect.NewSubscriberServiceClient(http.DefaultClient, h.url, opt)
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		changedSince = "changed by " + otherWriter + " since this apply set last applied it; "
+		neverApplied = "set by " + otherWriter + ", not by this apply set; "
+	)
+	// ClusterSetBinding and ProjectRoleBinding have no case: what they declare is what they
+	// bind (their key), so another writer cannot change a field of one; it can only unbind it
+	// (apply then creates it again) or bind another (another object, which apply leaves alone).
+	for _, c := range []conflictCase{
+		{
+			kind: "Cluster",
+			write: func(t *testing.T) {
+				h.run(t, "cluster", "update", "eu-1", "--claim", "cloud=gcp", "--claim", "zone=b").ok(t)
+			},
+			written: []string{"cloud: gcp", "zone: b"},
+			want: []string{
+				`fleet.yaml:1: document 1: Cluster/eu-1: spec.claims.cloud: ` + changedSince + `live "gcp", manifest "aws"`,
+				`fleet.yaml:1: document 1: Cluster/eu-1: spec.claims.zone: ` + neverApplied + `live "b", manifest does not set it (apply would remove it)`,
+			},
+			forced: func(t *testing.T) {
+				// The registry's own taint is no field of the manifest: apply never owned it,
+				// and taking the claims over leaves it.
+				if c := jsonOf[clusterJSON](t, h.run(t, "-o", "json", "cluster", "get", "eu-1").ok(t)); !strings.Contains(fmt.Sprint(c.Taints), "fleetstream.io/unreachable") {
+					t.Errorf("the registry's taint is gone after --force-conflicts: %+v", c.Taints)
+				}
+			},
+		},
+		{
+			kind: "RoleTemplate",
+			write: func(t *testing.T) {
+				h.run(t, "role", "update", "reader", "--rule", "get:pods").ok(t)
+				h.run(t, "role", "update", "operator", "--display-name", "Ops").ok(t)
+			},
+			written: []string{"displayName: Ops"},
+			gone:    []string{"- list\n"},
+			want: []string{
+				`RoleTemplate/reader: spec.rules: ` + changedSince + `live [{"apiGroups":[""],"resources":["pods"],"verbs":["get"]}], manifest [{"apiGroups":[""],"resources":["pods"],"verbs":["get","list…`,
+				`RoleTemplate/operator: spec.displayName: ` + neverApplied + `live "Ops", manifest does not set it (apply would remove it)`,
+			},
+		},
+		{
+			kind: "ImportPolicy",
+			write: func(t *testing.T) {
+				res, err := policies.GetImportPolicy(ctx, connect.NewRequest(&clusterv1.GetImportPolicyRequest{Name: "capi"}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := res.Msg.Policy
+				p.NameTemplate = "imported-{{ .source.metadata.name }}"
+				p.References = append(p.References, &clusterv1.ImportReference{Key: "ca", Version: "v1", Resource: "configmaps",
+					NamespaceTemplate: "{{ .source.metadata.namespace }}", NameTemplate: "ca"})
+				must(policies.UpdateImportPolicy(ctx, connect.NewRequest(&clusterv1.UpdateImportPolicyRequest{Policy: p})))
+			},
+			written: []string{"nameTemplate: imported-", "key: ca"},
+			want: []string{
+				`ImportPolicy/capi: spec.nameTemplate: ` + changedSince + `live "imported-{{ .source.metadata.name }}", manifest "{{ .source.metadata.name }}"`,
+				`ImportPolicy/capi: spec.references[key=ca].resource: ` + neverApplied + `live "configmaps", manifest does not set it (apply would remove it)`,
+			},
+		},
+		{
+			kind: "Placement",
+			write: func(t *testing.T) {
+				res, err := placements.GetPlacement(ctx, connect.NewRequest(&placementv1.GetPlacementRequest{Project: "team-a", Name: "best-eu"}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := res.Msg.Placement
+				p.NumberOfClusters = proto.Int32(3)
+				p.PrioritizerPolicy = &placementv1.PrioritizerPolicy{Mode: "Exact"}
+				must(placements.UpdatePlacement(ctx, connect.NewRequest(&placementv1.UpdatePlacementRequest{Placement: p})))
+			},
+			written: []string{"numberOfClusters: 3", "mode: Exact"},
+			want: []string{
+				`Placement/team-a/best-eu: spec.numberOfClusters: ` + changedSince + `live 3, manifest 1`,
+				`Placement/team-a/best-eu: spec.prioritizerPolicy.mode: ` + neverApplied + `live "Exact", manifest does not set it (apply would remove it)`,
+			},
+		},
+		{
+			// A subscriber's streams cannot be changed, so another writer can only delete it and
+			// create it again with other streams. That is no conflict --force-conflicts could
+			// take over: apply refuses the change the API cannot make, forced or not.
+			kind: "Subscriber",
+			write: func(t *testing.T) {
+				must(subscribers.DeleteSubscriber(ctx, connect.NewRequest(&clusterv1.DeleteSubscriberRequest{Name: "audit"})))
+				must(subscribers.CreateSubscriber(ctx, connect.NewRequest(&clusterv1.CreateSubscriberRequest{Name: "audit", Streams: []string{"FLEET_NS"}})))
+			},
+			gone:    []string{"FLEET_RBAC"},
+			refused: "Subscriber/audit: spec.streams: a subscriber's streams cannot be changed; delete it through the API (SubscriberService.DeleteSubscriber: prune never deletes subscribers",
+			restore: func(t *testing.T) {
+				must(subscribers.DeleteSubscriber(ctx, connect.NewRequest(&clusterv1.DeleteSubscriberRequest{Name: "audit"})))
+				must(subscribers.CreateSubscriber(ctx, connect.NewRequest(&clusterv1.CreateSubscriberRequest{Name: "audit", Streams: []string{"FLEET_RBAC", "FLEET_NS"}})))
+			},
+		},
+		{
+			// Last: a selector changed changes what the set holds, and the placement's decisions
+			// and the namespace following it settle in their own time.
+			kind: "ClusterSet",
+			write: func(t *testing.T) {
+				must(sets.UpdateClusterSet(ctx, connect.NewRequest(&placementv1.UpdateClusterSetRequest{Name: "europe", Selector: &placementv1.ClusterSetSelector{
+					Type: placementv1.SelectorType_SELECTOR_TYPE_LABEL_SELECTOR, LabelSelector: &placementv1.LabelSelector{MatchLabels: map[string]string{"region": "us", "tier": "gold"}}}})))
+			},
+			written: []string{"region: us", "tier: gold"},
+			want: []string{
+				`ClusterSet/europe: spec.selector.labelSelector.matchLabels.region: ` + changedSince + `live "us", manifest "eu"`,
+				`ClusterSet/europe: spec.selector.labelSelector.matchLabels.tier: ` + neverApplied + `live "gold", manifest does not set it (apply would remove it)`,
+			},
+		},
+	} {
+		if !t.Run(c.kind, func(t *testing.T) { c.check(t, h, run) }) {
+			t.FailNow() // the next case needs the fleet as declared
+		}
+	}
+}
+
+// conflictCase is another writer's change, made through the API, to objects of one kind that
+// an apply set applied: a field the set applied and one it never applied. The set's next apply
+// of the same manifests must refuse, naming each field and the other writer, and change
+// nothing (the fields stay the other writer's); its dry run and diff say the same;
+// --force-conflicts takes the fields over (the one never applied is removed: apply writes whole
+// objects, docs/fleet-as-code.md "Release"), and a rerun is then clean.
+type conflictCase struct {
+	kind  string
+	write func(t *testing.T)
+	// written and gone are strings export --kind prints, and no longer prints, once the
+	// writer's change is made.
+	written, gone []string
+	// want are the conflict lines on stderr, from the object's key on (the source before it,
+	// file:line: document N:, is left out but for the first document).
+	want []string
+	// refused: the change is no conflict but one the API cannot make, refused with this
+	// message whether forced or not; restore then undoes the writer's change.
+	refused string
+	restore func(t *testing.T)
+	// forced checks more after --force-conflicts.
+	forced func(t *testing.T)
+}
+
+func (c conflictCase) check(t *testing.T, h *hubEnv, run func(cmd string, extra ...string) result) {
+	export := func() string { t.Helper(); return h.run(t, "export", "--kind", c.kind).ok(t).stdout }
+	c.write(t)
+	written := export()
+	for _, w := range c.written {
+		if !strings.Contains(written, w) {
+			t.Fatalf("the other writer's change is not in the fleet (%q):\n%s", w, written)
+		}
+	}
+	for _, g := range c.gone {
+		if strings.Contains(written, g) {
+			t.Fatalf("the other writer's change is not in the fleet (%q still there):\n%s", g, written)
+		}
+	}
+	lacks := func(out string, suffix string) []string {
+		var missing []string
+		for _, w := range c.want {
+			if !strings.Contains(out, w+suffix+"\n") {
+				missing = append(missing, w+suffix)
+			}
+		}
+		if c.refused != "" && !strings.Contains(out, c.refused) {
+			missing = append(missing, c.refused)
+		}
+		return missing
+	}
+	for _, extra := range [][]string{nil, {"--dry-run"}, {"--dry-run=server"}} {
+		r := run("apply", extra...)
+		if missing := lacks(r.stderr, ""); r.code != 1 || len(missing) > 0 || !strings.Contains(r.stderr, "nothing was changed") ||
+			strings.Contains(r.stdout, " configured") || strings.Contains(r.stdout, " created") {
+			t.Fatalf("apply %v after another writer's change: exit %d, lacks %q\n%s%s", extra, r.code, missing, r.stdout, r.stderr)
+		}
+	}
+	if c.refused == "" {
+		r := run("diff")
+		if missing := lacks(r.stderr, ""); r.code != 2 || len(missing) > 0 {
+			t.Fatalf("diff after another writer's change: exit %d, lacks %q\n%s%s", r.code, missing, r.stdout, r.stderr)
+		}
+	}
+	if got := export(); got != written {
+		t.Fatalf("a refused apply changed the other writer's objects:\n%s\nwas:\n%s", got, written)
+	}
+	r := run("apply", "--force-conflicts")
+	if c.refused != "" {
+		if r.code != 1 || !strings.Contains(r.stderr, c.refused) || export() != written {
+			t.Fatalf("apply --force-conflicts of a change the API cannot make: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		c.restore(t)
+	} else {
+		if missing := lacks(r.stderr, " (taken over: --force-conflicts)"); r.code != 0 || len(missing) > 0 || !strings.Contains(r.stdout, c.kind+"/") {
+			t.Fatalf("apply --force-conflicts: exit %d, lacks %q\n%s%s", r.code, missing, r.stdout, r.stderr)
+		}
+		if c.forced != nil {
+			c.forced(t)
+		}
+	}
+	// The fleet is as declared again (diff reads it back from the API), and the set owns every
+	// field: a rerun changes nothing and meets no conflict.
+	var d result
+	deadline := time.Now().Add(20 * time.Second)
+	for d = run("diff"); d.code != 0 && time.Now().Before(deadline); d = run("diff") {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d.code != 0 {
+		t.Fatalf("the fleet is not as declared after --force-conflicts: diff exit %d\n%s%s", d.code, d.stdout, d.stderr)
+	}
+	if r := run("apply"); r.code != 0 || strings.Contains(r.stdout, " configured") || strings.Contains(r.stdout, " created") || r.stderr != "" {
+		t.Fatalf("rerun: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

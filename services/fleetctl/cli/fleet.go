@@ -292,7 +292,8 @@ func planObject(o *manifest.Object, live *liveObject, tokenDir string) (string, 
 	}
 	switch o.Kind.Name {
 	case "Subscriber":
-		return "", errors.New("spec.streams: a subscriber's streams cannot be changed; delete it (prune) and create it again, with a new token")
+		// Not "prune it": prune never deletes a subscriber, which has no labels to carry the set.
+		return "", errors.New("spec.streams: a subscriber's streams cannot be changed; delete it through the API (SubscriberService.DeleteSubscriber: prune never deletes subscribers, which carry no apply set label) and apply again, which creates it with a new token")
 	case "Project":
 		p, l := o.Spec.(*projectv1.Project), live.obj.Spec.(*projectv1.Project)
 		if p.DisplayName != l.DisplayName {
