@@ -262,6 +262,32 @@ func TestApplyConflictOfEveryKind(t *testing.T) {
 			},
 		},
 		{
+			kind: "Project",
+			write: func(t *testing.T) {
+				h.run(t, "project", "budget", "team-a", "--cluster", "eu-1", "--hard", "cpu=20").ok(t)
+				// A budget on a cluster where the project holds no namespace yet (one with a
+				// namespace lacking a cpu quota would refuse it).
+				h.run(t, "cluster", "register", "eu-9").ok(t)
+				h.run(t, "project", "budget", "team-a", "--cluster", "eu-9", "--hard", "cpu=1").ok(t)
+			},
+			written: []string{`cpu: "20"`, "cluster: eu-9"},
+			want: []string{
+				`Project/team-a: spec.budgets[cluster=eu-1].hard.cpu: ` + changedSince + `live "20", manifest "8"`,
+				`Project/team-a: spec.budgets[cluster=eu-9].hard.cpu: ` + neverApplied + `live "1", manifest does not set it (apply would remove it)`,
+			},
+		},
+		{
+			kind: "NamespaceBinding",
+			write: func(t *testing.T) {
+				h.run(t, "namespace", "quota", "web", "--project", "team-a", "--cluster", "eu-1", "--hard", "cpu=3", "--hard", "memory=1Gi").ok(t)
+			},
+			written: []string{`cpu: "3"`, "memory: 1Gi"},
+			want: []string{
+				`NamespaceBinding/team-a/cluster=eu-1/web: spec.hard.cpu: ` + changedSince + `live "3", manifest "2"`,
+				`NamespaceBinding/team-a/cluster=eu-1/web: spec.hard.memory: ` + neverApplied + `live "1Gi", manifest does not set it (apply would remove it)`,
+			},
+		},
+		{
 			kind: "RoleTemplate",
 			write: func(t *testing.T) {
 				h.run(t, "role", "update", "reader", "--rule", "get:pods").ok(t)

@@ -302,4 +302,34 @@ func TestApplyServiceWeights(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "error: not_found: service shop/cart has no endpoint 10.9.9.9 in cluster east") {
 		t.Fatalf("weight of an unknown endpoint: exit %d\n%s", r.code, r.stderr)
 	}
+
+	// Field ownership: an apply set's weight changed with fleetctl since, and an endpoint weight
+	// the set never declared, are conflicts.
+	owned := manifest("  clusterWeights: {east: 300}\n")
+	records := filepath.Join(dir, "records")
+	run := func(cmd string, extra ...string) result {
+		t.Helper()
+		return h.run(t, append([]string{cmd, "-f", owned, "--applyset", "weights", "--applyset-records", records}, extra...)...)
+	}
+	if r := run("apply").ok(t); r.stdout != "ServiceWeights/shop/cart unchanged\n" || r.stderr != "" {
+		t.Fatalf("the set's first apply: %q %q", r.stdout, r.stderr)
+	}
+	const source = "weights.yaml:1: document 1: ServiceWeights/shop/cart: "
+	conflictCase{
+		kind: "ServiceWeights",
+		write: func(t *testing.T) {
+			h.run(t, "endpoints", "weight", "shop/cart", "--cluster", "east", "--weight", "200").ok(t)
+			h.run(t, "endpoints", "weight", "shop/cart", "--ip", "10.0.0.8", "--cluster", "east", "--weight", "7").ok(t)
+		},
+		written: []string{"east: 200", "weight: 7"},
+		want: []string{
+			source + "spec.clusterWeights.east: changed by " + otherWriter + " since this apply set last applied it; live 200, manifest 300",
+			source + "spec.endpointWeights[ip=10.0.0.8].weight: set by " + otherWriter + ", not by this apply set; live 7, manifest does not set it (apply would remove it)",
+		},
+		forced: func(t *testing.T) {
+			if got, want := weights(), "east=300 east/10.0.0.7=300 east/10.0.0.8=300"; got != want {
+				t.Errorf("after --force-conflicts: %s, want %s", got, want)
+			}
+		},
+	}.check(t, h, run)
 }
