@@ -161,8 +161,15 @@ func TestApplyEndToEnd(t *testing.T) {
 
 	// diff before anything exists: every object is new, exit 1.
 	r = h.run(t, "diff", "-f", fleetDir)
-	if r.code != 1 || !strings.Contains(r.stdout, "--- /dev/null\n+++ declared/Cluster/eu-1\n") {
+	if r.code != 1 {
 		t.Fatalf("diff of a new fleet: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, key := range []string{"Cluster/eu-1", "Cluster/us-1", "RoleTemplate/reader", "RoleTemplate/operator", "ClusterSet/europe", "Subscriber/audit",
+		"Project/team-a", "ImportPolicy/capi", "ClusterSetBinding/team-a/europe", "Placement/team-a/best-eu", "NamespaceBinding/team-a/cluster=eu-1/web",
+		"NamespaceBinding/team-a/cluster=us-1/web", "ProjectRoleBinding/team-a/operator/group:web-devs", "NamespaceBinding/team-a/placement=best-eu/shop"} {
+		if !strings.Contains(r.stdout, "--- /dev/null\n+++ declared/"+key+"\n") {
+			t.Errorf("diff of a new fleet lacks %s:\n%s", key, r.stdout)
+		}
 	}
 
 	r = h.run(t, "apply", "-f", fleetDir, "--token-dir", tokens).ok(t)
@@ -213,7 +220,8 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 		t.Fatalf("diff of an applied fleet: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
-	// Change a label, a quota, a budget and a template's rules.
+	// Change a label, a quota, a budget, a template's rules, a cluster set's selector (eu-1,
+	// now silver, stays its one member) and an import policy's name template.
 	changed := strings.NewReplacer(
 		"labels: {region: eu, tier: gold}", "labels: {region: eu, tier: silver}",
 		"cluster: eu-1\n  hard: {cpu: \"2\"}", "cluster: eu-1\n  hard: {cpu: \"4\"}",
@@ -221,14 +229,20 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 		"verbs: [get, list]", "verbs: [get, list, watch]",
 		"numberOfClusters: 1", "numberOfClusters: 2",
 		"placement: best-eu, hard: {cpu: \"1\"}", "placement: best-eu, hard: {cpu: \"3\"}",
+		"type: SELECTOR_TYPE_LABEL_SELECTOR\n    labelSelector: {matchLabels: {region: eu}}", "type: SELECTOR_TYPE_LABEL_SELECTOR\n    labelSelector: {matchLabels: {region: eu, tier: silver}}",
+		`nameTemplate: "{{ .source.metadata.name }}"`, `nameTemplate: "capi-{{ .source.metadata.name }}"`,
 	).Replace(fleetManifests)
+	if strings.Count(changed, "tier: silver") != 2 || !strings.Contains(changed, "capi-{{") {
+		t.Fatalf("the change does not change the cluster set and the import policy:\n%s", changed)
+	}
 	changedFile := filepath.Join(dir, "changed.yaml")
 	writeFile(t, changedFile, changed)
 	r = h.run(t, "diff", "-f", changedFile)
 	if r.code != 1 {
 		t.Fatalf("diff of a change: exit %d\n%s", r.code, r.stderr)
 	}
-	for _, line := range []string{"--- live/Cluster/eu-1\n+++ declared/Cluster/eu-1\n", "-    tier: gold\n+    tier: silver\n", "-      cpu: \"8\"\n+      cpu: \"16\"\n", "+    - watch\n"} {
+	for _, line := range []string{"--- live/Cluster/eu-1\n+++ declared/Cluster/eu-1\n", "-    tier: gold\n+    tier: silver\n", "-      cpu: \"8\"\n+      cpu: \"16\"\n", "+    - watch\n",
+		"+++ declared/ClusterSet/europe\n", "+        tier: silver\n", "+++ declared/ImportPolicy/capi\n", "+  nameTemplate: capi-{{ .source.metadata.name }}\n"} {
 		if !strings.Contains(r.stdout, line) {
 			t.Errorf("diff lacks %q:\n%s", line, r.stdout)
 		}
@@ -238,6 +252,7 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 	}
 	r = h.run(t, "apply", "-f", changedFile).ok(t)
 	for _, line := range []string{"Cluster/eu-1 configured", "Cluster/us-1 unchanged", "RoleTemplate/reader configured", "RoleTemplate/operator unchanged",
+		"ClusterSet/europe configured", "ImportPolicy/capi configured", "Subscriber/audit unchanged",
 		"Project/team-a configured", "Placement/team-a/best-eu configured", "NamespaceBinding/team-a/cluster=eu-1/web configured", "NamespaceBinding/team-a/cluster=us-1/web unchanged", "NamespaceBinding/team-a/placement=best-eu/shop configured"} {
 		if !strings.Contains(r.stdout, line+"\n") {
 			t.Errorf("apply of a change lacks %q:\n%s", line, r.stdout)
@@ -247,6 +262,29 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 	waitFor(t, 30*time.Second, "diff after applying the change to come back clean", func() bool {
 		return h.run(t, "diff", "-f", changedFile).code == 0
 	})
+	// The API holds the changes.
+	type labelSelectorJSON struct {
+		MatchLabels map[string]string `json:"matchLabels"`
+	}
+	set := jsonOf[struct {
+		Selector struct {
+			LabelSelector labelSelectorJSON `json:"labelSelector"`
+		} `json:"selector"`
+	}](t, h.run(t, "-o", "json", "clusterset", "get", "europe").ok(t))
+	if m := set.Selector.LabelSelector.MatchLabels; len(m) != 2 || m["region"] != "eu" || m["tier"] != "silver" {
+		t.Errorf("cluster set europe after the update: %+v", set)
+	}
+	policy := jsonOf[struct {
+		NameTemplate string `json:"nameTemplate"`
+	}](t, h.run(t, "-o", "json", "import", "policy", "get", "capi").ok(t))
+	if policy.NameTemplate != "capi-{{ .source.metadata.name }}" {
+		t.Errorf("import policy capi after the update: %+v", policy)
+	}
+	// The same changed manifests again: nothing to do.
+	r = h.run(t, "apply", "-f", changedFile).ok(t)
+	if got := strings.Count(r.stdout, " unchanged\n"); got != 14 {
+		t.Fatalf("apply of the change again: %d unchanged, want 14:\n%s", got, r.stdout)
+	}
 
 	// A server dry run asks rbac-sync which RoleBindings a new project role binding makes.
 	writeFile(t, filepath.Join(dir, "bob.yaml"), changed+"---\napiVersion: fleetstream.io/v1alpha1\nkind: ProjectRoleBinding\nmetadata: {project: team-a}\nspec: {subject: {kind: SUBJECT_KIND_USER, name: bob}, roleTemplate: reader}\n")
