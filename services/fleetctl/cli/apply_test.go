@@ -450,7 +450,8 @@ func clearVolatile(m protoreflect.Message) {
 
 // TestApplyPrune: an apply set's objects that the manifests no longer declare are listed by
 // --dry-run and deleted by --prune, bindings first; a project still holding namespaces only
-// with --cascade; objects outside the set stay.
+// with --cascade; objects outside the set stay, and so do those of the kinds without labels
+// (role templates, cluster sets, subscribers, import policies) that the set applied.
 func TestApplyPrune(t *testing.T) {
 	h := startRBACHub(t)
 	dir := t.TempDir()
@@ -467,7 +468,12 @@ func TestApplyPrune(t *testing.T) {
 		doc("NamespaceBinding", "{name: db, project: team-b}", "{cluster: eu-1}") +
 		doc("ClusterSetBinding", "{project: team-b}", "{clusterSet: global}") +
 		doc("Placement", "{name: any, project: team-b}", "{numberOfClusters: 1}") +
-		doc("ProjectRoleBinding", "{project: team-b}", "{subject: {kind: SUBJECT_KIND_USER, name: bob}, roleTemplate: project-viewer}")
+		doc("ProjectRoleBinding", "{project: team-b}", "{subject: {kind: SUBJECT_KIND_USER, name: bob}, roleTemplate: project-viewer}") +
+		// Kinds without labels: no object of them records the set, so prune never deletes one.
+		doc("RoleTemplate", "{name: reader}", "{rules: [{verbs: [get], apiGroups: [\"\"], resources: [pods]}]}") +
+		doc("ClusterSet", "{name: europe}", "{selector: {type: SELECTOR_TYPE_LABEL_SELECTOR, labelSelector: {matchLabels: {region: eu}}}}") +
+		doc("Subscriber", "{name: audit}", "{streams: [FLEET_NS]}") +
+		doc("ImportPolicy", "{name: capi}", "{source: {cluster: eu-1, group: cluster.x-k8s.io, version: v1beta1, resource: clusters}, nameTemplate: \"{{ .source.metadata.name }}\", template: \"labels: {provider: capi}\", creationCondition: \"true\"}")
 	writeFile(t, filepath.Join(dir, "v1.yaml"), v1)
 	writeFile(t, filepath.Join(dir, "v2.yaml"), v2)
 	h.run(t, "apply", "-f", filepath.Join(dir, "v1.yaml"), "--applyset", "prod", "--token-dir", tokens).ok(t)
@@ -525,7 +531,7 @@ Cluster/eu-2 pruned (dry run)
 			t.Errorf("pruned object still there (%s):\n%s", gone, after)
 		}
 	}
-	for _, kept := range []string{"name: manual", "name: other", "name: tools", "name: web"} {
+	for _, kept := range []string{"name: manual", "name: other", "name: tools", "name: web", "name: reader", "name: europe", "name: audit", "name: capi"} {
 		if !strings.Contains(after, kept) {
 			t.Errorf("object outside the set or still declared was pruned (%s):\n%s", kept, after)
 		}

@@ -4,18 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/events"
 	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
@@ -29,13 +33,18 @@ const staleAfter = 2 * time.Second
 // real cluster registry.
 func startEndpointHub(t *testing.T) *hubEnv {
 	t.Helper()
-	return startHub(t, func(ctx context.Context, js *testkit.JetStream) (hubService, error) {
+	return startHub(t, endpointCollector(t))
+}
+
+// endpointCollector is the real endpoint-collector as a hub service.
+func endpointCollector(t *testing.T) newHubService {
+	return func(ctx context.Context, js *testkit.JetStream) (hubService, error) {
 		c, err := collector.New(ctx, js.JS, collector.Config{StaleAfter: staleAfter, EvictAfter: time.Hour}, testkit.Logger(t))
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
-	})
+	}
 }
 
 // agentReports publishes what a cluster's agent reports to stream FLEET_AGENT, in the agent's
@@ -214,21 +223,27 @@ func errOf(r result) error {
 // the manifest no longer declares, export prints what apply reads back, and a weight for an IP
 // the service does not serve is refused before anything is written.
 func TestApplyServiceWeights(t *testing.T) {
-	h := startEndpointHub(t)
-	h.run(t, "cluster", "register", "east").ok(t)
-	h.run(t, "cluster", "register", "west").ok(t)
-	ids := map[string]string{}
-	for _, c := range jsonOf[[]clusterJSON](t, h.run(t, "-o", "json", "cluster", "list").ok(t)) {
-		ids[c.Name] = c.ID
+	// A hub with clusters east and west, east's agent serving shop/cart at two IPs.
+	start := func() *hubEnv {
+		// rbac-sync too: prune reads every kind.
+		h := startHub(t, endpointCollector(t), rbacSync(t))
+		h.run(t, "cluster", "register", "east").ok(t)
+		h.run(t, "cluster", "register", "west").ok(t)
+		ids := map[string]string{}
+		for _, c := range jsonOf[[]clusterJSON](t, h.run(t, "-o", "json", "cluster", "list").ok(t)) {
+			ids[c.Name] = c.ID
+		}
+		east := h.agent("east", ids["east"])
+		east.heartbeats(t)
+		east.slice(t, "shop", "cart", "cart-abc", &endpointv1.EndpointPort{Name: "http", Port: 8080, Protocol: "TCP"},
+			&endpointv1.Endpoint{Addresses: []string{"10.0.0.7"}, Ready: true, Serving: true},
+			&endpointv1.Endpoint{Addresses: []string{"10.0.0.8"}, Ready: true, Serving: true})
+		testkit.Eventually(t, 10*time.Second, func() error {
+			return errOf(h.run(t, "endpoints", "get", "shop/cart"))
+		})
+		return h
 	}
-	east := h.agent("east", ids["east"])
-	east.heartbeats(t)
-	east.slice(t, "shop", "cart", "cart-abc", &endpointv1.EndpointPort{Name: "http", Port: 8080, Protocol: "TCP"},
-		&endpointv1.Endpoint{Addresses: []string{"10.0.0.7"}, Ready: true, Serving: true},
-		&endpointv1.Endpoint{Addresses: []string{"10.0.0.8"}, Ready: true, Serving: true})
-	testkit.Eventually(t, 10*time.Second, func() error {
-		return errOf(h.run(t, "endpoints", "get", "shop/cart"))
-	})
+	h := start()
 
 	dir := t.TempDir()
 	manifest := func(spec string) string {
@@ -277,6 +292,30 @@ func TestApplyServiceWeights(t *testing.T) {
 	}
 	if strings.Contains(out, "targetUid") || strings.Contains(out, "setTime") || strings.Contains(out, "east: 100") {
 		t.Errorf("export shows what no manifest declares:\n%s", out)
+	}
+	// Round trip: the export applied to another hub whose agents serve the same endpoints sets
+	// the same weights, and both answer ListServiceWeights the same (but for ids and times).
+	h2 := start()
+	exportFile := filepath.Join(dir, "export.yaml")
+	writeFile(t, exportFile, out)
+	if r := h2.run(t, "apply", "-f", exportFile).ok(t); r.stdout != "ServiceWeights/shop/cart created\n" {
+		t.Fatalf("apply of the export to another hub: %q", r.stdout)
+	}
+	if again := h2.run(t, "export", "--kind", "ServiceWeights").ok(t).stdout; again != out {
+		t.Errorf("export of the rebuilt hub:\n%s\nwant:\n%s", again, out)
+	}
+	listWeights := func(h *hubEnv) *endpointv1.ListServiceWeightsResponse {
+		t.Helper()
+		res, err := endpointv1connect.NewEndpointServiceClient(http.DefaultClient, h.url, connect.WithInterceptors(bearerAuth{token: e2eToken})).
+			ListServiceWeights(context.Background(), connect.NewRequest(&endpointv1.ListServiceWeightsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clearVolatile(res.Msg.ProtoReflect())
+		return res.Msg
+	}
+	if a, b := listWeights(h), listWeights(h2); !proto.Equal(a, b) {
+		t.Errorf("the rebuilt hub answers ListServiceWeights differently:\n%s\nwant:\n%s", prototext.Format(b), prototext.Format(a))
 	}
 
 	// The next manifest weights east and leaves out west and the endpoint: both reset.
@@ -332,4 +371,15 @@ func TestApplyServiceWeights(t *testing.T) {
 			}
 		},
 	}.check(t, h, run)
+
+	// Service weights carry no labels: no set records them, and prune never deletes them. The
+	// set's manifests now declare a cluster instead of the weights.
+	clusters := filepath.Join(dir, "clusters.yaml")
+	writeFile(t, clusters, "apiVersion: fleetstream.io/v1alpha1\nkind: Cluster\nmetadata: {name: east}\n")
+	if r := h.run(t, "apply", "-f", clusters, "--applyset", "weights", "--applyset-records", records, "--prune").ok(t); strings.Contains(r.stdout, "pruned") {
+		t.Fatalf("prune of an apply set that declared weights:\n%s", r.stdout)
+	}
+	if got, want := weights(), "east=300 east/10.0.0.7=300 east/10.0.0.8=300"; got != want {
+		t.Errorf("after the prune: %s, want %s", got, want)
+	}
 }

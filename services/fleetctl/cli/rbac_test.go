@@ -116,13 +116,18 @@ func TestParseTime(t *testing.T) {
 // platform admin; bob is an ordinary user.
 func startRBACHub(t *testing.T) *hubEnv {
 	t.Helper()
-	return startHub(t, func(ctx context.Context, js *testkit.JetStream) (hubService, error) {
+	return startHub(t, rbacSync(t))
+}
+
+// rbacSync is the real rbac-sync as a hub service.
+func rbacSync(t *testing.T) newHubService {
+	return func(ctx context.Context, js *testkit.JetStream) (hubService, error) {
 		svc, err := rbacsync.New(ctx, js.JS, rbacsync.Config{}, testkit.Logger(t))
 		if err != nil {
 			return nil, err
 		}
 		return svc, nil
-	})
+	}
 }
 
 type ruleJSON struct {
