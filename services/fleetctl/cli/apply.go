@@ -649,7 +649,7 @@ func newDiffCommand(f *factory) *cobra.Command {
 		Short: "Show what apply would change, as a unified diff",
 		Long: "Diff prints, for every declared object that apply would create or change, a unified diff from the object as the fleet holds it (live/) to the manifest (declared/), both in manifest form; " +
 			"with --applyset and --prune, also the objects apply --prune would delete (to /dev/null). " +
-			"It exits 0 when apply would change nothing, 1 when it would change something and 2 on an error, as kubectl diff does, so CI can gate on it; " +
+			"It exits 0 when apply would change nothing, 1 when it would change something and 2 on an error, as kubectl diff does, so CI can gate on it; a change apply would refuse (one the API cannot make) is an error, listed on stderr (the diff is still printed); " +
 			"with --applyset, fields that apply would take from another writer are conflicts, listed on stderr with exit 2 unless --force-conflicts.",
 		Example: "  fleetctl diff -f fleet/ && echo 'in sync'\n  fleetctl diff -f fleet/ --applyset prod --prune",
 		Args:    cobra.NoArgs,
@@ -679,6 +679,25 @@ func newDiffCommand(f *factory) *cobra.Command {
 			// What apply would refuse is an error here too (2), before any diff.
 			if err := checkUnrecorded(f, own, store, state, nil, forceConflicts); err != nil {
 				return &exitError{code: 2, err: err}
+			}
+			// A change apply would refuse (one the API cannot make, a project neither declared
+			// nor in the fleet) is an error (2), the diff still printed, as kubectl diff fails on
+			// a change the server rejects: exit 1 would pass a pull request whose merge fails.
+			var refused int
+			for _, p := range planned {
+				var noTokenDir noTokenDirError
+				if p.err != nil && !errors.As(p.err, &noTokenDir) {
+					fmt.Fprintf(f.streams.ErrOut, "%s: %s: %v\n", p.obj.Source, p.obj.Key(), p.err)
+					refused++
+				}
+			}
+			if refused > 0 {
+				defer func() {
+					var ee *exitError
+					if retErr == nil || errors.As(retErr, &ee) && ee.code == 1 {
+						retErr = &exitError{code: 2, err: fmt.Errorf("%d of %d objects cannot be applied as declared (above); apply would change nothing", refused, len(planned))}
+					}
+				}()
 			}
 			// Conflicts are what apply would refuse: an error (2), as kubectl diff --server-side
 			// says of a conflict, after the diff itself so the reader sees both.

@@ -430,11 +430,8 @@ func (c conflictCase) check(t *testing.T, h *hubEnv, run func(cmd string, extra 
 			t.Fatalf("apply %v after another writer's change: exit %d, lacks %q\n%s%s", extra, r.code, missing, r.stdout, r.stderr)
 		}
 	}
-	if c.refused == "" {
-		r := run("diff")
-		if missing := lacks(r.stderr, ""); r.code != 2 || len(missing) > 0 {
-			t.Fatalf("diff after another writer's change: exit %d, lacks %q\n%s%s", r.code, missing, r.stdout, r.stderr)
-		}
+	if r := run("diff"); r.code != 2 || len(lacks(r.stderr, "")) > 0 || !strings.Contains(r.stdout, "+++ declared/"+c.kind+"/") {
+		t.Fatalf("diff after another writer's change: exit %d, lacks %q\n%s%s", r.code, lacks(r.stderr, ""), r.stdout, r.stderr)
 	}
 	if got := export(); got != written {
 		t.Fatalf("a refused apply changed the other writer's objects:\n%s\nwas:\n%s", got, written)

@@ -268,16 +268,22 @@ const (
 	outcomePruned     = "pruned"
 )
 
+// noTokenDirError: creating the object hands out a token, and apply was given nowhere to put
+// it. A refusal of apply's flags, not of the manifest: diff, which creates nothing, has none.
+type noTokenDirError string
+
+func (e noTokenDirError) Error() string { return string(e) }
+
 // planObject says what applying o to live would do, or why it cannot be done; it writes
 // nothing. Every refusal is found here, before the first write, so that an apply that cannot
 // finish does not start.
 func planObject(o *manifest.Object, live *liveObject, tokenDir string) (string, error) {
 	if live == nil {
 		if o.Kind.Name == "Cluster" && tokenDir == "" {
-			return "", errors.New("registering a cluster hands out its agent token once: give --token-dir to receive it")
+			return "", noTokenDirError("registering a cluster hands out its agent token once: give --token-dir to receive it")
 		}
 		if o.Kind.Name == "Subscriber" && tokenDir == "" {
-			return "", errors.New("creating a subscriber hands out its NATS token once: give --token-dir to receive it")
+			return "", noTokenDirError("creating a subscriber hands out its NATS token once: give --token-dir to receive it")
 		}
 		return outcomeCreated, nil
 	}
