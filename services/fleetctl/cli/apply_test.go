@@ -467,8 +467,11 @@ func TestApplyPrune(t *testing.T) {
 	}
 	v2 := doc("Cluster", "{name: eu-1}", "{}") +
 		doc("Project", "{name: team-a}", "{displayName: A}") +
-		doc("NamespaceBinding", "{name: web, project: team-a}", "{cluster: eu-1}")
+		doc("NamespaceBinding", "{name: web, project: team-a}", "{cluster: eu-1}") +
+		doc("ClusterSetBinding", "{project: team-a}", "{clusterSet: global}") +
+		doc("Placement", "{name: one, project: team-a}", "{numberOfClusters: 1, tolerations: [{operator: Exists}]}")
 	v1 := v2 + doc("Cluster", "{name: eu-2}", "{}") +
+		doc("NamespaceBinding", "{name: shop, project: team-a}", "{placement: one}") +
 		doc("NamespaceBinding", "{name: api, project: team-a}", "{cluster: eu-2}") +
 		doc("Project", "{name: team-b}", "{displayName: B}") +
 		doc("NamespaceBinding", "{name: db, project: team-b}", "{cluster: eu-1}") +
@@ -483,6 +486,10 @@ func TestApplyPrune(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "v1.yaml"), v1)
 	writeFile(t, filepath.Join(dir, "v2.yaml"), v2)
 	h.run(t, "apply", "-f", filepath.Join(dir, "v1.yaml"), "--applyset", "prod", "--token-dir", tokens).ok(t)
+	// shop, which follows a placement, is listed (and so pruned) once the scheduler has decided.
+	waitFor(t, 30*time.Second, "shop bound on the placement's cluster", func() bool {
+		return strings.Contains(h.run(t, "namespace", "list", "--project", "team-a").ok(t).stdout, "shop")
+	})
 	// Another set cannot take the objects of this one over (nothing is written).
 	if r := h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "staging"); r.code != 1 ||
 		!strings.Contains(r.stderr, "Cluster/eu-1: metadata.labels[applyset.fleetstream.io/part-of]: eu-1 belongs to apply set prod, not staging") ||
@@ -504,8 +511,11 @@ func TestApplyPrune(t *testing.T) {
 	r = h.run(t, "apply", "-f", filepath.Join(dir, "v2.yaml"), "--applyset", "prod", "--prune", "--cascade", "--dry-run").ok(t)
 	want := `Cluster/eu-1 unchanged (dry run)
 Project/team-a unchanged (dry run)
+ClusterSetBinding/team-a/global unchanged (dry run)
+Placement/team-a/one unchanged (dry run)
 NamespaceBinding/team-a/cluster=eu-1/web unchanged (dry run)
 NamespaceBinding/team-b/cluster=eu-1/db pruned (dry run)
+NamespaceBinding/team-a/placement=one/shop pruned (dry run)
 NamespaceBinding/team-a/cluster=eu-2/api pruned (dry run)
 ProjectRoleBinding/team-b/project-viewer/user:bob pruned (dry run)
 Placement/team-b/any pruned (dry run)
@@ -532,7 +542,7 @@ Cluster/eu-2 pruned (dry run)
 		t.Fatalf("diff --prune after the prune: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	after := h.run(t, "export").ok(t).stdout
-	for _, gone := range []string{"name: team-b", "project: team-b", "name: eu-2", "name: api", "name: db", "name: any"} {
+	for _, gone := range []string{"name: team-b", "project: team-b", "name: eu-2", "name: api", "name: db", "name: any", "name: shop"} {
 		if strings.Contains(after, gone) {
 			t.Errorf("pruned object still there (%s):\n%s", gone, after)
 		}
