@@ -308,6 +308,7 @@ NamespaceBinding/team-a/placement=best-eu/shop created
 	// diff says 2 for them too, after the diff: apply would change nothing.
 	r = h.run(t, "diff", "-f", filepath.Join(dir, "bad.yaml"))
 	if r.code != 2 || !strings.Contains(r.stderr, "Project/team-a: spec.displayName: a project's display name cannot be changed") ||
+		!strings.Contains(r.stderr, "NamespaceBinding/team-x/cluster=eu-1/api: project team-x is neither declared nor in the fleet") ||
 		!strings.Contains(r.stderr, "error: 2 of 15 objects cannot be applied as declared (above); apply would change nothing") || !strings.Contains(r.stdout, "+  displayName: Team B\n") {
 		t.Fatalf("diff of impossible changes: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
