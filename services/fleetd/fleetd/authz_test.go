@@ -417,6 +417,13 @@ func (c *rawClient) callMethod(t *testing.T, caller, proc, body string, streamin
 // reads is the same, revisions included, before and after every caller's dry run).
 func TestAuthorizationOfDryRuns(t *testing.T) {
 	api := startTenants(t)
+	// A cluster where no project holds a namespace: a budget there holds whatever the
+	// namespaces' quotas (on c1, web and shop have none, and a budget of a resource is refused
+	// while a namespace of the project lacks a limit of it). So the budget's dry run is a real
+	// write the admin is told would succeed, and one the probe would see if it were made.
+	if code := api.call(t, roleAdmin, "/fleetstream.cluster.v1.ClusterService/RegisterCluster", `{"name":"c2"}`); code != "" {
+		t.Fatalf("register c2: %s", code)
+	}
 	const (
 		clusters   = "/fleetstream.cluster.v1.ClusterService/ListClusters"
 		projects   = "/fleetstream.project.v1.ProjectService/ListProjects"
@@ -430,7 +437,7 @@ func TestAuthorizationOfDryRuns(t *testing.T) {
 		{"/fleetstream.cluster.v1.ClusterService/DeregisterCluster", `{"name":"c1"}`, allowAdmin, clusters},
 		{"/fleetstream.cluster.v1.SubscriberService/CreateSubscriber", `{"name":"dry-s","streams":["FLEET_NS"]}`, allowAdmin, "/fleetstream.cluster.v1.SubscriberService/ListSubscribers"},
 		{"/fleetstream.project.v1.ProjectService/CreateProject", `{"name":"dry-p"}`, allowAdmin, projects},
-		{"/fleetstream.project.v1.ProjectService/SetProjectBudget", `{"project":"team-a","cluster":"c1"}`, allowAdmin, projects},
+		{"/fleetstream.project.v1.ProjectService/SetProjectBudget", `{"project":"team-a","cluster":"c2","hard":{"cpu":"4"}}`, allowAdmin, projects},
 		{"/fleetstream.project.v1.ProjectService/DeleteProject", `{"name":"team-b","force":true}`, allowAdmin, namespaces},
 		{"/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"c1","namespace":"web2","hard":{"cpu":"1"}}`, allowOwner, namespaces},
 		{"/fleetstream.project.v1.ProjectService/UpdateQuota", `{"project":"team-a","cluster":"c1","namespace":"web","hard":{"cpu":"1"}}`, allowOwner, namespaces},
@@ -440,6 +447,10 @@ func TestAuthorizationOfDryRuns(t *testing.T) {
 		{"/fleetstream.placement.v1.ClusterSetService/BindClusterSet", `{"project":"team-a","clusterSet":"global"}`, allowAdmin, "/fleetstream.placement.v1.ClusterSetService/ListClusterSetBindings"},
 		{"/fleetstream.placement.v1.PlacementService/CreatePlacement", `{"placement":{"project":"team-a","name":"dry-pl","numberOfClusters":1}}`, allowOwner, "/fleetstream.placement.v1.PlacementService/ListPlacements"},
 		{"/fleetstream.endpoint.v1.EndpointService/SetClusterWeight", `{"namespace":"web","name":"frontend","cluster":"c1","weight":50}`, allowMember, "/fleetstream.endpoint.v1.EndpointService/ListServiceWeights"},
+	}
+	// What the dry run answers the admin, where the test looks at it: what the write would do.
+	answers := map[string]string{
+		"/fleetstream.project.v1.ProjectService/SetProjectBudget": `"budgets":[{"cluster":"c2","hard":{"cpu":"4"}`,
 	}
 	for _, row := range rows {
 		t.Run(strings.TrimPrefix(row.proc, "/fleetstream."), func(t *testing.T) {
@@ -454,7 +465,13 @@ func TestAuthorizationOfDryRuns(t *testing.T) {
 			before := probe()
 			limit := slices.Index(matrixCallers, row.allow)
 			for i, caller := range matrixCallers {
-				code := api.call(t, caller, row.proc, body)
+				code, data := api.callFull(t, caller, row.proc, body)
+				if want := answers[row.proc]; caller == roleAdmin && want != "" {
+					var compact bytes.Buffer
+					if err := json.Compact(&compact, data); err != nil || !strings.Contains(compact.String(), want) {
+						t.Errorf("dry run as %s answers %s, want it to hold %s", caller, data, want)
+					}
+				}
 				switch {
 				case caller == roleAnonymous:
 					if code != "unauthenticated" {
