@@ -5,6 +5,8 @@
 #                 fail only on an error: exit 1 of diff means "there are changes", the
 #                 reviewer's business. A field someone changed outside the repository since
 #                 the last merge is a conflict (exit 2): merging would overwrite their change.
+#                 So is a change the API cannot make (a project's display name, a subscriber's
+#                 streams): the merge's apply would refuse it.
 #   ci.sh merge   on a merge to the main branch: apply the manifests, deleting what the
 #                 repository no longer declares (--prune of the apply set "gitops"); the agent
 #                 tokens of new clusters go to $TOKEN_DIR, never to the job's log. A conflict
