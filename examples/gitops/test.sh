@@ -70,4 +70,15 @@ grep -q 'cpu: "3"' <<<"$out" || fail "the merge without the record changed the q
 out=$(FORCE_CONFLICTS=1 "$repo/ci.sh" merge 2>/dev/null)
 grep -q '^NamespaceBinding/team-a/cluster=eu-1/web configured$' <<<"$out" || fail "FORCE_CONFLICTS=1 without the record did not take the quota back: $out"
 [ -s "$APPLYSET_RECORDS/gitops.json" ] || fail "FORCE_CONFLICTS=1 did not record the set again"
+
+# A pull request renaming team-a: the API cannot change a project's display name, so the pull
+# request fails (exit 2) rather than its merge.
+project=$repo/manifests/projects/team-a/project.yaml
+cp "$project" "$repo/project.yaml.orig"
+sed 's/displayName: Team A/displayName: Team Alpha/' "$repo/project.yaml.orig" >"$project"
+status=0
+out=$("$repo/ci.sh" pr 2>&1) || status=$?
+[ "$status" = 2 ] && grep -q "Project/team-a: spec.displayName: a project's display name cannot be changed" <<<"$out" ||
+	fail "a change the API cannot make passes the pull request (exit $status): $out"
+cp "$repo/project.yaml.orig" "$project"
 echo "gitops example: ok"
