@@ -86,10 +86,18 @@ func parseDesc(d *prometheus.Desc) (desc, error) {
 	return out, nil
 }
 
+// Typed is a custom collector that says the type of its metrics, which it cannot say by
+// collecting while it has no series (a gauge computed at scrape with nothing to report).
+type Typed interface {
+	MetricType() string
+}
+
 // vecType is the type of a vector's metrics, which a vector with no series yet cannot say by
 // collecting.
 func vecType(c prometheus.Collector) string {
-	switch c.(type) {
+	switch c := c.(type) {
+	case Typed:
+		return c.MetricType()
 	case *prometheus.CounterVec:
 		return "counter"
 	case *prometheus.GaugeVec:

@@ -4,12 +4,15 @@ package slo
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	"github.com/fleetstream/fleetstream/pkg/keys"
 )
 
 // PropagationBuckets fit the propagation goals (a grant applied on every cluster within 2 s at
@@ -53,9 +56,33 @@ func NewPropagation() *Propagation {
 	}
 }
 
-// Register registers the histogram on reg, for the service's Mount. Services of one process
-// (fleetd) share one histogram, told apart by kind: a second Register uses the first's.
+// Register registers the histogram and the oldest-unapplied gauge on reg, for the service's
+// Mount. Services of one process (fleetd) share one histogram, told apart by kind: a second
+// Register uses the first's; the gauge reads every registered tracker.
 func (p *Propagation) Register(reg prometheus.Registerer) error {
+	if err := p.registerHist(reg); err != nil {
+		return err
+	}
+	u := &unapplied{}
+	err := reg.Register(u)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		existing, ok := are.ExistingCollector.(*unapplied)
+		if !ok {
+			return fmt.Errorf("register oldest-unapplied gauge: %w", err)
+		}
+		u, err = existing, nil
+	}
+	if err != nil {
+		return fmt.Errorf("register oldest-unapplied gauge: %w", err)
+	}
+	u.mu.Lock()
+	u.trackers = append(u.trackers, p)
+	u.mu.Unlock()
+	return nil
+}
+
+func (p *Propagation) registerHist(reg prometheus.Registerer) error {
 	err := reg.Register(p.hist)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {
@@ -116,4 +143,64 @@ func (p *Propagation) Reported(key string, st *desiredv1.AppliedStatus) {
 	hist := p.hist
 	p.mu.Unlock()
 	hist.WithLabelValues(pe.kind).Observe(max(p.now().Sub(pe.since), 0).Seconds())
+}
+
+var unappliedDesc = prometheus.NewDesc("fleetstream_propagation_oldest_unapplied_seconds",
+	"Age of the oldest change whose desired object the cluster's agent has not reported applied yet, by cluster, read at scrape "+
+		"(the same clock as fleetstream_propagation_duration_seconds; no series while nothing of the cluster is pending). "+
+		"A change counts from its first write: an object rewritten before it is applied keeps its age.",
+	[]string{"cluster"}, nil)
+
+// unapplied reports, per cluster, the age of the oldest pending change of every registered
+// tracker, computed at each scrape so a cluster whose agent applies nothing shows an age that
+// grows (the histogram only sees a change once it is applied, which a lost cluster never does).
+// The cluster label is the first token of the desired key: a registered cluster's name, which
+// an admin chose and the hub validated, bounded by the fleet's size.
+type unapplied struct {
+	mu       sync.Mutex
+	trackers []*Propagation
+}
+
+func (u *unapplied) Describe(ch chan<- *prometheus.Desc) { ch <- unappliedDesc }
+
+// MetricType says the gauge's type to the metric catalogue while no cluster has a series.
+func (u *unapplied) MetricType() string { return "gauge" }
+
+func (u *unapplied) Collect(ch chan<- prometheus.Metric) {
+	u.mu.Lock()
+	trackers := slices.Clone(u.trackers)
+	u.mu.Unlock()
+	oldest := map[string]float64{}
+	for _, p := range trackers {
+		for cluster, age := range p.oldestByCluster() {
+			oldest[cluster] = max(oldest[cluster], age)
+		}
+	}
+	for cluster, age := range oldest {
+		ch <- prometheus.MustNewConstMetric(unappliedDesc, prometheus.GaugeValue, age, cluster)
+	}
+}
+
+// oldestByCluster is the age in seconds of the oldest pending change per cluster. A key whose
+// cluster token does not decode is left out rather than reported under a made-up name.
+func (p *Propagation) oldestByCluster() map[string]float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	since := map[string]time.Time{}
+	for key, pe := range p.pending {
+		tok, _, _ := strings.Cut(key, ".")
+		cluster, err := keys.Decode(tok)
+		if err != nil || cluster == "" {
+			continue
+		}
+		if s, ok := since[cluster]; !ok || pe.since.Before(s) {
+			since[cluster] = pe.since
+		}
+	}
+	out := make(map[string]float64, len(since))
+	for cluster, s := range since {
+		out[cluster] = max(now.Sub(s), 0).Seconds()
+	}
+	return out
 }

@@ -31,6 +31,50 @@ func Histogram(t testing.TB, g prometheus.Gatherer, name, label, value string) *
 	return nil
 }
 
+// Gauge returns the value of the series of gauge name whose label has value, as /metrics would
+// serve it from g, and whether there is such a series. An empty label reads the series
+// without labels.
+func Gauge(t testing.TB, g prometheus.Gatherer, name, label, value string) (float64, bool) {
+	t.Helper()
+	m := series(t, g, name, label, value)
+	if m == nil {
+		return 0, false
+	}
+	return m.GetGauge().GetValue(), true
+}
+
+// Counter returns the value of the series of counter name whose label has value (0 while
+// there is none: a counter not yet incremented). An empty label reads the series without
+// labels.
+func Counter(t testing.TB, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	return series(t, g, name, label, value).GetCounter().GetValue()
+}
+
+func series(t testing.TB, g prometheus.Gatherer, name, label, value string) *dto.Metric {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" && len(m.GetLabel()) == 0 {
+				return m
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // CheckObservation checks that h holds exactly one observation, between least and most
 // seconds, counted in every bucket whose bound is at least it and in no other.
 func CheckObservation(t testing.TB, what string, h *dto.Histogram, least, most float64) {

@@ -1,6 +1,7 @@
 package namespacebinding_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,4 +60,58 @@ func TestPropagationOfBindingsIsMeasuredAtTheAppliedStatus(t *testing.T) {
 	delay = agentWait()
 	e.agentReports(t, nsKey, nil)
 	observed("unbind", delay, t1)
+}
+
+// The oldest unapplied change per cluster: a bind whose objects no agent has applied shows on
+// its cluster with an age that grows at each scrape, another cluster with nothing pending has no
+// series, and once the agent has applied both objects the cluster's series is gone.
+func TestOldestUnappliedChangeIsAgedPerCluster(t *testing.T) {
+	const gauge = "fleetstream_propagation_oldest_unapplied_seconds"
+	e := start(t, nil, namespacebinding.Config{})
+	e.register(t, "c1")
+	e.register(t, "c2")
+	e.createProject(t, "p1")
+	nsKey := subjects.DesiredKey("c1", "Namespace", "", "web")
+	quotaKey := subjects.DesiredKey("c1", "ResourceQuota", "web", namespacebinding.QuotaName)
+
+	t0 := testkit.WallNow()
+	e.mustBind(t, "p1", "c1", "web", map[string]string{"pods": "10"})
+	e.desiredObject(t, nsKey, anyObject)
+	e.desiredObject(t, quotaKey, anyObject)
+	var first float64
+	testkit.Eventually(t, 10*time.Second, func() error {
+		v, ok := testkit.Gauge(t, e.metrics, gauge, "cluster", "c1")
+		if !ok {
+			return fmt.Errorf("no %s{cluster=c1} yet", gauge)
+		}
+		first = v
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	second, _ := testkit.Gauge(t, e.metrics, gauge, "cluster", "c1")
+	if most := testkit.WallSince(t0).Seconds(); second < first+0.3 || second > most {
+		t.Fatalf("c1's oldest unapplied change aged from %.3fs to %.3fs in 300ms, want +0.3s and at most %.3fs since the bind", first, second, most)
+	}
+	if v, ok := testkit.Gauge(t, e.metrics, gauge, "cluster", "c2"); ok {
+		t.Fatalf("c2, with nothing bound, reports an unapplied change %.3fs old", v)
+	}
+
+	// The Namespace applied, the quota not: still pending.
+	e.agentReports(t, nsKey, nil)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if h := testkit.Histogram(t, e.metrics, "fleetstream_propagation_duration_seconds", "kind", "bind"); h.GetSampleCount() == 0 {
+			return errors.New("the Namespace's applied status not taken yet")
+		}
+		return nil
+	})
+	if _, ok := testkit.Gauge(t, e.metrics, gauge, "cluster", "c1"); !ok {
+		t.Fatal("c1's quota is not applied, yet c1 has no oldest unapplied change")
+	}
+	e.agentReports(t, quotaKey, nil)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if v, ok := testkit.Gauge(t, e.metrics, gauge, "cluster", "c1"); ok {
+			return fmt.Errorf("c1 still has an unapplied change %.3fs old", v)
+		}
+		return nil
+	})
 }
