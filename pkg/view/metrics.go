@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -14,7 +15,7 @@ import (
 // a stalled engine shows as stalled rather than as its last update. The services of one process
 // (fleetd) share one: a Set registering after another adds its engines to the first's.
 type metrics struct {
-	leading, applied, pending *prometheus.GaugeVec
+	leading, applied, pending, lag, ready *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	engines []*Engine
@@ -28,6 +29,10 @@ func newMetrics() *metrics {
 			Help: "Stream sequence of the last event applied to the view: by this replica when it leads, by the leader (its checkpoint) when it follows."}, []string{"view"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetstream_view_pending_events",
 			Help: "Events of the view's stream after the last one its leader applied, read at scrape: the stream sequences from it to the last event of the view's subjects (more than the events where the stream interleaves other subjects), or as of the last delivery when the stream does not answer (0 in a replica that does not lead)."}, []string{"view"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetstream_view_lag_seconds",
+			Help: "Age of the oldest event of the view's subjects its leader has not applied, read at scrape: now minus that event's stream time, 0 when nothing is pending (and in a replica that does not lead)."}, []string{"view"}),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetstream_view_time_to_ready_seconds",
+			Help: "Seconds from this replica's start of the view's engine until the view was ready (caught up with the stream as it was at start, by leading or following); no series until it is."}, []string{"view"}),
 	}
 }
 
@@ -35,6 +40,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.leading.Describe(ch)
 	m.applied.Describe(ch)
 	m.pending.Describe(ch)
+	m.lag.Describe(ch)
+	m.ready.Describe(ch)
 }
 
 // streamLastTTL is how long a view's stream's last sequence read at a scrape is reused: a
@@ -51,6 +58,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	var wg sync.WaitGroup
 	pending := make([]float64, len(m.engines))
+	lag := make([]float64, len(m.engines))
 	leading := make([]bool, len(m.engines))
 	applied := make([]uint64, len(m.engines))
 	for i, e := range m.engines {
@@ -62,6 +70,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			go func() {
 				defer wg.Done()
 				pending[i] = float64(e.pendingNow(ctx, applied[i]))
+				if pending[i] > 0 {
+					lag[i] = e.lagNow(ctx, applied[i])
+				}
 			}()
 		}
 	}
@@ -74,15 +85,22 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		m.leading.WithLabelValues(e.p.Name).Set(lead)
 		m.applied.WithLabelValues(e.p.Name).Set(float64(applied[i]))
 		m.pending.WithLabelValues(e.p.Name).Set(pending[i])
+		m.lag.WithLabelValues(e.p.Name).Set(lag[i])
+		if d := e.readyAfter.Load(); d > 0 {
+			m.ready.WithLabelValues(e.p.Name).Set(time.Duration(d).Seconds())
+		}
 	}
 	m.mu.Unlock()
 	m.leading.Collect(ch)
 	m.applied.Collect(ch)
 	m.pending.Collect(ch)
+	m.lag.Collect(ch)
+	m.ready.Collect(ch)
 }
 
 // Register registers the metrics of the set's views on reg (fleetstream_view_leading,
-// fleetstream_view_applied_sequence, fleetstream_view_pending_events), for the service's Mount.
+// fleetstream_view_applied_sequence, fleetstream_view_pending_events, fleetstream_view_lag_seconds,
+// fleetstream_view_time_to_ready_seconds), for the service's Mount.
 func (s *Set) Register(reg prometheus.Registerer) error {
 	m := newMetrics()
 	err := reg.Register(m)
@@ -124,4 +142,55 @@ func (e *Engine) pendingNow(ctx context.Context, applied uint64) uint64 {
 		return 0
 	}
 	return e.streamLastSeq - applied
+}
+
+// lagNow is the age of the first event of the view's subjects after applied, read from the
+// stream once per applied sequence (the event a stalled leader waits on does not change). The
+// age is counted on the wall clock, as the stream's times are. Without an answer, the age of
+// the event last read (an upper bound: the leader has applied nothing newer than it, or more
+// and the next is younger), or 0 if none was.
+func (e *Engine) lagNow(ctx context.Context, applied uint64) float64 {
+	e.streamLastMu.Lock()
+	defer e.streamLastMu.Unlock()
+	if !e.nextKnown || e.nextAfter != applied {
+		t, ok, err := nextEventTime(ctx, e.js, e.p, applied)
+		switch {
+		case err != nil && !e.nextKnown:
+			return 0
+		case err == nil && !ok:
+			return 0 // nothing after applied yet: the pending count was read a moment earlier
+		case err == nil:
+			e.nextAfter, e.nextTime, e.nextKnown = applied, t, true
+		}
+	}
+	return max(time.Now().Round(0).Sub(e.nextTime), 0).Seconds()
+}
+
+// nextEventTime returns the stream time of the first message after seq that p reads.
+func nextEventTime(ctx context.Context, js jetstream.JetStream, p Projection, seq uint64) (time.Time, bool, error) {
+	s, err := js.Stream(ctx, p.Stream)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	filters := p.Subjects
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	var first *jetstream.RawStreamMsg
+	for _, subj := range filters {
+		m, err := s.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		if first == nil || m.Sequence < first.Sequence {
+			first = m
+		}
+	}
+	if first == nil {
+		return time.Time{}, false, nil
+	}
+	return first.Time, true, nil
 }

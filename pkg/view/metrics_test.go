@@ -66,7 +66,9 @@ func waitGauges(t *testing.T, reg *prometheus.Registry, what string, ok func(g m
 func TestMetricsReportLeaseLagAndCheckpoint(t *testing.T) {
 	j := testkit.StartJetStream(t)
 	ensureStream(t, j.JS)
+	beforeAppend := testkit.WallNow()
 	last := appendHistory(t, j.JS, 50, 5)
+	afterAppend := testkit.WallNow()
 
 	stuck := testProjection(1)
 	apply := stuck.Apply
@@ -100,6 +102,7 @@ func TestMetricsReportLeaseLagAndCheckpoint(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	started := time.Now()
 	go func() { done <- running.Run(ctx) }()
 	t.Cleanup(func() {
 		open() // a failed check must not leave the engine blocked for Run to wait on
@@ -120,11 +123,36 @@ func TestMetricsReportLeaseLagAndCheckpoint(t *testing.T) {
 	if g := viewGauges(t, reg); g["fleetstream_view_leading"]["test-idle"] != 0 {
 		t.Errorf("a view nobody runs reports a leader: %v", g)
 	}
+	// The stuck leader's lag in seconds is the age of the first event it has not applied (the
+	// history's first), and grows while it stays stuck; it is not ready.
+	time.Sleep(200 * time.Millisecond)
+	least := testkit.WallSince(afterAppend).Seconds()
+	g = viewGauges(t, reg)
+	most := testkit.WallSince(beforeAppend).Seconds()
+	if lag := g["fleetstream_view_lag_seconds"]["test"]; lag < least || lag > most {
+		t.Errorf("a stuck leader's lag %.3fs, want the age of its first unapplied event, within [%.3f, %.3f]", lag, least, most)
+	}
+	if ready, ok := g["fleetstream_view_time_to_ready_seconds"]["test"]; ok {
+		t.Errorf("a stuck leader reports it was ready after %.3fs", ready)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if lag := viewGauges(t, reg)["fleetstream_view_lag_seconds"]["test"]; lag < least+0.2 {
+		t.Errorf("a stuck leader's lag %.3fs 200ms later, want at least %.3fs", lag, least+0.2)
+	}
 	open()
 	waitGauges(t, reg, "a leader caught up", func(g map[string]map[string]float64) bool {
 		return g["fleetstream_view_leading"]["test"] == 1 && g["fleetstream_view_pending_events"]["test"] == 0 &&
-			g["fleetstream_view_applied_sequence"]["test"] == float64(last)
+			g["fleetstream_view_applied_sequence"]["test"] == float64(last) && g["fleetstream_view_lag_seconds"]["test"] == 0
 	})
+	// Ready once caught up: after the stuck time above, within the time since Run started.
+	g = viewGauges(t, reg)
+	ready, ok := g["fleetstream_view_time_to_ready_seconds"]["test"]
+	if !ok || ready < 0.4 || ready > time.Since(started).Seconds() {
+		t.Errorf("time to ready %.3fs (reported: %v), want within [0.4, %.3f]", ready, ok, time.Since(started).Seconds())
+	}
+	if _, ok := g["fleetstream_view_time_to_ready_seconds"]["test-idle"]; ok {
+		t.Errorf("a view nobody runs reports a time to ready: %v", g)
+	}
 }
 
 // A leader that was caught up and then gets stuck in a batch still shows the events piling up

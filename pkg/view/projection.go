@@ -114,6 +114,17 @@ type Engine struct {
 	streamLastMu  sync.Mutex
 	streamLastSeq uint64
 	streamLastAt  time.Time
+	// nextAfter and nextTime are the first event of the view's subjects after sequence
+	// nextAfter and its time, as a scrape last read them (metrics.go): unchanged while the
+	// view applies nothing, so a stalled view costs one read, not one per scrape.
+	nextAfter uint64
+	nextTime  time.Time
+	nextKnown bool
+
+	// started is when Run was first called, and readyAfter how long after it the view became
+	// ready (0: not yet): fleetstream_view_time_to_ready_seconds.
+	started    time.Time
+	readyAfter atomic.Int64
 
 	mu       sync.Mutex
 	leading  bool
@@ -213,6 +224,11 @@ func (e *Engine) WaitApplied(ctx context.Context, seq uint64) error {
 // or reconnect (messages pending on a dead client come back only after AckWait, behind newer
 // ones), while an ordered reader resumes exactly after the last message it delivered.
 func (e *Engine) Run(ctx context.Context) error {
+	e.mu.Lock()
+	if e.started.IsZero() {
+		e.started = time.Now()
+	}
+	e.mu.Unlock()
 	err := lease.Run(ctx, e.js, "view."+e.p.Name, e.holder, e.leaseTTL, e.lead,
 		lease.WithStandby(e.follow), lease.WithLogger(e.log), lease.WithReplicas(e.replicas))
 	if ctx.Err() != nil {
@@ -571,7 +587,17 @@ func (e *Engine) putMeta(ctx context.Context, kv jetstream.KeyValue, m meta) err
 	return nil
 }
 
-func (e *Engine) markReady() { e.readyOne.Do(func() { close(e.ready) }) }
+func (e *Engine) markReady() {
+	e.readyOne.Do(func() {
+		e.mu.Lock()
+		started := e.started
+		e.mu.Unlock()
+		if !started.IsZero() {
+			e.readyAfter.Store(max(int64(time.Since(started)), 1))
+		}
+		close(e.ready)
+	})
+}
 
 // applyBatch applies events in stream order, writes each touched key once, and moves the
 // checkpoint only after every write is stored. A crash anywhere in between replays the batch;
