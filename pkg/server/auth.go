@@ -146,6 +146,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, h http.Header) (contex
 // authenticate is Authenticate with the procedure for the debug log (empty when unknown).
 func (a *Authenticator) authenticate(ctx context.Context, procedure string, h http.Header) (context.Context, error) {
 	if a.tokens == nil && a.oidc == nil {
+		setCallerKind(ctx, callerAnonymous)
 		return identity.WithActor(ctx, "anonymous"), nil
 	}
 	auth := h.Get("Authorization")
@@ -181,6 +182,7 @@ func (a *Authenticator) authenticate(ctx context.Context, procedure string, h ht
 }
 
 func withIdentity(ctx context.Context, id Identity) context.Context {
+	setCallerKind(ctx, callerKindOf(id.User))
 	return identity.WithGroups(identity.WithActor(ctx, id.User), id.Groups)
 }
 
