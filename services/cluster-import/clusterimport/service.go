@@ -202,6 +202,7 @@ func (s *Registry) Mount(srv *server.Server) {
 	for _, m := range append(s.metrics.collectors(), s.livenessController().Collectors()...) {
 		_ = srv.Registry().Register(m)
 	}
+	srv.Registry().MustRegister(heartbeatAge{s})
 	if err := s.views.Register(srv.Registry()); err != nil {
 		panic(err) // as MustRegister: a programming error, not a condition of the fleet
 	}
