@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+
+	"github.com/fleetstream/fleetstream/pkg/natsmetrics"
 )
 
 // Bounds of an Ordered reader's recovery. nats.go's ordered consumer gives each attempt to
@@ -232,6 +234,7 @@ func (o *Ordered) accept(m jetstream.Msg) (*jetstream.MsgMetadata, bool) {
 func (o *Ordered) reset(ctx context.Context) error {
 	if o.broken != nil {
 		o.log.Info("recreating ordered consumer", zap.Uint64("from", o.next), zap.Error(o.broken))
+		natsmetrics.ConsumerRecreated(o.stream)
 	}
 	o.discard()
 	o.broken = nil

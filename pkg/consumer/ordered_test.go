@@ -10,9 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fleetstream/fleetstream/pkg/consumer"
+	"github.com/fleetstream/fleetstream/pkg/natsmetrics"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 )
 
@@ -113,6 +115,11 @@ func TestOrderedDeliversEachMessageOnceAcrossAResetOfItsConsumer(t *testing.T) {
 		t.Fatalf("initial pending = %d; want %d", n, len(want))
 	}
 	got := read(t, ctx, o, 100)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(natsmetrics.Collectors()...)
+	const recreations = "fleetstream_nats_consumer_recreations_total"
+	// Counted for the process: other tests' readers of ORD may have counted before this one.
+	before := testkit.Counter(t, reg, recreations, "stream", "ORD")
 
 	// The consumer disappears mid-stream (its node died, or the server dropped it).
 	names := consumerNames(t, ctx, j.JS, "ORD")
@@ -131,6 +138,9 @@ func TestOrderedDeliversEachMessageOnceAcrossAResetOfItsConsumer(t *testing.T) {
 		t.Fatalf("delivered %v\nwant %v", got, want)
 	}
 	t.Logf("read the rest of %d messages %s after the consumer was deleted", len(want), time.Since(start).Round(time.Millisecond))
+	if n := testkit.Counter(t, reg, recreations, "stream", "ORD") - before; n != 1 {
+		t.Fatalf("%s{stream=ORD} grew by %g after one lost consumer, want 1", recreations, n)
+	}
 
 	// Nothing more is delivered: not one message twice.
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/logging"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/natsmetrics"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/pkg/version"
@@ -110,19 +111,20 @@ func Connect(ctx context.Context, url, tokenFile, name string, log *zap.Logger) 
 // service may subscribe to no other replies.
 func ConnectAs(ctx context.Context, url, user, secretFile, name string, log *zap.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	tokenFile := secretFile
-	opts := []nats.Option{
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.CustomInboxPrefix(natsauth.ServiceInboxPrefix(name)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+	}, natsmetrics.ConnectionOptions(
+		func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", zap.Error(err))
 			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrl())) }),
-	}
+		},
+		func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrl())) },
+	)...)
 	if tokenFile != "" {
 		tok, err := ReadSecretFile(tokenFile)
 		if err != nil {
@@ -234,6 +236,7 @@ func run(ctx context.Context, name string, o *Options, log *zap.Logger, noAPI bo
 		return err
 	}
 	defer nc.Drain()
+	srv.Registry().MustRegister(natsmetrics.Collectors()...)
 	srv.AddCheck("nats", func(context.Context) error {
 		if !nc.IsConnected() {
 			return errors.New("not connected")

@@ -23,6 +23,7 @@ import (
 
 	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/natsmetrics"
 )
 
 // ErrConflict means the subject moved on since the caller read it: another writer won.
@@ -202,6 +203,7 @@ func (s *Store) Append(ctx context.Context, subject, aggregateID string, expect 
 		case <-time.After(backoff):
 			backoff *= 2
 		}
+		natsmetrics.PublishRetried()
 	}
 	if err != nil {
 		if IsConflict(err) {

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/flagcheck"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/natsembed"
+	"github.com/fleetstream/fleetstream/pkg/natsmetrics"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/topology"
 	"github.com/fleetstream/fleetstream/services/cluster-agent/hosted"
@@ -264,6 +265,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	az := authz.New(inst.JS, azCfg, log)
 	denials := audit.NewDenialRecorder(inst.JS, audit.DefaultDenialLimits, log)
 	srv.Registry().MustRegister(denials.Collectors()...)
+	// fleetd's own connections are in-process (they never reconnect); its stores' publish
+	// retries and its readers' consumer recreations are counted all the same.
+	srv.Registry().MustRegister(natsmetrics.Collectors()...)
 	az.RecordDenials(denials)
 	g.Go(func() error { return denials.Run(ctx) })
 	// Every service is built as its own binary builds it (NewFromEnv), on this process's
