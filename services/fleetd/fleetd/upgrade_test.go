@@ -122,7 +122,12 @@ func TestRecordUpgradeFixture(t *testing.T) {
 	cfg := fleetd.Config{DataDir: filepath.Join(dir, "data"), Server: server.Config{Listen: "127.0.0.1:0", InsecureDev: true},
 		NATSListen: "127.0.0.1:0", NATSAdminTokenFile: adminToken,
 		// Short, so that the fixture's agent is lost within the recording.
-		ClusterImport: clusterimport.Config{UnreachableAfter: 2 * time.Second}}
+		ClusterImport: clusterimport.Config{UnreachableAfter: 2 * time.Second},
+		// A decision whose scores alone change (eu-web's Balance, once everywhere loses eu-1)
+		// is stored at once rather than deferred by the default 10 s past the recording's end:
+		// a restarted scheduler stores a deferred one at once, so the restored hub (N−1's own
+		// as well as N's) would answer a decision the fixture did not record.
+		NamespaceBinding: namespacebinding.Config{ScoreRefresh: time.Millisecond}}
 	inst := startData(t, ctx, cfg)
 	fx := recordUpgradeScenario(t, ctx, inst)
 	waitSettled(t, ctx, inst)
@@ -232,8 +237,9 @@ func checkUpgradeFixture(t *testing.T, fixture string) upgradeFixture {
 	testkit.WaitProjected(t, inst.JS, upgradeProjections()...)
 	verifyViews(t, ctx, inst, "after the upgrade")
 
-	// Every List answers at least what N−1 answered: a field N−1 set is there with its value
-	// (new fields may be added), lists hold the same entries in the same order.
+	// Every List answers at least what N−1 answered: a field N−1 answered is there with its
+	// value, an empty one empty (new fields may be added), lists hold the same entries in the
+	// same order.
 	got := upgradeLists(t, ctx, "http://"+inst.Addr)
 	for _, k := range slices.Sorted(mapKeys(expected)) {
 		m, ok := got[k]
@@ -519,15 +525,24 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 		Project: "team-a", Name: "eu-web", ClusterSets: []string{"eu"}, NumberOfClusters: &two,
 		Predicates: []*placementv1.Predicate{{RequiredClusterSelector: &placementv1.ClusterSelector{LabelSelector: &placementv1.LabelSelector{
 			MatchLabels: map[string]string{"env": "prod"}}}}},
-		Tolerations: []*placementv1.Toleration{{Key: "maintenance", Operator: "Exists"}}}}))
+		// Unreachable tolerated: eu-2's agent never connects and eu-1's is lost before the
+		// recording ends, so without it eu-web would decide nothing and the fixture would
+		// hold no decision with clusters to check (nor namespaces following it).
+		Tolerations: []*placementv1.Toleration{{Key: "maintenance", Operator: "Exists"}, {Key: "fleetstream.io/unreachable", Operator: "Exists"}}}}))
 	must("create placement eu-web", nil, err)
+	// everywhere tolerates unreachable too, so that its decision stands when eu-1's agent is
+	// lost: a decision of another placement changing moves eu-web's Balance scores without
+	// re-deciding eu-web, which a restarted scheduler (N−1's as well as N's) then would, and
+	// the restored hub would answer a decision the fixture did not record.
+	unreachable := &placementv1.Toleration{Key: "fleetstream.io/unreachable", Operator: "Exists"}
 	for _, name := range []string{"everywhere", "doomed"} {
-		_, err := placements.CreatePlacement(ctx, connect.NewRequest(&placementv1.CreatePlacementRequest{Placement: &placementv1.Placement{Project: "team-a", Name: name}}))
+		_, err := placements.CreatePlacement(ctx, connect.NewRequest(&placementv1.CreatePlacementRequest{Placement: &placementv1.Placement{Project: "team-a", Name: name,
+			Tolerations: []*placementv1.Toleration{unreachable}}}))
 		must("create placement "+name, nil, err)
 	}
 	one := int32(1)
 	_, err = placements.UpdatePlacement(ctx, connect.NewRequest(&placementv1.UpdatePlacementRequest{Placement: &placementv1.Placement{
-		Project: "team-a", Name: "everywhere", NumberOfClusters: &one}}))
+		Project: "team-a", Name: "everywhere", NumberOfClusters: &one, Tolerations: []*placementv1.Toleration{unreachable}}}))
 	must("update placement everywhere", nil, err)
 	_, err = placements.DeletePlacement(ctx, connect.NewRequest(&placementv1.DeletePlacementRequest{Project: "team-a", Name: "doomed"}))
 	must("delete placement doomed", nil, err)
@@ -542,6 +557,22 @@ func recordUpgradeScenario(t *testing.T, ctx context.Context, inst *fleetd.Insta
 	_, err = projects.UnbindNamespace(ctx, connect.NewRequest(&projectv1.UnbindNamespaceRequest{Project: "team-a", Namespace: "cache", Placement: "everywhere",
 		Policy: projectv1.UnbindPolicy_UNBIND_POLICY_DELETE}))
 	must("unbind cache from placement everywhere", nil, err)
+	// eu-web decides eu-1 and eu-2 (the two prod clusters of set eu, unreachable tolerated),
+	// and shop follows it there: the fixture holds a decision with clusters.
+	testkit.Eventually(t, 30*time.Second, func() error {
+		res, err := placements.GetPlacementDecisions(ctx, connect.NewRequest(&placementv1.GetPlacementDecisionsRequest{Project: "team-a", Name: "eu-web"}))
+		if err != nil {
+			return err
+		}
+		var n int32
+		for _, g := range res.Msg.GetDecisions().GetGroups() {
+			n += g.ClustersCount
+		}
+		if n != 2 {
+			return fmt.Errorf("eu-web decided %d clusters, want eu-1 and eu-2", n)
+		}
+		return nil
+	})
 
 	// An import policy (updated), a subscriber kept and one deleted, endpoint and cluster weights.
 	// eu-1 serves Cluster API Clusters and their kubeconfig Secrets (its own kubeconfig): the
@@ -835,17 +866,24 @@ var indexRE = regexp.MustCompile(`\[[0-9]+\]`)
 
 // jsonSubset reports where have lacks what want holds: every object key of want present in
 // have with a value that holds want's (have may hold more keys: fields added since), every
-// array of the same length with each element holding want's, every other value equal; paths
-// in liveState are not compared.
+// array of the same length with each element holding want's (so an empty list recorded must
+// be empty), an empty object recorded (an empty map) empty, every other value equal; paths in
+// liveState are not compared. A null recorded (a message field N−1 left unset) claims nothing:
+// a later version may fill it in.
 func jsonSubset(path string, want, have any) []string {
 	if slices.Contains(liveState, indexRE.ReplaceAllString(path, "[*]")) {
 		return nil
 	}
 	switch w := want.(type) {
+	case nil:
+		return nil
 	case map[string]any:
 		h, ok := have.(map[string]any)
 		if !ok {
 			return []string{fmt.Sprintf("%s: want an object %v, got %v", path, abbrev(want), abbrev(have))}
+		}
+		if len(w) == 0 && len(h) != 0 {
+			return []string{fmt.Sprintf("%s: want an empty object, got %v", path, abbrev(have))}
 		}
 		var out []string
 		for _, k := range slices.Sorted(mapKeys(w)) {
@@ -884,10 +922,12 @@ func abbrev(v any) string {
 }
 
 // marshalStable is m as indented protobuf JSON with sorted keys: protojson's own output varies
-// its spacing from build to build on purpose.
+// its spacing from build to build on purpose. Every field is written, the unpopulated too (an
+// empty list as [], a zero as 0, an unset message as null): a field left out of expected.json
+// would be compared with nothing, so an empty list recorded must be there to say "empty".
 func marshalStable(t *testing.T, m proto.Message) json.RawMessage {
 	t.Helper()
-	data, err := protojson.Marshal(m)
+	data, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
