@@ -124,6 +124,9 @@ type schedulerState struct {
 	// fleetDeferred: fleetChangedKey came while a generation was being decided; it is queued
 	// again once that is done, after the quiet.
 	fleetDeferred bool
+	// generationSince is the earliest fleet change the current generation decides on (zero
+	// for a start or a resync): what its decisions are measured from.
+	generationSince time.Time
 }
 
 // scheduler is the placement scheduler's reconciler. One worker runs it: the state is the
@@ -132,13 +135,15 @@ type scheduler struct {
 	s    *Service
 	ctrl *reconcile.Controller
 	st   schedulerState
+	// latency measures input change → decision (decisionlatency.go).
+	latency *decisionLatency
 	// quietUntil (unix ns) is when the next fleet change may be acted on: four times what
 	// deciding every placement for the last one took, after that was done.
 	quietUntil atomic.Int64
 }
 
 func newScheduler(s *Service) *scheduler {
-	sc := &scheduler{s: s}
+	sc := &scheduler{s: s, latency: newDecisionLatency()}
 	sc.ctrl = reconcile.New(reconcile.Config{Name: "placement-scheduler", Keys: sc.keys, Resync: schedulerResync,
 		BaseDelay: schedulerRetry, MaxDelay: schedulerMaxRetry, Log: s.log}, sc)
 	return sc
@@ -168,12 +173,33 @@ func (s *Service) RunScheduler(ctx context.Context) error {
 		balance: balance{counts: map[string]int{}, counted: map[string]countedDecision{}}}
 	fleet := func(src reconcile.Source) reconcile.Source { return reconcile.Delay(src, sc.debounce) }
 	return sc.ctrl.Run(ctx,
-		reconcile.Watch(s.placements, nil),
+		reconcile.Watch(s.placements, func(u view.Update[*placementv1.Placement]) []string {
+			sc.latency.notePlacement(u.Key, u.Time)
+			return []string{u.Key}
+		}),
 		reconcile.Watch(s.decisions, nil),
-		reconcile.Watch(s.setBindings, sc.placementsOfBinding),
-		fleet(s.clusters.Watch(schedulingFactsChanged)),
-		fleet(reconcile.Watch(s.clusterSets, toFleet[*placementv1.ClusterSet])),
-		fleet(reconcile.Watch(s.addOnScores, toFleet[*placementv1.AddOnScore])))
+		reconcile.Watch(s.setBindings, func(u view.Update[*placementv1.ClusterSetBinding]) []string {
+			keys := sc.placementsOfBinding(u)
+			for _, k := range keys {
+				sc.latency.notePlacement(k, u.Time)
+			}
+			return keys
+		}),
+		fleet(s.clusters.Watch(fleetChange(sc, schedulingFactsChanged))),
+		fleet(reconcile.Watch(s.clusterSets, fleetChange(sc, toFleet[*placementv1.ClusterSet]))),
+		fleet(reconcile.Watch(s.addOnScores, fleetChange(sc, toFleet[*placementv1.AddOnScore]))))
+}
+
+// fleetChange is keys, noting the change's time for the decisions it leads to when it queues
+// the fleet's rebuild.
+func fleetChange[T proto.Message](sc *scheduler, keys func(view.Update[T]) []string) func(view.Update[T]) []string {
+	return func(u view.Update[T]) []string {
+		out := keys(u)
+		if len(out) > 0 {
+			sc.latency.noteFleet(u.Time)
+		}
+		return out
+	}
 }
 
 // keys are the fleet and every placement or decision (perhaps a deleted placement's).
@@ -278,6 +304,7 @@ func (sc *scheduler) reconcileFleet() error {
 		return nil
 	}
 	st.queuedSum = st.fleetSum
+	st.generationSince = sc.latency.takeFleet()
 	keys := cacheKeys(sc.s.placements)
 	st.generation, st.generationWork = make(map[string]struct{}, len(keys)), 0
 	for _, k := range keys {
@@ -294,6 +321,9 @@ func (sc *scheduler) reconcileFleet() error {
 // drops the decision of a deleted one.
 func (sc *scheduler) reconcilePlacement(ctx context.Context, key string) error {
 	s, st := sc.s, &sc.st
+	// The own-input change this look decides on; put back if the decision fails, so its retry
+	// is measured from it.
+	since := sc.latency.takePlacement(key)
 	p, ok := s.placements.Get(key)
 	if !ok {
 		return sc.dropDecision(ctx, key)
@@ -321,8 +351,9 @@ func (sc *scheduler) reconcilePlacement(ctx context.Context, key string) error {
 		}
 	}
 	if st.decided[key] != sum || (!st.next[key].IsZero() && !now.Before(st.next[key])) {
-		if err := sc.decide(ctx, p, sum, now); err != nil {
+		if err := sc.decide(ctx, p, sum, now, since); err != nil {
 			delete(st.decided, key) // decided again when retried
+			sc.latency.notePlacement(key, since)
 			return err
 		}
 	}
@@ -404,7 +435,10 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // decide schedules p on the fleet and appends its decision if it changed.
-func (sc *scheduler) decide(ctx context.Context, p *placementv1.Placement, sum [32]byte, now time.Time) error {
+//
+// since is the placement's own-input change it decides on (zero: none); a decision that changes
+// the clusters is measured from it, else, in a fleet change's generation, from that change.
+func (sc *scheduler) decide(ctx context.Context, p *placementv1.Placement, sum [32]byte, now time.Time, since time.Time) error {
 	s, st := sc.s, &sc.st
 	key := placementKey(p.Project, p.Name)
 	cur, hasCur := s.decisions.Get(key)
@@ -466,6 +500,13 @@ func (sc *scheduler) decide(ctx context.Context, p *placementv1.Placement, sum [
 	}
 	// Balance counts the decision just written from now on, before the view shows it.
 	st.balance.record(key, seq, decidedClusters(next))
+	if !hasCur || len(added)+len(removed) > 0 {
+		if _, inGeneration := st.generation[key]; since.IsZero() && inGeneration {
+			sc.latency.observe(triggerFleet, st.generationSince, time.Now())
+		} else {
+			sc.latency.observe(triggerPlacement, since, time.Now())
+		}
+	}
 	st.decided[key], st.next[key] = sum, d.NextEvaluation
 	s.log.Info("placement decided", zap.String("project", p.Project), zap.String("placement", p.Name),
 		zap.Strings("added", added), zap.Strings("removed", removed), zap.Int32("selected", d.NumberOfSelectedClusters))

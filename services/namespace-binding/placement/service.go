@@ -172,7 +172,7 @@ func (s *Service) Mount(srv *server.Server) {
 	for _, m := range s.sched.ctrl.Collectors() {
 		_ = srv.Registry().Register(m)
 	}
-	srv.Registry().MustRegister(setAgents{s})
+	srv.Registry().MustRegister(setAgents{s}, s.sched.latency.hist)
 }
 
 // Ready is closed once the caches have caught up and the built-in cluster sets exist.
