@@ -9,26 +9,10 @@ import (
 )
 
 // Histogram returns the series of histogram name whose label has value, as /metrics would
-// serve it from g (nil: no such series yet).
+// serve it from g (nil: no such series yet). An empty label reads the series without labels.
 func Histogram(t testing.TB, g prometheus.Gatherer, name, label, value string) *dto.Histogram {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetHistogram()
-				}
-			}
-		}
-	}
-	return nil
+	return series(t, g, name, label, value).GetHistogram()
 }
 
 // Gauge returns the value of the series of gauge name whose label has value, as /metrics would

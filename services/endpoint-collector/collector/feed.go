@@ -2,6 +2,7 @@ package collector
 
 import (
 	"sync"
+	"time"
 
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 )
@@ -100,4 +101,18 @@ func (c *Collector) ServiceEndpoints(ref ServiceRef) (*endpointv1.GetServiceEndp
 		return nil, false
 	}
 	return sn.peek(c.env.strs, endpointv1.EndpointFilter_ENDPOINT_FILTER_ALL), true
+}
+
+// ReportedAt is the stream time of the earliest agent report the service's current snapshot
+// took in, or zero when it took in none (a weight or liveness change, a replay at start) or
+// the service has none: what the xDS server times its push from.
+func (c *Collector) ReportedAt(ref ServiceRef) time.Time {
+	key := serviceKey(ref.Namespace, ref.Name)
+	if ref.Project != "" {
+		key = projectKey(key, ref.Project)
+	}
+	if sn := c.store.snapshot(key); sn != nil {
+		return sn.reportedAt
+	}
+	return time.Time{}
 }

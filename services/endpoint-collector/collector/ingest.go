@@ -218,6 +218,10 @@ type ingester struct {
 
 	mu       sync.Mutex
 	clusters map[string]*clusterIngest
+	// reportAt is the stream time of the report handle is applying, once the collector has
+	// caught up with the stream (a replayed report's age says nothing about now), else zero:
+	// what its service's next snapshot is measured from (fleetstream_endpoint_report_*).
+	reportAt time.Time
 }
 
 func newIngester(c *Collector) *ingester {
@@ -254,6 +258,12 @@ func (in *ingester) handle(subject string, data []byte, ts time.Time) error {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	select {
+	case <-in.c.caughtUp:
+		in.reportAt = ts
+	default:
+	}
+	defer func() { in.reportAt = time.Time{} }()
 	ci := in.cluster(cluster)
 	in.touch(ci, ts)
 	switch toks[3] {
@@ -381,14 +391,14 @@ func (in *ingester) slice(ci *clusterIngest, ns, name string, r reportHeader, sl
 	}
 	name = sl.name()
 	ci.stamp(sliceID{ci.set(ns, sl.buf, prevN), name}, ci.cur)
-	in.c.put(in.c.internKey(ns+"/"+r.service), ci.info, name, sl)
+	in.c.put(in.c.internKey(ns+"/"+r.service), ci.info, name, sl, in.reportAt)
 	return nil
 }
 
 // drop forgets slice ns/name of service svc (its name).
 func (in *ingester) drop(ci *clusterIngest, ns, name, svc string) {
 	ci.del(ns, name)
-	in.c.put(in.c.internKey(ns+"/"+svc), ci.info, name, nil)
+	in.c.put(in.c.internKey(ns+"/"+svc), ci.info, name, nil, in.reportAt)
 }
 
 // synced applies a relist marker: every slice of the cluster the relist did not report is gone.

@@ -29,6 +29,8 @@ type pendRef struct {
 type pendingService struct {
 	key, ns, name string
 	changes       map[pendRef]*slice // nil: the slice is gone
+	// reportedAt is the stream time of the earliest report among changes (zero: none timed).
+	reportedAt time.Time
 }
 
 type pendingSet struct {
@@ -38,7 +40,7 @@ type pendingSet struct {
 	peak int // most services pending at once since m was made
 }
 
-func (p *pendingSet) put(key string, ref pendRef, s *slice) {
+func (p *pendingSet) put(key string, ref pendRef, s *slice, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := p.m[key]
@@ -52,6 +54,9 @@ func (p *pendingSet) put(key string, ref pendRef, s *slice) {
 		p.n++
 	}
 	ps.changes[ref] = s
+	if !at.IsZero() && (ps.reportedAt.IsZero() || at.Before(ps.reportedAt)) {
+		ps.reportedAt = at
+	}
 }
 
 // key returns the key string of service key if it has pending changes.
@@ -97,9 +102,10 @@ func (c *Collector) internKey(key string) string {
 	return stringsClone(key)
 }
 
-// put records the latest state of one slice (nil = gone) and queues its service.
-func (c *Collector) put(svc string, cluster *clusterInfo, sliceName string, s *slice) {
-	c.pending.put(svc, pendRef{cluster: cluster, slice: sliceName}, s)
+// put records the latest state of one slice (nil = gone), reported at at (zero: not timed),
+// and queues its service.
+func (c *Collector) put(svc string, cluster *clusterInfo, sliceName string, s *slice, at time.Time) {
+	c.pending.put(svc, pendRef{cluster: cluster, slice: sliceName}, s, at)
 	c.queue.Add(svc)
 }
 
@@ -189,7 +195,15 @@ func (c *Collector) reconcile(key string) {
 		}
 		parts = slices.DeleteFunc(parts, func(p part) bool { return p.nslices() == 0 })
 	}
-	c.publish(key, old, parts)
+	var reportedAt time.Time
+	if ps != nil {
+		reportedAt = ps.reportedAt
+	}
+	c.publish(key, old, parts, reportedAt)
+	if !reportedAt.IsZero() {
+		// Served: GetServiceEndpoints, the watches and the feeds answer the new snapshot now.
+		c.metrics.served.Observe(max(time.Now().Round(0).Sub(reportedAt), 0).Seconds())
+	}
 }
 
 // findPart finds cluster among parts, sorted by cluster name.
@@ -206,7 +220,10 @@ func findPart(parts []part, cluster *clusterInfo) (int, bool) {
 // (the usual case), that project's snapshot is the service's whole state too: one snapshot,
 // under both keys. Otherwise the whole state is a snapshot of its own, not served, and each
 // project's is built from its clusters' parts.
-func (c *Collector) publish(key string, old *snapshot, parts []part) {
+//
+// reportedAt is the earliest agent report the new snapshot takes in (zero: none timed), kept
+// with each snapshot served so the xDS server can time its push (ReportedAt).
+func (c *Collector) publish(key string, old *snapshot, parts []part, reportedAt time.Time) {
 	var delta int64
 	for i := range parts {
 		delta += int64(len(parts[i].refs()))
@@ -232,6 +249,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 		w := c.weightsOf(ns, name)
 		sn = c.assemble(key, parts, w)
 		sn.version = c.store.version.Add(1)
+		sn.reportedAt = reportedAt
 		var groups [][]part
 		if o != nil {
 			projects, groups = groupByOwner(parts, o)
@@ -251,6 +269,7 @@ func (c *Collector) publish(key string, old *snapshot, parts []part) {
 					continue // another project's clusters changed: this one's watchers, caches and proxies are not told
 				}
 				v.version = c.store.version.Add(1)
+				v.reportedAt = reportedAt
 				served = append(served, v)
 			}
 		}

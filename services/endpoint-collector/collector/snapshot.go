@@ -210,6 +210,9 @@ type snapWeights struct {
 type snapshot struct {
 	key     string // namespace/name
 	version uint64
+	// reportedAt is the stream time of the earliest agent report this snapshot took in (zero:
+	// it took in none, e.g. a weight or liveness change, or a report replayed at start).
+	reportedAt time.Time
 	// clusters are the served ones, by name. Past their length, within their capacity, are the
 	// evicted clusters (by name): kept, not served, back at once when their agent returns.
 	clusters []clusterSnap

@@ -49,6 +49,9 @@ type Source interface {
 	// ServiceEndpoints returns every endpoint of the service ref names (a project's, in an owned
 	// namespace), false when it has none.
 	ServiceEndpoints(ref collector.ServiceRef) (*endpointv1.GetServiceEndpointsResponse, bool)
+	// ReportedAt is the stream time of the earliest agent report the service's current state
+	// took in (zero: none timed), what a push of it is measured from.
+	ReportedAt(ref collector.ServiceRef) time.Time
 }
 
 // Authenticator resolves a call's bearer token (pkg/server's, shared with the Connect APIs).
@@ -79,6 +82,8 @@ type Server struct {
 	streams prometheus.Gauge
 	nacks   *prometheus.CounterVec
 	pushes  prometheus.Counter
+	// pushed times an agent report to its push (fleetstream_endpoint_report_pushed_seconds).
+	pushed prometheus.Histogram
 	// hooks, when set (benchmarks), are called with each batch's assignments: once built, and
 	// once in the caches.
 	hooks atomic.Pointer[hooks]
@@ -105,6 +110,10 @@ func New(src Source, authn Authenticator, az Authorizer, log *zap.Logger) *Serve
 			Help: "xDS responses a client rejected, by resource type."}, []string{"type"}),
 		pushes: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_xds_resource_updates_total",
 			Help: "xDS resources updated or removed in the cache."}),
+		pushed: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetstream_endpoint_report_pushed_seconds",
+			Help: "Time from an agent's EndpointSlice report (its stream time) until the xDS caches hold the endpoints it changed and have handed them to every open stream subscribed to them, " +
+				"one observation per service and batch that changed an assignment; reports replayed at start, and states superseded before the xDS server took them, are not timed.",
+			Buckets: collector.ReportBuckets}),
 	}
 	mux := &cachev3.MuxCache{
 		Classify:      func(r *cachev3.Request) string { return r.GetTypeUrl() },
@@ -119,7 +128,7 @@ func New(src Source, authn Authenticator, az Authorizer, log *zap.Logger) *Serve
 // Mount registers the server's metrics and readiness on srv (the HTTP listener of the
 // process: /metrics, /readyz).
 func (s *Server) Mount(srv *server.Server) {
-	for _, m := range []prometheus.Collector{s.streams, s.nacks, s.pushes} {
+	for _, m := range []prometheus.Collector{s.streams, s.nacks, s.pushes, s.pushed} {
 		_ = srv.Registry().Register(m)
 	}
 	srv.ReadyWhen("xds", s.ready)
@@ -181,16 +190,23 @@ func (u *update) apply(c *cachev3.LinearCache) (int, error) {
 // cache, so a client gets one response per batch.
 func (s *Server) apply(refs []collector.ServiceRef) {
 	var eds, cds, lds, rds update
+	// reported are the report times of the services whose assignments this batch changes.
+	var reported []time.Time
 	for _, ref := range refs {
 		var ports map[string]*servicePort
 		if resp, ok := s.src.ServiceEndpoints(ref); ok {
 			ports = buildAssignments(ref, resp)
 		}
+		at := s.src.ReportedAt(ref)
 		old := s.served[ref]
 		for pk, sp := range ports {
 			prev := old[pk]
 			if prev == nil || !sameResource(prev.cla, sp.cla) {
 				eds.put(sp.name, sp.cla)
+				if !at.IsZero() {
+					reported = append(reported, at)
+					at = time.Time{} // once per service
+				}
 			}
 			if prev != nil && prev.tcp == sp.tcp {
 				continue
@@ -244,6 +260,11 @@ func (s *Server) apply(refs []collector.ServiceRef) {
 		n += k
 	}
 	s.pushes.Add(float64(n))
+	// The caches hand an update to every open watch as they take it: the streams send it next.
+	now := time.Now().Round(0)
+	for _, at := range reported {
+		s.pushed.Observe(max(now.Sub(at), 0).Seconds())
+	}
 	if h != nil && h.pushed != nil {
 		h.pushed(eds.set)
 	}
