@@ -48,7 +48,7 @@ func NewPropagation() *Propagation {
 		hist: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "fleetstream_propagation_duration_seconds",
 			Help: "Time from a change (its view entry, a projection's lag after its event) until the hub reads the agent's applied status " +
-				"for the desired object it produced, by kind of change (grant, revoke, bind, unbind, quota).",
+				"for the desired object it produced, by kind of change: grant, revoke, role_template (a template's rules), bind, unbind, quota, placement (a namespace put or removed as its placement decides).",
 			Buckets: PropagationBuckets,
 		}, []string{"kind"}),
 		now:     time.Now,
@@ -118,6 +118,17 @@ func (p *Propagation) Written(key string, rev uint64, kind string, since time.Ti
 		since = prev.since
 	}
 	p.pending[key] = pending{rev: rev, kind: kind, since: since}
+}
+
+// Reclassify sets the kind of key's pending change, if it has one: for a writer that learns
+// what a change was only after writing it (a cache that lags the write's).
+func (p *Propagation) Reclassify(key, kind string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pe, ok := p.pending[key]; ok {
+		pe.kind = kind
+		p.pending[key] = pe
+	}
 }
 
 // Forget drops key: it was deleted with no agent left to apply it.

@@ -25,6 +25,29 @@ func propagationKind(key string, obj *desiredv1.DesiredObject) string {
 	return "bind"
 }
 
+// report hands the agent's applied status of desired key to the measure. The bindings view
+// and the desired view are projections of the same events by different engines, so when the
+// Namespace was written the binding that follows a placement may not have been in the cache
+// yet: by the agent's status it is (a binding is released only after its agent's status), and
+// the change is classified again.
+func (s *Service) report(key string, st *desiredv1.AppliedStatus) {
+	if propagationKind(key, nil) != "quota" && s.followsPlacement(key) {
+		s.prop.Reclassify(key, "placement")
+	}
+	s.prop.Reported(key, st)
+}
+
+// followsPlacement reports whether the binding desired key belongs to follows a placement: its
+// Namespace is put and removed as the placement's decision moves, a change of kind "placement"
+// rather than a bind or an unbind by hand.
+func (s *Service) followsPlacement(key string) bool {
+	if s.bindings == nil {
+		return false
+	}
+	b, ok := s.bindings.Get(bindingKeyOfDesired(key))
+	return ok && b.GetPlacement() != ""
+}
+
 // measurePropagation starts the propagation clock at each desired write (desired-namespaces is
 // a projection of FLEET_NS, so the write's time is its event's plus the projection's lag) and
 // stops it at the agent's applied status for that revision. Every replica measures the same
@@ -45,9 +68,13 @@ func (s *Service) measurePropagation(ctx context.Context, desired <-chan view.Up
 				s.prop.Forget(u.Key)
 				continue
 			}
-			s.prop.Written(u.Key, u.Revision, propagationKind(u.Key, u.Value), u.Time)
+			kind := propagationKind(u.Key, u.Value)
+			if kind != "quota" && s.followsPlacement(u.Key) {
+				kind = "placement"
+			}
+			s.prop.Written(u.Key, u.Revision, kind, u.Time)
 			if st, ok := s.applied.Get(appliedKey(u.Key)); ok {
-				s.prop.Reported(u.Key, st)
+				s.report(u.Key, st)
 			}
 		case u, ok := <-applied:
 			if !ok {
@@ -55,7 +82,7 @@ func (s *Service) measurePropagation(ctx context.Context, desired <-chan view.Up
 				continue
 			}
 			if u.Op == view.Put {
-				s.prop.Reported(strings.TrimPrefix(u.Key, prefix), u.Value)
+				s.report(strings.TrimPrefix(u.Key, prefix), u.Value)
 			}
 		}
 	}

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
@@ -114,4 +117,51 @@ func TestOldestUnappliedChangeIsAgedPerCluster(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A namespace put on a cluster, and later on another, because its placement decided so is a
+// change of kind placement, not a bind: the move is timed from the fleet change that moved the
+// decision to the agent's applied status on the new cluster.
+func TestPropagationOfAPlacementMoveIsItsOwnKind(t *testing.T) {
+	const name = "fleetstream_propagation_duration_seconds"
+	e := placementFleet(t)
+	e.mustCreatePlacement(t, &placementv1.Placement{Project: "team-a", Name: "one-eu", NumberOfClusters: ptr[int32](1),
+		Predicates: []*placementv1.Predicate{predicate("region", "eu")}})
+	e.eventuallyDecided(t, "team-a", "one-eu", "c1")
+	if _, err := e.bindToPlacement("team-a", "web", "one-eu", nil); err != nil {
+		t.Fatal(err)
+	}
+	count := func(kind string, want uint64) *dto.Histogram {
+		t.Helper()
+		var h *dto.Histogram
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if h = testkit.Histogram(t, e.metrics, name, "kind", kind); h.GetSampleCount() != want {
+				return fmt.Errorf("%s: %d observations, want %d", kind, h.GetSampleCount(), want)
+			}
+			return nil
+		})
+		return h
+	}
+	onC1 := subjects.DesiredKey("c1", "Namespace", "", "web")
+	e.desiredObject(t, onC1, anyObject)
+	e.agentReports(t, onC1, nil)
+	before := count("placement", 1).GetSampleSum()
+
+	// c1 leaves eu: the decision moves web to c2.
+	t1 := testkit.WallNow()
+	e.labelCluster(t, "c1", "region", "us")
+	e.eventuallyDecided(t, "team-a", "one-eu", "c2")
+	onC2 := subjects.DesiredKey("c2", "Namespace", "", "web")
+	e.desiredObject(t, onC2, anyObject)
+	w := testkit.WallNow()
+	time.Sleep(300 * time.Millisecond)
+	delay := testkit.WallSince(w).Seconds()
+	e.agentReports(t, onC2, nil)
+	took := count("placement", 2).GetSampleSum() - before
+	if most := testkit.WallSince(t1).Seconds(); took < delay || took > most {
+		t.Fatalf("the move took %.3fs by the histogram, want within [%.3f, %.3f]", took, delay, most)
+	}
+	if h := testkit.Histogram(t, e.metrics, name, "kind", "bind"); h.GetSampleCount() != 0 {
+		t.Fatalf("a placement's namespace counted as %d binds", h.GetSampleCount())
+	}
 }

@@ -142,9 +142,9 @@ type fanout struct {
 	progress      chan struct{}
 
 	// changedAt is, per target key dirtied since the last plan, the time of the earliest change
-	// that dirtied it (none for a snapshot's): when the change its next write carries out was
-	// made. Under mu.
-	changedAt map[string]time.Time
+	// that dirtied it (none for a snapshot's) and its input: when the change its next write
+	// carries out was made, and of what kind. Under mu.
+	changedAt map[string]change
 	prop      *slo.Propagation
 
 	writes  *prometheus.CounterVec
@@ -157,7 +157,7 @@ func newFanout(js jetstream.JetStream, log *zap.Logger) *fanout {
 		js: js, log: log.Named("fanout"), m: newModel(), replicas: 1, leaseTTL: lease.DefaultTTL, collectEvery: DefaultCollectInterval,
 		markerAge: DefaultMarkerPurgeAfter, loadStall: defaultLoadStall,
 		written: map[string]*written{}, writtenByCluster: map[string]map[string]target{}, writtenByPlace: map[place]map[string]target{},
-		ready: make(chan struct{}), progress: make(chan struct{}), prop: slo.NewPropagation(), changedAt: map[string]time.Time{},
+		ready: make(chan struct{}), progress: make(chan struct{}), prop: slo.NewPropagation(), changedAt: map[string]change{},
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_rbac_desired_writes_total", Help: "Desired-rbac keys written, by operation (put, tombstone, delete, collect).",
 		}, []string{"op"}),
@@ -698,8 +698,8 @@ func (f *fanout) take(ok bool, input int, rev uint64, at time.Time, apply func()
 	if !at.IsZero() {
 		for _, t := range ts {
 			k := t.key()
-			if first, ok := f.changedAt[k]; !ok || at.Before(first) {
-				f.changedAt[k] = at
+			if first, ok := f.changedAt[k]; !ok || at.Before(first.at) {
+				f.changedAt[k] = change{at: at, input: input}
 			}
 		}
 	}
@@ -744,8 +744,16 @@ type op struct {
 	tombstone bool
 	kind      string // put, tombstone, delete, collect (metrics)
 	result    uint64
-	// since is when the change this write carries out was made (zero: a resync's write).
+	// since is when the change this write carries out was made (zero: a resync's write), and
+	// cause the input it came from.
 	since time.Time
+	cause int
+}
+
+// change is the earliest change that dirtied a target key: when, and on which input.
+type change struct {
+	at    time.Time
+	input int
 }
 
 // flush recomputes dirty targets and writes those whose object changed, pipelined, retrying
@@ -797,7 +805,8 @@ func (f *fanout) plan(dirty []target) []*op {
 	var ops []*op
 	defer func() {
 		for _, o := range ops {
-			o.since = f.changedAt[o.key]
+			c := f.changedAt[o.key]
+			o.since, o.cause = c.at, c.input
 		}
 		clear(f.changedAt)
 	}()
@@ -898,8 +907,13 @@ func (f *fanout) measure(ops []*op) {
 		}
 		switch o.kind {
 		case "put", "tombstone":
+			// A role template's change re-writes the objects of every binding of it: its
+			// own kind, whichever way. Bindings, clusters and namespaces grant or revoke.
 			kind := "grant"
-			if o.tombstone {
+			switch {
+			case o.cause == inTemplates && !o.since.IsZero():
+				kind = "role_template"
+			case o.tombstone:
 				kind = "revoke"
 			}
 			f.prop.Written(o.key, o.result, kind, o.since)

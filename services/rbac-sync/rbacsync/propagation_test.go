@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
+	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/slo"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -26,7 +29,8 @@ func propagation(t testing.TB, reg *server.Registry, kind string) *dto.Histogram
 // The propagation SLO as an operator alerts on it: a grant, and then its revocation, each
 // observed once when the agent's applied status for the desired object arrives, with the time
 // since the change (so in the bucket that holds it). A status about an older revision, and
-// objects no agent reported on, observe nothing.
+// objects no agent reported on, observe nothing. A role template's changes (its creation, its
+// rules' update) are of kind role_template, not grants.
 func TestPropagationIsMeasuredAtTheAppliedStatus(t *testing.T) {
 	e := start(t, nil, rbacsync.Config{})
 	ctx := context.Background()
@@ -104,5 +108,40 @@ func TestPropagationIsMeasuredAtTheAppliedStatus(t *testing.T) {
 	agentWait()
 	if h := propagation(t, e.metrics, "grant"); h.GetSampleCount() != 1 {
 		t.Fatalf("grant observations %d, want 1 (only the reported RoleBinding)", h.GetSampleCount())
+	}
+
+	// A role template's change is its own kind, role_template: the ClusterRole the template's
+	// creation wrote (no agent has applied it yet), and then the one its rules' change rewrites.
+	cr := crKey("c1", "dev")
+	e.settle(t)
+	report(cr, e.get(t, cr).revision, false)
+	countOf := func(kind string, want uint64) *dto.Histogram {
+		t.Helper()
+		var h *dto.Histogram
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if h = propagation(t, e.metrics, kind); h.GetSampleCount() != want {
+				return fmt.Errorf("%s: %d observations, want %d", kind, h.GetSampleCount(), want)
+			}
+			return nil
+		})
+		return h
+	}
+	before := countOf("role_template", 1).GetSampleSum()
+	t2 := testkit.WallNow()
+	if _, err := e.rbac.UpdateRoleTemplate(ctx, connect.NewRequest(&rbacv1.UpdateRoleTemplateRequest{Template: &rbacv1.RoleTemplate{Name: "dev",
+		Rules: []*rbacv1.PolicyRule{rule("", "pods", "get"), rule("", "services", "get")}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"rules"}}})); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, cr, "rules:pods,services")
+	delay = agentWait()
+	report(cr, e.get(t, cr).revision, false)
+	took := countOf("role_template", 2).GetSampleSum() - before
+	if most := testkit.WallSince(t2).Seconds(); took < delay || took > most {
+		t.Fatalf("the template's change took %.3fs by the histogram, want within [%.3f, %.3f]", took, delay, most)
+	}
+	for kind, want := range map[string]uint64{"grant": 1, "revoke": 1} {
+		if h := propagation(t, e.metrics, kind); h.GetSampleCount() != want {
+			t.Fatalf("%s observations %d, want %d: the template's changes counted as %s", kind, h.GetSampleCount(), want, kind)
+		}
 	}
 }
