@@ -55,3 +55,29 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// scrapeGauge is a custom collector computing its gauge at scrape, with nothing to report yet.
+type scrapeGauge struct{ desc *prometheus.Desc }
+
+func (g scrapeGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+func (g scrapeGauge) Collect(chan<- prometheus.Metric)    {}
+
+type typedGauge struct{ scrapeGauge }
+
+func (typedGauge) MetricType() string { return "gauge" }
+
+// A custom collector with no series says its type through MetricType; without it, Describe
+// cannot tell the type and says so rather than guess.
+func TestDescribeTakesACustomCollectorsType(t *testing.T) {
+	desc := prometheus.NewDesc("fleetstream_y_seconds", "Y.", []string{"cluster"}, nil)
+	ms, err := Describe([]prometheus.Collector{typedGauge{scrapeGauge{desc: desc}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || ms[0].Type != "gauge" || strings.Join(ms[0].Labels, ",") != "cluster" {
+		t.Fatalf("metrics %+v, want the gauge fleetstream_y_seconds{cluster}", ms)
+	}
+	if _, err := Describe([]prometheus.Collector{scrapeGauge{desc: desc}}); err == nil || !strings.Contains(err.Error(), "no type") {
+		t.Fatalf("an untyped collector without series: %v, want no type", err)
+	}
+}
