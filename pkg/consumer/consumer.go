@@ -109,14 +109,24 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.
 	return c, nil
 }
 
+// errStreamGone hides a missing stream from events.Retry, which would wait for it.
+type errStreamGone struct{ err error }
+
+func (e errStreamGone) Error() string { return e.err.Error() }
+
 // Run consumes until ctx is done.
 func Run(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger, h Handler) error {
 	cfg.defaults()
 	// Created while the hub may be at its busiest (a fleet reconnecting): a request that
-	// times out is made again rather than ending the service.
+	// times out is made again rather than ending the service. A stream that does not exist is
+	// not waited for: the services create their streams at start, so a restart is what brings
+	// it back, and waiting would leave the service up consuming nothing.
 	var c jetstream.Consumer
 	err := events.Retry(ctx, log.With(zap.String("consumer", cfg.Durable)), "creating a consumer", func() (err error) {
 		c, err = Ensure(ctx, js, cfg)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return errStreamGone{err}
+		}
 		return err
 	})
 	if err != nil {

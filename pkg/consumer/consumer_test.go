@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,4 +94,17 @@ func TestFailingMessagesAreRetriedThenDeadLetteredWhileOthersFlow(t *testing.T) 
 		}
 		return nil
 	})
+}
+
+// TestRunEndsOnAStreamThatDoesNotExist: a request that times out is retried, but a missing
+// stream is not waited for — the services create their streams at start, so only a restart
+// brings it back, and a service waiting would stay up consuming nothing.
+func TestRunEndsOnAStreamThatDoesNotExist(t *testing.T) {
+	j := testkit.StartJetStream(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	err := consumer.Run(ctx, j.JS, consumer.Config{Stream: "MISSING", Durable: "worker"}, testkit.Logger(t),
+		func(context.Context, jetstream.Msg) error { return nil })
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "stream not found") {
+		t.Fatalf("Run on a missing stream: %v (context: %v); want the stream's absence at once", err, ctx.Err())
+	}
 }

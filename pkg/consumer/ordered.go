@@ -298,7 +298,11 @@ func (o *Ordered) create(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, orderedCreateTimeout)
 		cons, err := o.js.CreateOrUpdateConsumer(actx, o.stream, cfg)
 		cancel()
-		if err != nil && !refused(err) {
+		// Only an attempt the server did not answer may have created its consumer: an answer
+		// (an error code) says it did not, and a delete of it would only add to the load of a
+		// stream at its consumer limit.
+		var answered *jetstream.APIError
+		if err != nil && !errors.As(err, &answered) {
 			o.deleteLater(cfg.Name)
 		}
 		if err == nil {
@@ -322,9 +326,20 @@ func (o *Ordered) create(ctx context.Context) error {
 			return ctx.Err()
 		case <-o.stopped:
 			return ErrOrderedStopped
-		case <-time.After(orderedRetryDelay):
+		case <-time.After(retryDelay(err, attempt)):
 		}
 	}
+}
+
+// retryDelay is how long an ordered reader waits before its next create: orderedRetryDelay,
+// except while the stream is at its consumer limit, which lasts as long as a reconnecting
+// fleet's replays do — there it backs off, doubling to 5 s, rather than ask four times a second.
+func retryDelay(err error, attempt int) time.Duration {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeMaximumConsumersLimit {
+		return orderedRetryDelay
+	}
+	return min(orderedRetryDelay<<min(attempt-1, 5), 5*time.Second)
 }
 
 func (o *Ordered) consume(ctx context.Context, cons jetstream.Consumer) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -27,5 +28,23 @@ func TestRefusedIsPermanentOnly(t *testing.T) {
 		if got := refused(tc.err); got != tc.want {
 			t.Errorf("%s: refused = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestRetryDelayBacksOffAtTheConsumerLimitOnly(t *testing.T) {
+	limit := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeMaximumConsumersLimit}
+	if d := retryDelay(context.DeadlineExceeded, 7); d != orderedRetryDelay {
+		t.Errorf("a timeout waits %v, want %v", d, orderedRetryDelay)
+	}
+	prev := time.Duration(0)
+	for attempt := 1; attempt <= 10; attempt++ {
+		d := retryDelay(limit, attempt)
+		if d < prev || d > 5*time.Second {
+			t.Fatalf("attempt %d at the consumer limit waits %v after %v: want growing to at most 5s", attempt, d, prev)
+		}
+		prev = d
+	}
+	if prev != 5*time.Second {
+		t.Errorf("the consumer limit's delay ends at %v, want 5s", prev)
 	}
 }

@@ -386,9 +386,11 @@ func (s *Service) loadWritten(ctx context.Context) error {
 	}
 	defer func() { _ = w.Stop() }()
 	written := map[string]map[string][]byte{}
+	loaded := false // the watch said it had sent every key (a nil entry)
 	for e := range w.Updates() {
 		stall.Reset(loadStall)
 		if e == nil {
+			loaded = true
 			break
 		}
 		svc, _, ok := serviceOfKey(e.Key())
@@ -400,11 +402,13 @@ func (s *Service) loadWritten(ctx context.Context) error {
 		}
 		written[svc][e.Key()] = e.Value()
 	}
-	if wctx.Err() != nil {
-		if ctx.Err() == nil {
-			return errLoadStalled
-		}
+	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if !loaded {
+		// Stalled, or the subscription closed before the last key: a partial map would leave
+		// the keys it lacks untombstoned for good.
+		return errLoadStalled
 	}
 	s.mu.Lock()
 	s.written = written
