@@ -73,23 +73,22 @@ func (s *Status) Run(ctx context.Context, js jetstream.JetStream, tick time.Dura
 		return err
 	}
 	stale := map[string]string{} // key → cluster
-	for ctx.Err() == nil {
-		if err := s.listOwn(ctx, kv, stale); err == nil {
-			break
-		} else {
-			log.Warn("agent limits bucket: listing this reader's entries", zap.String("reader", s.reader), zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(tick):
-		}
-	}
 	s.mu.Lock()
 	for cluster := range s.want {
 		s.dirty[cluster] = struct{}{}
 	}
 	s.mu.Unlock()
+	listed := false
 	for {
+		// What a previous run left is listed until that works; the verdicts of this run are
+		// written meanwhile, not held back by a listing that times out under load.
+		if !listed {
+			if err := s.listOwn(ctx, kv, stale); err != nil {
+				log.Warn("agent limits bucket: listing this reader's entries", zap.String("reader", s.reader), zap.Error(err))
+			} else {
+				listed = true
+			}
+		}
 		s.mu.Lock()
 		for cluster := range s.dirty {
 			stale[subjects.AgentLimitsKey(cluster, s.reader)] = cluster
