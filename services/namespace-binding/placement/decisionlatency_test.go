@@ -62,4 +62,20 @@ func TestDecisionLatencyFromInputChangeToDecision(t *testing.T) {
 	testkit.CheckObservation(t, "the joining cluster's decision", testkit.Histogram(t, reg, name, "trigger", triggerFleet),
 		schedulerDebounce.Seconds(), testkit.WallSince(t1).Seconds())
 	observed(triggerPlacement, 1)
+
+	// A fleet change the fingerprint does not see (noted an hour ago here, as a set's new
+	// description would be) is consumed by the rebuild that looked at it: the next change that
+	// moves a decision is measured from itself, not from an hour ago.
+	h.svc.sched.latency.noteFleet(time.Now().Add(-time.Hour))
+	h.svc.sched.ctrl.Add(fleetChangedKey)
+	if err := h.svc.WaitSchedulingRound(testkit.Context(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	t2 := testkit.WallNow()
+	h.putCluster(t, clusterName(4), map[string]string{"env": "prod"})
+	h.waitDecided(t, "team", "prod", 3, 10*time.Second)
+	observed(triggerFleet, 2)
+	if s := testkit.Histogram(t, reg, name, "trigger", triggerFleet).GetSampleSum(); s > 60 {
+		t.Fatalf("the fourth cluster's decision summed into %.0f s: measured from a change that moved nothing (%.1f s ago at most)", s, testkit.WallSince(t2).Seconds())
+	}
 }

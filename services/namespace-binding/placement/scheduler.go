@@ -300,11 +300,14 @@ func (sc *scheduler) reconcileFleet() error {
 	if err := sc.refreshFleet(true); err != nil {
 		return err
 	}
+	// The changes noted so far are seen by this rebuild whether or not they move the
+	// fingerprint: one that did not (a set's description) must not date the next one that does.
+	since := sc.latency.takeFleet()
 	if st.fleetSum == st.queuedSum {
 		return nil
 	}
 	st.queuedSum = st.fleetSum
-	st.generationSince = sc.latency.takeFleet()
+	st.generationSince = since
 	keys := cacheKeys(sc.s.placements)
 	st.generation, st.generationWork = make(map[string]struct{}, len(keys)), 0
 	for _, k := range keys {
