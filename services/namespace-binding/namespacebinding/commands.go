@@ -184,10 +184,17 @@ func (s *Service) ownedBinding(project, cluster, namespace string) (*projectv1.N
 	return b, nil
 }
 
-// awaitBinding waits until the bindings view has applied seq (0: already there) and returns
-// binding id at key as presented.
+// awaitBinding waits until the bindings view and the projects view have applied seq (0:
+// already there) and returns binding id at key as presented. The command's event moves its
+// project's revision too: a caller that reads the project after the write must see it moved,
+// or a read-modify-write keyed on that revision would take the write for someone else's.
 func (s *Service) awaitBinding(ctx context.Context, key, id string, seq uint64) (*projectv1.NamespaceBinding, error) {
-	if err := s.waitView(ctx, func(ctx context.Context) error { return s.bindings.WaitCheckpoint(ctx, seq) }); err != nil {
+	if err := s.waitView(ctx, func(ctx context.Context) error {
+		if err := s.bindings.WaitCheckpoint(ctx, seq); err != nil {
+			return err
+		}
+		return s.projects.WaitCheckpoint(ctx, seq)
+	}); err != nil {
 		return nil, err
 	}
 	b, ok := s.bindings.Get(key)
