@@ -200,8 +200,23 @@ func readUsage(pid string) (procUsage, error) {
 	}, nil
 }
 
-// cpuProfile saves a CPU profile of the child hub over d into file.
+// cpuProfile saves a CPU profile of the child hub over d into file. The file is created before
+// the request: at 10,000 clusters the simulator's connections leave few descriptors, and a
+// profile fetched for 30 s and then refused a file (EMFILE) is lost.
 func (h *childHub) cpuProfile(ctx context.Context, d time.Duration, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := h.cpuProfileTo(ctx, d, f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// cpuProfileTo writes a CPU profile of the child hub over d to w.
+func (h *childHub) cpuProfileTo(ctx context.Context, d time.Duration, w io.Writer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", h.pprofURL, int(d.Seconds())), nil)
 	if err != nil {
 		return err
@@ -214,21 +229,20 @@ func (h *childHub) cpuProfile(ctx context.Context, d time.Duration, file string)
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("hub CPU profile: %s", resp.Status)
 	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // cpuProfileOfNext waits for the fleetd started after the one with process id old, and saves a
 // CPU profile of it over d into file, from as soon as it serves its profiles: the agents
-// reconnect to its NATS server before it is ready.
+// reconnect to its NATS server before it is ready. The file is created first, before the
+// storm's reconnections take the descriptors.
 func (h *childHub) cpuProfileOfNext(ctx context.Context, old string, d time.Duration, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	for h.pid() == old {
 		select {
 		case <-ctx.Done():
@@ -238,9 +252,18 @@ func (h *childHub) cpuProfileOfNext(ctx context.Context, old string, d time.Dura
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := h.cpuProfile(ctx, d, file)
-		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+		if err := f.Truncate(0); err != nil {
 			return err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		err := h.cpuProfileTo(ctx, d, f)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return err
+			}
+			return f.Close()
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -153,6 +153,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := raiseFileLimit(o.clusters); err != nil {
+		// Not fatal: a run within the limit works, one past it fails with EMFILE where it runs out.
+		fmt.Fprintln(stderr, "fleetsim: warning:", err)
+	}
 	res, err := simulate(ctx, o)
 	if res != nil {
 		writeTable(stderr, res)
