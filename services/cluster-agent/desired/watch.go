@@ -9,13 +9,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	"github.com/fleetstream/fleetstream/pkg/kvfeed"
 )
 
 // Backoff between attempts to watch a bucket: it may not exist yet (its owning service has not
-// started) or the hub may be unreachable.
+// started) or the hub may be unreachable or too busy to create the watch's consumer in time.
+// Each wait is drawn from the upper half of the current step: after a hub restart thousands of
+// agents fail together, and without jitter they would retry together, every 5 s, into a
+// server still creating the consumers they gave up on (10,000 clusters, docs/scale.md).
 const (
 	watchRetryBase = 250 * time.Millisecond
 	watchRetryMax  = 5 * time.Second
@@ -50,6 +54,7 @@ func (a *Applier) watchBucket(ctx context.Context, bucket string) {
 		if replayed {
 			delay = watchRetryBase
 		}
+		pause := wait.Jitter(delay/2, 1)
 		switch {
 		case errors.Is(err, kvfeed.ErrResync) && replayed && time.Since(started) > watchRetryMax:
 			// A resync right after the last one backs off instead: never a busy loop of replays.
@@ -58,12 +63,12 @@ func (a *Applier) watchBucket(ctx context.Context, bucket string) {
 		case errors.Is(err, jetstream.ErrBucketNotFound):
 			a.log.Debug("desired bucket does not exist yet", zap.String("bucket", bucket))
 		default:
-			a.log.Warn("desired watch failed; retrying", zap.String("bucket", bucket), zap.Duration("in", delay), zap.Error(err))
+			a.log.Warn("desired watch failed; retrying", zap.String("bucket", bucket), zap.Duration("in", pause), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(delay):
+		case <-time.After(pause):
 		}
 		delay = min(2*delay, watchRetryMax)
 	}

@@ -166,7 +166,7 @@ func newEndpointsListCommand(f *factory) *cobra.Command {
 			return f.printer().PrintList(Messages(resp.GetServices()),
 				Col("NAMESPACE", (*endpointv1.ServiceSummary).GetNamespace),
 				Col("NAME", (*endpointv1.ServiceSummary).GetName),
-				Col("CLUSTERS", func(s *endpointv1.ServiceSummary) string { return strings.Join(s.GetClusters(), ",") }),
+				Col("CLUSTERS", func(s *endpointv1.ServiceSummary) string { return listCell(s.GetClusters()) }),
 				Col("READY", func(s *endpointv1.ServiceSummary) string {
 					return fmt.Sprintf("%d/%d", s.GetReadyEndpoints(), s.GetTotalEndpoints())
 				}),

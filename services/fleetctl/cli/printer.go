@@ -258,3 +258,16 @@ func age(now, t time.Time) string {
 		return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 	}
 }
+
+// tableListMax is how many items a table cell lists before it counts the rest, as kubectl does
+// for an Endpoints' addresses: a service served by 10,000 clusters is one readable row, and
+// -o json or yaml still carries every name.
+const tableListMax = 3
+
+// listCell renders items as a table cell: "a,b,c" or, past tableListMax, "a,b,c + 9997 more...".
+func listCell(items []string) string {
+	if len(items) <= tableListMax {
+		return strings.Join(items, ",")
+	}
+	return fmt.Sprintf("%s + %d more...", strings.Join(items[:tableListMax], ","), len(items)-tableListMax)
+}

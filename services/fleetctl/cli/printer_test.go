@@ -227,3 +227,20 @@ func TestAge(t *testing.T) {
 		}
 	}
 }
+
+func TestListCell(t *testing.T) {
+	for _, tt := range []struct {
+		items []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{"east"}, "east"},
+		{[]string{"a", "b", "c"}, "a,b,c"},
+		{[]string{"a", "b", "c", "d"}, "a,b,c + 1 more..."},
+		{make([]string, 10_000), ",, + 9997 more..."},
+	} {
+		if got := listCell(tt.items); got != tt.want {
+			t.Errorf("listCell(%d items) = %q, want %q", len(tt.items), got, tt.want)
+		}
+	}
+}
