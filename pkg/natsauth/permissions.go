@@ -225,8 +225,10 @@ var serviceGrants = map[string][]grant{
 		{stream: subjects.EndpointStream, access: own, subjects: []string{subjects.EndpointPrefix + ".>"}},
 		ownBucket(subjects.EndpointsBucket),
 		ownBucket(subjects.EndpointWeightsBucket),
-		// Multi-cluster Services' ServiceImports and EndpointSlices for each member cluster.
+		// Multi-cluster Services' ServiceImports and EndpointSlices for each member cluster;
+		// agents' statuses say when a tombstone there may be collected.
 		ownBucket(subjects.DesiredMCSBucket),
+		readBucket(subjects.AppliedBucket),
 		// EndpointSlice and ServiceExport reports and heartbeats come from agents.
 		{stream: subjects.AgentStreamName, access: read | ensure},
 		// Which clusters' agents are over its limits: its own key of each cluster.

@@ -71,10 +71,13 @@ type Service struct {
 	noWrites bool
 
 	kv jetstream.KeyValue
-	// written is what the bucket holds, by service key: desired key → encoded value. Rebuilt
-	// from the bucket whenever the lease is taken; changed by the reconciler only.
+	// written is what the bucket holds, by service key: desired key → its value and revision.
+	// Rebuilt from the bucket whenever the lease is taken; changed by the reconciler only.
 	mu      sync.Mutex
-	written map[string]map[string][]byte
+	written map[string]map[string]stored
+	// applied is bucket `applied`, where agents confirm tombstones (collect.go); opened when
+	// first needed.
+	applied jetstream.KeyValue
 
 	// ingestMu serializes the report reader and rebind: a report rebind re-reads from the
 	// stream must not be applied after a newer one the reader applied.
@@ -98,7 +101,7 @@ func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logge
 		log = zap.NewNop()
 	}
 	s := &Service{js: js, eps: eps, owners: owners, log: log.Named("mcs"), exports: newExportStore(),
-		ready: make(chan struct{}), caughtUp: make(chan struct{}), written: map[string]map[string][]byte{}, lastOmitted: map[string]uint32{},
+		ready: make(chan struct{}), caughtUp: make(chan struct{}), written: map[string]map[string]stored{}, lastOmitted: map[string]uint32{},
 		limits: agentlimits.New(LimitsReader),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_mcs_export_reports_refused_total",
@@ -385,7 +388,7 @@ func (s *Service) loadWritten(ctx context.Context) error {
 		return fmt.Errorf("mcs: read %s: %w", subjects.DesiredMCSBucket, err)
 	}
 	defer func() { _ = w.Stop() }()
-	written := map[string]map[string][]byte{}
+	written := map[string]map[string]stored{}
 	loaded := false // the watch said it had sent every key (a nil entry)
 	for e := range w.Updates() {
 		stall.Reset(loadStall)
@@ -398,9 +401,9 @@ func (s *Service) loadWritten(ctx context.Context) error {
 			continue
 		}
 		if written[svc] == nil {
-			written[svc] = map[string][]byte{}
+			written[svc] = map[string]stored{}
 		}
-		written[svc][e.Key()] = e.Value()
+		written[svc][e.Key()] = stored{data: e.Value(), rev: e.Revision()}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -437,37 +440,49 @@ func (s *Service) reconcile(ctx context.Context, key string) error {
 	s.mu.Lock()
 	prev := s.written[key]
 	s.mu.Unlock()
-	next := map[string][]byte{}
+	next := map[string]stored{}
 	var errs []error
 	for k, obj := range d.Objects {
 		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(obj)
 		if err != nil {
 			return err
 		}
-		next[k] = data
-		if bytes.Equal(prev[k], data) {
+		if p, ok := prev[k]; ok && bytes.Equal(p.data, data) {
+			next[k] = p
 			continue
 		}
-		if _, err := s.kv.Put(ctx, k, data); err != nil {
+		rev, err := s.kv.Put(ctx, k, data)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("put %s: %w", k, err))
-			delete(next, k)
+			continue
 		}
+		next[k] = stored{data: data, rev: rev}
 	}
 	for k, old := range prev {
 		if _, ok := next[k]; ok {
 			continue
 		}
 		oldObj := &desiredv1.DesiredObject{}
-		if err := proto.Unmarshal(old, oldObj); err == nil && oldObj.GetTombstone() {
-			continue // already gone; kept so an agent away when it went still removes it
+		if err := proto.Unmarshal(old.data, oldObj); err == nil && oldObj.GetTombstone() {
+			// Already gone: kept until the cluster's agent confirms it removed the object, so
+			// that an agent away when it went still removes it; then collected.
+			collected, err := s.collect(ctx, k, old.rev)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if !collected {
+				next[k] = old
+			}
+			continue
 		}
 		tomb, _ := proto.MarshalOptions{Deterministic: true}.Marshal(Tombstone(oldObj.GetOwnerLabelValue()))
-		if _, err := s.kv.Put(ctx, k, tomb); err != nil {
+		rev, err := s.kv.Put(ctx, k, tomb)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("tombstone %s: %w", k, err))
 			next[k] = old
 			continue
 		}
-		next[k] = tomb
+		next[k] = stored{data: tomb, rev: rev}
 	}
 	s.mu.Lock()
 	if len(next) == 0 {

@@ -313,6 +313,38 @@ func TestMultiClusterServices(t *testing.T) {
 	if _, err := m1.serviceImport(ctx, "api"); err != nil {
 		t.Errorf("c1 lost its import with c2's unbinding: %v", err)
 	}
+
+	// A project member churns exports under new names: each leaves tombstones in desired-mcs
+	// (an import and a slice per cluster), which the hub collects once the agents confirm the
+	// objects gone. Without that the bucket grew by every name ever exported.
+	for i := range 5 {
+		name := fmt.Sprintf("churn-%d", i)
+		m1.service(t, ctx, name, 80, fmt.Sprintf("10.1.1.%d", i+1))
+		m1.export(t, ctx, name)
+		testkit.Eventually(t, time.Minute, func() error { _, err := m1.serviceImport(ctx, name); return err })
+		m1.unexport(t, ctx, name)
+		testkit.Eventually(t, time.Minute, func() error { return m1.wantNoImport(ctx, name) })
+	}
+	m1.unexport(t, ctx, "api")
+	testkit.Eventually(t, time.Minute, func() error { return m1.wantNoImport(ctx, "api") })
+	stream, err := inst.JS.Stream(ctx, "KV_"+subjects.DesiredMCSBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, func() error {
+		// Confirmations arrive after the removals; a reconcile of every service collects.
+		if err := inst.MCS.Sync(ctx); err != nil {
+			return err
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 0 {
+			return fmt.Errorf("desired-mcs holds %d messages on %d keys after every export went", info.State.Msgs, info.State.NumSubjects)
+		}
+		return nil
+	})
 }
 
 // service creates Service web/<name> (port "http", target 8080) and its EndpointSlice with ips.
