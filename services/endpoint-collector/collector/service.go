@@ -13,7 +13,6 @@ package collector
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -416,40 +415,88 @@ type registry struct {
 }
 
 func (r *registry) run(ctx context.Context) error {
-	var kv jetstream.KeyValue
-	for {
-		var err error
-		kv, err = r.c.js.KeyValue(ctx, subjects.ClustersBucket)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			r.c.log.Warn("cluster registry bucket", zap.Error(err))
+	for ctx.Err() == nil {
+		// No logger: the bucket is optional, and waiting for it is not worth a warning.
+		kv, err := view.WaitBucket(ctx, r.c.js, subjects.ClustersBucket, nil)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.c.log.Warn("cluster registry bucket", zap.Error(err))
+			}
+		} else {
+			r.attach(ctx, kv)
 		}
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-time.After(2 * time.Second):
+		case <-time.After(registryRetry):
 		}
 	}
+	return nil
+}
+
+// registryRetry is the pause before the registry attaches again after its bucket went or its
+// reader failed.
+const registryRetry = 250 * time.Millisecond
+
+// attach follows one incarnation of bucket kv until view.Follow ends it: the bucket was dropped
+// or created again (cluster-import rebuilt its view, a rolling upgrade may), or its reader
+// failed. Before, a failed reader went unnoticed (its error was discarded) and the collector
+// kept the registry as it last saw it, for good: a cluster deregistered after that kept its
+// endpoints served.
+func (r *registry) attach(ctx context.Context, kv jetstream.KeyValue) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	cache := view.NewCache(r.c.js, kv, func() *clusterv1.Cluster { return &clusterv1.Cluster{} }, r.c.log)
-	go func() { _ = cache.Run(ctx) }()
-	select {
-	case <-cache.Ready():
-	case <-ctx.Done():
-		return nil
+	ready := make(chan struct{})
+	followed := make(chan error, 1)
+	go func() { followed <- view.Follow(ctx, kv, cache, nil, func() { close(ready) }) }()
+	ended := func(err error) {
+		if ctx.Err() == nil {
+			r.c.log.Info("cluster registry ended (rebuilt or gone?); attaching again", zap.Error(err))
+		}
 	}
+	select {
+	case <-ready:
+	case err := <-followed:
+		ended(err)
+		return
+	case <-ctx.Done():
+		return
+	}
+	r.forgetMissing(ctx, cache)
 	go r.sweepUnregistered(ctx, cache)
 	for {
 		snap, ch := cache.Subscribe(ctx, 1024)
 		for _, u := range snap {
 			r.apply(ctx, u)
 		}
-		for u := range ch {
-			r.apply(ctx, u)
+	subscribed:
+		for {
+			select {
+			case u, ok := <-ch:
+				if !ok {
+					break subscribed // cut off for falling behind, or ctx ended
+				}
+				r.apply(ctx, u)
+			case err := <-followed:
+				ended(err)
+				return
+			}
 		}
 		if ctx.Err() != nil {
-			return nil
+			return
+		}
+	}
+}
+
+// forgetMissing hands apply, as deletions, the clusters an earlier incarnation of the registry
+// showed that this one lacks: a cluster deregistered while the registry was rebuilt or
+// unreadable is otherwise never seen to go (the new bucket just does not hold it). apply
+// confirms each with the cluster's last event, as for any deletion.
+func (r *registry) forgetMissing(ctx context.Context, cache *view.Cache[*clusterv1.Cluster]) {
+	for _, name := range r.c.store.Registered() {
+		key := keys.Encode(name)
+		if _, ok := cache.Get(key); !ok {
+			r.apply(ctx, view.Update[*clusterv1.Cluster]{Op: view.Delete, Key: key})
 		}
 	}
 }

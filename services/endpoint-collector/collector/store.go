@@ -667,6 +667,20 @@ func (st *Store) registered(c *clusterInfo) {
 	st.cmu.Unlock()
 }
 
+// Registered returns the names of the clusters the registry has shown that are not known to be
+// deregistered.
+func (st *Store) Registered() []string {
+	st.cmu.RLock()
+	defer st.cmu.RUnlock()
+	var out []string
+	for name, c := range st.clusters {
+		if c.fromRegistry.Load() && !c.deregistered.Load() {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // Unregistered returns the clusters the store has heard of that the registry has not shown and
 // that are not known to be deregistered.
 func (st *Store) Unregistered() []*clusterInfo {
