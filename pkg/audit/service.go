@@ -51,6 +51,8 @@ func Topology() topology.Topology {
 
 // Service serves AuditService and runs the indexer under its lease.
 type Service struct {
+	// leases reports the indexer's lease (fleetstream_lease_leading).
+	leases *lease.Metrics
 	auditv1connect.UnimplementedAuditServiceHandler
 
 	cfg    Config
@@ -81,7 +83,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = lease.DefaultTTL
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("audit"), stream: stream, kv: kv, ready: make(chan struct{}),
+	s := &Service{cfg: cfg, js: js, log: log.Named("audit"), stream: stream, kv: kv, ready: make(chan struct{}), leases: lease.NewMetrics(),
 		indexed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_audit_events_indexed_total",
 			Help: "Domain events this process's audit indexer recorded as activity, by stream.",
@@ -96,6 +98,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 func (s *Service) Mount(srv *server.Server) {
 	srv.Handle(auditv1connect.NewAuditServiceHandler(s, srv.HandlerOptions()...))
 	srv.Registry().MustRegister(s.indexed)
+	if err := s.leases.Register(srv.Registry()); err != nil {
+		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
 }
 
 // Ready is closed from the start: ListActivity answers from the index as it is.
@@ -105,6 +110,6 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 func (s *Service) Run(ctx context.Context) error {
 	ix := &indexer{js: s.js, log: s.log, kv: s.kv, indexed: func(stream string) { s.indexed.WithLabelValues(stream).Inc() }}
 	err := lease.Run(ctx, s.js, LeaseName, lease.DefaultHolder(), s.cfg.LeaseTTL, ix.run,
-		lease.WithLogger(s.log), lease.WithReplicas(max(s.cfg.Replicas, 1)))
+		lease.WithLogger(s.log), lease.WithReplicas(max(s.cfg.Replicas, 1)), lease.WithMetrics(s.leases))
 	return server.Stopped(ctx, err)
 }

@@ -103,6 +103,7 @@ type options struct {
 	log      *zap.Logger
 	replicas int
 	standby  func(ctx context.Context) error
+	metrics  *Metrics
 }
 
 // WithLogger logs acquisitions, losses and releases to log.
@@ -167,7 +168,7 @@ func Run(ctx context.Context, js jetstream.JetStream, name, holder string, ttl t
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	r := &runner{
-		kv: kv, key: name, ttl: ttl, fn: fn, standby: o.standby,
+		kv: kv, key: name, ttl: ttl, fn: fn, standby: o.standby, metrics: o.metrics,
 		value: []byte(holder + "#" + hex.EncodeToString(id[:])),
 		log:   o.log.With(zap.String("lease", name)),
 		wake:  make(chan struct{}, 1),
@@ -182,6 +183,7 @@ type runner struct {
 	ttl     time.Duration
 	fn      func(ctx context.Context) error
 	standby func(ctx context.Context) error
+	metrics *Metrics
 	log     *zap.Logger
 	// wake is signalled when the watch sees the key changed by someone else.
 	wake chan struct{}
@@ -212,6 +214,7 @@ func (r *runner) run(ctx context.Context) error {
 	w, _ := r.kv.Watch(wctx, r.key, jetstream.UpdatesOnly())
 	go r.watch(wctx, w)
 	for {
+		r.metrics.set(r.key, false)
 		rev, sent, err := r.contend(ctx)
 		if err != nil {
 			return err
@@ -219,7 +222,9 @@ func (r *runner) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		r.metrics.set(r.key, true)
 		lost, err := r.hold(ctx, rev, sent)
+		r.metrics.set(r.key, false)
 		if !lost || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return nil

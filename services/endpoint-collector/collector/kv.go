@@ -34,7 +34,7 @@ func (c *Collector) runWriter(ctx context.Context) error {
 		g.Go(func() error { return c.kv.run(ctx) })
 		g.Go(func() error { return c.runWeightCleanup(ctx) })
 		return g.Wait()
-	}, lease.WithLogger(c.log), lease.WithReplicas(c.cfg.Replicas))
+	}, lease.WithLogger(c.log), lease.WithReplicas(c.cfg.Replicas), lease.WithMetrics(c.leases))
 }
 
 // kvWriter mirrors the merged view into bucket `endpoints` for other services. It is derived

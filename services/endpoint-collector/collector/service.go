@@ -172,6 +172,8 @@ func newMetrics() metrics {
 
 // Collector implements endpointv1connect.EndpointServiceHandler.
 type Collector struct {
+	// leases reports the bucket writer's lease (fleetstream_lease_leading).
+	leases *lease.Metrics
 	endpointv1connect.UnimplementedEndpointServiceHandler
 
 	cfg     Config
@@ -241,7 +243,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 // newCollector builds the in-memory part, without JetStream (benchmarks drive it directly).
 func newCollector(cfg Config, log *zap.Logger) *Collector {
 	cfg.defaults()
-	c := &Collector{cfg: cfg, log: log.Named("endpoint-collector"), store: NewStore(),
+	c := &Collector{cfg: cfg, log: log.Named("endpoint-collector"), store: NewStore(), leases: lease.NewMetrics(),
 		pending: &pendingSet{m: map[string]*pendingService{}},
 		codec:   newResponseCodec(cfg.ResponseCacheBytes, nil),
 		metrics: newMetrics(),
@@ -278,6 +280,9 @@ func (c *Collector) Mount(srv *server.Server) {
 	}
 	if err := c.viewSet.Register(srv.Registry()); err != nil {
 		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
+	if err := c.leases.Register(srv.Registry()); err != nil {
+		panic(err)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -90,6 +91,9 @@ type Service struct {
 	// within); judgeMu makes each judgement's read and write of it one step.
 	judgeMu sync.Mutex
 	limits  *agentlimits.Status
+
+	// leases reports the writer's lease (fleetstream_lease_leading).
+	leases *lease.Metrics
 }
 
 // LimitsReader is this package's name in bucket agent-limits' keys.
@@ -102,7 +106,7 @@ func New(js jetstream.JetStream, eps Endpoints, owners Ownership, log *zap.Logge
 	}
 	s := &Service{js: js, eps: eps, owners: owners, log: log.Named("mcs"), exports: newExportStore(),
 		ready: make(chan struct{}), caughtUp: make(chan struct{}), written: map[string]map[string]stored{}, lastOmitted: map[string]uint32{},
-		limits: agentlimits.New(LimitsReader),
+		limits: agentlimits.New(LimitsReader), leases: lease.NewMetrics(),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetstream_mcs_export_reports_refused_total",
 			Help: "ServiceExport reports of agents refused whole (invalid, or past the bounds an agent keeps to), by cluster.",
@@ -138,6 +142,9 @@ func NewFromEnv(env *daemon.Env, eps Endpoints, noWrites bool) *Service {
 func (s *Service) Mount(srv *server.Server) {
 	for _, c := range append(s.ctrl.Collectors(), s.refused, s.omitted) {
 		_ = srv.Registry().Register(c)
+	}
+	if err := s.leases.Register(srv.Registry()); err != nil {
+		panic(err) // as MustRegister: a programming error, not a condition of the fleet
 	}
 }
 
@@ -192,7 +199,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	wg.Go(func() {
-		errc <- reconcile.RunLeased(ctx, s.js, LeaseName, nil, func(ctx context.Context) error {
+		errc <- reconcile.RunLeased(ctx, s.js, LeaseName, []lease.Option{lease.WithMetrics(s.leases)}, func(ctx context.Context) error {
 			// The lease is taken when the hub is at its busiest (a restarted hub's agents
 			// replaying, the stream at its consumer limit): an error here would stop fleetd.
 			if err := events.Retry(ctx, s.log, "desired-mcs not loaded", func() error { return s.loadWritten(ctx) }, errLoadStalled); err != nil {

@@ -100,7 +100,9 @@ func Topology() topology.Topology {
 // bucket, the project locks) and the loops that run on it. It serves ProjectService through
 // ProjectAPI, and wires placement, which serves ClusterSetService and PlacementService.
 type Service struct {
-	cfg Config
+	// leases reports the placement lease (fleetstream_lease_leading).
+	leases *lease.Metrics
+	cfg    Config
 	// prop measures a binding's and a quota's time from change to applied (propagation.go).
 	prop   *slo.Propagation
 	js     jetstream.JetStream
@@ -158,7 +160,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if err := ensureAppliedBucket(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), prop: slo.NewPropagation(),
+	s := &Service{cfg: cfg, js: js, log: log.Named("namespace-binding"), store: events.NewStore(js, actor), prop: slo.NewPropagation(), leases: lease.NewMetrics(),
 		ready: make(chan struct{}), now: time.Now}
 	s.gate = apiwait.NewGate(s.ready, "namespace-binding")
 	s.locks = events.NewLocks[*projectv1.Project](s.projectSettled)
@@ -248,6 +250,9 @@ func (s *Service) Mount(srv *server.Server) {
 	_ = s.prop.Register(srv.Registry())
 	if err := s.views.Register(srv.Registry()); err != nil {
 		panic(err) // as MustRegister: a programming error, not a condition of the fleet
+	}
+	if err := s.leases.Register(srv.Registry()); err != nil {
+		panic(err)
 	}
 }
 
@@ -345,7 +350,7 @@ func (s *Service) runPlacementLoops(ctx context.Context) error {
 			runs = append(runs, l.run)
 		}
 	}
-	return reconcile.RunLeased(ctx, s.js, PlacementLease, []lease.Option{lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas)}, runs...)
+	return reconcile.RunLeased(ctx, s.js, PlacementLease, []lease.Option{lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas), lease.WithMetrics(s.leases)}, runs...)
 }
 
 // hubLoop is one of the service's hub loops (pkg/reconcile): a controller, and the sources

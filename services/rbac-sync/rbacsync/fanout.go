@@ -102,6 +102,7 @@ func encode(o *desiredv1.DesiredObject) []byte {
 // same model and follow the bucket instead of writing it, so the API (plans, status, access)
 // answers alike in every replica, and a replica taking over starts from the bucket as it is.
 type fanout struct {
+	leases   *lease.Metrics // nil: not reported
 	js       jetstream.JetStream
 	log      *zap.Logger
 	replicas int // of the lease bucket, if the fan-out has to create it
@@ -180,7 +181,7 @@ func (f *fanout) Run(ctx context.Context) error {
 	return lease.Run(ctx, f.js, FanoutLease, lease.DefaultHolder(), f.leaseTTL,
 		func(ctx context.Context) error { return f.term(ctx, true) },
 		lease.WithStandby(func(ctx context.Context) error { return f.term(ctx, false) }),
-		lease.WithLogger(f.log), lease.WithReplicas(f.replicas))
+		lease.WithLogger(f.log), lease.WithReplicas(f.replicas), lease.WithMetrics(f.leases))
 }
 
 // term runs the fan-out as the writer (lead) or as a follower until ctx ends (for the writer:

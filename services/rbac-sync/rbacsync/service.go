@@ -90,6 +90,8 @@ func desiredBucketConfig() jetstream.KeyValueConfig {
 
 // Service implements rbacv1connect.RBACServiceHandler and runs the fan-out.
 type Service struct {
+	// leases reports the fan-out's and the snapshots' leases (fleetstream_lease_leading).
+	leases *lease.Metrics
 	rbacv1connect.UnimplementedRBACServiceHandler
 
 	cfg    Config
@@ -128,7 +130,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logge
 	if s.views = s.declareViews(js, s.log, view.WithReplicas(cfg.Replicas)); s.views.Err() != nil {
 		return nil, s.views.Err()
 	}
+	s.leases = lease.NewMetrics()
 	s.fan = newFanout(js, s.log)
+	s.fan.leases = s.leases
 	s.fan.replicas = cfg.Replicas
 	if s.fan.kv, err = js.KeyValue(ctx, subjects.DesiredRBACBucket); err != nil {
 		return nil, fmt.Errorf("desired bucket: %w", err)
@@ -165,6 +169,9 @@ func (s *Service) Mount(srv *server.Server) {
 		panic(err) // as MustRegister: a programming error, not a condition of the fleet
 	}
 	if err := s.views.Register(srv.Registry()); err != nil {
+		panic(err)
+	}
+	if err := s.leases.Register(srv.Registry()); err != nil {
 		panic(err)
 	}
 }

@@ -538,7 +538,7 @@ const SnapshotLease = "rbac-sync.snapshots"
 // runSnapshots takes snapshots while this replica holds SnapshotLease.
 func (s *Service) runSnapshots(ctx context.Context) error {
 	return lease.Run(ctx, s.js, SnapshotLease, lease.DefaultHolder(), lease.DefaultTTL, s.snapshotLoop,
-		lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas))
+		lease.WithLogger(s.log), lease.WithReplicas(s.cfg.Replicas), lease.WithMetrics(s.leases))
 }
 
 // snapshotLoop takes snapshots every Interval until ctx is done. Failures are logged, not
