@@ -135,3 +135,13 @@ export const endpoints = {
   watch: (namespace, name, onMessage, signal) =>
     watch("fleetstream.endpoint.v1.EndpointService/WatchServiceEndpoints", { namespace, name, filter: "ENDPOINT_FILTER_ALL" }, onMessage, signal),
 };
+
+const RBAC = "fleetstream.rbac.v1.RBACService/";
+export const rbac = {
+  templates: () => call(RBAC + "ListRoleTemplates"),
+  bindings: (project) => call(RBAC + "ListProjectRoleBindings", { project }),
+  whoCan: (cluster, namespace) => call(RBAC + "WhoCan", { cluster, namespace }),
+  accessAt: (subject, time) => call(RBAC + "AccessAt", { subject, time }),
+  bind: (project, subject, roleTemplate, dryRun) => call(RBAC + "BindProjectRole", { project, subject, roleTemplate, dryRun }),
+  unbind: (project, subject, roleTemplate, dryRun) => call(RBAC + "UnbindProjectRole", { project, subject, roleTemplate, dryRun }),
+};

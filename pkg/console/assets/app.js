@@ -13,6 +13,7 @@ const signout = document.getElementById("signout");
 const pages = {
   fleet: fleetPage,
   projects: projectsPage,
+  access: async (...a) => (await import("./access.js")).accessPage(...a),
   placements: async (...a) => (await import("./placements.js")).placementsPage(...a),
   activity: async (...a) => (await import("./activity.js")).activityPage(...a),
   traffic: async (...a) => (await import("./traffic.js")).trafficPage(...a),

@@ -444,9 +444,11 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	t.Run("traffic", func(t *testing.T) { consoleTrafficPage(t, b, api) })
 
+	t.Run("access", func(t *testing.T) { consoleAccessPage(t, b, api) })
+
 	t.Run("accessibility", func(t *testing.T) {
 		// projects last: the viewer's sign-in below lands on the page the location names.
-		for _, page := range []string{"placements", "activity", "traffic", "fleet", "projects"} {
+		for _, page := range []string{"placements", "activity", "traffic", "access", "fleet", "projects"} {
 			b.run(t, page, b.load(base, "#/"+page))
 			b.waitPage(t, page)
 			// Every control has an accessible name: a <label for>, aria-label(ledby) or its text.
@@ -467,11 +469,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		// Tab moves focus through the controls, in order.
 		var seen []string
-		for range 6 {
+		for range 7 {
 			b.run(t, "tab", chromedp.KeyEvent(kb.Tab))
 			seen = append(seen, eval[string](t, b, `document.activeElement.id || document.activeElement.tagName`))
 		}
-		if want := []string{"nav-fleet", "nav-projects", "nav-placements", "nav-traffic", "nav-activity", "signout"}; !slices.Equal(seen, want) {
+		if want := []string{"nav-fleet", "nav-projects", "nav-access", "nav-placements", "nav-traffic", "nav-activity", "signout"}; !slices.Equal(seen, want) {
 			t.Errorf("tab order %q, want %q", seen, want)
 		}
 		b.noErrors(t, "accessibility")
@@ -524,6 +526,23 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Errorf("viewer's traffic page for team-b's namespace says %q, want the server's refusal", got)
 		} else {
 			t.Logf("viewer watching shop/api: %q", got[0])
+		}
+		// Access: the viewer reads team-a's matrix (WhoCan is a viewer's read); its grant is
+		// refused by the server at the preview, and no confirmation opens.
+		b.run(t, "access", b.load(base, "#/access?project=team-a"))
+		b.waitPage(t, "access")
+		if cells := accessCells(t, b, "user:viewer"); cells["prod-eu/web"] != "project-viewer" {
+			t.Errorf("viewer's own row on the access page %v", cells)
+		}
+		b.run(t, "viewer grants", chromedp.SetValue(chromedp.ID("grant-name"), "mallory"), chromedp.SetValue(chromedp.ID("grant-template"), "project-owner"),
+			chromedp.Click(chromedp.ID("grant-preview")), chromedp.WaitVisible(chromedp.ID("grant-error")))
+		if got := b.texts(t, "#grant-error"); len(got) != 1 || got[0] == "" {
+			t.Errorf("viewer's grant says %q, want the server's refusal", got)
+		} else {
+			t.Logf("viewer granting project-owner: %q", got[0])
+		}
+		if open := eval[bool](t, b, `document.getElementById("confirm").open`); open {
+			t.Error("a confirmation opened for a grant the server refused")
 		}
 		b.noErrors(t, "viewer")
 	})
