@@ -46,6 +46,7 @@ export async function call(procedure, request = {}) {
 
 export const clusters = {
   list: (labelSelector) => call("fleetstream.cluster.v1.ClusterService/ListClusters", labelSelector ? { labelSelector } : {}),
+  get: (name, includeInventory) => call("fleetstream.cluster.v1.ClusterService/GetCluster", { name, includeInventory }),
 };
 export const clusterSets = {
   list: () => call("fleetstream.placement.v1.ClusterSetService/ListClusterSets"),
@@ -53,6 +54,7 @@ export const clusterSets = {
 export const projects = {
   list: () => call("fleetstream.project.v1.ProjectService/ListProjects"),
   bindings: (project) => call("fleetstream.project.v1.ProjectService/ListNamespaceBindings", { project }),
+  bindingsOn: (cluster) => call("fleetstream.project.v1.ProjectService/ListNamespaceBindings", { cluster }),
 };
 export const placements = {
   list: (project) => call("fleetstream.placement.v1.PlacementService/ListPlacements", { project }),

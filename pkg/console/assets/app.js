@@ -17,7 +17,10 @@ const pages = {
   placements: async (...a) => (await import("./placements.js")).placementsPage(...a),
   activity: async (...a) => (await import("./activity.js")).activityPage(...a),
   traffic: async (...a) => (await import("./traffic.js")).trafficPage(...a),
+  clusters: async (...a) => (await import("./cluster.js")).clusterPage(...a),
 };
+// A page under another in the header: a cluster's page is the Fleet page's.
+const navOf = { clusters: "fleet" };
 
 // live is the current page's AbortController: a page that keeps a stream open (Traffic,
 // Placements) stops it when the user moves on or signs out.
@@ -27,10 +30,14 @@ function stopLive() {
   live = null;
 }
 
-// route parses "#/<page>?k=v": the page and its query (filters, the selected project).
+// route parses "#/<page>[/<object>]?k=v": the page, the object it is about (a cluster's page:
+// #/clusters/<name>) and its query (filters, the selected project).
 function route() {
   const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
-  return { page: pages[path] ? path : "fleet", params: new URLSearchParams(query || "") };
+  const [name, ...rest] = path.split("/");
+  let object = "";
+  try { object = decodeURIComponent(rest.join("/")); } catch { object = rest.join("/"); }
+  return { page: pages[name] ? name : "fleet", object, params: new URLSearchParams(query || "") };
 }
 
 // How this fleetd lets the page sign in: with an OIDC issuer or not (oidc.js).
@@ -118,16 +125,16 @@ async function render() {
   delete document.body.dataset.ready;
   nav.hidden = false;
   signout.hidden = false;
-  const { page, params } = route();
+  const { page, object, params } = route();
   stopLive();
   live = new AbortController();
   for (const a of nav.querySelectorAll("a")) {
-    if (a.id === "nav-" + page) a.setAttribute("aria-current", "page");
+    if (a.id === "nav-" + (navOf[page] || page)) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
   replace(main, h("p", { class: "muted" }, "Loading…"));
   try {
-    await pages[page](main, params, fail, live.signal);
+    await pages[page](main, params, fail, live.signal, object);
   } catch (e) {
     // A page's code that did not load (the server went away between pages): say so, unless
     // the user has moved on and main is another page's.

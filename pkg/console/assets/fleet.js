@@ -1,12 +1,12 @@
 import { h, replace, chips } from "./dom.js";
 import { clusters, clusterSets } from "./api.js";
 
-const STATUS = { CONDITION_STATUS_TRUE: "True", CONDITION_STATUS_FALSE: "False", CONDITION_STATUS_UNKNOWN: "Unknown" };
-const EFFECT = { TAINT_EFFECT_NO_SELECT: "NoSelect", TAINT_EFFECT_NO_SELECT_IF_NEW: "NoSelectIfNew", TAINT_EFFECT_PREFER_NO_SELECT: "PreferNoSelect" };
+export const STATUS = { CONDITION_STATUS_TRUE: "True", CONDITION_STATUS_FALSE: "False", CONDITION_STATUS_UNKNOWN: "Unknown" };
+export const EFFECT = { TAINT_EFFECT_NO_SELECT: "NoSelect", TAINT_EFFECT_NO_SELECT_IF_NEW: "NoSelectIfNew", TAINT_EFFECT_PREFER_NO_SELECT: "PreferNoSelect" };
 const SET_LABEL = "fleetstream.io/clusterset";
 
 // inSet mirrors the registry's set membership (placement.v1 SelectorType) for display.
-function inSet(set, labels) {
+export function inSet(set, labels) {
   const sel = set.selector || {};
   if (sel.type === "SELECTOR_TYPE_LABEL_SELECTOR") {
     if (!sel.labelSelector) return false;
@@ -26,14 +26,14 @@ function inSet(set, labels) {
   return v === set.name || (set.name === "default" && v === "");
 }
 
-function agentKind(c) {
+export function agentKind(c) {
   const st = c.status || {};
   const connected = (st.conditions || []).some((x) => x.type === "AgentConnected" && x.status === "CONDITION_STATUS_TRUE");
   if (!connected) return "none connected";
   return st.agentHosted ? "hosted" : "in-cluster";
 }
 
-function conditions(c) {
+export function conditions(c) {
   return ((c.status || {}).conditions || []).map((x) => {
     const s = STATUS[x.status] || "Unknown";
     return h("div", { class: "st-" + s.toLowerCase(), title: x.message || "" },
@@ -41,7 +41,7 @@ function conditions(c) {
   });
 }
 
-function taints(c) {
+export function taints(c) {
   return (c.taints || []).map((t) => h("span", { class: "chip" }, `${t.key}${t.value ? "=" + t.value : ""}:${EFFECT[t.effect] || t.effect}`));
 }
 
@@ -81,7 +81,7 @@ export async function fleetPage(main, params, fail) {
   const rows = cs.map((c) => {
     const labels = c.labels || {};
     return h("tr", { "data-cluster": c.name },
-      h("th", { scope: "row" }, c.name),
+      h("th", { scope: "row" }, h("a", { href: "#/clusters/" + encodeURIComponent(c.name) }, c.name)),
       h("td", {}, conditions(c)),
       h("td", {}, agentKind(c)),
       h("td", {}, (c.status || {}).kubernetesVersion || ""),

@@ -1,10 +1,10 @@
 import { h, replace } from "./dom.js";
 import { projects } from "./api.js";
 
-const PHASE = { BINDING_PHASE_PENDING: "Pending", BINDING_PHASE_AVAILABLE: "Available", BINDING_PHASE_FAILED: "Failed", BINDING_PHASE_TERMINATING: "Terminating" };
+export const PHASE = { BINDING_PHASE_PENDING: "Pending", BINDING_PHASE_AVAILABLE: "Available", BINDING_PHASE_FAILED: "Failed", BINDING_PHASE_TERMINATING: "Terminating" };
 
 // quota shows "used / hard" per resource of the namespace's quota.
-function quota(b) {
+export function quota(b) {
   const hard = b.hard || {};
   const used = b.used || {};
   const keys = Object.keys(hard).sort();

@@ -21,10 +21,12 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fleetstream/fleetstream/pkg/authz"
 	"github.com/fleetstream/fleetstream/pkg/console"
 	"github.com/fleetstream/fleetstream/pkg/events"
+	agentv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/agent/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/server/oidctest"
@@ -125,6 +127,20 @@ func consoleFleet(t *testing.T, is *oidctest.Issuer) *rawClient {
 		if _, err := events.NewStore(inst.JS, "agent").Append(ctx, subjects.AgentEndpointSlice(r.cluster, "web", rep.Slice), r.cluster, events.Any, rep); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// prod-eu's agent reports its namespaces (the cluster's page shows them); dev-us's a
+	// heartbeat with its nodes' resources.
+	if _, err := events.NewStore(inst.JS, "agent").Append(ctx, subjects.AgentInventory("prod-eu"), "prod-eu", events.Any,
+		&agentv1.NamespaceInventory{ClusterName: "prod-eu", Generation: uint64(time.Now().UnixNano()), Namespaces: []*agentv1.Namespace{
+			{Name: "web", Phase: "Active"}, {Name: "shop", Phase: "Active"}, {Name: "idle", Phase: "Terminating", Labels: map[string]string{"app": "old"}},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.NewStore(inst.JS, "agent").Append(ctx, subjects.AgentHeartbeat("dev-us"), "dev-us", events.Any,
+		&agentv1.Heartbeat{ClusterName: "dev-us", AgentVersion: "v9.9.9", KubernetesVersion: "v1.34.4", SessionId: "s1", Time: timestamppb.Now(),
+			Resources: &agentv1.ClusterResources{Allocatable: map[string]string{"cpu": "7800m", "memory": "31Gi"},
+				Capacity: map[string]string{"cpu": "8", "memory": "32Gi"}, NodeCount: 3}}); err != nil {
+		t.Fatal(err)
 	}
 	// Grants are read through the authorizer's mirrors: wait until the viewer's shows.
 	testkit.Eventually(t, 10*time.Second, func() error {
@@ -446,11 +462,13 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	t.Run("access", func(t *testing.T) { consoleAccessPage(t, b, api) })
 
+	t.Run("cluster", func(t *testing.T) { consoleClusterPage(t, b, api) })
+
 	t.Run("accessibility", func(t *testing.T) {
 		// projects last: the viewer's sign-in below lands on the page the location names.
-		for _, page := range []string{"placements", "activity", "traffic", "access", "fleet", "projects"} {
+		for _, page := range []string{"placements", "activity", "traffic", "access", "clusters/prod-eu", "fleet", "projects"} {
 			b.run(t, page, b.load(base, "#/"+page))
-			b.waitPage(t, page)
+			b.waitPage(t, strings.SplitN(page, "/", 2)[0])
 			// Every control has an accessible name: a <label for>, aria-label(ledby) or its text.
 			unlabelled := eval[[]string](t, b, `[...document.querySelectorAll("input, select, textarea, button")].filter(e => !e.hidden && !(
 				(e.id && document.querySelector('label[for="' + e.id + '"]')?.textContent.trim()) ||
@@ -543,6 +561,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		if open := eval[bool](t, b, `document.getElementById("confirm").open`); open {
 			t.Error("a confirmation opened for a grant the server refused")
+		}
+		// A cluster's page: team-a's binding only, and no inventory (the platform's).
+		b.run(t, "cluster", b.load(base, "#/clusters/prod-eu"))
+		b.waitPage(t, "clusters")
+		if got := eval[[]string](t, b, `[...document.querySelectorAll("#cluster-bindings tbody tr")].map(r => r.dataset.binding || r.dataset.namespace)`); !slices.Equal(got, []string{"team-a/web"}) {
+			t.Errorf("viewer's bindings on prod-eu %q, want team-a/web only", got)
+		}
+		if got := b.texts(t, "#cluster-ns-status"); len(got) != 1 || !strings.Contains(got[0], "inventory is for platform admins") {
+			t.Errorf("viewer's namespace status %q", got)
 		}
 		b.noErrors(t, "viewer")
 	})
