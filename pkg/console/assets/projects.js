@@ -1,5 +1,5 @@
 import { h, replace } from "./dom.js";
-import { projects } from "./api.js";
+import { projects, rbac } from "./api.js";
 
 export const PHASE = { BINDING_PHASE_PENDING: "Pending", BINDING_PHASE_AVAILABLE: "Available", BINDING_PHASE_FAILED: "Failed", BINDING_PHASE_TERMINATING: "Terminating" };
 
@@ -46,9 +46,10 @@ export async function projectsPage(main, params, fail) {
   replace(body, h("div", { class: "toolbar" }, h("div", {}, h("label", { for: "project" }, "Project"), select)), detail);
 
   const p = ps.find((x) => x.name === name);
-  let res;
+  let res, grants;
   try {
-    res = await projects.bindings(name);
+    // The members' section's code loads with the page's data, not with the console.
+    [res, grants] = await Promise.all([projects.bindings(name), import("./grants.js")]);
   } catch (e) {
     if (!fail(e)) replace(detail, h("p", { class: "error", role: "alert" }, e.message));
     return;
@@ -76,5 +77,52 @@ export async function projectsPage(main, params, fail) {
           h("td", { title: b.message || "" }, b.reason || ""),
           h("td", {}, quota(b)));
       })))),
-    budgets(p));
+    budgets(p),
+    await members(name, grants, fail));
+}
+
+// members is the project's role bindings (ListProjectRoleBindings) with a Revoke… each, and
+// the grant form; both preview the change with the server's dry run and ask before writing
+// (grants.js, as on the Access page). A change redraws the list.
+async function members(project, g, fail) {
+  const section = h("section", { "aria-labelledby": "members-h", id: "members-section" });
+  const note = h("div", { id: "members-note", role: "status" });
+  const list = h("div", { id: "members-list" });
+  const dialog = g.confirmDialog();
+  const draw = async () => {
+    let bs;
+    try {
+      bs = (await rbac.bindings(project)).bindings || [];
+    } catch (e) {
+      if (!fail(e)) replace(list, h("p", { class: "error", role: "alert", id: "members-error" }, e.message));
+      return;
+    }
+    bs.sort((a, b) => (g.subjectID(a.subject) + "|" + a.roleTemplate).localeCompare(g.subjectID(b.subject) + "|" + b.roleTemplate));
+    replace(list, bs.length
+      ? h("table", { id: "members" },
+        h("caption", { class: "muted" }, "Members: who holds which role in every namespace of the project"),
+        h("thead", {}, h("tr", {}, ["Subject", "Role", "Bound", "Change"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, bs.map((b) => {
+          const t = byName.get(b.roleTemplate);
+          return h("tr", { "data-member": `${g.subjectID(b.subject)}|${b.roleTemplate}` },
+            h("th", { scope: "row" }, g.subjectText(b.subject)),
+            h("td", {}, b.roleTemplate, t && t.displayName ? h("div", { class: "muted" }, t.displayName) : null),
+            h("td", {}, b.createTime ? new Date(b.createTime).toLocaleString() : "", b.creator ? ` by ${b.creator}` : ""),
+            h("td", {}, h("button", { type: "button", class: "secondary", "data-revoke": `${g.subjectID(b.subject)}|${b.roleTemplate}`,
+              "aria-label": `Revoke ${b.roleTemplate} from ${g.subjectText(b.subject)}`,
+              onclick: () => g.revoke(project, b.subject, b.roleTemplate, dialog, note, draw, fail) }, "Revoke…")));
+        })))
+      : h("p", { class: "muted", id: "no-members" }, "No one holds a role in this project."));
+  };
+  let templates = [];
+  try {
+    templates = (await rbac.templates()).templates || [];
+  } catch (e) {
+    if (!fail(e)) replace(note, h("p", { class: "error", role: "alert", id: "members-error" }, e.message));
+  }
+  const byName = new Map(templates.map((t) => [t.name, t]));
+  await draw();
+  replace(section, h("h2", { id: "members-h" }, "Members and roles"), note, list,
+    h("h3", {}, "Grant a role"), g.grantForm(project, templates, dialog, draw, fail), dialog.el);
+  return section;
 }

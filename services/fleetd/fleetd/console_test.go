@@ -290,7 +290,8 @@ const contrastJS = `(() => {
 
 // TestConsoleInABrowser drives the console in headless Chromium against fleetd with real
 // JetStream and real data: sign-in refused and accepted, the Fleet, Projects, Placements,
-// Activity and Traffic pages (console_pages_test.go), markup in user-controlled strings shown as
+// Activity and Traffic pages (console_pages_test.go), Access, Projects' members
+// (console_access_test.go) and a cluster's page (console_cluster_test.go), markup in user-controlled strings shown as
 // text, a viewer seeing only what its reads return and the server's refusals, the
 // accessibility basics, asset size and time to interactive.
 func TestConsoleInABrowser(t *testing.T) {
@@ -464,6 +465,8 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	t.Run("cluster", func(t *testing.T) { consoleClusterPage(t, b, api) })
 
+	t.Run("project members", func(t *testing.T) { consoleProjectMembers(t, b, api) })
+
 	t.Run("accessibility", func(t *testing.T) {
 		// projects last: the viewer's sign-in below lands on the page the location names.
 		for _, page := range []string{"placements", "activity", "traffic", "access", "clusters/prod-eu", "fleet", "projects"} {
@@ -506,6 +509,19 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		if got := b.texts(t, `tr[data-binding="prod-eu/shop"]`); len(got) != 0 {
 			t.Errorf("viewer sees team-b's binding: %q", got)
+		}
+		// team-a's members, and the server's refusal of the viewer's revoke, before any dialog.
+		if got := eval[[]string](t, b, `[...document.querySelectorAll("#members tbody tr")].map(r => r.dataset.member)`); !slices.Equal(got,
+			[]string{"group:oidc:team-a-viewers|project-viewer", "user:viewer|project-viewer"}) {
+			t.Errorf("viewer's view of team-a's members %q", got)
+		}
+		b.run(t, "viewer revokes", chromedp.Click(chromedp.CSS(`#members button[data-revoke="user:viewer|project-viewer"]`)),
+			chromedp.WaitVisible(chromedp.ID("revoke-error")))
+		if got := b.texts(t, "#revoke-error"); len(got) != 1 || !strings.Contains(got[0], "may not") {
+			t.Errorf("viewer's revoke says %q, want the server's refusal", got)
+		}
+		if open := eval[bool](t, b, `document.getElementById("confirm").open`); open {
+			t.Error("a confirmation opened for a revoke the server refused")
 		}
 		// Another project named in the location is not fetched around the filter.
 		b.run(t, "team-b", b.load(base, "#/projects?project=team-b"))
