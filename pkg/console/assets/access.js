@@ -220,7 +220,10 @@ export async function accessPage(main, params, fail) {
       h("p", { class: "count", role: "status", id: "access-status" }, when
         ? `At ${when.toLocaleString()} (AccessAt): ${subjects.length} subject${subjects.length === 1 ? "" : "s"} asked, the members now and those named. "no longer" marks a role held then and not now.`
         : `Now (WhoCan): ${subjects.length} subject${subjects.length === 1 ? "" : "s"} in ${places.length} namespace${places.length === 1 ? "" : "s"} of ${project}.`),
-      matrix(subjects, cols, grants, when ? (g) => !current.has(key(g)) : null),
+      // Many namespaces make the matrix wider than the page: it scrolls in a region the
+      // keyboard can reach (tabindex) and that says what it is.
+      h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": "Access matrix" },
+        matrix(subjects, cols, grants, when ? (g) => !current.has(key(g)) : null)),
       detail);
     // Tests and tools wait on this for a view drawn without a page load (time control, grants).
     view.dataset.shown = when ? when.toISOString() : "now";

@@ -133,7 +133,10 @@ export function grantForm(project, templates, dialog, done, fail) {
     const subject = { kind: kind.value, name: name.value.trim() };
     if (!ns.disabled) subject.namespace = ns.value.trim();
     const t = templates.find((x) => x.name === tpl.value);
-    if (!t) return;
+    if (!t) {
+      replace(note, h("span", { class: "error", role: "alert", id: "grant-error" }, "Pick a role template (none could be listed)."));
+      return;
+    }
     replace(note, h("span", { class: "muted" }, "Asking the server what would change…"));
     let plan;
     try {
