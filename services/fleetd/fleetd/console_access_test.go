@@ -64,8 +64,10 @@ func consoleAccessPage(t *testing.T, b *browser, api *rawClient) {
 	xssSubject := "user:" + xss
 	before := time.Now()
 
+	start := time.Now()
 	b.run(t, "access", b.load(base, "#/access?project=team-a"))
 	b.waitPage(t, "access")
+	t.Logf("access page, navigation to the matrix on screen: %v", time.Since(start).Round(time.Millisecond))
 	if got := b.texts(t, "#access-matrix thead th"); !slices.Equal(got, []string{"Subject", "dev-us/web", "prod-eu/web"}) {
 		t.Errorf("matrix columns %q, want team-a's two namespaces", got)
 	}
@@ -169,10 +171,12 @@ func consoleAccessPage(t *testing.T, b *browser, api *rawClient) {
 	// subjects field). The revoked user is named: the members now do not include it.
 	b.run(t, "at the moment held", chromedp.SetValue(chromedp.ID("at"), ""),
 		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(d => document.getElementById("at").value = new Date(d - d.getTimezoneOffset() * 60000).toISOString().slice(0, 23))(new Date(%d))`, held.UnixMilli())),
-		chromedp.SetValue(chromedp.ID("at-subjects"), xssSubject),
-		chromedp.Focus(chromedp.ID("at-subjects")), chromedp.KeyEvent(kb.Enter))
+		chromedp.SetValue(chromedp.ID("at-subjects"), xssSubject), chromedp.Focus(chromedp.ID("at-subjects")))
+	askedAt := time.Now()
+	b.run(t, "enter", chromedp.KeyEvent(kb.Enter))
 	heldISO := held.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z")
 	b.run(t, "wait for the view", chromedp.WaitVisible(chromedp.CSS(`#access-view[data-shown="`+heldISO+`"]`)))
+	t.Logf("access at a moment (AccessAt for 3 subjects, WhoCan for 2 namespaces), Enter to the view on screen: %v", time.Since(askedAt).Round(time.Millisecond))
 	if cells := accessCells(t, b, xssSubject); cells["prod-eu/web"] != "markup-role (no longer)" || cells["dev-us/web"] != "markup-role (no longer)" {
 		t.Errorf("at %s the revoked subject's row %v, want markup-role (no longer) in both namespaces", heldISO, cells)
 	}
