@@ -2,17 +2,26 @@ import { h, replace } from "./dom.js";
 import { projects, rbac } from "./api.js";
 import { confirmDialog, grantForm, parseSubject, revoke, rules, subjectID, subjectText } from "./grants.js";
 
-// The Access page: who holds which role where in a project, as the server answers it now
-// (WhoCan, per namespace of the project) or at a past moment (AccessAt, per subject), and the
-// grant and revoke of a role with a preview of what would change (the dry run).
+// The Access page: who holds which role where in a project — now from the project's role
+// bindings (ListProjectRoleBindings: a binding grants its template in every namespace the
+// project owns, which is what WhoCan answers per namespace), at a past moment from AccessAt (per
+// subject), and per namespace from WhoCan itself — and the grant and revoke of a role with a
+// preview of what would change (the dry run).
 //
-// #/access?project=<name>[&at=<RFC 3339>][&subject=<kind:name>…]: at picks the moment; AccessAt
-// answers per subject, so the subjects asked are the project's members now and every subject
-// named (a subject whose binding is gone is found only by naming it).
+// #/access?project=<name>[&at=<RFC 3339>][&subject=<kind:name>…][&row=N][&col=N]: at picks the
+// moment; AccessAt answers per subject, so the subjects asked are the project's members now and
+// every subject named (a subject whose binding is gone is found only by naming it). The matrix
+// shows ROWS (ROWS_AT at a moment) subjects and COLS namespaces at a time (row, col: the first
+// shown): one page's AccessAt calls and cells, whatever the project's size.
+const ROWS = 50;
+const COLS = 20;
+// At a moment each subject shown is an AccessAt call whose answer holds every namespace's grant
+// with its rules: fewer at a time keep a page within a second (20: ~0.5 s at 200 namespaces).
+const ROWS_AT = 20;
 
-// each runs fn over items, at most n calls at a time: a project with many namespaces asks WhoCan
-// of each, and a burst of hundreds of calls would queue behind the browser's connection limit
-// and hold up every other call of the page.
+// each runs fn over items, at most n calls at a time: a page of subjects asks AccessAt of each,
+// and a burst of calls would queue behind the browser's connection limit and hold up every
+// other call of the page.
 async function each(items, n, fn) {
   const out = new Array(items.length);
   let next = 0;
@@ -31,11 +40,23 @@ function local(d) {
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 23);
 }
 
-function hashOf(project, at, subjects) {
+function hashOf(project, at, subjects, row, col) {
   const q = new URLSearchParams({ project });
   if (at) q.set("at", at.toISOString());
   for (const s of subjects || []) q.append("subject", subjectID(s));
+  if (row) q.set("row", String(row));
+  if (col) q.set("col", String(col));
   return "#/access?" + q;
+}
+
+const offset = (v) => (Number.isInteger(Number(v)) && Number(v) > 0 ? Number(v) : 0);
+
+// placesCell lists where a role is held: every place when few, else how many and the first.
+function placesCell(list) {
+  if (!list.length) return h("span", { class: "muted" }, "no namespace yet");
+  const sorted = list.slice().sort();
+  if (sorted.length <= 6) return sorted.map((pl) => h("span", { class: "chip" }, pl));
+  return [`${sorted.length} namespaces: `, sorted.slice(0, 3).map((pl) => h("span", { class: "chip" }, pl)), "…"];
 }
 
 const placeOf = (x) => `${x.cluster}/${x.namespace}`;
@@ -57,28 +78,63 @@ function parseSubjects(list) {
   return { subjects: out };
 }
 
-function matrix(subjects, places, grants, gone) {
-  const cells = new Map();
-  for (const g of grants) {
-    const k = subjectID(g.subject) + "|" + placeOf(g);
-    if (!cells.has(k)) cells.set(k, []);
-    cells.get(k).push(g);
-  }
+// matrix draws subjects (rows) × places (columns); cellOf(subject, place) is the roles held
+// there: {template, missing (the template is deleted), gone (held then, not now)}.
+function matrix(subjects, places, cellOf) {
   return h("table", { id: "access-matrix" },
     h("caption", { class: "muted" }, "Roles held, by subject (rows) and cluster/namespace (columns)"),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Subject"), places.map((p) => h("th", { scope: "col" }, p)))),
     h("tbody", {}, subjects.map((s) => h("tr", { "data-subject": subjectID(s) },
       h("th", { scope: "row" }, subjectText(s)),
       places.map((p) => {
-        const gs = cells.get(subjectID(s) + "|" + p) || [];
-        return h("td", { "data-place": p }, gs.length
-          ? gs.map((g) => {
-            const no = gone && gone(g);
-            return h("span", { class: "chip" + (no ? " gone" : "") }, g.roleTemplate,
-              g.templateMissing ? " (template deleted)" : "", no ? " (no longer)" : "");
-          })
+        const held = cellOf(s, p);
+        return h("td", { "data-place": p }, held.length
+          ? held.map((x) => h("span", { class: "chip" + (x.gone ? " gone" : "") }, x.template,
+            x.missing ? " (template deleted)" : "", x.gone ? " (no longer)" : ""))
           : h("span", { class: "muted" }, "–"));
       })))));
+}
+
+// whoCanPanel asks WhoCan about one namespace of the project (optionally for one verb on one
+// resource): the server's own answer of who holds what there, RoleBinding and ClusterRole.
+function whoCanPanel(places, failed) {
+  const place = h("select", { id: "whocan-place", name: "place" }, places.map((p) => h("option", { value: placeOf(p) }, placeOf(p))));
+  const verb = h("input", { id: "whocan-verb", name: "verb", autocomplete: "off", placeholder: "get" });
+  const resource = h("input", { id: "whocan-resource", name: "resource", autocomplete: "off", placeholder: "pods" });
+  const group = h("input", { id: "whocan-group", name: "group", autocomplete: "off", placeholder: "apps (empty: core)" });
+  const out = h("div", { id: "whocan-out" });
+  const form = h("form", { class: "toolbar", id: "whocan-form", "aria-label": "Who can, in one namespace" },
+    h("div", {}, h("label", { for: "whocan-place" }, "Namespace"), place),
+    h("div", {}, h("label", { for: "whocan-verb" }, "Verb (optional)"), verb),
+    h("div", {}, h("label", { for: "whocan-resource" }, "Resource"), resource),
+    h("div", {}, h("label", { for: "whocan-group" }, "API group"), group),
+    h("button", { type: "submit", id: "whocan-ask" }, "Ask WhoCan"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const p = places.find((x) => placeOf(x) === place.value);
+    if (!p) return;
+    replace(out, h("p", { class: "muted" }, "Asking…"));
+    let res;
+    try {
+      res = await rbac.whoCan(p.cluster, p.namespace, verb.value.trim(), resource.value.trim(), group.value.trim());
+    } catch (e) {
+      failed(out, e);
+      return;
+    }
+    const gs = res.grants || [];
+    replace(out, h("p", { class: "count", role: "status", id: "whocan-status" },
+      `${placeOf(p)} (project ${res.project || "none"}): ${gs.length} grant${gs.length === 1 ? "" : "s"}`,
+      verb.value.trim() ? ` allowing ${verb.value.trim()} ${resource.value.trim()}` : ""),
+    gs.length ? h("table", { id: "whocan" },
+      h("thead", {}, h("tr", {}, ["Subject", "Role template", "Granted through", "Rules"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, gs.map((g) => h("tr", { "data-grant": `${subjectID(g.subject)}|${g.roleTemplate}` },
+        h("th", { scope: "row" }, subjectText(g.subject)),
+        h("td", {}, g.roleTemplate, g.templateMissing ? " (template deleted)" : ""),
+        h("td", {}, `RoleBinding ${g.roleBinding} → ClusterRole ${g.clusterRole}`,
+          g.boundTime ? h("div", { class: "muted" }, `bound ${new Date(g.boundTime).toLocaleString()}`) : null),
+        h("td", {}, rules(g.rules)))))) : null);
+  });
+  return h("section", { "aria-labelledby": "whocan-h" }, h("h2", { id: "whocan-h" }, "Who can, in one namespace"), form, out);
 }
 
 export async function accessPage(main, params, fail) {
@@ -147,25 +203,39 @@ export async function accessPage(main, params, fail) {
   const note = h("div", { id: "access-note", role: "status" });
   const view = h("div", { id: "access-view" });
   const dialog = confirmDialog();
+
+  let row = offset(params.get("row"));
+  let col = offset(params.get("col"));
+  // The pager stays on the page (the view under it is redrawn), so a key press on it keeps
+  // the focus.
+  const pageStatus = h("span", { class: "muted", id: "access-page" });
+  const pagers = {};
+  for (const [id, text] of [["rows-prev", "Previous subjects"], ["rows-next", "Next subjects"], ["cols-prev", "Previous namespaces"], ["cols-next", "Next namespaces"]]) {
+    pagers[id] = h("button", { type: "button", class: "secondary", id: "access-" + id }, text);
+  }
+  const pager = h("nav", { class: "pager", "aria-label": "Matrix pages", hidden: true }, pageStatus, Object.values(pagers));
   let shows = 0;
+  // Subjects per page of the view on screen (ROWS now, ROWS_AT at a moment).
+  let per = ROWS;
 
   // show draws the matrix at moment when (null: now) for the members and subjects asked.
   const show = async (when, asked) => {
     const gen = ++shows;
     view.dataset.shown = "";
     replace(view, h("p", { class: "muted" }, "Loading…"));
-    let places, members, now, then = null;
+    let places, members, subjects, rows, then = null;
     try {
       const [nsb, prb] = await Promise.all([projects.bindings(project), rbac.bindings(project)]);
       const seen = new Map();
       for (const b of nsb.bindings || []) seen.set(placeOf(b), b);
       places = [...seen.values()].sort((a, b) => placeOf(a).localeCompare(placeOf(b)));
       members = prb.bindings || [];
-      now = (await each(places, 8, (pl) => rbac.whoCan(pl.cluster, pl.namespace)))
-        .flatMap((r) => r.grants || []).filter((g) => g.project === project);
+      subjects = uniqueSubjects([...members.map((b) => b.subject), ...(when ? asked : [])]);
+      per = when ? ROWS_AT : ROWS;
+      if (row >= subjects.length) row = 0;
+      rows = subjects.slice(row, row + per);
       if (when) {
-        const subjects = uniqueSubjects([...members.map((b) => b.subject), ...asked]);
-        then = (await each(subjects, 8, (s) => rbac.accessAt(s, when.toISOString())))
+        then = (await each(rows, 8, (x) => rbac.accessAt(x, when.toISOString())))
           .flatMap((r) => r.grants || []).filter((g) => g.project === project);
       }
     } catch (e) {
@@ -173,61 +243,104 @@ export async function accessPage(main, params, fail) {
       return;
     }
     if (gen !== shows) return;
-    const key = (g) => `${subjectID(g.subject)}|${placeOf(g)}|${g.roleTemplate}`;
-    const current = new Set(now.map(key));
-    const grants = then || now;
-    const subjects = uniqueSubjects([...grants.map((g) => g.subject), ...members.map((b) => b.subject), ...(when ? asked : [])]);
-    const cols = [...new Set([...places.map(placeOf), ...grants.map(placeOf)])].sort();
-    const bound = new Map(members.map((b) => [`${subjectID(b.subject)}|${b.roleTemplate}`, b]));
-    // One row per subject and template: where it holds it, its rules, and what grants it.
-    const rows = new Map();
-    for (const g of grants) {
-      const k = `${subjectID(g.subject)}|${g.roleTemplate}`;
-      if (!rows.has(k)) rows.set(k, { subject: g.subject, template: g.roleTemplate, grant: g, places: [] });
-      rows.get(k).places.push(placeOf(g));
+    // Now: a project role binding grants its template in every namespace the project owns.
+    const placeSet = new Set(places.map(placeOf));
+    const bySubject = new Map();
+    for (const b of members) {
+      const k = subjectID(b.subject);
+      if (!bySubject.has(k)) bySubject.set(k, []);
+      bySubject.get(k).push(b);
     }
-    if (!when) {
+    const heldNow = (sid, place, template) => placeSet.has(place) && (bySubject.get(sid) || []).some((b) => b.roleTemplate === template);
+    const cells = new Map();
+    let allCols = [...placeSet];
+    if (then) {
+      for (const g of then) {
+        const k = subjectID(g.subject) + "|" + placeOf(g);
+        if (!cells.has(k)) cells.set(k, []);
+        cells.get(k).push({ template: g.roleTemplate, missing: g.templateMissing, gone: !heldNow(subjectID(g.subject), placeOf(g), g.roleTemplate) });
+      }
+      allCols = [...new Set([...allCols, ...then.map(placeOf)])];
+    }
+    allCols.sort();
+    if (col >= allCols.length) col = 0;
+    const cols = allCols.slice(col, col + COLS);
+    const cellOf = (x, place) => then ? cells.get(subjectID(x) + "|" + place) || []
+      : placeSet.has(place) ? (bySubject.get(subjectID(x)) || []).map((b) => ({ template: b.roleTemplate, missing: !byTemplate.has(b.roleTemplate) })) : [];
+
+    // One row per subject and template of this page's subjects: where it is held, its rules,
+    // and what grants it.
+    const bound = new Map(members.map((b) => [`${subjectID(b.subject)}|${b.roleTemplate}`, b]));
+    const shown = new Set(rows.map(subjectID));
+    const list = new Map();
+    if (then) {
+      for (const g of then) {
+        const k = `${subjectID(g.subject)}|${g.roleTemplate}`;
+        if (!list.has(k)) list.set(k, { subject: g.subject, template: g.roleTemplate, rules: g.rules, missing: g.templateMissing, boundTime: g.boundTime, places: [] });
+        list.get(k).places.push(placeOf(g));
+      }
+    } else {
       for (const b of members) {
-        const k = `${subjectID(b.subject)}|${b.roleTemplate}`;
-        if (!rows.has(k)) rows.set(k, { subject: b.subject, template: b.roleTemplate, grant: null, places: [] });
+        if (!shown.has(subjectID(b.subject))) continue;
+        const t = byTemplate.get(b.roleTemplate);
+        list.set(`${subjectID(b.subject)}|${b.roleTemplate}`, { subject: b.subject, template: b.roleTemplate, rules: t ? t.effectiveRules : [],
+          missing: !t, boundTime: b.createTime, places: [...placeSet] });
       }
     }
-    const list = [...rows.values()].sort((a, b) => (subjectID(a.subject) + "|" + a.template).localeCompare(subjectID(b.subject) + "|" + b.template));
     const detail = h("table", { id: "access-grants" },
       h("caption", { class: "muted" }, "Grants: the rules each subject holds and what grants them"),
       h("thead", {}, h("tr", {}, ["Subject", "Role template", "Rules", "Granted through", "Where", when ? null : "Change"]
         .filter(Boolean).map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, list.map((r) => {
+      h("tbody", {}, [...list.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([k, r]) => {
         const t = byTemplate.get(r.template);
-        const b = bound.get(`${subjectID(r.subject)}|${r.template}`);
-        const boundTime = (r.grant && r.grant.boundTime) || (b && b.createTime);
-        const gone = when && r.places.some((pl) => !current.has(`${subjectID(r.subject)}|${pl}|${r.template}`));
-        return h("tr", { "data-grant": `${subjectID(r.subject)}|${r.template}`, class: gone ? "gone" : "" },
+        const b = bound.get(k);
+        const gone = then && r.places.some((pl) => !heldNow(subjectID(r.subject), pl, r.template));
+        return h("tr", { "data-grant": k, class: gone ? "gone" : "" },
           h("th", { scope: "row" }, subjectText(r.subject)),
           h("td", {}, r.template, t && t.displayName ? h("div", { class: "muted" }, t.displayName) : null),
-          h("td", {}, r.grant ? (r.grant.templateMissing ? h("span", { class: "error" }, "template deleted: nothing granted") : rules(r.grant.rules))
-            : rules(t ? t.effectiveRules : [])),
-          h("td", {}, `RoleBinding ${r.grant ? r.grant.roleBinding : "fleetstream:" + r.template} → ClusterRole ${r.grant ? r.grant.clusterRole : "fleetstream:" + r.template}`,
+          h("td", {}, r.missing ? h("span", { class: "error" }, "template deleted: nothing granted") : rules(r.rules)),
+          h("td", {}, `RoleBinding fleetstream:${r.template} → ClusterRole fleetstream:${r.template}`,
             h("div", { class: "muted" }, `project role binding ${project}/${subjectID(r.subject)}:${r.template}`,
-              boundTime ? `, bound ${new Date(boundTime).toLocaleString()}` : "", b && b.creator ? ` by ${b.creator}` : "")),
-          h("td", {}, r.places.length ? r.places.sort().map((pl) => h("span", { class: "chip" }, pl)) : h("span", { class: "muted" }, "no namespace yet"),
-            gone ? h("div", { class: "muted" }, "no longer held in all of these") : null),
-          when ? null : h("td", {}, h("button", { type: "button", class: "secondary", "data-revoke": `${subjectID(r.subject)}|${r.template}`,
+              r.boundTime ? `, bound ${new Date(r.boundTime).toLocaleString()}` : "", !then && b && b.creator ? ` by ${b.creator}` : "")),
+          h("td", {}, placesCell(r.places), gone ? h("div", { class: "muted" }, "no longer held in all of these") : null),
+          when ? null : h("td", {}, h("button", { type: "button", class: "secondary", "data-revoke": k,
             "aria-label": `Revoke ${r.template} from ${subjectText(r.subject)}`,
             onclick: () => revoke(project, r.subject, r.template, dialog, note, () => show(when, asked), fail) }, "Revoke…")));
       })));
+    const range = (from, n, all) => (all ? `${from + 1}-${from + n} of ${all}` : "none");
+    // Once shown it stays (until the page is left): a pager that vanished under the key that
+    // turned it would drop the focus.
+    if (subjects.length > per || allCols.length > COLS || row || col) pager.hidden = false;
+    replace(pageStatus, `Subjects ${range(row, rows.length, subjects.length)}, namespaces ${range(col, cols.length, allCols.length)}`);
+    // aria-disabled, not disabled: a disabled button drops the focus the key press left on it.
+    const able = (id, ok) => pagers[id].setAttribute("aria-disabled", ok ? "false" : "true");
+    able("rows-prev", row > 0);
+    able("rows-next", row + per < subjects.length);
+    able("cols-prev", col > 0);
+    able("cols-next", col + COLS < allCols.length);
     replace(view,
       h("p", { class: "count", role: "status", id: "access-status" }, when
         ? `At ${when.toLocaleString()} (AccessAt): ${subjects.length} subject${subjects.length === 1 ? "" : "s"} asked, the members now and those named. "no longer" marks a role held then and not now.`
-        : `Now (WhoCan): ${subjects.length} subject${subjects.length === 1 ? "" : "s"} in ${places.length} namespace${places.length === 1 ? "" : "s"} of ${project}.`),
+        : `Now: ${subjects.length} subject${subjects.length === 1 ? "" : "s"} with a role in ${project} (its project role bindings), each in all ${places.length} of its namespaces.`),
       // Many namespaces make the matrix wider than the page: it scrolls in a region the
       // keyboard can reach (tabindex) and that says what it is.
-      h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": "Access matrix" },
-        matrix(subjects, cols, grants, when ? (g) => !current.has(key(g)) : null)),
-      detail);
+      h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": "Access matrix" }, matrix(rows, cols, cellOf)),
+      detail,
+      whoCanPanel(places, failed));
     // Tests and tools wait on this for a view drawn without a page load (time control, grants).
     view.dataset.shown = when ? when.toISOString() : "now";
   };
+  const turn = (dr, dc) => {
+    if (pagers[dr < 0 ? "rows-prev" : dr > 0 ? "rows-next" : dc < 0 ? "cols-prev" : "cols-next"].getAttribute("aria-disabled") === "true") return;
+    row = Math.max(0, row + dr);
+    col = Math.max(0, col + dc);
+    history.pushState(null, "", hashOf(project, at, extra, row, col));
+    show(at, extra);
+  };
+  pagers["rows-prev"].addEventListener("click", () => turn(-per, 0));
+  pagers["rows-next"].addEventListener("click", () => turn(per, 0));
+  pagers["cols-prev"].addEventListener("click", () => turn(0, -COLS));
+  pagers["cols-next"].addEventListener("click", () => turn(0, COLS));
 
   // apply reads the time form, keeps it in the location (a link shows the same view) and
   // redraws the view only: the form keeps the focus, and the slider can be moved by keys.
@@ -250,7 +363,7 @@ export async function accessPage(main, params, fail) {
     }
     at = when;
     extra = asked.subjects;
-    history.pushState(null, "", hashOf(project, at, extra));
+    history.pushState(null, "", hashOf(project, at, extra, row, col));
     show(at, extra);
   };
   timeForm.addEventListener("submit", (ev) => { ev.preventDefault(); apply(); });
@@ -267,6 +380,7 @@ export async function accessPage(main, params, fail) {
     timeForm,
     problem ? h("p", { class: "error", role: "alert", id: "at-error" }, problem) : null,
     note,
+    pager,
     view,
     h("section", { "aria-labelledby": "grant-h" },
       h("h2", { id: "grant-h" }, "Grant a role"),

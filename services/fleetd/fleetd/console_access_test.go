@@ -50,7 +50,8 @@ func accessCells(t *testing.T, b *browser, subject string) map[string]string {
 	})()`, subj))
 }
 
-// consoleAccessPage: the matrix as WhoCan answers it, a grant previewed by the dry run and made
+// consoleAccessPage: the matrix from the project's role bindings, the page's WhoCan for one
+// namespace and a verb, the matrix's pages, a grant previewed by the dry run and made
 // from the keyboard (seen on the page and by fleetd's WhoCan), a revoke, and AccessAt's view of
 // a moment when the revoked role was held; markup in a subject's name and a template's display
 // name is text throughout.
@@ -140,6 +141,21 @@ func consoleAccessPage(t *testing.T, b *browser, api *rawClient) {
 	if imgs := eval[int](t, b, `document.querySelectorAll("img").length`); imgs != 0 {
 		t.Errorf("%d img elements on the access page: markup was parsed", imgs)
 	}
+	// The page's WhoCan, for one namespace and for a verb the role allows (and one it does not).
+	b.run(t, "whocan", chromedp.SetValue(chromedp.ID("whocan-place"), "prod-eu/web"), chromedp.SetValue(chromedp.ID("whocan-verb"), "list"),
+		chromedp.SetValue(chromedp.ID("whocan-resource"), "configmaps"), chromedp.Click(chromedp.ID("whocan-ask")), chromedp.WaitVisible(chromedp.ID("whocan-status")))
+	who := eval[[]string](t, b, `[...document.querySelectorAll("#whocan tbody tr")].map(r => r.dataset.grant + " " + r.cells[2].firstChild.textContent)`)
+	if !slices.Contains(who, xssSubject+"|markup-role RoleBinding fleetstream:markup-role → ClusterRole fleetstream:markup-role") || len(who) != 3 {
+		t.Errorf("WhoCan on the page for list configmaps in prod-eu/web: %q, want the markup user's grant and the two viewers'", who)
+	}
+	b.run(t, "whocan delete", chromedp.SetValue(chromedp.ID("whocan-verb"), "delete"), chromedp.Click(chromedp.ID("whocan-ask")),
+		chromedp.WaitVisible(chromedp.CSS(`#whocan-status`)))
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if got := b.texts(t, "#whocan-status"); len(got) != 1 || !strings.Contains(got[0], ": 0 grants allowing delete configmaps") {
+			return fmt.Errorf("WhoCan for delete configmaps says %q, want no grant", got)
+		}
+		return nil
+	})
 	// fleetd's own answer, not the page's: the grant is there.
 	for _, c := range []string{"prod-eu", "dev-us"} {
 		if got := whoCanSubjects(t, api, c, "web"); !slices.Contains(got, xssSubject+"|markup-role") {
@@ -176,7 +192,7 @@ func consoleAccessPage(t *testing.T, b *browser, api *rawClient) {
 	b.run(t, "enter", chromedp.KeyEvent(kb.Enter))
 	heldISO := held.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z")
 	b.run(t, "wait for the view", chromedp.WaitVisible(chromedp.CSS(`#access-view[data-shown="`+heldISO+`"]`)))
-	t.Logf("access at a moment (AccessAt for 3 subjects, WhoCan for 2 namespaces), Enter to the view on screen: %v", time.Since(askedAt).Round(time.Millisecond))
+	t.Logf("access at a moment (AccessAt for 3 subjects), Enter to the view on screen: %v", time.Since(askedAt).Round(time.Millisecond))
 	if cells := accessCells(t, b, xssSubject); cells["prod-eu/web"] != "markup-role (no longer)" || cells["dev-us/web"] != "markup-role (no longer)" {
 		t.Errorf("at %s the revoked subject's row %v, want markup-role (no longer) in both namespaces", heldISO, cells)
 	}
@@ -210,6 +226,27 @@ func consoleAccessPage(t *testing.T, b *browser, api *rawClient) {
 		chromedp.WaitVisible(chromedp.CSS(`#access-view:not([data-shown="now"]):not([data-shown=""])`)))
 	if cells := accessCells(t, b, "user:viewer"); cells["prod-eu/web"] != "–" {
 		t.Errorf("at team-a's creation the viewer's row %v, want nothing held", cells)
+	}
+	// The matrix pages: a link to the second namespace shows it alone, and "Previous
+	// namespaces" (by keyboard) goes back to the first page, keeping the focus on the pager.
+	b.run(t, "second column", b.load(base, "#/access?project=team-a&col=1"))
+	b.waitPage(t, "access")
+	if got := b.texts(t, "#access-matrix thead th"); !slices.Equal(got, []string{"Subject", "prod-eu/web"}) {
+		t.Errorf("matrix columns from col=1 %q", got)
+	}
+	if got := b.texts(t, "#access-page"); !slices.Equal(got, []string{"Subjects 1-2 of 2, namespaces 2-2 of 2"}) {
+		t.Errorf("pager says %q", got)
+	}
+	b.run(t, "previous namespaces", chromedp.Focus(chromedp.ID("access-cols-prev")), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS(`#access-view[data-shown="now"]`)))
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if got := b.texts(t, "#access-matrix thead th"); !slices.Equal(got, []string{"Subject", "dev-us/web", "prod-eu/web"}) {
+			return fmt.Errorf("matrix columns after Previous %q", got)
+		}
+		return nil
+	})
+	if got := eval[string](t, b, `document.activeElement.id + " " + location.hash`); got != "access-cols-prev #/access?project=team-a" {
+		t.Errorf("after Previous: focus and location %q", got)
 	}
 	// Markup as a moment in a link: the page's own error, as text.
 	b.run(t, "markup as a time", b.load(base, "#/access?project=team-a&at="+url.QueryEscape(xss)))
