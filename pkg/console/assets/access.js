@@ -61,6 +61,13 @@ function placesCell(list) {
 
 const placeOf = (x) => `${x.cluster}/${x.namespace}`;
 
+// grantsPlace mirrors rbac-sync's rule (rbacsync.grantsPlace): a namespace binding gives its
+// namespace's RoleBindings to the project unless it is being unbound, or failed because the
+// namespace is another project's.
+function grantsPlace(b) {
+  return b.phase !== "BINDING_PHASE_TERMINATING" && !(b.phase === "BINDING_PHASE_FAILED" && b.reason === "OwnedByOther");
+}
+
 function uniqueSubjects(list) {
   const seen = new Map();
   for (const s of list) if (s && !seen.has(subjectID(s))) seen.set(subjectID(s), s);
@@ -223,11 +230,14 @@ export async function accessPage(main, params, fail) {
     const gen = ++shows;
     view.dataset.shown = "";
     replace(view, h("p", { class: "muted" }, "Loading…"));
-    let places, members, subjects, rows, then = null;
+    let places, members, subjects, rows, then = null, left = 0;
     try {
       const [nsb, prb] = await Promise.all([projects.bindings(project), rbac.bindings(project)]);
       const seen = new Map();
-      for (const b of nsb.bindings || []) seen.set(placeOf(b), b);
+      for (const b of nsb.bindings || []) {
+        if (grantsPlace(b)) seen.set(placeOf(b), b);
+        else left++;
+      }
       places = [...seen.values()].sort((a, b) => placeOf(a).localeCompare(placeOf(b)));
       members = prb.bindings || [];
       subjects = uniqueSubjects([...members.map((b) => b.subject), ...(when ? asked : [])]);
@@ -321,7 +331,8 @@ export async function accessPage(main, params, fail) {
     replace(view,
       h("p", { class: "count", role: "status", id: "access-status" }, when
         ? `At ${when.toLocaleString()} (AccessAt): ${subjects.length} subject${subjects.length === 1 ? "" : "s"} asked, the members now and those named. "no longer" marks a role held then and not now.`
-        : `Now: ${subjects.length} subject${subjects.length === 1 ? "" : "s"} with a role in ${project} (its project role bindings), each in all ${places.length} of its namespaces.`),
+        : `Now: ${subjects.length} subject${subjects.length === 1 ? "" : "s"} with a role in ${project} (its project role bindings), each in all ${places.length} of its namespaces.`,
+        left ? ` ${left} namespace${left === 1 ? " is" : "s are"} left out: being unbound, or another project's on the cluster (no RoleBindings there).` : ""),
       // Many namespaces make the matrix wider than the page: it scrolls in a region the
       // keyboard can reach (tabindex) and that says what it is.
       h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": "Access matrix" }, matrix(rows, cols, cellOf)),

@@ -248,6 +248,31 @@ func consoleAccessPage(t *testing.T, b *browser, api *rawClient) {
 	if got := eval[string](t, b, `document.activeElement.id + " " + location.hash`); got != "access-cols-prev #/access?project=team-a" {
 		t.Errorf("after Previous: focus and location %q", got)
 	}
+	// A namespace being unbound holds no RoleBindings (rbac-sync removes them first): the
+	// matrix leaves it out, and says so.
+	if code, body := api.callFull(t, "admin", "/fleetstream.project.v1.ProjectService/BindNamespace", `{"project":"team-a","cluster":"dev-us","namespace":"tmp"}`); code != "" {
+		t.Fatalf("bind tmp: %s %s", code, body)
+	}
+	b.run(t, "with tmp", b.load(base, "#/access?project=team-a"))
+	b.waitPage(t, "access")
+	if got := b.texts(t, "#access-matrix thead th"); !slices.Equal(got, []string{"Subject", "dev-us/tmp", "dev-us/web", "prod-eu/web"}) {
+		t.Errorf("matrix columns with tmp bound %q", got)
+	}
+	if code, body := api.callFull(t, "admin", "/fleetstream.project.v1.ProjectService/UnbindNamespace", `{"project":"team-a","cluster":"dev-us","namespace":"tmp"}`); code != "" {
+		t.Fatalf("unbind tmp: %s %s", code, body)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		b.run(t, "tmp unbinding", b.load(base, "#/access?project=team-a"))
+		b.waitPage(t, "access")
+		cols, status := b.texts(t, "#access-matrix thead th"), b.texts(t, "#access-status")
+		if !slices.Equal(cols, []string{"Subject", "dev-us/web", "prod-eu/web"}) || len(status) != 1 || !strings.Contains(status[0], "1 namespace is left out") {
+			return fmt.Errorf("with tmp unbinding: columns %q, status %q", cols, status)
+		}
+		return nil
+	})
+	if got := whoCanSubjects(t, api, "dev-us", "tmp"); len(got) != 0 {
+		t.Errorf("WhoCan dev-us/tmp while it is unbound: %q", got)
+	}
 	// Markup as a moment in a link: the page's own error, as text.
 	b.run(t, "markup as a time", b.load(base, "#/access?project=team-a&at="+url.QueryEscape(xss)))
 	b.waitPage(t, "access")
