@@ -316,6 +316,19 @@ func consoleProjectMembers(t *testing.T, b *browser, api *rawClient) {
 	if got := b.texts(t, "#no-members"); len(got) != 1 {
 		t.Fatalf("team-b has no members; the page says %q", b.texts(t, "#members-section"))
 	}
+	// A ServiceAccount's namespace field opens with its kind, and the preview names it.
+	if !eval[bool](t, b, `document.getElementById("grant-namespace").disabled`) {
+		t.Error("the namespace field is open for a user")
+	}
+	b.run(t, "service account", chromedp.SetValue(chromedp.ID("grant-kind"), "SUBJECT_KIND_SERVICE_ACCOUNT"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("grant-kind").dispatchEvent(new Event("change"))`),
+		chromedp.SetValue(chromedp.ID("grant-name"), "ci"), chromedp.SetValue(chromedp.ID("grant-namespace"), "build"),
+		chromedp.SetValue(chromedp.ID("grant-template"), "project-viewer"), chromedp.Click(chromedp.ID("grant-preview")),
+		chromedp.WaitVisible(chromedp.ID("confirm")))
+	if got := b.texts(t, "#plan tbody tr td:last-child"); !slices.Equal(got, []string{"ServiceAccount build/ci"}) {
+		t.Errorf("preview for a ServiceAccount: subjects after %q", got)
+	}
+	b.run(t, "cancel", chromedp.Click(chromedp.ID("confirm-no")), chromedp.WaitNotVisible(chromedp.ID("confirm")))
 	b.run(t, "grant", chromedp.SetValue(chromedp.ID("grant-kind"), "SUBJECT_KIND_GROUP"), chromedp.SetValue(chromedp.ID("grant-name"), "shop-devs"),
 		chromedp.SetValue(chromedp.ID("grant-template"), "project-member"), chromedp.Click(chromedp.ID("grant-preview")),
 		chromedp.WaitVisible(chromedp.ID("confirm")))
