@@ -1,5 +1,5 @@
 import { h, replace, chips } from "./dom.js";
-import { APIError, clusters, clusterSets, projects } from "./api.js";
+import { APIError, audit, clusters, clusterSets, projects } from "./api.js";
 import { EFFECT, STATUS, agentKind, inSet } from "./fleet.js";
 import { PHASE, quota } from "./projects.js";
 
@@ -31,6 +31,33 @@ async function getCluster(name) {
   return { ...(await clusters.get(name, false)), inventoryAllowed: false };
 }
 
+// recent is the cluster's last events of the past day, newest first: the audit trail
+// (ListActivity {cluster}) is read oldest first, so the page asks for the day's first 100 and
+// shows the last ten of them; the Activity page has them all. Who may not read the trail
+// (it is for platform admins and the owners of the projects concerned) is told so.
+async function recent(name, fail) {
+  const since = new Date(Date.now() - 24 * 3600 * 1000);
+  const all = h("a", { href: "#/activity?" + new URLSearchParams({ cluster: name }), id: "cluster-activity" }, `All activity on ${name}`);
+  let res;
+  try {
+    res = await audit.list({ cluster: name, since: since.toISOString(), pageSize: 100 });
+  } catch (e) {
+    if (fail(e)) return null;
+    return [h("p", { class: "muted", id: "cluster-events-refused" }, "The server does not show you this cluster's activity: ", e.message), all];
+  }
+  const rows = (res.activities || []).slice(-10).reverse();
+  if (!rows.length) return [h("p", { class: "muted", id: "no-cluster-events" }, "Nothing you may read happened on it in the last 24 hours. "), all];
+  const short = (t) => (t || "").replace(/^\/?([a-z0-9_]+\.)+/, "");
+  return [
+    table("cluster-events", res.nextPageToken ? "The last ten of the day's first events (more on the Activity page)" : "The last ten events of the past 24 hours, newest first",
+      ["Time", "Actor", "What", "Object"], rows.map((a) => h("tr", {},
+        h("td", {}, when(a.time)), h("td", {}, a.actor || ""),
+        h("td", {}, a.type === "Denied" ? `Denied ${short(a.procedure)}` : short(a.type)),
+        h("td", {}, a.kind || a.name ? `${a.kind || ""}${a.name ? "/" + a.name : ""}` : "")))),
+    all,
+  ];
+}
+
 export async function clusterPage(main, params, fail, signal, name) {
   const body = h("div", { id: "cluster-body" }, h("p", { class: "muted" }, "Loading…"));
   replace(main, h("p", {}, h("a", { href: "#/fleet", id: "back-fleet" }, "Fleet")), h("h1", { id: "cluster-title" }, "Cluster ", name), body);
@@ -38,9 +65,9 @@ export async function clusterPage(main, params, fail, signal, name) {
     replace(body, h("p", { class: "error", role: "alert", id: "cluster-error" }, "No cluster named: the location is #/clusters/<name>."));
     return;
   }
-  let got, sets, bindings;
+  let got, sets, bindings, events;
   try {
-    [got, sets, bindings] = await Promise.all([getCluster(name), clusterSets.list(), projects.bindingsOn(name)]);
+    [got, sets, bindings, events] = await Promise.all([getCluster(name), clusterSets.list(), projects.bindingsOn(name), recent(name, fail)]);
   } catch (e) {
     // The name comes from the location, which anyone can put in a link: text only.
     if (!fail(e)) replace(body, h("p", { class: "error", role: "alert", id: "cluster-error" }, `Cluster ${name}: `, e.message));
@@ -68,9 +95,7 @@ export async function clusterPage(main, params, fail, signal, name) {
       h("dt", {}, "Agent"), h("dd", {}, agentKind(c), st.agentVersion ? ` (${st.agentVersion})` : ""),
       h("dt", {}, "Kubernetes"), h("dd", {}, st.kubernetesVersion || "not reported"),
       h("dt", {}, "Last seen"), h("dd", {}, when(st.lastSeen) || "never"),
-      h("dt", {}, "Registered"), h("dd", {}, when(c.createTime)),
-      h("dt", {}, "Recent events"), h("dd", {}, h("a", { href: "#/activity?" + new URLSearchParams({ cluster: name }), id: "cluster-activity" },
-        `Activity on ${name}`))),
+      h("dt", {}, "Registered"), h("dd", {}, when(c.createTime))),
     section("conditions", "Conditions", table("cluster-conditions", "Conditions", ["Type", "Status", "Reason", "Message", "Since"],
       (st.conditions || []).map((x) => {
         const s = STATUS[x.status] || "Unknown";
@@ -113,5 +138,6 @@ export async function clusterPage(main, params, fail, signal, name) {
         })),
         ...unbound.map((n, i) => h("tr", { "data-namespace": n.name },
           i === 0 ? h("th", { scope: "rowgroup", rowspan: unbound.length }, h("span", { class: "muted" }, "no project")) : null,
-          h("td", {}, n.name), h("td", {}, "–"), h("td", {}, "not bound to a project"), h("td", {}, ""), h("td", {}, n.phase || "")))])));
+          h("td", {}, n.name), h("td", {}, "–"), h("td", {}, "not bound to a project"), h("td", {}, ""), h("td", {}, n.phase || "")))])),
+    section("events", "Recent events", events));
 }

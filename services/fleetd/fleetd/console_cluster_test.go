@@ -66,6 +66,17 @@ func consoleClusterPage(t *testing.T, b *browser, api *rawClient) {
 	if got := eval[string](t, b, `document.getElementById("cluster-activity").getAttribute("href")`); got != "#/activity?cluster=prod-eu" {
 		t.Errorf("recent events link %q", got)
 	}
+	// Recent events: the audit trail's rows for prod-eu, newest first (the namespace bindings
+	// made on it in the setup, after its registration).
+	events := eval[[][]string](t, b, `[...document.querySelectorAll("#cluster-events tbody tr")].map(r => [...r.cells].map(c => c.textContent))`)
+	t.Logf("prod-eu's recent events: %q", events)
+	var what []string
+	for _, e := range events {
+		what = append(what, e[1]+" "+e[2]+" "+e[3])
+	}
+	if !slices.Equal(what, []string{"admin NamespaceBound project/team-b", "admin NamespaceBound project/team-a", "admin ClusterRegistered cluster/prod-eu"}) {
+		t.Errorf("recent events %q, want team-b's and team-a's bindings, then the registration", events)
+	}
 	b.screenshot(t, "cluster")
 	// dev-us: its taint and the resources its agent reported in a heartbeat.
 	testkit.Eventually(t, 10*time.Second, func() error {

@@ -587,6 +587,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		if got := b.texts(t, "#cluster-ns-status"); len(got) != 1 || !strings.Contains(got[0], "inventory is for platform admins") {
 			t.Errorf("viewer's namespace status %q", got)
 		}
+		// The audit trail is for owners and admins: the viewer's list is empty, and says so.
+		if rows := b.texts(t, "#cluster-events tbody tr"); len(rows) != 0 {
+			t.Errorf("viewer sees prod-eu's events %q", rows)
+		}
+		if got := b.texts(t, "#no-cluster-events"); len(got) != 1 || !strings.HasPrefix(got[0], "Nothing you may read") {
+			t.Errorf("viewer's recent events on prod-eu say %q", b.texts(t, "#events-h ~ *"))
+		}
 		b.noErrors(t, "viewer")
 	})
 
