@@ -145,6 +145,12 @@ test-browser: ## the web console in headless Chromium (Debian's `chromium`) agai
 	FLEETSTREAM_REQUIRE_BROWSER=1 FLEETSTREAM_SCREENSHOTS=$(SCREENSHOTS) \
 		$(GO) test -count=1 -timeout 5m -v -run '^TestConsoleInABrowser$$' $(TESTFLAGS) ./services/fleetd/fleetd/
 
+.PHONY: screenshots
+screenshots: ## refresh the README's console screenshots (docs/screenshots) from the browser test's real fleetd
+	rm -rf docs/screenshots.tmp
+	@$(MAKE) test-browser SCREENSHOTS=$(CURDIR)/docs/screenshots.tmp
+	rm -rf docs/screenshots && mv docs/screenshots.tmp docs/screenshots
+
 .PHONY: test-race
 test-race: ## every test of every module under the race detector (what CI also runs)
 	@$(MAKE) test TESTFLAGS='-race $(TESTFLAGS)'
