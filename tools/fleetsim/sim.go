@@ -55,6 +55,8 @@ type Result struct {
 	Storm                *StormResult     `json:"storm,omitempty"`
 	Placement            *PlacementResult `json:"placement,omitempty"`
 	Endpoints            *EndpointsResult `json:"endpoints,omitempty"`
+	// Propagation is the hub's own propagation histogram at the end, by kind (propagation.go).
+	Propagation []PropagationResult `json:"propagation,omitempty"`
 	// Misbehaving is what became of the -misbehave clusters, per kind.
 	Misbehaving []MisbehaviourResult `json:"misbehaving,omitempty"`
 	// JetStream consumers after the scenarios (embedded hub only): in total, and on the stream
@@ -634,10 +636,16 @@ feed:
 	return ctx.Err()
 }
 
-// observe records the hub's JetStream consumers (embedded only) and this process's memory.
+// observe records the hub's propagation histogram, its JetStream consumers (embedded only) and
+// this process's memory.
 func (r *Result) observe(ctx context.Context, h *hub) {
 	r.Goroutines = runtime.NumGoroutine()
 	r.RSSMB = rssMB()
+	if prop, err := scrapePropagation(ctx, h.apiURL); err != nil {
+		r.Warnings = append(r.Warnings, "propagation histogram not read: "+err.Error())
+	} else {
+		r.Propagation = prop
+	}
 	if h.inst == nil {
 		return
 	}

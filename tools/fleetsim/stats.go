@@ -96,6 +96,9 @@ func writeTable(w io.Writer, r *Result) {
 		}
 		fmt.Fprintf(tw, "idle fleet for %.0f s (%s)\t\t\tCPU %.1f%% of a core, RSS %.0f MB%s\n", st.IdleSeconds, st.Scope, st.HubCPUPercent, st.HubRSSMB, sim)
 	}
+	for _, p := range r.Propagation {
+		fmt.Fprintf(tw, "hub's propagation histogram, %s (%d changes)	%.2f s	p99 %.2f s	%.1f%% within 2 s\n", p.Kind, p.Count, p.P50, p.P99, 100*p.WithinGoal)
+	}
 	for _, m := range r.Misbehaving {
 		refused := ""
 		if m.Kind == misForeign {
