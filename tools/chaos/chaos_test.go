@@ -46,6 +46,23 @@ type row struct {
 }
 
 func TestChaos(t *testing.T) {
+	e := newEnv(t)
+	e.setup(t)
+
+	ok := t.Run("kill-nats-node", e.killNATSNode) &&
+		t.Run("kill-stream-leader", e.killStreamLeader) &&
+		t.Run("crash-lease-holders", e.crashLeaseHolders) &&
+		t.Run("partition-agent", e.partitionAgent) &&
+		t.Run("restart-stack", e.restartStack) &&
+		t.Run("restore-from-backup", e.restoreFromBackup)
+	e.report(t)
+	if !ok {
+		t.Fatal("a scenario failed; the later ones did not run")
+	}
+}
+
+// newEnv connects to the compose stack that the calling script started, through its API token.
+func newEnv(t *testing.T) *env {
 	root := os.Getenv("FLEETSTREAM_ROOT")
 	if root == "" {
 		root = "../.."
@@ -63,17 +80,7 @@ func TestChaos(t *testing.T) {
 	e := &env{st: st, c: NewClients(st.Gateway, token), ledger: &Ledger{}}
 	e.cluster = NewClusterClient(st.Gateway, token)
 	e.load = &Load{C: e.c, Ledger: e.ledger, Every: 500 * time.Millisecond, Timeout: 3 * time.Second}
-	e.setup(t)
-
-	ok := t.Run("kill-nats-node", e.killNATSNode) &&
-		t.Run("kill-stream-leader", e.killStreamLeader) &&
-		t.Run("crash-lease-holders", e.crashLeaseHolders) &&
-		t.Run("partition-agent", e.partitionAgent) &&
-		t.Run("restart-stack", e.restartStack)
-	e.report(t)
-	if !ok {
-		t.Fatal("a scenario failed; the later ones did not run")
-	}
+	return e
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

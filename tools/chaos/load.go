@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -391,4 +392,158 @@ func (l *Load) send(ctx context.Context, kind, key string, weight uint32, f func
 // NewClusterClient returns a ClusterService client of the gateway at base that sends token.
 func NewClusterClient(base, token string) clusterv1connect.ClusterServiceClient {
 	return clusterv1connect.NewClusterServiceClient(&http.Client{Timeout: 30 * time.Second}, base, bearer(token))
+}
+
+// AtBackup is what a backup taken from start to end holds of the load's objects, by the record:
+// per object, every state it may have in the backup. An object whose writes all ended before
+// the backup started (acknowledged: in it; refused: not) has one state; a write in flight while
+// the backup ran, or one with an unknown outcome, adds its state as possible; a write sent after
+// the backup ended is not in it.
+type AtBackup struct {
+	// Bound maps cluster/namespace to its possible states (bound true, unbound or never bound
+	// false).
+	Bound map[string]map[bool]bool
+	// Granted maps a user to its possible states.
+	Granted map[string]map[bool]bool
+	// Weights are the weight's possible values (100, the default, when never set).
+	Weights map[uint32]bool
+}
+
+// Uncertain counts the objects with more than one possible state: those in flight while the
+// backup ran.
+func (a AtBackup) Uncertain() int {
+	n := 0
+	for _, m := range []map[string]map[bool]bool{a.Bound, a.Granted} {
+		for _, s := range m {
+			if len(s) > 1 {
+				n++
+			}
+		}
+	}
+	if len(a.Weights) > 1 {
+		n++
+	}
+	return n
+}
+
+// ExpectAtBackup derives from the record what a backup taken from start to end holds.
+func (l *Ledger) ExpectAtBackup(start, end time.Time) AtBackup {
+	at := AtBackup{Bound: map[string]map[bool]bool{}, Granted: map[string]map[bool]bool{}, Weights: map[uint32]bool{100: true}}
+	ws := l.Writes()
+	// Per object the record's order is the order the writes were sent (Ledger); sorting by
+	// start keeps it and puts every object's writes in the order they took effect.
+	sort.SliceStable(ws, func(i, j int) bool { return ws[i].Start.Before(ws[j].Start) })
+	for _, w := range ws {
+		if !w.Start.Before(end) || w.Outcome == Refused {
+			continue // sent after the backup ended, or did not happen
+		}
+		var states map[bool]bool
+		var state bool
+		switch w.Kind {
+		case "bind", "unbind":
+			if at.Bound[w.Key] == nil {
+				at.Bound[w.Key] = map[bool]bool{false: true}
+			}
+			states, state = at.Bound[w.Key], w.Kind == "bind"
+		case "grant", "revoke":
+			if at.Granted[w.Key] == nil {
+				at.Granted[w.Key] = map[bool]bool{false: true}
+			}
+			states, state = at.Granted[w.Key], w.Kind == "grant"
+		case "weight":
+			if w.Outcome == Acked && w.End.Before(start) {
+				at.Weights = map[uint32]bool{w.WeightPayload: true}
+			} else {
+				at.Weights[w.WeightPayload] = true
+			}
+			continue
+		default:
+			continue
+		}
+		if w.Outcome == Acked && w.End.Before(start) {
+			clear(states)
+		}
+		states[state] = true
+	}
+	return at
+}
+
+// CheckAtBackup compares what the API serves of the load's objects with what the backup holds by
+// the record, and returns one line per difference: an object in a state the backup cannot hold,
+// or served although the load never wrote it before the backup ended.
+func CheckAtBackup(ctx context.Context, c Clients, at AtBackup, weights map[uint32]bool) ([]string, error) {
+	var diffs []string
+	bs, err := c.Project.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: NSProject}))
+	if err != nil {
+		return nil, fmt.Errorf("list bindings of %s: %w", NSProject, err)
+	}
+	served := map[string]bool{}
+	for _, b := range bs.Msg.GetBindings() {
+		// Terminating is an unbind recorded (the compose members run no namespace controller).
+		served[b.GetCluster()+"/"+b.GetNamespace()] = b.GetPhase() != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
+	}
+	diffs = append(diffs, compareStates("binding", at.Bound, served)...)
+	rbs, err := c.RBAC.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{Project: RBACProject, RoleTemplate: RoleTemplate}))
+	if err != nil {
+		return nil, fmt.Errorf("list role bindings of %s: %w", RBACProject, err)
+	}
+	granted := map[string]bool{}
+	for _, b := range rbs.Msg.GetBindings() {
+		granted[b.GetSubject().GetName()] = true
+	}
+	diffs = append(diffs, compareStates("grant", at.Granted, granted)...)
+	for w := range weights {
+		if !at.Weights[w] {
+			diffs = append(diffs, fmt.Sprintf("weight of %s/%s on %s: served %d, the backup holds one of %v", WeightNamespace, WeightService, WeightCluster, w, keysOf(at.Weights)))
+		}
+	}
+	sort.Strings(diffs)
+	return diffs, nil
+}
+
+func compareStates(what string, want map[string]map[bool]bool, served map[string]bool) []string {
+	var diffs []string
+	for key, states := range want {
+		if got := served[key]; !states[got] {
+			diffs = append(diffs, fmt.Sprintf("%s %s: served %v, the backup holds %v", what, key, got, !got))
+		}
+	}
+	for key, got := range served {
+		if _, known := want[key]; !known && got {
+			diffs = append(diffs, fmt.Sprintf("%s %s: served, but not written before the backup ended", what, key))
+		}
+	}
+	return diffs
+}
+
+// LongestGap is the longest time between from and to in which no write was acknowledged (the
+// ends of the interval count as acknowledgements), and when it began.
+func (l *Ledger) LongestGap(from, to time.Time) (time.Duration, time.Time) {
+	var ends []time.Time
+	for _, w := range l.Writes() {
+		if w.Outcome == Acked && w.End.After(from) && w.End.Before(to) {
+			ends = append(ends, w.End)
+		}
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
+	ends = append(append([]time.Time{from}, ends...), to)
+	var gap time.Duration
+	at := from
+	for i := 1; i < len(ends); i++ {
+		if d := ends[i].Sub(ends[i-1]); d > gap {
+			gap, at = d, ends[i-1]
+		}
+	}
+	return gap, at
+}
+
+// Refusals counts the refused writes that ended between from and to by their error.
+func (l *Ledger) Refusals(from, to time.Time) map[string]int {
+	out := map[string]int{}
+	for _, w := range l.Writes() {
+		if w.Outcome == Refused && w.End.After(from) && w.End.Before(to) {
+			out[w.Kind+": "+w.Err]++
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -99,5 +100,56 @@ func TestLedgerResumeByKind(t *testing.T) {
 	want := map[string]time.Duration{"grant": 300 * time.Millisecond, "bind": 6 * time.Second}
 	if len(got) != len(want) || got["grant"] != want["grant"] || got["bind"] != want["bind"] {
 		t.Fatalf("ResumeByKind = %v, want %v", got, want)
+	}
+}
+
+// What a backup holds by the record: writes that ended before it started are in it, writes sent
+// after it ended are not, and a write in flight meanwhile or with an unknown outcome may be.
+func TestExpectAtBackup(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	start, end := at(10), at(20)
+	l := &Ledger{}
+	for _, w := range []Write{
+		{Kind: "bind", Key: "east/a", Start: at(1), End: at(2), Outcome: Acked},   // in
+		{Kind: "bind", Key: "east/b", Start: at(1), End: at(2), Outcome: Acked},   // in, then
+		{Kind: "unbind", Key: "east/b", Start: at(3), End: at(4), Outcome: Acked}, // out again
+		{Kind: "bind", Key: "east/c", Start: at(9), End: at(11), Outcome: Acked},  // in flight: either
+		{Kind: "bind", Key: "east/d", Start: at(21), End: at(22), Outcome: Acked}, // after: not in it
+		{Kind: "bind", Key: "east/e", Start: at(1), End: at(2), Outcome: Unknown}, // unknown: either
+		{Kind: "bind", Key: "east/f", Start: at(1), End: at(2), Outcome: Refused}, // did not happen
+		{Kind: "grant", Key: "u-1", Start: at(1), End: at(2), Outcome: Acked},     // in, and
+		{Kind: "revoke", Key: "u-1", Start: at(25), End: at(26), Outcome: Acked},  // revoked after: still in
+		{Kind: "grant", Key: "u-2", Start: at(1), End: at(2), Outcome: Unknown},   // unknown, then
+		{Kind: "revoke", Key: "u-2", Start: at(3), End: at(4), Outcome: Acked},    // certain again
+		{Kind: "weight", Key: "7", Start: at(1), End: at(2), Outcome: Acked, WeightPayload: 7},
+		{Kind: "weight", Key: "8", Start: at(15), End: at(16), Outcome: Acked, WeightPayload: 8},
+		{Kind: "weight", Key: "9", Start: at(21), End: at(22), Outcome: Acked, WeightPayload: 9},
+	} {
+		l.add(w)
+	}
+	got := l.ExpectAtBackup(start, end)
+	one := func(v bool) map[bool]bool { return map[bool]bool{v: true} }
+	both := map[bool]bool{true: true, false: true}
+	for key, want := range map[string]map[bool]bool{"east/a": one(true), "east/b": one(false), "east/c": both, "east/d": nil, "east/e": both, "east/f": nil} {
+		if fmt.Sprint(got.Bound[key]) != fmt.Sprint(want) {
+			t.Errorf("binding %s: %v, want %v", key, got.Bound[key], want)
+		}
+	}
+	for key, want := range map[string]map[bool]bool{"u-1": one(true), "u-2": one(false)} {
+		if fmt.Sprint(got.Granted[key]) != fmt.Sprint(want) {
+			t.Errorf("grant %s: %v, want %v", key, got.Granted[key], want)
+		}
+	}
+	if fmt.Sprint(got.Weights) != fmt.Sprint(map[uint32]bool{7: true, 8: true}) {
+		t.Errorf("weights %v, want 7 or 8", got.Weights)
+	}
+	if n := got.Uncertain(); n != 3 {
+		t.Errorf("%d uncertain objects, want 3 (east/c, east/e, the weight)", n)
+	}
+	// A binding served that the backup cannot hold, and one never written before it ended.
+	diffs := compareStates("binding", got.Bound, map[string]bool{"east/a": true, "east/b": true, "east/d": true})
+	if len(diffs) != 2 {
+		t.Errorf("differences %q, want east/b (unbound in the backup) and east/d (written after)", diffs)
 	}
 }

@@ -61,8 +61,16 @@ func DefaultStack(root string) *Stack {
 }
 
 func (s *Stack) run(ctx context.Context, name string, args ...string) (string, error) {
+	return s.runEnv(ctx, nil, name, args...)
+}
+
+// runEnv runs a command with env added to this process's environment.
+func (s *Stack) runEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = s.Root
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -74,6 +82,12 @@ func (s *Stack) run(ctx context.Context, name string, args ...string) (string, e
 // ComposeRun runs a compose subcommand.
 func (s *Stack) ComposeRun(ctx context.Context, args ...string) (string, error) {
 	return s.run(ctx, s.Compose[0], append(append([]string{}, s.Compose[1:]...), args...)...)
+}
+
+// ComposeRunEnv runs a compose subcommand with env added, e.g. FLEETSTREAM_IMAGE_TAG=latest for
+// an `up` that replaces a service's container by one of another image.
+func (s *Stack) ComposeRunEnv(ctx context.Context, env []string, args ...string) (string, error) {
+	return s.runEnv(ctx, env, s.Compose[0], append(append([]string{}, s.Compose[1:]...), args...)...)
 }
 
 // Container returns the id of a compose service's container.
@@ -361,6 +375,118 @@ func (s *Stack) GatewayReady(ctx context.Context) error {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("gateway /readyz: %s", resp.Status)
+	}
+	return nil
+}
+
+// Fleetctl runs the repository's bin/fleetctl (tools/scripts/compose-members.sh builds it) in
+// the root and returns its output.
+func (s *Stack) Fleetctl(ctx context.Context, args ...string) (string, error) {
+	return s.run(ctx, filepath.Join(s.Root, "bin", "fleetctl"), args...)
+}
+
+// AdminNATSFlags are fleetctl admin's flags for the stack's NATS as fleetstream-admin, the
+// static user of backups and restores (deploy/nats/auth.conf).
+func (s *Stack) AdminNATSFlags() []string {
+	return []string{"--nats-url", s.NATSURLs, "--nats-user", "fleetstream-admin",
+		"--nats-token-file", filepath.Join(s.Root, ".data/compose/nats/admin.password")}
+}
+
+// Volume returns the name of the Docker volume mounted at dest in a service's container.
+func (s *Stack) Volume(ctx context.Context, service, dest string) (string, error) {
+	id, err := s.Container(ctx, service)
+	if err != nil {
+		return "", err
+	}
+	out, err := s.run(ctx, "docker", "inspect", "-f", `{{range .Mounts}}{{if eq .Destination "`+dest+`"}}{{.Name}}{{end}}{{end}}`, id)
+	if err != nil {
+		return "", err
+	}
+	if out == "" {
+		return "", fmt.Errorf("service %s: no volume at %s", service, dest)
+	}
+	return out, nil
+}
+
+// Docker runs a docker command.
+func (s *Stack) Docker(ctx context.Context, args ...string) (string, error) {
+	return s.run(ctx, "docker", args...)
+}
+
+// NATSNodes are the stack's NATS services.
+var NATSNodes = []string{"nats-1", "nats-2", "nats-3"}
+
+// MemberServices are the member clusters' own containers: not the hub's, they keep running
+// whatever the hub goes through.
+var MemberServices = []string{"east-etcd", "east-apiserver", "east-agent", "west-etcd", "west-apiserver", "west-agent"}
+
+// HubServices lists the stack's services other than NATS and the members': every hub service's
+// replicas, the gateway and the hosted agents.
+func (s *Stack) HubServices(ctx context.Context) ([]string, error) {
+	out, err := s.ComposeRun(ctx, "config", "--services")
+	if err != nil {
+		return nil, err
+	}
+	skip := map[string]bool{}
+	for _, n := range append(append([]string{}, NATSNodes...), MemberServices...) {
+		skip[n] = true
+	}
+	var hub []string
+	for _, sv := range strings.Fields(out) {
+		if !skip[sv] {
+			hub = append(hub, sv)
+		}
+	}
+	return hub, nil
+}
+
+// ImageOf returns the image reference a service's container was created from
+// (fleetstream/cluster-import:previous) and that image's id.
+func (s *Stack) ImageOf(ctx context.Context, service string) (ref, id string, err error) {
+	c, err := s.Container(ctx, service)
+	if err != nil {
+		return "", "", err
+	}
+	out, err := s.run(ctx, "docker", "inspect", "-f", "{{.Config.Image}} {{.Image}}", c)
+	if err != nil {
+		return "", "", err
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return "", "", fmt.Errorf("service %s: image %q", service, out)
+	}
+	return f[0], f[1], nil
+}
+
+// ImageID returns the id of a local image.
+func (s *Stack) ImageID(ctx context.Context, ref string) (string, error) {
+	return s.run(ctx, "docker", "image", "inspect", "-f", "{{.Id}}", ref)
+}
+
+// Ready returns nil when a hub service's container answers /readyz with 200 on its own address
+// in the stack's network (the host reaches a container's address on Docker Engine for Linux), so
+// a replica that publishes no port is checked too.
+func (s *Stack) Ready(ctx context.Context, service string) error {
+	c, err := s.Container(ctx, service)
+	if err != nil {
+		return err
+	}
+	ip, err := s.run(ctx, "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", c)
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(ip)
+	if len(f) == 0 {
+		return fmt.Errorf("service %s: no address yet", service)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f[0]+":8080/readyz", nil)
+	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s /readyz: %s", service, resp.Status)
 	}
 	return nil
 }

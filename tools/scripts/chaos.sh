@@ -8,6 +8,9 @@
 # a rebuild from the streams), writes the figures to .data/chaos-report.md and ALWAYS tears
 # down. Images and secrets must exist (make chaos builds them). Runs as root or a docker-group
 # user; SIGKILLing a container's process from the host needs root (CI runs as root).
+# CHAOS_RUN narrows the run to some scenarios (go test -run), e.g.
+#   CHAOS_RUN='TestChaos/restore-from-backup' make chaos
+# (the setup runs, then only that scenario, on a stack started from nothing).
 set -euo pipefail
 source "$(dirname "$0")/compose-lib.sh"
 COMPOSE="$COMPOSE -f docker-compose.yml -f deploy/chaos/docker-compose.yml"
@@ -40,6 +43,6 @@ tools/scripts/compose-start.sh
 echo "==> chaos suite (tools/chaos)"
 rm -f "$report"
 (cd tools/chaos && FLEETSTREAM_ROOT="$root" FLEETSTREAM_COMPOSE="$COMPOSE" FLEETSTREAM_CHAOS_REPORT="$report" \
-  go test -tags chaos -count=1 -v -timeout 30m -run TestChaos .)
+  go test -tags chaos -count=1 -v -timeout 30m -run "${CHAOS_RUN:-TestChaos}" .)
 echo "==> figures ($report):"
 cat "$report"
