@@ -370,6 +370,10 @@ compose-check: images compose-secrets kubectl ## start the stack, wait until the
 chaos: images compose-secrets ## the fault suite on the compose stack with two replicas per service: kill NATS nodes, crash lease holders, partition an agent, restart all; always tears down
 	@COMPOSE="$(COMPOSE)" tools/scripts/chaos.sh
 
+.PHONY: upgrade-check
+upgrade-check: images compose-secrets ## the rolling upgrade on the compose stack: N−1's images (deploy/upgrade/previous-release) replaced one replica at a time by N's under load, agents last; always tears down
+	@COMPOSE="$(COMPOSE)" tools/scripts/upgrade.sh
+
 .PHONY: chart-check
 chart-check: helm ## lint and render the Helm charts, dry-run every object on a real kube-apiserver, prove the agent's least privilege
 	@HELM=$(BIN)/helm tools/scripts/chart-check.sh
