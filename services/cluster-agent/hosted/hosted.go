@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/rest"
@@ -83,6 +84,8 @@ type Supervisor struct {
 	js  jetstream.JetStream
 	log *zap.Logger
 	now func() time.Time
+	// leases reports the supervision lease (fleetstream_lease_leading).
+	leases *lease.Metrics
 
 	mu      sync.Mutex
 	running map[string]*hostedAgent
@@ -116,7 +119,7 @@ func New(cfg Config, js jetstream.JetStream, log *zap.Logger) (*Supervisor, erro
 		log = zap.NewNop()
 	}
 	cfg.Member.Hosted = true
-	return &Supervisor{cfg: cfg, js: js, log: log.Named("hosted"), now: time.Now, running: map[string]*hostedAgent{}, refused: map[string]string{}}, nil
+	return &Supervisor{cfg: cfg, js: js, log: log.Named("hosted"), now: time.Now, leases: lease.NewMetrics(), running: map[string]*hostedAgent{}, refused: map[string]string{}}, nil
 }
 
 // Run supervises while this replica holds the lease, until ctx ends.
@@ -127,12 +130,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	supervise := func(ctx context.Context) error {
 		return events.Retry(ctx, s.log, "hosted agents' supervision failed", func() error { return s.supervise(ctx) }, errRegistry)
 	}
-	err := lease.Run(ctx, s.js, Lease, lease.DefaultHolder(), lease.DefaultTTL, supervise, lease.WithLogger(s.log))
+	err := lease.Run(ctx, s.js, Lease, lease.DefaultHolder(), lease.DefaultTTL, supervise, lease.WithLogger(s.log), lease.WithMetrics(s.leases))
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
 }
+
+// Register registers the supervisor's lease gauge (fleetstream_lease_leading) on reg: fleetd's
+// server; the cluster-agent binary serves no metrics.
+func (s *Supervisor) Register(reg prometheus.Registerer) error { return s.leases.Register(reg) }
 
 // errRegistry: a cache of the registry the supervisor reads failed.
 var errRegistry = errors.New("registry cache failed")

@@ -309,6 +309,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 		if inst.Hosted, err = startHosted(ctx, g, ns, cfg.Hosted, hostedToken, log); err != nil {
 			return fail(err)
 		}
+		if err := inst.Hosted.Register(srv.Registry()); err != nil {
+			return fail(err)
+		}
 	}
 	if cfg.KubeBridge.Enabled() {
 		if cfg.KubeBridge.APIURL == "" {
