@@ -38,6 +38,7 @@ PKG_namespace-binding  := ./services/namespace-binding/cmd/namespace-binding
 PKG_rbac-sync          := ./services/rbac-sync/cmd/rbac-sync
 PKG_endpoint-collector := ./services/endpoint-collector/cmd/endpoint-collector
 PKG_cluster-agent      := ./services/cluster-agent/cmd/cluster-agent
+PKG_kube-bridge        := ./services/kube-bridge/cmd/kube-bridge
 PKG_gateway            := ./services/gateway/cmd/gateway
 # nats-server's main package is its module root; pkg/go.mod pins the version (v2.15.2).
 PKG_nats               := github.com/nats-io/nats-server/v2
@@ -47,7 +48,7 @@ PKG_etcd               := test-assets
 PKG_kube-apiserver     := test-assets
 
 # Images: fleetstream/<name>:$(IMAGE_TAG), one per binary, FROM scratch (deploy/images/<name>).
-IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-collector cluster-agent gateway \
+IMAGES      ?= nats fleetd cluster-import namespace-binding rbac-sync endpoint-collector cluster-agent gateway kube-bridge \
                etcd kube-apiserver
 IMAGE_REPO  ?= fleetstream
 IMAGE_TAG   ?= latest

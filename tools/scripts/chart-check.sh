@@ -18,6 +18,10 @@ trap 'rm -rf "$out"' EXIT
 # installs the operator's CRDs first (charttest/testdata/prometheus-operator-crds).
 hub_monitoring=(--set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true
   --set-json 'monitoring.labels={"release":"kube-prometheus-stack"}')
+# The hub with the kube bridge (off by default), on this cluster as the hub (its ClusterRole) and
+# on another hub's kubeconfig (no rights here).
+hub_bridge=(--set kubeBridge.enabled=true --set kubeBridge.apiTokenSecret=fleetstream-kube-bridge-api
+  --set kubeBridge.projectsTokenSecret=fleetstream-kube-bridge-projects)
 # What every agent install must say: which cluster it is and where the hub's NATS is.
 agent_required=(--set cluster=c1 --set nats.url=nats://nats.hub.example.com:4222)
 
@@ -25,13 +29,17 @@ echo "==> helm lint"
 "$helm" lint --strict "$hub"
 "$helm" lint --strict "$hub" -f "$hub/values-production.yaml"
 "$helm" lint --strict "$hub" "${hub_monitoring[@]}"
+"$helm" lint --strict "$hub" "${hub_bridge[@]}"
 "$helm" lint --strict "$agent" "${agent_required[@]}"
 "$helm" lint --strict "$agent" -f "$agent/values-production.yaml"
 
-echo "==> helm template (default, production and monitoring values)"
+echo "==> helm template (default, production, monitoring and kube bridge values)"
 "$helm" template fleetstream "$hub" --namespace fleetstream >"$out/hub-default.yaml"
 "$helm" template fleetstream "$hub" --namespace fleetstream -f "$hub/values-production.yaml" >"$out/hub-production.yaml"
 "$helm" template fleetstream "$hub" --namespace fleetstream "${hub_monitoring[@]}" >"$out/hub-monitoring.yaml"
+"$helm" template fleetstream "$hub" --namespace fleetstream "${hub_bridge[@]}" >"$out/hub-kube-bridge.yaml"
+"$helm" template fleetstream "$hub" --namespace fleetstream "${hub_bridge[@]}" \
+  --set kubeBridge.hubKubeconfigSecret=fleetstream-kube-bridge-hub >"$out/hub-kube-bridge-external.yaml"
 "$helm" template fleetstream "$agent" --namespace fleetstream-agent "${agent_required[@]}" >"$out/agent-default.yaml"
 "$helm" template fleetstream "$agent" --namespace fleetstream-agent -f "$agent/values-production.yaml" >"$out/agent-production.yaml"
 for missing in cluster nats.url; do

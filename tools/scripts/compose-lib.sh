@@ -13,3 +13,7 @@ NATS_NODES="nats-1:18222 nats-2:18223 nats-3:18224"
 compose() { $COMPOSE "$@"; }
 # name:host-port of each member cluster's kube-apiserver (tools/scripts/compose-members.sh).
 MEMBERS="east:16443 west:16444"
+# name:host-port of the kube bridge's hub kube-apiserver (no agent; docker-compose.yml says why
+# it is not a member), and the bridge's published port.
+HUB="hub:16445"
+KUBE_BRIDGE_PORT=18085

@@ -4,7 +4,10 @@
 #
 #   compose-members.sh init       before `compose up`: each member's certificates, keys, admin
 #                                 token and kubeconfig (pkg/cmd/devcluster init; kept if present)
+#                                 and the kube bridge's hub's (devcluster init --kube-bridge)
 #   compose-members.sh register   once the hub and the members' apiservers run:
+#                                 0. the kube bridge's hub: its user bound to the hub chart's
+#                                    ClusterRole (devcluster bootstrap-hub)
 #                                 1. bootstrap: on each member, with its admin token, apply the
 #                                    cluster-agent chart's ServiceAccount, least-privilege
 #                                    ClusterRole (deploy/helm/cluster-agent/files/clusterrole-rules.yaml)
@@ -14,6 +17,7 @@
 #                                    gateway and write the agent token it prints (shown only once)
 #                                    into the directory the member's agent mounts at /run/secrets/nats
 #                                 3. start the agents and wait until both clusters are Connected
+#                                 4. wait until the kube bridge is ready
 #
 # Re-running `register` on a running stack keeps clusters that are registered and whose agent
 # token is on disk; a cluster the registry lacks (a fresh stack) is registered anew.
@@ -34,6 +38,7 @@ init)
     name=${mp%%:*} port=${mp##*:}
     bin/devcluster init --dir "$members/$name" --name "$name" --host-port "$port"
   done
+  bin/devcluster init --dir .data/compose/${HUB%%:*} --name "${HUB%%:*}" --host-port "${HUB##*:}" --kube-bridge
   exit 0
   ;;
 register) ;;
@@ -45,7 +50,12 @@ esac
 
 go build -o bin/fleetctl ./services/fleetctl
 export FLEETSTREAM_TOKEN FLEETSTREAM_SERVER=$gw
-FLEETSTREAM_TOKEN=$(cut -d, -f1 .data/compose/api-tokens)
+# The first line is dev-admin's (the second the kube bridge's user).
+FLEETSTREAM_TOKEN=$(head -n1 .data/compose/api-tokens | cut -d, -f1)
+
+echo "==> the kube bridge's hub: its user bound to the hub chart's ClusterRole"
+bin/devcluster bootstrap-hub --dir .data/compose/${HUB%%:*} --rules deploy/helm/fleetstream/files/kube-bridge-clusterrole-rules.yaml \
+  --timeout "${timeout}s" || { compose logs --no-color --tail=40 hub-apiserver hub-etcd >&2; exit 1; }
 
 echo "==> member clusters: the agent's identity is the chart's ClusterRole (a ServiceAccount token, not system:masters)"
 for mp in $MEMBERS; do
@@ -102,3 +112,17 @@ for mp in $MEMBERS; do
 done
 bin/fleetctl cluster list
 echo "==> every member cluster is Connected after $(($(date +%s) - start))s"
+
+# The bridge retried the hub (backoff up to 30 s) while its ClusterRole was missing.
+bridge_ready() { [ "$(curl -s -o /dev/null -m 3 -w '%{http_code}' "http://127.0.0.1:$KUBE_BRIDGE_PORT/readyz" 2>/dev/null || true)" = 200 ]; }
+start=$(date +%s)
+until bridge_ready; do
+  if [ $(($(date +%s) - start)) -ge "$timeout" ]; then
+    echo "kube-bridge is not ready after ${timeout}s" >&2
+    curl -s -m 3 "http://127.0.0.1:$KUBE_BRIDGE_PORT/readyz" >&2 || true
+    compose logs --no-color --tail=60 kube-bridge >&2 || true
+    exit 1
+  fi
+  sleep 1
+done
+echo "==> kube-bridge is ready (hub admin kubeconfig: .data/compose/${HUB%%:*}/admin.kubeconfig)"

@@ -14,7 +14,11 @@
 #   .data/compose/nats/<service>.token           --nats-token-file of each other hub service
 #   .data/compose/nats/service-tokens            --nats-service-tokens-file of cluster-import
 #                                                (token,service per line)
-#   .data/compose/api-tokens   <t>,dev-admin     --token-file of every service (bearer tokens)
+#   .data/compose/api-tokens   <t>,dev-admin     --token-file of every service (bearer tokens); its
+#                              <t>,kube-bridge   first line is the admin's, the second the kube bridge's user
+#   .data/compose/kube-bridge/api-token       the kube bridge's user's token (--kube-bridge-api-token-file)
+#   .data/compose/kube-bridge/projects-token  dev-admin's token, for the hub's Project objects
+#                                             (--kube-bridge-projects-token-file)
 #   .data/compose/credentials-key  dev-1:<key>   --credentials-key-file of cluster-import
 #
 # Each container mounts only its own NATS secret. The files are world-readable because the
@@ -27,7 +31,7 @@ mkdir -p "$dir" "$nats"
 chmod 700 .data "$dir" "$nats" 2>/dev/null || true
 rand() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 # hosted-agent is cluster-agent --hosted: a hub service on NATS like the others.
-services="namespace-binding rbac-sync endpoint-collector hosted-agent"
+services="namespace-binding rbac-sync endpoint-collector hosted-agent kube-bridge"
 
 complete=yes
 for f in "$dir/nats.env" "$nats/cluster-import.password" "$nats/admin.password" "$nats/callout-issuer.seed" "$nats/callout-xkey.seed" "$nats/service-tokens"; do
@@ -58,9 +62,20 @@ if [ ! -s "$dir/api-tokens" ]; then
   printf '%s,dev-admin\n' "$(rand)" >"$dir/api-tokens"
   echo "created $dir/api-tokens (dev-only API bearer token for user dev-admin)"
 fi
+# The kube bridge writes through the API as a user of its own (docs/kubernetes.md), who has no
+# role until a platform admin grants it one per mapped project.
+bridge="$dir/kube-bridge"
+mkdir -p "$bridge"
+if ! grep -q ',kube-bridge$' "$dir/api-tokens"; then
+  printf '%s,kube-bridge\n' "$(rand)" >>"$dir/api-tokens"
+  echo "added the kube bridge's user to $dir/api-tokens"
+fi
+grep -m1 ',kube-bridge$' "$dir/api-tokens" | cut -d, -f1 >"$bridge/api-token"
+head -n1 "$dir/api-tokens" | cut -d, -f1 >"$bridge/projects-token"
 if [ ! -s "$dir/credentials-key" ]; then
   printf 'dev-1:%s\n' "$(head -c 32 /dev/urandom | base64)" >"$dir/credentials-key"
   echo "created $dir/credentials-key (dev-only key sealing cluster credentials at rest)"
 fi
-chmod 644 "$dir/api-tokens" "$dir/credentials-key" "$nats"/*
+chmod 755 "$bridge"
+chmod 644 "$dir/api-tokens" "$dir/credentials-key" "$nats"/* "$bridge"/*
 chmod 600 "$dir/nats.env"

@@ -7,6 +7,14 @@
 //	    file with one admin token (group system:masters, for bootstrap and the demo only), an
 //	    admin kubeconfig for the host, and the agent's in-cluster files (ca.crt, namespace).
 //	    Existing files are kept, so a restarted stack keeps trusting them.
+//	devcluster init --dir DIR --name hub --host-port PORT --kube-bridge
+//	    the same for the kube bridge's hub, plus a second static token, of the user
+//	    fleetstream-kube-bridge (no group), and kube-bridge.kubeconfig, that user's connection
+//	    from inside the stack (https://<name>-apiserver:6443).
+//	devcluster bootstrap-hub --dir DIR --rules FILE
+//	    once the hub's apiserver answers: the ClusterRole fleetstream-kube-bridge with the rules
+//	    the hub chart includes (deploy/helm/fleetstream/files/kube-bridge-clusterrole-rules.yaml),
+//	    bound to the user fleetstream-kube-bridge: the bridge acts with exactly those rights.
 //	devcluster bootstrap --dir DIR --rules FILE
 //	    once the apiserver answers: applies the agent's least-privilege identity exactly as the
 //	    cluster-agent chart does (its namespace, ServiceAccount, the ClusterRole with the rules
@@ -40,6 +48,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -60,7 +69,10 @@ const (
 	agentSA        = "fleetstream-cluster-agent"
 	agentRole      = "fleetstream-cluster-agent"
 	adminUser      = "fleetstream-admin"
-	fieldManager   = "fleetstream-devcluster"
+	// The kube bridge's user on the compose hub, and its ClusterRole (the hub chart's name).
+	bridgeUser   = "fleetstream-kube-bridge"
+	bridgeRole   = "fleetstream-kube-bridge"
+	fieldManager = "fleetstream-devcluster"
 	// A dev stack lives for days, not hours; the agent rereads the file, so a restart of
 	// bootstrap renews it.
 	agentTokenTTL = 365 * 24 * time.Hour
@@ -75,7 +87,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: devcluster init|bootstrap [flags]")
+		return errors.New("usage: devcluster init|bootstrap|bootstrap-hub [flags]")
 	}
 	fs := flag.NewFlagSet("devcluster "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", "", "the member's directory (required)")
@@ -83,13 +95,32 @@ func run(ctx context.Context, args []string) error {
 	case "init":
 		name := fs.String("name", "", "the member's name; its apiserver container is <name>-apiserver (required)")
 		port := fs.Int("host-port", 0, "the apiserver's port published on 127.0.0.1 (required)")
+		bridge := fs.Bool("kube-bridge", false, "the kube bridge's hub: also a token and an in-stack kubeconfig of the user "+bridgeUser)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if *dir == "" || *name == "" || *port <= 0 {
 			return errors.New("init: --dir, --name and --host-port are required")
 		}
-		return initMember(*dir, *name, *port)
+		if err := initMember(*dir, *name, *port); err != nil {
+			return err
+		}
+		if *bridge {
+			return initBridge(*dir, *name)
+		}
+		return nil
+	case "bootstrap-hub":
+		rules := fs.String("rules", "", "the kube bridge's ClusterRole rules (deploy/helm/fleetstream/files/kube-bridge-clusterrole-rules.yaml; required)")
+		timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the apiserver")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *dir == "" || *rules == "" {
+			return errors.New("bootstrap-hub: --dir and --rules are required")
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		return bootstrapHub(ctx, *dir, *rules)
 	case "bootstrap":
 		rules := fs.String("rules", "", "the agent's ClusterRole rules (deploy/helm/cluster-agent/files/clusterrole-rules.yaml; required)")
 		timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the apiserver")
@@ -103,7 +134,7 @@ func run(ctx context.Context, args []string) error {
 		defer cancel()
 		return bootstrap(ctx, *dir, *rules)
 	default:
-		return fmt.Errorf("unknown command %q: want init or bootstrap", args[0])
+		return fmt.Errorf("unknown command %q: want init, bootstrap or bootstrap-hub", args[0])
 	}
 }
 
@@ -270,6 +301,84 @@ func bootstrap(ctx context.Context, dir, rulesFile string) error {
 	}
 	fmt.Printf("    %s: ServiceAccount %s/%s bound to ClusterRole %s (%d rules), token valid until %s\n",
 		filepath.Base(dir), agentNamespace, agentSA, agentRole, len(rules), tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// initBridge adds the kube bridge's static token to the hub's token file (once) and writes its
+// kubeconfig for the bridge's container.
+func initBridge(dir, name string) error {
+	tokens := filepath.Join(dir, "pki", "tokens.csv")
+	data, err := os.ReadFile(tokens)
+	if err != nil {
+		return err
+	}
+	token := ""
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if f := strings.Split(line, ","); len(f) >= 2 && f[1] == bridgeUser {
+			token = f[0]
+		}
+	}
+	if token == "" {
+		tok := make([]byte, 32)
+		if _, err := rand.Read(tok); err != nil {
+			return err
+		}
+		token = hex.EncodeToString(tok)
+		// No group: the user has the ClusterRole bootstrap-hub binds, nothing else.
+		data = append(data, fmt.Sprintf("%s,%s,%s\n", token, bridgeUser, bridgeUser)...)
+		if err := writeFile(tokens, data); err != nil {
+			return err
+		}
+	}
+	certPEM, err := os.ReadFile(filepath.Join(dir, "pki", "serving.crt"))
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: "https://" + name + "-apiserver:6443", CertificateAuthorityData: certPEM}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{bridgeUser: {Token: token}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: bridgeUser}},
+		CurrentContext: name,
+	})
+	if err != nil {
+		return fmt.Errorf("kube bridge kubeconfig: %w", err)
+	}
+	return writeFile(filepath.Join(dir, "kube-bridge.kubeconfig"), kubeconfig)
+}
+
+// bootstrapHub binds the kube bridge's user to its ClusterRole on the hub.
+func bootstrapHub(ctx context.Context, dir, rulesFile string) error {
+	rules, err := readRules(rulesFile)
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
+	if err != nil {
+		return fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, admin); err != nil {
+		return fmt.Errorf("apiserver %s: %w", cfg.Host, err)
+	}
+	apply := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	role := rbacv1ac.ClusterRole(bridgeRole)
+	for _, r := range rules {
+		role.WithRules(rbacv1ac.PolicyRule().WithAPIGroups(r.APIGroups...).WithResources(r.Resources...).
+			WithVerbs(r.Verbs...).WithResourceNames(r.ResourceNames...).WithNonResourceURLs(r.NonResourceURLs...))
+	}
+	if _, err := admin.RbacV1().ClusterRoles().Apply(ctx, role, apply); err != nil {
+		return fmt.Errorf("clusterrole %s: %w", bridgeRole, err)
+	}
+	binding := rbacv1ac.ClusterRoleBinding(bridgeRole).
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(bridgeRole)).
+		WithSubjects(rbacv1ac.Subject().WithKind(rbacv1.UserKind).WithAPIGroup(rbacv1.GroupName).WithName(bridgeUser))
+	if _, err := admin.RbacV1().ClusterRoleBindings().Apply(ctx, binding, apply); err != nil {
+		return fmt.Errorf("clusterrolebinding %s: %w", bridgeRole, err)
+	}
+	fmt.Printf("    %s: user %s bound to ClusterRole %s (%d rules)\n", filepath.Base(dir), bridgeUser, bridgeRole, len(rules))
 	return nil
 }
 

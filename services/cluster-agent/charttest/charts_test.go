@@ -24,6 +24,10 @@ import (
 // with exactly these rules.
 const agentRulesFile = "deploy/helm/cluster-agent/files/clusterrole-rules.yaml"
 
+// kubeBridgeRulesFile is the kube bridge's ClusterRole rules on its hub: the hub chart includes
+// it verbatim and fleetd's kube-bridge tests run the bridge with exactly these rules.
+const kubeBridgeRulesFile = "deploy/helm/fleetstream/files/kube-bridge-clusterrole-rules.yaml"
+
 // agentPolicyFile is the admission policy that narrows the agent's escalate and bind to the
 // fleet's ClusterRoles; the chart fills in its placeholders as agentPolicy does.
 const agentPolicyFile = "deploy/helm/cluster-agent/files/admission-policy.yaml"
@@ -50,17 +54,28 @@ func repoRoot(t testing.TB) string {
 // agentRules reads the chart's ClusterRole rules of the cluster agent.
 func agentRules(t testing.TB) []rbacv1.PolicyRule {
 	t.Helper()
-	f, err := os.Open(filepath.Join(repoRoot(t), agentRulesFile))
+	return readRules(t, agentRulesFile)
+}
+
+// kubeBridgeRules reads the hub chart's ClusterRole rules of the kube bridge.
+func kubeBridgeRules(t testing.TB) []rbacv1.PolicyRule {
+	t.Helper()
+	return readRules(t, kubeBridgeRulesFile)
+}
+
+func readRules(t testing.TB, file string) []rbacv1.PolicyRule {
+	t.Helper()
+	f, err := os.Open(filepath.Join(repoRoot(t), file))
 	if err != nil {
-		t.Fatalf("agent rules: %v", err)
+		t.Fatalf("rules: %v", err)
 	}
 	defer f.Close()
 	var rules []rbacv1.PolicyRule
 	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(&rules); err != nil {
-		t.Fatalf("decode %s: %v", agentRulesFile, err)
+		t.Fatalf("decode %s: %v", file, err)
 	}
 	if len(rules) == 0 {
-		t.Fatalf("%s holds no rules", agentRulesFile)
+		t.Fatalf("%s holds no rules", file)
 	}
 	return rules
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -208,7 +209,7 @@ func TestChartsDryRun(t *testing.T) {
 			t.Logf("%d objects accepted: %v", len(objs), kinds)
 			switch base := filepath.Base(file); {
 			case strings.HasPrefix(base, "hub-"):
-				checkHub(t, objs)
+				checkHub(t, objs, base == "hub-default.yaml")
 				if usesOperatorKinds(objs) {
 					checkMonitoring(t, objs)
 				}
@@ -223,7 +224,9 @@ func TestChartsDryRun(t *testing.T) {
 
 // checkHub checks what a schema cannot: the parts of the hub are all there and the NATS config
 // is one nats-server accepts, with JetStream, every node routed and the auth callout on.
-func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
+// A render with the kube bridge also gets checkKubeBridge; the default render must not have it
+// (off unless kubeBridge.enabled).
+func checkHub(t *testing.T, objs []*unstructured.Unstructured, defaults bool) {
 	t.Helper()
 	var deployments []string
 	var natsSets, configs []*unstructured.Unstructured
@@ -240,7 +243,15 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 	}
 	sort.Strings(deployments)
-	if want := []string{"cluster-import", "endpoint-collector", "gateway", "hosted-agent", "namespace-binding", "rbac-sync"}; !reflect.DeepEqual(deployments, want) {
+	want := []string{"cluster-import", "endpoint-collector", "gateway", "hosted-agent", "namespace-binding", "rbac-sync"}
+	if slices.Contains(deployments, "kube-bridge") {
+		if defaults {
+			t.Errorf("the default values render the kube bridge; it is off unless kubeBridge.enabled")
+		}
+		want = append(want[:4], append([]string{"kube-bridge"}, want[4:]...)...)
+		checkKubeBridge(t, objs)
+	}
+	if !reflect.DeepEqual(deployments, want) {
 		t.Errorf("deployments %v, want %v", deployments, want)
 	}
 	if len(natsSets) != 1 || len(configs) != 1 {
@@ -297,6 +308,52 @@ func checkHub(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Fatalf("nats-server refuses the rendered options: %v", err)
 	}
 	s.Shutdown()
+}
+
+// checkKubeBridge checks the kube bridge's identity on the hub: with an in-cluster hub, its
+// ClusterRole is exactly the rules file fleetd's bridge tests run the bridge as, bound to the
+// ServiceAccount its pod runs as; with another hub's kubeconfig, it gets no rights here at all.
+func checkKubeBridge(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var deployment *unstructured.Unstructured
+	var roles, bindings []*unstructured.Unstructured
+	for _, u := range objs {
+		if u.GetLabels()["app.kubernetes.io/name"] != "kube-bridge" {
+			continue
+		}
+		switch u.GetKind() {
+		case "Deployment":
+			deployment = u
+		case "ClusterRole":
+			roles = append(roles, u)
+		case "ClusterRoleBinding":
+			bindings = append(bindings, u)
+		}
+	}
+	args, _, _ := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
+	inCluster := strings.Contains(fmt.Sprint(args), "--kube-bridge-in-cluster")
+	automount, _, _ := unstructured.NestedBool(deployment.Object, "spec", "template", "spec", "automountServiceAccountToken")
+	if !inCluster {
+		if len(roles)+len(bindings) != 0 || automount {
+			t.Errorf("a bridge of another hub has %d ClusterRoles, %d bindings and a mounted ServiceAccount token %v here, want none", len(roles), len(bindings), automount)
+		}
+		return
+	}
+	if len(roles) != 1 || len(bindings) != 1 || !automount {
+		t.Fatalf("an in-cluster bridge with %d ClusterRoles, %d ClusterRoleBindings, ServiceAccount token %v, want one, one, mounted", len(roles), len(bindings), automount)
+	}
+	got, err := rulesOf(roles[0])
+	must(t, "rules", err)
+	if want := kubeBridgeRules(t); !reflect.DeepEqual(got, want) {
+		t.Errorf("the bridge's ClusterRole rules\n%v\nare not %s:\n%v", got, kubeBridgeRulesFile, want)
+	}
+	sa, _, _ := unstructured.NestedString(deployment.Object, "spec", "template", "spec", "serviceAccountName")
+	subjects, _, _ := unstructured.NestedSlice(bindings[0].Object, "subjects")
+	roleRef, _, _ := unstructured.NestedString(bindings[0].Object, "roleRef", "name")
+	if sa == "" || len(subjects) != 1 || subjects[0].(map[string]any)["name"] != sa || subjects[0].(map[string]any)["namespace"] != deployment.GetNamespace() || roleRef != roles[0].GetName() {
+		t.Errorf("binding %v of %s does not bind ClusterRole %s to the bridge's ServiceAccount %s/%s",
+			subjects, roleRef, roles[0].GetName(), deployment.GetNamespace(), sa)
+	}
 }
 
 // staticUsers reports whether users are exactly the callout's responder and the system account

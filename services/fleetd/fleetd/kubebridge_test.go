@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -61,12 +62,22 @@ func startBridgedFleetd(t *testing.T) (*fleetd.Instance, clusterv1connect.Cluste
 	return inst, client, hub, dyn
 }
 
-// leastPrivilegeKubeconfig binds the ClusterRole docs/kubernetes.md gives the bridge to a user
-// of its own on hub and returns a kubeconfig acting as that user: the bridge runs with what the
-// documentation says it needs, and no more.
+// leastPrivilegeKubeconfig binds the ClusterRole the hub chart gives the bridge
+// (deploy/helm/fleetstream/files/kube-bridge-clusterrole-rules.yaml, which docs/kubernetes.md
+// shows: the two must agree) to a user of its own on hub and returns a kubeconfig acting as that
+// user: the bridge runs with what the chart grants and the documentation says, and no more.
 func leastPrivilegeKubeconfig(t *testing.T, hub *testkit.Kube) string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "kubernetes.md"))
+	root := filepath.Join("..", "..", "..")
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "helm", "fleetstream", "files", "kube-bridge-clusterrole-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fleetstream-kube-bridge"}}
+	if err := yaml.UnmarshalStrict(data, &role.Rules); err != nil || len(role.Rules) == 0 {
+		t.Fatalf("the chart's kube-bridge rules: %v (%d rules)", err, len(role.Rules))
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "kubernetes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +86,12 @@ func leastPrivilegeKubeconfig(t *testing.T, hub *testkit.Kube) string {
 	if !ok || !ok2 {
 		t.Fatal("docs/kubernetes.md has no yaml block with the bridge's ClusterRole")
 	}
-	var role rbacv1.ClusterRole
-	if err := yaml.UnmarshalStrict([]byte(block), &role); err != nil || role.Kind != "ClusterRole" {
-		t.Fatalf("docs/kubernetes.md's ClusterRole: %v (%s)", err, role.Kind)
+	var documented rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict([]byte(block), &documented); err != nil || documented.Kind != "ClusterRole" {
+		t.Fatalf("docs/kubernetes.md's ClusterRole: %v (%s)", err, documented.Kind)
+	}
+	if !reflect.DeepEqual(documented.Rules, role.Rules) {
+		t.Fatalf("docs/kubernetes.md's ClusterRole\n%v\nis not the chart's rules\n%v", documented.Rules, role.Rules)
 	}
 	ctx := testkit.Context(t, 30*time.Second)
 	if _, err := hub.Client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {

@@ -97,8 +97,16 @@ type Bridge struct {
 // Applies is how many server-side applies the bridge has made.
 func (b *Bridge) Applies() int64 { return b.applies.Load() }
 
-// NewFromKubeconfig is New with the hub named by cfg.Kubeconfig.
+// NewFromKubeconfig is New with the hub named by cfg.Kubeconfig, or the cluster the bridge runs
+// in with cfg.InCluster.
 func NewFromKubeconfig(cfg Config, js jetstream.JetStream, log *zap.Logger) (*Bridge, error) {
+	if cfg.InCluster {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kube bridge: --kube-bridge-in-cluster: %w", err)
+		}
+		return New(cfg, js, rc, log)
+	}
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kube bridge: --kube-bridge-kubeconfig %s: %w", cfg.Kubeconfig, err)

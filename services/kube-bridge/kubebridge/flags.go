@@ -18,6 +18,10 @@ type Config struct {
 	// Kubeconfig is the file of the hub API server's kubeconfig (--kube-bridge-kubeconfig);
 	// empty turns the bridge off. It is the operator's own file, read as kubectl reads it.
 	Kubeconfig string
+	// InCluster connects to the API server the bridge's pod runs in, with its ServiceAccount
+	// (--kube-bridge-in-cluster): the hub chart's default, where the cluster Fleetstream is
+	// installed in is the hub. Exclusive with Kubeconfig.
+	InCluster bool
 	// Namespace is the hub namespace of the ClusterProfiles (--kube-bridge-namespace), created
 	// if missing.
 	Namespace string
@@ -46,6 +50,7 @@ const DefaultNamespace = "fleetstream-system"
 // names and defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kube-bridge-kubeconfig", "", "kubeconfig file of the hub Kubernetes API server the kube bridge publishes the fleet to (ClusterProfiles, PlacementDecisions; docs/kubernetes.md); empty: no bridge")
+	fs.BoolVar(&c.InCluster, "kube-bridge-in-cluster", false, "publish to the Kubernetes API server the kube bridge runs in, as its pod's ServiceAccount (instead of --kube-bridge-kubeconfig)")
 	fs.StringVar(&c.Namespace, "kube-bridge-namespace", DefaultNamespace, "hub namespace of the kube bridge's ClusterProfiles, created if missing")
 	fs.DurationVar(&c.Resync, "kube-bridge-resync", 0, "how often the kube bridge looks at every object again (default 10m)")
 	fs.StringVar(&c.APIURL, "kube-bridge-api-url", "", "base URL of Fleetstream's API the kube bridge writes fleetstream.io objects of the hub through (fleetd: its own listener)")
@@ -53,8 +58,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ProjectsTokenFile, "kube-bridge-projects-token-file", "", "file with a platform admin's API token, used for the hub's cluster-scoped Project objects only; empty: they are not reconciled")
 }
 
-// Enabled reports whether a hub kubeconfig was given.
-func (c *Config) Enabled() bool { return c.Kubeconfig != "" }
+// Enabled reports whether a hub was given (a kubeconfig, or the cluster the bridge runs in).
+func (c *Config) Enabled() bool { return c.Kubeconfig != "" || c.InCluster }
 
 // Validate checks the values of the flags RegisterFlags adds, naming the flag of a bad one.
 func (c *Config) Validate() error {
@@ -65,8 +70,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	var api error
+	if c.InCluster && c.Kubeconfig != "" {
+		api = errors.New("--kube-bridge-in-cluster and --kube-bridge-kubeconfig name the hub twice: give one")
+	}
 	if c.ProjectsTokenFile != "" && c.APITokenFile == "" {
-		api = errors.New("--kube-bridge-projects-token-file needs --kube-bridge-api-token-file")
+		api = errors.Join(api, errors.New("--kube-bridge-projects-token-file needs --kube-bridge-api-token-file"))
 	}
 	return errors.Join(ns, api,
 		flagcheck.NotNegative("kube-bridge-resync", c.Resync),
@@ -93,7 +101,7 @@ func NewFromEnv(_ context.Context, env *daemon.Env, cfg Config) (*Bridge, error)
 		return nil, err
 	}
 	if !cfg.Enabled() {
-		return nil, errors.New("--kube-bridge-kubeconfig is required")
+		return nil, errors.New("--kube-bridge-kubeconfig or --kube-bridge-in-cluster is required")
 	}
 	if cfg.APITokenFile != "" && cfg.APIURL == "" {
 		return nil, errors.New("--kube-bridge-api-token-file needs --kube-bridge-api-url (the Fleetstream API the bridge writes through)")

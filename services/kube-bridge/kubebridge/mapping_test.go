@@ -211,6 +211,8 @@ func TestValidate(t *testing.T) {
 		{name: "bad namespace", cfg: Config{Kubeconfig: "/k", Namespace: "Fleet_NS"}, err: "--kube-bridge-namespace"},
 		{name: "negative resync", cfg: Config{Resync: -time.Second}, err: "--kube-bridge-resync"},
 		{name: "write side", cfg: Config{Kubeconfig: "/k", APITokenFile: "/t", ProjectsTokenFile: "/p"}},
+		{name: "in cluster", cfg: Config{InCluster: true}},
+		{name: "two hubs", cfg: Config{InCluster: true, Kubeconfig: "/k"}, err: "--kube-bridge-in-cluster and --kube-bridge-kubeconfig"},
 		{name: "projects identity alone", cfg: Config{Kubeconfig: "/k", ProjectsTokenFile: "/p"}, err: "--kube-bridge-projects-token-file needs --kube-bridge-api-token-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
