@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fleetstream/fleetstream/pkg/kvfeed"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
@@ -503,6 +504,22 @@ func TestCalloutKubeBridgeOnlyReads(t *testing.T) {
 	})
 	c.denied(t, "KV_cluster-credentials", func(ctx context.Context) error {
 		_, err := c.js.KeyValue(ctx, subjects.ClusterCredentialsBucket)
+		return err
+	})
+	// It holds its hub's lease (and creates the bucket if missing), and no other service's.
+	held := false
+	err = lease.Run(ctx, c.js, natsauth.ServiceKubeBridge+".hub-uid", "bridge", time.Second, func(context.Context) error {
+		held = true
+		return nil
+	})
+	allowed(t, "hold lease kube-bridge.hub-uid", err)
+	if !held {
+		t.Fatal("the kube bridge never held its lease")
+	}
+	leases, err := c.js.KeyValue(ctx, lease.Bucket)
+	allowed(t, "open the lease bucket", err)
+	c.denied(t, "$KV."+lease.Bucket+".view", func(ctx context.Context) error {
+		_, err := leases.Put(ctx, "view.clusters", []byte("forged"))
 		return err
 	})
 }

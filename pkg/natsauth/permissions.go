@@ -253,10 +253,13 @@ var serviceGrants = map[string][]grant{
 		leases(),
 	},
 	ServiceKubeBridge: {
-		// The fleet it publishes (ClusterProfiles, PlacementDecisions), read only: no lease,
-		// no dead letters, no write of any stream or bucket.
+		// The fleet it publishes (ClusterProfiles, PlacementDecisions), read only: no dead
+		// letters, no write of any stream or bucket of Fleetstream's.
 		readBucket(subjects.ClustersBucket),
 		readBucket(subjects.PlacementDecisionsBucket),
+		// Its own leases alone, kube-bridge.<hub> (one writer per hub API server): unlike the
+		// other services' leases() it cannot disturb another service's lease.
+		{stream: kv(lease.Bucket), access: read | ensure | write, subjects: []string{"$KV." + lease.Bucket + "." + ServiceKubeBridge + ".>"}},
 	},
 }
 

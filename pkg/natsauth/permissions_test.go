@@ -84,7 +84,11 @@ func TestPermissionTable(t *testing.T) {
 			{"$JS.API.CONSUMER.CREATE.KV_clusters.x.$KV.clusters.>", false, true},
 			{"$JS.API.CONSUMER.CREATE.KV_placement-decisions.x.$KV.placement-decisions.>", false, true},
 			{"_INBOX_svc_kube-bridge.abc", true, true},
-			// ...and writes nothing of Fleetstream's: no view, stream, lease or dead letter.
+			// ...holds its own lease (one writer per hub)...
+			{"$KV.fleet-leases.kube-bridge.0c5e7a2b-uid", true, false},
+			// ...and writes nothing else of Fleetstream's: no view, stream, other lease or dead letter.
+			{"$KV.fleet-leases.view.clusters", false, false},
+			{"$KV.fleet-leases.endpoint-collector.mcs", false, false},
 			{"$KV.clusters.c1", false, false},
 			{"$KV.placement-decisions.p.x", false, false},
 			{"$JS.API.STREAM.CREATE.KV_clusters", false, false},

@@ -6,7 +6,7 @@
 //
 // It reads the fleet from the registry's and the scheduler's views (buckets `clusters` and
 // `placement-decisions`) with the kube-bridge NATS identity, which may read those and write
-// nothing (pkg/natsauth): what the bridge is told cannot reach Fleetstream back. It writes the
+// nothing but its own lease (pkg/natsauth): what the bridge is told cannot reach Fleetstream back. It writes the
 // hub with client-go, by server-side apply under field manager fleetstream-kube-bridge, in the
 // shape of the agent's applier: view changes and hub informer events queue keys on a
 // rate-limited workqueue (pkg/reconcile), and one reconcile per key brings the hub in line.
@@ -42,6 +42,7 @@ import (
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/keys"
+	"github.com/fleetstream/fleetstream/pkg/lease"
 	"github.com/fleetstream/fleetstream/pkg/reconcile"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
@@ -55,8 +56,14 @@ var PlacementDecisionGVR = ocmv1beta1.GroupVersion.WithResource("placementdecisi
 // conditionReason is what metav1.Condition's schema accepts as a reason.
 var conditionReason = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
-// Bridge is the kube bridge: one per hub API server, one writer (the binary runs one replica;
-// fleetd one in process).
+// LeasePrefix begins the name of the lease (pkg/lease, bucket fleet-leases) a bridge holds while
+// it writes: kube-bridge.<uid of the hub's kube-system namespace>. So two bridges on one hub (two
+// replicas, or fleetd's and a binary's) write one at a time, and bridges of different hubs do
+// not wait on each other. The kube-bridge NATS identity may write these keys alone.
+const LeasePrefix = "kube-bridge"
+
+// Bridge is the kube bridge: one writer per hub API server at a time, under a lease; another
+// bridge of the same hub mirrors the same state and stands by.
 type Bridge struct {
 	cfg  Config
 	js   jetstream.JetStream
@@ -67,6 +74,10 @@ type Bridge struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
+	// leading is whether this bridge holds the hub's lease (and so writes); leaseName is it.
+	leading   atomic.Bool
+	leaseName string
+	leader    prometheus.Gauge
 
 	// Set by Run before the controllers start.
 	clusters  *view.Cache[*clusterv1.Cluster]
@@ -136,6 +147,8 @@ func New(cfg Config, js jetstream.JetStream, rc *rest.Config, log *zap.Logger) (
 			Help: "Objects the kube bridge applied without some of the fleet's fields, which the hub's schema would refuse (logged by field path)."}, []string{"kind"}),
 		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetstream_kube_bridge_foreign_objects_total",
 			Help: "Times the kube bridge left alone an object of a name it would write because another writer holds it."}, []string{"kind"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetstream_kube_bridge_leader",
+			Help: "1 while this kube bridge holds its hub's lease and writes, 0 while another bridge of the hub does (standby)."}),
 	}
 
 	// The hub's side: the ClusterProfiles of the namespace (every manager's: a name another
@@ -245,16 +258,19 @@ func (b *Bridge) Mount(srv *server.Server) {
 
 // Collectors are the bridge's metrics: its queues' and its refusals.
 func (b *Bridge) Collectors() []prometheus.Collector {
-	out := append(append(b.profiles.Collectors(), b.placements.Collectors()...), b.leftOut, b.foreign)
+	out := append(append(b.profiles.Collectors(), b.placements.Collectors()...), b.leftOut, b.foreign, b.leader)
 	if b.inbound != nil {
 		out = append(out, b.inbound.Collectors()...)
 	}
 	return out
 }
 
-// Ready is closed once the bridge has installed its CRDs, mirrors the views and the hub, and
-// reconciles.
+// Ready is closed once the bridge has installed its CRDs and mirrors the views and the hub: it
+// then reconciles, or stands by while another bridge of the hub holds the lease.
 func (b *Bridge) Ready() <-chan struct{} { return b.ready }
+
+// Leading reports whether this bridge holds its hub's lease, and so is the one that writes.
+func (b *Bridge) Leading() bool { return b.leading.Load() }
 
 // Sync reconciles every key of both kinds against the views and the hub as they are now (tests).
 func (b *Bridge) Sync(ctx context.Context) error {
@@ -277,6 +293,9 @@ func (b *Bridge) run(ctx context.Context) error {
 		return err
 	}
 	if err := b.retry(ctx, "ensure namespace "+b.cfg.Namespace, b.ensureNamespace); err != nil {
+		return err
+	}
+	if err := b.retry(ctx, "identify the hub (namespace kube-system)", b.identifyHub); err != nil {
 		return err
 	}
 	clustersKV, err := view.WaitBucket(ctx, b.js, subjects.ClustersBucket, b.log)
@@ -312,20 +331,43 @@ func (b *Bridge) run(ctx context.Context) error {
 		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 			return nil
 		}
-		if b.inbound != nil {
-			g.Go(func() error { return b.inbound.Run(ctx) })
-		}
-		g.Go(func() error {
-			return b.profiles.Run(ctx, reconcile.Watch(b.clusters, func(u view.Update[*clusterv1.Cluster]) []string {
-				return []string{u.Value.GetName()}
-			}))
-		})
-		g.Go(func() error { return b.placements.Run(ctx, reconcile.Watch(b.decisions, nil)) })
 		b.readyOnce.Do(func() { close(b.ready) })
-		b.log.Info("publishing the fleet to the hub", zap.String("namespace", b.cfg.Namespace))
-		return nil
+		// Only the holder of the hub's lease writes (the CRDs and the namespace above are
+		// created alike by any bridge): the controllers run while it is held, and start again
+		// with a fresh queue, every key, when it is regained.
+		return lease.Run(ctx, b.js, b.leaseName, lease.DefaultHolder(), lease.DefaultTTL, b.lead, lease.WithLogger(b.log))
 	})
 	return g.Wait()
+}
+
+// lead runs the controllers while this bridge holds the lease.
+func (b *Bridge) lead(ctx context.Context) error {
+	b.leading.Store(true)
+	b.leader.Set(1)
+	defer func() { b.leading.Store(false); b.leader.Set(0) }()
+	g, ctx := errgroup.WithContext(ctx)
+	if b.inbound != nil {
+		g.Go(func() error { return b.inbound.Run(ctx) })
+	}
+	g.Go(func() error {
+		return b.profiles.Run(ctx, reconcile.Watch(b.clusters, func(u view.Update[*clusterv1.Cluster]) []string {
+			return []string{u.Value.GetName()}
+		}))
+	})
+	g.Go(func() error { return b.placements.Run(ctx, reconcile.Watch(b.decisions, nil)) })
+	b.log.Info("holding the hub's lease: publishing the fleet to the hub", zap.String("lease", b.leaseName), zap.String("namespace", b.cfg.Namespace))
+	return g.Wait()
+}
+
+// identifyHub names the bridge's lease after the hub: the uid of its kube-system namespace,
+// which every API server creates at its first start and keeps.
+func (b *Bridge) identifyHub(ctx context.Context) error {
+	ns, err := b.kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	b.leaseName = LeasePrefix + "." + string(ns.UID)
+	return nil
 }
 
 // retry calls fn until it succeeds or ctx ends, backing off from 1 s to 30 s.

@@ -2,7 +2,7 @@
 // (multicluster.x-k8s.io/v1alpha1) per registered cluster and OCM PlacementDecisions
 // (cluster.open-cluster-management.io/v1beta1) per placement decision (docs/kubernetes.md). It
 // connects to NATS as the kube-bridge service, which may read the views it mirrors and write
-// nothing. Run one replica per hub: it is the one writer of what it publishes.
+// nothing but its own lease: any number may run per hub, and the holder of the hub's lease writes.
 package main
 
 import (
