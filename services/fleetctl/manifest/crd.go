@@ -7,7 +7,7 @@ import (
 
 // CRDKinds are the kinds the kube bridge serves as CustomResourceDefinitions on a hub API
 // server (docs/kubernetes.md), in the order their files are written.
-var CRDKinds = []string{"Project", "NamespaceBinding", "ProjectRoleBinding"}
+var CRDKinds = []string{"Project", "NamespaceBinding", "ProjectRoleBinding", "Placement", "RoleTemplate", "ClusterSet", "ClusterSetBinding"}
 
 // CRDImmutable are, per kind, the spec fields a custom resource may not change once created:
 // the ones that say which Fleetstream object it is (a binding is what it binds; a project's
@@ -17,6 +17,8 @@ var crdImmutable = map[string][]string{
 	"Project":            {"displayName"},
 	"NamespaceBinding":   {"project", "cluster", "placement"},
 	"ProjectRoleBinding": {"project", "subject", "roleTemplate"},
+	"Placement":          {"project"},
+	"ClusterSetBinding":  {"project", "clusterSet"},
 }
 
 // CRD returns the CustomResourceDefinition of kind k in group fleetstream.io, version v1alpha1,

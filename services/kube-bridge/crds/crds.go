@@ -36,7 +36,17 @@ var (
 	NamespaceBindings []byte
 	//go:embed fleetstream.io_projectrolebindings.yaml
 	ProjectRoleBindings []byte
+	//go:embed fleetstream.io_placements.yaml
+	Placements []byte
+	//go:embed fleetstream.io_roletemplates.yaml
+	RoleTemplates []byte
+	//go:embed fleetstream.io_clustersets.yaml
+	ClusterSets []byte
+	//go:embed fleetstream.io_clustersetbindings.yaml
+	ClusterSetBindings []byte
 )
 
 // Fleetstream lists the fleetstream.io CRDs.
-func Fleetstream() [][]byte { return [][]byte{Projects, NamespaceBindings, ProjectRoleBindings} }
+func Fleetstream() [][]byte {
+	return [][]byte{Projects, NamespaceBindings, ProjectRoleBindings, Placements, RoleTemplates, ClusterSets, ClusterSetBindings}
+}

@@ -184,12 +184,9 @@ func New(cfg Config, js jetstream.JetStream, rc *rest.Config, log *zap.Logger) (
 		}
 		b.in = newInbound(cfg.APIURL, token, admin)
 		customs = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-		for _, k := range []struct {
-			name string
-			gvr  schema.GroupVersionResource
-		}{{"Project", ProjectGVR}, {"NamespaceBinding", NamespaceBindingGVR}, {"ProjectRoleBinding", ProjectRoleBindingGVR}} {
+		for _, k := range inboundKinds {
 			// The dynamic informer indexes by namespace already (cache.NamespaceIndex).
-			ik := &inboundKind{name: k.name, gvr: k.gvr, inf: customs.ForResource(k.gvr).Informer()}
+			ik := &inboundKind{name: k.name, gvr: k.gvr, namespaced: k.namespaced, inf: customs.ForResource(k.gvr).Informer()}
 			b.in.kinds = append(b.in.kinds, ik)
 		}
 		b.inbound = reconcile.New(reconcile.Config{Name: "kube-bridge-inbound", Keys: b.inboundKeys, Resync: cfg.Resync,

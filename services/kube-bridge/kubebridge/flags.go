@@ -34,12 +34,12 @@ type Config struct {
 	// resources through (--kube-bridge-api-url; fleetd: its own listener).
 	APIURL string
 	// APITokenFile holds the bearer token of the bridge's own API user, which acts for the
-	// namespaced kinds (NamespaceBinding, ProjectRoleBinding) and should be project-owner in
+	// namespaced kinds (NamespaceBinding, ProjectRoleBinding, Placement, ClusterSetBinding) and should be project-owner in
 	// the mapped projects only (--kube-bridge-api-token-file). Empty: no write side.
 	APITokenFile string
-	// ProjectsTokenFile holds the token of a platform admin, used for the cluster-scoped
-	// Project kind only, which hub RBAC restricts to hub admins (--kube-bridge-projects-token-file).
-	// Empty: Project objects are not reconciled (status NotConfigured).
+	// ProjectsTokenFile holds the token of a platform admin, used for the cluster-scoped kinds
+	// only (Project, RoleTemplate, ClusterSet), which hub RBAC restricts to hub admins
+	// (--kube-bridge-projects-token-file). Empty: they are not reconciled (status NotConfigured).
 	ProjectsTokenFile string
 }
 
@@ -54,8 +54,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Namespace, "kube-bridge-namespace", DefaultNamespace, "hub namespace of the kube bridge's ClusterProfiles, created if missing")
 	fs.DurationVar(&c.Resync, "kube-bridge-resync", 0, "how often the kube bridge looks at every object again (default 10m)")
 	fs.StringVar(&c.APIURL, "kube-bridge-api-url", "", "base URL of Fleetstream's API the kube bridge writes fleetstream.io objects of the hub through (fleetd: its own listener)")
-	fs.StringVar(&c.APITokenFile, "kube-bridge-api-token-file", "", "file with the API token of the kube bridge's own user, project-owner in the mapped projects only, for NamespaceBindings and ProjectRoleBindings of the hub; empty: the bridge writes nothing into Fleetstream")
-	fs.StringVar(&c.ProjectsTokenFile, "kube-bridge-projects-token-file", "", "file with a platform admin's API token, used for the hub's cluster-scoped Project objects only; empty: they are not reconciled")
+	fs.StringVar(&c.APITokenFile, "kube-bridge-api-token-file", "", "file with the API token of the kube bridge's own user, project-owner in the mapped projects only, for the hub's namespaced fleetstream.io objects (NamespaceBinding, ProjectRoleBinding, Placement, ClusterSetBinding); empty: the bridge writes nothing into Fleetstream")
+	fs.StringVar(&c.ProjectsTokenFile, "kube-bridge-projects-token-file", "", "file with a platform admin's API token, used for the hub's cluster-scoped fleetstream.io objects only (Project, RoleTemplate, ClusterSet); empty: they are not reconciled")
 }
 
 // Enabled reports whether a hub was given (a kubeconfig, or the cluster the bridge runs in).

@@ -14,11 +14,16 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
+	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -31,7 +36,31 @@ var (
 	ProjectGVR            = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "projects"}
 	NamespaceBindingGVR   = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "namespacebindings"}
 	ProjectRoleBindingGVR = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "projectrolebindings"}
+	PlacementGVR          = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "placements"}
+	RoleTemplateGVR       = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "roletemplates"}
+	ClusterSetGVR         = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "clustersets"}
+	ClusterSetBindingGVR  = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "clustersetbindings"}
 )
+
+// inboundKinds are the fleetstream.io kinds the bridge reconciles. A namespaced kind lives in a
+// project (fleetctl apply's manifests give it metadata.project) and acts, as the bridge's own
+// limited identity, only in the project its hub namespace is mapped to. A cluster-scoped kind is
+// fleet-wide, a platform admin's to change in Fleetstream: the bridge acts with the platform
+// token given for them (--kube-bridge-projects-token-file), and who may create one on the hub is
+// the hub's RBAC on a cluster-scoped resource, which hub admins alone hold by default.
+var inboundKinds = []struct {
+	name       string
+	gvr        schema.GroupVersionResource
+	namespaced bool
+}{
+	{"Project", ProjectGVR, false},
+	{"RoleTemplate", RoleTemplateGVR, false},
+	{"ClusterSet", ClusterSetGVR, false},
+	{"NamespaceBinding", NamespaceBindingGVR, true},
+	{"ProjectRoleBinding", ProjectRoleBindingGVR, true},
+	{"Placement", PlacementGVR, true},
+	{"ClusterSetBinding", ClusterSetBindingGVR, true},
+}
 
 // Finalizer holds a fleetstream.io object on the hub until the bridge has removed what it made
 // of it in Fleetstream.
@@ -43,7 +72,7 @@ const (
 	ReasonForbidden      = "Forbidden"      // the namespace is not mapped to the object's project, or the API refused the bridge's identity
 	ReasonRefused        = "Refused"        // the API refused the object (its message says why); retried when the object or the fleet changes
 	ReasonAPIUnavailable = "APIUnavailable" // the API could not be reached; retried with backoff
-	ReasonNotConfigured  = "NotConfigured"  // a Project without --kube-bridge-projects-token-file
+	ReasonNotConfigured  = "NotConfigured"  // a cluster-scoped kind without --kube-bridge-projects-token-file
 	ReasonDeleting       = "Deleting"       // removing it from Fleetstream failed (unreachable, or refused for now); retried
 )
 
@@ -52,16 +81,25 @@ type inboundKind struct {
 	name string
 	gvr  schema.GroupVersionResource
 	inf  cache.SharedIndexInformer
+	// namespaced: the kind lives in a project and in a hub namespace mapped to it; otherwise it
+	// is cluster-scoped and acts with the platform identity.
+	namespaced bool
 }
 
 // inbound are the bridge's write side: the informers of its custom resources and the API
 // clients it acts with.
 type inbound struct {
-	kinds    []*inboundKind
-	projects projectv1connect.ProjectServiceClient // namespaced kinds: the bridge's limited identity
-	rbac     rbacv1connect.RBACServiceClient
-	// admin is the Project kind's client (a platform admin's token), nil without one.
-	admin projectv1connect.ProjectServiceClient
+	kinds []*inboundKind
+	// The namespaced kinds' clients: the bridge's limited identity.
+	projects    projectv1connect.ProjectServiceClient
+	rbac        rbacv1connect.RBACServiceClient
+	placements  placementv1connect.PlacementServiceClient
+	clusterSets placementv1connect.ClusterSetServiceClient
+	// admin and its siblings are the cluster-scoped kinds' clients (a platform admin's token),
+	// nil without one.
+	admin            projectv1connect.ProjectServiceClient
+	adminRBAC        rbacv1connect.RBACServiceClient
+	adminClusterSets placementv1connect.ClusterSetServiceClient
 }
 
 func (in *inbound) kind(name string) *inboundKind {
@@ -86,17 +124,21 @@ func bearer(token string) connect.ClientOption {
 func newInbound(url, token, adminToken string) *inbound {
 	hc := &http.Client{Timeout: 30 * time.Second}
 	in := &inbound{
-		projects: projectv1connect.NewProjectServiceClient(hc, url, bearer(token)),
-		rbac:     rbacv1connect.NewRBACServiceClient(hc, url, bearer(token)),
+		projects:    projectv1connect.NewProjectServiceClient(hc, url, bearer(token)),
+		rbac:        rbacv1connect.NewRBACServiceClient(hc, url, bearer(token)),
+		placements:  placementv1connect.NewPlacementServiceClient(hc, url, bearer(token)),
+		clusterSets: placementv1connect.NewClusterSetServiceClient(hc, url, bearer(token)),
 	}
 	if adminToken != "" {
 		in.admin = projectv1connect.NewProjectServiceClient(hc, url, bearer(adminToken))
+		in.adminRBAC = rbacv1connect.NewRBACServiceClient(hc, url, bearer(adminToken))
+		in.adminClusterSets = placementv1connect.NewClusterSetServiceClient(hc, url, bearer(adminToken))
 	}
 	return in
 }
 
 // inboundKey is a custom resource's queue key: kind/namespace/name (namespace empty for a
-// Project).
+// cluster-scoped kind).
 func inboundKey(kind string, obj any) string {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -166,7 +208,7 @@ func (b *Bridge) reconcileInbound(ctx context.Context, key string) error {
 		case !wasApplied:
 			// Never applied (refused, or deleted before its first apply): whatever Fleetstream
 			// holds under the same name is someone else's, and not the object's to remove.
-		case k.name != "Project" && b.namespaceLabel(u.GetNamespace()) != applied:
+		case k.namespaced && b.namespaceLabel(u.GetNamespace()) != applied:
 			// The namespace is no longer mapped to the project the object acted in (remapped,
 			// or its label removed): its writers have no say there any more, so what was
 			// made stays in Fleetstream. A namespace being deleted keeps its label, and with
@@ -261,15 +303,18 @@ func (b *Bridge) setAppliedProject(ctx context.Context, k *inboundKind, u *unstr
 }
 
 // projectOf is the Fleetstream project the object acts on, or why it may not: a Project is its
-// own name (who may create one is the hub's RBAC on a cluster-scoped kind); a namespaced object
-// acts only in the project its hub namespace is mapped to, and spec.project, if given, must be
-// that one.
+// own name, another cluster-scoped kind none (who may create them is the hub's RBAC on a
+// cluster-scoped kind); a namespaced object acts only in the project its hub namespace is mapped
+// to, and spec.project, if given, must be that one.
 func (b *Bridge) projectOf(k *inboundKind, u *unstructured.Unstructured) (string, *refusal) {
-	if k.name == "Project" {
+	if !k.namespaced {
 		if b.in.admin == nil {
-			return "", &refusal{ReasonNotConfigured, "the kube bridge has no identity that may create projects (--kube-bridge-projects-token-file)"}
+			return "", &refusal{ReasonNotConfigured, "the kube bridge has no platform identity for cluster-scoped " + k.name + " objects (--kube-bridge-projects-token-file)"}
 		}
-		return u.GetName(), nil
+		if k.name == "Project" {
+			return u.GetName(), nil
+		}
+		return "", nil
 	}
 	ns := u.GetNamespace()
 	named, _, _ := unstructured.NestedString(u.Object, "spec", "project")
@@ -329,8 +374,32 @@ func (b *Bridge) applyInbound(ctx context.Context, k *inboundKind, u *unstructur
 			return err
 		}
 		return b.applyProjectRoleBinding(ctx, project, &rb)
+	case "Placement":
+		var p placementv1.Placement
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &p) }); err != nil {
+			return err
+		}
+		return b.applyPlacement(ctx, project, u.GetName(), &p)
+	case "ClusterSetBinding":
+		var sb placementv1.ClusterSetBinding
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &sb) }); err != nil {
+			return err
+		}
+		return b.applyClusterSetBinding(ctx, project, sb.ClusterSet)
+	case "RoleTemplate":
+		var t rbacv1.RoleTemplate
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &t) }); err != nil {
+			return err
+		}
+		return b.applyRoleTemplate(ctx, u.GetName(), &t)
+	case "ClusterSet":
+		var cs placementv1.ClusterSet
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &cs) }); err != nil {
+			return err
+		}
+		return b.applyClusterSet(ctx, u.GetName(), &cs)
 	}
-	return nil
+	return fmt.Errorf("kind %s has no reconciler", k.name)
 }
 
 func (b *Bridge) deleteInbound(ctx context.Context, k *inboundKind, u *unstructured.Unstructured, project string) error {
@@ -352,6 +421,18 @@ func (b *Bridge) deleteInbound(ctx context.Context, k *inboundKind, u *unstructu
 		}
 		_, err = b.in.rbac.UnbindProjectRole(ctx, connect.NewRequest(&rbacv1.UnbindProjectRoleRequest{
 			Project: project, Subject: rb.Subject, RoleTemplate: rb.RoleTemplate}))
+	case "Placement":
+		_, err = b.in.placements.DeletePlacement(ctx, connect.NewRequest(&placementv1.DeletePlacementRequest{Project: project, Name: u.GetName()}))
+	case "ClusterSetBinding":
+		var sb placementv1.ClusterSetBinding
+		if derr := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &sb) }); derr != nil {
+			return nil
+		}
+		_, err = b.in.clusterSets.UnbindClusterSet(ctx, connect.NewRequest(&placementv1.UnbindClusterSetRequest{Project: project, ClusterSet: sb.ClusterSet}))
+	case "RoleTemplate":
+		_, err = b.in.adminRBAC.DeleteRoleTemplate(ctx, connect.NewRequest(&rbacv1.DeleteRoleTemplateRequest{Name: u.GetName()}))
+	case "ClusterSet":
+		_, err = b.in.adminClusterSets.DeleteClusterSet(ctx, connect.NewRequest(&placementv1.DeleteClusterSetRequest{Name: u.GetName()}))
 	}
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		return nil // already gone
@@ -438,6 +519,100 @@ func (b *Bridge) applyProjectRoleBinding(ctx context.Context, project string, wa
 	}
 	_, err = b.in.rbac.BindProjectRole(ctx, connect.NewRequest(&rbacv1.BindProjectRoleRequest{
 		Project: project, Subject: want.Subject, RoleTemplate: want.RoleTemplate}))
+	return err
+}
+
+// declared is a copy of live holding only the top-level fields an object of the kind declares
+// (its CRD's spec, fleetctl apply's manifest fields): what the bridge compares with the object,
+// leaving out what the API computes (name, revision, times, status).
+func declared(live proto.Message, fields ...string) proto.Message {
+	c := proto.Clone(live)
+	m := c.ProtoReflect()
+	m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		if !slices.Contains(fields, string(fd.Name())) {
+			m.Clear(fd)
+		}
+		return true
+	})
+	return c
+}
+
+// placementFields are the fields of a Placement object (manifest.Kind Placement's Fields).
+var placementFields = []string{"cluster_sets", "number_of_clusters", "predicates", "tolerations", "prioritizer_policy", "decision_strategy"}
+
+// applyPlacement creates the placement if the project has none of the name, and updates it
+// (on the revision read) if what it declares differs. One that exists (made through the API) is
+// taken as the object's.
+func (b *Bridge) applyPlacement(ctx context.Context, project, name string, want *placementv1.Placement) error {
+	res, err := b.in.placements.GetPlacement(ctx, connect.NewRequest(&placementv1.GetPlacementRequest{Project: project, Name: name}))
+	p := proto.Clone(want).(*placementv1.Placement)
+	p.Project, p.Name = project, name
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		_, err = b.in.placements.CreatePlacement(ctx, connect.NewRequest(&placementv1.CreatePlacementRequest{Placement: p}))
+		return err
+	case err != nil:
+		return err
+	}
+	if proto.Equal(declared(res.Msg.Placement, placementFields...), declared(want, placementFields...)) {
+		return nil
+	}
+	_, err = b.in.placements.UpdatePlacement(ctx, connect.NewRequest(&placementv1.UpdatePlacementRequest{Placement: p, ExpectedRevision: res.Msg.Placement.GetRevision()}))
+	return err
+}
+
+// applyClusterSetBinding binds the cluster set to the project if it is not bound.
+func (b *Bridge) applyClusterSetBinding(ctx context.Context, project, set string) error {
+	res, err := b.in.clusterSets.ListClusterSetBindings(ctx, connect.NewRequest(&placementv1.ListClusterSetBindingsRequest{Project: project}))
+	if err != nil {
+		return err
+	}
+	for _, sb := range res.Msg.Bindings {
+		if sb.Project == project && sb.ClusterSet == set {
+			return nil
+		}
+	}
+	_, err = b.in.clusterSets.BindClusterSet(ctx, connect.NewRequest(&placementv1.BindClusterSetRequest{Project: project, ClusterSet: set}))
+	return err
+}
+
+var roleTemplateFields = []string{"display_name", "rules", "inherits", "locked"}
+
+// applyRoleTemplate creates the role template, or updates the declared fields that differ.
+func (b *Bridge) applyRoleTemplate(ctx context.Context, name string, want *rbacv1.RoleTemplate) error {
+	res, err := b.in.adminRBAC.GetRoleTemplate(ctx, connect.NewRequest(&rbacv1.GetRoleTemplateRequest{Name: name}))
+	t := proto.Clone(want).(*rbacv1.RoleTemplate)
+	t.Name = name
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		_, err = b.in.adminRBAC.CreateRoleTemplate(ctx, connect.NewRequest(&rbacv1.CreateRoleTemplateRequest{Template: t}))
+		return err
+	case err != nil:
+		return err
+	}
+	if proto.Equal(declared(res.Msg.Template, roleTemplateFields...), declared(want, roleTemplateFields...)) {
+		return nil
+	}
+	_, err = b.in.adminRBAC.UpdateRoleTemplate(ctx, connect.NewRequest(&rbacv1.UpdateRoleTemplateRequest{Template: t,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: roleTemplateFields}, ExpectedRevision: res.Msg.Template.GetRevision()}))
+	return err
+}
+
+// applyClusterSet creates the cluster set, or updates its selector if it differs.
+func (b *Bridge) applyClusterSet(ctx context.Context, name string, want *placementv1.ClusterSet) error {
+	res, err := b.in.adminClusterSets.GetClusterSet(ctx, connect.NewRequest(&placementv1.GetClusterSetRequest{Name: name}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		_, err = b.in.adminClusterSets.CreateClusterSet(ctx, connect.NewRequest(&placementv1.CreateClusterSetRequest{Name: name, Selector: want.Selector}))
+		return err
+	case err != nil:
+		return err
+	}
+	if proto.Equal(res.Msg.ClusterSet.GetSelector(), want.GetSelector()) {
+		return nil
+	}
+	_, err = b.in.adminClusterSets.UpdateClusterSet(ctx, connect.NewRequest(&placementv1.UpdateClusterSetRequest{Name: name, Selector: want.Selector,
+		ExpectedRevision: res.Msg.ClusterSet.GetRevision()}))
 	return err
 }
 
