@@ -7,7 +7,13 @@ import (
 
 // CRDKinds are the kinds the kube bridge serves as CustomResourceDefinitions on a hub API
 // server (docs/kubernetes.md), in the order their files are written.
-var CRDKinds = []string{"Project", "NamespaceBinding", "ProjectRoleBinding", "Placement", "RoleTemplate", "ClusterSet", "ClusterSetBinding"}
+var CRDKinds = []string{"Project", "NamespaceBinding", "ProjectRoleBinding", "Placement", "RoleTemplate", "ClusterSet", "ClusterSetBinding", "ServiceWeights"}
+
+// crdNamespaced are the kinds that are fleet-wide in a manifest but namespaced on a hub: a
+// ServiceWeights names its member-cluster namespace in spec.namespace and is authorized by the
+// project owning it, so on the hub it lives in a namespace mapped to that project (and carries
+// no spec.project: the mapping alone says which project it acts in).
+var crdNamespaced = map[string]bool{"ServiceWeights": true}
 
 // CRDImmutable are, per kind, the spec fields a custom resource may not change once created:
 // the ones that say which Fleetstream object it is (a binding is what it binds; a project's
@@ -19,6 +25,7 @@ var crdImmutable = map[string][]string{
 	"ProjectRoleBinding": {"project", "subject", "roleTemplate"},
 	"Placement":          {"project"},
 	"ClusterSetBinding":  {"project", "clusterSet"},
+	"ServiceWeights":     {"namespace"},
 }
 
 // CRD returns the CustomResourceDefinition of kind k in group fleetstream.io, version v1alpha1,
@@ -29,6 +36,9 @@ var crdImmutable = map[string][]string{
 func (k *Kind) CRD() map[string]any {
 	spec := structural(k.messageSchema(k.Spec.ProtoReflect().Descriptor(), "")).(map[string]any)
 	scope := "Cluster"
+	if crdNamespaced[k.Name] {
+		scope = "Namespaced"
+	}
 	if k.Project {
 		scope = "Namespaced"
 		props := spec["properties"].(map[string]any)
@@ -40,14 +50,17 @@ func (k *Kind) CRD() map[string]any {
 	var rules []any
 	for _, f := range crdImmutable[k.Name] {
 		rules = append(rules, map[string]any{
-			"rule":    fmt.Sprintf("has(self.%[1]s) == has(oldSelf.%[1]s) && (!has(self.%[1]s) || self.%[1]s == oldSelf.%[1]s)", f),
+			"rule":    fmt.Sprintf("has(self.%[1]s) == has(oldSelf.%[1]s) && (!has(self.%[1]s) || self.%[1]s == oldSelf.%[1]s)", celField(f)),
 			"message": "spec." + f + " cannot be changed: delete the object and create another",
 		})
 	}
 	if len(rules) > 0 {
 		spec["x-kubernetes-validations"] = rules
 	}
-	plural := strings.ToLower(k.Name) + "s"
+	plural := strings.ToLower(k.Name)
+	if !strings.HasSuffix(plural, "s") { // serviceweights is its own plural
+		plural += "s"
+	}
 	return map[string]any{
 		"apiVersion": "apiextensions.k8s.io/v1",
 		"kind":       "CustomResourceDefinition",
@@ -87,6 +100,18 @@ func (k *Kind) CRD() map[string]any {
 			}},
 		},
 	}
+}
+
+// celField is how a CEL rule of a CRD names property f: a CEL reserved word (ServiceWeights'
+// spec.namespace) is escaped as __f__, as the API server's CEL environment requires; unescaped,
+// the rule does not resolve and the CRD is refused (an estimated cost past every budget).
+func celField(f string) string {
+	switch f {
+	case "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function", "if",
+		"import", "let", "loop", "package", "namespace", "return", "var", "void", "while":
+		return "__" + f + "__"
+	}
+	return f
 }
 
 // Group and Version of the custom resources: the manifests' APIVersion.

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -32,7 +34,8 @@ import (
 	"github.com/fleetstream/fleetstream/services/kube-bridge/kubebridge"
 )
 
-// TestKubeBridgeWritesPlacementsRoleTemplatesAndClusterSets: the other manifest kinds as
+// TestKubeBridgeWritesPlacementsRoleTemplatesAndClusterSets: the other manifest kinds (and
+// ServiceWeights) as
 // fleetstream.io objects. Cluster-scoped RoleTemplates and ClusterSets act with the platform
 // identity; namespaced Placements and ClusterSetBindings with the bridge's own, in the project
 // their hub namespace is mapped to. A hub user whose RBAC is namespace team-a alone cannot reach
@@ -231,7 +234,7 @@ func TestKubeBridgeWritesPlacementsRoleTemplatesAndClusterSets(t *testing.T) {
 		t.Fatalf("team-b's cluster set bindings: %v, %v; want none", bound, err)
 	}
 
-	// Deleting removes from Fleetstream what each object made.
+	// del deletes an object on the hub and waits until it is gone (its finalizer released).
 	del := func(gvr schema.GroupVersionResource, ns, name string) {
 		t.Helper()
 		if err := dyn.Resource(gvr).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
@@ -245,6 +248,55 @@ func TestKubeBridgeWritesPlacementsRoleTemplatesAndClusterSets(t *testing.T) {
 			return nil
 		})
 	}
+	// ServiceWeights: namespaced on the hub, acting only in clusters where its member-cluster
+	// namespace is the mapped project's. payments is team-a's on c1 and team-b's on c2.
+	if _, err := clusters.RegisterCluster(ctx, connect.NewRequest(&clusterv1.RegisterClusterRequest{Name: "c2"})); err != nil {
+		t.Fatal(err)
+	}
+	for c, p := range map[string]string{"c1": "team-a", "c2": "team-b"} {
+		if _, err := projects.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: p, Cluster: c, Namespace: "payments"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	endpoints := endpointv1connect.NewEndpointServiceClient(http.DefaultClient, url, withToken(apiToken))
+	weightsOf := func(name string) map[string]uint32 {
+		t.Helper()
+		res, err := endpoints.ListServiceWeights(ctx, connect.NewRequest(&endpointv1.ListServiceWeightsRequest{Namespace: "payments"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range res.Msg.Weights {
+			if w.Name == name {
+				return w.ClusterWeights
+			}
+		}
+		return nil
+	}
+	if err := create(mallory, object("ServiceWeights", "team-a", "api", map[string]any{"namespace": "payments", "clusterWeights": map[string]any{"c1": int64(0)}}), kubebridge.ServiceWeightsGVR); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, dyn, kubebridge.ServiceWeightsGVR, "team-a", "api", "True", kubebridge.ReasonApplied)
+	if w := weightsOf("api"); len(w) != 1 || w["c1"] != 0 {
+		t.Fatalf("weights of payments/api: %v, want c1 drained", w)
+	}
+	// The attack: draining team-b's cluster of the namespace from team-a.
+	if err := create(mallory, object("ServiceWeights", "team-a", "checkout", map[string]any{"namespace": "payments", "clusterWeights": map[string]any{"c2": int64(0)}}), kubebridge.ServiceWeightsGVR); err != nil {
+		t.Fatal(err)
+	}
+	u := waitReady(t, ctx, dyn, kubebridge.ServiceWeightsGVR, "team-a", "checkout", "False", kubebridge.ReasonForbidden)
+	if _, _, msg, _ := readyOf(u); !strings.Contains(msg, "namespace payments on cluster c2 is not bound to project team-a") {
+		t.Fatalf("ServiceWeights team-a/checkout: Forbidden %q, want the namespace's reason", msg)
+	}
+	if w := weightsOf("checkout"); w != nil {
+		t.Fatalf("weights of payments/checkout after the attack: %v, want none", w)
+	}
+	del(kubebridge.ServiceWeightsGVR, "team-a", "api")
+	if w := weightsOf("api"); w != nil {
+		t.Fatalf("weights of payments/api after its object was deleted: %v, want the defaults", w)
+	}
+	del(kubebridge.ServiceWeightsGVR, "team-a", "checkout")
+
+	// Deleting removes from Fleetstream what each object made.
 	del(kubebridge.PlacementGVR, "team-a", "web")
 	if _, err := placements.GetPlacement(ctx, connect.NewRequest(&placementv1.GetPlacementRequest{Project: "team-a", Name: "web"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("placement team-a/web after its object was deleted: %v", err)

@@ -44,9 +44,11 @@ var (
 	ClusterSets []byte
 	//go:embed fleetstream.io_clustersetbindings.yaml
 	ClusterSetBindings []byte
+	//go:embed fleetstream.io_serviceweights.yaml
+	ServiceWeights []byte
 )
 
 // Fleetstream lists the fleetstream.io CRDs.
 func Fleetstream() [][]byte {
-	return [][]byte{Projects, NamespaceBindings, ProjectRoleBindings, Placements, RoleTemplates, ClusterSets, ClusterSetBindings}
+	return [][]byte{Projects, NamespaceBindings, ProjectRoleBindings, Placements, RoleTemplates, ClusterSets, ClusterSetBindings, ServiceWeights}
 }

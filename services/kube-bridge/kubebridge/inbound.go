@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
+	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1/endpointv1connect"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1/placementv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
@@ -40,6 +42,7 @@ var (
 	RoleTemplateGVR       = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "roletemplates"}
 	ClusterSetGVR         = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "clustersets"}
 	ClusterSetBindingGVR  = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "clustersetbindings"}
+	ServiceWeightsGVR     = schema.GroupVersionResource{Group: "fleetstream.io", Version: "v1alpha1", Resource: "serviceweights"}
 )
 
 // inboundKinds are the fleetstream.io kinds the bridge reconciles. A namespaced kind lives in a
@@ -60,6 +63,7 @@ var inboundKinds = []struct {
 	{"ProjectRoleBinding", ProjectRoleBindingGVR, true},
 	{"Placement", PlacementGVR, true},
 	{"ClusterSetBinding", ClusterSetBindingGVR, true},
+	{"ServiceWeights", ServiceWeightsGVR, true},
 }
 
 // Finalizer holds a fleetstream.io object on the hub until the bridge has removed what it made
@@ -95,6 +99,7 @@ type inbound struct {
 	rbac        rbacv1connect.RBACServiceClient
 	placements  placementv1connect.PlacementServiceClient
 	clusterSets placementv1connect.ClusterSetServiceClient
+	endpoints   endpointv1connect.EndpointServiceClient
 	// admin and its siblings are the cluster-scoped kinds' clients (a platform admin's token),
 	// nil without one.
 	admin            projectv1connect.ProjectServiceClient
@@ -128,6 +133,7 @@ func newInbound(url, token, adminToken string) *inbound {
 		rbac:        rbacv1connect.NewRBACServiceClient(hc, url, bearer(token)),
 		placements:  placementv1connect.NewPlacementServiceClient(hc, url, bearer(token)),
 		clusterSets: placementv1connect.NewClusterSetServiceClient(hc, url, bearer(token)),
+		endpoints:   endpointv1connect.NewEndpointServiceClient(hc, url, bearer(token)),
 	}
 	if adminToken != "" {
 		in.admin = projectv1connect.NewProjectServiceClient(hc, url, bearer(adminToken))
@@ -398,6 +404,12 @@ func (b *Bridge) applyInbound(ctx context.Context, k *inboundKind, u *unstructur
 			return err
 		}
 		return b.applyClusterSet(ctx, u.GetName(), &cs)
+	case "ServiceWeights":
+		var w endpointv1.ServiceWeights
+		if err := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &w) }); err != nil {
+			return err
+		}
+		return b.applyServiceWeights(ctx, project, u.GetName(), &w)
 	}
 	return fmt.Errorf("kind %s has no reconciler", k.name)
 }
@@ -433,6 +445,13 @@ func (b *Bridge) deleteInbound(ctx context.Context, k *inboundKind, u *unstructu
 		_, err = b.in.adminRBAC.DeleteRoleTemplate(ctx, connect.NewRequest(&rbacv1.DeleteRoleTemplateRequest{Name: u.GetName()}))
 	case "ClusterSet":
 		_, err = b.in.adminClusterSets.DeleteClusterSet(ctx, connect.NewRequest(&placementv1.DeleteClusterSetRequest{Name: u.GetName()}))
+	case "ServiceWeights":
+		// Every weight of the service back to its default (what fleetctl apply's prune does).
+		var w endpointv1.ServiceWeights
+		if derr := decodeSpec(u, func(raw []byte) error { return protojson.Unmarshal(raw, &w) }); derr != nil {
+			return nil
+		}
+		err = b.applyServiceWeights(ctx, project, u.GetName(), &endpointv1.ServiceWeights{Namespace: w.Namespace})
 	}
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		return nil // already gone
@@ -614,6 +633,129 @@ func (b *Bridge) applyClusterSet(ctx context.Context, name string, want *placeme
 	_, err = b.in.adminClusterSets.UpdateClusterSet(ctx, connect.NewRequest(&placementv1.UpdateClusterSetRequest{Name: name, Selector: want.Selector,
 		ExpectedRevision: res.Msg.ClusterSet.GetRevision()}))
 	return err
+}
+
+// applyServiceWeights makes the weights of service name in the member-cluster namespace
+// want.Namespace those want declares, one call per weight that differs (fleetctl apply's
+// order: raises before cuts, so capacity is added before it is taken away). Only in clusters
+// where the namespace is the project's: the project comes from the hub namespace, and a weight
+// of another project's namespace is refused here even where the bridge's identity may set it.
+func (b *Bridge) applyServiceWeights(ctx context.Context, project, name string, want *endpointv1.ServiceWeights) error {
+	ns := want.Namespace
+	res, err := b.in.projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: project}))
+	if err != nil {
+		return err
+	}
+	owned := map[string]bool{} // clusters where the project has namespace ns
+	for _, nb := range res.Msg.Bindings {
+		if nb.Namespace == ns && nb.Cluster != "" {
+			owned[nb.Cluster] = true
+		}
+	}
+	have := &endpointv1.ServiceWeights{}
+	list, err := b.in.endpoints.ListServiceWeights(ctx, connect.NewRequest(&endpointv1.ListServiceWeightsRequest{Namespace: ns}))
+	if err != nil {
+		return err
+	}
+	for _, w := range list.Msg.Weights {
+		if w.Name != name {
+			continue
+		}
+		// Only the weights of clusters where the namespace is the project's are the object's
+		// to compare (and reset): another project's cluster of the same namespace name is none
+		// of its business, whatever the bridge's identity may read.
+		have = &endpointv1.ServiceWeights{ClusterWeights: map[string]uint32{}}
+		for c, wt := range w.ClusterWeights {
+			if owned[c] {
+				have.ClusterWeights[c] = wt
+			}
+		}
+		for _, e := range w.EndpointWeights {
+			if owned[e.ClusterName] {
+				have.EndpointWeights = append(have.EndpointWeights, e)
+			}
+		}
+	}
+	changes := weightChanges(want, have)
+	for _, c := range changes {
+		if !owned[c.cluster] {
+			return &refusal{ReasonForbidden, fmt.Sprintf("spec.namespace: namespace %s on cluster %s is not bound to project %s, the project hub namespace's objects act in", ns, c.cluster, project)}
+		}
+	}
+	for _, c := range changes {
+		var err error
+		switch {
+		case c.ip == "":
+			_, err = b.in.endpoints.SetClusterWeight(ctx, connect.NewRequest(&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: c.cluster, Weight: c.to}))
+		case c.reset:
+			_, err = b.in.endpoints.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Clear: true}))
+		default:
+			_, err = b.in.endpoints.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Weight: c.to}))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// weightChange is one weight to set: a cluster's (ip empty) or an endpoint's; reset clears an
+// endpoint weight no longer declared.
+type weightChange struct {
+	cluster, ip string
+	from, to    uint32
+	reset       bool
+}
+
+// weightChanges are the calls that turn have into want, weights left out being the default
+// 100: raises first, then cuts (fleetctl apply's weightChanges, whose order it keeps).
+func weightChanges(want, have *endpointv1.ServiceWeights) []weightChange {
+	var changes []weightChange
+	for _, c := range slices.Sorted(maps.Keys(want.ClusterWeights)) {
+		from, ok := have.ClusterWeights[c]
+		if !ok {
+			from = 100
+		}
+		if to := want.ClusterWeights[c]; to != from {
+			changes = append(changes, weightChange{cluster: c, from: from, to: to})
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(have.ClusterWeights)) {
+		if _, ok := want.ClusterWeights[c]; !ok && have.ClusterWeights[c] != 100 {
+			changes = append(changes, weightChange{cluster: c, from: have.ClusterWeights[c], to: 100})
+		}
+	}
+	endpoint := func(e *endpointv1.EndpointWeight) string { return e.ClusterName + "/" + e.Ip }
+	had := map[string]uint32{}
+	for _, e := range have.EndpointWeights {
+		had[endpoint(e)] = e.Weight
+	}
+	wanted := map[string]bool{}
+	for _, e := range want.EndpointWeights {
+		wanted[endpoint(e)] = true
+		from, ok := had[endpoint(e)]
+		if !ok {
+			from = 100
+		}
+		if !ok || from != e.Weight {
+			changes = append(changes, weightChange{cluster: e.ClusterName, ip: e.Ip, from: from, to: e.Weight})
+		}
+	}
+	for _, e := range have.EndpointWeights {
+		if !wanted[endpoint(e)] {
+			changes = append(changes, weightChange{cluster: e.ClusterName, ip: e.Ip, from: e.Weight, to: 100, reset: true})
+		}
+	}
+	slices.SortStableFunc(changes, func(a, b weightChange) int {
+		cut := func(c weightChange) int {
+			if c.to >= c.from {
+				return 0
+			}
+			return 1
+		}
+		return cut(a) - cut(b)
+	})
+	return changes
 }
 
 // classify turns an API error into the Ready condition's reason and message: the API's own
