@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +204,16 @@ func TestKubeBridgeWritesPlacementsRoleTemplatesAndClusterSets(t *testing.T) {
 		return nil
 	})
 
+	// Settled objects cost reads only: a resync of everything makes no write call to the API
+	// (what the API fills in by default is not taken for a difference).
+	before := apiWrites(t, inst)
+	if err := inst.KubeBridge.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := apiWrites(t, inst); after != before {
+		t.Fatalf("a resync of settled objects made %v write calls to the API", after-before)
+	}
+
 	// The attack: mallory writes in team-b's hub namespace (the hub refuses), then names
 	// project team-b from team-a (Forbidden, nothing done).
 	if err := create(mallory, object("Placement", "team-b", "evil", map[string]any{"clusterSets": []any{"prod"}}), kubebridge.PlacementGVR); !apierrors.IsForbidden(err) {
@@ -290,6 +301,14 @@ func TestKubeBridgeWritesPlacementsRoleTemplatesAndClusterSets(t *testing.T) {
 	if w := weightsOf("checkout"); w != nil {
 		t.Fatalf("weights of payments/checkout after the attack: %v, want none", w)
 	}
+	// Settled weights, and a refused object, make no write call either.
+	before = apiWrites(t, inst)
+	if err := inst.KubeBridge.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := apiWrites(t, inst); after != before {
+		t.Fatalf("a resync with settled weights made %v write calls to the API", after-before)
+	}
 	del(kubebridge.ServiceWeightsGVR, "team-a", "api")
 	if w := weightsOf("api"); w != nil {
 		t.Fatalf("weights of payments/api after its object was deleted: %v, want the defaults", w)
@@ -312,6 +331,33 @@ func TestKubeBridgeWritesPlacementsRoleTemplatesAndClusterSets(t *testing.T) {
 	// The objects mallory's attack left never made anything: deleting them removes nothing.
 	del(kubebridge.PlacementGVR, "team-a", "evil")
 	del(kubebridge.ClusterSetBindingGVR, "team-a", "evil")
+}
+
+// apiWrites is how many calls fleetd's API has answered to the write procedures the bridge makes
+// (create, update, set, bind, unbind, delete), from its metrics.
+func apiWrites(t *testing.T, inst *fleetd.Instance) float64 {
+	t.Helper()
+	var n float64
+	for _, line := range strings.Split(scrape(t, inst), "\n") {
+		if !strings.HasPrefix(line, "fleetstream_rpc_requests_total{") {
+			continue
+		}
+		_, proc, _ := strings.Cut(line, `procedure="`)
+		proc, _, _ = strings.Cut(proc, `"`)
+		method := proc[strings.LastIndex(proc, "/")+1:]
+		for _, verb := range []string{"Create", "Update", "Set", "Bind", "Unbind", "Delete"} {
+			if strings.HasPrefix(method, verb) {
+				f := strings.Fields(line)
+				v, err := strconv.ParseFloat(f[len(f)-1], 64)
+				if err != nil {
+					t.Fatalf("metric line %q: %v", line, err)
+				}
+				n += v
+				break
+			}
+		}
+	}
+	return n
 }
 
 func toAny(s []string) []any {
