@@ -2,7 +2,8 @@
 # CI check of the local stack: start docker-compose.yml (images and bin/kubectl must exist: `make
 # compose-check` builds them), wait for every NATS node, service and the gateway to be ready,
 # register the member clusters and wait until they are Connected, run the demo
-# (tools/scripts/demo.sh, `make demo`), smoke-test the API through the gateway (the stack's one
+# (tools/scripts/demo.sh, `make demo`), check the kube bridge published the members as
+# ClusterProfiles on its hub apiserver, smoke-test the API through the gateway (the stack's one
 # API port, 18080) with the dev bearer token, and ALWAYS tear down (`down -v`), pass or fail.
 set -euo pipefail
 source "$(dirname "$0")/compose-lib.sh"
@@ -30,6 +31,20 @@ if [ -z "${FLEETSTREAM_COMPOSE_SERVICES:-}" ]; then
   t0=$(date +%s)
   tools/scripts/demo.sh || { echo "the demo failed" >&2; compose logs --no-color --tail=40 east-agent west-agent >&2; exit 1; }
   echo "==> the demo passed in $(($(date +%s) - t0))s"
+  # The kube bridge publishes the fleet to its hub apiserver: a ClusterProfile per member.
+  echo "==> smoke test: the kube bridge's hub has the ClusterProfiles of east and west"
+  hubkc=.data/compose/hub/admin.kubeconfig
+  t0=$(date +%s)
+  until "${KUBECTL:-bin/kubectl}" --kubeconfig "$hubkc" get clusterprofiles.multicluster.x-k8s.io -n fleetstream-system east west >/dev/null 2>&1; do
+    if [ $(($(date +%s) - t0)) -ge 60 ]; then
+      echo "no ClusterProfiles east and west on the hub after 60s" >&2
+      "${KUBECTL:-bin/kubectl}" --kubeconfig "$hubkc" get clusterprofiles.multicluster.x-k8s.io -A >&2 || true
+      compose logs --no-color --tail=60 kube-bridge >&2 || true
+      exit 1
+    fi
+    sleep 1
+  done
+  "${KUBECTL:-bin/kubectl}" --kubeconfig "$hubkc" get clusterprofiles.multicluster.x-k8s.io -n fleetstream-system
 else
   # hosted-agent serves no port (it is not in SERVICES); it comes with cluster-import.
   case " $names " in *" cluster-import "*) names="$names hosted-agent" ;; esac
