@@ -332,7 +332,8 @@ func (b *Bridge) run(ctx context.Context) error {
 		// Only the holder of the hub's lease writes (the CRDs and the namespace above are
 		// created alike by any bridge): the controllers run while it is held, and start again
 		// with a fresh queue, every key, when it is regained.
-		return lease.Run(ctx, b.js, b.leaseName, lease.DefaultHolder(), lease.DefaultTTL, b.lead, lease.WithLogger(b.log))
+		return lease.Run(ctx, b.js, b.leaseName, lease.DefaultHolder(), lease.DefaultTTL, b.lead, lease.WithLogger(b.log),
+			lease.WithReplicas(b.cfg.leaseReplicas))
 	})
 	return g.Wait()
 }

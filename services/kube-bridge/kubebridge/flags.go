@@ -41,6 +41,10 @@ type Config struct {
 	// only (Project, RoleTemplate, ClusterSet), which hub RBAC restricts to hub admins
 	// (--kube-bridge-projects-token-file). Empty: they are not reconciled (status NotConfigured).
 	ProjectsTokenFile string
+
+	// leaseReplicas are the replicas of the lease bucket if the bridge is the first to create
+	// it: the binary's --replicas (NewFromEnv); 1 in fleetd, whose NATS is one node.
+	leaseReplicas int
 }
 
 // DefaultNamespace holds the ClusterProfiles unless --kube-bridge-namespace says otherwise.
@@ -106,6 +110,7 @@ func NewFromEnv(_ context.Context, env *daemon.Env, cfg Config) (*Bridge, error)
 	if cfg.APITokenFile != "" && cfg.APIURL == "" {
 		return nil, errors.New("--kube-bridge-api-token-file needs --kube-bridge-api-url (the Fleetstream API the bridge writes through)")
 	}
+	cfg.leaseReplicas = env.Options.Replicas
 	return NewFromKubeconfig(cfg, env.JS, env.Log)
 }
 

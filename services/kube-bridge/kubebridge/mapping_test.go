@@ -2,16 +2,21 @@ package kubebridge
 
 import (
 	"connectrpc.com/connect"
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fleetstream/fleetstream/pkg/daemon"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
 	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
@@ -292,5 +297,22 @@ func TestWeightChanges(t *testing.T) {
 	}
 	if c := weightChanges(want, &endpointv1.ServiceWeights{ClusterWeights: want.ClusterWeights, EndpointWeights: want.EndpointWeights}); len(c) != 0 {
 		t.Fatalf("settled weights make calls: %v", c)
+	}
+}
+
+// TestBinaryLeaseReplicas: the binary's --replicas is the lease bucket's, should the bridge be
+// the first to create it (a compose or chart hub of three NATS nodes keeps it on all three).
+func TestBinaryLeaseReplicas(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "hub.kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: hub, cluster: {server: \"https://127.0.0.1:1\"}}]\n"+
+		"contexts: [{name: hub, context: {cluster: hub}}]\ncurrent-context: hub\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewFromEnv(context.Background(), &daemon.Env{Options: &daemon.Options{Replicas: 3}, Log: zap.NewNop()}, Config{Kubeconfig: kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.cfg.leaseReplicas != 3 {
+		t.Fatalf("lease replicas %d, want the binary's --replicas 3", b.cfg.leaseReplicas)
 	}
 }
