@@ -8,7 +8,8 @@ set -euo pipefail
 source "$(dirname "$0")/compose-lib.sh"
 agents=""
 for mp in $MEMBERS; do agents="$agents ${mp%%:*}-agent"; done
-rest=$(compose config --services | grep -v -x -F -f <(printf '%s\n' $agents) | tr '\n' ' ')
+# COMPOSE_WITHOUT: services not to start at all (the rolling upgrade leaves out what N−1 lacks).
+rest=$(compose config --services | grep -v -x -F -f <(printf '%s\n' $agents ${COMPOSE_WITHOUT:-}) | tr '\n' ' ')
 echo "==> starting $rest"
 compose up -d $rest
 tools/scripts/compose-wait.sh

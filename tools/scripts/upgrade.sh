@@ -69,7 +69,10 @@ tools/scripts/dev-secrets.sh
 down
 tools/scripts/compose-members.sh init
 echo "==> starting the stack on N−1 ($previous_version)"
-FLEETSTREAM_IMAGE_TAG=previous tools/scripts/compose-start.sh
+# The kube bridge and its hub apiserver are left out: N−1's NATS permissions (cluster-import's
+# auth callout) do not let the bridge hold its lease, so it never turns ready on an N−1 hub; the
+# bridge's own upgrade is tested once N−1 has one that holds a lease.
+FLEETSTREAM_IMAGE_TAG=previous COMPOSE_WITHOUT="kube-bridge hub-apiserver hub-etcd" tools/scripts/compose-start.sh
 echo "==> rolling upgrade to N ($current_version) (tools/chaos TestRollingUpgrade)"
 rm -f "$report"
 (cd tools/chaos && FLEETSTREAM_ROOT="$root" FLEETSTREAM_COMPOSE="$COMPOSE" FLEETSTREAM_UPGRADE_REPORT="$report" \
