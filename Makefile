@@ -29,6 +29,9 @@ HELM_VERSION               := v3.22.0
 # promtool for `make monitoring-check` (Prometheus v3.16.0's Go module version; built from source
 # like helm).
 PROMTOOL_VERSION           := v0.316.0
+# The NATS CLI (`nats`) the alerts' runbooks in docs/operations.md use, for the test that runs
+# every one of their commands (TestOperationsRunbookNATSCommands); built from source like helm.
+NATSCLI_VERSION            := v0.5.0
 
 # Binaries: name -> main package.
 PKG_fleetd             := ./services/fleetd/cmd/fleetd
@@ -248,6 +251,11 @@ helm: ## install the pinned helm into ./bin (separate from `tools`: it takes min
 promtool: ## install the pinned promtool into ./bin (for make monitoring-check; minutes to build, like helm)
 	@mkdir -p $(BIN)
 	$(call go-install-tool,promtool,github.com/prometheus/prometheus/cmd/promtool,$(PROMTOOL_VERSION))
+
+.PHONY: nats-cli
+nats-cli: ## install the pinned NATS CLI into ./bin/nats (the runbooks' commands and their test)
+	@mkdir -p $(BIN)
+	$(call go-install-tool,nats,github.com/nats-io/natscli/nats,$(NATSCLI_VERSION))
 
 # kubectl for `make demo`: its own tool module (tools/kubectl), the member clusters' release.
 KUBECTL_VERSION = $(shell grep -oE 'k8s.io/kubectl v[^ ]+' tools/kubectl/go.mod | head -1 | cut -d' ' -f2)

@@ -79,6 +79,13 @@ type Config struct {
 	// every stream and none of their subjects, as the fleetstream-admin user of a NATS cluster.
 	// Empty: no such identity exists.
 	NATSAdminTokenFile string
+	// NATSServiceTokens admits, on the embedded server, clients presenting one of these tokens
+	// (service → token) as that hub service, with its permissions from pkg/natsauth, as the
+	// auth callout admits a service on a NATS cluster. fleetd's services share its in-process
+	// connection, so nothing needs it to run; it lets an operator's NATS CLI connect as one
+	// service, as the alerts' runbooks in docs/operations.md do, and tests prove what those
+	// permissions allow. The hosted agents' and kube bridge's services have tokens of fleetd's own.
+	NATSServiceTokens map[string]string
 	// Console configures the web console's OIDC sign-in (--console-oidc-*).
 	Console console.Config
 }
@@ -190,7 +197,19 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	serviceTokens, err := natsauth.NewServiceTokens(map[string]string{natsauth.ServiceHostedAgent: hostedToken, natsauth.ServiceKubeBridge: bridgeToken})
+	byService := map[string]string{natsauth.ServiceHostedAgent: hostedToken, natsauth.ServiceKubeBridge: bridgeToken}
+	for svc, token := range cfg.NATSServiceTokens {
+		if _, taken := byService[svc]; taken {
+			inst.shutdown()
+			return nil, fmt.Errorf("fleetd: NATS service tokens: %s runs in fleetd with a token of its own", svc)
+		}
+		if len(token) < 16 {
+			inst.shutdown()
+			return nil, fmt.Errorf("fleetd: NATS service tokens: the token of %s is %d characters; use at least 16 random ones", svc, len(token))
+		}
+		byService[svc] = token
+	}
+	serviceTokens, err := natsauth.NewServiceTokens(byService)
 	if err != nil {
 		return nil, err
 	}

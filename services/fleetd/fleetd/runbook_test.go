@@ -1,0 +1,216 @@
+package fleetd_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/testkit"
+	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
+)
+
+const operationsPath = "../../../docs/operations.md"
+
+// natsCLI is the pinned NATS CLI `make nats` installs into ./bin. Without it the test skips,
+// unless FLEETSTREAM_REQUIRE_NATS_CLI is set (CI's `make test` sets it: there a missing CLI is a
+// failure, as a missing browser is).
+func natsCLI(t *testing.T) string {
+	p, err := filepath.Abs("../../../bin/nats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if os.Getenv("FLEETSTREAM_REQUIRE_NATS_CLI") != "" {
+		t.Fatalf("no NATS CLI at %s and FLEETSTREAM_REQUIRE_NATS_CLI is set (make nats)", p)
+	}
+	t.Skipf("no NATS CLI at %s (make nats); set FLEETSTREAM_REQUIRE_NATS_CLI=1 to make this a failure", p)
+	return ""
+}
+
+// runbookCommand is one `fnats …` or `fnats-admin …` command of the alerts' runbooks.
+type runbookCommand struct {
+	alias string // fnats or fnats-admin
+	args  string // what follows the alias, placeholders in place
+}
+
+// runbookCommands returns every NATS CLI command quoted in docs/operations.md's "## Alerts"
+// section (up to the next second-level heading), in order, each once.
+func runbookCommands(t *testing.T, doc string) []runbookCommand {
+	_, alerts, ok := strings.Cut(doc, "\n## Alerts\n")
+	if !ok {
+		t.Fatalf("%s has no \"## Alerts\" section", operationsPath)
+	}
+	if i := strings.Index(alerts, "\n## "); i >= 0 {
+		alerts = alerts[:i]
+	}
+	var out []runbookCommand
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(fnats(?:-admin)?) ([^`]+)`").FindAllStringSubmatch(alerts, -1) {
+		if seen[m[0]] {
+			continue
+		}
+		seen[m[0]] = true
+		out = append(out, runbookCommand{alias: m[1], args: m[2]})
+	}
+	return out
+}
+
+// Every NATS CLI command the alerts' runbooks (docs/operations.md) tell an operator to run works
+// as written: run by the pinned NATS CLI with the identity its alias gives (fnats: one hub
+// service's token and inbox prefix; fnats-admin: the fleetstream-admin user) against fleetd's
+// embedded server, which admits them with the permissions of pkg/natsauth, as the deployed
+// cluster's auth callout does. Each must exit 0 and print what the runbook says to look for. A
+// command a service's permissions refuse, a wrong flag or a placeholder the test does not know
+// fails here, as would an alias whose identity differs from the one the test connects as.
+func TestOperationsRunbookNATSCommands(t *testing.T) {
+	cli := natsCLI(t)
+	data, err := os.ReadFile(operationsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	// The aliases the runbooks define: the test connects as they do.
+	for _, want := range []string{
+		`alias fnats="nats --server `, `--token $(kubectl -n fleetstream get secret fleetstream-nats-$svc`, `--inbox-prefix _INBOX_svc_$svc"`,
+		`svc=rbac-sync`,
+		`alias fnats-admin="nats --server `, `--user ` + natsauth.AdminUser + ` `, `--inbox-prefix ` + natsauth.ServiceInboxPrefix(natsauth.AdminUser) + `"`,
+	} {
+		if !strings.Contains(doc, want) {
+			t.Fatalf("%s: the aliases no longer contain %q; the test connects as they did", operationsPath, want)
+		}
+	}
+	commands := runbookCommands(t, doc)
+	if len(commands) < 5 {
+		t.Fatalf("found %d NATS CLI commands in the runbooks; the extraction is broken", len(commands))
+	}
+
+	ctx := testkit.Context(t, 3*time.Minute)
+	dir := t.TempDir()
+	const adminToken = "admin-token-0123456789abcdef"
+	const serviceToken = "rbac-sync-token-0123456789abcdef"
+	adminFile := filepath.Join(dir, "nats-admin.token")
+	if err := os.WriteFile(adminFile, []byte(adminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inst := startData(t, ctx, fleetd.Config{DataDir: filepath.Join(dir, "data"), Server: server.Config{Listen: "127.0.0.1:0", InsecureDev: true},
+		NATSListen: "127.0.0.1:0", NATSAdminTokenFile: adminFile,
+		NATSServiceTokens: map[string]string{natsauth.ServiceRBACSync: serviceToken}})
+
+	// A poison event: the role templates' view cannot decode it, dead-letters it and moves its
+	// checkpoint past it, so FLEET_DLQ has a source to look at and the view a checkpoint.
+	const view = rbacsync.TemplatesBucket
+	if _, err := inst.JS.Publish(ctx, rbacsync.TemplateSubject("poison"), []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	source := rbacsync.Stream + ".view-" + view
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if _, err := inst.JS.Stream(ctx, topology.DeadLetterStreamName); err != nil {
+			return err
+		}
+		s, err := inst.JS.Stream(ctx, topology.DeadLetterStreamName)
+		if err != nil {
+			return err
+		}
+		if _, err := s.GetLastMsgForSubject(ctx, topology.DeadLetterSubjectPrefix+"."+source); err != nil {
+			return errors.New("the poison event is not dead-lettered yet: " + err.Error())
+		}
+		return nil
+	})
+
+	// The placeholders of the runbooks, for rbac-sync's role templates view.
+	placeholders := strings.NewReplacer(
+		"VIEW", view,
+		"STREAM", rbacsync.Stream,
+		"SOURCE", source,
+		"<lease>", rbacsync.FanoutLease,
+	)
+	// What each command must print: what the runbook reads in it. A command without an entry
+	// fails, so a new one in the doc cannot go untested.
+	// What each command must print: what the runbook reads in it, each pattern on a line of its
+	// own. A command without an entry fails, so a new one in the doc cannot go untested, nor one
+	// moved to another alias.
+	holder := `: \S+/\d+#[0-9a-f]+$` // the lease's value, host/pid#id
+	dlq := regexp.QuoteMeta(topology.DeadLetterSubjectPrefix + "." + source)
+	expect := map[string][]string{
+		"fnats-admin stream report":           {`^│ ` + rbacsync.Stream + ` +│ File`, `^│ KV_fleet-leases +│ File`},
+		"fnats kv get fleet-leases view.VIEW": {`^fleet-leases > view\.` + view + ` revision`, `^\S+/\d+#[0-9a-f]+$`},
+		"fnats kv get VIEW =meta":             {`^` + view + ` > =meta revision`},
+		"fnats stream info STREAM":            {`^Information for Stream ` + rbacsync.Stream, `Subjects: ` + rbacsync.SubjectPrefix + `\.>`},
+		"fnats kv watch fleet-leases":         {`PUT fleet-leases > view\.` + view + holder, `PUT fleet-leases > ` + regexp.QuoteMeta(rbacsync.FanoutLease) + holder},
+		"fnats stream info KV_fleet-leases":   {`^Information for Stream KV_fleet-leases`},
+		"fnats kv get fleet-leases <lease>":   {`^fleet-leases > ` + regexp.QuoteMeta(rbacsync.FanoutLease) + ` revision`, `^\S+/\d+#[0-9a-f]+$`},
+		"fnats stream subjects FLEET_DLQ":     {`│ ` + dlq + ` +│ 1 +│`},
+		"fnats stream view FLEET_DLQ --subject fleet.dlq.SOURCE": {
+			`Subject: ` + dlq + ` Received`,
+			`Fleet-Dlq-Stream: ` + rbacsync.Stream + `$`,
+			`Fleet-Dlq-Sequence: \d+$`,
+			`Fleet-Dlq-Subject: ` + regexp.QuoteMeta(rbacsync.TemplateSubject("poison")) + `$`,
+			`Fleet-Dlq-Error: decode envelope`,
+		},
+	}
+	home := t.TempDir() // no operator's contexts or settings
+	for _, c := range commands {
+		name := c.alias + " " + c.args
+		t.Run(name, func(t *testing.T) {
+			want, ok := expect[name]
+			if !ok {
+				t.Fatalf("docs/operations.md runs %q, which this test has no expectation for: add one", name)
+			}
+			if strings.ContainsAny(c.args, `"'$|;&`) {
+				t.Fatalf("%q: the test splits commands on spaces only", name)
+			}
+			args := []string{"--server", inst.NATS.ClientURL()}
+			switch c.alias {
+			case "fnats":
+				args = append(args, "--token", serviceToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.ServiceRBACSync))
+			case "fnats-admin":
+				args = append(args, "--user", natsauth.AdminUser, "--password", adminToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.AdminUser))
+			}
+			args = append(args, strings.Fields(placeholders.Replace(c.args))...)
+			// A watch never ends by itself: it runs a few seconds, enough to print what the
+			// bucket holds.
+			watch := strings.HasPrefix(c.args, "kv watch ")
+			timeout := 20 * time.Second
+			if watch {
+				timeout = 3 * time.Second
+			}
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			cmd := exec.CommandContext(cctx, cli, args...)
+			if strings.HasPrefix(c.args, "stream view ") {
+				// It pages, and refuses to start without a terminal: script(1) gives it one, as
+				// the operator's shell does. With less than a page to show it ends by itself.
+				quoted := make([]string, 0, len(args)+1)
+				for _, a := range append([]string{cli}, args...) {
+					quoted = append(quoted, "'"+a+"'")
+				}
+				cmd = exec.CommandContext(cctx, "script", "-qec", strings.Join(quoted, " "), "/dev/null")
+			}
+			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "NO_COLOR=1")
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			t.Logf("%s (%v):\n%s", strings.Join(cmd.Args, " "), time.Since(start).Round(time.Millisecond), out)
+			if err != nil && !(watch && cctx.Err() != nil) {
+				t.Fatalf("%s: %v", name, err)
+			}
+			lines := strings.ReplaceAll(string(out), "\r\n", "\n") // script(1)'s terminal ends lines with CR LF
+			for _, w := range want {
+				if !regexp.MustCompile(`(?m)` + w).MatchString(lines) {
+					t.Errorf("%s printed no line matching %s", name, w)
+				}
+			}
+		})
+	}
+}
