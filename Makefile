@@ -149,6 +149,10 @@ test-browser: ## the web console in headless Chromium (Debian's `chromium`) agai
 	FLEETSTREAM_REQUIRE_BROWSER=1 FLEETSTREAM_SCREENSHOTS=$(SCREENSHOTS) \
 		$(GO) test -count=1 -timeout 5m -v -run '^TestConsoleInABrowser$$' $(TESTFLAGS) ./services/fleetd/fleetd/
 
+.PHONY: test-runbooks
+test-runbooks: nats-cli ## every NATS CLI command of docs/operations.md's alert runbooks, run as the runbooks say against fleetd (builds bin/nats: ~4 min cold)
+	FLEETSTREAM_REQUIRE_NATS_CLI=1 $(GO) test -count=1 -timeout 5m -v -run '^TestOperationsRunbookNATSCommands$$' $(TESTFLAGS) ./services/fleetd/fleetd/
+
 .PHONY: screenshots
 screenshots: ## refresh the README's console screenshots (docs/screenshots) from the browser test's real fleetd
 	rm -rf docs/screenshots.tmp

@@ -211,7 +211,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (*Instance, error) 
 	}
 	serviceTokens, err := natsauth.NewServiceTokens(byService)
 	if err != nil {
-		return nil, err
+		inst.shutdown()
+		return nil, fmt.Errorf("fleetd: %w", err)
 	}
 	var admin string
 	if cfg.NATSAdminTokenFile != "" {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ import (
 
 const operationsPath = "../../../docs/operations.md"
 
-// natsCLI is the pinned NATS CLI `make nats` installs into ./bin. Without it the test skips,
+// natsCLI is the pinned NATS CLI `make nats-cli` installs into ./bin. Without it the test skips,
 // unless FLEETSTREAM_REQUIRE_NATS_CLI is set (CI's `make test` sets it: there a missing CLI is a
 // failure, as a missing browser is).
 func natsCLI(t *testing.T) string {
@@ -33,9 +34,9 @@ func natsCLI(t *testing.T) string {
 		return p
 	}
 	if os.Getenv("FLEETSTREAM_REQUIRE_NATS_CLI") != "" {
-		t.Fatalf("no NATS CLI at %s and FLEETSTREAM_REQUIRE_NATS_CLI is set (make nats)", p)
+		t.Fatalf("no NATS CLI at %s and FLEETSTREAM_REQUIRE_NATS_CLI is set (make nats-cli)", p)
 	}
-	t.Skipf("no NATS CLI at %s (make nats); set FLEETSTREAM_REQUIRE_NATS_CLI=1 to make this a failure", p)
+	t.Skipf("no NATS CLI at %s (make nats-cli); set FLEETSTREAM_REQUIRE_NATS_CLI=1 to make this a failure", p)
 	return ""
 }
 
@@ -161,6 +162,27 @@ func TestOperationsRunbookNATSCommands(t *testing.T) {
 		},
 	}
 	home := t.TempDir() // no operator's contexts or settings
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Fatal("no script(1) on PATH, which gives `stream view` its terminal (apt-get install -y bsdutils)")
+	}
+	cliEnv := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "NO_COLOR=1")
+	serviceArgs := []string{"--server", inst.NATS.ClientURL(), "--token", serviceToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.ServiceRBACSync)}
+
+	// Why the runbooks send these two through fnats-admin: a hub service may not list the
+	// streams nor ask the servers for reports (no Fleetstream identity is in the system
+	// account but cluster-import's, which may only list and close connections).
+	for args, refused := range map[string]string{
+		"stream report":           `Permissions Violation for Publish to "$JS.API.STREAM.LIST"`,
+		"server report jetstream": `Permissions Violation for Publish to "$SYS.REQ.SERVER.PING.JSZ"`,
+	} {
+		// The CLI waits --timeout for answers a refused request never gets.
+		cmd := exec.CommandContext(ctx, cli, append(slices.Clone(serviceArgs), append([]string{"--timeout", "1s"}, strings.Fields(args)...)...)...)
+		cmd.Env = cliEnv
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), refused) {
+			t.Errorf("as rbac-sync, nats %s: %v, want it refused with %s; it printed:\n%s", args, err, refused, out)
+		}
+	}
 	for _, c := range commands {
 		name := c.alias + " " + c.args
 		t.Run(name, func(t *testing.T) {
@@ -171,14 +193,14 @@ func TestOperationsRunbookNATSCommands(t *testing.T) {
 			if strings.ContainsAny(c.args, `"'$|;&`) {
 				t.Fatalf("%q: the test splits commands on spaces only", name)
 			}
-			args := []string{"--server", inst.NATS.ClientURL()}
+			var args []string
 			switch c.alias {
 			case "fnats":
-				args = append(args, "--token", serviceToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.ServiceRBACSync))
+				args = serviceArgs
 			case "fnats-admin":
-				args = append(args, "--user", natsauth.AdminUser, "--password", adminToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.AdminUser))
+				args = append(args, "--server", inst.NATS.ClientURL(), "--user", natsauth.AdminUser, "--password", adminToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.AdminUser))
 			}
-			args = append(args, strings.Fields(placeholders.Replace(c.args))...)
+			args = append(slices.Clone(args), strings.Fields(placeholders.Replace(c.args))...)
 			// A watch never ends by itself: it runs a few seconds, enough to print what the
 			// bucket holds.
 			watch := strings.HasPrefix(c.args, "kv watch ")
@@ -198,7 +220,7 @@ func TestOperationsRunbookNATSCommands(t *testing.T) {
 				}
 				cmd = exec.CommandContext(cctx, "script", "-qec", strings.Join(quoted, " "), "/dev/null")
 			}
-			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "NO_COLOR=1")
+			cmd.Env = cliEnv
 			start := time.Now()
 			out, err := cmd.CombinedOutput()
 			t.Logf("%s (%v):\n%s", strings.Join(cmd.Args, " "), time.Since(start).Round(time.Millisecond), out)
@@ -210,6 +232,32 @@ func TestOperationsRunbookNATSCommands(t *testing.T) {
 				if !regexp.MustCompile(`(?m)` + w).MatchString(lines) {
 					t.Errorf("%s printed no line matching %s", name, w)
 				}
+			}
+		})
+	}
+}
+
+// A service token fleetd is given must be long enough and must not be one of the services fleetd
+// makes tokens for itself, whose connections it would otherwise break or impersonate.
+func TestNATSServiceTokensAreChecked(t *testing.T) {
+	for name, c := range map[string]struct {
+		tokens map[string]string
+		want   string
+	}{
+		"short":   {map[string]string{natsauth.ServiceRBACSync: "short"}, "the token of rbac-sync is 5 characters"},
+		"own":     {map[string]string{natsauth.ServiceHostedAgent: "hosted-token-0123456789abcdef"}, "hosted-agent runs in fleetd with a token of its own"},
+		"unknown": {map[string]string{"rbac-synk": "rbac-synk-token-0123456789abcdef"}, `unknown service "rbac-synk"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := fleetd.Config{DataDir: filepath.Join(t.TempDir(), "d"), Server: server.Config{Listen: "127.0.0.1:0", InsecureDev: true},
+				NATSListen: "127.0.0.1:0", NATSServiceTokens: c.tokens}
+			inst, err := fleetd.Start(context.Background(), cfg, testkit.Logger(t))
+			if err == nil {
+				inst.Stop()
+				t.Fatalf("fleetd started with service tokens %v", c.tokens)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("service tokens %v: %v; want %q", c.tokens, err, c.want)
 			}
 		})
 	}
