@@ -2,7 +2,7 @@ package fleetd_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +14,12 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
 	"github.com/fleetstream/fleetstream/pkg/server"
+	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/testkit"
 	"github.com/fleetstream/fleetstream/pkg/topology"
+	"github.com/fleetstream/fleetstream/services/endpoint-collector/collector"
 	"github.com/fleetstream/fleetstream/services/fleetd/fleetd"
+	"github.com/fleetstream/fleetstream/services/namespace-binding/namespacebinding"
 	"github.com/fleetstream/fleetstream/services/rbac-sync/rbacsync"
 )
 
@@ -97,76 +100,58 @@ func TestOperationsRunbookNATSCommands(t *testing.T) {
 		t.Fatalf("found %d NATS CLI commands in the runbooks; the extraction is broken", len(commands))
 	}
 
+	// The services the alias names (svc=…), each with a view of its own stream and a lease of
+	// its writer: the placeholders VIEW, STREAM and <lease> of its runbook commands.
+	type service struct{ name, view, stream, lease string }
+	services := []service{
+		{natsauth.ServiceRBACSync, rbacsync.TemplatesBucket, rbacsync.Stream, rbacsync.FanoutLease},
+		{natsauth.ServiceNamespaceBinding, subjects.NamespaceBindingsBucket, subjects.NamespaceStream, namespacebinding.PlacementLease},
+		{natsauth.ServiceEndpointCollector, subjects.EndpointWeightsBucket, subjects.EndpointStream, collector.WriterLease},
+	}
+	if !strings.Contains(doc, "svc=rbac-sync   # or namespace-binding, endpoint-collector") {
+		t.Fatalf("%s: the alias no longer names rbac-sync, namespace-binding and endpoint-collector; the test connects as each", operationsPath)
+	}
+
 	ctx := testkit.Context(t, 3*time.Minute)
 	dir := t.TempDir()
 	const adminToken = "admin-token-0123456789abcdef"
-	const serviceToken = "rbac-sync-token-0123456789abcdef"
 	adminFile := filepath.Join(dir, "nats-admin.token")
 	if err := os.WriteFile(adminFile, []byte(adminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	tokens := map[string]string{}
+	for _, svc := range services {
+		tokens[svc.name] = svc.name + "-token-0123456789abcdef"
+	}
 	inst := startData(t, ctx, fleetd.Config{DataDir: filepath.Join(dir, "data"), Server: server.Config{Listen: "127.0.0.1:0", InsecureDev: true},
-		NATSListen: "127.0.0.1:0", NATSAdminTokenFile: adminFile,
-		NATSServiceTokens: map[string]string{natsauth.ServiceRBACSync: serviceToken}})
+		NATSListen: "127.0.0.1:0", NATSAdminTokenFile: adminFile, NATSServiceTokens: tokens})
 
-	// A poison event: the role templates' view cannot decode it, dead-letters it and moves its
-	// checkpoint past it, so FLEET_DLQ has a source to look at and the view a checkpoint.
-	const view = rbacsync.TemplatesBucket
+	// A poison event: the role templates' view cannot decode it and dead-letters it, so FLEET_DLQ
+	// has a source to look at (every service may read FLEET_DLQ).
 	if _, err := inst.JS.Publish(ctx, rbacsync.TemplateSubject("poison"), []byte("not an event")); err != nil {
 		t.Fatal(err)
 	}
-	source := rbacsync.Stream + ".view-" + view
+	source := rbacsync.Stream + ".view-" + rbacsync.TemplatesBucket
 	testkit.Eventually(t, 30*time.Second, func() error {
-		if _, err := inst.JS.Stream(ctx, topology.DeadLetterStreamName); err != nil {
-			return err
-		}
 		s, err := inst.JS.Stream(ctx, topology.DeadLetterStreamName)
 		if err != nil {
 			return err
 		}
 		if _, err := s.GetLastMsgForSubject(ctx, topology.DeadLetterSubjectPrefix+"."+source); err != nil {
-			return errors.New("the poison event is not dead-lettered yet: " + err.Error())
+			return fmt.Errorf("the poison event is not dead-lettered yet: %w", err)
 		}
 		return nil
 	})
 
-	// The placeholders of the runbooks, for rbac-sync's role templates view.
-	placeholders := strings.NewReplacer(
-		"VIEW", view,
-		"STREAM", rbacsync.Stream,
-		"SOURCE", source,
-		"<lease>", rbacsync.FanoutLease,
-	)
-	// What each command must print: what the runbook reads in it. A command without an entry
-	// fails, so a new one in the doc cannot go untested.
-	// What each command must print: what the runbook reads in it, each pattern on a line of its
-	// own. A command without an entry fails, so a new one in the doc cannot go untested, nor one
-	// moved to another alias.
-	holder := `: \S+/\d+#[0-9a-f]+$` // the lease's value, host/pid#id
-	dlq := regexp.QuoteMeta(topology.DeadLetterSubjectPrefix + "." + source)
-	expect := map[string][]string{
-		"fnats-admin stream report":           {`^│ ` + rbacsync.Stream + ` +│ File`, `^│ KV_fleet-leases +│ File`},
-		"fnats kv get fleet-leases view.VIEW": {`^fleet-leases > view\.` + view + ` revision`, `^\S+/\d+#[0-9a-f]+$`},
-		"fnats kv get VIEW =meta":             {`^` + view + ` > =meta revision`},
-		"fnats stream info STREAM":            {`^Information for Stream ` + rbacsync.Stream, `Subjects: ` + rbacsync.SubjectPrefix + `\.>`},
-		"fnats kv watch fleet-leases":         {`PUT fleet-leases > view\.` + view + holder, `PUT fleet-leases > ` + regexp.QuoteMeta(rbacsync.FanoutLease) + holder},
-		"fnats stream info KV_fleet-leases":   {`^Information for Stream KV_fleet-leases`},
-		"fnats kv get fleet-leases <lease>":   {`^fleet-leases > ` + regexp.QuoteMeta(rbacsync.FanoutLease) + ` revision`, `^\S+/\d+#[0-9a-f]+$`},
-		"fnats stream subjects FLEET_DLQ":     {`│ ` + dlq + ` +│ 1 +│`},
-		"fnats stream view FLEET_DLQ --subject fleet.dlq.SOURCE": {
-			`Subject: ` + dlq + ` Received`,
-			`Fleet-Dlq-Stream: ` + rbacsync.Stream + `$`,
-			`Fleet-Dlq-Sequence: \d+$`,
-			`Fleet-Dlq-Subject: ` + regexp.QuoteMeta(rbacsync.TemplateSubject("poison")) + `$`,
-			`Fleet-Dlq-Error: decode envelope`,
-		},
-	}
 	home := t.TempDir() // no operator's contexts or settings
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Fatal("no script(1) on PATH, which gives `stream view` its terminal (apt-get install -y bsdutils)")
 	}
 	cliEnv := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "NO_COLOR=1")
-	serviceArgs := []string{"--server", inst.NATS.ClientURL(), "--token", serviceToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.ServiceRBACSync)}
+	serviceArgs := func(svc string) []string {
+		return []string{"--server", inst.NATS.ClientURL(), "--token", tokens[svc], "--inbox-prefix", natsauth.ServiceInboxPrefix(svc)}
+	}
+	adminArgs := []string{"--server", inst.NATS.ClientURL(), "--user", natsauth.AdminUser, "--password", adminToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.AdminUser)}
 
 	// Why the runbooks send these two through fnats-admin: a hub service may not list the
 	// streams nor ask the servers for reports (no Fleetstream identity is in the system
@@ -176,64 +161,92 @@ func TestOperationsRunbookNATSCommands(t *testing.T) {
 		"server report jetstream": `Permissions Violation for Publish to "$SYS.REQ.SERVER.PING.JSZ"`,
 	} {
 		// The CLI waits --timeout for answers a refused request never gets.
-		cmd := exec.CommandContext(ctx, cli, append(slices.Clone(serviceArgs), append([]string{"--timeout", "1s"}, strings.Fields(args)...)...)...)
+		cmd := exec.CommandContext(ctx, cli, append(serviceArgs(natsauth.ServiceRBACSync), append([]string{"--timeout", "1s"}, strings.Fields(args)...)...)...)
 		cmd.Env = cliEnv
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), refused) {
 			t.Errorf("as rbac-sync, nats %s: %v, want it refused with %s; it printed:\n%s", args, err, refused, out)
 		}
 	}
-	for _, c := range commands {
-		name := c.alias + " " + c.args
-		t.Run(name, func(t *testing.T) {
-			want, ok := expect[name]
-			if !ok {
-				t.Fatalf("docs/operations.md runs %q, which this test has no expectation for: add one", name)
+
+	holder := `: \S+/\d+#[0-9a-f]+$` // a lease's value, host/pid#id
+	dlq := regexp.QuoteMeta(topology.DeadLetterSubjectPrefix + "." + source)
+	for i, svc := range services {
+		// What each command must print: what the runbook reads in it, each pattern on a line of
+		// its own. A command without an entry fails, so a new one in the doc cannot go
+		// untested, nor one moved to another alias.
+		lease := regexp.QuoteMeta(svc.lease)
+		expect := map[string][]string{
+			"fnats-admin stream report":           {`^│ ` + svc.stream + ` +│ File`, `^│ KV_fleet-leases +│ File`},
+			"fnats kv get fleet-leases view.VIEW": {`^fleet-leases > view\.` + svc.view + ` revision`, `^\S+/\d+#[0-9a-f]+$`},
+			"fnats kv get VIEW =meta":             {`^` + svc.view + ` > =meta revision`},
+			"fnats stream info STREAM":            {`^Information for Stream ` + svc.stream, `Subjects: fleet\.`},
+			"fnats kv watch fleet-leases":         {`PUT fleet-leases > view\.` + svc.view + holder, `PUT fleet-leases > ` + lease + holder},
+			"fnats stream info KV_fleet-leases":   {`^Information for Stream KV_fleet-leases`},
+			"fnats kv get fleet-leases <lease>":   {`^fleet-leases > ` + lease + ` revision`, `^\S+/\d+#[0-9a-f]+$`},
+			"fnats stream subjects FLEET_DLQ":     {`│ ` + dlq + ` +│ 1 +│`},
+			"fnats stream view FLEET_DLQ --subject fleet.dlq.SOURCE": {
+				`Subject: ` + dlq + ` Received`,
+				`Fleet-Dlq-Stream: ` + rbacsync.Stream + `$`,
+				`Fleet-Dlq-Sequence: \d+$`,
+				`Fleet-Dlq-Subject: ` + regexp.QuoteMeta(rbacsync.TemplateSubject("poison")) + `$`,
+				`Fleet-Dlq-Error: decode envelope`,
+			},
+		}
+		placeholders := strings.NewReplacer("VIEW", svc.view, "STREAM", svc.stream, "SOURCE", source, "<lease>", svc.lease)
+		for _, c := range commands {
+			name := c.alias + " " + c.args
+			if c.alias == "fnats-admin" && i > 0 {
+				continue // the same user whichever service fnats is
 			}
-			if strings.ContainsAny(c.args, `"'$|;&`) {
-				t.Fatalf("%q: the test splits commands on spaces only", name)
-			}
-			var args []string
-			switch c.alias {
-			case "fnats":
-				args = serviceArgs
-			case "fnats-admin":
-				args = append(args, "--server", inst.NATS.ClientURL(), "--user", natsauth.AdminUser, "--password", adminToken, "--inbox-prefix", natsauth.ServiceInboxPrefix(natsauth.AdminUser))
-			}
-			args = append(slices.Clone(args), strings.Fields(placeholders.Replace(c.args))...)
-			// A watch never ends by itself: it runs a few seconds, enough to print what the
-			// bucket holds.
-			watch := strings.HasPrefix(c.args, "kv watch ")
-			timeout := 20 * time.Second
-			if watch {
-				timeout = 3 * time.Second
-			}
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			cmd := exec.CommandContext(cctx, cli, args...)
-			if strings.HasPrefix(c.args, "stream view ") {
-				// It pages, and refuses to start without a terminal: script(1) gives it one, as
-				// the operator's shell does. With less than a page to show it ends by itself.
-				quoted := make([]string, 0, len(args)+1)
-				for _, a := range append([]string{cli}, args...) {
-					quoted = append(quoted, "'"+a+"'")
+			t.Run(svc.name+"/"+name, func(t *testing.T) {
+				want, ok := expect[name]
+				if !ok {
+					t.Fatalf("docs/operations.md runs %q, which this test has no expectation for: add one", name)
 				}
-				cmd = exec.CommandContext(cctx, "script", "-qec", strings.Join(quoted, " "), "/dev/null")
-			}
-			cmd.Env = cliEnv
-			start := time.Now()
-			out, err := cmd.CombinedOutput()
-			t.Logf("%s (%v):\n%s", strings.Join(cmd.Args, " "), time.Since(start).Round(time.Millisecond), out)
-			if err != nil && !(watch && cctx.Err() != nil) {
-				t.Fatalf("%s: %v", name, err)
-			}
-			lines := strings.ReplaceAll(string(out), "\r\n", "\n") // script(1)'s terminal ends lines with CR LF
-			for _, w := range want {
-				if !regexp.MustCompile(`(?m)` + w).MatchString(lines) {
-					t.Errorf("%s printed no line matching %s", name, w)
+				if strings.ContainsAny(c.args, `"'$|;&`) {
+					t.Fatalf("%q: the test splits commands on spaces only", name)
 				}
-			}
-		})
+				args := adminArgs
+				if c.alias == "fnats" {
+					args = serviceArgs(svc.name)
+				}
+				args = append(slices.Clone(args), strings.Fields(placeholders.Replace(c.args))...)
+				// A watch never ends by itself: it runs a few seconds, enough to print what
+				// the bucket holds.
+				watch := strings.HasPrefix(c.args, "kv watch ")
+				timeout := 20 * time.Second
+				if watch {
+					timeout = 3 * time.Second
+				}
+				cctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				cmd := exec.CommandContext(cctx, cli, args...)
+				if strings.HasPrefix(c.args, "stream view ") {
+					// It pages, and refuses to start without a terminal: script(1) gives it
+					// one, as the operator's shell does. With less than a page to show it
+					// ends by itself.
+					quoted := make([]string, 0, len(args)+1)
+					for _, a := range append([]string{cli}, args...) {
+						quoted = append(quoted, "'"+a+"'")
+					}
+					cmd = exec.CommandContext(cctx, "script", "-qec", strings.Join(quoted, " "), "/dev/null")
+				}
+				cmd.Env = cliEnv
+				start := time.Now()
+				out, err := cmd.CombinedOutput()
+				t.Logf("%s (%v):\n%s", strings.Join(cmd.Args, " "), time.Since(start).Round(time.Millisecond), out)
+				if err != nil && !(watch && cctx.Err() != nil) {
+					t.Fatalf("%s: %v", name, err)
+				}
+				lines := strings.ReplaceAll(string(out), "\r\n", "\n") // script(1)'s terminal ends lines with CR LF
+				for _, w := range want {
+					if !regexp.MustCompile(`(?m)` + w).MatchString(lines) {
+						t.Errorf("%s printed no line matching %s", name, w)
+					}
+				}
+			})
+		}
 	}
 }
 
