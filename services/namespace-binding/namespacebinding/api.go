@@ -17,6 +17,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/keys"
 	"github.com/fleetstream/fleetstream/pkg/nsinventory"
+	"github.com/fleetstream/fleetstream/pkg/paging"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
@@ -280,6 +281,12 @@ func (s *ProjectAPI) UnbindNamespace(ctx context.Context, req *connect.Request[p
 	return connect.NewResponse(&projectv1.UnbindNamespaceResponse{Binding: b}), nil
 }
 
+// namespaceBindingKey is the key a page of ListNamespaceBindings is ordered by and its token
+// names: the bindings view's key.
+func namespaceBindingKey(b *projectv1.NamespaceBinding) string {
+	return bindingKey(b.Cluster, b.Namespace)
+}
+
 func (s *ProjectAPI) ListNamespaceBindings(ctx context.Context, req *connect.Request[projectv1.ListNamespaceBindingsRequest]) (*connect.Response[projectv1.ListNamespaceBindingsResponse], error) {
 	m := req.Msg
 	var v apierr.Violations
@@ -289,6 +296,8 @@ func (s *ProjectAPI) ListNamespaceBindings(ctx context.Context, req *connect.Req
 	if m.Cluster != "" {
 		v.DNSLabel("cluster", m.Cluster)
 	}
+	page := paging.Parse(&v, paging.Request{PageSize: m.PageSize, PageToken: m.PageToken, List: "ListNamespaceBindings",
+		Filters: []string{m.Project, m.Cluster}})
 	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
@@ -313,15 +322,38 @@ func (s *ProjectAPI) ListNamespaceBindings(ctx context.Context, req *connect.Req
 			return nil, err
 		}
 	}
-	res := &projectv1.ListNamespaceBindingsResponse{}
+	// What the caller may read is filtered before paging, so a page holds page_size bindings
+	// it may read (not fewer for the ones it may not) and its token names one of them. The
+	// bindings are presented (which reads their claims) only once on a page.
+	var readable []*projectv1.NamespaceBinding
 	for _, b := range list {
 		if m.Cluster != "" && b.Cluster != m.Cluster || !caller.Can("list", roles.Group, roles.ResNamespaceBindings, b.Project) {
 			continue
 		}
-		res.Bindings = append(res.Bindings, s.present(b))
+		readable = append(readable, b)
 	}
+	// blocked are a following namespace's Failed entries, made here and not in the view, so
+	// not presented from it.
+	blocked := map[*projectv1.NamespaceBinding]bool{}
 	if m.Project != "" && m.Cluster == "" {
-		res.Bindings = s.withBlocked(m.Project, res.Bindings)
+		// A project's list holds one entry per cluster and namespace, bound or blocked, so
+		// the binding key orders and names them all.
+		for _, b := range s.withBlocked(m.Project, nil) {
+			blocked[b] = true
+			readable = append(readable, b)
+		}
+	}
+	// The view's keys are (cluster, namespace) and the list above is sorted by them only
+	// when it came from one index: sort by the key the token names.
+	paging.SortByKey(readable, namespaceBindingKey)
+	bindings, next := paging.Slice(page, readable, namespaceBindingKey)
+	res := &projectv1.ListNamespaceBindingsResponse{NextPageToken: next}
+	for _, b := range bindings {
+		if blocked[b] {
+			res.Bindings = append(res.Bindings, b)
+			continue
+		}
+		res.Bindings = append(res.Bindings, s.present(b))
 	}
 	return connect.NewResponse(res), nil
 }

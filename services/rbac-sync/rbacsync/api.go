@@ -18,7 +18,9 @@ import (
 	desiredv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/desired/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
+	"github.com/fleetstream/fleetstream/pkg/paging"
 	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/pkg/view"
 	"github.com/fleetstream/fleetstream/pkg/viewapi"
 )
 
@@ -386,11 +388,16 @@ func formatSubject(s *rbacv1.Subject) string {
 
 func (s *Service) ListProjectRoleBindings(ctx context.Context, req *connect.Request[rbacv1.ListProjectRoleBindingsRequest]) (*connect.Response[rbacv1.ListProjectRoleBindingsResponse], error) {
 	m := req.Msg
-	if err := s.gate.Ready(ctx); err != nil {
+	var v apierr.Violations
+	page := paging.Parse(&v, paging.Request{PageSize: m.PageSize, PageToken: m.PageToken, List: "ListProjectRoleBindings",
+		Filters: []string{m.Project, m.RoleTemplate, m.GetSubject().GetKind().String(), m.GetSubject().GetNamespace(), m.GetSubject().GetName()}})
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
 	caller := authz.CallerFrom(ctx)
-	list := s.bindings.List(func(_ string, b *rbacv1.ProjectRoleBinding) bool {
+	// What the caller may read is filtered before paging, so a page holds page_size bindings
+	// it may read (not fewer for the ones it may not) and its token names one of them.
+	list := s.bindings.Entries(func(_ string, b *rbacv1.ProjectRoleBinding) bool {
 		if m.Project != "" && b.Project != m.Project || m.RoleTemplate != "" && b.RoleTemplate != m.RoleTemplate {
 			return false
 		}
@@ -405,7 +412,12 @@ func (s *Service) ListProjectRoleBindings(ctx context.Context, req *connect.Requ
 		}
 		return true
 	})
-	return connect.NewResponse(&rbacv1.ListProjectRoleBindingsResponse{Bindings: list}), nil
+	entries, next := paging.Slice(page, list, func(e view.Entry[*rbacv1.ProjectRoleBinding]) string { return e.Key })
+	res := &rbacv1.ListProjectRoleBindingsResponse{Bindings: make([]*rbacv1.ProjectRoleBinding, len(entries)), NextPageToken: next}
+	for i, e := range entries {
+		res.Bindings[i] = e.Value
+	}
+	return connect.NewResponse(res), nil
 }
 
 func (s *Service) GetPropagationStatus(ctx context.Context, req *connect.Request[rbacv1.GetPropagationStatusRequest]) (*connect.Response[rbacv1.GetPropagationStatusResponse], error) {

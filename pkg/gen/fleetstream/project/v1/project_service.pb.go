@@ -1124,8 +1124,15 @@ func (x *UnbindNamespaceResponse) GetBinding() *NamespaceBinding {
 type ListNamespaceBindingsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Filters; at least one of project and cluster.
-	Project       string `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Cluster       string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Project string `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// page_size is at most 1000; 0 means 500. Bindings come in (cluster, namespace) order, after
+	// the filters and what the caller may read are applied.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a previous call with the same filters: the next page starts after the
+	// last binding that call returned, so a binding made or removed between calls neither repeats
+	// nor shifts the others.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1174,9 +1181,25 @@ func (x *ListNamespaceBindingsRequest) GetCluster() string {
 	return ""
 }
 
+func (x *ListNamespaceBindingsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNamespaceBindingsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListNamespaceBindingsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bindings      []*NamespaceBinding    `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Bindings []*NamespaceBinding    `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1216,6 +1239,13 @@ func (x *ListNamespaceBindingsResponse) GetBindings() []*NamespaceBinding {
 		return x.Bindings
 	}
 	return nil
+}
+
+func (x *ListNamespaceBindingsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ListIdleNamespacesRequest struct {
@@ -1391,12 +1421,16 @@ const file_fleetstream_project_v1_project_service_proto_rawDesc = "" +
 	"\tplacement\x18\x05 \x01(\tR\tplacement\x12\x17\n" +
 	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"]\n" +
 	"\x17UnbindNamespaceResponse\x12B\n" +
-	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"R\n" +
+	"\abinding\x18\x01 \x01(\v2(.fleetstream.project.v1.NamespaceBindingR\abinding\"\x8e\x01\n" +
 	"\x1cListNamespaceBindingsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"e\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x8d\x01\n" +
 	"\x1dListNamespaceBindingsResponse\x12D\n" +
-	"\bbindings\x18\x01 \x03(\v2(.fleetstream.project.v1.NamespaceBindingR\bbindings\"5\n" +
+	"\bbindings\x18\x01 \x03(\v2(.fleetstream.project.v1.NamespaceBindingR\bbindings\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"5\n" +
 	"\x19ListIdleNamespacesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\"c\n" +
 	"\x1aListIdleNamespacesResponse\x12E\n" +

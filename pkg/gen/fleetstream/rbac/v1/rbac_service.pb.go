@@ -764,9 +764,16 @@ func (x *UnbindProjectRoleResponse) GetPlan() []*PlannedChange {
 type ListProjectRoleBindingsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Filters; empty matches all.
-	Project       string   `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	RoleTemplate  string   `protobuf:"bytes,2,opt,name=role_template,json=roleTemplate,proto3" json:"role_template,omitempty"`
-	Subject       *Subject `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	Project      string   `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	RoleTemplate string   `protobuf:"bytes,2,opt,name=role_template,json=roleTemplate,proto3" json:"role_template,omitempty"`
+	Subject      *Subject `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	// page_size is at most 1000; 0 means 500. Bindings come in key order (project, subject kind,
+	// namespace, name, role template), after the filters and what the caller may read are applied.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a previous call with the same filters: the next page starts after the
+	// last binding that call returned, so a binding made or removed between calls neither repeats
+	// nor shifts the others.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -822,9 +829,25 @@ func (x *ListProjectRoleBindingsRequest) GetSubject() *Subject {
 	return nil
 }
 
+func (x *ListProjectRoleBindingsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListProjectRoleBindingsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListProjectRoleBindingsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bindings      []*ProjectRoleBinding  `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Bindings []*ProjectRoleBinding  `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -864,6 +887,13 @@ func (x *ListProjectRoleBindingsResponse) GetBindings() []*ProjectRoleBinding {
 		return x.Bindings
 	}
 	return nil
+}
+
+func (x *ListProjectRoleBindingsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetPropagationStatusRequest struct {
@@ -1369,13 +1399,17 @@ const file_fleetstream_rbac_v1_rbac_service_proto_rawDesc = "" +
 	"\rrole_template\x18\x03 \x01(\tR\froleTemplate\x12\x17\n" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"S\n" +
 	"\x19UnbindProjectRoleResponse\x126\n" +
-	"\x04plan\x18\x01 \x03(\v2\".fleetstream.rbac.v1.PlannedChangeR\x04plan\"\x97\x01\n" +
+	"\x04plan\x18\x01 \x03(\v2\".fleetstream.rbac.v1.PlannedChangeR\x04plan\"\xd3\x01\n" +
 	"\x1eListProjectRoleBindingsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12#\n" +
 	"\rrole_template\x18\x02 \x01(\tR\froleTemplate\x126\n" +
-	"\asubject\x18\x03 \x01(\v2\x1c.fleetstream.rbac.v1.SubjectR\asubject\"f\n" +
+	"\asubject\x18\x03 \x01(\v2\x1c.fleetstream.rbac.v1.SubjectR\asubject\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\x8e\x01\n" +
 	"\x1fListProjectRoleBindingsResponse\x12C\n" +
-	"\bbindings\x18\x01 \x03(\v2'.fleetstream.rbac.v1.ProjectRoleBindingR\bbindings\"\x8b\x01\n" +
+	"\bbindings\x18\x01 \x03(\v2'.fleetstream.rbac.v1.ProjectRoleBindingR\bbindings\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8b\x01\n" +
 	"\x1bGetPropagationStatusRequest\x12%\n" +
 	"\rrole_template\x18\x01 \x01(\tH\x00R\froleTemplate\x12;\n" +
 	"\abinding\x18\x02 \x01(\v2\x1f.fleetstream.rbac.v1.BindingRefH\x00R\abindingB\b\n" +
