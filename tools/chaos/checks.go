@@ -19,6 +19,7 @@ import (
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/natsauth"
+	"github.com/fleetstream/fleetstream/pkg/paging"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
@@ -32,13 +33,21 @@ import (
 // gone).
 func CheckWrites(ctx context.Context, c Clients, ex Expected, weights map[uint32]bool) ([]string, error) {
 	var diffs []string
-	bs, err := c.Project.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: NSProject}))
+	bound := map[string]projectv1.BindingPhase{}
+	nsReq := &projectv1.ListNamespaceBindingsRequest{Project: NSProject}
+	err := paging.All(func(token string) (string, error) {
+		nsReq.PageToken = token
+		bs, err := c.Project.ListNamespaceBindings(ctx, connect.NewRequest(nsReq))
+		if err != nil {
+			return "", err
+		}
+		for _, b := range bs.Msg.GetBindings() {
+			bound[b.GetCluster()+"/"+b.GetNamespace()] = b.GetPhase()
+		}
+		return bs.Msg.GetNextPageToken(), nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list bindings of %s: %w", NSProject, err)
-	}
-	bound := map[string]projectv1.BindingPhase{}
-	for _, b := range bs.Msg.GetBindings() {
-		bound[b.GetCluster()+"/"+b.GetNamespace()] = b.GetPhase()
 	}
 	for key, want := range ex.Bound {
 		phase, got := bound[key]
@@ -53,13 +62,21 @@ func CheckWrites(ctx context.Context, c Clients, ex Expected, weights map[uint32
 			diffs = append(diffs, fmt.Sprintf("binding %s: unbind acknowledged, still there (%s)", key, phase))
 		}
 	}
-	rbs, err := c.RBAC.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{Project: RBACProject, RoleTemplate: RoleTemplate}))
+	granted := map[string]bool{}
+	rbReq := &rbacv1.ListProjectRoleBindingsRequest{Project: RBACProject, RoleTemplate: RoleTemplate}
+	err = paging.All(func(token string) (string, error) {
+		rbReq.PageToken = token
+		rbs, err := c.RBAC.ListProjectRoleBindings(ctx, connect.NewRequest(rbReq))
+		if err != nil {
+			return "", err
+		}
+		for _, b := range rbs.Msg.GetBindings() {
+			granted[b.GetSubject().GetName()] = true
+		}
+		return rbs.Msg.GetNextPageToken(), nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list role bindings of %s: %w", RBACProject, err)
-	}
-	granted := map[string]bool{}
-	for _, b := range rbs.Msg.GetBindings() {
-		granted[b.GetSubject().GetName()] = true
 	}
 	for user, want := range ex.Granted {
 		if want != granted[user] {

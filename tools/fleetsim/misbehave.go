@@ -314,14 +314,22 @@ func (silentKV) Delete(context.Context, string, ...jetstream.KVDeleteOpt) error 
 
 // bindingPhase returns the phase the hub shows for project's binding of ns on cluster.
 func bindingPhase(ctx context.Context, h *hub, project, cluster, ns string) (projectv1.BindingPhase, string, error) {
-	resp, err := h.projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: cluster}))
-	if err != nil {
-		return 0, "", err
-	}
-	for _, b := range resp.Msg.GetBindings() {
-		if b.GetNamespace() == ns {
-			return b.GetPhase(), b.GetReason(), nil
+	// Every page: the namespace may be past the first.
+	req := &projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: cluster}
+	for {
+		resp, err := h.projects.ListNamespaceBindings(ctx, connect.NewRequest(req))
+		if err != nil {
+			return 0, "", err
 		}
+		for _, b := range resp.Msg.GetBindings() {
+			if b.GetNamespace() == ns {
+				return b.GetPhase(), b.GetReason(), nil
+			}
+		}
+		if resp.Msg.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.Msg.GetNextPageToken()
 	}
 	return 0, "", fmt.Errorf("no binding of %s on %s", ns, cluster)
 }

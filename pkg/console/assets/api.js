@@ -44,6 +44,20 @@ export async function call(procedure, request = {}) {
   return body;
 }
 
+// all calls a paged List procedure (page_size, page_token, next_page_token) until the last
+// page and returns every page's `field` in one list: the server pages these lists, 500 a page
+// unless asked, and the pages that use them render whole lists (paged in the page itself).
+async function all(procedure, request, field) {
+  const out = [];
+  let pageToken = "";
+  for (;;) {
+    const page = await call(procedure, pageToken ? { ...request, pageToken } : request);
+    out.push(...(page[field] || []));
+    if (!page.nextPageToken || page.nextPageToken === pageToken) return { [field]: out };
+    pageToken = page.nextPageToken;
+  }
+}
+
 export const clusters = {
   list: (labelSelector) => call("fleetstream.cluster.v1.ClusterService/ListClusters", labelSelector ? { labelSelector } : {}),
   get: (name, includeInventory) => call("fleetstream.cluster.v1.ClusterService/GetCluster", { name, includeInventory }),
@@ -53,8 +67,8 @@ export const clusterSets = {
 };
 export const projects = {
   list: () => call("fleetstream.project.v1.ProjectService/ListProjects"),
-  bindings: (project) => call("fleetstream.project.v1.ProjectService/ListNamespaceBindings", { project }),
-  bindingsOn: (cluster) => call("fleetstream.project.v1.ProjectService/ListNamespaceBindings", { cluster }),
+  bindings: (project) => all("fleetstream.project.v1.ProjectService/ListNamespaceBindings", { project, pageSize: 1000 }, "bindings"),
+  bindingsOn: (cluster) => all("fleetstream.project.v1.ProjectService/ListNamespaceBindings", { cluster, pageSize: 1000 }, "bindings"),
 };
 export const placements = {
   list: (project) => call("fleetstream.placement.v1.PlacementService/ListPlacements", { project }),
@@ -141,7 +155,7 @@ export const endpoints = {
 const RBAC = "fleetstream.rbac.v1.RBACService/";
 export const rbac = {
   templates: () => call(RBAC + "ListRoleTemplates"),
-  bindings: (project) => call(RBAC + "ListProjectRoleBindings", { project }),
+  bindings: (project) => all(RBAC + "ListProjectRoleBindings", { project, pageSize: 1000 }, "bindings"),
   whoCan: (cluster, namespace, verb, resource, apiGroup) => call(RBAC + "WhoCan", { cluster, namespace, verb, resource, apiGroup }),
   accessAt: (subject, time) => call(RBAC + "AccessAt", { subject, time }),
   bind: (project, subject, roleTemplate, dryRun) => call(RBAC + "BindProjectRole", { project, subject, roleTemplate, dryRun }),

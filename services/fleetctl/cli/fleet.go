@@ -168,12 +168,11 @@ func readFleet(ctx context.Context, f *factory, want map[string]bool, project st
 		}
 	}
 	if wants("NamespaceBinding") {
-		res, err := call(ctx, f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListNamespaceBindings,
-			&projectv1.ListNamespaceBindingsRequest{Project: project}, "list namespace bindings")
+		bindings, err := allNamespaceBindings(ctx, f, &projectv1.ListNamespaceBindingsRequest{Project: project})
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range res.Bindings {
+		for _, b := range bindings {
 			if b.Phase == projectv1.BindingPhase_BINDING_PHASE_TERMINATING {
 				continue // unbound already
 			}
@@ -187,12 +186,11 @@ func readFleet(ctx context.Context, f *factory, want map[string]bool, project st
 		}
 	}
 	if wants("ProjectRoleBinding") {
-		res, err := call(ctx, f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.ListProjectRoleBindings,
-			&rbacv1.ListProjectRoleBindingsRequest{Project: project}, "list project role bindings")
+		bindings, err := allProjectRoleBindings(ctx, f, &rbacv1.ListProjectRoleBindingsRequest{Project: project})
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range res.Bindings {
+		for _, b := range bindings {
 			s.add(&manifest.Object{Kind: kind("ProjectRoleBinding"), Project: b.Project,
 				Spec: &rbacv1.ProjectRoleBinding{Subject: b.Subject, RoleTemplate: b.RoleTemplate}}, b.Revision)
 		}

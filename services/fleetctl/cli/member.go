@@ -182,12 +182,11 @@ func newMemberListCommand(f *factory) *cobra.Command {
 			if len(args) == 1 {
 				req.Project = args[0]
 			}
-			resp, err := call(cmd.Context(), f, rbacv1connect.NewRBACServiceClient, rbacv1connect.RBACServiceClient.ListProjectRoleBindings,
-				req, "list project role bindings")
+			bindings, err := allProjectRoleBindings(cmd.Context(), f, req)
 			if err != nil {
 				return err
 			}
-			return f.printer().PrintList(Messages(resp.GetBindings()), memberColumns()...)
+			return f.printer().PrintList(Messages(bindings), memberColumns()...)
 		},
 	}
 	subject.add(cmd)

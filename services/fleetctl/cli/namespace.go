@@ -196,12 +196,11 @@ func newNamespaceListCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl namespace list --project team-a\n  fleetctl namespace list --cluster c1",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := call(cmd.Context(), f, projectv1connect.NewProjectServiceClient, projectv1connect.ProjectServiceClient.ListNamespaceBindings,
-				&projectv1.ListNamespaceBindingsRequest{Project: t.project, Cluster: t.cluster}, "list namespace bindings")
+			bindings, err := allNamespaceBindings(cmd.Context(), f, &projectv1.ListNamespaceBindingsRequest{Project: t.project, Cluster: t.cluster})
 			if err != nil {
 				return err
 			}
-			return f.printer().PrintList(Messages(resp.GetBindings()), bindingColumns()...)
+			return f.printer().PrintList(Messages(bindings), bindingColumns()...)
 		},
 	}
 	cmd.Flags().StringVarP(&t.project, "project", "p", "", "only this project's bindings")

@@ -30,6 +30,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/paging"
 )
 
 // The fleetstream.io custom resources the bridge reconciles into Fleetstream (the write side):
@@ -502,12 +503,24 @@ func (b *Bridge) applyProject(ctx context.Context, name string, want *projectv1.
 // applyNamespaceBinding binds the namespace if the project has no such binding, and sets its
 // quota if it differs.
 func (b *Bridge) applyNamespaceBinding(ctx context.Context, project, namespace string, want *projectv1.NamespaceBinding) error {
-	res, err := b.in.projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: want.Cluster}))
+	// Every page: the server pages the list, and a binding past the first page is still the
+	// project's (binding it again would be refused as existing).
+	var bindings []*projectv1.NamespaceBinding
+	req := &projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: want.Cluster}
+	err := paging.All(func(token string) (string, error) {
+		req.PageToken = token
+		res, err := b.in.projects.ListNamespaceBindings(ctx, connect.NewRequest(req))
+		if err != nil {
+			return "", err
+		}
+		bindings = append(bindings, res.Msg.Bindings...)
+		return res.Msg.NextPageToken, nil
+	})
 	if err != nil {
 		return err
 	}
 	found, same := false, true
-	for _, nb := range res.Msg.Bindings {
+	for _, nb := range bindings {
 		if nb.Namespace != namespace || nb.Placement != want.Placement || (want.Cluster != "" && nb.Cluster != want.Cluster) {
 			continue
 		}
