@@ -31,6 +31,7 @@ import (
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/pkg/logging"
+	"github.com/fleetstream/fleetstream/pkg/paging"
 	"github.com/fleetstream/fleetstream/pkg/roles"
 	"github.com/fleetstream/fleetstream/pkg/server"
 	"github.com/fleetstream/fleetstream/services/cluster-import/clusterimport"
@@ -911,7 +912,7 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 		res.Lost = append(res.Lost, "storm: "+c+" never removed the grant revoked after it")
 	}
 	st.HubCPUS = hubCPUSeconds(h)
-	list, err := h.clusters.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+	list, err := allClusters(ctx, h)
 	if err != nil {
 		return fmt.Errorf("storm: list clusters: %w", err)
 	}
@@ -919,7 +920,7 @@ func stormScenario(ctx context.Context, o options, h *hub, clusters []*simCluste
 	for _, c := range clusters {
 		names[c.name] = true
 	}
-	for _, cl := range list.Msg.Clusters {
+	for _, cl := range list {
 		if !names[cl.GetName()] {
 			continue
 		}
@@ -959,9 +960,9 @@ func waitAllConnected(ctx context.Context, h *hub, clusters []*simCluster, timeo
 	deadline := time.Now().Add(timeout)
 	for {
 		missing := len(names)
-		list, err := h.clusters.ListClusters(ctx, connect.NewRequest(&clusterv1.ListClustersRequest{}))
+		list, err := allClusters(ctx, h)
 		if err == nil {
-			for _, cl := range list.Msg.Clusters {
+			for _, cl := range list {
 				if !names[cl.GetName()] {
 					continue
 				}
@@ -1015,4 +1016,21 @@ func retryTransient(ctx context.Context, timeout time.Duration, f func() error) 
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// allClusters lists every cluster, page after page: the hub pages ListClusters (500 a page
+// unless asked) and a simulation runs thousands.
+func allClusters(ctx context.Context, h *hub) ([]*clusterv1.Cluster, error) {
+	var out []*clusterv1.Cluster
+	req := &clusterv1.ListClustersRequest{PageSize: paging.MaxSize}
+	err := paging.All(func(token string) (string, error) {
+		req.PageToken = token
+		res, err := h.clusters.ListClusters(ctx, connect.NewRequest(req))
+		if err != nil {
+			return "", err
+		}
+		out = append(out, res.Msg.Clusters...)
+		return res.Msg.NextPageToken, nil
+	})
+	return out, err
 }

@@ -59,7 +59,9 @@ async function all(procedure, request, field) {
 }
 
 export const clusters = {
-  list: (labelSelector) => call("fleetstream.cluster.v1.ClusterService/ListClusters", labelSelector ? { labelSelector } : {}),
+  list: (labelSelector) => all("fleetstream.cluster.v1.ClusterService/ListClusters", labelSelector ? { labelSelector, pageSize: 1000 } : { pageSize: 1000 }, "clusters"),
+  // probe is the cheapest call every signed-in user may make: one cluster's page.
+  probe: () => call("fleetstream.cluster.v1.ClusterService/ListClusters", { pageSize: 1 }),
   get: (name, includeInventory) => call("fleetstream.cluster.v1.ClusterService/GetCluster", { name, includeInventory }),
 };
 export const clusterSets = {

@@ -90,7 +90,7 @@ async function signInWith(t) {
   token.set(t);
   try {
     // Any signed-in call proves the token; ListClusters is allowed to every signed-in user.
-    await clusters.list();
+    await clusters.probe();
   } catch (e) {
     showSignIn(signInError(e));
     return;

@@ -26,6 +26,7 @@ import (
 	eventv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/event/v1"
 	"github.com/fleetstream/fleetstream/pkg/identity"
 	"github.com/fleetstream/fleetstream/pkg/nsinventory"
+	"github.com/fleetstream/fleetstream/pkg/paging"
 	"github.com/fleetstream/fleetstream/pkg/subjects"
 	"github.com/fleetstream/fleetstream/pkg/view"
 	"github.com/fleetstream/fleetstream/pkg/viewapi"
@@ -339,14 +340,20 @@ func (s *Registry) GetCluster(ctx context.Context, req *connect.Request[clusterv
 }
 
 func (s *Registry) ListClusters(ctx context.Context, req *connect.Request[clusterv1.ListClustersRequest]) (*connect.Response[clusterv1.ListClustersResponse], error) {
-	sel, err := viewapi.Selected(ctx, s.gate, req.Msg.LabelSelector)
-	if err != nil {
+	m := req.Msg
+	var v apierr.Violations
+	sel := v.Selector("label_selector", m.LabelSelector)
+	page := paging.Parse(&v, paging.Request{PageSize: m.PageSize, PageToken: m.PageToken, List: "ListClusters", Filters: []string{m.LabelSelector}})
+	if err := s.gate.Admit(ctx, &v); err != nil {
 		return nil, err
 	}
-	list := s.clusters.List(func(_ string, c *clusterv1.Cluster) bool { return sel.Matches(labels.Set(c.Labels)) })
-	res := &clusterv1.ListClustersResponse{Clusters: make([]*clusterv1.Cluster, len(list))}
-	for i, c := range list {
-		res.Clusters[i] = s.present(ctx, c)
+	// Every signed-in caller lists every cluster (present trims what it may not see of each),
+	// so the selector is the only filter before the page.
+	list, next := paging.Slice(page, s.clusters.Entries(func(_ string, c *clusterv1.Cluster) bool { return sel.Matches(labels.Set(c.Labels)) }),
+		func(e view.Entry[*clusterv1.Cluster]) string { return e.Key })
+	res := &clusterv1.ListClustersResponse{Clusters: make([]*clusterv1.Cluster, len(list)), NextPageToken: next}
+	for i, e := range list {
+		res.Clusters[i] = s.present(ctx, e.Value)
 	}
 	return connect.NewResponse(res), nil
 }

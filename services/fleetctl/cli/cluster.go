@@ -124,12 +124,10 @@ func newClusterListCommand(f *factory) *cobra.Command {
 		Example: "  fleetctl cluster list -l 'env=prod,tier!=edge'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := call(cmd.Context(), f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.ListClusters,
-				&clusterv1.ListClustersRequest{LabelSelector: selector}, "list clusters")
+			clusters, err := allClusters(cmd.Context(), f, &clusterv1.ListClustersRequest{LabelSelector: selector})
 			if err != nil {
 				return err
 			}
-			clusters := resp.GetClusters()
 			// Sorted here so the order does not depend on the server's storage.
 			sort.Slice(clusters, func(i, j int) bool { return clusters[i].GetName() < clusters[j].GetName() })
 			return f.printer().PrintList(Messages(clusters), clusterColumns(time.Now)...)

@@ -79,12 +79,11 @@ func readFleet(ctx context.Context, f *factory, want map[string]bool, project st
 	}
 	kind := manifest.KindNamed
 	if wants("Cluster") {
-		res, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.ListClusters,
-			&clusterv1.ListClustersRequest{}, "list clusters")
+		clusters, err := allClusters(ctx, f, &clusterv1.ListClustersRequest{})
 		if err != nil {
 			return nil, err
 		}
-		for _, c := range res.Clusters {
+		for _, c := range clusters {
 			s.add(clusterObject(c), c.Revision)
 		}
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 
+	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
+	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1/clusterv1connect"
 	projectv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
@@ -39,6 +41,21 @@ func allProjectRoleBindings(ctx context.Context, f *factory, req *rbacv1.ListPro
 			return "", err
 		}
 		out = append(out, res.Bindings...)
+		return res.NextPageToken, nil
+	})
+	return out, err
+}
+
+func allClusters(ctx context.Context, f *factory, req *clusterv1.ListClustersRequest) ([]*clusterv1.Cluster, error) {
+	var out []*clusterv1.Cluster
+	err := paging.All(func(token string) (string, error) {
+		req.PageToken = token
+		res, err := call(ctx, f, clusterv1connect.NewClusterServiceClient, clusterv1connect.ClusterServiceClient.ListClusters,
+			req, "list clusters")
+		if err != nil {
+			return "", err
+		}
+		out = append(out, res.Clusters...)
 		return res.NextPageToken, nil
 	})
 	return out, err

@@ -567,6 +567,12 @@ type ListClustersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kubernetes label selector syntax, e.g. "env=prod,tier!=edge".
 	LabelSelector string `protobuf:"bytes,1,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// page_size is at most 1000; 0 means 500. Clusters come in name order, after the selector.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a previous call with the same selector: the next page starts after
+	// the last cluster that call returned, so a cluster registered or removed between calls
+	// neither repeats nor shifts the others.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,9 +614,25 @@ func (x *ListClustersRequest) GetLabelSelector() string {
 	return ""
 }
 
+func (x *ListClustersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListClustersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListClustersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Clusters      []*Cluster             `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Clusters []*Cluster             `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -650,6 +672,13 @@ func (x *ListClustersResponse) GetClusters() []*Cluster {
 		return x.Clusters
 	}
 	return nil
+}
+
+func (x *ListClustersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type WatchClustersRequest struct {
@@ -798,11 +827,15 @@ const file_fleetstream_cluster_v1_cluster_service_proto_rawDesc = "" +
 	"\x11include_inventory\x18\x02 \x01(\bR\x10includeInventory\"\x99\x01\n" +
 	"\x12GetClusterResponse\x129\n" +
 	"\acluster\x18\x01 \x01(\v2\x1f.fleetstream.cluster.v1.ClusterR\acluster\x12H\n" +
-	"\tinventory\x18\x02 \x01(\v2*.fleetstream.cluster.v1.NamespaceInventoryR\tinventory\"<\n" +
+	"\tinventory\x18\x02 \x01(\v2*.fleetstream.cluster.v1.NamespaceInventoryR\tinventory\"x\n" +
 	"\x13ListClustersRequest\x12%\n" +
-	"\x0elabel_selector\x18\x01 \x01(\tR\rlabelSelector\"S\n" +
+	"\x0elabel_selector\x18\x01 \x01(\tR\rlabelSelector\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"{\n" +
 	"\x14ListClustersResponse\x12;\n" +
-	"\bclusters\x18\x01 \x03(\v2\x1f.fleetstream.cluster.v1.ClusterR\bclusters\"=\n" +
+	"\bclusters\x18\x01 \x03(\v2\x1f.fleetstream.cluster.v1.ClusterR\bclusters\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"=\n" +
 	"\x14WatchClustersRequest\x12%\n" +
 	"\x0elabel_selector\x18\x01 \x01(\tR\rlabelSelector\"\x8f\x02\n" +
 	"\x15WatchClustersResponse\x12K\n" +
