@@ -158,6 +158,8 @@ const RBAC = "fleetstream.rbac.v1.RBACService/";
 export const rbac = {
   templates: () => call(RBAC + "ListRoleTemplates"),
   bindings: (project) => all(RBAC + "ListProjectRoleBindings", { project, pageSize: 1000 }, "bindings"),
+  // bindingsPage is one server page of a project's role bindings, for a list shown page by page.
+  bindingsPage: (project, pageSize, pageToken) => call(RBAC + "ListProjectRoleBindings", pageToken ? { project, pageSize, pageToken } : { project, pageSize }),
   whoCan: (cluster, namespace, verb, resource, apiGroup) => call(RBAC + "WhoCan", { cluster, namespace, verb, resource, apiGroup }),
   accessAt: (subject, time) => call(RBAC + "AccessAt", { subject, time }),
   bind: (project, subject, roleTemplate, dryRun) => call(RBAC + "BindProjectRole", { project, subject, roleTemplate, dryRun }),

@@ -81,38 +81,75 @@ export async function projectsPage(main, params, fail) {
     await members(name, grants, fail));
 }
 
+// MEMBERS_PAGE is how many members a server page brings: the first shows at once however many
+// the project has (issue 32: 50,000 project role bindings), "More members" brings the next.
+const MEMBERS_PAGE = 100;
+
 // members is the project's role bindings (ListProjectRoleBindings) with a Revoke… each, and
 // the grant form; both preview the change with the server's dry run and ask before writing
-// (grants.js, as on the Access page). A change redraws the list.
+// (grants.js, as on the Access page). A change redraws the list from its first page. The rows
+// are in the server's order (subject kind, name, role), not sorted here: a page sorted on its
+// own would interleave with the next one's rows.
 async function members(project, g, fail) {
   const section = h("section", { "aria-labelledby": "members-h", id: "members-section" });
   const note = h("div", { id: "members-note", role: "status" });
   const list = h("div", { id: "members-list" });
   const dialog = g.confirmDialog();
+  const row = (b) => {
+    const t = byName.get(b.roleTemplate);
+    return h("tr", { "data-member": `${g.subjectID(b.subject)}|${b.roleTemplate}` },
+      h("th", { scope: "row" }, g.subjectText(b.subject)),
+      h("td", {}, b.roleTemplate, t && t.displayName ? h("div", { class: "muted" }, t.displayName) : null),
+      h("td", {}, b.createTime ? new Date(b.createTime).toLocaleString() : "", b.creator ? ` by ${b.creator}` : ""),
+      h("td", {}, h("button", { type: "button", class: "secondary", "data-revoke": `${g.subjectID(b.subject)}|${b.roleTemplate}`,
+        "aria-label": `Revoke ${b.roleTemplate} from ${g.subjectText(b.subject)}`,
+        onclick: () => g.revoke(project, b.subject, b.roleTemplate, dialog, note, draw, fail) }, "Revoke…")));
+  };
   const draw = async () => {
-    let bs;
+    let page;
     try {
-      bs = (await rbac.bindings(project)).bindings || [];
+      page = await rbac.bindingsPage(project, MEMBERS_PAGE);
     } catch (e) {
       if (!fail(e)) replace(list, h("p", { class: "error", role: "alert", id: "members-error" }, e.message));
       return;
     }
-    bs.sort((a, b) => (g.subjectID(a.subject) + "|" + a.roleTemplate).localeCompare(g.subjectID(b.subject) + "|" + b.roleTemplate));
-    replace(list, bs.length
-      ? h("table", { id: "members" },
+    const bs = page.bindings || [];
+    if (!bs.length) {
+      replace(list, h("p", { class: "muted", id: "no-members" }, "No one holds a role in this project."));
+      return;
+    }
+    const tbody = h("tbody", {}, bs.map(row));
+    const count = h("p", { class: "muted", id: "members-count", role: "status" });
+    const more = h("button", { type: "button", class: "secondary", id: "members-more" }, "More members");
+    let token = page.nextPageToken || "";
+    const shown = () => {
+      const n = tbody.children.length;
+      count.textContent = token ? `${n} members shown; more on the server.` : `${n} member${n === 1 ? "" : "s"}.`;
+      more.hidden = !token;
+    };
+    more.addEventListener("click", async () => {
+      more.disabled = true;
+      try {
+        const next = await rbac.bindingsPage(project, MEMBERS_PAGE, token);
+        tbody.append(...(next.bindings || []).map(row));
+        token = next.nextPageToken || "";
+      } catch (e) {
+        if (!fail(e)) replace(note, h("p", { class: "error", role: "alert", id: "members-error" }, e.message));
+      } finally {
+        more.disabled = false;
+      }
+      shown();
+      // The focus stays on the button while there is more, else goes to the count.
+      if (!token) count.focus();
+    });
+    count.tabIndex = -1;
+    shown();
+    replace(list,
+      h("table", { id: "members" },
         h("caption", { class: "muted" }, "Members: who holds which role in every namespace of the project"),
         h("thead", {}, h("tr", {}, ["Subject", "Role", "Bound", "Change"].map((t) => h("th", { scope: "col" }, t)))),
-        h("tbody", {}, bs.map((b) => {
-          const t = byName.get(b.roleTemplate);
-          return h("tr", { "data-member": `${g.subjectID(b.subject)}|${b.roleTemplate}` },
-            h("th", { scope: "row" }, g.subjectText(b.subject)),
-            h("td", {}, b.roleTemplate, t && t.displayName ? h("div", { class: "muted" }, t.displayName) : null),
-            h("td", {}, b.createTime ? new Date(b.createTime).toLocaleString() : "", b.creator ? ` by ${b.creator}` : ""),
-            h("td", {}, h("button", { type: "button", class: "secondary", "data-revoke": `${g.subjectID(b.subject)}|${b.roleTemplate}`,
-              "aria-label": `Revoke ${b.roleTemplate} from ${g.subjectText(b.subject)}`,
-              onclick: () => g.revoke(project, b.subject, b.roleTemplate, dialog, note, draw, fail) }, "Revoke…")));
-        })))
-      : h("p", { class: "muted", id: "no-members" }, "No one holds a role in this project."));
+        tbody),
+      count, more);
   };
   let templates = [];
   try {
