@@ -33,21 +33,13 @@ import (
 // gone).
 func CheckWrites(ctx context.Context, c Clients, ex Expected, weights map[uint32]bool) ([]string, error) {
 	var diffs []string
-	bound := map[string]projectv1.BindingPhase{}
-	nsReq := &projectv1.ListNamespaceBindingsRequest{Project: NSProject}
-	err := paging.All(func(token string) (string, error) {
-		nsReq.PageToken = token
-		bs, err := c.Project.ListNamespaceBindings(ctx, connect.NewRequest(nsReq))
-		if err != nil {
-			return "", err
-		}
-		for _, b := range bs.Msg.GetBindings() {
-			bound[b.GetCluster()+"/"+b.GetNamespace()] = b.GetPhase()
-		}
-		return bs.Msg.GetNextPageToken(), nil
-	})
+	bs, err := loadBindings(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("list bindings of %s: %w", NSProject, err)
+		return nil, err
+	}
+	bound := map[string]projectv1.BindingPhase{}
+	for _, b := range bs {
+		bound[b.GetCluster()+"/"+b.GetNamespace()] = b.GetPhase()
 	}
 	for key, want := range ex.Bound {
 		phase, got := bound[key]
@@ -62,21 +54,13 @@ func CheckWrites(ctx context.Context, c Clients, ex Expected, weights map[uint32
 			diffs = append(diffs, fmt.Sprintf("binding %s: unbind acknowledged, still there (%s)", key, phase))
 		}
 	}
-	granted := map[string]bool{}
-	rbReq := &rbacv1.ListProjectRoleBindingsRequest{Project: RBACProject, RoleTemplate: RoleTemplate}
-	err = paging.All(func(token string) (string, error) {
-		rbReq.PageToken = token
-		rbs, err := c.RBAC.ListProjectRoleBindings(ctx, connect.NewRequest(rbReq))
-		if err != nil {
-			return "", err
-		}
-		for _, b := range rbs.Msg.GetBindings() {
-			granted[b.GetSubject().GetName()] = true
-		}
-		return rbs.Msg.GetNextPageToken(), nil
-	})
+	rbs, err := loadGrants(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("list role bindings of %s: %w", RBACProject, err)
+		return nil, err
+	}
+	granted := map[string]bool{}
+	for _, b := range rbs {
+		granted[b.GetSubject().GetName()] = true
 	}
 	for user, want := range ex.Granted {
 		if want != granted[user] {
@@ -300,4 +284,43 @@ func CheckAccess(ctx context.Context, m Member, ex Expected) ([]string, int, err
 		}
 	}
 	return diffs, stale, nil
+}
+
+// loadBindings is every namespace binding of the load's project, page after page (the server
+// pages the list; a check of the first page alone would call the rest lost).
+func loadBindings(ctx context.Context, c Clients) ([]*projectv1.NamespaceBinding, error) {
+	var out []*projectv1.NamespaceBinding
+	req := &projectv1.ListNamespaceBindingsRequest{Project: NSProject}
+	err := paging.All(func(token string) (string, error) {
+		req.PageToken = token
+		res, err := c.Project.ListNamespaceBindings(ctx, connect.NewRequest(req))
+		if err != nil {
+			return "", err
+		}
+		out = append(out, res.Msg.GetBindings()...)
+		return res.Msg.GetNextPageToken(), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list bindings of %s: %w", NSProject, err)
+	}
+	return out, nil
+}
+
+// loadGrants is every project role binding of the load's project and template, page after page.
+func loadGrants(ctx context.Context, c Clients) ([]*rbacv1.ProjectRoleBinding, error) {
+	var out []*rbacv1.ProjectRoleBinding
+	req := &rbacv1.ListProjectRoleBindingsRequest{Project: RBACProject, RoleTemplate: RoleTemplate}
+	err := paging.All(func(token string) (string, error) {
+		req.PageToken = token
+		res, err := c.RBAC.ListProjectRoleBindings(ctx, connect.NewRequest(req))
+		if err != nil {
+			return "", err
+		}
+		out = append(out, res.Msg.GetBindings()...)
+		return res.Msg.GetNextPageToken(), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list role bindings of %s: %w", RBACProject, err)
+	}
+	return out, nil
 }

@@ -473,22 +473,22 @@ func (l *Ledger) ExpectAtBackup(start, end time.Time) AtBackup {
 // or served although the load never wrote it before the backup ended.
 func CheckAtBackup(ctx context.Context, c Clients, at AtBackup, weights map[uint32]bool) ([]string, error) {
 	var diffs []string
-	bs, err := c.Project.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: NSProject}))
+	bs, err := loadBindings(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("list bindings of %s: %w", NSProject, err)
+		return nil, err
 	}
 	served := map[string]bool{}
-	for _, b := range bs.Msg.GetBindings() {
+	for _, b := range bs {
 		// Terminating is an unbind recorded (the compose members run no namespace controller).
 		served[b.GetCluster()+"/"+b.GetNamespace()] = b.GetPhase() != projectv1.BindingPhase_BINDING_PHASE_TERMINATING
 	}
 	diffs = append(diffs, compareStates("binding", at.Bound, served)...)
-	rbs, err := c.RBAC.ListProjectRoleBindings(ctx, connect.NewRequest(&rbacv1.ListProjectRoleBindingsRequest{Project: RBACProject, RoleTemplate: RoleTemplate}))
+	rbs, err := loadGrants(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("list role bindings of %s: %w", RBACProject, err)
+		return nil, err
 	}
 	granted := map[string]bool{}
-	for _, b := range rbs.Msg.GetBindings() {
+	for _, b := range rbs {
 		granted[b.GetSubject().GetName()] = true
 	}
 	diffs = append(diffs, compareStates("grant", at.Granted, granted)...)

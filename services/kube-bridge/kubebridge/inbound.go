@@ -503,19 +503,7 @@ func (b *Bridge) applyProject(ctx context.Context, name string, want *projectv1.
 // applyNamespaceBinding binds the namespace if the project has no such binding, and sets its
 // quota if it differs.
 func (b *Bridge) applyNamespaceBinding(ctx context.Context, project, namespace string, want *projectv1.NamespaceBinding) error {
-	// Every page: the server pages the list, and a binding past the first page is still the
-	// project's (binding it again would be refused as existing).
-	var bindings []*projectv1.NamespaceBinding
-	req := &projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: want.Cluster}
-	err := paging.All(func(token string) (string, error) {
-		req.PageToken = token
-		res, err := b.in.projects.ListNamespaceBindings(ctx, connect.NewRequest(req))
-		if err != nil {
-			return "", err
-		}
-		bindings = append(bindings, res.Msg.Bindings...)
-		return res.Msg.NextPageToken, nil
-	})
+	bindings, err := b.namespaceBindings(ctx, &projectv1.ListNamespaceBindingsRequest{Project: project, Cluster: want.Cluster})
 	if err != nil {
 		return err
 	}
@@ -537,6 +525,23 @@ func (b *Bridge) applyNamespaceBinding(ctx context.Context, project, namespace s
 			Project: project, Cluster: want.Cluster, Namespace: namespace, Hard: want.Hard}))
 	}
 	return err
+}
+
+// namespaceBindings reads every page of req: the server pages the list, and a binding past the
+// first page is still the project's (binding it again would be refused as existing; a weight
+// of a namespace on it would be refused as another project's).
+func (b *Bridge) namespaceBindings(ctx context.Context, req *projectv1.ListNamespaceBindingsRequest) ([]*projectv1.NamespaceBinding, error) {
+	var out []*projectv1.NamespaceBinding
+	err := paging.All(func(token string) (string, error) {
+		req.PageToken = token
+		res, err := b.in.projects.ListNamespaceBindings(ctx, connect.NewRequest(req))
+		if err != nil {
+			return "", err
+		}
+		out = append(out, res.Msg.Bindings...)
+		return res.Msg.NextPageToken, nil
+	})
+	return out, err
 }
 
 // applyProjectRoleBinding grants the role if the project has no such grant.
@@ -655,12 +660,12 @@ func (b *Bridge) applyClusterSet(ctx context.Context, name string, want *placeme
 // of another project's namespace is refused here even where the bridge's identity may set it.
 func (b *Bridge) applyServiceWeights(ctx context.Context, project, name string, want *endpointv1.ServiceWeights) error {
 	ns := want.Namespace
-	res, err := b.in.projects.ListNamespaceBindings(ctx, connect.NewRequest(&projectv1.ListNamespaceBindingsRequest{Project: project}))
+	bindings, err := b.namespaceBindings(ctx, &projectv1.ListNamespaceBindingsRequest{Project: project})
 	if err != nil {
 		return err
 	}
 	owned := map[string]bool{} // clusters where the project has namespace ns
-	for _, nb := range res.Msg.Bindings {
+	for _, nb := range bindings {
 		if nb.Namespace == ns && nb.Cluster != "" {
 			owned[nb.Cluster] = true
 		}
