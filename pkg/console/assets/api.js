@@ -60,6 +60,9 @@ async function all(procedure, request, field) {
 
 export const clusters = {
   list: (labelSelector) => all("fleetstream.cluster.v1.ClusterService/ListClusters", labelSelector ? { labelSelector, pageSize: 1000 } : { pageSize: 1000 }, "clusters"),
+  // page is one server page of the clusters a selector matches, for a list shown page by page.
+  page: (labelSelector, pageSize, pageToken) => call("fleetstream.cluster.v1.ClusterService/ListClusters",
+    { ...(labelSelector ? { labelSelector } : {}), pageSize, ...(pageToken ? { pageToken } : {}) }),
   // probe is the cheapest call every signed-in user may make: one cluster's page.
   probe: () => call("fleetstream.cluster.v1.ClusterService/ListClusters", { pageSize: 1 }),
   get: (name, includeInventory) => call("fleetstream.cluster.v1.ClusterService/GetCluster", { name, includeInventory }),

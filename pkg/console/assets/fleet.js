@@ -52,6 +52,11 @@ function resources(c) {
   return `${a.cpu || "?"} CPU, ${a.memory || "?"} memory, ${r.nodeCount || 0} nodes`;
 }
 
+// FLEET_PAGE is how many clusters a server page brings: the first shows at once however many
+// the fleet has (issue 32: 1,000 clusters took 0.5-0.9 s to render whole), "More clusters"
+// brings the next, in the server's order (by name).
+const FLEET_PAGE = 200;
+
 export async function fleetPage(main, params, fail) {
   const selector = params.get("selector") || "";
   const input = h("input", { id: "selector", name: "selector", type: "search", value: selector,
@@ -70,7 +75,7 @@ export async function fleetPage(main, params, fail) {
 
   let list, sets;
   try {
-    [list, sets] = await Promise.all([clusters.list(selector), clusterSets.list()]);
+    [list, sets] = await Promise.all([clusters.page(selector, FLEET_PAGE), clusterSets.list()]);
   } catch (e) {
     // The selector comes from the location, which anyone can put in a link: text only.
     if (!fail(e)) replace(body, h("p", { class: "error", role: "alert", id: "fleet-error" }, selector ? `Label selector ${selector}: ` : "", e.message));
@@ -78,7 +83,7 @@ export async function fleetPage(main, params, fail) {
   }
   const cs = list.clusters || [];
   const ss = sets.clusterSets || [];
-  const rows = cs.map((c) => {
+  const row = (c) => {
     const labels = c.labels || {};
     return h("tr", { "data-cluster": c.name },
       h("th", { scope: "row" }, h("a", { href: "#/clusters/" + encodeURIComponent(c.name) }, c.name)),
@@ -89,11 +94,37 @@ export async function fleetPage(main, params, fail) {
       h("td", {}, chips(labels)),
       h("td", {}, ss.filter((s) => inSet(s, labels)).map((s) => h("span", { class: "chip" }, s.name))),
       h("td", {}, resources(c)));
+  };
+  const tbody = h("tbody", {}, cs.map(row));
+  const count = h("p", { class: "count", role: "status", id: "fleet-count", tabindex: "-1" });
+  const more = h("button", { type: "button", class: "secondary", id: "fleet-more" }, "More clusters");
+  let token = list.nextPageToken || "";
+  const shown = () => {
+    const n = tbody.children.length;
+    // The selector comes from the location: text only (textContent).
+    count.textContent = `${n} cluster${n === 1 ? "" : "s"}` + (token ? " shown; more on the server" : "") + (selector ? ` matching ${selector}` : "");
+    more.hidden = !token;
+  };
+  more.addEventListener("click", async () => {
+    more.disabled = true;
+    try {
+      const next = await clusters.page(selector, FLEET_PAGE, token);
+      tbody.append(...(next.clusters || []).map(row));
+      token = next.nextPageToken || "";
+    } catch (e) {
+      if (!fail(e)) count.after(h("p", { class: "error", role: "alert", id: "fleet-error" }, e.message));
+    } finally {
+      more.disabled = false;
+    }
+    shown();
+    if (!token) count.focus();
   });
+  shown();
   replace(body,
-    h("p", { class: "count", role: "status" }, `${cs.length} cluster${cs.length === 1 ? "" : "s"}`, selector ? ` matching ${selector}` : ""),
+    count,
     h("table", { id: "clusters" },
       h("caption", { class: "muted" }, "Clusters"),
       h("thead", {}, h("tr", {}, ["Name", "Conditions", "Agent", "Kubernetes", "Taints", "Labels", "Sets", "Resources"].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, rows)));
+      tbody),
+    more);
 }

@@ -52,3 +52,47 @@ func consoleMembersPaged(t *testing.T, b *browser, api *rawClient) {
 	}
 	b.noErrors(t, "members paged")
 }
+
+// consoleFleetPaged: with more clusters than the Fleet page shows at once (FLEET_PAGE, 200)
+// the page shows the first server page and says there are more; "More clusters" brings the
+// rest after them in name order, each once, and a selector pages only what it matches.
+func consoleFleetPaged(t *testing.T, b *browser, api *rawClient) {
+	const n = 210
+	for i := range n {
+		if code, body := api.callFull(t, "admin", "/fleetstream.cluster.v1.ClusterService/RegisterCluster",
+			fmt.Sprintf(`{"name":"zz-%03d","labels":{"env":"paged"}}`, i)); code != "" {
+			t.Fatalf("register zz-%03d: %s %s", i, code, body)
+		}
+	}
+	defer func() {
+		for i := range n {
+			if code, body := api.callFull(t, "admin", "/fleetstream.cluster.v1.ClusterService/DeregisterCluster", fmt.Sprintf(`{"name":"zz-%03d"}`, i)); code != "" {
+				t.Errorf("deregister zz-%03d: %s %s", i, code, body)
+			}
+		}
+	}()
+	names := func() []string {
+		return eval[[]string](t, b, `[...document.querySelectorAll("#clusters tbody tr")].map(r => r.dataset.cluster)`)
+	}
+	var want []string
+	for i := range n {
+		want = append(want, fmt.Sprintf("zz-%03d", i))
+	}
+	b.run(t, "fleet paged", b.load(api.base, "#/fleet?selector=env%3Dpaged"))
+	b.waitPage(t, "fleet")
+	b.run(t, "first page", chromedp.WaitVisible(chromedp.ID("fleet-more")))
+	if got := names(); !slices.Equal(got, want[:200]) {
+		t.Fatalf("first page of clusters %v, want the first 200 in order", got)
+	}
+	if got := b.texts(t, "#fleet-count"); len(got) != 1 || got[0] != "200 clusters shown; more on the server matching env=paged" {
+		t.Fatalf("count %q", got)
+	}
+	b.run(t, "more", chromedp.Click(chromedp.ID("fleet-more")), chromedp.WaitNotVisible(chromedp.ID("fleet-more")))
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("after More clusters %v, want all %d once, in order", got, n)
+	}
+	if got := b.texts(t, "#fleet-count"); len(got) != 1 || got[0] != fmt.Sprintf("%d clusters matching env=paged", n) {
+		t.Fatalf("count after the last page %q", got)
+	}
+	b.noErrors(t, "fleet paged")
+}

@@ -469,6 +469,8 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	t.Run("project members page by page", func(t *testing.T) { consoleMembersPaged(t, b, api) })
 
+	t.Run("fleet page by page", func(t *testing.T) { consoleFleetPaged(t, b, api) })
+
 	t.Run("accessibility", func(t *testing.T) {
 		// projects last: the viewer's sign-in below lands on the page the location names.
 		for _, page := range []string{"placements", "activity", "traffic", "access", "clusters/prod-eu", "fleet", "projects"} {
