@@ -461,6 +461,11 @@ func (s *Service) reconcile(ctx context.Context, key string) error {
 		rev, err := s.kv.Put(ctx, k, data)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("put %s: %w", k, err))
+			// The bucket still holds what it held: kept, not taken below for an object no
+			// longer desired and tombstoned (the error retries the whole service).
+			if p, ok := prev[k]; ok {
+				next[k] = p
+			}
 			continue
 		}
 		next[k] = stored{data: data, rev: rev}
