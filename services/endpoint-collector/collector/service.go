@@ -172,9 +172,10 @@ func newMetrics() metrics {
 
 // Collector implements endpointv1connect.EndpointServiceHandler.
 type Collector struct {
+	endpointv1connect.UnimplementedEndpointServiceHandler
+
 	// leases reports the bucket writer's lease (fleetstream_lease_leading).
 	leases *lease.Metrics
-	endpointv1connect.UnimplementedEndpointServiceHandler
 
 	cfg     Config
 	js      jetstream.JetStream
@@ -421,26 +422,32 @@ type registry struct {
 
 func (r *registry) run(ctx context.Context) error {
 	for ctx.Err() == nil {
+		pause := registryReattach
 		// No logger: the bucket is optional, and waiting for it is not worth a warning.
 		kv, err := view.WaitBucket(ctx, r.c.js, subjects.ClustersBucket, nil)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.c.log.Warn("cluster registry bucket", zap.Error(err))
 			}
+			pause = registryRetry
 		} else {
 			r.attach(ctx, kv)
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(registryRetry):
+		case <-time.After(pause):
 		}
 	}
 	return nil
 }
 
-// registryRetry is the pause before the registry attaches again after its bucket went or its
-// reader failed.
-const registryRetry = 250 * time.Millisecond
+// registryReattach is the pause before the registry attaches again after its bucket was
+// rebuilt or its reader failed; registryRetry after the bucket could not be opened (a
+// permission refused, say: not worth a warning a few times a second).
+const (
+	registryReattach = 250 * time.Millisecond
+	registryRetry    = 2 * time.Second
+)
 
 // attach follows one incarnation of bucket kv until view.Follow ends it: the bucket was dropped
 // or created again (cluster-import rebuilt its view, a rolling upgrade may), or its reader
