@@ -25,6 +25,7 @@ import (
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/project/v1/projectv1connect"
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
+	"github.com/fleetstream/fleetstream/pkg/weights"
 	"github.com/fleetstream/fleetstream/services/fleetctl/manifest"
 )
 
@@ -506,26 +507,26 @@ func dryRunDelete(ctx context.Context, f *factory, w io.Writer, o *manifest.Obje
 // dryRunWeights asks for each weight call setWeights would make with dry_run, in its order.
 func dryRunWeights(ctx context.Context, f *factory, w io.Writer, name string, want, have *endpointv1.ServiceWeights) error {
 	ns := want.Namespace
-	for _, c := range weightChanges(want, have) {
+	for _, c := range weights.Changes(want, have) {
 		var err error
 		switch {
-		case c.ip == "":
+		case c.IP == "":
 			_, err = dryCall(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetClusterWeight,
-				&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: c.cluster, Weight: c.to, DryRun: true},
-				"dry run of setting the weight of cluster %s for service %s/%s", c.cluster, ns, name)
+				&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: c.Cluster, Weight: c.To, DryRun: true},
+				"dry run of setting the weight of cluster %s for service %s/%s", c.Cluster, ns, name)
 		default:
 			_, err = dryCall(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
-				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Weight: c.to, Clear: c.reset, DryRun: true},
-				"dry run of setting the weight of %s in cluster %s of service %s/%s", c.ip, c.cluster, ns, name)
+				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.IP, Cluster: c.Cluster, Weight: c.To, Clear: c.Reset, DryRun: true},
+				"dry run of setting the weight of %s in cluster %s of service %s/%s", c.IP, c.Cluster, ns, name)
 		}
 		if err != nil {
 			return err
 		}
-		what := "cluster " + c.cluster
-		if c.ip != "" {
-			what = "endpoint " + c.ip + " in cluster " + c.cluster
+		what := "cluster " + c.Cluster
+		if c.IP != "" {
+			what = "endpoint " + c.IP + " in cluster " + c.Cluster
 		}
-		fmt.Fprintf(w, "  %s: weight %d → %d\n", what, c.from, c.to)
+		fmt.Fprintf(w, "  %s: weight %d → %d\n", what, c.From, c.To)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/pkg/roles"
+	"github.com/fleetstream/fleetstream/pkg/weights"
 	"github.com/fleetstream/fleetstream/services/fleetctl/manifest"
 )
 
@@ -560,64 +561,6 @@ func tokenFileFree(dir, file, what string) error {
 	return nil
 }
 
-// weightChange is one weight call of setWeights.
-type weightChange struct {
-	cluster, ip string // ip "": the cluster's weight
-	from, to    uint32
-	reset       bool // an endpoint weight removed
-}
-
-// weightChanges returns the weight calls that make have into want, raises before cuts.
-func weightChanges(want, have *endpointv1.ServiceWeights) []weightChange {
-	type change = weightChange
-	var changes []change
-	for _, c := range slices.Sorted(maps.Keys(want.ClusterWeights)) {
-		from, ok := have.ClusterWeights[c]
-		if !ok {
-			from = 100
-		}
-		if to := want.ClusterWeights[c]; to != from {
-			changes = append(changes, change{cluster: c, from: from, to: to})
-		}
-	}
-	for _, c := range slices.Sorted(maps.Keys(have.ClusterWeights)) {
-		if _, ok := want.ClusterWeights[c]; !ok && have.ClusterWeights[c] != 100 {
-			changes = append(changes, change{cluster: c, from: have.ClusterWeights[c], to: 100})
-		}
-	}
-	endpoint := func(e *endpointv1.EndpointWeight) string { return e.ClusterName + "/" + e.Ip }
-	had := map[string]uint32{}
-	for _, e := range have.EndpointWeights {
-		had[endpoint(e)] = e.Weight
-	}
-	wanted := map[string]bool{}
-	for _, e := range want.EndpointWeights {
-		wanted[endpoint(e)] = true
-		from, ok := had[endpoint(e)]
-		if !ok {
-			from = 100
-		}
-		if !ok || from != e.Weight {
-			changes = append(changes, change{cluster: e.ClusterName, ip: e.Ip, from: from, to: e.Weight})
-		}
-	}
-	for _, e := range have.EndpointWeights {
-		if !wanted[endpoint(e)] {
-			changes = append(changes, change{cluster: e.ClusterName, ip: e.Ip, from: e.Weight, to: 100, reset: true})
-		}
-	}
-	slices.SortStableFunc(changes, func(a, b change) int {
-		raise := func(c change) int {
-			if c.to >= c.from {
-				return 0
-			}
-			return 1
-		}
-		return raise(a) - raise(b)
-	})
-	return changes
-}
-
 // setWeights makes service name's weights those of want, from have: a call per cluster or
 // endpoint weight that differs, and a reset to the default of each one want leaves out (the API
 // has one call per weight, and no expected revision: each weight is set whole). Raises go
@@ -625,20 +568,19 @@ func weightChanges(want, have *endpointv1.ServiceWeights) []weightChange {
 // side says (from {b: 0} to {a: 0}, b comes back before a goes).
 func setWeights(ctx context.Context, f *factory, name string, want, have *endpointv1.ServiceWeights) error {
 	ns := want.Namespace
-	changes := weightChanges(want, have)
-	for _, c := range changes {
+	for _, c := range weights.Changes(want, have) {
 		var err error
 		switch {
-		case c.ip == "":
-			err = setClusterWeight(ctx, f, ns, name, c.cluster, c.to)
-		case c.reset:
+		case c.IP == "":
+			err = setClusterWeight(ctx, f, ns, name, c.Cluster, c.To)
+		case c.Reset:
 			_, err = call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
-				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Clear: true},
-				"reset the weight of %s in cluster %s of service %s/%s", c.ip, c.cluster, ns, name)
+				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.IP, Cluster: c.Cluster, Clear: true},
+				"reset the weight of %s in cluster %s of service %s/%s", c.IP, c.Cluster, ns, name)
 		default:
 			_, err = call(ctx, f, endpointv1connect.NewEndpointServiceClient, endpointv1connect.EndpointServiceClient.SetEndpointWeight,
-				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Weight: c.to},
-				"set the weight of %s in cluster %s of service %s/%s", c.ip, c.cluster, ns, name)
+				&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.IP, Cluster: c.Cluster, Weight: c.To},
+				"set the weight of %s in cluster %s of service %s/%s", c.IP, c.Cluster, ns, name)
 		}
 		if err != nil {
 			return err

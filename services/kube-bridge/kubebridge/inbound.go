@@ -31,6 +31,7 @@ import (
 	rbacv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1"
 	"github.com/fleetstream/fleetstream/pkg/gen/fleetstream/rbac/v1/rbacv1connect"
 	"github.com/fleetstream/fleetstream/pkg/paging"
+	"github.com/fleetstream/fleetstream/pkg/weights"
 )
 
 // The fleetstream.io custom resources the bridge reconciles into Fleetstream (the write side):
@@ -694,86 +695,27 @@ func (b *Bridge) applyServiceWeights(ctx context.Context, project, name string, 
 			}
 		}
 	}
-	changes := weightChanges(want, have)
+	changes := weights.Changes(want, have)
 	for _, c := range changes {
-		if !owned[c.cluster] {
-			return &refusal{ReasonForbidden, fmt.Sprintf("spec.namespace: namespace %s on cluster %s is not bound to project %s, the project hub namespace's objects act in", ns, c.cluster, project)}
+		if !owned[c.Cluster] {
+			return &refusal{ReasonForbidden, fmt.Sprintf("spec.namespace: namespace %s on cluster %s is not bound to project %s, the project hub namespace's objects act in", ns, c.Cluster, project)}
 		}
 	}
 	for _, c := range changes {
 		var err error
 		switch {
-		case c.ip == "":
-			_, err = b.in.endpoints.SetClusterWeight(ctx, connect.NewRequest(&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: c.cluster, Weight: c.to}))
-		case c.reset:
-			_, err = b.in.endpoints.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Clear: true}))
+		case c.IP == "":
+			_, err = b.in.endpoints.SetClusterWeight(ctx, connect.NewRequest(&endpointv1.SetClusterWeightRequest{Namespace: ns, Name: name, Cluster: c.Cluster, Weight: c.To}))
+		case c.Reset:
+			_, err = b.in.endpoints.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.IP, Cluster: c.Cluster, Clear: true}))
 		default:
-			_, err = b.in.endpoints.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.ip, Cluster: c.cluster, Weight: c.to}))
+			_, err = b.in.endpoints.SetEndpointWeight(ctx, connect.NewRequest(&endpointv1.SetEndpointWeightRequest{Namespace: ns, Name: name, Ip: c.IP, Cluster: c.Cluster, Weight: c.To}))
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// weightChange is one weight to set: a cluster's (ip empty) or an endpoint's; reset clears an
-// endpoint weight no longer declared.
-type weightChange struct {
-	cluster, ip string
-	from, to    uint32
-	reset       bool
-}
-
-// weightChanges are the calls that turn have into want, weights left out being the default
-// 100: raises first, then cuts (fleetctl apply's weightChanges, whose order it keeps).
-func weightChanges(want, have *endpointv1.ServiceWeights) []weightChange {
-	var changes []weightChange
-	for _, c := range slices.Sorted(maps.Keys(want.ClusterWeights)) {
-		from, ok := have.ClusterWeights[c]
-		if !ok {
-			from = 100
-		}
-		if to := want.ClusterWeights[c]; to != from {
-			changes = append(changes, weightChange{cluster: c, from: from, to: to})
-		}
-	}
-	for _, c := range slices.Sorted(maps.Keys(have.ClusterWeights)) {
-		if _, ok := want.ClusterWeights[c]; !ok && have.ClusterWeights[c] != 100 {
-			changes = append(changes, weightChange{cluster: c, from: have.ClusterWeights[c], to: 100})
-		}
-	}
-	endpoint := func(e *endpointv1.EndpointWeight) string { return e.ClusterName + "/" + e.Ip }
-	had := map[string]uint32{}
-	for _, e := range have.EndpointWeights {
-		had[endpoint(e)] = e.Weight
-	}
-	wanted := map[string]bool{}
-	for _, e := range want.EndpointWeights {
-		wanted[endpoint(e)] = true
-		from, ok := had[endpoint(e)]
-		if !ok {
-			from = 100
-		}
-		if !ok || from != e.Weight {
-			changes = append(changes, weightChange{cluster: e.ClusterName, ip: e.Ip, from: from, to: e.Weight})
-		}
-	}
-	for _, e := range have.EndpointWeights {
-		if !wanted[endpoint(e)] {
-			changes = append(changes, weightChange{cluster: e.ClusterName, ip: e.Ip, from: e.Weight, to: 100, reset: true})
-		}
-	}
-	slices.SortStableFunc(changes, func(a, b weightChange) int {
-		cut := func(c weightChange) int {
-			if c.to >= c.from {
-				return 0
-			}
-			return 1
-		}
-		return cut(a) - cut(b)
-	})
-	return changes
 }
 
 // classify turns an API error into the Ready condition's reason and message: the API's own

@@ -4,10 +4,8 @@ import (
 	"connectrpc.com/connect"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/fleetstream/fleetstream/pkg/daemon"
 	clusterv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/cluster/v1"
-	endpointv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/endpoint/v1"
 	placementv1 "github.com/fleetstream/fleetstream/pkg/gen/fleetstream/placement/v1"
 )
 
@@ -269,34 +266,6 @@ func TestClassify(t *testing.T) {
 		if r.reason != tc.want || !strings.Contains(r.message, strings.TrimPrefix(tc.err.Error(), "permission_denied: ")) {
 			t.Errorf("classify(%v) = %s %q, want %s with the API's message", tc.err, r.reason, r.message, tc.want)
 		}
-	}
-}
-
-// TestWeightChanges: a ServiceWeights object's calls, raises before cuts (capacity is added
-// before it is taken away), weights left out back to the default 100, endpoint weights no longer
-// declared cleared.
-func TestWeightChanges(t *testing.T) {
-	have := &endpointv1.ServiceWeights{
-		ClusterWeights:  map[string]uint32{"a": 50, "b": 30, "gone": 0},
-		EndpointWeights: []*endpointv1.EndpointWeight{{ClusterName: "a", Ip: "10.0.0.1", Weight: 0}, {ClusterName: "a", Ip: "10.0.0.2", Weight: 10}},
-	}
-	want := &endpointv1.ServiceWeights{
-		ClusterWeights:  map[string]uint32{"a": 0, "b": 100, "new": 20},
-		EndpointWeights: []*endpointv1.EndpointWeight{{ClusterName: "a", Ip: "10.0.0.2", Weight: 10}, {ClusterName: "b", Ip: "10.0.1.1", Weight: 5}},
-	}
-	var got []string
-	for _, c := range weightChanges(want, have) {
-		got = append(got, fmt.Sprintf("%s/%s %d->%d reset=%v", c.cluster, c.ip, c.from, c.to, c.reset))
-	}
-	wantCalls := []string{
-		"b/ 30->100 reset=false", "gone/ 0->100 reset=false", "a/10.0.0.1 0->100 reset=true", // raises
-		"a/ 50->0 reset=false", "new/ 100->20 reset=false", "b/10.0.1.1 100->5 reset=false", // cuts
-	}
-	if !slices.Equal(got, wantCalls) {
-		t.Fatalf("weightChanges:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantCalls, "\n"))
-	}
-	if c := weightChanges(want, &endpointv1.ServiceWeights{ClusterWeights: want.ClusterWeights, EndpointWeights: want.EndpointWeights}); len(c) != 0 {
-		t.Fatalf("settled weights make calls: %v", c)
 	}
 }
 
