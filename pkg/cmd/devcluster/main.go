@@ -251,22 +251,31 @@ func servingCert(name string) (certPEM, keyPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
+// openAdmin connects with dir's admin kubeconfig once the apiserver answers.
+func openAdmin(ctx context.Context, dir string) (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
+	if err != nil {
+		return nil, fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, admin); err != nil {
+		return nil, fmt.Errorf("apiserver %s: %w", cfg.Host, err)
+	}
+	return admin, nil
+}
+
 // bootstrap gives the agent its chart identity and writes the agent's token.
 func bootstrap(ctx context.Context, dir, rulesFile string) error {
 	rules, err := readRules(rulesFile)
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
-	if err != nil {
-		return fmt.Errorf("admin kubeconfig: %w", err)
-	}
-	admin, err := kubernetes.NewForConfig(cfg)
+	admin, err := openAdmin(ctx, dir)
 	if err != nil {
 		return err
-	}
-	if err := waitReady(ctx, admin); err != nil {
-		return fmt.Errorf("apiserver %s: %w", cfg.Host, err)
 	}
 	apply := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	if _, err := admin.CoreV1().Namespaces().Apply(ctx, corev1ac.Namespace(agentNamespace), apply); err != nil {
@@ -352,16 +361,9 @@ func bootstrapHub(ctx context.Context, dir, rulesFile string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
-	if err != nil {
-		return fmt.Errorf("admin kubeconfig: %w", err)
-	}
-	admin, err := kubernetes.NewForConfig(cfg)
+	admin, err := openAdmin(ctx, dir)
 	if err != nil {
 		return err
-	}
-	if err := waitReady(ctx, admin); err != nil {
-		return fmt.Errorf("apiserver %s: %w", cfg.Host, err)
 	}
 	apply := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	role := rbacv1ac.ClusterRole(bridgeRole)
