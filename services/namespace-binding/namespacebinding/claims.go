@@ -124,7 +124,14 @@ func (s *Service) bindDryRun(ctx context.Context, project, cluster, namespace st
 		return nil, nil, err
 	}
 	// The claim a real bind would fail to take: another bind's, in flight or not yet repaired.
-	if c, ok := s.claims.Get(key); ok && !s.orphan(key, c) {
+	// Read from the bucket, as bind's Create meets it, not from the claims cache: a refused
+	// bind drops its claim just before answering, and the cache may not show that yet (a
+	// dry run right after an over-budget bind said the namespace was bound to the project).
+	c, err := s.storedClaim(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c != nil && !s.orphan(key, c) {
 		return nil, nil, apierr.AlreadyExistsf("namespace %q on cluster %q is already bound to project %q", namespace, cluster, c.Project)
 	}
 	hard := canonicalHard(hardIn)
@@ -140,6 +147,22 @@ func (s *Service) bindDryRun(ctx context.Context, project, cluster, namespace st
 	}
 	return &projectv1.NamespaceBinding{Project: project, Cluster: cluster, Namespace: namespace, Hard: hard,
 		Phase: projectv1.BindingPhase_BINDING_PHASE_PENDING}, budget, nil
+}
+
+// storedClaim reads the claim at key from the claims bucket (nil: none).
+func (s *Service) storedClaim(ctx context.Context, key string) (*projectv1.Claim, error) {
+	e, err := s.claimsKV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, apierr.Internal(fmt.Errorf("read claim %s: %w", key, err))
+	}
+	c := &projectv1.Claim{}
+	if err := proto.Unmarshal(e.Value(), c); err != nil {
+		return nil, apierr.Internal(fmt.Errorf("decode claim %s: %w", key, err))
+	}
+	return c, nil
 }
 
 // bindable refuses a (cluster, namespace) that a binding still holds: an active one of any

@@ -2,6 +2,7 @@ package namespacebinding_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -220,6 +221,28 @@ func TestPlacementDryRuns(t *testing.T) {
 	for i := range before {
 		if !proto.Equal(before[i], after[i]) {
 			t.Errorf("a dry run changed %T:\n%v\nwas:\n%v", after[i], after[i], before[i])
+		}
+	}
+}
+
+// TestDryRunRightAfterARefusedBind: a bind refused over the budget drops the claim it took, and
+// a dry run (or a bind) made right after must not meet it. The dry run read the claims cache,
+// which could still show the dropped claim, and answered that the namespace was already bound
+// to the very project asking (CI's race run caught it in TestDryRunsDecideAsWritesAndWriteNothing).
+func TestDryRunRightAfterARefusedBind(t *testing.T) {
+	e := start(t, nil, namespacebinding.Config{})
+	ctx := context.Background()
+	e.register(t, "c1")
+	e.createProject(t, "team-a")
+	e.mustSetBudget(t, "team-a", "c1", hard("cpu", "2"))
+	for i := range 40 {
+		ns := fmt.Sprintf("ns-%d", i)
+		_, err := e.client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: ns, Hard: hard("cpu", "3")}))
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Fatalf("%s: bind over the budget: %v, want failed_precondition", ns, err)
+		}
+		if _, err := e.client.BindNamespace(ctx, connect.NewRequest(&projectv1.BindNamespaceRequest{Project: "team-a", Cluster: "c1", Namespace: ns, Hard: hard("cpu", "1"), DryRun: true})); err != nil {
+			t.Fatalf("%s: dry run right after the refused bind: %v", ns, err)
 		}
 	}
 }
